@@ -1,0 +1,38 @@
+"""The ``subagent-bus`` command: a thin click group.
+
+``bus`` imports neither ``agents`` nor ``coordinator``; their commands join this group through the
+``subagent_bus.commands`` entry-point group (each entry point names a list of click commands).
+Environment variables are read here and only here (click ``envvar=``).
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+import click
+
+from bus.schema import schema
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="subagent-bus")
+def main() -> None:
+    """Coordinate AI subagents over Redis Streams.
+
+    Adapters parse agent output into typed envelopes; coordinators apply the protocol's rules exactly
+    once; findings go to an append-only stream. Without --redis-url a local Redis is started for you.
+    """
+
+
+main.add_command(schema)
+
+
+def _load_plugins() -> None:
+    for ep in entry_points(group="subagent_bus.commands"):
+        for command in ep.load():
+            main.add_command(command)
+
+
+_load_plugins()

@@ -1,0 +1,235 @@
+"""The envelope: one stream entry, one field ``data`` holding orjson-encoded JSON.
+
+``{id, v, kind, type, agent_id, group_id, ts, source, payload}``. ``type`` names the payload model and
+fixes ``kind``; the mapping is :data:`PAYLOADS`. Any language can read an entry with a JSON parser and
+validate it with the schemas shipped in ``bus/schemas``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Final
+
+import orjson
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from bus import directives as d
+from bus import events as e
+from bus import signals as s
+from bus.errors import DecodeError
+from bus.fields import Model, Timestamp
+from bus.findings import Finding
+from bus.results import ResultReport
+
+__all__ = [
+    "MAX_ENVELOPE_BYTES",
+    "PAYLOADS",
+    "SCHEMA_VERSION",
+    "Envelope",
+    "EnvelopeType",
+    "Kind",
+    "Payload",
+    "decode",
+    "deterministic_id",
+    "encode",
+    "new_envelope",
+]
+
+SCHEMA_VERSION: Final = 1
+MAX_ENVELOPE_BYTES: Final = 4 * 1024 * 1024
+"""Entries larger than this are refused on publish and dead-lettered on read."""
+
+
+class Kind(StrEnum):
+    SIGNAL = "signal"
+    RESULT = "result"
+    FINDING = "finding"
+    DIRECTIVE = "directive"
+    EVENT = "event"
+    HUMAN = "human"
+
+
+class EnvelopeType(StrEnum):
+    # signals (seed 000)
+    CLARIFICATION_NEEDED = "CLARIFICATION_NEEDED"
+    STOP_WORK = "STOP_WORK"
+    DELEGATE_WORK = "DELEGATE_WORK"
+    COMPLETION_REPORT = "COMPLETION_REPORT"
+    PROGRESS = "PROGRESS"
+    # the result contract (seeds 001/002) and one finding
+    RESULT = "RESULT"
+    FINDING = "FINDING"
+    # directives back to agents, and launch requests to launchers
+    CLARIFICATION_RESPONSE = "CLARIFICATION_RESPONSE"
+    BLOCKER_RESOLVED = "BLOCKER_RESOLVED"
+    DELEGATION_APPROVED = "DELEGATION_APPROVED"
+    DELEGATION_DENIED = "DELEGATION_DENIED"
+    DELEGATION_COMPLETED = "DELEGATION_COMPLETED"
+    ERROR_RECOVERY = "ERROR_RECOVERY"
+    LAUNCH = "LAUNCH"
+    # human commands
+    ANSWER = "ANSWER"
+    RESOLVE = "RESOLVE"
+    RECOVER = "RECOVER"
+    APPROVE = "APPROVE"
+    DENY = "DENY"
+    # events
+    HEARTBEAT = "HEARTBEAT"
+    AGENT_STARTED = "AGENT_STARTED"
+    AGENT_EXITED = "AGENT_EXITED"
+    TICK = "TICK"
+    DECISION = "DECISION"
+
+
+Payload = (
+    s.ClarificationNeeded
+    | s.StopWork
+    | s.DelegateWork
+    | s.CompletionReport
+    | s.Progress
+    | ResultReport
+    | Finding
+    | d.ClarificationResponse
+    | d.BlockerResolved
+    | d.DelegationApproved
+    | d.DelegationDenied
+    | d.DelegationCompleted
+    | d.ErrorRecovery
+    | d.LaunchRequest
+    | d.HumanAnswer
+    | d.HumanResolve
+    | d.HumanRecover
+    | d.HumanApprove
+    | d.HumanDeny
+    | e.Heartbeat
+    | e.AgentStarted
+    | e.AgentExited
+    | e.Tick
+    | e.Decision
+)
+
+T = EnvelopeType
+PAYLOADS: Final[dict[EnvelopeType, tuple[Kind, type[Payload]]]] = {
+    T.CLARIFICATION_NEEDED: (Kind.SIGNAL, s.ClarificationNeeded),
+    T.STOP_WORK: (Kind.SIGNAL, s.StopWork),
+    T.DELEGATE_WORK: (Kind.SIGNAL, s.DelegateWork),
+    T.COMPLETION_REPORT: (Kind.SIGNAL, s.CompletionReport),
+    T.PROGRESS: (Kind.SIGNAL, s.Progress),
+    T.RESULT: (Kind.RESULT, ResultReport),
+    T.FINDING: (Kind.FINDING, Finding),
+    T.CLARIFICATION_RESPONSE: (Kind.DIRECTIVE, d.ClarificationResponse),
+    T.BLOCKER_RESOLVED: (Kind.DIRECTIVE, d.BlockerResolved),
+    T.DELEGATION_APPROVED: (Kind.DIRECTIVE, d.DelegationApproved),
+    T.DELEGATION_DENIED: (Kind.DIRECTIVE, d.DelegationDenied),
+    T.DELEGATION_COMPLETED: (Kind.DIRECTIVE, d.DelegationCompleted),
+    T.ERROR_RECOVERY: (Kind.DIRECTIVE, d.ErrorRecovery),
+    T.LAUNCH: (Kind.DIRECTIVE, d.LaunchRequest),
+    T.ANSWER: (Kind.HUMAN, d.HumanAnswer),
+    T.RESOLVE: (Kind.HUMAN, d.HumanResolve),
+    T.RECOVER: (Kind.HUMAN, d.HumanRecover),
+    T.APPROVE: (Kind.HUMAN, d.HumanApprove),
+    T.DENY: (Kind.HUMAN, d.HumanDeny),
+    T.HEARTBEAT: (Kind.EVENT, e.Heartbeat),
+    T.AGENT_STARTED: (Kind.EVENT, e.AgentStarted),
+    T.AGENT_EXITED: (Kind.EVENT, e.AgentExited),
+    T.TICK: (Kind.EVENT, e.Tick),
+    T.DECISION: (Kind.EVENT, e.Decision),
+}
+_TYPE_OF: Final[dict[type[Any], EnvelopeType]] = {model: t for t, (_, model) in PAYLOADS.items()}
+
+
+class Envelope(Model):
+    """One message on the bus."""
+
+    id: str = Field(min_length=1, max_length=128)
+    v: int = SCHEMA_VERSION
+    kind: Kind
+    type: EnvelopeType
+    agent_id: str = Field(min_length=1, max_length=256)
+    group_id: str = Field(min_length=1, max_length=256)
+    ts: Timestamp
+    source: str = ""
+    payload: Payload
+
+    @field_validator("payload", mode="before")
+    @classmethod
+    def _payload_of_type(cls, value: Any, info: ValidationInfo) -> Any:
+        entry = PAYLOADS.get(info.data.get("type"))  # type: ignore[arg-type]
+        if entry is None:
+            return value  # ``type`` itself failed; its own error is reported
+        model = entry[1]
+        return value if type(value) is model else model.model_validate(value)
+
+    @model_validator(mode="after")
+    def _kind_matches_type(self) -> Envelope:
+        expected = PAYLOADS[self.type][0]
+        if self.kind is not expected:
+            raise ValueError(f"kind {self.kind.value!r} does not match type {self.type.value} ({expected.value})")
+        if self.v != SCHEMA_VERSION:
+            raise ValueError(f"unsupported schema version {self.v} (this build reads {SCHEMA_VERSION})")
+        return self
+
+
+def deterministic_id(agent_id: str, source: str, offset: int) -> str:
+    """The id of an envelope taken from a deterministic source (a byte offset in an agent's output).
+
+    Re-reading the same output yields the same id, so a re-published entry is recognised downstream.
+    """
+    digest = hashlib.sha256(f"{agent_id}\x1f{source}\x1f{offset}".encode()).hexdigest()
+    return digest[:32]
+
+
+def new_envelope(
+    payload: Payload,
+    *,
+    agent_id: str,
+    group_id: str,
+    source: str = "",
+    id: str | None = None,  # noqa: A002 - the wire name
+    ts: datetime | None = None,
+) -> Envelope:
+    """Wrap a payload; ``type`` and ``kind`` follow from the payload's class."""
+    type_ = _TYPE_OF[type(payload)]
+    return Envelope(
+        id=id or uuid.uuid4().hex,
+        kind=PAYLOADS[type_][0],
+        type=type_,
+        agent_id=agent_id,
+        group_id=group_id,
+        ts=ts or datetime.now(UTC),
+        source=source,
+        payload=payload,
+    )
+
+
+def encode(envelope: Envelope) -> bytes:
+    """The bytes stored in the ``data`` field of a stream entry."""
+    return orjson.dumps(envelope.model_dump(mode="json", exclude_none=True))
+
+
+def decode(data: bytes | str | None) -> Envelope:
+    """Parse the ``data`` field of a stream entry; every failure is a :class:`DecodeError`."""
+    if data is None:
+        raise DecodeError("entry has no 'data' field")
+    if len(data) > MAX_ENVELOPE_BYTES:
+        raise DecodeError(f"entry is {len(data)} bytes, over the {MAX_ENVELOPE_BYTES}-byte limit")
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"not JSON: {exc}") from None
+    try:
+        return Envelope.model_validate(raw)
+    except ValidationError as exc:
+        raise DecodeError(f"invalid envelope: {_first_errors(exc)}") from None
+
+
+def _first_errors(exc: ValidationError, limit: int = 3) -> str:
+    parts = []
+    for err in exc.errors()[:limit]:
+        where = ".".join(str(p) for p in err["loc"]) or "envelope"
+        parts.append(f"{where}: {err['msg']}")
+    more = exc.error_count() - limit
+    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")

@@ -1,0 +1,45 @@
+"""One exception tree for the whole project.
+
+Every error this project raises on purpose derives from :class:`BusError`, so a caller can catch one type.
+Errors of the redis client are translated into this tree at one seam (:mod:`bus.connection`).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BusError",
+    "ConfigError",
+    "ConnectionFailed",
+    "DecodeError",
+    "EmbeddedRedisError",
+    "LeaseLost",
+    "ProtocolError",
+]
+
+
+class BusError(Exception):
+    """Base class of every error raised by subagent-bus."""
+
+
+class ConfigError(BusError):
+    """A setting, URL, policy file or command-line value is invalid."""
+
+
+class ConnectionFailed(BusError):
+    """The Redis server could not be reached or answered with a transport error."""
+
+
+class EmbeddedRedisError(BusError):
+    """The embedded local Redis server could not be found or started."""
+
+
+class DecodeError(BusError):
+    """A stream entry is not a valid envelope (bad JSON, unknown type, failed validation)."""
+
+
+class ProtocolError(BusError):
+    """Agent output violates the signal protocol (reported by the parser as an error item)."""
+
+
+class LeaseLost(BusError):
+    """A coordinator no longer owns the shard it tried to commit to; nothing was written."""

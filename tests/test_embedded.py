@@ -1,0 +1,48 @@
+"""The embedded local server: started on demand, reused, persistent across restarts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import redis
+
+from bus.embedded import RedisCluster, RedisProcess, ensure_local_server, stop_local_server
+
+
+def test_local_server_is_started_reused_and_keeps_its_data(tmp_path: Path) -> None:
+    url = ensure_local_server(tmp_path / "data")
+    try:
+        assert ensure_local_server(tmp_path / "data") == url
+        client = redis.Redis.from_url(url)
+        client.set("kept", "yes")
+        client.close()
+    finally:
+        assert stop_local_server(tmp_path / "data")
+    assert (tmp_path / "data" / "appendonlydir").is_dir() or (tmp_path / "data" / "appendonly.aof").exists()
+    url2 = ensure_local_server(tmp_path / "data")
+    try:
+        client = redis.Redis.from_url(url2)
+        assert client.get("kept") == b"yes"
+        client.close()
+    finally:
+        stop_local_server(tmp_path / "data")
+    assert not stop_local_server(tmp_path / "data")
+
+
+def test_killed_server_restarts_with_its_append_only_file(fresh_redis: RedisProcess) -> None:
+    client = fresh_redis.client()
+    client.xadd("s", {"data": b"1"})
+    client.close()
+    fresh_redis.kill()
+    fresh_redis.start()
+    client = fresh_redis.client()
+    assert client.xlen("s") == 1
+    client.close()
+
+
+def test_cluster_serves_every_slot(redis_cluster: RedisCluster, cluster_url: str) -> None:
+    client = redis.RedisCluster.from_url(cluster_url)
+    for i in range(30):
+        client.set(f"{{k{i}}}x", i)
+    assert sorted(int(client.get(f"{{k{i}}}x") or 0) for i in range(30)) == list(range(30))
+    client.close()
