@@ -104,7 +104,9 @@ class BlockerResolved(Model):
 
     def render(self) -> str:
         return _prompt(
-            _lead("BLOCKER RESOLVED", _labelled("Issue", self.issue), _labelled("Resolution", self.resolution)),
+            _lead(
+                "BLOCKER RESOLVED", _labelled("Issue", self.issue), _labelled("Resolution", self.resolution)
+            ),
             _section("STATE RESTORATION", (self.state_restoration or "").strip()),
             _section("RESUME INSTRUCTIONS", (self.resume_instructions or "").strip()),
         )
@@ -191,7 +193,9 @@ class ErrorRecovery(Model):
         return _prompt(
             f"## {heading}",
             "\n".join(
-                x for x in (self.instructions.strip(), _labelled("Resume from checkpoint", self.checkpoint)) if x
+                x
+                for x in (self.instructions.strip(), _labelled("Resume from checkpoint", self.checkpoint))
+                if x
             ),
         )
 

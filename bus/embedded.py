@@ -8,6 +8,7 @@ PATH. Only the binary is used, never those packages' Python wrappers.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import random
 import shutil
@@ -18,6 +19,7 @@ import time
 from collections.abc import Iterator, Mapping
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 import orjson
 import redis
@@ -130,7 +132,7 @@ class RedisProcess:
     def start(self, timeout: float = 15.0) -> None:
         """Start the server and return once it answers PING."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(  # noqa: S603 - fixed argument list, no shell
+        self.process = subprocess.Popen(
             self._args(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=self.directory
         )
         _wait_for_ping(self.url, timeout, self.process, self.directory / "server.log")
@@ -200,9 +202,9 @@ class RedisCluster:
             for i, client in enumerate(clients):
                 first = i * per_node
                 last = 16383 if i == len(clients) - 1 else first + per_node - 1
-                client.execute_command("CLUSTER ADDSLOTS", *range(first, last + 1))
+                _command(client, "CLUSTER ADDSLOTS", *range(first, last + 1))
             for node in self.nodes[1:]:
-                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port)
+                _command(clients[0], "CLUSTER MEET", "127.0.0.1", node.port)
             _wait_for_cluster(clients, timeout)
         finally:
             for client in clients:
@@ -226,8 +228,12 @@ def _wait_for_cluster(clients: list[redis.Redis], timeout: float) -> None:
     raise EmbeddedRedisError("the test cluster did not reach cluster_state:ok")
 
 
+def _command(client: redis.Redis, *args: object) -> Any:
+    return client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+
 def _cluster_info(client: redis.Redis) -> dict[str, str]:
-    raw = client.execute_command("CLUSTER INFO")
+    raw = _command(client, "CLUSTER INFO")
     if isinstance(raw, dict):
         return {str(key): str(value) for key, value in raw.items()}
     text = raw.decode() if isinstance(raw, bytes) else str(raw)
@@ -258,7 +264,7 @@ def ensure_local_server(directory: Path) -> str:
         port = free_port()
         args = RedisProcess(directory, port=port, appendfsync="everysec")._args()
         args += ["--daemonize", "yes", "--pidfile", str(directory / "server.pid")]
-        subprocess.run(args, check=True, cwd=directory, capture_output=True)  # noqa: S603
+        subprocess.run(args, check=True, cwd=directory, capture_output=True)
         url = f"redis://127.0.0.1:{port}/0"
         _wait_for_ping(url, 15.0, None, directory / "server.log")
         (directory / _STATE_FILE).write_bytes(orjson.dumps({"url": url, "port": port}))
@@ -296,8 +302,6 @@ def _running_url(directory: Path) -> str | None:
 
 @contextlib.contextmanager
 def _exclusive(path: Path) -> Iterator[None]:
-    import fcntl
-
     with path.open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

@@ -167,7 +167,9 @@ class Envelope(Model):
     def _kind_matches_type(self) -> Envelope:
         expected = PAYLOADS[self.type][0]
         if self.kind is not expected:
-            raise ValueError(f"kind {self.kind.value!r} does not match type {self.type.value} ({expected.value})")
+            raise ValueError(
+                f"kind {self.kind.value!r} does not match type {self.type.value} ({expected.value})"
+            )
         if self.v != SCHEMA_VERSION:
             raise ValueError(f"unsupported schema version {self.v} (this build reads {SCHEMA_VERSION})")
         return self
@@ -188,7 +190,7 @@ def new_envelope(
     agent_id: str,
     group_id: str,
     source: str = "",
-    id: str | None = None,  # noqa: A002 - the wire name
+    id: str | None = None,
     ts: datetime | None = None,
 ) -> Envelope:
     """Wrap a payload; ``type`` and ``kind`` follow from the payload's class."""

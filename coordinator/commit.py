@@ -101,5 +101,3 @@ class Commit:
 def parse_result(raw: bytes | str) -> CommitResult:
     """The script's reply as a :class:`CommitResult`."""
     return CommitResult(raw.decode() if isinstance(raw, bytes) else raw)
-
-
