@@ -12,6 +12,7 @@ from importlib.metadata import entry_points
 import click
 
 from bus.schema import schema
+from bus.tail import tail
 
 __all__ = ["main"]
 
@@ -27,6 +28,7 @@ def main() -> None:
 
 
 main.add_command(schema)
+main.add_command(tail)
 
 
 def _load_plugins() -> None:

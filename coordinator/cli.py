@@ -1,9 +1,300 @@
-"""Commands of the coordinator side."""
+"""Commands of the coordinator side: run a coordinator, look at its state, answer it."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
 import click
+import orjson
+
+from bus.connection import Client, connect, redis_options
+from bus.errors import BusError
+from bus.findings import Finding
+from bus.keys import Keys, open_namespace
+from bus.settings import Settings
+from coordinator.human import commands as human_commands
+from coordinator.policy import Policy
+from coordinator.rules import GroupSummary, MergedFinding, merge_findings, summarize
+from coordinator.service import Coordinator, CoordinatorOptions
+from coordinator.view import iter_findings, load_groups
 
 __all__ = ["commands"]
 
-commands: list[click.Command] = []
+T = TypeVar("T")
+
+_POLICY = click.option(
+    "--policy",
+    "policy_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="SUBAGENT_BUS_POLICY",
+    help="Policy file (TOML or YAML): delegation limits, expertise weights, timeouts.",
+)
+
+
+def _policy(path: Path | None) -> Policy:
+    try:
+        return Policy.load(path) if path else Policy()
+    except BusError as exc:
+        raise click.BadParameter(str(exc), param_hint="--policy") from None
+
+
+async def _open(settings: Settings) -> tuple[Client, Keys]:
+    client = await connect(settings)
+    return client, await open_namespace(client, settings.namespace, settings.shards)
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    try:
+        return asyncio.run(coro)
+    except BusError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _dump(value: object) -> str:
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+
+
+@click.command("coordinator")
+@click.option("--name", help="Consumer name of this process (default: random). Names may change on restart.")
+@_POLICY
+@click.option("--burst", is_flag=True, help="Apply everything pending, then exit (for scripts and tests).")
+@click.option("--batch", default=100, show_default=True, help="Entries per read and commit.")
+@click.option("--lease-ttl", "lease_ttl_ms", default=5000, show_default=True, help="Shard lease TTL in ms.")
+@click.option("--tick", "tick_s", default=5.0, show_default=True, help="Seconds between timeout checks.")
+@redis_options
+def run_coordinator(
+    settings: Settings,
+    name: str | None,
+    policy_path: Path | None,
+    burst: bool,
+    batch: int,
+    lease_ttl_ms: int,
+    tick_s: float,
+) -> None:
+    """Apply the protocol's rules to every signal, exactly once and in order.
+
+    Run as many as you like, on any machines: they split the shards through leases, and a shard whose
+    coordinator dies is taken over (its pending entries first) once the lease expires. SIGTERM or
+    Ctrl-C finishes the batch in hand and releases the leases.
+    """
+    policy = _policy(policy_path)
+    options = CoordinatorOptions(batch=batch, lease_ttl_ms=lease_ttl_ms, tick_interval_s=tick_s)
+    if name:
+        options = CoordinatorOptions(
+            name=name, batch=batch, lease_ttl_ms=lease_ttl_ms, tick_interval_s=tick_s
+        )
+
+    async def main() -> int:
+        client, keys = await _open(settings)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        coordinator = Coordinator(client, keys, policy, options)
+        click.echo(
+            f"coordinator {options.name}: {keys.shards} shards in namespace {keys.namespace}", err=True
+        )
+        try:
+            return await coordinator.run(stop=stop, burst=burst)
+        finally:
+            await client.aclose()
+
+    applied = _run(main())
+    click.echo(f"coordinator {options.name} stopped after applying {applied} entries", err=True)
+
+
+def _agent_line(summary: GroupSummary) -> list[str]:
+    lines = []
+    for agent in summary.agents:
+        progress = f" {agent.percent:.0f}%" if agent.percent is not None else ""
+        status = f" [{agent.status.value}]" if agent.status else ""
+        flags = f" violations: {', '.join(agent.violations)}" if agent.violations else ""
+        lines.append(
+            f"  {agent.agent_id:28} {agent.state.value:22}{status}{progress}"
+            f"  applied {agent.applied} (last {agent.last_applied_id or '-'}){flags}"
+        )
+    return lines
+
+
+def _print_summary(summary: GroupSummary) -> None:
+    p = summary.progress
+    verdict = f", verdict {summary.status.value}" if summary.status else ""
+    click.echo(
+        f"group {summary.group_id}: {p.completed}/{p.total} completed, {p.failed} failed, "
+        f"{p.active} active{verdict}; {summary.findings} merged findings"
+    )
+    for line in _agent_line(summary):
+        click.echo(line)
+    for q in summary.open_questions:
+        click.echo(f"  ? {q.agent_id} {q.question_id}: {q.text}")
+    for b in summary.blockers:
+        click.echo(f"  ! {b.agent_id} blocked ({b.blocker_type}): {b.details.strip()}")
+    for d in summary.pending_delegations:
+        click.echo(
+            f"  > delegation {d.request_id} from {d.requester_id} ({d.priority.value}) awaits approval"
+        )
+
+
+@click.command()
+@click.option("--group", "group_id", help="Only this task group.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summaries as JSON.")
+@redis_options
+def status(settings: Settings, group_id: str | None, as_json: bool) -> None:
+    """Agents, states, open questions, blockers, pending delegations, progress and violations."""
+
+    async def main() -> list[GroupSummary]:
+        client, keys = await _open(settings)
+        try:
+            return [summarize(state) for state in await load_groups(client, keys, group_id)]
+        finally:
+            await client.aclose()
+
+    summaries = _run(main())
+    if as_json:
+        click.echo(_dump([s.model_dump(mode="json") for s in summaries]))
+        return
+    if not summaries:
+        click.echo("no groups yet" + (f" named {group_id}" if group_id else ""))
+    for summary in summaries:
+        _print_summary(summary)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the open items as JSON.")
+@redis_options
+def inbox(settings: Settings, as_json: bool) -> None:
+    """What waits for a human: questions, blockers, delegations to approve, escalations."""
+
+    async def main() -> list[GroupSummary]:
+        client, keys = await _open(settings)
+        try:
+            return [summarize(state) for state in await load_groups(client, keys)]
+        finally:
+            await client.aclose()
+
+    summaries = _run(main())
+    items = {
+        "questions": [
+            q.model_dump(mode="json") for s in summaries for q in s.open_questions if not q.answered
+        ],
+        "blockers": [b.model_dump(mode="json") for s in summaries for b in s.blockers],
+        "delegations": [d.model_dump(mode="json") for s in summaries for d in s.pending_delegations],
+        "escalations": [e.model_dump(mode="json") for s in summaries for e in s.escalations],
+    }
+    if as_json:
+        click.echo(_dump(items))
+        return
+    if not any(items.values()):
+        click.echo("nothing waits for a human")
+    for q in items["questions"]:
+        click.echo(f"question  {q['agent_id']} {q['question_id']}: {q['text']}")
+        click.echo(f'          answer: subagent-bus answer {q["agent_id"]} {q["question_id"]}="..."')
+    for b in items["blockers"]:
+        click.echo(f"blocker   {b['agent_id']} ({b['blocker_type']}): {str(b['details']).strip()}")
+        click.echo(f'          resolve: subagent-bus resolve {b["agent_id"]} --resolution "..."')
+    for d in items["delegations"]:
+        click.echo(
+            f"delegate  {d['request_id']} from {d['requester_id']} ({d['priority']}): {d['task'][:80]}"
+        )
+        click.echo(
+            f"          subagent-bus approve {d['request_id']}  |  subagent-bus deny {d['request_id']} --reason ..."
+        )
+    for e in items["escalations"]:
+        click.echo(f"escalated {e['agent_id']}: {e['reason']}")
+
+
+def _merged_rows(merged: list[MergedFinding]) -> list[str]:
+    rows = []
+    for m in merged:
+        conf = f"{m.confidence:.1f}" if m.confidence is not None else "-"
+        sev = "/".join(s.value for s in m.severities) or "-"
+        flag = "  CONFLICT" if m.severity_conflict else ""
+        rows.append(
+            f"{m.location or '-':32} {m.category:8} {sev:18} {conf:>6}  {', '.join(m.agents)}  {m.finding.title}{flag}"
+        )
+    return rows
+
+
+@click.group("findings", invoke_without_command=True)
+@click.option("--group", "group_id", help="Only this task group.")
+@click.option("--merged", is_flag=True, help="The deduplicated view with combined confidence.")
+@click.option("--json", "fmt", flag_value="json", help="One JSON array.")
+@click.option("--jsonl", "fmt", flag_value="jsonl", help="One JSON object per line.")
+@_POLICY
+@redis_options
+@click.pass_context
+def findings(
+    ctx: click.Context,
+    settings: Settings,
+    group_id: str | None,
+    merged: bool,
+    fmt: str | None,
+    policy_path: Path | None,
+) -> None:
+    """The append-only findings stream, or (--merged) its deduplicated view."""
+    if ctx.invoked_subcommand is not None:
+        return
+    policy = _policy(policy_path)
+
+    async def main() -> list[Finding]:
+        client, keys = await _open(settings)
+        try:
+            return [f async for _, f, _, _ in iter_findings(client, keys, group_id)]
+        finally:
+            await client.aclose()
+
+    items = _run(main())
+    if merged:
+        view = merge_findings(items, policy)
+        records = [m.model_dump(mode="json") for m in view]
+        lines = _merged_rows(view)
+    else:
+        records = [f.model_dump(mode="json", exclude_none=True) for f in items]
+        lines = [
+            f"{r.get('file', '-')}:{r.get('line', '-')} {r.get('severity', '-')} {r['title']} ({r['agent']})"
+            for r in records
+        ]
+    if fmt == "json":
+        click.echo(_dump(records))
+    elif fmt == "jsonl":
+        for record in records:
+            click.echo(orjson.dumps(record).decode())
+    else:
+        for line in lines:
+            click.echo(line)
+        click.echo(f"{len(records)} {'merged ' if merged else ''}findings")
+
+
+@click.command()
+@click.option("--group", "group_id", required=True, help="The task group to recompute.")
+@_POLICY
+@click.option("--json", "as_json", is_flag=True, help="Print the merged view as JSON.")
+@redis_options
+def replay(settings: Settings, group_id: str, policy_path: Path | None, as_json: bool) -> None:
+    """Recompute a group's merged findings from the findings stream from id 0 (e.g. under new weights).
+
+    Live state is not touched: this reads the append-only stream and prints the result.
+    """
+    policy = _policy(policy_path)
+
+    async def main() -> list[MergedFinding]:
+        client, keys = await _open(settings)
+        try:
+            return merge_findings([f async for _, f, _, _ in iter_findings(client, keys, group_id)], policy)
+        finally:
+            await client.aclose()
+
+    view = _run(main())
+    if as_json:
+        click.echo(_dump([m.model_dump(mode="json") for m in view]))
+        return
+    for line in _merged_rows(view):
+        click.echo(line)
+    click.echo(f"{len(view)} merged findings recomputed for group {group_id}")
+
+
+commands: list[click.Command] = [run_coordinator, status, inbox, findings, replay, *human_commands]

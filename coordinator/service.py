@@ -1,0 +1,343 @@
+"""The coordinator service: thin I/O around the pure rules.
+
+One asyncio task per shard. A task that holds the shard's lease reads a batch with XREADGROUP, runs the
+rules over its cached group states, and commits states, emitted entries and the XACK in one script
+(:mod:`coordinator.commit`). Any process may die at any instant: an uncommitted batch stays pending and
+the next owner claims it (XAUTOCLAIM) and applies it first; a committed one is never applied again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from bus.connection import Client, translated
+from bus.consumer import dead_letter_fields, parse_autoclaim, stream_entries
+from bus.envelope import EnvelopeType, decode, encode, new_envelope
+from bus.errors import BusError, DecodeError
+from bus.events import Tick
+from bus.keys import Keys, StreamKind
+from coordinator.commit import COMMIT_SCRIPT, Commit, CommitResult, parse_result
+from coordinator.lease import MEMBERS_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT, fair_share
+from coordinator.policy import Policy
+from coordinator.rules import Emit, Target, apply
+from coordinator.state import GroupState
+from coordinator.view import GROUPS_KEY
+
+__all__ = ["GROUP", "TICK_GROUP", "Coordinator", "CoordinatorOptions"]
+
+log = logging.getLogger("subagent_bus.coordinator")
+
+GROUP = "coordinator"
+"""The consumer group every coordinator process joins on every shard's signals stream."""
+TICK_GROUP = "*"
+"""The group id of a TICK envelope: it applies to every group of its shard."""
+
+_TARGET_STREAM = {
+    Target.EVENTS: StreamKind.EVENTS,
+    Target.TASKS: StreamKind.TASKS,
+    Target.FINDINGS: StreamKind.FINDINGS,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CoordinatorOptions:
+    """Tuning of one coordinator process."""
+
+    name: str = field(default_factory=lambda: f"coord-{uuid.uuid4().hex[:8]}")
+    batch: int = 100
+    block_ms: int = 500
+    lease_ttl_ms: int = 5_000
+    tick_interval_s: float = 5.0
+    max_deliveries: int = 5
+
+
+@dataclass
+class _Shard:
+    index: int
+    token: str = ""
+    owned: bool = False
+    need_pending: bool = True
+    groups: dict[str, GroupState] = field(default_factory=dict)
+    last_tick: float = 0.0
+
+
+class Coordinator:
+    """Applies the protocol's rules to every shard it can lease, exactly once and in order."""
+
+    def __init__(self, client: Client, keys: Keys, policy: Policy, options: CoordinatorOptions) -> None:
+        self.client = client
+        self.keys = keys
+        self.policy = policy
+        self.options = options
+        self.applied = 0
+        self._shards = [_Shard(i) for i in keys.all_shards()]
+        self._share = keys.shards
+        self._commit = client.register_script(COMMIT_SCRIPT)
+        self._renew = client.register_script(RENEW_SCRIPT)
+        self._release = client.register_script(RELEASE_SCRIPT)
+        self._members = client.register_script(MEMBERS_SCRIPT)
+        self.on_commit: Callable[[int, int, float], None] | None = None
+
+    @property
+    def owned(self) -> list[int]:
+        return [s.index for s in self._shards if s.owned]
+
+    async def run(self, *, stop: asyncio.Event | None = None, burst: bool = False) -> int:
+        """Run until ``stop`` is set (or, with ``burst``, until every shard is drained); entries applied."""
+        stop = stop or asyncio.Event()
+        for shard in self._shards:
+            await self._ensure_group(shard.index)
+        try:
+            if burst:
+                await self._burst(stop)
+            else:
+                await asyncio.gather(self._membership(stop), *(self._loop(s, stop) for s in self._shards))
+        finally:
+            await self._leave()
+        return self.applied
+
+    async def _burst(self, stop: asyncio.Event) -> None:
+        for shard in self._shards:
+            if await self._acquire(shard):
+                while not stop.is_set() and await self._step(shard, block_ms=None):
+                    pass
+                await self._give_back(shard)
+
+    async def _loop(self, shard: _Shard, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                if not shard.owned and not await self._acquire(shard):
+                    await _wait(stop, self.options.lease_ttl_ms / 2000)
+                    continue
+                await self._maybe_tick(shard)
+                await self._step(shard, block_ms=self.options.block_ms)
+            except BusError as exc:
+                log.warning("shard %d: %s; retrying", shard.index, exc)
+                shard.owned = False
+                await _wait(stop, 1.0)
+        await self._give_back(shard)
+
+    # -- ownership -----------------------------------------------------------------------------
+
+    def _lease_key(self, shard: _Shard) -> str:
+        return self.keys.state(shard.index, "lease")
+
+    async def _membership(self, stop: asyncio.Event) -> None:
+        key = f"{self.keys.namespace}:coordinators"
+        while not stop.is_set():
+            with translated():
+                live = await self._members(keys=[key], args=[self.options.name, self.options.lease_ttl_ms])
+            self._share = fair_share(self.keys.shards, live)
+            await self._shed()
+            await _wait(stop, self.options.lease_ttl_ms / 3000)
+
+    async def _leave(self) -> None:
+        with contextlib.suppress(BusError), translated():
+            await self._members(
+                keys=[f"{self.keys.namespace}:coordinators"], args=[self.options.name, 0, "leave"]
+            )
+
+    async def _shed(self) -> None:
+        """Give back shards above the fair share, so a newly started process gets some."""
+        extra = len(self.owned) - self._share
+        for shard in [s for s in self._shards if s.owned][: max(0, extra)]:
+            await self._give_back(shard)
+            log.info("shard %d released to balance the load", shard.index)
+
+    async def _give_back(self, shard: _Shard) -> None:
+        if shard.owned:
+            with contextlib.suppress(BusError), translated():
+                await self._release(keys=[self._lease_key(shard)], args=[shard.token])
+            shard.owned = False
+            shard.groups = {}
+
+    async def _acquire(self, shard: _Shard) -> bool:
+        if len(self.owned) >= self._share:
+            return False
+        token = uuid.uuid4().hex
+        with translated():
+            got = await self.client.set(self._lease_key(shard), token, nx=True, px=self.options.lease_ttl_ms)
+        if not got:
+            return False
+        shard.token, shard.owned, shard.need_pending = token, True, True
+        await self._take_over(shard)
+        log.info("shard %d acquired by %s", shard.index, self.options.name)
+        return True
+
+    async def _take_over(self, shard: _Shard) -> None:
+        """Claim every pending entry of the group (from dead or stalled owners) and reload the state."""
+        stream = self.keys.stream(shard.index, StreamKind.SIGNALS)
+        cursor = "0-0"
+        with translated():
+            while True:
+                reply = await self.client.xautoclaim(stream, GROUP, self.options.name, 0, cursor, count=1000)
+                cursor = parse_autoclaim(reply)[0]
+                if cursor == "0-0":
+                    break
+            raw = await self.client.hgetall(self.keys.state(shard.index, GROUPS_KEY))
+        shard.groups = {
+            _text(gid): GroupState.model_validate_json(blob)  # state written by this code only
+            for gid, blob in raw.items()
+        }
+        shard.need_pending = True
+
+    async def _ensure_group(self, index: int) -> None:
+        stream = self.keys.stream(index, StreamKind.SIGNALS)
+        with contextlib.suppress(BusError), translated():
+            await self.client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+
+    async def _maybe_tick(self, shard: _Shard) -> None:
+        now = time.monotonic()
+        if now - shard.last_tick < self.options.tick_interval_s:
+            return
+        shard.last_tick = now
+        tick = new_envelope(
+            Tick(now=datetime.now(UTC)), agent_id=self.options.name, group_id=TICK_GROUP, source="tick"
+        )
+        with translated():
+            await self.client.xadd(self.keys.stream(shard.index, StreamKind.SIGNALS), {"data": encode(tick)})
+
+    # -- one batch -----------------------------------------------------------------------------
+
+    async def _read(self, shard: _Shard, block_ms: int | None) -> list[tuple[str, bytes | None]]:
+        stream = self.keys.stream(shard.index, StreamKind.SIGNALS)
+        with translated():
+            if shard.need_pending:
+                reply = await self.client.xreadgroup(
+                    GROUP, self.options.name, {stream: "0"}, count=self.options.batch
+                )
+                entries = _entries(reply)
+                if entries:
+                    return entries
+                shard.need_pending = False
+            reply = await self.client.xreadgroup(
+                GROUP, self.options.name, {stream: ">"}, count=self.options.batch, block=block_ms
+            )
+        return _entries(reply)
+
+    async def _step(self, shard: _Shard, *, block_ms: int | None) -> bool:
+        """Read, apply and commit one batch; False when there was nothing to read."""
+        entries = await self._read(shard, block_ms)
+        if not entries:
+            with translated():
+                renewed = await self._renew(
+                    keys=[self._lease_key(shard)], args=[shard.token, self.options.lease_ttl_ms]
+                )
+            if not renewed:
+                self._lost(shard)
+            return False
+        started = time.perf_counter()
+        commit = Commit(self._lease_key(shard), self.keys.stream(shard.index, StreamKind.SIGNALS))
+        counts = await self._delivery_counts(shard, entries) if shard.need_pending else {}
+        groups = dict(shard.groups)
+        changed: set[str] = set()
+        for entry_id, data in entries:
+            commit.entry_ids.append(entry_id)
+            reason = self._apply_entry(shard, groups, changed, commit, data, counts.get(entry_id, 1))
+            if reason:
+                commit.xadd(
+                    self.keys.stream(shard.index, StreamKind.DEAD),
+                    dead_letter_fields(
+                        stream=commit.stream_key,
+                        entry_id=entry_id,
+                        raw=data,
+                        reason=reason,
+                        deliveries=counts.get(entry_id, 1),
+                    ),
+                )
+        for gid in changed:
+            commit.hset(self.keys.state(shard.index, GROUPS_KEY), gid, groups[gid].model_dump_json())
+        result = await self._run_commit(shard, commit)
+        if result is CommitResult.OK:
+            shard.groups = groups
+            self.applied += len(entries)
+            if self.on_commit:
+                self.on_commit(shard.index, len(entries), time.perf_counter() - started)
+        elif result is CommitResult.LEASE_LOST:
+            self._lost(shard)
+        else:
+            log.warning("shard %d: older entries pending elsewhere; claiming them first", shard.index)
+            await self._take_over(shard)
+        return True
+
+    def _lost(self, shard: _Shard) -> None:
+        log.warning("shard %d: lease lost; nothing from the last batch was committed", shard.index)
+        shard.owned = False
+        shard.groups = {}
+
+    async def _run_commit(self, shard: _Shard, commit: Commit) -> CommitResult:
+        keys, argv = commit.script_args(shard.token, GROUP, self.options.lease_ttl_ms)
+        with translated():
+            return parse_result(await self._commit(keys=keys, args=argv))
+
+    async def _delivery_counts(
+        self, shard: _Shard, entries: list[tuple[str, bytes | None]]
+    ) -> dict[str, int]:
+        stream = self.keys.stream(shard.index, StreamKind.SIGNALS)
+        with translated():
+            rows = await self.client.xpending_range(
+                stream, GROUP, min=entries[0][0], max=entries[-1][0], count=len(entries)
+            )
+        return {_text(row["message_id"]): int(row["times_delivered"]) for row in rows}
+
+    def _apply_entry(
+        self,
+        shard: _Shard,
+        groups: dict[str, GroupState],
+        changed: set[str],
+        commit: Commit,
+        data: bytes | None,
+        deliveries: int,
+    ) -> str | None:
+        """Apply one entry to the working copy; the dead-letter reason when it cannot be applied."""
+        if deliveries > self.options.max_deliveries:
+            return f"delivered {deliveries} times without being committed"
+        if data is None:
+            return "entry deleted before it was processed"
+        try:
+            envelope = decode(data)
+        except DecodeError as exc:
+            return str(exc)
+        targets = list(groups) if envelope.type is EnvelopeType.TICK else [envelope.group_id]
+        for gid in targets:
+            state = groups.get(gid) or GroupState(group_id=gid)
+            try:
+                outcome = apply(state, envelope, self.policy)
+            except Exception as exc:  # a rule bug must not stop the shard: dead-letter the entry
+                log.exception("rule failed on %s", envelope.id)
+                return f"rule failed: {type(exc).__name__}: {exc}"
+            if outcome.state != state or gid not in groups:
+                groups[gid] = outcome.state
+                changed.add(gid)
+            for emit in outcome.emits:
+                self._emit(shard, commit, emit)
+        return None
+
+    def _emit(self, shard: _Shard, commit: Commit, emit: Emit) -> None:
+        if emit.target is Target.INBOX:
+            key = self.keys.inbox(shard.index, emit.envelope.agent_id)
+        else:
+            key = self.keys.stream(shard.index, _TARGET_STREAM[emit.target])
+        commit.xadd(key, {"data": encode(emit.envelope)})
+
+
+def _entries(reply: Any) -> list[tuple[str, bytes | None]]:
+    """``[(entry_id, data)]`` of an XREADGROUP reply; ``data`` is ``None`` for a deleted entry."""
+    return [(_text(entry_id), fields.get(b"data")) for entry_id, fields in stream_entries(reply)]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def _wait(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)

@@ -1,0 +1,82 @@
+"""Read-only access to what the coordinators committed: group states and the findings stream.
+
+Used by ``status``, ``inbox``, ``findings``, ``replay`` and the human commands (to find the group of an
+agent or of a delegation request). Nothing here writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from bus.connection import Client, translated
+from bus.envelope import decode
+from bus.errors import BusError, DecodeError
+from bus.findings import Finding
+from bus.keys import Keys, StreamKind
+from coordinator.state import GroupState
+
+__all__ = ["find_agent", "find_request", "iter_findings", "load_groups"]
+
+GROUPS_KEY = "groups"
+"""The name of the per-shard hash (group id -> state JSON) that the service commits."""
+
+
+async def load_groups(client: Client, keys: Keys, group_id: str | None = None) -> list[GroupState]:
+    """Every group's committed state (or just ``group_id``'s), ordered by group id."""
+    with translated():
+        if group_id is not None:
+            shard = keys.shard_of(group_id)
+            blob = await client.hget(keys.state(shard, GROUPS_KEY), group_id)
+            return [GroupState.model_validate_json(blob)] if blob else []
+        states: list[GroupState] = []
+        for shard in keys.all_shards():
+            raw = await client.hgetall(keys.state(shard, GROUPS_KEY))
+            states += [GroupState.model_validate_json(blob) for blob in raw.values()]
+    return sorted(states, key=lambda s: s.group_id)
+
+
+def find_agent(groups: list[GroupState], agent_id: str) -> GroupState:
+    """The group that knows ``agent_id``; a :class:`BusError` naming the known agents otherwise."""
+    for state in groups:
+        if agent_id in state.agents:
+            return state
+    known = sorted(a for s in groups for a in s.agents)
+    hint = f" (known: {', '.join(known[:10])}{' ...' if len(known) > 10 else ''})" if known else ""
+    raise BusError(f"no agent {agent_id!r} is known to the coordinators{hint}")
+
+
+def find_request(groups: list[GroupState], request_id: str) -> GroupState:
+    """The group holding the delegation request ``request_id``."""
+    for state in groups:
+        if request_id in state.delegations:
+            return state
+    raise BusError(f"no delegation request {request_id!r} (see `subagent-bus inbox`)")
+
+
+async def iter_findings(
+    client: Client, keys: Keys, group_id: str | None = None, *, page: int = 1000
+) -> AsyncIterator[tuple[str, Finding, str, str]]:
+    """``(entry_id, finding, agent_id, group_id)`` from the append-only findings stream, from id 0.
+
+    Shards are read one after another; within a shard, in stream order.
+    """
+    shards = [keys.shard_of(group_id)] if group_id is not None else list(keys.all_shards())
+    for shard in shards:
+        stream = keys.stream(shard, StreamKind.FINDINGS)
+        cursor = "-"
+        while True:
+            with translated():
+                rows: list[Any] = await client.xrange(stream, min=cursor, max="+", count=page) or []
+            for entry_id, fields in rows:
+                eid = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+                try:
+                    envelope = decode((fields or {}).get(b"data"))
+                except DecodeError:
+                    continue  # the coordinator writes this stream; a foreign entry is not a finding
+                if isinstance(envelope.payload, Finding) and group_id in (None, envelope.group_id):
+                    yield eid, envelope.payload, envelope.agent_id, envelope.group_id
+            if len(rows) < page:
+                break
+            last = rows[-1][0]
+            cursor = "(" + (last.decode() if isinstance(last, bytes) else str(last))
