@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bus.connection import Client, translated
-from bus.consumer import dead_letter_fields, parse_autoclaim, stream_entries
+from bus.consumer import dead_letter_fields, stream_entries
 from bus.envelope import EnvelopeType, decode, encode, new_envelope
 from bus.errors import BusError, DecodeError
 from bus.events import Tick
@@ -175,13 +175,14 @@ class Coordinator:
     async def _take_over(self, shard: _Shard) -> None:
         """Claim every pending entry of the group (from dead or stalled owners) and reload the state."""
         stream = self.keys.stream(shard.index, StreamKind.SIGNALS)
-        cursor = "0-0"
+        start = "0-0"
         with translated():
-            while True:
-                reply = await self.client.xautoclaim(stream, GROUP, self.options.name, 0, cursor, count=1000)
-                cursor = parse_autoclaim(reply)[0]
-                if cursor == "0-0":
-                    break
+            # JUSTID: claiming must not count as a delivery; re-reading the entries below does.
+            while ids := await self.client.xautoclaim(
+                stream, GROUP, self.options.name, 0, start, count=1000, justid=True
+            ):
+                ms, _, seq = _text(ids[-1]).partition("-")
+                start = f"{ms}-{int(seq) + 1}"
             raw = await self.client.hgetall(self.keys.state(shard.index, GROUPS_KEY))
         shard.groups = {
             _text(gid): GroupState.model_validate_json(blob)  # state written by this code only
