@@ -2,8 +2,176 @@
 
 from __future__ import annotations
 
+import sys
+from collections import Counter
+from collections.abc import Callable
+from typing import IO, Any, Final
+
 import click
+import orjson
 
-__all__ = ["commands"]
+from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, ResultItem, SignalItem
+from agents.transcript import AnyParser, Format
+from bus.envelope import EnvelopeType
+from bus.signals import ClarificationNeeded
 
-commands: list[click.Command] = []
+__all__ = ["EXIT_ERRORS", "EXIT_OK", "EXIT_USAGE", "commands", "item_json", "item_summary"]
+
+EXIT_OK: Final = 0
+EXIT_USAGE: Final = 1
+EXIT_ERRORS: Final = 2
+CHUNK_BYTES: Final = 64 * 1024
+
+# The fields shown for each signal in the readable summary.
+_KEY_FIELDS: Final[dict[EnvelopeType, tuple[str, ...]]] = {
+    EnvelopeType.CLARIFICATION_NEEDED: ("blocked_at",),
+    EnvelopeType.STOP_WORK: ("stop_reason", "blocker_type"),
+    EnvelopeType.DELEGATE_WORK: ("independence", "priority"),
+    EnvelopeType.COMPLETION_REPORT: ("status",),
+    EnvelopeType.PROGRESS: ("percent", "eta"),
+}
+
+
+class _Command(click.Command):
+    """Usage errors exit with 1 (click's default is 2), so 2 always means "the output had errors"."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            exc.show()
+            raise SystemExit(EXIT_USAGE) from None
+
+
+def item_json(item: Item) -> dict[str, Any]:
+    """The ``--json`` form of an item (one object per output line)."""
+    if isinstance(item, SignalItem):
+        return {
+            "kind": "signal",
+            "type": item.type.value,
+            "agent_id": item.payload.agent_id,
+            "payload": item.payload.model_dump(mode="json", exclude_none=True),
+            "line": item.line,
+            "offset": item.offset,
+        }
+    if isinstance(item, ResultItem):
+        report = item.report.model_dump(mode="json", exclude_none=True)
+        return {"kind": "result", **report, "line": item.line, "offset": item.offset}
+    error: dict[str, Any] = {
+        "kind": "error",
+        "line": item.line,
+        "offset": item.offset,
+        "message": item.message,
+    }
+    if item.type is not None:
+        error["type"] = item.type.value
+    return error
+
+
+def _clip(value: object, width: int = 60) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def item_summary(item: Item) -> str:
+    """One readable line: line number, type, agent and the fields that matter for the type."""
+    if isinstance(item, ErrorItem):
+        return f"{item.line:>6}  {'ERROR':<20} {item.message}"
+    if isinstance(item, SignalItem):
+        payload = item.payload
+        fields = [f"{name}={_clip(getattr(payload, name))}" for name in _KEY_FIELDS[item.type]]
+        if isinstance(payload, ClarificationNeeded):
+            fields.insert(0, f"questions={len(payload.questions)}")
+        return f"{item.line:>6}  {item.type.value:<20} {_clip(payload.agent_id, 20):<20} {' '.join(fields)}"
+    report = item.report
+    fields = [f"status={report.status.value}"]
+    if report.confidence is not None:
+        fields.append(f"confidence={report.confidence.score:g}")
+    fields += [f"findings={len(report.findings)}", f"issues={len(report.issues)}"]
+    if report.violations:
+        fields.append(f"violations={len(report.violations)}")
+    return f"{item.line:>6}  {'RESULT':<20} {_clip(report.agent, 20):<20} {' '.join(fields)}"
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+@click.command("parse", cls=_Command)
+@click.argument("path", required=False, default="-")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice([f.value for f in Format]),
+    default=Format.AUTO.value,
+    show_default=True,
+    help="Plain text, a Claude Code JSONL transcript, or detect from the first line.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per item and line.")
+@click.option(
+    "--max-block-bytes",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_BLOCK_BYTES,
+    show_default=True,
+    help="Larger signal blocks and reports are reported as errors and skipped.",
+)
+def parse(path: str, fmt: str, as_json: bool, max_block_bytes: int) -> None:
+    """Parse agent output from PATH (or - for stdin) into signals, results and errors.
+
+    The input is read as a stream, so a growing file or a pipe is parsed as it arrives.
+
+    \b
+    Exit status:
+      0  the output parsed without any error item
+      1  usage error (unknown option, unreadable file)
+      2  the output holds at least one error item
+    """
+    try:
+        stream: IO[bytes] = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
+    except OSError as exc:
+        click.echo(f"Error: cannot read {path}: {exc.strerror or exc}", err=True)
+        raise SystemExit(EXIT_USAGE) from None
+    parser = AnyParser(Format(fmt), max_block_bytes=max_block_bytes)
+    out = sys.stdout.buffer
+    counts: Counter[str] = Counter()
+    read: Callable[[int], bytes] = getattr(stream, "read1", stream.read)  # read1: what a pipe has now
+    with stream:
+        while True:
+            try:
+                chunk = read(CHUNK_BYTES)
+            except OSError as exc:
+                click.echo(f"Error: cannot read {path}: {exc.strerror or exc}", err=True)
+                raise SystemExit(EXIT_USAGE) from None
+            items = parser.feed(chunk) if chunk else parser.close()
+            _write(out, items, as_json, counts)
+            if not chunk:
+                break
+    if not as_json:
+        _write_totals(out, parser, counts)
+    raise SystemExit(EXIT_ERRORS if counts["error"] else EXIT_OK)
+
+
+def _write(out: IO[bytes], items: list[Item], as_json: bool, counts: Counter[str]) -> None:
+    for item in items:
+        counts[
+            "error" if isinstance(item, ErrorItem) else "signal" if isinstance(item, SignalItem) else "result"
+        ] += 1
+        line = orjson.dumps(item_json(item)) if as_json else item_summary(item).encode()
+        out.write(line + b"\n")
+    if items:
+        out.flush()
+
+
+def _write_totals(out: IO[bytes], parser: AnyParser, counts: Counter[str]) -> None:
+    if parser.session_id or parser.agent_id:
+        out.write(
+            f"transcript: session {parser.session_id or '-'}, agent {parser.agent_id or '-'}\n".encode()
+        )
+    total = ", ".join(_plural(counts[kind], kind) for kind in ("signal", "result", "error"))
+    out.write(f"{total}\n".encode())
+    out.flush()
+
+
+commands: list[click.Command] = [parse]

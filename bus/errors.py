@@ -8,10 +8,12 @@ from __future__ import annotations
 
 __all__ = [
     "BusError",
+    "CommandFailed",
     "ConfigError",
     "ConnectionFailed",
     "DecodeError",
     "EmbeddedRedisError",
+    "EnvelopeTooLarge",
     "LeaseLost",
     "ProtocolError",
 ]
@@ -27,6 +29,14 @@ class ConfigError(BusError):
 
 class ConnectionFailed(BusError):
     """The Redis server could not be reached or answered with a transport error."""
+
+
+class CommandFailed(BusError):
+    """The Redis server refused a command (wrong key type, missing consumer group, script error...)."""
+
+
+class EnvelopeTooLarge(BusError):
+    """An envelope is over ``MAX_ENVELOPE_BYTES`` once encoded; it was not published."""
 
 
 class EmbeddedRedisError(BusError):

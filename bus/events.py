@@ -68,6 +68,7 @@ class DecisionType(StrEnum):
     DELEGATION_PENDING = "delegation_pending"
     DELEGATION_APPROVED = "delegation_approved"
     DELEGATION_DENIED = "delegation_denied"
+    DELEGATION_COMPLETED = "delegation_completed"
     LAUNCH_REQUESTED = "launch_requested"
     RETRY_REQUESTED = "retry_requested"
     ESCALATED = "escalated"

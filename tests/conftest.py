@@ -54,3 +54,9 @@ def cluster_url(redis_cluster: RedisCluster) -> str:
     client.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
     client.close()
     return redis_cluster.url
+
+
+@pytest.fixture(params=["standalone", pytest.param("cluster", marks=pytest.mark.cluster)])
+def bus_url(request: pytest.FixtureRequest) -> str:
+    """A flushed standalone server, then the 3-master cluster: the same test runs against both."""
+    return str(request.getfixturevalue("redis_url" if request.param == "standalone" else "cluster_url"))

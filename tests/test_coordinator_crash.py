@@ -35,11 +35,11 @@ def start_coordinator(url: str, name: str, log: Path) -> subprocess.Popen[bytes]
     )
 
 
-async def wait_until(condition: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
+async def wait_until(condition: Callable[[], Awaitable[bool]], seconds: float, what: str) -> None:
+    deadline = asyncio.get_running_loop().time() + seconds
     while not await condition():
         if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {seconds}s waiting for {what}")
         await asyncio.sleep(0.05)
 
 
