@@ -50,6 +50,17 @@ while i <= #ARGV do
   elseif op == 'H' then
     redis.call('HSET', KEYS[tonumber(ARGV[i + 1])], ARGV[i + 2], ARGV[i + 3])
     i = i + 4
+  elseif op == 'D' then
+    redis.call('HDEL', KEYS[tonumber(ARGV[i + 1])], ARGV[i + 2])
+    i = i + 3
+  elseif op == 'S' then
+    redis.call('SADD', KEYS[tonumber(ARGV[i + 1])], ARGV[i + 2])
+    i = i + 3
+  elseif op == 'L' then
+    local key, count, keep = KEYS[tonumber(ARGV[i + 1])], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+    redis.call('RPUSH', key, unpack(ARGV, i + 4, i + 3 + count))
+    redis.call('LTRIM', key, -keep, -1)
+    i = i + 4 + count
   else
     return redis.error_reply('unknown commit op ' .. tostring(op))
   end
@@ -87,6 +98,16 @@ class Commit:
 
     def hset(self, key: str, name: str, value: bytes | str) -> None:
         self._ops += ["H", str(self._key_index(key)), name, value]
+
+    def hdel(self, key: str, name: str) -> None:
+        self._ops += ["D", str(self._key_index(key)), name]
+
+    def sadd(self, key: str, member: str) -> None:
+        self._ops += ["S", str(self._key_index(key)), member]
+
+    def rpush_trim(self, key: str, values: list[str], keep: int) -> None:
+        """Append ``values`` to a list and keep only its last ``keep`` items."""
+        self._ops += ["L", str(self._key_index(key)), str(len(values)), str(keep), *values]
 
     def script_args(self, token: str, group: str, ttl_ms: int) -> tuple[list[str], list[Any]]:
         self._key_index(self.lease_key)

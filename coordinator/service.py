@@ -29,7 +29,8 @@ from coordinator.lease import MEMBERS_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT, fair
 from coordinator.policy import Policy
 from coordinator.rules import Emit, Target, apply
 from coordinator.state import GroupState
-from coordinator.view import GROUPS_KEY
+from coordinator.store import write_changes
+from coordinator.view import load_shard
 
 __all__ = ["GROUP", "TICK_GROUP", "Coordinator", "CoordinatorOptions"]
 
@@ -183,11 +184,7 @@ class Coordinator:
             ):
                 ms, _, seq = _text(ids[-1]).partition("-")
                 start = f"{ms}-{int(seq) + 1}"
-            raw = await self.client.hgetall(self.keys.state(shard.index, GROUPS_KEY))
-        shard.groups = {
-            _text(gid): GroupState.model_validate_json(blob)  # state written by this code only
-            for gid, blob in raw.items()
-        }
+        shard.groups = await load_shard(self.client, self.keys, shard.index)
         shard.need_pending = True
 
     async def _ensure_group(self, index: int) -> None:
@@ -255,7 +252,8 @@ class Coordinator:
                     ),
                 )
         for gid in changed:
-            commit.hset(self.keys.state(shard.index, GROUPS_KEY), gid, groups[gid].model_dump_json())
+            limit = self.policy.idempotency_window
+            write_changes(commit, self.keys, shard.index, shard.groups.get(gid), groups[gid], limit)
         result = await self._run_commit(shard, commit)
         if result is CommitResult.OK:
             shard.groups = groups
@@ -315,7 +313,7 @@ class Coordinator:
             except Exception as exc:  # a rule bug must not stop the shard: dead-letter the entry
                 log.exception("rule failed on %s", envelope.id)
                 return f"rule failed: {type(exc).__name__}: {exc}"
-            if outcome.state != state or gid not in groups:
+            if outcome.state is not state or gid not in groups:
                 groups[gid] = outcome.state
                 changed.add(gid)
             for emit in outcome.emits:

@@ -15,24 +15,38 @@ from bus.errors import BusError, DecodeError
 from bus.findings import Finding
 from bus.keys import Keys, StreamKind
 from coordinator.state import GroupState
+from coordinator.store import GROUPS_KEY, group_key, load_state, seen_key
 
-__all__ = ["find_agent", "find_request", "iter_findings", "load_groups"]
+__all__ = ["find_agent", "find_request", "iter_findings", "load_groups", "load_shard"]
 
-GROUPS_KEY = "groups"
-"""The name of the per-shard hash (group id -> state JSON) that the service commits."""
+
+async def load_shard(client: Client, keys: Keys, shard: int, *, window: bool = True) -> dict[str, GroupState]:
+    """Every group state of one shard, by group id (``window=False`` skips the idempotency windows)."""
+    with translated():
+        members = await client.smembers(keys.state(shard, GROUPS_KEY))
+        groups: dict[str, GroupState] = {}
+        for raw in sorted(members):
+            gid = raw.decode() if isinstance(raw, bytes) else str(raw)
+            groups[gid] = await _load(client, keys, shard, gid, window=window)
+    return groups
+
+
+async def _load(client: Client, keys: Keys, shard: int, group_id: str, *, window: bool) -> GroupState:
+    fields = await client.hgetall(group_key(keys, shard, group_id))
+    seen = await client.lrange(seen_key(keys, shard, group_id), 0, -1) if window else []
+    return load_state(group_id, fields, seen)
 
 
 async def load_groups(client: Client, keys: Keys, group_id: str | None = None) -> list[GroupState]:
-    """Every group's committed state (or just ``group_id``'s), ordered by group id."""
-    with translated():
-        if group_id is not None:
-            shard = keys.shard_of(group_id)
-            blob = await client.hget(keys.state(shard, GROUPS_KEY), group_id)
-            return [GroupState.model_validate_json(blob)] if blob else []
-        states: list[GroupState] = []
-        for shard in keys.all_shards():
-            raw = await client.hgetall(keys.state(shard, GROUPS_KEY))
-            states += [GroupState.model_validate_json(blob) for blob in raw.values()]
+    """Every group's committed state (or just ``group_id``'s), ordered by group id, without windows."""
+    if group_id is not None:
+        shard = keys.shard_of(group_id)
+        with translated():
+            known = await client.sismember(keys.state(shard, GROUPS_KEY), group_id)
+            return [await _load(client, keys, shard, group_id, window=False)] if known else []
+    states: list[GroupState] = []
+    for shard in keys.all_shards():
+        states += (await load_shard(client, keys, shard, window=False)).values()
     return sorted(states, key=lambda s: s.group_id)
 
 

@@ -1,0 +1,227 @@
+"""End-to-end coordinator benchmark on a real server started for the run.
+
+    python -m bench.bench_coordinator [--quick] [--signals N] [--rss-signals N]
+
+1. throughput: signals published up front, then applied by a coordinator (in burst mode: read, rules,
+   one commit script per batch with state + emitted entries + XACK) vs the raw redis-py consume loop
+   (XREADGROUP COUNT 100 + orjson + Envelope.model_validate + XACK, no rules, no state) on the same data;
+2. latency: a coordinator process (``subagent-bus coordinator``) while a publisher sends 2 000 signals/s;
+   a subscriber follows the findings stream, where each applied signal shows up, and measures
+   publish -> decision visible (p50/p99);
+3. memory: the coordinator process's RSS before and after applying ``--rss-signals`` signals.
+
+The signals are FINDING envelopes (each applied one is appended to the findings stream, so the
+subscriber sees every decision) spread over 50 agents in 10 groups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import orjson
+
+from bus.connection import Client, connect
+from bus.embedded import RedisProcess
+from bus.envelope import Envelope, new_envelope
+from bus.findings import Finding
+from bus.keys import Keys, StreamKind, open_namespace
+from bus.publisher import Publisher
+from bus.settings import Settings
+from coordinator.policy import Policy
+from coordinator.service import Coordinator, CoordinatorOptions
+
+CLI = str(Path(sys.executable).parent / "subagent-bus")
+
+
+def signals(count: int, *, start: int = 0) -> list[Envelope]:
+    out = []
+    for i in range(start, start + count):
+        agent = f"agent-{i % 50}"
+        finding = Finding(title=f"{agent}#{i}", file=f"src/m{i % 500}.py", line=1 + i % 40, confidence=60 + i % 40, agent=agent)
+        out.append(new_envelope(finding, agent_id=agent, group_id=f"group-{i % 10}"))
+    return out
+
+
+async def publish_all(client: Client, keys: Keys, envelopes: list[Envelope]) -> None:
+    publisher = Publisher(client, keys)
+    for i in range(0, len(envelopes), 100):
+        await publisher.publish_many(envelopes[i : i + 100])
+
+
+async def raw_consume(client: Client, keys: Keys, total: int) -> float:
+    """The baseline: a bare consumer-group loop over the same streams."""
+    for shard in keys.all_shards():
+        await client.xgroup_create(keys.stream(shard, StreamKind.SIGNALS), "raw", id="0", mkstream=True)
+    started = time.perf_counter()
+    done = 0
+    while done < total:
+        for shard in keys.all_shards():
+            stream = keys.stream(shard, StreamKind.SIGNALS)
+            reply = await client.xreadgroup("raw", "raw-1", {stream: ">"}, count=100)
+            for _, entries in reply or []:
+                ids = []
+                for entry_id, fields in entries:
+                    Envelope.model_validate(orjson.loads(fields[b"data"]))
+                    ids.append(entry_id)
+                if ids:
+                    await client.xack(stream, "raw", *ids)
+                    done += len(ids)
+    return total / (time.perf_counter() - started)
+
+
+async def throughput(url: str, count: int) -> tuple[float, float]:
+    client = await connect(Settings.from_url(url))
+    await client.flushall()
+    keys = await open_namespace(client, "bench", 8)
+    await publish_all(client, keys, signals(count))
+    raw = await raw_consume(client, keys, count)
+    coordinator = Coordinator(client, keys, Policy(), CoordinatorOptions(name="bench", batch=100))
+    started = time.perf_counter()
+    applied = await coordinator.run(burst=True)
+    layer = applied / (time.perf_counter() - started)
+    assert applied == count, (applied, count)
+    await client.aclose()
+    return layer, raw
+
+
+def start_coordinator(url: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [CLI, "coordinator", "--redis-url", url, "--namespace", "bench", "--tick", "3600", "--name", "bench"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+async def follow_findings(client: Client, keys: Keys, sent: dict[str, float], want: int, out: list[float]) -> None:
+    cursors = {keys.stream(s, StreamKind.FINDINGS): "$" for s in keys.all_shards()}
+    while len(out) < want:
+        reply = await client.xread(cursors, block=1000, count=1000)
+        now = time.perf_counter()
+        for stream, entries in reply or []:
+            name = stream.decode() if isinstance(stream, bytes) else stream
+            for entry_id, fields in entries:
+                cursors[name] = entry_id
+                title = orjson.loads(fields[b"data"])["payload"]["title"]
+                if title in sent:
+                    out.append(now - sent[title])
+
+
+async def latency(url: str, seconds: float, rate: int) -> tuple[float, float, int]:
+    client = await connect(Settings.from_url(url))
+    await client.flushall()
+    keys = await open_namespace(client, "bench", 8)
+    coordinator = start_coordinator(url)
+    try:
+        await publish_all(client, keys, signals(200, start=10**8))  # warm up: leases taken, groups created
+        await asyncio.sleep(2)
+        total = int(seconds * rate)
+        batch = signals(total)
+        sent: dict[str, float] = {}
+        seen: list[float] = []
+        reader = await connect(Settings.from_url(url))
+        follower = asyncio.create_task(follow_findings(reader, keys, sent, total, seen))
+        await asyncio.sleep(0.2)
+        publisher = Publisher(client, keys)
+        started = time.perf_counter()
+        for i, envelope in enumerate(batch):
+            due = started + i / rate
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            sent[envelope.payload.title] = time.perf_counter()  # type: ignore[union-attr]
+            await publisher.publish(envelope)
+        await asyncio.wait_for(follower, 60)
+        await reader.aclose()
+        seen.sort()
+        return seen[len(seen) // 2] * 1000, seen[int(len(seen) * 0.99)] * 1000, len(seen)
+    finally:
+        coordinator.terminate()
+        coordinator.wait()
+        await client.aclose()
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def memory(url: str, count: int) -> tuple[float, float]:
+    client = await connect(Settings.from_url(url))
+    await client.flushall()
+    keys = await open_namespace(client, "bench", 8)
+    coordinator = start_coordinator(url)
+    try:
+        await publish_all(client, keys, signals(10_000, start=10**8))  # warm up the process
+        await _drained(client, keys)
+        before = rss_mb(coordinator.pid)
+        step = 50_000
+        for start in range(0, count, step):
+            await publish_all(client, keys, signals(min(step, count - start), start=start))
+            await _drained(client, keys)
+            # the stream itself lives in Redis, not in the coordinator; keep Redis small meanwhile
+            for shard in keys.all_shards():
+                await client.xtrim(keys.stream(shard, StreamKind.FINDINGS), maxlen=0)
+        return before, rss_mb(coordinator.pid)
+    finally:
+        coordinator.terminate()
+        coordinator.wait()
+        await client.aclose()
+
+
+async def _drained(client: Client, keys: Keys) -> None:
+    while True:
+        lag = 0
+        for shard in keys.all_shards():
+            for group in await client.xinfo_groups(keys.stream(shard, StreamKind.SIGNALS)):
+                lag += int(group.get("lag") or 0) + int(group.get("pending") or 0)
+        if lag == 0:
+            return
+        await asyncio.sleep(0.1)
+
+
+async def main(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        server = RedisProcess(Path(tmp))
+        server.start()
+        try:
+            layer, raw = await throughput(server.url, args.signals)
+            print(f"{'coordinator applied/s (burst)':44} {layer:>10,.0f}")
+            print(f"{'raw redis-py consume loop msgs/s':44} {raw:>10,.0f}")
+            print(f"{'ratio (target >= 0.5x raw)':44} {layer / raw:>10.2f}x")
+            p50, p99, n = await latency(server.url, args.latency_seconds, 2000)
+            print(f"{'publish->decision p50 ms at 2000/s':44} {p50:>10.2f}")
+            print(f"{'publish->decision p99 ms at 2000/s':44} {p99:>10.2f}   ({n} signals)")
+            before, after = await memory(server.url, args.rss_signals)
+            print(f"{'coordinator RSS MB before / after':44} {before:>6.1f} / {after:.1f}")
+            print(f"{'RSS growth MB over ' + format(args.rss_signals, ',') + ' signals':44} {after - before:>10.1f}")
+        finally:
+            server.stop()
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
+    parser.add_argument("--signals", type=int, default=50_000)
+    parser.add_argument("--latency-seconds", type=float, default=10.0)
+    parser.add_argument("--rss-signals", type=int, default=1_000_000)
+    args = parser.parse_args()
+    if args.quick:
+        args.signals, args.latency_seconds, args.rss_signals = 5_000, 2.0, 50_000
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    asyncio.run(main(args))
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,148 @@
+"""The coordinator's policy: every threshold the rules apply, with a default for each.
+
+A policy file is TOML (``.toml``) or YAML (``.yaml``/``.yml``) holding the fields of :class:`Policy` at its
+top level; expertise weights are a table keyed by agent name::
+
+    max_parallel_agents = 8
+    auto_approve = ["P0"]
+    human_approval = ["P1", "P2"]
+
+    [expertise]
+    security-auditor = 1.5
+
+Unknown keys and bad values are a :class:`~bus.errors.ConfigError` naming the key, never a silent default.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from bus.errors import ConfigError
+from bus.signals import Priority
+
+__all__ = ["Policy", "agent_key"]
+
+_SEPARATORS = re.compile(r"[\s_]+")
+
+Weight = Annotated[float, Field(gt=0, le=1000)]
+
+
+def agent_key(name: str) -> str:
+    """The normalised form of an agent name used for expertise weights and agreement.
+
+    ``Security Auditor`` (from a ``## Security Auditor Result`` heading), ``security_auditor`` and
+    ``security-auditor`` are the same agent.
+    """
+    return _SEPARATORS.sub("-", name.strip().lower())
+
+
+class Policy(BaseModel):
+    """Thresholds of the coordination rules. Every field has a default; files override some of them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_parallel_agents: int = Field(default=5, ge=1, le=10_000)
+    """Agents of one group that may be active (not completed, failed or lost) at the same time."""
+    max_agents_per_group: int = Field(default=50, ge=1, le=1_000_000)
+    """The group's budget: agents ever registered in it, retries and delegates included."""
+    max_delegation_depth: int = Field(default=2, ge=0, le=100)
+    """Top-level agents have depth 0; a delegate has its requester's depth plus one."""
+    auto_approve: frozenset[Priority] = frozenset({Priority.P0, Priority.P1})
+    """Delegation priorities approved without a human once the checklist passes."""
+    human_approval: frozenset[Priority] = frozenset({Priority.P2})
+    """Delegation priorities held for a human ``approve``/``deny`` once the checklist passes."""
+    min_task_description_chars: int = Field(default=40, ge=0)
+    """A delegated task description shorter than this is not "well defined"."""
+    min_delegation_reason_chars: int = Field(default=15, ge=0)
+    """A delegation reason shorter than this does not justify a new agent."""
+    expertise: dict[str, Weight] = Field(default_factory=dict)
+    """Agent name -> weight of its confidence when findings are merged."""
+    default_weight: Weight = 1.0
+    """Weight of an agent not listed in :attr:`expertise`."""
+    agreement_bonus: float = Field(default=10.0, ge=0, le=100)
+    """Added once to a merged finding's confidence when distinct agents report it (capped at 100)."""
+    max_retries: int = Field(default=1, ge=0, le=100)
+    """Retries (with reduced scope) of a failed agent before a human is asked."""
+    heartbeat_timeout_seconds: float = Field(default=120.0, gt=0)
+    """A running agent silent for longer than this is ``timed_out``."""
+    lost_timeout_seconds: float = Field(default=900.0, gt=0)
+    """A running or timed-out agent silent for longer than this is ``lost`` (and handled as failed)."""
+    summary_token_limit: int = Field(default=500, ge=1)
+    """A result summary estimated above this many tokens violates the contract."""
+    idempotency_window: int = Field(default=10_000, ge=1, le=10_000_000)
+    """How many recently applied envelope ids of a group are remembered to drop duplicates."""
+
+    @field_validator("expertise")
+    @classmethod
+    def _normalise_names(cls, value: dict[str, float]) -> dict[str, float]:
+        normalised: dict[str, float] = {}
+        for name, weight in value.items():
+            key = agent_key(name)
+            if not key:
+                raise ValueError("an agent name in expertise is empty")
+            if key in normalised:
+                raise ValueError(f"agent {name!r} is listed twice (as {key!r})")
+            normalised[key] = weight
+        return normalised
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Policy:
+        both = self.auto_approve & self.human_approval
+        if both:
+            names = ", ".join(sorted(p.value for p in both))
+            raise ValueError(f"priority {names} is in both auto_approve and human_approval")
+        if self.lost_timeout_seconds <= self.heartbeat_timeout_seconds:
+            raise ValueError("lost_timeout_seconds must be longer than heartbeat_timeout_seconds")
+        return self
+
+    def weight(self, agent: str) -> float:
+        """The expertise weight of an agent name (normalised), or :attr:`default_weight`."""
+        return self.expertise.get(agent_key(agent), self.default_weight)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Policy:
+        """Read a policy from a TOML or YAML file; any problem is a :class:`ConfigError`."""
+        file = Path(path)
+        raw = _read_mapping(file)
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as exc:
+            raise ConfigError(f"policy file {file}: {_describe(exc)}") from None
+
+
+def _read_mapping(file: Path) -> dict[str, Any]:
+    suffix = file.suffix.lower()
+    if suffix not in {".toml", ".yaml", ".yml"}:
+        raise ConfigError(
+            f"policy file {file}: unknown format {suffix or '(none)'!r}; use .toml, .yaml or .yml"
+        )
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"policy file {file}: cannot read it: {exc}") from None
+    try:
+        raw = tomllib.loads(text) if suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"policy file {file}: not valid {suffix[1:].upper()}: {exc}") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"policy file {file}: the top level must be a table of settings")
+    return raw
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            parts.append(f"unknown setting {where!r}")
+        else:
+            parts.append(f"{where or 'policy'}: {err['msg']}")
+    return "; ".join(parts)

@@ -1,0 +1,185 @@
+"""Status aggregation (seeds 001/002): what happens when an agent's outcome is known.
+
+- A failed agent (a FAILED result or ``failed`` completion, an exit without a completion, a lost agent) is
+  retried once with reduced scope: a launch request with ``reason: retry`` and the next attempt number, for
+  a new agent that takes the failed one's place. A failed retry (after ``Policy.max_retries`` retries) is
+  escalated to a human.
+- An agent whose parent waits for it (``blocks_current_work``) resumes the parent with its outcome once
+  that outcome is final (after its retries).
+- When the group settles (every agent finished, no delegation waiting for a human), its status is reported
+  once: all SUCCESS -> ``continue``; any PARTIAL -> ``review``; any failure left after retries ->
+  ``escalate`` (failures take precedence over partial results).
+"""
+
+from __future__ import annotations
+
+from bus.directives import DelegationCompleted, LaunchReason
+from bus.events import AgentState, DecisionType
+from bus.results import ResultStatus
+from coordinator.rules.ids import retry_agent_id, retry_request_id
+from coordinator.rules.launch import Launch, launch
+from coordinator.rules.step import Step
+from coordinator.state import FINAL_STATES, AgentRecord, Completion, Escalation, GroupState, GroupVerdict
+
+__all__ = ["finish", "report_group", "verdict"]
+
+
+def finish(
+    step: Step,
+    agent_id: str,
+    completion: Completion,
+    *,
+    decision: DecisionType = DecisionType.COMPLETED,
+    state: AgentState | None = None,
+) -> None:
+    """Record an agent's outcome and act on it.
+
+    The first outcome is the one aggregated. A later report from an agent already finished (a result
+    after its completion report, say) is counted in ``extra_reports`` and announced, but changes neither
+    the outcome nor the group status, and never launches a second retry.
+    """
+    record = step.agent(agent_id)
+    if record.state in FINAL_STATES and record.completion is not None:
+        step.update(agent_id, extra_reports=record.extra_reports + 1)
+        kept = record.completion.status.value
+        detail = f"additional {completion.source.value} ({completion.status.value}); outcome stays {kept}"
+        step.decide(DecisionType.COMPLETED, agent_id, detail)
+        return
+    if state is None:
+        state = AgentState.FAILED if completion.status is ResultStatus.FAILED else AgentState.COMPLETED
+    step.update(agent_id, state=state, completion=completion, questions=None, answers=(), blocker=None)
+    group = step.state.progress.render()
+    detail = f"{completion.status.value}: {_first_line(completion.summary)} (group: {group})"
+    step.decide(decision, agent_id, detail, state=state)
+    record = step.agent(agent_id)
+    if completion.status is ResultStatus.FAILED:
+        _handle_failure(step, record, completion)
+    else:
+        _notify_parent(step, record, completion)
+    report_group(step, agent_id)
+
+
+def _handle_failure(step: Step, record: AgentRecord, completion: Completion) -> None:
+    if record.retried_by is not None:
+        return  # a replaced attempt; its retry carries the work now
+    if record.attempt <= step.policy.max_retries:
+        _retry(step, record, completion)
+        return
+    reason = f"{record.agent_id} failed after {record.attempt} attempt(s): {_first_line(completion.summary)}"
+    escalation = Escalation(agent_id=record.agent_id, reason=reason, envelope_id=step.envelope.id, at=step.ts)
+    step.replace(escalations=(*step.state.escalations, escalation))
+    step.update(record.agent_id, escalated=True)
+    step.decide(DecisionType.ESCALATED, record.agent_id, reason)
+    _notify_parent(step, record, completion)
+
+
+def _retry(step: Step, record: AgentRecord, completion: Completion) -> None:
+    attempt = record.attempt + 1
+    new_id = retry_agent_id(record.agent_id, attempt)
+    parent = step.find(record.parent_agent_id) if record.parent_agent_id else None
+    previous = (
+        f"Previous attempt {record.agent_id} ended {completion.status.value}:\n{completion.summary.strip()}"
+    )
+    launch(
+        step,
+        Launch(
+            new_agent_id=new_id,
+            request_id=retry_request_id(record.agent_id, attempt),
+            reason=LaunchReason.RETRY,
+            task=_retry_task(record, attempt),
+            context=previous,
+            parent=parent,
+            depth=record.depth,
+            attempt=attempt,
+            blocks_parent=record.blocks_parent,
+            retry_of=record.agent_id,
+            name=record.name,
+        ),
+    )
+    step.update(record.agent_id, retried_by=new_id)
+    if parent is not None and record.agent_id in parent.waiting_on:
+        waiting = tuple(new_id if a == record.agent_id else a for a in parent.waiting_on)
+        step.update(parent.agent_id, waiting_on=waiting)
+    detail = f"attempt {attempt} launched as {new_id} with reduced scope"
+    step.decide(DecisionType.RETRY_REQUESTED, record.agent_id, detail)
+
+
+def _retry_task(record: AgentRecord, attempt: int) -> str:
+    original = record.task.strip() if record.task else f"(the task of agent {record.agent_id})"
+    return (
+        f"RETRY WITH REDUCED SCOPE (attempt {attempt}): a previous attempt at this task failed.\n"
+        "Complete the critical part first and report PARTIAL rather than FAILED when some of it cannot be "
+        "done; skip whatever caused the failure and list it under Blockers.\n\n"
+        f"Original task:\n{original}"
+    )
+
+
+def _origin_request(state: GroupState, record: AgentRecord) -> str:
+    """The request that launched the first attempt of this agent's work (retries keep its id)."""
+    while record.retry_of is not None and record.retry_of in state.agents:
+        record = state.agents[record.retry_of]
+    return record.request_id or ""
+
+
+def _notify_parent(step: Step, record: AgentRecord, completion: Completion) -> None:
+    """Resume a parent that waits for this agent, with the agent's final outcome."""
+    parent = step.find(record.parent_agent_id) if record.parent_agent_id else None
+    if not record.blocks_parent or parent is None or record.agent_id not in parent.waiting_on:
+        return
+    waiting = tuple(a for a in parent.waiting_on if a != record.agent_id)
+    step.update(parent.agent_id, waiting_on=waiting)
+    if parent.state in FINAL_STATES:
+        return
+    request_id = _origin_request(step.state, record)
+    directive = DelegationCompleted(
+        request_id=request_id,
+        delegate_agent_id=record.agent_id,
+        status=completion.status.value,
+        summary=completion.summary,
+        deliverables=completion.deliverables,
+        resume_instructions=_resume_after(completion.status),
+    )
+    step.direct(parent.agent_id, directive)
+    detail = f"delegate {record.agent_id} finished {completion.status.value}"
+    if waiting or parent.state is not AgentState.DELEGATING:
+        detail += (
+            f"; still waiting for {', '.join(waiting)}"
+            if waiting
+            else f"; results sent while {parent.state.value}"
+        )
+        step.decide(DecisionType.DELEGATION_COMPLETED, parent.agent_id, detail, request_id=request_id)
+        return
+    step.resume(parent.agent_id, DecisionType.DELEGATION_COMPLETED, detail + "; resumed", request=request_id)
+
+
+def _resume_after(status: ResultStatus) -> str:
+    if status is ResultStatus.FAILED:
+        return "The delegated work failed. Continue without it where you can and report what remains blocked."
+    return "The delegated work is done. Continue your task using its results."
+
+
+def verdict(state: GroupState) -> GroupVerdict:
+    """The group status from the outcomes of its agents (replaced attempts left out)."""
+    counted = [a for a in state.agents.values() if a.retried_by is None]
+    if any(a.state in {AgentState.FAILED, AgentState.LOST} for a in counted):
+        return GroupVerdict.ESCALATE
+    if any(a.completion is not None and a.completion.status is ResultStatus.PARTIAL for a in counted):
+        return GroupVerdict.REVIEW
+    return GroupVerdict.CONTINUE
+
+
+def report_group(step: Step, agent_id: str) -> None:
+    """Report the group status when this step settled the group."""
+    if step.initial.settled or not step.state.settled:
+        return
+    result = verdict(step.state)
+    step.replace(status=result)
+    detail = f"{result.value}: {step.state.progress.render()}"
+    step.decide(DecisionType.GROUP_STATUS, agent_id, detail)
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return ""

@@ -1,0 +1,97 @@
+"""``apply``: one stream entry in, the group's next state and the envelopes to publish out.
+
+The function is pure: no Redis, no clock, no randomness, no mutation of its arguments. Emitted envelope
+ids derive from the input's id (:func:`coordinator.rules.ids.emitted_id`) and their timestamps are the
+input's, so applying the same entries to the same state always gives byte-identical results.
+
+Per entry, in order:
+
+1. An id already in the group's window of applied ids is a duplicate: the outcome is the unchanged state
+   and no emits.
+2. An entry the rules cannot apply (another group's, an output type such as a directive, an answer for an
+   agent without open questions, an unknown request id, ...) is rejected: the outcome holds the reason,
+   one ``rejected`` decision, and the state with only the id remembered.
+3. Otherwise, an envelope sent by or for an agent (signal, result, finding, heartbeat, start, exit)
+   first registers or refreshes its agent (:func:`coordinator.rules.lifecycle.touch`); then the rule for
+   its type runs. Human commands and ticks refer to agents but are not signs of life.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from bus.envelope import Envelope, EnvelopeType
+from bus.events import DecisionType
+from coordinator.policy import Policy
+from coordinator.rules import blockers, clarification, completion, delegation, findings, lifecycle, timeouts
+from coordinator.rules.outcome import Emit, Outcome, Target
+from coordinator.rules.step import Rejected, Step
+from coordinator.state import GroupState
+
+__all__ = ["HANDLERS", "Emit", "Outcome", "Target", "apply"]
+
+Handler = Callable[[Step], None]
+
+T = EnvelopeType
+HANDLERS: Final[dict[EnvelopeType, Handler]] = {
+    T.CLARIFICATION_NEEDED: clarification.on_clarification,
+    T.STOP_WORK: blockers.on_stop,
+    T.DELEGATE_WORK: delegation.on_delegate,
+    T.COMPLETION_REPORT: completion.on_completion_report,
+    T.PROGRESS: lifecycle.on_progress,
+    T.RESULT: completion.on_result,
+    T.FINDING: findings.on_finding,
+    T.ANSWER: clarification.on_answer,
+    T.RESOLVE: blockers.on_resolve,
+    T.RECOVER: blockers.on_recover,
+    T.APPROVE: delegation.on_approve,
+    T.DENY: delegation.on_deny,
+    T.HEARTBEAT: lifecycle.on_heartbeat,
+    T.AGENT_STARTED: lifecycle.on_started,
+    T.AGENT_EXITED: lifecycle.on_exited,
+    T.TICK: timeouts.on_tick,
+}
+"""The rule for each input type; any other type is an output of the coordinator and is rejected."""
+
+_FROM_AGENT: Final = frozenset(
+    {
+        T.CLARIFICATION_NEEDED,
+        T.STOP_WORK,
+        T.DELEGATE_WORK,
+        T.COMPLETION_REPORT,
+        T.PROGRESS,
+        T.RESULT,
+        T.FINDING,
+        T.HEARTBEAT,
+        T.AGENT_STARTED,
+        T.AGENT_EXITED,
+    }
+)
+
+
+def apply(state: GroupState, envelope: Envelope, policy: Policy) -> Outcome:
+    """Apply one entry of the group's stream to its state."""
+    if envelope.id in state.window:
+        return Outcome(state=state, emits=[], rejected=None)
+    step = Step(state, envelope, policy)
+    try:
+        _run(step)
+    except Rejected as exc:
+        reason = str(exc)
+        step = Step(state, envelope, policy)
+        step.decide(DecisionType.REJECTED, envelope.agent_id, reason)
+        return step.finish(rejected=reason)
+    return step.finish()
+
+
+def _run(step: Step) -> None:
+    envelope = step.envelope
+    if envelope.group_id != step.state.group_id:
+        raise Rejected(f"entry of group {envelope.group_id!r} applied to group {step.state.group_id!r}")
+    handler = HANDLERS.get(envelope.type)
+    if handler is None:
+        raise Rejected(f"{envelope.type.value} is an output of the coordinator, not an input")
+    if envelope.type in _FROM_AGENT:
+        lifecycle.touch(step)
+    handler(step)

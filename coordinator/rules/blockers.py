@@ -1,0 +1,152 @@
+"""The stop/resume protocol: a ``[STOP_WORK]`` opens a blocker; a human resolves it or picks a recovery.
+
+- ``stop_reason: blocker`` -> the agent is ``blocked``; RESOLVE sends BLOCKER_RESOLVED (issue = the
+  stop's ``details``, state restoration = its ``state_snapshot``, resume instructions = the human's, else
+  the stop's ``blocked_work``, else its ``resume_requirements``).
+- ``stop_reason: error`` (or ``blocker_type: error``) -> blocked too, and the decision lists the recovery
+  patterns of seed 003. RECOVER sends ERROR_RECOVERY for the chosen option; ``delegate`` also launches an
+  agent for the failing work. RESOLVE works for errors as well (the human fixed the cause).
+- ``stop_reason: completion`` -> treated as a completion report: SUCCESS, or PARTIAL when the stop lists
+  ``blocked_work``, with ``completed_work`` as the summary.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from bus.directives import (
+    BlockerResolved,
+    ErrorRecovery,
+    HumanRecover,
+    HumanResolve,
+    LaunchReason,
+    RecoveryOption,
+)
+from bus.envelope import EnvelopeType
+from bus.events import AgentState, DecisionType
+from bus.results import ResultStatus
+from bus.signals import BlockerType, StopReason, StopWork
+from coordinator.rules.aggregation import finish
+from coordinator.rules.ids import recovery_agent_id, recovery_request_id
+from coordinator.rules.launch import Launch, launch
+from coordinator.rules.step import Rejected, Step
+from coordinator.state import AgentRecord, Completion
+
+__all__ = ["DEFAULT_RECOVERY", "is_error", "on_recover", "on_resolve", "on_stop"]
+
+DEFAULT_RECOVERY: Final = {
+    RecoveryOption.RETRY_FROM_CHECKPOINT: "The cause of the error has been addressed. "
+    "Restore from the checkpoint and retry the step that failed.",
+    RecoveryOption.SKIP_AND_CONTINUE: "Skip the problematic item and continue with the remaining work. "
+    "Log the skipped item to SKIPPED_ITEMS.md for manual review.",
+    RecoveryOption.DELEGATE: "Skip the failing work (delegated to {agent}) "
+    "and continue with the rest of your task.",
+}
+
+
+def is_error(stop: StopWork) -> bool:
+    return stop.stop_reason is StopReason.ERROR or stop.blocker_type is BlockerType.ERROR
+
+
+def on_stop(step: Step) -> None:
+    stop = step.payload(StopWork)
+    agent_id = step.envelope.agent_id
+    if stop.stop_reason is StopReason.COMPLETION:
+        _stop_as_completion(step, stop)
+        return
+    detail = f"{stop.blocker_type.value}: {stop.details.strip()}"
+    if is_error(stop):
+        detail += "\nrecovery options: " + ", ".join(option.value for option in RecoveryOption)
+    step.transition(agent_id, AgentState.BLOCKED, DecisionType.BLOCKER_OPENED, detail, blocker=stop)
+
+
+def _stop_as_completion(step: Step, stop: StopWork) -> None:
+    partial = bool(stop.blocked_work and stop.blocked_work.strip())
+    completion = Completion(
+        status=ResultStatus.PARTIAL if partial else ResultStatus.SUCCESS,
+        summary=stop.completed_work or stop.details,
+        source=EnvelopeType.STOP_WORK,
+        envelope_id=step.envelope.id,
+    )
+    finish(step, step.envelope.agent_id, completion)
+
+
+def _open_blocker(step: Step) -> tuple[AgentRecord, StopWork]:
+    record = step.agent(step.envelope.agent_id)
+    if record.blocker is None:
+        raise Rejected(f"agent {record.agent_id!r} has no open blocker")
+    return record, record.blocker
+
+
+def on_resolve(step: Step) -> None:
+    command = step.payload(HumanResolve)
+    record, stop = _open_blocker(step)
+    directive = BlockerResolved(
+        issue=stop.details,
+        resolution=command.resolution,
+        state_restoration=stop.state_snapshot,
+        resume_instructions=command.instructions or _resume_instructions(stop),
+    )
+    step.direct(record.agent_id, directive)
+    step.resume(
+        record.agent_id,
+        DecisionType.BLOCKER_RESOLVED,
+        f"resolved: {command.resolution.strip()}",
+        blocker=None,
+    )
+
+
+def _resume_instructions(stop: StopWork) -> str:
+    if stop.blocked_work and stop.blocked_work.strip():
+        return f"Continue with the work that was blocked:\n{stop.blocked_work.strip()}"
+    if stop.resume_requirements and stop.resume_requirements.strip():
+        return stop.resume_requirements.strip()
+    return "Continue the task from the checkpoint above."
+
+
+def on_recover(step: Step) -> None:
+    command = step.payload(HumanRecover)
+    record, stop = _open_blocker(step)
+    if not is_error(stop):
+        raise Rejected(f"agent {record.agent_id!r} is blocked, not stopped by an error; resolve it instead")
+    instructions = command.instructions or DEFAULT_RECOVERY[command.option]
+    if command.option is RecoveryOption.DELEGATE:
+        delegate = _launch_takeover(step, record, stop)
+        instructions = instructions.replace("{agent}", delegate)
+    directive = ErrorRecovery(
+        option=command.option, instructions=instructions, checkpoint=stop.state_snapshot
+    )
+    step.direct(record.agent_id, directive)
+    step.resume(
+        record.agent_id, DecisionType.BLOCKER_RESOLVED, f"recovery: {command.option.value}", blocker=None
+    )
+
+
+def _launch_takeover(step: Step, record: AgentRecord, stop: StopWork) -> str:
+    """The ``delegate`` recovery: a new agent takes over the failing work.
+
+    A human chose it, so the delegation checklist does not apply.
+    """
+    request_id = recovery_request_id(step.envelope.id)
+    work = (stop.blocked_work or stop.details).strip()
+    context = "\n\n".join(
+        part
+        for part in (
+            f"Error reported by {record.agent_id}:\n{stop.details.strip()}",
+            f"Checkpoint:\n{stop.state_snapshot.strip()}" if stop.state_snapshot else "",
+        )
+        if part
+    )
+    new = launch(
+        step,
+        Launch(
+            new_agent_id=recovery_agent_id(request_id),
+            request_id=request_id,
+            reason=LaunchReason.DELEGATION,
+            task=f"Take over work that agent {record.agent_id} could not complete (an error):\n{work}",
+            context=context,
+            parent=record,
+            depth=record.depth + 1,
+        ),
+    )
+    return new.agent_id

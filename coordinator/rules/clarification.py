@@ -1,0 +1,87 @@
+"""The clarification protocol: questions go to a human, answers come back as a resume directive.
+
+A ``[CLARIFICATION_NEEDED]`` opens the agent's questions (a new one replaces questions still open: the
+agent's latest signal says what it needs now). A human answers with ANSWER envelopes, all at once or one
+question at a time; answers accumulate, and once every question that is not marked ``optional`` has
+one, the agent gets a CLARIFICATION_RESPONSE (the seed's prompt, each answer under its question's text,
+``Continue from`` = ``blocked_at``, ``Current state`` = ``current_state``) and runs again.
+"""
+
+from __future__ import annotations
+
+from bus.directives import AnswerItem, ClarificationResponse, HumanAnswer
+from bus.events import AgentState, DecisionType
+from bus.signals import ClarificationNeeded, QuestionType
+from coordinator.rules.step import Rejected, Step
+from coordinator.state import AgentRecord
+
+__all__ = ["DEFAULT_NEXT_STEP", "on_answer", "on_clarification"]
+
+DEFAULT_NEXT_STEP = "Apply the answers above and continue the task from where you stopped."
+
+
+def on_clarification(step: Step) -> None:
+    signal = step.payload(ClarificationNeeded)
+    agent_id = step.envelope.agent_id
+    listing = "\n".join(f"{q.question_id}: {q.text}" for q in signal.questions)
+    step.transition(
+        agent_id,
+        AgentState.AWAITING_CLARIFICATION,
+        DecisionType.QUESTION_OPENED,
+        f"blocked at {signal.blocked_at.strip()}\n{listing}",
+        questions=signal,
+        answers=(),
+    )
+
+
+def on_answer(step: Step) -> None:
+    command = step.payload(HumanAnswer)
+    record = step.agent(step.envelope.agent_id)
+    questions = record.questions
+    if questions is None:
+        raise Rejected(f"agent {record.agent_id!r} has no open questions")
+    known = [q.question_id for q in questions.questions]
+    unknown = [a.question_id for a in command.answers if a.question_id not in known]
+    if unknown:
+        raise Rejected(
+            f"agent {record.agent_id!r} has no open question {', '.join(unknown)} (open: {', '.join(known)})"
+        )
+    answers = _merge(record, questions, command.answers)
+    missing = [
+        q.question_id
+        for q in questions.questions
+        if q.type is not QuestionType.OPTIONAL and not any(a.question_id == q.question_id for a in answers)
+    ]
+    answered = ", ".join(a.question_id for a in command.answers)
+    if missing:
+        step.update(record.agent_id, answers=answers)
+        detail = f"answered {answered}; waiting for {', '.join(missing)}"
+        step.decide(DecisionType.QUESTION_ANSWERED, record.agent_id, detail)
+        return
+    response = ClarificationResponse(
+        answers=list(answers),
+        continue_from=questions.blocked_at,
+        current_state=questions.current_state,
+        next_step=command.next_step or DEFAULT_NEXT_STEP,
+    )
+    step.direct(record.agent_id, response)
+    step.resume(
+        record.agent_id,
+        DecisionType.QUESTION_ANSWERED,
+        f"answered {answered}; resumed",
+        questions=None,
+        answers=(),
+    )
+
+
+def _merge(
+    record: AgentRecord, questions: ClarificationNeeded, new: list[AnswerItem]
+) -> tuple[AnswerItem, ...]:
+    """Earlier and new answers (a new one replaces an earlier one), in question order, with question text."""
+    by_id = {a.question_id: a for a in record.answers}
+    by_id.update({a.question_id: a for a in new})
+    return tuple(
+        by_id[q.question_id].model_copy(update={"question": q.text})
+        for q in questions.questions
+        if q.question_id in by_id
+    )

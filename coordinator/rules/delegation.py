@@ -1,0 +1,343 @@
+"""The delegation protocol: evaluate a ``[DELEGATE_WORK]`` request, then approve, deny or ask a human.
+
+The seed's checklist, against the policy (:func:`evaluate`):
+
+- justified: ``delegation_reason`` has at least ``min_delegation_reason_chars`` characters;
+- well defined: ``new_task_description`` has at least ``min_task_description_chars`` characters;
+- independence claim: honoured as made (the coordinator cannot verify it from the signal); only the
+  impossible claim is refused: ``blocks_current_work`` from an agent that has already finished;
+- priority: in ``auto_approve`` or ``human_approval``;
+- resources: a parallel slot (active agents < ``max_parallel_agents``; a requester that will wait for
+  the delegate hands it its own slot), depth (requester depth < ``max_delegation_depth``) and the group's
+  budget (agents < ``max_agents_per_group``).
+
+A failing check denies the request with the reasons and an alternative. Otherwise an auto-approve
+priority launches the delegate at once; a human-approval priority waits for APPROVE / DENY by request id
+(a human's approval launches without re-running the checklist). With ``blocks_current_work`` the requester
+is ``delegating`` until its delegate's final outcome comes back as DELEGATION_COMPLETED. A requester that
+finished while its request waited for a human gets no directive (it would resume a finished agent), but
+an approved delegate is still launched.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from bus.directives import DelegationApproved, DelegationDenied, HumanApprove, HumanDeny, LaunchReason
+from bus.events import AgentState, DecisionType
+from bus.fields import Model
+from bus.signals import DelegateWork, Independence
+from coordinator.policy import Policy
+from coordinator.rules.aggregation import report_group
+from coordinator.rules.ids import delegate_agent_id
+from coordinator.rules.launch import Launch, launch
+from coordinator.rules.step import Rejected, Step
+from coordinator.state import (
+    ACTIVE_STATES,
+    FINAL_STATES,
+    AgentRecord,
+    Delegation,
+    DelegationStatus,
+    GroupState,
+)
+
+__all__ = [
+    "Check",
+    "CheckFailure",
+    "Evaluation",
+    "Verdict",
+    "evaluate",
+    "on_approve",
+    "on_delegate",
+    "on_deny",
+]
+
+
+class Check(StrEnum):
+    JUSTIFIED = "justified"
+    WELL_DEFINED = "well_defined"
+    INDEPENDENCE = "independence"
+    PRIORITY = "priority"
+    SLOTS = "parallel_slots"
+    DEPTH = "depth"
+    BUDGET = "budget"
+
+
+class CheckFailure(Model):
+    check: Check
+    reason: str
+    alternative: str
+
+
+class Verdict(StrEnum):
+    APPROVE = "approve"
+    DENY = "deny"
+    ASK_HUMAN = "ask_human"
+
+
+class Evaluation(Model):
+    verdict: Verdict
+    failures: tuple[CheckFailure, ...] = ()
+
+
+_YOURSELF = "Continue the work yourself"
+
+
+def evaluate(request: DelegateWork, requester: AgentRecord, state: GroupState, policy: Policy) -> Evaluation:
+    """Run the checklist; the verdict follows from the failures and the request's priority."""
+    failures = tuple(
+        failure
+        for failure in (
+            _justified(request, policy),
+            _well_defined(request, policy),
+            _independence(request, requester),
+            _priority(request, policy),
+            _slots(request, requester, state, policy),
+            _depth(requester, policy),
+            _budget(state, policy),
+        )
+        if failure is not None
+    )
+    if failures:
+        return Evaluation(verdict=Verdict.DENY, failures=failures)
+    if request.priority in policy.auto_approve:
+        return Evaluation(verdict=Verdict.APPROVE)
+    return Evaluation(verdict=Verdict.ASK_HUMAN)
+
+
+def _justified(request: DelegateWork, policy: Policy) -> CheckFailure | None:
+    if len(request.delegation_reason.strip()) >= policy.min_delegation_reason_chars:
+        return None
+    return CheckFailure(
+        check=Check.JUSTIFIED,
+        reason="delegation_reason does not say why another agent is needed",
+        alternative=f"{_YOURSELF}; if delegation is still needed, "
+        "ask again with a concrete delegation_reason.",
+    )
+
+
+def _well_defined(request: DelegateWork, policy: Policy) -> CheckFailure | None:
+    if len(request.new_task_description.strip()) >= policy.min_task_description_chars:
+        return None
+    return CheckFailure(
+        check=Check.WELL_DEFINED,
+        reason=f"new_task_description is shorter than {policy.min_task_description_chars} characters",
+        alternative=f"{_YOURSELF}, or ask again with a task description "
+        "that states context, goal and success criteria.",
+    )
+
+
+def _independence(request: DelegateWork, requester: AgentRecord) -> CheckFailure | None:
+    if request.independence is not Independence.BLOCKS_CURRENT_WORK or requester.state not in FINAL_STATES:
+        return None
+    return CheckFailure(
+        check=Check.INDEPENDENCE,
+        reason=f"blocks_current_work, but {requester.agent_id} has already finished "
+        f"({requester.state.value})",
+        alternative="List the work under recommendations in your report.",
+    )
+
+
+def _priority(request: DelegateWork, policy: Policy) -> CheckFailure | None:
+    if request.priority in policy.auto_approve | policy.human_approval:
+        return None
+    accepted = ", ".join(sorted(p.value for p in policy.auto_approve | policy.human_approval)) or "none"
+    return CheckFailure(
+        check=Check.PRIORITY,
+        reason=f"priority {request.priority.value} is not accepted (accepted: {accepted})",
+        alternative=f"{_YOURSELF}, or ask again with an accepted priority.",
+    )
+
+
+def _slots(
+    request: DelegateWork, requester: AgentRecord, state: GroupState, policy: Policy
+) -> CheckFailure | None:
+    used = state.active_count
+    if request.independence is Independence.BLOCKS_CURRENT_WORK and requester.state in ACTIVE_STATES:
+        used -= 1  # the requester waits, so its slot goes to the delegate
+    if used < policy.max_parallel_agents:
+        return None
+    return CheckFailure(
+        check=Check.SLOTS,
+        reason=f"no parallel slot free ({used} of {policy.max_parallel_agents} in use)",
+        alternative=f"Retry the delegation when a parallel slot frees, or {_YOURSELF.lower()}.",
+    )
+
+
+def _depth(requester: AgentRecord, policy: Policy) -> CheckFailure | None:
+    if requester.depth < policy.max_delegation_depth:
+        return None
+    return CheckFailure(
+        check=Check.DEPTH,
+        reason=f"delegation depth limit {policy.max_delegation_depth} reached "
+        f"(requester depth {requester.depth})",
+        alternative=f"{_YOURSELF}: delegates at this depth cannot delegate further.",
+    )
+
+
+def _budget(state: GroupState, policy: Policy) -> CheckFailure | None:
+    if len(state.agents) < policy.max_agents_per_group:
+        return None
+    return CheckFailure(
+        check=Check.BUDGET,
+        reason=f"the group's budget of {policy.max_agents_per_group} agents is used up",
+        alternative=f"{_YOURSELF}.",
+    )
+
+
+def on_delegate(step: Step) -> None:
+    request = step.payload(DelegateWork)
+    request_id = request.request_id()
+    if request_id in step.state.delegations:
+        raise Rejected(f"delegation request {request_id} was already received")
+    requester = step.agent(step.envelope.agent_id)
+    evaluation = evaluate(request, requester, step.state, step.policy)
+    delegation = Delegation(
+        request_id=request_id,
+        requester_id=requester.agent_id,
+        request=request,
+        status=DelegationStatus.PENDING_HUMAN,
+        requested_at=step.ts,
+        envelope_id=step.envelope.id,
+    )
+    if evaluation.verdict is Verdict.APPROVE:
+        _approve(step, delegation, "approved by policy")
+    elif evaluation.verdict is Verdict.DENY:
+        first = evaluation.failures[0]
+        reason = "; ".join(f.reason for f in evaluation.failures)
+        _deny(step, delegation, reason, first.alternative)
+    else:
+        _store(step, delegation)
+        detail = f"priority {request.priority.value} needs a human: approve or deny {request_id}"
+        if request.independence is Independence.BLOCKS_CURRENT_WORK:
+            step.transition(
+                requester.agent_id,
+                AgentState.DELEGATING,
+                DecisionType.DELEGATION_PENDING,
+                detail,
+                request=request_id,
+            )
+        else:
+            step.decide(DecisionType.DELEGATION_PENDING, requester.agent_id, detail, request_id=request_id)
+
+
+def on_approve(step: Step) -> None:
+    command = step.payload(HumanApprove)
+    delegation = _pending(step, command.request_id)
+    _approve(
+        step, delegation, f"approved by a human{': ' + command.reason.strip() if command.reason else ''}"
+    )
+
+
+def on_deny(step: Step) -> None:
+    command = step.payload(HumanDeny)
+    delegation = _pending(step, command.request_id)
+    _deny(step, delegation, command.reason, command.alternative or f"{_YOURSELF}.")
+    report_group(step, delegation.requester_id)
+
+
+def _pending(step: Step, request_id: str) -> Delegation:
+    delegation = step.state.delegations.get(request_id)
+    if delegation is None:
+        raise Rejected(f"unknown delegation request {request_id!r}")
+    if delegation.status is not DelegationStatus.PENDING_HUMAN:
+        raise Rejected(f"delegation request {request_id!r} is already {delegation.status.value}")
+    return delegation
+
+
+def _store(step: Step, delegation: Delegation) -> None:
+    step.replace(delegations={**step.state.delegations, delegation.request_id: delegation})
+
+
+def _approve(step: Step, delegation: Delegation, how: str) -> None:
+    request = delegation.request
+    requester = step.agent(delegation.requester_id)
+    blocks = request.independence is Independence.BLOCKS_CURRENT_WORK
+    new_id = delegate_agent_id(delegation.request_id)
+    launch(
+        step,
+        Launch(
+            new_agent_id=new_id,
+            request_id=delegation.request_id,
+            reason=LaunchReason.DELEGATION,
+            task=request.new_task_description.strip(),
+            context=_context(request, requester),
+            parent=requester,
+            depth=requester.depth + 1,
+            priority=request.priority,
+            blocks_parent=blocks,
+        ),
+    )
+    _store(step, delegation.model_copy(update={"status": DelegationStatus.APPROVED, "new_agent_id": new_id}))
+    directive = DelegationApproved(
+        request_id=delegation.request_id,
+        new_agent_id=new_id,
+        task=_first_line(request.new_task_description),
+        coordination=request.coordination,
+        resume_instructions=(
+            f"Wait: you will be resumed with the results of {new_id} when it completes."
+            if blocks
+            else f"Continue your own task; {new_id} works on the delegated task in parallel."
+        ),
+    )
+    _tell(step, requester, directive)
+    detail = f"{how}; launched {new_id}"
+    if blocks and requester.state not in FINAL_STATES:
+        step.update(requester.agent_id, waiting_on=(*requester.waiting_on, new_id))
+        step.transition(
+            requester.agent_id,
+            AgentState.DELEGATING,
+            DecisionType.DELEGATION_APPROVED,
+            detail,
+            request=delegation.request_id,
+        )
+    else:
+        step.decide(
+            DecisionType.DELEGATION_APPROVED, requester.agent_id, detail, request_id=delegation.request_id
+        )
+
+
+def _deny(step: Step, delegation: Delegation, reason: str, alternative: str) -> None:
+    _store(step, delegation.model_copy(update={"status": DelegationStatus.DENIED, "reason": reason}))
+    requester = step.agent(delegation.requester_id)
+    directive = DelegationDenied(
+        request_id=delegation.request_id,
+        reason=reason,
+        alternative=alternative,
+        resume_instructions="Continue your task without the delegated work.",
+    )
+    _tell(step, requester, directive)
+    if requester.state is AgentState.DELEGATING and not _still_waiting(step.state, requester):
+        step.resume(requester.agent_id, DecisionType.DELEGATION_DENIED, reason, request=delegation.request_id)
+    else:
+        step.decide(
+            DecisionType.DELEGATION_DENIED, requester.agent_id, reason, request_id=delegation.request_id
+        )
+
+
+def _tell(step: Step, requester: AgentRecord, directive: DelegationApproved | DelegationDenied) -> None:
+    """Send the answer to the requester, unless it finished meanwhile (a directive would resume it)."""
+    if requester.state not in FINAL_STATES:
+        step.direct(requester.agent_id, directive)
+
+
+def _still_waiting(state: GroupState, requester: AgentRecord) -> bool:
+    return bool(requester.waiting_on) or any(
+        d.requester_id == requester.agent_id
+        and d.status is DelegationStatus.PENDING_HUMAN
+        and d.request.independence is Independence.BLOCKS_CURRENT_WORK
+        for d in state.delegations.values()
+    )
+
+
+def _context(request: DelegateWork, requester: AgentRecord) -> str:
+    parts = [f"Requested by {requester.agent_id}: {request.delegation_reason.strip()}"]
+    if request.context_required and request.context_required.strip():
+        parts.append(f"Context:\n{request.context_required.strip()}")
+    if request.coordination and request.coordination.strip():
+        parts.append(f"Coordination:\n{request.coordination.strip()}")
+    return "\n\n".join(parts)
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), text.strip())

@@ -1,0 +1,167 @@
+"""Findings: the append-only stream and the merged (deduplicated) view (seed 001, aggregation protocol).
+
+Deduplication. Two reports are the same finding when they have the same ``file:line`` and category
+(:attr:`bus.findings.Finding.dedup_key`; the category comes from the id prefix when a report names none).
+A report without a line number names no place precisely enough to merge on, so it is only merged with
+reports of the same location, category *and* id (or title, when it has no id).
+
+Per finding, each reporting agent (by normalised agent name, see :func:`coordinator.policy.agent_key`)
+counts once, with its highest-confidence report. The merged finding shows the highest-confidence report
+of all, and:
+
+- ``confidence`` = the average of the agents' confidences weighted by their expertise weights
+  (``Policy.expertise``, default 1.0), plus ``Policy.agreement_bonus`` when two or more distinct agents
+  report it, capped at 100. The bonus is added **once**, not per extra agent: agreement is evidence that
+  the finding is real, and stacking it would let three weak reports outrank one verified one. The seed's
+  example: security-auditor 95 and qa-engineer 78 with equal weights -> (95 + 78) / 2 + 10 = 96.5.
+- ``severity_conflict`` is set when the agents' reports name different severities; the coordinator
+  announces it once per merged finding for human review.
+
+Everything here is independent of the order in which reports arrive: ties are broken on the report's
+canonical JSON and sums run in agent-name order, so the merged view of a set of reports is one value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import orjson
+
+from bus.events import DecisionType
+from bus.fields import Model
+from bus.findings import Finding, Severity
+from coordinator.policy import Policy, agent_key
+from coordinator.rules.outcome import Target
+from coordinator.rules.step import Step
+from coordinator.state import FindingSlot, GroupState
+
+__all__ = ["MergedFinding", "fold", "merge_findings", "merged", "merged_view", "record_finding", "slot_key"]
+
+
+class MergedFinding(Model):
+    """One deduplicated finding of the merged view."""
+
+    location: str
+    category: str
+    finding: Finding
+    """The highest-confidence report."""
+    agents: tuple[str, ...]
+    """The distinct agents that reported it, sorted."""
+    confidence: float | None
+    """Combined confidence (weighted average plus the agreement bonus); none when no report has one."""
+    agreement: bool
+    severities: tuple[Severity, ...]
+    """The distinct severities reported, most severe first."""
+    severity_conflict: bool
+
+
+def slot_key(finding: Finding) -> tuple[str, str, str]:
+    """``(location, category, discriminator)``: reports with equal keys are one finding."""
+    if finding.file is not None and finding.line is not None:
+        return (finding.location, finding.category, "")
+    return (finding.location, finding.category, finding.id or finding.title)
+
+
+def _stored_key(key: tuple[str, str, str]) -> str:
+    return orjson.dumps(list(key)).decode()
+
+
+def _rank(finding: Finding) -> tuple[float, int, bytes]:
+    """Higher is preferred: confidence, then severity, then a fixed tie-break on the content."""
+    confidence = finding.confidence if finding.confidence is not None else -1.0
+    severity = -finding.severity.rank if finding.severity is not None else -len(Severity)
+    canonical = orjson.dumps(finding.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+    return (confidence, severity, canonical)
+
+
+def fold(slot: FindingSlot | None, finding: Finding) -> FindingSlot:
+    """Add one report to a finding's slot (a new slot when ``slot`` is none)."""
+    if slot is None:
+        location, category, discriminator = slot_key(finding)
+        slot = FindingSlot(location=location, category=category, discriminator=discriminator)
+    agent = agent_key(finding.agent)
+    best = slot.reports.get(agent)
+    if best is not None and _rank(best) >= _rank(finding):
+        return slot
+    return slot.model_copy(update={"reports": {**slot.reports, agent: finding}})
+
+
+def merged(slot: FindingSlot, policy: Policy) -> MergedFinding:
+    """The merged finding of one slot under ``policy``'s weights and bonus."""
+    agents = tuple(sorted(slot.reports))
+    representative = max(slot.reports.values(), key=_rank)
+    severities = tuple(
+        sorted({f.severity for f in slot.reports.values() if f.severity is not None}, key=lambda s: s.rank)
+    )
+    agreement = len(agents) > 1
+    return MergedFinding(
+        location=slot.location,
+        category=slot.category,
+        finding=representative,
+        agents=agents,
+        confidence=_combined(slot, agents, agreement, policy),
+        agreement=agreement,
+        severities=severities,
+        severity_conflict=len(severities) > 1,
+    )
+
+
+def _combined(slot: FindingSlot, agents: tuple[str, ...], agreement: bool, policy: Policy) -> float | None:
+    weighted = 0.0
+    total = 0.0
+    for agent in agents:
+        confidence = slot.reports[agent].confidence
+        if confidence is None:
+            continue
+        weight = policy.weight(agent)
+        weighted += weight * confidence
+        total += weight
+    if total == 0:
+        return None
+    bonus = policy.agreement_bonus if agreement else 0.0
+    return min(100.0, weighted / total + bonus)
+
+
+def merge_findings(findings: Iterable[Finding], policy: Policy) -> list[MergedFinding]:
+    """The merged view of raw reports (e.g. a whole findings stream), sorted by location and category.
+
+    This is the function behind a merged listing and behind recomputing the view under new weights.
+    """
+    slots: dict[tuple[str, str, str], FindingSlot] = {}
+    for finding in findings:
+        key = slot_key(finding)
+        slots[key] = fold(slots.get(key), finding)
+    return [merged(slots[key], policy) for key in sorted(slots)]
+
+
+def merged_view(state: GroupState, policy: Policy) -> list[MergedFinding]:
+    """The merged view kept in a group's state; equal to :func:`merge_findings` of its findings stream."""
+    slots = sorted(state.findings.values(), key=lambda s: (s.location, s.category, s.discriminator))
+    return [merged(slot, policy) for slot in slots]
+
+
+def record_finding(step: Step, finding: Finding, agent_id: str) -> None:
+    """Publish one report to the findings stream and fold it into the group's merged view.
+
+    The published report names its agent (normalised name, or the agent id when the agent's kind is
+    unknown), so the view can be recomputed from the stream alone.
+    """
+    record = step.find(agent_id)
+    reporter = finding.agent or (record.name if record is not None and record.name else agent_id)
+    finding = finding.model_copy(update={"agent": agent_key(reporter)})
+    step.emit(Target.FINDINGS, finding, agent_id)
+    key = _stored_key(slot_key(finding))
+    slot = fold(step.state.findings.get(key), finding)
+    view = merged(slot, step.policy)
+    if view.severity_conflict and not slot.conflict_reported:
+        slot = slot.model_copy(update={"conflict_reported": True})
+        severities = ", ".join(s.value for s in view.severities)
+        where = f"{view.location or view.finding.title} [{view.category}]"
+        detail = f"{where}: agents {', '.join(view.agents)} disagree on severity ({severities})"
+        step.decide(DecisionType.SEVERITY_CONFLICT, agent_id, detail)
+    step.replace(findings={**step.state.findings, key: slot})
+
+
+def on_finding(step: Step) -> None:
+    """A FINDING envelope: one report."""
+    record_finding(step, step.payload(Finding), step.envelope.agent_id)

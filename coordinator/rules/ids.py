@@ -1,0 +1,53 @@
+"""Deterministic ids of everything the rules create.
+
+Nothing here reads a clock or a random source: the ids of emitted envelopes derive from the id of the
+envelope being applied, and new agent ids from the request that launches them, so applying the same
+entries again yields byte-identical output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+__all__ = [
+    "delegate_agent_id",
+    "emitted_id",
+    "recovery_agent_id",
+    "recovery_request_id",
+    "retry_agent_id",
+    "retry_request_id",
+]
+
+
+def _digest(*parts: str, length: int = 16) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:length]
+
+
+def emitted_id(input_id: str, n: int) -> str:
+    """The id of the ``n``-th envelope (from 0) emitted while applying envelope ``input_id``."""
+    return hashlib.sha256(f"{input_id}:{n}".encode()).hexdigest()[:32]
+
+
+def delegate_agent_id(request_id: str) -> str:
+    """The agent launched for an approved delegation request."""
+    return f"agent-{_digest('delegate', request_id)}"
+
+
+def retry_request_id(agent_id: str, attempt: int) -> str:
+    """The launch request of attempt ``attempt`` of a failed agent's work."""
+    return f"rty-{_digest('retry', agent_id, str(attempt))}"
+
+
+def retry_agent_id(agent_id: str, attempt: int) -> str:
+    """The agent that makes attempt ``attempt`` of a failed agent's work."""
+    return f"agent-{_digest('retry', agent_id, str(attempt))}"
+
+
+def recovery_request_id(envelope_id: str) -> str:
+    """The launch request of the error-recovery option ``delegate`` chosen by envelope ``envelope_id``."""
+    return f"rcv-{_digest('recover', envelope_id)}"
+
+
+def recovery_agent_id(request_id: str) -> str:
+    """The agent that takes over the failing work of an error recovery."""
+    return f"agent-{_digest('recover-agent', request_id)}"

@@ -1,0 +1,89 @@
+"""An agent's lifecycle as seen through its own envelopes (signals, results, findings, adapter events).
+
+- Any envelope from an agent the group does not know registers it (``running``, depth 0).
+- Any envelope from an agent refreshes ``last_seen`` (never backwards); one from a ``timed_out`` or
+  ``lost`` agent brings it back to ``running``: it was slow, not gone.
+- AGENT_STARTED names the agent and its task. AGENT_EXITED of a ``running`` agent that sent no completion
+  makes it ``failed`` (and feeds status aggregation). An agent that exits while it waits for an answer, a
+  resolution or a delegate keeps its state: background agents end their run after such a signal and are
+  resumed later. An exit after a completion changes nothing.
+- PROGRESS records the percentage and message; it is not a decision and emits nothing.
+"""
+
+from __future__ import annotations
+
+from bus.envelope import EnvelopeType
+from bus.events import AgentExited, AgentStarted, AgentState, DecisionType
+from bus.results import ResultStatus
+from bus.signals import Progress
+from coordinator.policy import agent_key
+from coordinator.rules.aggregation import finish
+from coordinator.rules.step import Step
+from coordinator.state import AgentProgress, AgentRecord, Completion
+
+__all__ = ["on_exited", "on_heartbeat", "on_progress", "on_started", "touch"]
+
+_REVIVABLE = frozenset({AgentState.TIMED_OUT, AgentState.LOST})
+_EXIT_FAILS = frozenset({AgentState.RUNNING, AgentState.TIMED_OUT})
+
+
+def touch(step: Step) -> AgentRecord:
+    """Register the sending agent if needed, refresh ``last_seen``, and revive it if it had gone quiet."""
+    agent_id = step.envelope.agent_id
+    record = step.find(agent_id)
+    if record is None:
+        record = step.put(AgentRecord(agent_id=agent_id, registered_at=step.ts, last_seen=step.ts))
+        step.decide(DecisionType.STATE_CHANGED, agent_id, "registered on its first envelope")
+        return record
+    if step.ts > record.last_seen:
+        record = step.update(agent_id, last_seen=step.ts)
+    if record.state in _REVIVABLE:
+        step.transition(
+            agent_id,
+            AgentState.RUNNING,
+            DecisionType.STATE_CHANGED,
+            f"heard from again after {record.state.value}",
+        )
+        record = step.agent(agent_id)
+    return record
+
+
+def on_heartbeat(step: Step) -> None:
+    """Nothing beyond :func:`touch`."""
+
+
+def on_started(step: Step) -> None:
+    event = step.payload(AgentStarted)
+    record = step.agent(step.envelope.agent_id)
+    changes: dict[str, object] = {"exited": False, "exit_code": None}
+    if event.name and event.name.strip():
+        changes["name"] = agent_key(event.name)
+    if event.task and event.task.strip() and not record.task:
+        changes["task"] = event.task
+    step.update(record.agent_id, **changes)
+
+
+def on_exited(step: Step) -> None:
+    event = step.payload(AgentExited)
+    record = step.update(step.envelope.agent_id, exited=True, exit_code=event.exit_code)
+    if record.state not in _EXIT_FAILS:
+        return
+    how = f"exit code {event.exit_code}" if event.exit_code is not None else "unknown exit code"
+    summary = f"exited ({how}) without a completion report"
+    if event.completed:
+        summary += " reaching the coordinator (its adapter saw one)"
+    if event.stderr_tail and event.stderr_tail.strip():
+        summary += f"\n{event.stderr_tail.strip()}"
+    completion = Completion(
+        status=ResultStatus.FAILED,
+        summary=summary,
+        source=EnvelopeType.AGENT_EXITED,
+        envelope_id=step.envelope.id,
+    )
+    finish(step, record.agent_id, completion, decision=DecisionType.STATE_CHANGED)
+
+
+def on_progress(step: Step) -> None:
+    signal = step.payload(Progress)
+    progress = AgentProgress(percent=signal.percent, message=signal.message, eta=signal.eta)
+    step.update(step.envelope.agent_id, progress=progress)

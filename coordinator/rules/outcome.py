@@ -1,0 +1,44 @@
+"""What applying one envelope produces: the new state and the envelopes to publish."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from bus.envelope import Envelope
+from bus.fields import Model
+from coordinator.state import GroupState
+
+__all__ = ["Emit", "Outcome", "Target"]
+
+
+class Target(StrEnum):
+    """The stream of the group's shard an emitted envelope goes to."""
+
+    EVENTS = "events"
+    """Decisions, for any subscriber."""
+    INBOX = "inbox"
+    """Directives for one agent: the inbox of ``envelope.agent_id``."""
+    TASKS = "tasks"
+    """Launch requests (approved delegations, retries) for launchers."""
+    FINDINGS = "findings"
+    """The append-only findings stream."""
+
+
+class Emit(Model):
+    target: Target
+    envelope: Envelope
+
+
+class Outcome(Model):
+    """The result of :func:`coordinator.rules.apply`.
+
+    ``state`` is the group's new state; ``emits`` the envelopes to publish, in order, in the same
+    transaction that stores ``state`` and acknowledges the entry. ``rejected`` is the reason an entry could
+    not be applied (an answer for an agent without open questions, an unknown request id, ...): then
+    ``emits`` holds only a ``rejected`` decision and ``state`` differs from the input only in remembering
+    the entry's id, so a redelivery is dropped like any duplicate.
+    """
+
+    state: GroupState
+    emits: list[Emit]
+    rejected: str | None = None

@@ -1,0 +1,150 @@
+"""The status view of a group: a plain summary of its state for ``status`` and other readers."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from bus.events import AgentState
+from bus.fields import Model
+from bus.results import ResultStatus
+from bus.signals import Independence, Priority, StopWork
+from coordinator.state import (
+    AgentRecord,
+    DelegationStatus,
+    Escalation,
+    GroupProgress,
+    GroupState,
+    GroupVerdict,
+)
+
+__all__ = ["AgentSummary", "GroupSummary", "OpenBlocker", "OpenQuestion", "PendingDelegation", "summarize"]
+
+
+class AgentSummary(Model):
+    agent_id: str
+    name: str | None
+    state: AgentState
+    parent_agent_id: str | None
+    depth: int
+    attempt: int
+    status: ResultStatus | None
+    """The result status once the agent finished."""
+    percent: float | None
+    progress_message: str | None
+    last_seen: datetime
+    applied: int
+    last_applied_id: str | None
+    violations: tuple[str, ...]
+    waiting_on: tuple[str, ...]
+    retried_by: str | None
+
+
+class OpenQuestion(Model):
+    agent_id: str
+    question_id: str
+    text: str
+    answered: bool
+    blocked_at: str
+
+
+class OpenBlocker(Model):
+    agent_id: str
+    stop_reason: str
+    blocker_type: str
+    details: str
+    resume_requirements: str | None
+
+
+class PendingDelegation(Model):
+    request_id: str
+    requester_id: str
+    priority: Priority
+    independence: Independence
+    task: str
+
+
+class GroupSummary(Model):
+    group_id: str
+    status: GroupVerdict | None
+    progress: GroupProgress
+    applied: int
+    agents: tuple[AgentSummary, ...]
+    open_questions: tuple[OpenQuestion, ...]
+    blockers: tuple[OpenBlocker, ...]
+    pending_delegations: tuple[PendingDelegation, ...]
+    escalations: tuple[Escalation, ...]
+    findings: int
+    """Distinct (merged) findings."""
+
+
+def summarize(state: GroupState) -> GroupSummary:
+    """Everything a status view shows about one group, in registration order."""
+    records = list(state.agents.values())
+    return GroupSummary(
+        group_id=state.group_id,
+        status=state.status,
+        progress=state.progress,
+        applied=state.applied,
+        agents=tuple(_agent(r) for r in records),
+        open_questions=tuple(q for r in records for q in _questions(r)),
+        blockers=tuple(_blocker(r.agent_id, r.blocker) for r in records if r.blocker is not None),
+        pending_delegations=tuple(
+            PendingDelegation(
+                request_id=d.request_id,
+                requester_id=d.requester_id,
+                priority=d.request.priority,
+                independence=d.request.independence,
+                task=d.request.new_task_description,
+            )
+            for d in state.delegations.values()
+            if d.status is DelegationStatus.PENDING_HUMAN
+        ),
+        escalations=state.escalations,
+        findings=len(state.findings),
+    )
+
+
+def _agent(record: AgentRecord) -> AgentSummary:
+    return AgentSummary(
+        agent_id=record.agent_id,
+        name=record.name,
+        state=record.state,
+        parent_agent_id=record.parent_agent_id,
+        depth=record.depth,
+        attempt=record.attempt,
+        status=record.completion.status if record.completion is not None else None,
+        percent=record.progress.percent if record.progress is not None else None,
+        progress_message=record.progress.message if record.progress is not None else None,
+        last_seen=record.last_seen,
+        applied=record.applied,
+        last_applied_id=record.last_applied_id,
+        violations=tuple(f"{v.rule.value}: {v.detail}" for v in record.violations),
+        waiting_on=record.waiting_on,
+        retried_by=record.retried_by,
+    )
+
+
+def _questions(record: AgentRecord) -> list[OpenQuestion]:
+    if record.questions is None:
+        return []
+    answered = {a.question_id for a in record.answers}
+    return [
+        OpenQuestion(
+            agent_id=record.agent_id,
+            question_id=q.question_id,
+            text=q.text,
+            answered=q.question_id in answered,
+            blocked_at=record.questions.blocked_at,
+        )
+        for q in record.questions.questions
+    ]
+
+
+def _blocker(agent_id: str, stop: StopWork) -> OpenBlocker:
+    return OpenBlocker(
+        agent_id=agent_id,
+        stop_reason=stop.stop_reason.value,
+        blocker_type=stop.blocker_type.value,
+        details=stop.details,
+        resume_requirements=stop.resume_requirements,
+    )

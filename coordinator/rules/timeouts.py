@@ -1,0 +1,51 @@
+"""Timeouts, driven by TICK envelopes: the rules never read a clock, ``Tick.now`` is the time.
+
+A ``running`` agent silent for longer than ``heartbeat_timeout_seconds`` becomes ``timed_out``; a
+``running`` or ``timed_out`` agent silent for longer than ``lost_timeout_seconds`` becomes ``lost``, which
+is handled as a failure (retried once, then escalated). Silence counts from the agent's last envelope or
+its last resume, whichever is later. Agents waiting for a human or a delegate (``awaiting_clarification``,
+``blocked``, ``delegating``) do not time out: their silence is expected, and the wait is on someone else.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from bus.envelope import EnvelopeType
+from bus.events import AgentState, DecisionType, Tick
+from bus.results import ResultStatus
+from coordinator.rules.aggregation import finish
+from coordinator.rules.step import Step
+from coordinator.state import AgentRecord, Completion
+
+__all__ = ["on_tick"]
+
+
+def on_tick(step: Step) -> None:
+    now = step.payload(Tick).now
+    heartbeat = timedelta(seconds=step.policy.heartbeat_timeout_seconds)
+    lost = timedelta(seconds=step.policy.lost_timeout_seconds)
+    for agent_id in list(step.state.agents):
+        record = step.agent(agent_id)
+        if record.state not in {AgentState.RUNNING, AgentState.TIMED_OUT}:
+            continue
+        silent = now - record.timeout_reference
+        if silent > lost:
+            _lose(step, record, silent)
+        elif silent > heartbeat and record.state is AgentState.RUNNING:
+            detail = f"silent for {_seconds(silent)}s (timeout {_seconds(heartbeat)}s)"
+            step.transition(agent_id, AgentState.TIMED_OUT, DecisionType.TIMED_OUT, detail)
+
+
+def _lose(step: Step, record: AgentRecord, silent: timedelta) -> None:
+    completion = Completion(
+        status=ResultStatus.FAILED,
+        summary=f"lost: silent for {_seconds(silent)}s (limit {step.policy.lost_timeout_seconds:g}s)",
+        source=EnvelopeType.TICK,
+        envelope_id=step.envelope.id,
+    )
+    finish(step, record.agent_id, completion, decision=DecisionType.LOST, state=AgentState.LOST)
+
+
+def _seconds(delta: timedelta) -> str:
+    return f"{delta.total_seconds():g}"

@@ -1,0 +1,306 @@
+"""What the coordinator remembers about one task group, between two applied stream entries.
+
+A :class:`GroupState` is immutable; the rules return a new one (sharing the unchanged parts) for every
+entry they apply. It is stored as one JSON value per group (:meth:`GroupState.to_json`), so everything
+in it is a plain pydantic model, enum, string, number, list or string-keyed dict.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import ClassVar, Final
+
+import orjson
+from pydantic import Field, PrivateAttr, ValidationError
+
+from bus.directives import AnswerItem
+from bus.envelope import EnvelopeType
+from bus.errors import DecodeError
+from bus.events import AgentState
+from bus.fields import Model
+from bus.findings import Finding
+from bus.results import ResultStatus
+from bus.signals import ClarificationNeeded, DelegateWork, StopWork
+
+__all__ = [
+    "ACTIVE_STATES",
+    "FINAL_STATES",
+    "AgentProgress",
+    "AgentRecord",
+    "Completion",
+    "Delegation",
+    "DelegationStatus",
+    "Escalation",
+    "FindingSlot",
+    "GroupProgress",
+    "GroupState",
+    "GroupVerdict",
+    "IdWindow",
+    "Violation",
+    "ViolationRule",
+]
+
+FINAL_STATES: Final = frozenset({AgentState.COMPLETED, AgentState.FAILED, AgentState.LOST})
+"""States an agent leaves only by being heard from again (lost) or never (completed, failed)."""
+ACTIVE_STATES: Final = frozenset(AgentState) - FINAL_STATES
+"""States that hold a parallel slot and keep the group from being settled."""
+
+
+class IdWindow(Model):
+    """The ids of the most recently applied envelopes of a group, to drop duplicates.
+
+    Ids are kept in fixed-size chunks, oldest first; the oldest chunk is dropped only while the others
+    still hold at least ``limit`` ids, so the last ``limit`` ids are always remembered (and at most
+    ``limit + CHUNK - 1``). Adding an id copies only the newest chunk, and a membership test is one set
+    lookup per sealed chunk plus a scan of the newest one, so the cost does not grow with the window.
+
+    Why a bounded window is enough: envelope ids are deterministic (an agent's output at a byte offset
+    always yields the same id), and a duplicate only arises from a retried publish or an adapter
+    re-reading the chunk it had not acknowledged before a restart. Both happen right after the original,
+    while at most a few batches of the group's entries lie between them, far fewer than the window.
+    The window is most of a stored state's size (about 35 bytes of JSON per id), which is the reason to
+    bound it at all.
+    """
+
+    CHUNK: ClassVar[int] = 256
+
+    chunks: tuple[tuple[str, ...], ...] = ()
+    _sealed: tuple[frozenset[str], ...] | None = PrivateAttr(default=None)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, IdWindow) and self.chunks == other.chunks
+
+    def __hash__(self) -> int:
+        return hash(self.chunks)
+
+    def __len__(self) -> int:
+        return sum(len(chunk) for chunk in self.chunks)
+
+    def __contains__(self, envelope_id: object) -> bool:
+        if not self.chunks:
+            return False
+        if envelope_id in self.chunks[-1]:
+            return True
+        for chunk in self._sealed_sets():  # noqa: SIM110 - a plain loop is measurably faster than any()
+            if envelope_id in chunk:
+                return True
+        return False
+
+    def add(self, envelope_id: str, limit: int) -> IdWindow:
+        """A new window that also holds ``envelope_id``; ``self`` is unchanged."""
+        sealed = self._sealed_sets()
+        chunks = self.chunks
+        if chunks and len(chunks[-1]) < self.CHUNK:
+            chunks = (*chunks[:-1], (*chunks[-1], envelope_id))
+        else:
+            if chunks:
+                sealed = (*sealed, frozenset(chunks[-1]))
+            chunks = (*chunks, (envelope_id,))
+        total = sum(len(chunk) for chunk in chunks)
+        while len(chunks) > 1 and total - len(chunks[0]) >= limit:
+            total -= len(chunks[0])
+            chunks, sealed = chunks[1:], sealed[1:]
+        window = IdWindow.model_construct(chunks=chunks)
+        window._sealed = sealed
+        return window
+
+    def _sealed_sets(self) -> tuple[frozenset[str], ...]:
+        if self._sealed is None:
+            self._sealed = tuple(frozenset(chunk) for chunk in self.chunks[:-1])
+        return self._sealed
+
+
+class ViolationRule(StrEnum):
+    """The result-contract rules (seed 001) the coordinator checks."""
+
+    SUMMARY_TOO_LONG = "summary_too_long"
+    MISSING_CONFIDENCE = "missing_confidence"
+    MISSING_BREAKDOWN = "missing_confidence_breakdown"
+    MISSING_JUSTIFICATION = "missing_confidence_justification"
+    UNVERIFIED_REFERENCE = "unverified_reference"
+    REPORTED = "reported_by_parser"
+
+
+class Violation(Model):
+    rule: ViolationRule
+    detail: str
+    envelope_id: str
+
+
+class Completion(Model):
+    """How an agent ended, from its first completion (report, result, stop, exit or loss)."""
+
+    status: ResultStatus
+    summary: str
+    deliverables: str | None = None
+    metrics: str | None = None
+    confidence: float | None = None
+    source: EnvelopeType
+    envelope_id: str
+
+
+class AgentProgress(Model):
+    percent: float
+    message: str | None = None
+    eta: str | None = None
+
+
+class AgentRecord(Model):
+    """One agent of the group as the coordinator tracks it."""
+
+    agent_id: str
+    name: str | None = None
+    """The agent's kind (``security-auditor``), from its start event or result heading."""
+    state: AgentState = AgentState.RUNNING
+    parent_agent_id: str | None = None
+    depth: int = 0
+    task: str | None = None
+    registered_at: datetime
+    last_seen: datetime
+    """The latest envelope timestamp the agent (or its adapter) sent."""
+    resumed_at: datetime | None = None
+    """When the coordinator last sent it a resume directive; timeouts count from the later of the two."""
+    applied: int = 0
+    """Entries applied that name this agent: its own, and the human commands addressed to it."""
+    last_applied_id: str | None = None
+    questions: ClarificationNeeded | None = None
+    answers: tuple[AnswerItem, ...] = ()
+    """Answers given so far to the open questions (a human may answer them one at a time)."""
+    blocker: StopWork | None = None
+    completion: Completion | None = None
+    extra_reports: int = 0
+    """Completion reports received after the first (kept out of aggregation, see the completion rules)."""
+    violations: tuple[Violation, ...] = ()
+    progress: AgentProgress | None = None
+    attempt: int = 1
+    retry_of: str | None = None
+    retried_by: str | None = None
+    request_id: str | None = None
+    """The delegation request (or retry or recovery request) that launched this agent."""
+    blocks_parent: bool = False
+    """The parent waits (``blocks_current_work``) and is resumed when this agent's outcome is final."""
+    waiting_on: tuple[str, ...] = ()
+    """Delegates this agent waits for."""
+    exited: bool = False
+    exit_code: int | None = None
+    escalated: bool = False
+
+    @property
+    def timeout_reference(self) -> datetime:
+        """The instant timeouts count from: the agent's last sign of life or its last resume."""
+        if self.resumed_at is not None and self.resumed_at > self.last_seen:
+            return self.resumed_at
+        return self.last_seen
+
+
+class DelegationStatus(StrEnum):
+    PENDING_HUMAN = "pending_human"
+    APPROVED = "approved"
+    DENIED = "denied"
+
+
+class Delegation(Model):
+    """One DELEGATE_WORK request and what became of it."""
+
+    request_id: str
+    requester_id: str
+    request: DelegateWork
+    status: DelegationStatus
+    requested_at: datetime
+    envelope_id: str
+    new_agent_id: str | None = None
+    reason: str | None = None
+
+
+class Escalation(Model):
+    """A problem handed to a human: an agent that failed after its retries."""
+
+    agent_id: str
+    reason: str
+    envelope_id: str
+    at: datetime
+
+
+class FindingSlot(Model):
+    """All reports of one deduplicated finding: per reporting agent, its highest-confidence report."""
+
+    location: str
+    category: str
+    discriminator: str = ""
+    """Empty when the finding has a ``file:line``; otherwise its id or title (see ``rules.findings``)."""
+    reports: dict[str, Finding] = Field(default_factory=dict)
+    conflict_reported: bool = False
+
+
+class GroupVerdict(StrEnum):
+    """Status aggregation of a settled group (seed 001)."""
+
+    CONTINUE = "continue"
+    """Every agent succeeded: go on to the next phase."""
+    REVIEW = "review"
+    """Some agent delivered a partial result: a human reviews the findings and decides."""
+    ESCALATE = "escalate"
+    """Some agent failed after its retries: a human takes over."""
+
+
+class GroupProgress(Model):
+    """Agents of the group by outcome; agents replaced by a retry are not counted."""
+
+    total: int
+    completed: int
+    failed: int
+    active: int
+
+    def render(self) -> str:
+        return f"{self.completed}/{self.total} completed, {self.failed} failed, {self.active} active"
+
+
+class GroupState(Model):
+    """Everything the rules know about one task group."""
+
+    group_id: str
+    agents: dict[str, AgentRecord] = Field(default_factory=dict)
+    delegations: dict[str, Delegation] = Field(default_factory=dict)
+    findings: dict[str, FindingSlot] = Field(default_factory=dict)
+    escalations: tuple[Escalation, ...] = ()
+    status: GroupVerdict | None = None
+    """The last status reported when the group settled (all agents finished, no delegation pending)."""
+    applied: int = 0
+    window: IdWindow = Field(default_factory=IdWindow)
+
+    @property
+    def progress(self) -> GroupProgress:
+        counted = [a for a in self.agents.values() if a.retried_by is None]
+        return GroupProgress(
+            total=len(counted),
+            completed=sum(a.state is AgentState.COMPLETED for a in counted),
+            failed=sum(a.state in {AgentState.FAILED, AgentState.LOST} for a in counted),
+            active=sum(a.state in ACTIVE_STATES for a in counted),
+        )
+
+    @property
+    def active_count(self) -> int:
+        """Agents holding a parallel slot."""
+        return sum(a.state in ACTIVE_STATES for a in self.agents.values())
+
+    @property
+    def settled(self) -> bool:
+        """At least one agent, none active, and no delegation waiting for a human."""
+        return (
+            bool(self.agents)
+            and self.active_count == 0
+            and all(d.status is not DelegationStatus.PENDING_HUMAN for d in self.delegations.values())
+        )
+
+    def to_json(self) -> bytes:
+        """The stored form: orjson bytes."""
+        return orjson.dumps(self.model_dump(mode="json", exclude_defaults=True))
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> GroupState:
+        """Parse a stored state; a corrupt value is a :class:`~bus.errors.DecodeError`."""
+        try:
+            return cls.model_validate(orjson.loads(data))
+        except (orjson.JSONDecodeError, ValidationError) as exc:
+            raise DecodeError(f"invalid group state: {exc}") from None

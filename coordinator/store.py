@@ -1,0 +1,101 @@
+"""How group states are kept in Redis: field by field, written incrementally.
+
+A group's state would grow with its agents, findings and idempotency window; rewriting all of it after
+every batch would make each commit cost as much as the whole state. So a group is a hash
+``{ns:s}:group:<gid>`` with one field per agent (``a:<id>``), delegation (``d:<id>``) and merged-finding
+slot (``f:<key>``) plus ``meta`` for the rest, and its window of applied envelope ids is a list
+``{ns:s}:seen:<gid>`` that is appended to and trimmed. The rules return new immutable records only for what
+they changed, so comparing records by identity tells which fields to write.
+
+``{ns:s}:groups`` is the set of the shard's group ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from bus.errors import DecodeError
+from bus.keys import Keys
+from coordinator.commit import Commit
+from coordinator.state import AgentRecord, Delegation, FindingSlot, GroupState, IdWindow
+
+__all__ = ["GROUPS_KEY", "load_state", "write_changes"]
+
+GROUPS_KEY = "groups"
+_MAPS: dict[str, tuple[str, type[AgentRecord] | type[Delegation] | type[FindingSlot]]] = {
+    "agents": ("a:", AgentRecord),
+    "delegations": ("d:", Delegation),
+    "findings": ("f:", FindingSlot),
+}
+_META_EXCLUDE = {*_MAPS, "window"}
+
+
+def group_key(keys: Keys, shard: int, group_id: str) -> str:
+    return keys.state(shard, f"group:{group_id}")
+
+
+def seen_key(keys: Keys, shard: int, group_id: str) -> str:
+    return keys.state(shard, f"seen:{group_id}")
+
+
+def _meta(state: GroupState) -> bytes:
+    return orjson.dumps(state.model_dump(mode="json", exclude=_META_EXCLUDE, exclude_defaults=True))
+
+
+def write_changes(
+    commit: Commit, keys: Keys, shard: int, old: GroupState | None, new: GroupState, limit: int
+) -> None:
+    """Add to ``commit`` the writes that turn the stored ``old`` state into ``new``."""
+    key = group_key(keys, shard, new.group_id)
+    if old is None:
+        commit.sadd(keys.state(shard, GROUPS_KEY), new.group_id)
+    if old is None or _meta(old) != _meta(new):
+        commit.hset(key, "meta", _meta(new))
+    for name, (prefix, _) in _MAPS.items():
+        before: Mapping[str, Any] = getattr(old, name) if old else {}
+        after: Mapping[str, Any] = getattr(new, name)
+        for item_id, record in after.items():
+            if before.get(item_id) is not record:
+                commit.hset(key, prefix + item_id, record.model_dump_json(exclude_defaults=True))
+        for item_id in before.keys() - after.keys():
+            commit.hdel(key, prefix + item_id)
+    added = _appended(old.window if old else IdWindow(), new.window)
+    if added:
+        commit.rpush_trim(seen_key(keys, shard, new.group_id), added, limit)
+
+
+def _appended(old: IdWindow, new: IdWindow) -> list[str]:
+    """The ids ``new`` holds after the newest id of ``old`` (windows only ever append)."""
+    last = old.chunks[-1][-1] if old.chunks else None
+    out: list[str] = []
+    for chunk in reversed(new.chunks):
+        for envelope_id in reversed(chunk):
+            if envelope_id == last:
+                return out[::-1]
+            out.append(envelope_id)
+    return out[::-1]
+
+
+def load_state(group_id: str, fields: Mapping[bytes, bytes], seen: list[bytes]) -> GroupState:
+    """A group's state from its hash fields and its window list; :class:`DecodeError` if corrupt."""
+    try:
+        data: dict[str, Any] = orjson.loads(fields.get(b"meta", b"{}"))
+        data["group_id"] = group_id
+        maps: dict[str, dict[str, Any]] = {name: {} for name in _MAPS}
+        for raw_name, value in fields.items():
+            name = raw_name.decode()
+            for attr, (prefix, model) in _MAPS.items():
+                if name.startswith(prefix):
+                    maps[attr][name[len(prefix) :]] = model.model_validate_json(value)
+        ids = [s.decode() for s in seen]
+        chunk = IdWindow.CHUNK
+        window = IdWindow.model_construct(
+            chunks=tuple(tuple(ids[i : i + chunk]) for i in range(0, len(ids), chunk))
+        )
+        return GroupState.model_validate({**data, **maps, "window": window})
+    except (orjson.JSONDecodeError, ValidationError, UnicodeDecodeError) as exc:
+        raise DecodeError(f"invalid stored state of group {group_id}: {exc}") from None

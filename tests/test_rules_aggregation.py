@@ -1,0 +1,185 @@
+"""Completion and status aggregation: progress, one retry with reduced scope, escalation, group status."""
+
+from __future__ import annotations
+
+from rules_kit import Feed, clarification, completion, decisions, delegate, kinds, of_type, one, result
+
+from bus.directives import HumanDeny, LaunchReason
+from bus.envelope import EnvelopeType
+from bus.events import AgentExited, AgentStarted, AgentState, DecisionType, Heartbeat
+from bus.results import ResultStatus
+from coordinator.policy import Policy
+from coordinator.rules import Target, summarize
+from coordinator.rules.ids import retry_agent_id, retry_request_id
+from coordinator.state import GroupVerdict
+
+A, B, C = "bg-task-a", "bg-task-b", "bg-task-c"
+
+
+def _start(feed: Feed, *agents: str) -> None:
+    for agent in agents:
+        feed.send(AgentStarted(task=f"analyse module {agent}", name="security-auditor"), agent)
+
+
+def _group_status(feed: Feed) -> list[str]:
+    return [
+        d.detail
+        for outcome in feed.outcomes
+        for d in decisions(outcome)
+        if d.decision is DecisionType.GROUP_STATUS
+    ]
+
+
+def test_completion_records_status_deliverables_metrics_and_progress() -> None:
+    feed = Feed()
+    _start(feed, A, B)
+    outcome = feed.send(completion(A, "success", "Scanned 120 files"), A)
+    record = feed.state.agents[A]
+    assert record.state is AgentState.COMPLETED
+    assert record.completion is not None
+    assert (record.completion.status, record.completion.deliverables, record.completion.metrics) == (
+        ResultStatus.SUCCESS,
+        "- SECURITY_ANALYSIS.md",
+        "all criteria met",
+    )
+    (done,) = decisions(outcome)
+    assert done.decision is DecisionType.COMPLETED and done.state is AgentState.COMPLETED
+    assert "1/2 completed" in done.detail
+    progress = feed.state.progress
+    assert (progress.total, progress.completed, progress.failed, progress.active) == (2, 1, 0, 1)
+
+
+def test_all_success_continues_and_is_reported_once() -> None:
+    feed = Feed()
+    _start(feed, A, B, C)
+    feed.send(completion(A), A)
+    feed.send(result("qa-engineer"), B)
+    assert _group_status(feed) == []
+    last = feed.send(completion(C), C)
+    assert kinds(last)[-1] is DecisionType.GROUP_STATUS
+    assert _group_status(feed) == ["continue: 3/3 completed, 0 failed, 0 active"]
+    assert feed.state.status is GroupVerdict.CONTINUE
+    feed.send(Heartbeat(), C)  # after the end: nothing new to report
+    assert len(_group_status(feed)) == 1
+
+
+def test_any_partial_asks_for_review() -> None:
+    feed = Feed()
+    _start(feed, A, B)
+    feed.send(completion(A, "partial_success"), A)
+    feed.send(completion(B), B)
+    assert feed.state.status is GroupVerdict.REVIEW
+    outcome = feed.state.agents[A].completion
+    assert outcome is not None and outcome.status is ResultStatus.PARTIAL
+
+
+def test_failure_is_retried_once_with_reduced_scope_then_escalated() -> None:
+    feed = Feed()
+    _start(feed, A, B)
+    feed.send(completion(B), B)
+    failed = feed.send(
+        result("security-auditor", ResultStatus.FAILED, summary="Parser crashed on src/auth"), A
+    )
+    retry_id = retry_agent_id(A, 2)
+    (launched,) = of_type(failed, EnvelopeType.LAUNCH, Target.TASKS)
+    assert launched.agent_id == retry_id
+    launch = one(failed, EnvelopeType.LAUNCH)
+    assert (launch.reason, launch.attempt, launch.new_agent_id, launch.request_id) == (
+        LaunchReason.RETRY,
+        2,
+        retry_id,
+        retry_request_id(A, 2),
+    )
+    assert "REDUCED SCOPE" in launch.task and f"analyse module {A}" in launch.task
+    assert "Parser crashed on src/auth" in (launch.context or "")
+    assert kinds(failed) == [
+        DecisionType.COMPLETED,
+        DecisionType.LAUNCH_REQUESTED,
+        DecisionType.RETRY_REQUESTED,
+    ]
+    assert feed.state.agents[A].retried_by == retry_id
+    retry = feed.state.agents[retry_id]
+    assert (retry.attempt, retry.retry_of, retry.name, retry.state) == (
+        2,
+        A,
+        "security-auditor",
+        AgentState.RUNNING,
+    )
+    assert _group_status(feed) == []  # the retry keeps the group open
+
+    again = feed.send(completion(retry_id, "failed", "still crashing"), retry_id)
+    assert of_type(again, EnvelopeType.LAUNCH) == []
+    assert DecisionType.ESCALATED in kinds(again)
+    (escalation,) = feed.state.escalations
+    assert escalation.agent_id == retry_id and "after 2 attempt(s)" in escalation.reason
+    assert feed.state.status is GroupVerdict.ESCALATE
+    assert _group_status(feed) == ["escalate: 1/2 completed, 1 failed, 0 active"]
+    assert summarize(feed.state).escalations == (escalation,)
+
+
+def test_a_successful_retry_replaces_the_failed_attempt() -> None:
+    feed = Feed()
+    _start(feed, A)
+    feed.send(completion(A, "failed", "timeout"), A)
+    retry_id = retry_agent_id(A, 2)
+    feed.send(completion(retry_id), retry_id)
+    assert feed.state.status is GroupVerdict.CONTINUE
+    assert feed.state.progress.render() == "1/1 completed, 0 failed, 0 active"
+
+
+def test_no_retries_means_immediate_escalation() -> None:
+    feed = Feed(Policy(max_retries=0))
+    _start(feed, A)
+    outcome = feed.send(completion(A, "failed"), A)
+    assert of_type(outcome, EnvelopeType.LAUNCH) == []
+    assert kinds(outcome) == [DecisionType.COMPLETED, DecisionType.ESCALATED, DecisionType.GROUP_STATUS]
+    assert feed.state.agents[A].escalated
+
+
+def test_exit_without_completion_fails_and_is_retried() -> None:
+    feed = Feed()
+    _start(feed, A)
+    outcome = feed.send(AgentExited(exit_code=1, stderr_tail="Traceback: boom"), A)
+    record = feed.state.agents[A]
+    assert record.state is AgentState.FAILED and record.exited and record.exit_code == 1
+    assert record.completion is not None and "exit code 1" in record.completion.summary
+    assert "boom" in record.completion.summary
+    assert one(outcome, EnvelopeType.LAUNCH).reason is LaunchReason.RETRY
+
+
+def test_exit_after_completion_or_while_waiting_changes_nothing() -> None:
+    feed = Feed()
+    _start(feed, A, B)
+    feed.send(completion(A), A)
+    after = feed.send(AgentExited(exit_code=0, completed=True), A)
+    assert kinds(after) == [] and feed.state.agents[A].state is AgentState.COMPLETED
+    feed.send(clarification(B), B)
+    waiting = feed.send(AgentExited(exit_code=0), B)
+    assert kinds(waiting) == []
+    assert feed.state.agents[B].state is AgentState.AWAITING_CLARIFICATION
+    assert feed.state.agents[B].exited
+
+
+def test_a_later_report_does_not_change_the_outcome() -> None:
+    feed = Feed()
+    _start(feed, A)
+    feed.send(completion(A, "failed"), A)
+    later = feed.send(completion(A, "success"), A)
+    assert of_type(later, EnvelopeType.LAUNCH) == []
+    assert kinds(later) == [DecisionType.COMPLETED]
+    assert "outcome stays FAILED" in decisions(later)[0].detail
+    record = feed.state.agents[A]
+    assert record.extra_reports == 1 and record.completion is not None
+    assert record.completion.status is ResultStatus.FAILED
+    assert sum(1 for a in feed.state.agents.values() if a.retry_of == A) == 1
+
+
+def test_a_pending_delegation_keeps_the_group_open() -> None:
+    feed = Feed()
+    _start(feed, A)
+    request = delegate(A, priority="P2")
+    feed.send(request, A)
+    feed.send(completion(A), A)
+    assert _group_status(feed) == []
+    feed.send(HumanDeny(request_id=request.request_id(), reason="not needed"), A)
+    assert _group_status(feed) == ["continue: 1/1 completed, 0 failed, 0 active"]

@@ -1,0 +1,171 @@
+"""Stop work: blockers, resolutions, error recovery, and stop_reason completion."""
+
+from __future__ import annotations
+
+from rules_kit import Feed, decisions, kinds, of_type, one, stop_dependency, stop_error
+
+from bus.directives import HumanRecover, HumanResolve, LaunchReason, RecoveryOption
+from bus.envelope import EnvelopeType
+from bus.events import AgentState, DecisionType
+from bus.results import ResultStatus
+from bus.signals import StopWork
+from coordinator.rules import Target, summarize
+
+AGENT = "bg-task-def456"
+
+SEED_PROMPT = """## BLOCKER RESOLVED
+
+Issue: node_modules missing
+Resolution: Ran npm install successfully
+
+## STATE RESTORATION
+Files analyzed: 47/120
+Reports generated: AUTH_ANALYSIS.md, SQL_REVIEW.md
+Working directory: /Users/bln/play/agentic-primer/src
+
+## RESUME INSTRUCTIONS
+Continue with dependency vulnerability scan (npm audit)
+Then proceed to license compliance check (npm ls)"""
+
+
+def test_stop_opens_a_blocker() -> None:
+    feed = Feed()
+    outcome = feed.send(stop_dependency(), AGENT)
+    assert kinds(outcome) == [DecisionType.STATE_CHANGED, DecisionType.BLOCKER_OPENED]
+    opened = decisions(outcome)[1]
+    assert opened.state is AgentState.BLOCKED
+    assert opened.detail.startswith("external_dependency: node_modules missing")
+    assert "recovery options" not in opened.detail
+    assert feed.state.agents[AGENT].blocker == stop_dependency()
+    (blocker,) = summarize(feed.state).blockers
+    assert (blocker.agent_id, blocker.blocker_type) == (AGENT, "external_dependency")
+
+
+def test_resolve_resumes_with_the_seed_prompt() -> None:
+    feed = Feed()
+    feed.send(stop_dependency(), AGENT)
+    instructions = (
+        "Continue with dependency vulnerability scan (npm audit)\n"
+        "Then proceed to license compliance check (npm ls)"
+    )
+    outcome = feed.send(
+        HumanResolve(resolution="Ran npm install successfully", instructions=instructions), AGENT
+    )
+    inbox = of_type(outcome, EnvelopeType.BLOCKER_RESOLVED, Target.INBOX)
+    assert len(inbox) == 1 and inbox[0].agent_id == AGENT
+    assert one(outcome, EnvelopeType.BLOCKER_RESOLVED).render() == SEED_PROMPT
+    assert kinds(outcome) == [DecisionType.BLOCKER_RESOLVED]
+    record = feed.state.agents[AGENT]
+    assert record.state is AgentState.RUNNING and record.blocker is None
+    assert summarize(feed.state).blockers == ()
+
+
+def test_resume_instructions_default_to_the_blocked_work_then_the_requirements() -> None:
+    feed = Feed()
+    feed.send(stop_dependency(), AGENT)
+    directive = one(
+        feed.send(HumanResolve(resolution="Ran npm install"), AGENT), EnvelopeType.BLOCKER_RESOLVED
+    )
+    assert directive.resume_instructions.startswith("Continue with the work that was blocked:\n✗ Dependency")
+    bare = stop_dependency().model_copy(update={"blocked_work": None})
+    feed.send(bare, AGENT)
+    directive = one(
+        feed.send(HumanResolve(resolution="Ran npm install"), AGENT), EnvelopeType.BLOCKER_RESOLVED
+    )
+    assert directive.resume_instructions == "Run: npm install (in parent session)"
+
+
+def test_resolve_without_a_blocker_is_rejected() -> None:
+    feed = Feed()
+    feed.send(stop_dependency(), AGENT)
+    feed.send(HumanResolve(resolution="done"), AGENT)
+    again = feed.send(HumanResolve(resolution="done"), AGENT)
+    assert again.rejected == f"agent {AGENT!r} has no open blocker"
+    assert of_type(again, EnvelopeType.BLOCKER_RESOLVED) == []
+
+
+def test_error_stop_offers_the_recovery_options() -> None:
+    feed = Feed()
+    outcome = feed.send(stop_error(), "bg-task-stu901")
+    opened = decisions(outcome)[-1]
+    assert opened.decision is DecisionType.BLOCKER_OPENED
+    assert "recovery options: retry_from_checkpoint, skip_and_continue, delegate" in opened.detail
+
+
+def test_recover_skip_and_continue() -> None:
+    feed = Feed()
+    feed.send(stop_error(), "bg-task-stu901")
+    outcome = feed.send(HumanRecover(option=RecoveryOption.SKIP_AND_CONTINUE), "bg-task-stu901")
+    directive = one(outcome, EnvelopeType.ERROR_RECOVERY, Target.INBOX)
+    assert directive.option is RecoveryOption.SKIP_AND_CONTINUE
+    assert directive.checkpoint == "checkpoint after item 50"
+    assert directive.render().startswith("## ERROR RECOVERY\n\nSkip the problematic item")
+    assert of_type(outcome, EnvelopeType.LAUNCH) == []
+    assert feed.state.agents["bg-task-stu901"].state is AgentState.RUNNING
+
+
+def test_recover_retry_uses_the_humans_instructions() -> None:
+    feed = Feed()
+    feed.send(stop_error(), "bg-task-stu901")
+    command = HumanRecover(
+        option=RecoveryOption.RETRY_FROM_CHECKPOINT, instructions="Applied fix: undefined check added"
+    )
+    directive = one(feed.send(command, "bg-task-stu901"), EnvelopeType.ERROR_RECOVERY)
+    assert directive.render() == (
+        "## ERROR FIXED\n\nApplied fix: undefined check added\n"
+        "Resume from checkpoint: checkpoint after item 50"
+    )
+
+
+def test_recover_delegate_launches_an_agent_for_the_failing_work() -> None:
+    feed = Feed()
+    feed.send(stop_error(), "bg-task-stu901")
+    outcome = feed.send(HumanRecover(option=RecoveryOption.DELEGATE), "bg-task-stu901")
+    (launched,) = of_type(outcome, EnvelopeType.LAUNCH, Target.TASKS)
+    request = one(outcome, EnvelopeType.LAUNCH)
+    assert request.reason is LaunchReason.DELEGATION
+    assert request.parent_agent_id == "bg-task-stu901"
+    assert request.depth == 1
+    assert launched.agent_id == request.new_agent_id
+    directive = one(outcome, EnvelopeType.ERROR_RECOVERY, Target.INBOX)
+    assert directive.render().startswith("## PARTIAL RESUME")
+    assert request.new_agent_id in directive.instructions
+    assert feed.state.agents[request.new_agent_id].parent_agent_id == "bg-task-stu901"
+
+
+def test_recover_on_a_plain_blocker_is_rejected() -> None:
+    feed = Feed()
+    feed.send(stop_dependency(), AGENT)
+    outcome = feed.send(HumanRecover(option=RecoveryOption.SKIP_AND_CONTINUE), AGENT)
+    assert outcome.rejected is not None and "resolve it instead" in outcome.rejected
+    assert feed.state.agents[AGENT].state is AgentState.BLOCKED
+
+
+def test_resolve_also_clears_an_error_stop() -> None:
+    feed = Feed()
+    feed.send(stop_error(), "bg-task-stu901")
+    outcome = feed.send(HumanResolve(resolution="fixed the script"), "bg-task-stu901")
+    assert one(outcome, EnvelopeType.BLOCKER_RESOLVED).state_restoration == "checkpoint after item 50"
+
+
+def test_stop_reason_completion_is_a_completion() -> None:
+    feed = Feed()
+    done = StopWork.model_validate(
+        {
+            "agent_id": AGENT,
+            "stop_reason": "completion",
+            "blocker_type": "missing_info",
+            "details": "all done",
+            "completed_work": "Scanned 120 files",
+        }
+    )
+    outcome = feed.send(done, AGENT)
+    record = feed.state.agents[AGENT]
+    assert record.state is AgentState.COMPLETED and record.blocker is None
+    assert record.completion is not None and record.completion.status is ResultStatus.SUCCESS
+    assert record.completion.summary == "Scanned 120 files"
+    assert DecisionType.COMPLETED in kinds(outcome)
+    partial = done.model_copy(update={"blocked_work": "License check"})
+    feed.send(partial, "bg-task-other")
+    other = feed.state.agents["bg-task-other"].completion
+    assert other is not None and other.status is ResultStatus.PARTIAL

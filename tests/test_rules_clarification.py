@@ -1,0 +1,136 @@
+"""Clarification: questions open for a human, answers resume the agent with the seed's prompt."""
+
+from __future__ import annotations
+
+from rules_kit import Feed, answers, clarification, decisions, kinds, of_type, one
+
+from bus.directives import ClarificationResponse
+from bus.envelope import EnvelopeType
+from bus.events import AgentStarted, AgentState, DecisionType
+from bus.signals import ClarificationNeeded
+from coordinator.rules import Target, summarize
+
+AGENT = "bg-task-abc123"
+
+SEED_PROMPT = """## CLARIFICATION RESPONSE
+
+Your questions have been answered:
+
+Q1: Should I analyze OAuth2, JWT, or both authentication strategies?
+A1: Analyze both OAuth2 and JWT. They are both in active use.
+
+Q2: What security framework version should I assume (2.0 or 3.0)?
+A2: Assume 3.0-beta. We are migrating to 3.x.
+
+## RESUME INSTRUCTIONS
+Continue from: Analyzing authentication patterns in src/auth/
+Current state: Completed secret scanning, started auth analysis
+Next step: Analyze both OAuth2 and JWT implementations with 3.0-beta assumptions"""
+
+A1 = ("Q1", "Analyze both OAuth2 and JWT. They are both in active use.")
+A2 = ("Q2", "Assume 3.0-beta. We are migrating to 3.x.")
+
+
+def test_question_opens_an_item_for_a_human() -> None:
+    feed = Feed()
+    outcome = feed.send(clarification(), AGENT)
+    assert kinds(outcome) == [DecisionType.STATE_CHANGED, DecisionType.QUESTION_OPENED]
+    opened = decisions(outcome)[1]
+    assert opened.state is AgentState.AWAITING_CLARIFICATION
+    assert "Q1: Should I analyze OAuth2" in opened.detail
+    assert all(e.target is Target.EVENTS for e in outcome.emits)
+    assert all(e.envelope.agent_id == AGENT and e.envelope.group_id == feed.group for e in outcome.emits)
+    record = feed.state.agents[AGENT]
+    assert record.state is AgentState.AWAITING_CLARIFICATION
+    assert record.questions == clarification()
+    view = summarize(feed.state)
+    assert [(q.agent_id, q.question_id, q.answered) for q in view.open_questions] == [
+        (AGENT, "Q1", False),
+        (AGENT, "Q2", False),
+    ]
+
+
+def test_answers_resume_with_the_seed_prompt() -> None:
+    feed = Feed()
+    feed.send(clarification(), AGENT)
+    step = "Analyze both OAuth2 and JWT implementations with 3.0-beta assumptions"
+    outcome = feed.send(answers(A1, A2, next_step=step), AGENT)
+    assert outcome.rejected is None
+    inbox = of_type(outcome, EnvelopeType.CLARIFICATION_RESPONSE, Target.INBOX)
+    assert len(inbox) == 1 and inbox[0].agent_id == AGENT
+    response = inbox[0].payload
+    assert isinstance(response, ClarificationResponse)
+    assert response.render() == SEED_PROMPT
+    assert kinds(outcome) == [DecisionType.QUESTION_ANSWERED]
+    record = feed.state.agents[AGENT]
+    assert record.state is AgentState.RUNNING
+    assert record.questions is None and record.answers == ()
+    assert record.resumed_at == outcome.emits[0].envelope.ts
+    assert summarize(feed.state).open_questions == ()
+
+
+def test_answers_one_at_a_time_accumulate_until_all_are_answered() -> None:
+    feed = Feed()
+    feed.send(clarification(), AGENT)
+    first = feed.send(answers(A2), AGENT)
+    assert of_type(first, EnvelopeType.CLARIFICATION_RESPONSE) == []
+    assert "waiting for Q1" in decisions(first)[0].detail
+    assert feed.state.agents[AGENT].state is AgentState.AWAITING_CLARIFICATION
+    assert [q.answered for q in summarize(feed.state).open_questions] == [False, True]
+    second = feed.send(answers(A1), AGENT)
+    response = one(second, EnvelopeType.CLARIFICATION_RESPONSE)
+    assert [a.question_id for a in response.answers] == ["Q1", "Q2"]  # question order, not answer order
+    assert response.answers[1].question == "What security framework version should I assume (2.0 or 3.0)?"
+    assert response.next_step  # derived when the human gives none
+    assert feed.state.agents[AGENT].state is AgentState.RUNNING
+
+
+def test_a_later_answer_replaces_an_earlier_one() -> None:
+    feed = Feed()
+    feed.send(clarification(), AGENT)
+    feed.send(answers(("Q1", "only OAuth2")), AGENT)
+    response = one(feed.send(answers(A1, A2), AGENT), EnvelopeType.CLARIFICATION_RESPONSE)
+    assert response.answers[0].answer == A1[1]
+
+
+def test_optional_questions_need_no_answer() -> None:
+    signal = clarification().model_dump()
+    signal["questions"][1]["type"] = "optional"
+    feed = Feed()
+    feed.send(ClarificationNeeded.model_validate(signal), AGENT)
+    response = one(feed.send(answers(A1), AGENT), EnvelopeType.CLARIFICATION_RESPONSE)
+    assert [a.question_id for a in response.answers] == ["Q1"]
+
+
+def test_answer_to_an_unknown_question_is_rejected_and_changes_nothing() -> None:
+    feed = Feed()
+    feed.send(clarification(), AGENT)
+    before = feed.state
+    outcome = feed.send(answers(("Q9", "what?")), AGENT)
+    assert outcome.rejected is not None and "Q9" in outcome.rejected
+    assert kinds(outcome) == [DecisionType.REJECTED]
+    assert decisions(outcome)[0].detail == outcome.rejected
+    assert outcome.state.agents == before.agents
+    assert outcome.state.applied == before.applied
+    assert "in-00002" in outcome.state.window
+
+
+def test_answer_without_open_questions_or_for_unknown_agent_is_rejected() -> None:
+    feed = Feed()
+    feed.send(AgentStarted(task="Analyze the codebase", name="security-auditor"), AGENT)
+    no_questions = feed.send(answers(A1), AGENT)
+    assert no_questions.rejected == f"agent {AGENT!r} has no open questions"
+    unknown = feed.send(answers(A1), "bg-task-nobody")
+    assert unknown.rejected is not None and "unknown agent" in unknown.rejected
+    assert "bg-task-nobody" not in feed.state.agents
+
+
+def test_a_new_clarification_replaces_open_questions() -> None:
+    feed = Feed()
+    feed.send(clarification(), AGENT)
+    feed.send(answers(A1), AGENT)
+    second = clarification().model_copy(update={"blocked_at": "Reviewing session handling"})
+    feed.send(second, AGENT)
+    record = feed.state.agents[AGENT]
+    assert record.questions is not None and record.questions.blocked_at == "Reviewing session handling"
+    assert record.answers == ()

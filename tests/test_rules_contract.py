@@ -1,0 +1,101 @@
+"""Result-contract checks: summary length, confidence breakdown and justification, references."""
+
+from __future__ import annotations
+
+from rules_kit import Feed, decisions, result
+
+from bus.events import DecisionType
+from bus.results import ConfidenceJustification, ConfidenceReport, Reference, ResultReport, ResultStatus
+from coordinator.policy import Policy
+from coordinator.rules import check_result, estimate_tokens, summarize
+from coordinator.state import ViolationRule
+
+FULL = ConfidenceReport(
+    score=94,
+    justification="Issues verified with code evidence",
+    verified=95,
+    inferred=90,
+    detailed=ConfidenceJustification(
+        score=94, evidence_count="3", verification_method="read", blind_spots="none"
+    ),
+)
+
+
+def _rules(report: ResultReport, policy: Policy | None = None) -> list[ViolationRule]:
+    return [rule for rule, _ in check_result(report, policy or Policy())]
+
+
+def test_token_estimate_is_four_characters_per_token() -> None:
+    assert estimate_tokens("") == 0
+    assert estimate_tokens("abcd") == 1
+    assert estimate_tokens("abcde") == 2
+    assert estimate_tokens("  " + "x" * 2000 + "\n") == 500
+
+
+def test_a_complete_report_has_no_violations() -> None:
+    assert _rules(result("security-auditor", confidence=FULL)) == []
+
+
+def test_summary_over_the_limit() -> None:
+    at_limit = result("a", summary="x" * 2000, confidence=FULL)
+    assert _rules(at_limit) == []
+    over = result("a", summary="word " * 401, confidence=FULL)
+    (rule, detail), *_ = check_result(over, Policy())
+    assert rule is ViolationRule.SUMMARY_TOO_LONG
+    assert "about 501 tokens, over the 500-token limit" in detail
+    assert _rules(over, Policy(summary_token_limit=600)) == []
+
+
+def test_breakdown_required_from_75_and_justification_from_85() -> None:
+    assert _rules(result("a", confidence=ConfidenceReport(score=74))) == []
+    assert _rules(result("a", confidence=ConfidenceReport(score=75))) == [ViolationRule.MISSING_BREAKDOWN]
+    assert _rules(result("a", confidence=ConfidenceReport(score=80, verified=90))) == [
+        ViolationRule.MISSING_BREAKDOWN
+    ]
+    assert _rules(result("a", confidence=ConfidenceReport(score=85, verified=90, inferred=80))) == [
+        ViolationRule.MISSING_JUSTIFICATION
+    ]
+    assert _rules(result("a", confidence=ConfidenceReport(score=92))) == [
+        ViolationRule.MISSING_BREAKDOWN,
+        ViolationRule.MISSING_JUSTIFICATION,
+    ]
+
+
+def test_missing_confidence_unless_the_result_is_an_error_report() -> None:
+    bare = ResultReport(agent="a", status=ResultStatus.SUCCESS, summary="done")
+    assert _rules(bare) == [ViolationRule.MISSING_CONFIDENCE]
+    assert _rules(bare.model_copy(update={"status": ResultStatus.FAILED})) == []
+
+
+def test_unverified_references_and_parser_violations() -> None:
+    refs = [
+        Reference(item="JWT Config", location="src/config/jwt.ts:8", verified=True),
+        Reference(item="Login Handler", location="src/api/auth.ts:45", verified=False),
+        Reference(item="Unknown", location="src/x.ts:1"),
+    ]
+    report = result("a", confidence=FULL).model_copy(
+        update={"key_references": refs, "violations": ["status missing"]}
+    )
+    found = check_result(report, Policy())
+    assert [r for r, _ in found] == [ViolationRule.UNVERIFIED_REFERENCE, ViolationRule.REPORTED]
+    assert "src/api/auth.ts:45" in found[0][1]
+
+
+def test_violations_are_kept_on_the_agent_and_announced() -> None:
+    feed = Feed()
+    outcome = feed.send(result("security-auditor", confidence=ConfidenceReport(score=92)), "bg-task-a")
+    announced = [d for d in decisions(outcome) if d.decision is DecisionType.CONTRACT_VIOLATION]
+    assert [d.detail.split(":")[0] for d in announced] == [
+        "missing_confidence_breakdown",
+        "missing_confidence_justification",
+    ]
+    record = feed.state.agents["bg-task-a"]
+    assert [v.rule for v in record.violations] == [
+        ViolationRule.MISSING_BREAKDOWN,
+        ViolationRule.MISSING_JUSTIFICATION,
+    ]
+    assert all(v.envelope_id == "in-00001" for v in record.violations)
+    (agent,) = summarize(feed.state).agents
+    assert agent.violations[0].startswith("missing_confidence_breakdown: confidence 92 >= 75")
+    # violations do not stop aggregation
+    assert record.completion is not None and record.completion.confidence == 92

@@ -1,0 +1,311 @@
+"""Delegation: the seed's checklist, approval with a launch, denial, human approval, waiting requesters."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from rules_kit import T0, Feed, completion, decisions, delegate, kinds, of_type, one, payloads
+
+from bus.directives import HumanApprove, HumanDeny, LaunchReason
+from bus.envelope import EnvelopeType
+from bus.events import AgentStarted, AgentState, DecisionType
+from bus.signals import DelegateWork, Priority
+from coordinator.policy import Policy
+from coordinator.rules import Target, Verdict, evaluate, summarize
+from coordinator.rules.delegation import Check
+from coordinator.rules.ids import delegate_agent_id
+from coordinator.state import AgentRecord, DelegationStatus, GroupState
+
+REQUESTER = "bg-task-jkl012"
+BLOCKING_TASK = (
+    "Set up security testing infrastructure:\n- Install and configure OWASP ZAP\n"
+    "- Create test fixtures for auth scenarios\n- Set up mock API server"
+)
+
+
+def _record(agent_id: str = REQUESTER, depth: int = 0, state: AgentState = AgentState.RUNNING) -> AgentRecord:
+    return AgentRecord(agent_id=agent_id, depth=depth, state=state, registered_at=T0, last_seen=T0)
+
+
+def _group(*records: AgentRecord) -> GroupState:
+    return GroupState(group_id="g", agents={r.agent_id: r for r in records})
+
+
+def _failed_checks(
+    request: DelegateWork, requester: AgentRecord, state: GroupState, policy: Policy
+) -> list[Check]:
+    evaluation = evaluate(request, requester, state, policy)
+    return [f.check for f in evaluation.failures]
+
+
+def test_checklist_passes_a_seed_request() -> None:
+    requester = _record()
+    evaluation = evaluate(delegate(), requester, _group(requester), Policy())
+    assert evaluation.verdict is Verdict.APPROVE and evaluation.failures == ()
+    p2 = evaluate(delegate(priority="P2"), requester, _group(requester), Policy())
+    assert p2.verdict is Verdict.ASK_HUMAN
+
+
+@pytest.mark.parametrize(
+    ("request_changes", "check"),
+    [
+        ({"reason": "need help"}, Check.JUSTIFIED),
+        ({"task": "Refactor auth"}, Check.WELL_DEFINED),
+    ],
+)
+def test_checklist_rejects_unjustified_or_vague_requests(
+    request_changes: dict[str, str], check: Check
+) -> None:
+    requester = _record()
+    assert _failed_checks(delegate(**request_changes), requester, _group(requester), Policy()) == [check]
+
+
+def test_checklist_priority_must_be_accepted_by_the_policy() -> None:
+    requester = _record()
+    policy = Policy(auto_approve=frozenset({Priority.P0}), human_approval=frozenset())
+    assert _failed_checks(delegate(priority="P1"), requester, _group(requester), policy) == [Check.PRIORITY]
+
+
+def test_checklist_depth_slots_and_budget() -> None:
+    deep = _record(depth=2)
+    assert _failed_checks(delegate(), deep, _group(deep), Policy(max_delegation_depth=2)) == [Check.DEPTH]
+    requester = _record()
+    others = [_record(f"a{i}") for i in range(4)]
+    full = _group(requester, *others)
+    assert _failed_checks(delegate(), requester, full, Policy(max_parallel_agents=5)) == [Check.SLOTS]
+    # a requester that waits for its delegate hands it its own slot
+    blocking = delegate(independence="blocks_current_work")
+    assert _failed_checks(blocking, requester, full, Policy(max_parallel_agents=5)) == []
+    # finished agents hold no slot but count against the budget
+    done = [_record(f"d{i}", state=AgentState.COMPLETED) for i in range(4)]
+    group = _group(requester, *done)
+    assert _failed_checks(delegate(), requester, group, Policy(max_parallel_agents=2)) == []
+    assert _failed_checks(delegate(), requester, group, Policy(max_agents_per_group=5)) == [Check.BUDGET]
+
+
+def test_checklist_refuses_a_blocking_claim_from_a_finished_agent() -> None:
+    finished = _record(state=AgentState.COMPLETED)
+    blocking = delegate(independence="blocks_current_work")
+    assert _failed_checks(blocking, finished, _group(finished), Policy()) == [Check.INDEPENDENCE]
+    assert _failed_checks(delegate(), finished, _group(finished), Policy()) == []
+
+
+def test_approved_parallel_delegation_launches_and_acknowledges() -> None:
+    feed = Feed()
+    feed.send(AgentStarted(task="security analysis", name="security-auditor"), REQUESTER)
+    request = delegate()
+    outcome = feed.send(request, REQUESTER)
+    new_id = delegate_agent_id(request.request_id())
+    (launched,) = of_type(outcome, EnvelopeType.LAUNCH, Target.TASKS)
+    assert launched.agent_id == new_id
+    launch = one(outcome, EnvelopeType.LAUNCH, Target.TASKS)
+    assert launch.model_dump() == {
+        "request_id": request.request_id(),
+        "new_agent_id": new_id,
+        "parent_agent_id": REQUESTER,
+        "reason": LaunchReason.DELEGATION,
+        "task": request.new_task_description.strip(),
+        "context": launch.context,
+        "priority": Priority.P1,
+        "depth": 1,
+        "attempt": 1,
+    }
+    assert "AUTH_ANALYSIS.md" in (launch.context or "")
+    assert "Continue security analysis of remaining modules" in (launch.context or "")
+    approved = one(outcome, EnvelopeType.DELEGATION_APPROVED, Target.INBOX)
+    assert approved.render().startswith(
+        "## DELEGATION APPROVED\n\n"
+        f"New agent launched: {new_id}\n"
+        "Task: Refactor authentication module to use unified AuthProvider pattern\n"
+        "Coordination: This agent: Continue security analysis of remaining modules"
+    )
+    assert of_type(outcome, EnvelopeType.DELEGATION_APPROVED)[0].agent_id == REQUESTER
+    assert kinds(outcome) == [DecisionType.LAUNCH_REQUESTED, DecisionType.DELEGATION_APPROVED]
+    assert decisions(outcome)[1].request_id == request.request_id()
+    assert feed.state.agents[REQUESTER].state is AgentState.RUNNING
+    child = feed.state.agents[new_id]
+    assert (child.state, child.depth, child.parent_agent_id, child.blocks_parent) == (
+        AgentState.RUNNING,
+        1,
+        REQUESTER,
+        False,
+    )
+    assert feed.state.delegations[request.request_id()].status is DelegationStatus.APPROVED
+
+
+def test_denied_delegation_gives_a_reason_and_an_alternative() -> None:
+    feed = Feed()
+    outcome = feed.send(delegate(task="Refactor auth"), REQUESTER)
+    assert of_type(outcome, EnvelopeType.LAUNCH) == []
+    denied = one(outcome, EnvelopeType.DELEGATION_DENIED, Target.INBOX)
+    assert "shorter than 40 characters" in denied.reason
+    assert denied.alternative.startswith("Continue the work yourself")
+    text = denied.render()
+    assert text.startswith("## DELEGATION DENIED\n\nReason: ")
+    assert "## RESUME INSTRUCTIONS\nContinue your task without the delegated work." in text
+    assert kinds(outcome)[-1] is DecisionType.DELEGATION_DENIED
+    assert len(feed.state.agents) == 1
+
+
+def test_full_group_denies_with_retry_alternative() -> None:
+    feed = Feed(Policy(max_parallel_agents=1))
+    outcome = feed.send(delegate(), REQUESTER)
+    denied = one(outcome, EnvelopeType.DELEGATION_DENIED)
+    assert "no parallel slot free (1 of 1 in use)" in denied.reason
+    assert denied.alternative.startswith("Retry the delegation when a parallel slot frees")
+
+
+def test_the_same_request_twice_is_rejected() -> None:
+    feed = Feed()
+    feed.send(delegate(), REQUESTER)
+    again = feed.send(delegate(), REQUESTER)  # same signal re-published under another entry id
+    assert again.rejected is not None and "already received" in again.rejected
+    assert of_type(again, EnvelopeType.LAUNCH) == []
+
+
+def test_p2_waits_for_a_human_then_launches_on_approve() -> None:
+    feed = Feed()
+    request = delegate(priority="P2")
+    pending = feed.send(request, REQUESTER)
+    assert kinds(pending)[-1] is DecisionType.DELEGATION_PENDING
+    assert decisions(pending)[-1].request_id == request.request_id()
+    assert of_type(pending, EnvelopeType.LAUNCH) == []
+    (listed,) = summarize(feed.state).pending_delegations
+    assert (listed.request_id, listed.requester_id, listed.priority) == (
+        request.request_id(),
+        REQUESTER,
+        Priority.P2,
+    )
+    approved = feed.send(HumanApprove(request_id=request.request_id(), reason="worth it"), "human")
+    (launch,) = payloads(approved, EnvelopeType.LAUNCH, Target.TASKS)
+    assert launch.new_agent_id == delegate_agent_id(request.request_id())
+    assert one(approved, EnvelopeType.DELEGATION_APPROVED).new_agent_id == launch.new_agent_id
+    assert summarize(feed.state).pending_delegations == ()
+    twice = feed.send(HumanApprove(request_id=request.request_id()), "human")
+    assert twice.rejected == f"delegation request {request.request_id()!r} is already approved"
+
+
+def test_p2_denied_by_a_human() -> None:
+    feed = Feed()
+    request = delegate(priority="P2")
+    feed.send(request, REQUESTER)
+    command = HumanDeny(
+        request_id=request.request_id(),
+        reason="Refactoring should be deferred until security analysis complete",
+        alternative="Document refactoring recommendations in final report",
+    )
+    outcome = feed.send(command, REQUESTER)
+    denied = one(outcome, EnvelopeType.DELEGATION_DENIED, Target.INBOX)
+    assert denied.render().startswith(
+        "## DELEGATION DENIED\n\n"
+        "Reason: Refactoring should be deferred until security analysis complete\n"
+        "Alternative: Document refactoring recommendations in final report"
+    )
+    assert feed.state.delegations[request.request_id()].status is DelegationStatus.DENIED
+    assert of_type(outcome, EnvelopeType.LAUNCH) == []
+
+
+def test_unknown_request_id_is_rejected() -> None:
+    feed = Feed()
+    feed.send(delegate(priority="P2"), REQUESTER)
+    outcome = feed.send(HumanApprove(request_id="dlg-nope"), "human")
+    assert outcome.rejected == "unknown delegation request 'dlg-nope'"
+    assert kinds(outcome) == [DecisionType.REJECTED]
+
+
+def _blocking(feed: Feed) -> str:
+    request = delegate(independence="blocks_current_work", priority="P0", task=BLOCKING_TASK)
+    outcome = feed.send(request, REQUESTER)
+    approved = one(outcome, EnvelopeType.DELEGATION_APPROVED)
+    assert "Wait: you will be resumed" in approved.render()
+    return str(approved.new_agent_id)
+
+
+def test_blocking_delegation_resumes_the_requester_when_the_delegate_completes() -> None:
+    feed = Feed()
+    delegate_id = _blocking(feed)
+    requester = feed.state.agents[REQUESTER]
+    assert requester.state is AgentState.DELEGATING and requester.waiting_on == (delegate_id,)
+    report = completion(delegate_id, summary="Infrastructure ready: ZAP configured, fixtures created")
+    outcome = feed.send(report, delegate_id)
+    (resumed,) = of_type(outcome, EnvelopeType.DELEGATION_COMPLETED, Target.INBOX)
+    assert resumed.agent_id == REQUESTER
+    directive = one(outcome, EnvelopeType.DELEGATION_COMPLETED)
+    assert (directive.delegate_agent_id, directive.status) == (delegate_id, "SUCCESS")
+    assert directive.deliverables == "- SECURITY_ANALYSIS.md"
+    assert directive.render().startswith(
+        "## DELEGATED WORK COMPLETE\n\n"
+        f"Agent: {delegate_id}\nStatus: SUCCESS\n"
+        "Summary: Infrastructure ready: ZAP configured, fixtures created"
+    )
+    requester = feed.state.agents[REQUESTER]
+    assert requester.state is AgentState.RUNNING and requester.waiting_on == ()
+    assert requester.resumed_at == T0 + timedelta(seconds=feed.count)
+    resumed_decision = next(d for d in decisions(outcome) if d.decision is DecisionType.DELEGATION_COMPLETED)
+    assert resumed_decision.state is AgentState.RUNNING
+    assert resumed_decision.request_id == directive.request_id == feed.state.agents[delegate_id].request_id
+
+
+def test_blocking_delegate_that_fails_is_retried_and_the_requester_waits_for_the_retry() -> None:
+    feed = Feed()
+    delegate_id = _blocking(feed)
+    failed = feed.send(completion(delegate_id, "failed", "ZAP would not install"), delegate_id)
+    assert of_type(failed, EnvelopeType.DELEGATION_COMPLETED) == []
+    retry = one(failed, EnvelopeType.LAUNCH).new_agent_id
+    assert feed.state.agents[REQUESTER].waiting_on == (retry,)
+    assert feed.state.agents[retry].blocks_parent
+    done = feed.send(completion(retry, "partial_success", "ZAP installed, fixtures missing"), retry)
+    directive = one(done, EnvelopeType.DELEGATION_COMPLETED)
+    assert (directive.delegate_agent_id, directive.status) == (retry, "PARTIAL")
+    assert directive.request_id == feed.state.agents[delegate_id].request_id  # the original request
+    assert feed.state.agents[REQUESTER].state is AgentState.RUNNING
+
+
+def test_blocking_delegate_that_fails_for_good_resumes_the_requester_with_the_failure() -> None:
+    feed = Feed(Policy(max_retries=0))
+    delegate_id = _blocking(feed)
+    outcome = feed.send(completion(delegate_id, "failed", "ZAP would not install"), delegate_id)
+    assert DecisionType.ESCALATED in kinds(outcome)
+    directive = one(outcome, EnvelopeType.DELEGATION_COMPLETED)
+    assert directive.status == "FAILED"
+    assert "failed" in directive.resume_instructions
+    assert feed.state.agents[REQUESTER].state is AgentState.RUNNING
+
+
+def test_pending_blocking_request_holds_the_requester_until_denied() -> None:
+    feed = Feed()
+    request = delegate(independence="blocks_current_work", priority="P2", task=BLOCKING_TASK)
+    pending = feed.send(request, REQUESTER)
+    assert decisions(pending)[-1].state is AgentState.DELEGATING
+    assert feed.state.agents[REQUESTER].state is AgentState.DELEGATING
+    feed.send(HumanDeny(request_id=request.request_id(), reason="not now"), "human")
+    assert feed.state.agents[REQUESTER].state is AgentState.RUNNING
+
+
+def test_requester_with_two_blocking_delegates_resumes_after_both() -> None:
+    feed = Feed()
+    first = _blocking(feed)
+    second_request = delegate(
+        independence="blocks_current_work",
+        task=BLOCKING_TASK + "\n- second",
+        stamp="2026-01-11T10:05:00-05:00",
+    )
+    second = one(feed.send(second_request, REQUESTER), EnvelopeType.DELEGATION_APPROVED).new_agent_id
+    assert feed.state.agents[REQUESTER].waiting_on == (first, second)
+    halfway = feed.send(completion(first), first)
+    assert feed.state.agents[REQUESTER].state is AgentState.DELEGATING
+    assert f"still waiting for {second}" in decisions(halfway)[-1].detail
+    feed.send(completion(second), second)
+    assert feed.state.agents[REQUESTER].state is AgentState.RUNNING
+
+
+def test_a_requester_that_finished_meanwhile_gets_no_directive() -> None:
+    feed = Feed()
+    request = delegate(priority="P2")
+    feed.send(request, REQUESTER)
+    feed.send(completion(REQUESTER), REQUESTER)
+    outcome = feed.send(HumanApprove(request_id=request.request_id()), "human")
+    assert of_type(outcome, EnvelopeType.DELEGATION_APPROVED) == []
+    assert one(outcome, EnvelopeType.LAUNCH).parent_agent_id == REQUESTER
+    assert kinds(outcome)[-1] is DecisionType.DELEGATION_APPROVED

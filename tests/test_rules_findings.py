@@ -1,0 +1,188 @@
+"""Findings: the append-only stream, deduplication, agreement bonus, weighting and severity conflicts."""
+
+from __future__ import annotations
+
+import pytest
+from rules_kit import Feed, decisions, finding, kinds, of_type, one, payloads, result
+
+from bus.envelope import EnvelopeType
+from bus.events import DecisionType
+from bus.findings import Finding, Severity
+from bus.results import ResultStatus
+from coordinator.policy import Policy
+from coordinator.rules import Target, merge_findings, merged_view, summarize
+from coordinator.rules.ids import emitted_id
+
+
+def test_seed_worked_example() -> None:
+    """security-auditor SEC-001 at 95, qa-engineer the same file:line and category at 78 -> 96.5."""
+    merged = merge_findings(
+        [
+            finding("security-auditor", confidence=95),
+            finding("qa-engineer", confidence=78, severity="critical"),
+        ],
+        Policy(),
+    )
+    assert len(merged) == 1
+    (one,) = merged
+    assert one.confidence == pytest.approx(96.5)
+    assert one.agents == ("qa-engineer", "security-auditor")
+    assert one.agreement and not one.severity_conflict
+    assert one.finding.agent == "security-auditor"  # the highest-confidence report is kept
+    assert (one.location, one.category) == ("src/config/jwt.ts:8", "SEC")
+
+
+def test_expertise_weights_the_average() -> None:
+    policy = Policy(expertise={"security-auditor": 2.0})
+    (one,) = merge_findings(
+        [finding("security-auditor", confidence=95), finding("qa-engineer", confidence=78)], policy
+    )
+    assert one.confidence == pytest.approx((2 * 95 + 78) / 3 + 10)
+
+
+def test_agreement_bonus_is_added_once_not_per_agent() -> None:
+    reports = [
+        finding("security-auditor", confidence=95),
+        finding("qa-engineer", confidence=78),
+        finding("code-explorer", confidence=80),
+    ]
+    (one,) = merge_findings(reports, Policy())
+    assert one.confidence == pytest.approx((95 + 78 + 80) / 3 + 10)
+
+
+def test_confidence_is_capped_at_100_and_a_lone_report_gets_no_bonus() -> None:
+    (capped,) = merge_findings(
+        [finding("security-auditor", confidence=98), finding("qa-engineer", confidence=97)], Policy()
+    )
+    assert capped.confidence == 100
+    (alone,) = merge_findings([finding("security-auditor", confidence=95)], Policy())
+    assert alone.confidence == 95 and not alone.agreement
+
+
+def test_each_agent_counts_once_with_its_best_report() -> None:
+    reports = [
+        finding("security-auditor", confidence=70),
+        finding("Security Auditor", confidence=90),  # the same agent, named by its result heading
+        finding("qa-engineer", confidence=80),
+    ]
+    (one,) = merge_findings(reports, Policy())
+    assert one.agents == ("qa-engineer", "security-auditor")
+    assert one.confidence == pytest.approx((90 + 80) / 2 + 10)
+
+
+def test_reports_without_confidence_count_for_agreement_only() -> None:
+    (one,) = merge_findings(
+        [finding("security-auditor", confidence=None), finding("qa-engineer", confidence=78)], Policy()
+    )
+    assert one.confidence == pytest.approx(88)
+    (none,) = merge_findings([finding("security-auditor", confidence=None)], Policy())
+    assert none.confidence is None
+
+
+def test_same_line_different_category_stays_apart_and_category_comes_from_the_id() -> None:
+    reports = [finding("security-auditor", id="SEC-001"), finding("qa-engineer", id="QA-014")]
+    merged = merge_findings(reports, Policy())
+    assert [m.category for m in merged] == ["QA", "SEC"]
+    explicit = finding("qa-engineer", id="X-1", category="SEC")
+    assert len(merge_findings([finding("security-auditor"), explicit], Policy())) == 1
+
+
+def test_findings_without_a_line_merge_only_with_the_same_id() -> None:
+    reports = [
+        finding("security-auditor", id="SEC-010", file="src/a.ts", line=None, title="weak hashing"),
+        finding("qa-engineer", id="SEC-010", file="src/a.ts", line=None, title="weak hashing"),
+        finding("qa-engineer", id="SEC-011", file="src/a.ts", line=None, title="missing CSRF token"),
+        finding("qa-engineer", id=None, file=None, line=None, title="no rate limiting", category="SEC"),
+    ]
+    merged = merge_findings(reports, Policy())
+    assert sorted(len(m.agents) for m in merged) == [1, 1, 2]
+
+
+def test_conflicting_severities_are_flagged() -> None:
+    (one,) = merge_findings(
+        [
+            finding("security-auditor", severity="critical"),
+            finding("qa-engineer", severity="minor", confidence=70),
+        ],
+        Policy(),
+    )
+    assert one.severity_conflict and one.severities == (Severity.CRITICAL, Severity.MINOR)
+    assert one.finding.severity is Severity.CRITICAL
+
+
+def test_result_findings_go_to_the_findings_stream_once_each() -> None:
+    feed = Feed()
+    reports = [finding("", id="SEC-001"), finding("", id="SEC-002", line=45, title="Missing rate limiting")]
+    outcome = feed.send(result("Security Auditor", ResultStatus.PARTIAL, findings=reports), "bg-task-a")
+    published = [e for e in outcome.emits if e.target is Target.FINDINGS]
+    assert [e.envelope.type for e in published] == [EnvelopeType.FINDING, EnvelopeType.FINDING]
+    assert [e.envelope.id for e in published] == [emitted_id("in-00001", 1), emitted_id("in-00001", 2)]
+    assert all(e.envelope.agent_id == "bg-task-a" for e in published)
+    assert [p.agent for p in payloads(outcome, EnvelopeType.FINDING, Target.FINDINGS)] == [
+        "security-auditor"
+    ] * 2
+    assert feed.state.agents["bg-task-a"].name == "security-auditor"
+    assert summarize(feed.state).findings == 2
+
+
+def test_finding_envelope_names_its_agent_by_id_when_its_kind_is_unknown() -> None:
+    feed = Feed()
+    outcome = feed.send(finding(""), "bg-task-x")
+    (published,) = of_type(outcome, EnvelopeType.FINDING, Target.FINDINGS)
+    assert one(outcome, EnvelopeType.FINDING).agent == "bg-task-x"
+    assert published.id == emitted_id("in-00001", 1)  # the registration decision came first
+
+
+def test_three_agents_with_overlapping_findings() -> None:
+    """The seed's shared-findings pattern: three agents, one merged view, one conflict flagged once."""
+    feed = Feed()
+    feed.send(
+        result(
+            "security-auditor",
+            findings=[
+                finding("", id="SEC-001", confidence=95),
+                finding(
+                    "",
+                    id="SEC-002",
+                    file="src/api/auth.ts",
+                    line=45,
+                    confidence=95,
+                    title="Missing rate limiting",
+                ),
+            ],
+        ),
+        "bg-task-a",
+    )
+    feed.send(result("qa-engineer", findings=[finding("", id="SEC-001", confidence=78)]), "bg-task-b")
+    conflict = feed.send(
+        finding(
+            "code-explorer", id="SEC-002", file="src/api/auth.ts", line=45, confidence=60, severity="minor"
+        ),
+        "bg-task-c",
+    )
+    assert DecisionType.SEVERITY_CONFLICT in kinds(conflict)
+    detail = next(d.detail for d in decisions(conflict) if d.decision is DecisionType.SEVERITY_CONFLICT)
+    assert "src/api/auth.ts:45 [SEC]" in detail and "critical, minor" in detail
+    again = feed.send(
+        finding(
+            "Code Explorer", id="SEC-002", file="src/api/auth.ts", line=45, confidence=65, severity="low"
+        ),
+        "bg-task-c",
+    )
+    assert DecisionType.SEVERITY_CONFLICT not in kinds(again)
+
+    view = merged_view(feed.state, feed.policy)
+    assert [(m.location, round(m.confidence or 0, 2), m.agents) for m in view] == [
+        ("src/api/auth.ts:45", round((95 + 65) / 2 + 10, 2), ("code-explorer", "security-auditor")),
+        ("src/config/jwt.ts:8", 96.5, ("qa-engineer", "security-auditor")),
+    ]
+    stream = [
+        e.envelope.payload
+        for outcome in feed.outcomes
+        for e in outcome.emits
+        if e.target is Target.FINDINGS and isinstance(e.envelope.payload, Finding)
+    ]
+    assert len(stream) == 5
+    assert merge_findings(stream, feed.policy) == view
+    reweighted = merge_findings(stream, Policy(expertise={"qa-engineer": 3}))
+    assert reweighted[1].confidence == pytest.approx((95 + 3 * 78) / 4 + 10)

@@ -1,0 +1,85 @@
+"""The policy: defaults, TOML and YAML files, and clear errors for bad settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bus.errors import ConfigError
+from bus.signals import Priority
+from coordinator.policy import Policy, agent_key
+
+
+def test_defaults() -> None:
+    policy = Policy()
+    assert policy.auto_approve == {Priority.P0, Priority.P1}
+    assert policy.human_approval == {Priority.P2}
+    assert (policy.agreement_bonus, policy.max_retries, policy.summary_token_limit) == (10, 1, 500)
+    assert policy.idempotency_window == 10_000
+    assert policy.heartbeat_timeout_seconds < policy.lost_timeout_seconds
+    assert policy.weight("anyone") == 1.0
+
+
+def test_load_toml(tmp_path: Path) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text(
+        'max_parallel_agents = 8\nauto_approve = ["P0"]\nhuman_approval = ["P1", "P2"]\n'
+        '[expertise]\n"Security Auditor" = 1.5\nqa_engineer = 0.5\n',
+        encoding="utf-8",
+    )
+    policy = Policy.load(path)
+    assert policy.max_parallel_agents == 8
+    assert policy.auto_approve == {Priority.P0}
+    assert policy.expertise == {"security-auditor": 1.5, "qa-engineer": 0.5}
+    assert policy.weight("security-auditor") == 1.5
+    assert policy.weight("QA Engineer") == 0.5
+
+
+def test_load_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yml"
+    path.write_text("max_retries: 2\nexpertise:\n  security-auditor: 2\n", encoding="utf-8")
+    policy = Policy.load(path)
+    assert policy.max_retries == 2 and policy.weight("security-auditor") == 2
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("", encoding="utf-8")
+    assert Policy.load(empty) == Policy()
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("p.toml", "max_paralel_agents = 3\n", "unknown setting 'max_paralel_agents'"),
+        (
+            "p.toml",
+            "max_parallel_agents = 0\n",
+            "max_parallel_agents: Input should be greater than or equal to 1",
+        ),
+        ("p.toml", "max_retries = 'two'\n", "max_retries: Input should be a valid integer"),
+        ("p.toml", 'auto_approve = ["P9"]\n', "auto_approve"),
+        ("p.toml", 'human_approval = ["P1"]\n', "P1 is in both auto_approve and human_approval"),
+        ("p.toml", "lost_timeout_seconds = 10\n", "lost_timeout_seconds must be longer"),
+        ("p.toml", "[expertise]\nqa = -1\n", "expertise.qa: Input should be greater than 0"),
+        ("p.toml", "[expertise]\nqa = 1\nQA = 2\n", "listed twice"),
+        ("p.toml", "max_retries = \n", "not valid TOML"),
+        ("p.yaml", "- a list\n", "the top level must be a table"),
+        ("p.yaml", "a: [unclosed\n", "not valid YAML"),
+        ("p.json", "{}", "unknown format '.json'"),
+    ],
+)
+def test_bad_files_are_config_errors(tmp_path: Path, name: str, text: str, message: str) -> None:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        Policy.load(path)
+    assert message in str(caught.value)
+    assert str(path) in str(caught.value)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read it"):
+        Policy.load(tmp_path / "absent.toml")
+
+
+def test_agent_key_normalises_names() -> None:
+    assert agent_key("  Security Auditor ") == agent_key("security_auditor") == "security-auditor"

@@ -1,0 +1,81 @@
+"""Timeouts from TICK envelopes: timed_out, lost (handled as a failure), and revival."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from rules_kit import T0, Feed, answers, clarification, decisions, kinds, one
+
+from bus.directives import LaunchReason
+from bus.envelope import EnvelopeType
+from bus.events import AgentStarted, AgentState, DecisionType, Heartbeat, Tick
+from coordinator.policy import Policy
+from coordinator.rules.ids import retry_agent_id
+
+AGENT = "bg-task-abc123"
+TICKER = "coordinator"
+POLICY = Policy(heartbeat_timeout_seconds=120, lost_timeout_seconds=900)
+
+
+def _tick(feed: Feed, seconds: float) -> list[DecisionType]:
+    now = T0 + timedelta(seconds=seconds)
+    return kinds(feed.send(Tick(now=now), TICKER, at=seconds))
+
+
+def test_silence_times_out_then_loses_the_agent() -> None:
+    feed = Feed(POLICY)
+    feed.send(AgentStarted(task="scan", name="security-auditor"), AGENT, at=0)
+    assert _tick(feed, 120) == []
+    outcome = feed.send(Tick(now=T0 + timedelta(seconds=121)), TICKER, at=121)
+    (timed_out,) = decisions(outcome)
+    assert timed_out.decision is DecisionType.TIMED_OUT and timed_out.state is AgentState.TIMED_OUT
+    assert outcome.emits[0].envelope.agent_id == AGENT
+    assert "silent for 121s (timeout 120s)" in timed_out.detail
+    assert _tick(feed, 500) == []  # already timed out: nothing new
+    lost = feed.send(Tick(now=T0 + timedelta(seconds=901)), TICKER, at=901)
+    assert kinds(lost)[0] is DecisionType.LOST
+    assert feed.state.agents[AGENT].state is AgentState.LOST
+    launch = one(lost, EnvelopeType.LAUNCH)
+    assert (launch.reason, launch.new_agent_id) == (LaunchReason.RETRY, retry_agent_id(AGENT, 2))
+    assert TICKER not in feed.state.agents
+
+
+def test_a_long_silence_goes_straight_to_lost() -> None:
+    feed = Feed(POLICY)
+    feed.send(AgentStarted(), AGENT, at=0)
+    assert _tick(feed, 5000)[0] is DecisionType.LOST
+
+
+def test_heartbeats_keep_an_agent_alive() -> None:
+    feed = Feed(POLICY)
+    feed.send(AgentStarted(), AGENT, at=0)
+    feed.send(Heartbeat(pid=42), AGENT, at=100)
+    assert _tick(feed, 200) == []
+    assert feed.state.agents[AGENT].last_seen == T0 + timedelta(seconds=100)
+    # an out-of-order (older) envelope does not move last_seen back
+    feed.send(Heartbeat(pid=42), AGENT, at=50)
+    assert feed.state.agents[AGENT].last_seen == T0 + timedelta(seconds=100)
+
+
+def test_waiting_agents_do_not_time_out_and_the_resume_restarts_the_clock() -> None:
+    feed = Feed(POLICY)
+    feed.send(clarification(AGENT), AGENT, at=0)
+    assert _tick(feed, 5000) == []
+    assert feed.state.agents[AGENT].state is AgentState.AWAITING_CLARIFICATION
+    feed.send(answers(("Q1", "both"), ("Q2", "3.0")), AGENT, at=6000)
+    assert _tick(feed, 6100) == []
+    assert _tick(feed, 6121) == [DecisionType.TIMED_OUT]
+
+
+def test_a_timed_out_or_lost_agent_heard_from_again_runs_again() -> None:
+    feed = Feed(POLICY)
+    feed.send(AgentStarted(), AGENT, at=0)
+    _tick(feed, 200)
+    back = feed.send(Heartbeat(), AGENT, at=210)
+    (revived,) = decisions(back)
+    assert revived.decision is DecisionType.STATE_CHANGED and "after timed_out" in revived.detail
+    assert feed.state.agents[AGENT].state is AgentState.RUNNING
+    _tick(feed, 2000)
+    assert feed.state.agents[AGENT].state is AgentState.LOST
+    feed.send(Heartbeat(), AGENT, at=2010)
+    assert feed.state.agents[AGENT].state is AgentState.RUNNING
