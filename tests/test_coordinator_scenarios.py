@@ -1,0 +1,302 @@
+"""Every seed scenario end to end: agent text -> parser -> bus -> a real coordinator process -> CLI.
+
+Agents' output is parsed from the seeds' own signal text and published as an adapter would; the
+coordinator runs as `subagent-bus coordinator --burst` (a real process that applies what is pending and
+exits); humans act through the CLI; what the agents receive is read back from their inbox streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from agents.parser import ResultItem, SignalItem, parse_text
+from bus.connection import connect
+from bus.envelope import Payload, new_envelope
+from bus.events import AgentExited, AgentStarted
+from bus.findings import Finding
+from bus.keys import open_namespace
+from bus.publisher import Publisher
+from bus.settings import Settings
+
+CLI = str(Path(sys.executable).parent / "subagent-bus")
+GROUP = "audit"
+
+
+def sb(url: str, *args: str) -> str:
+    done = subprocess.run(
+        [CLI, *args, "--redis-url", url], check=False, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, f"{args}: {done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def coordinate(url: str) -> None:
+    sb(url, "coordinator", "--burst", "--lease-ttl", "1000")
+
+
+def publish(url: str, agent_id: str, *payloads: Payload) -> None:
+    async def go() -> None:
+        client = await connect(Settings.from_url(url))
+        keys = await open_namespace(client, "sbus", 8)
+        envelopes = [new_envelope(p, agent_id=agent_id, group_id=GROUP, source="test") for p in payloads]
+        await Publisher(client, keys).publish_many(envelopes)
+        await client.aclose()
+
+    asyncio.run(go())
+
+
+def emit(url: str, agent_id: str, text: str) -> None:
+    """Publish what an agent printed, parsed like an adapter parses it."""
+    items = parse_text(text)
+    payloads: list[Payload] = []
+    for item in items:
+        assert isinstance(item, SignalItem | ResultItem), item
+        payloads.append(item.payload if isinstance(item, SignalItem) else item.report)
+    publish(url, agent_id, *payloads)
+
+
+def inbox(url: str, agent_id: str) -> list[dict[str, Any]]:
+    out = sb(url, "tail", "--stream", f"inbox:{agent_id}", "--from", "0", "--timeout", "0.5", "--json")
+    return [orjson.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def status(url: str) -> dict[str, Any]:
+    groups = orjson.loads(sb(url, "status", "--json"))
+    return next(g for g in groups if g["group_id"] == GROUP)
+
+
+def agent(url: str, agent_id: str) -> dict[str, Any]:
+    return next(a for a in status(url)["agents"] if a["agent_id"] == agent_id)
+
+
+def tasks(url: str) -> list[dict[str, Any]]:
+    out = sb(url, "tail", "--stream", "tasks", "--from", "0", "--timeout", "0.5", "--json")
+    return [orjson.loads(line) for line in out.splitlines() if line.strip()]
+
+
+CLARIFY = """[CLARIFICATION_NEEDED]
+agent_id: bg-task-abc123
+timestamp: 2026-01-11T08:45:00-05:00
+blocked_at: Analyzing authentication patterns in src/auth/
+reason: Multiple authentication strategies found, unclear which to analyze
+questions:
+  - question_id: Q1
+    text: Should I analyze OAuth2, JWT, or both authentication strategies?
+    context: Found separate implementations in src/auth/oauth.ts and src/auth/jwt.ts
+  - question_id: Q2
+    text: What security framework version should I assume (2.0 or 3.0)?
+    context: Dependencies show both @auth/core@2.x and @auth/core@3.x-beta
+can_resume_with: Answers specifying which auth strategies to analyze and framework version assumptions
+current_state: Completed secret scanning (found 0 hardcoded secrets), started auth analysis
+[/CLARIFICATION_NEEDED]
+"""
+
+
+def test_clarification_answered_becomes_the_resume_prompt(redis_url: str) -> None:
+    emit(redis_url, "bg-task-abc123", CLARIFY)
+    coordinate(redis_url)
+    assert agent(redis_url, "bg-task-abc123")["state"] == "awaiting_clarification"
+    pending = orjson.loads(sb(redis_url, "inbox", "--json"))["questions"]
+    assert [q["question_id"] for q in pending] == ["Q1", "Q2"]
+
+    sb(redis_url, "answer", "bg-task-abc123", "Q1=Analyze both OAuth2 and JWT. They are both in active use.",
+       "Q2=Assume 3.0-beta. We are migrating to 3.x.")  # fmt: skip
+    coordinate(redis_url)
+    [directive] = inbox(redis_url, "bg-task-abc123")
+    assert directive["type"] == "CLARIFICATION_RESPONSE"
+    answers = directive["payload"]["answers"]
+    assert [(a["question_id"], a["answer"]) for a in answers] == [
+        ("Q1", "Analyze both OAuth2 and JWT. They are both in active use."),
+        ("Q2", "Assume 3.0-beta. We are migrating to 3.x."),
+    ]
+    assert answers[0]["question"] == "Should I analyze OAuth2, JWT, or both authentication strategies?"
+    assert directive["payload"]["continue_from"] == "Analyzing authentication patterns in src/auth/"
+    assert agent(redis_url, "bg-task-abc123")["state"] == "running"
+
+
+def test_unknown_question_is_refused_before_anything_is_published(redis_url: str) -> None:
+    emit(redis_url, "bg-task-abc123", CLARIFY)
+    coordinate(redis_url)
+    done = subprocess.run(
+        [CLI, "answer", "bg-task-abc123", "Q7=x", "--redis-url", redis_url],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1
+    assert "did not ask Q7" in done.stderr
+    assert "ANSWER" not in sb(redis_url, "tail", "--stream", "signals", "--from", "0", "--timeout", "0.5")
+
+
+STOP = """[STOP_WORK]
+agent_id: bg-task-def456
+timestamp: 2026-01-11T09:15:00-05:00
+stop_reason: blocker
+blocker_type: external_dependency
+details: Security analysis requires running npm audit, but node_modules is missing
+completed_work: |
+  ✓ Scanned for hardcoded secrets (0 found)
+blocked_work: |
+  ✗ Dependency vulnerability scan (requires npm audit)
+state_snapshot: |
+  Files analyzed: 47/120
+  Reports generated: AUTH_ANALYSIS.md, SQL_REVIEW.md
+resume_requirements: |
+  Run: npm install (in parent session)
+[/STOP_WORK]
+"""
+
+
+def test_stop_work_resolved_resumes_with_the_state_restored(redis_url: str) -> None:
+    emit(redis_url, "bg-task-def456", STOP)
+    coordinate(redis_url)
+    assert agent(redis_url, "bg-task-def456")["state"] == "blocked"
+    sb(redis_url, "resolve", "bg-task-def456", "--resolution", "Ran npm install successfully")
+    coordinate(redis_url)
+    [directive] = inbox(redis_url, "bg-task-def456")
+    assert directive["type"] == "BLOCKER_RESOLVED"
+    payload = directive["payload"]
+    assert payload["resolution"] == "Ran npm install successfully"
+    assert "Files analyzed: 47/120" in payload["state_restoration"]
+    assert payload["issue"].startswith("Security analysis requires running npm audit")
+    assert agent(redis_url, "bg-task-def456")["state"] == "running"
+
+
+def delegate(agent_id: str, independence: str, priority: str, task: str) -> str:
+    return f"""[DELEGATE_WORK]
+agent_id: {agent_id}
+timestamp: 2026-01-11T10:00:00-05:00
+delegation_reason: Discovered large-scale refactoring opportunity that should run in parallel
+new_task_description: |
+  {task}
+independence: {independence}
+priority: {priority}
+context_required: Current authentication analysis (see AUTH_ANALYSIS.md)
+coordination: Both complete before final security report
+estimated_duration: 2-3 hours
+[/DELEGATE_WORK]
+"""
+
+
+def test_parallel_delegation_is_approved_and_launched(redis_url: str) -> None:
+    task = "Refactor authentication module to use unified AuthProvider pattern across OAuth2 and JWT"
+    emit(redis_url, "bg-task-jkl012", delegate("bg-task-jkl012", "can_proceed_parallel", "P1", task))
+    coordinate(redis_url)
+    [launch] = tasks(redis_url)
+    assert launch["type"] == "LAUNCH"
+    assert launch["payload"]["reason"] == "delegation"
+    assert task in launch["payload"]["task"]
+    [directive] = inbox(redis_url, "bg-task-jkl012")
+    assert directive["type"] == "DELEGATION_APPROVED"
+    assert directive["payload"]["new_agent_id"] == launch["payload"]["new_agent_id"]
+    assert agent(redis_url, "bg-task-jkl012")["state"] == "running"
+
+
+def test_p2_delegation_waits_for_a_human_who_denies_it(redis_url: str) -> None:
+    task = "Document every deprecated endpoint in the public API and propose removal dates"
+    emit(redis_url, "bg-task-jkl012", delegate("bg-task-jkl012", "optional", "P2", task))
+    coordinate(redis_url)
+    [pending] = orjson.loads(sb(redis_url, "inbox", "--json"))["delegations"]
+    assert tasks(redis_url) == []
+    sb(redis_url, "deny", pending["request_id"], "--reason", "Refactoring should be deferred",
+       "--alternative", "Document refactoring recommendations in final report")  # fmt: skip
+    coordinate(redis_url)
+    [directive] = inbox(redis_url, "bg-task-jkl012")
+    assert directive["type"] == "DELEGATION_DENIED"
+    assert directive["payload"]["reason"] == "Refactoring should be deferred"
+    assert directive["payload"]["alternative"] == "Document refactoring recommendations in final report"
+    assert tasks(redis_url) == []
+
+
+def completion(agent_id: str, status: str) -> str:
+    return f"""[COMPLETION_REPORT]
+agent_id: {agent_id}
+timestamp: 2026-01-11T12:00:00-05:00
+status: {status}
+deliverables: |
+  - TEST_INFRA.md (how to run the security tests)
+summary: Set up the security testing infrastructure
+[/COMPLETION_REPORT]
+"""
+
+
+def test_blocking_delegation_resumes_the_requester_when_the_delegate_completes(redis_url: str) -> None:
+    task = "Set up security testing infrastructure: OWASP ZAP, auth fixtures, mock API server"
+    emit(redis_url, "bg-task-mno345", delegate("bg-task-mno345", "blocks_current_work", "P0", task))
+    coordinate(redis_url)
+    [launch] = tasks(redis_url)
+    child = launch["payload"]["new_agent_id"]
+    assert agent(redis_url, "bg-task-mno345")["state"] == "delegating"
+    publish(redis_url, child, AgentStarted(task=launch["payload"]["task"]))
+    emit(redis_url, child, completion(child, "success"))
+    coordinate(redis_url)
+    directives = inbox(redis_url, "bg-task-mno345")
+    assert [d["type"] for d in directives] == ["DELEGATION_APPROVED", "DELEGATION_COMPLETED"]
+    done = directives[1]["payload"]
+    assert done["delegate_agent_id"] == child
+    assert "TEST_INFRA.md" in done["deliverables"]
+    assert agent(redis_url, "bg-task-mno345")["state"] == "running"
+
+
+def test_failed_agent_is_retried_once_then_escalated(redis_url: str) -> None:
+    publish(redis_url, "scanner", AgentStarted(task="Scan every module for SQL injection", name="scanner"))
+    publish(redis_url, "scanner", AgentExited(exit_code=3))
+    coordinate(redis_url)
+    [retry] = tasks(redis_url)
+    assert retry["payload"]["reason"] == "retry"
+    assert retry["payload"]["attempt"] == 2
+    second = retry["payload"]["new_agent_id"]
+    publish(redis_url, second, AgentStarted(task=retry["payload"]["task"]))
+    emit(redis_url, second, completion(second, "failed"))
+    coordinate(redis_url)
+    assert len(tasks(redis_url)) == 1, "only one retry"
+    escalations = orjson.loads(sb(redis_url, "inbox", "--json"))["escalations"]
+    assert [e["agent_id"] for e in escalations] == [second]
+
+
+def _report(agent_name: str, confidence: int, severity: str) -> str:
+    return f"""## {agent_name} Result
+
+### Status
+SUCCESS
+
+### Summary
+Reviewed the authentication module.
+
+### Findings
+
+#### Issues Detected
+
+| ID | Issue | File:Line | Severity | Confidence |
+|----|-------|-----------|----------|------------|
+| SEC-001 | Hardcoded JWT secret | `src/config/jwt.ts:8` | {severity} | {confidence} |
+
+### Confidence
+{confidence} - Issues verified with code evidence
+"""
+
+
+def test_overlapping_findings_of_three_agents_merge_by_the_seed_rules(redis_url: str) -> None:
+    emit(redis_url, "auditor", _report("Security Auditor", 95, "Critical"))
+    emit(redis_url, "qa", _report("QA Engineer", 78, "Critical"))
+    publish(redis_url, "linter", Finding(id="LINT-7", title="Unused import", file="src/app.ts", line=3,
+                                         severity="minor", confidence=60, agent="linter"))  # type: ignore[arg-type]  # fmt: skip
+    coordinate(redis_url)
+    merged = orjson.loads(sb(redis_url, "findings", "--merged", "--json"))
+    by_location = {m["location"]: m for m in merged}
+    assert set(by_location) == {"src/config/jwt.ts:8", "src/app.ts:3"}
+    sec = by_location["src/config/jwt.ts:8"]
+    assert sec["confidence"] == pytest.approx(96.5)  # (95 + 78) / 2 + 10
+    assert sec["agents"] == ["qa-engineer", "security-auditor"]
+    assert sec["finding"]["confidence"] == 95
+    raw = orjson.loads(sb(redis_url, "findings", "--json"))
+    assert len(raw) == 3
+    replayed = orjson.loads(sb(redis_url, "replay", "--group", GROUP, "--json"))
+    assert replayed == merged
