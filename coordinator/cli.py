@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Coroutine
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -15,6 +16,8 @@ from bus.connection import Client, connect, redis_options
 from bus.errors import BusError
 from bus.findings import Finding
 from bus.keys import Keys, open_namespace
+from bus.logs import setup_logging
+from bus.metrics import Metrics, serve
 from bus.settings import Settings
 from coordinator.human import commands as human_commands
 from coordinator.policy import Policy
@@ -65,6 +68,12 @@ def _dump(value: object) -> str:
 @click.option("--batch", default=100, show_default=True, help="Entries per read and commit.")
 @click.option("--lease-ttl", "lease_ttl_ms", default=5000, show_default=True, help="Shard lease TTL in ms.")
 @click.option("--tick", "tick_s", default=5.0, show_default=True, help="Seconds between timeout checks.")
+@click.option("--metrics-port", type=int, help="Serve Prometheus metrics on this port (127.0.0.1).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
+@click.option(
+    "--log-json", is_flag=True, envvar="SUBAGENT_BUS_LOG_JSON", help="Log one JSON object per line."
+)
+@click.option("--log-level", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR.")
 @redis_options
 def run_coordinator(
     settings: Settings,
@@ -74,6 +83,10 @@ def run_coordinator(
     batch: int,
     lease_ttl_ms: int,
     tick_s: float,
+    metrics_port: int | None,
+    metrics_host: str,
+    log_json: bool,
+    log_level: str,
 ) -> None:
     """Apply the protocol's rules to every signal, exactly once and in order.
 
@@ -81,12 +94,14 @@ def run_coordinator(
     coordinator dies is taken over (its pending entries first) once the lease expires. SIGTERM or
     Ctrl-C finishes the batch in hand and releases the leases.
     """
+    setup_logging(json=log_json, level=log_level)
     policy = _policy(policy_path)
     options = CoordinatorOptions(batch=batch, lease_ttl_ms=lease_ttl_ms, tick_interval_s=tick_s)
     if name:
-        options = CoordinatorOptions(
-            name=name, batch=batch, lease_ttl_ms=lease_ttl_ms, tick_interval_s=tick_s
-        )
+        options = replace(options, name=name)
+    metrics = Metrics("coordinator") if metrics_port else None
+    if metrics and metrics_port:
+        serve(metrics, metrics_port, metrics_host)
 
     async def main() -> int:
         client, keys = await _open(settings)
@@ -94,7 +109,7 @@ def run_coordinator(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        coordinator = Coordinator(client, keys, policy, options)
+        coordinator = Coordinator(client, keys, policy, options, metrics)
         click.echo(
             f"coordinator {options.name}: {keys.shards} shards in namespace {keys.namespace}", err=True
         )

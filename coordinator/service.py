@@ -13,17 +13,17 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from bus.connection import Client, translated
 from bus.consumer import dead_letter_fields, stream_entries
-from bus.envelope import EnvelopeType, decode, encode, new_envelope
+from bus.envelope import Envelope, EnvelopeType, decode, encode, new_envelope
 from bus.errors import BusError, DecodeError
-from bus.events import Tick
+from bus.events import Decision, Tick
 from bus.keys import Keys, StreamKind
+from bus.metrics import Metrics
 from coordinator.commit import COMMIT_SCRIPT, Commit, CommitResult, parse_result
 from coordinator.lease import MEMBERS_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT, fair_share
 from coordinator.policy import Policy
@@ -61,6 +61,18 @@ class CoordinatorOptions:
 
 
 @dataclass
+class _Batch:
+    """One batch in the making: the commit, the working copy of the group states, what it produced."""
+
+    commit: Commit
+    groups: dict[str, GroupState]
+    changed: set[str] = field(default_factory=set)
+    emitted: list[Envelope] = field(default_factory=list)
+    types_in: dict[str, int] = field(default_factory=dict)
+    dead: int = 0
+
+
+@dataclass
 class _Shard:
     index: int
     token: str = ""
@@ -73,8 +85,16 @@ class _Shard:
 class Coordinator:
     """Applies the protocol's rules to every shard it can lease, exactly once and in order."""
 
-    def __init__(self, client: Client, keys: Keys, policy: Policy, options: CoordinatorOptions) -> None:
+    def __init__(
+        self,
+        client: Client,
+        keys: Keys,
+        policy: Policy,
+        options: CoordinatorOptions,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.client = client
+        self.metrics = metrics
         self.keys = keys
         self.policy = policy
         self.options = options
@@ -85,7 +105,6 @@ class Coordinator:
         self._renew = client.register_script(RENEW_SCRIPT)
         self._release = client.register_script(RELEASE_SCRIPT)
         self._members = client.register_script(MEMBERS_SCRIPT)
-        self.on_commit: Callable[[int, int, float], None] | None = None
 
     @property
     def owned(self) -> list[int]:
@@ -138,6 +157,7 @@ class Coordinator:
                 live = await self._members(keys=[key], args=[self.options.name, self.options.lease_ttl_ms])
             self._share = fair_share(self.keys.shards, live)
             await self._shed()
+            await self._gauge_pending()
             await _wait(stop, self.options.lease_ttl_ms / 3000)
 
     async def _leave(self) -> None:
@@ -159,6 +179,7 @@ class Coordinator:
                 await self._release(keys=[self._lease_key(shard)], args=[shard.token])
             shard.owned = False
             shard.groups = {}
+            self._gauge_lease(shard)
 
     async def _acquire(self, shard: _Shard) -> bool:
         if len(self.owned) >= self._share:
@@ -169,6 +190,7 @@ class Coordinator:
         if not got:
             return False
         shard.token, shard.owned, shard.need_pending = token, True, True
+        self._gauge_lease(shard)
         await self._take_over(shard)
         log.info("shard %d acquired by %s", shard.index, self.options.name)
         return True
@@ -233,33 +255,36 @@ class Coordinator:
                 self._lost(shard)
             return False
         started = time.perf_counter()
-        commit = Commit(self._lease_key(shard), self.keys.stream(shard.index, StreamKind.SIGNALS))
+        batch = _Batch(
+            Commit(self._lease_key(shard), self.keys.stream(shard.index, StreamKind.SIGNALS)),
+            dict(shard.groups),
+        )
         counts = await self._delivery_counts(shard, entries) if shard.need_pending else {}
-        groups = dict(shard.groups)
-        changed: set[str] = set()
         for entry_id, data in entries:
-            commit.entry_ids.append(entry_id)
-            reason = self._apply_entry(shard, groups, changed, commit, data, counts.get(entry_id, 1))
+            batch.commit.entry_ids.append(entry_id)
+            deliveries = counts.get(entry_id, 1)
+            reason = self._apply_entry(shard, batch, data, deliveries)
             if reason:
-                commit.xadd(
-                    self.keys.stream(shard.index, StreamKind.DEAD),
-                    dead_letter_fields(
-                        stream=commit.stream_key,
-                        entry_id=entry_id,
-                        raw=data,
-                        reason=reason,
-                        deliveries=counts.get(entry_id, 1),
-                    ),
+                batch.dead += 1
+                fields = dead_letter_fields(
+                    stream=batch.commit.stream_key,
+                    entry_id=entry_id,
+                    raw=data,
+                    reason=reason,
+                    deliveries=deliveries,
                 )
-        for gid in changed:
+                batch.commit.xadd(self.keys.stream(shard.index, StreamKind.DEAD), fields)
+                log.warning("dead-lettered %s: %s", entry_id, reason, extra={"shard": shard.index})
+        for gid in batch.changed:
             limit = self.policy.idempotency_window
-            write_changes(commit, self.keys, shard.index, shard.groups.get(gid), groups[gid], limit)
-        result = await self._run_commit(shard, commit)
+            write_changes(
+                batch.commit, self.keys, shard.index, shard.groups.get(gid), batch.groups[gid], limit
+            )
+        result = await self._run_commit(shard, batch.commit)
         if result is CommitResult.OK:
-            shard.groups = groups
+            shard.groups = batch.groups
             self.applied += len(entries)
-            if self.on_commit:
-                self.on_commit(shard.index, len(entries), time.perf_counter() - started)
+            self._committed(shard, batch, time.perf_counter() - started)
         elif result is CommitResult.LEASE_LOST:
             self._lost(shard)
         else:
@@ -267,10 +292,48 @@ class Coordinator:
             await self._take_over(shard)
         return True
 
+    def _committed(self, shard: _Shard, batch: _Batch, seconds: float) -> None:
+        """Metrics and one log line per decision, only once the batch is durably committed."""
+        for envelope in batch.emitted:
+            if isinstance(envelope.payload, Decision):
+                log.info(
+                    envelope.payload.detail.split("\n", 1)[0],
+                    extra={
+                        "decision": envelope.payload.decision.value,
+                        "agent_id": envelope.agent_id,
+                        "group_id": envelope.group_id,
+                        "shard": shard.index,
+                    },
+                )
+        if self.metrics:
+            self.metrics.commit_seconds.observe(seconds)
+            for type_, count in batch.types_in.items():
+                self.metrics.read(type_, count)
+            for envelope in batch.emitted:
+                self.metrics.wrote(envelope.type.value)
+            if batch.dead:
+                self.metrics.dead_letters.labels(self.metrics.role, str(shard.index)).inc(batch.dead)
+
     def _lost(self, shard: _Shard) -> None:
         log.warning("shard %d: lease lost; nothing from the last batch was committed", shard.index)
         shard.owned = False
         shard.groups = {}
+        self._gauge_lease(shard)
+
+    def _gauge_lease(self, shard: _Shard) -> None:
+        if self.metrics:
+            self.metrics.lease.labels(str(shard.index)).set(1 if shard.owned else 0)
+
+    async def _gauge_pending(self) -> None:
+        if not self.metrics:
+            return
+        for shard in self._shards:
+            if shard.owned:
+                with translated():
+                    summary = await self.client.xpending(
+                        self.keys.stream(shard.index, StreamKind.SIGNALS), GROUP
+                    )
+                self.metrics.pending.labels(str(shard.index)).set(int(summary["pending"]))
 
     async def _run_commit(self, shard: _Shard, commit: Commit) -> CommitResult:
         keys, argv = commit.script_args(shard.token, GROUP, self.options.lease_ttl_ms)
@@ -287,16 +350,8 @@ class Coordinator:
             )
         return {_text(row["message_id"]): int(row["times_delivered"]) for row in rows}
 
-    def _apply_entry(
-        self,
-        shard: _Shard,
-        groups: dict[str, GroupState],
-        changed: set[str],
-        commit: Commit,
-        data: bytes | None,
-        deliveries: int,
-    ) -> str | None:
-        """Apply one entry to the working copy; the dead-letter reason when it cannot be applied."""
+    def _apply_entry(self, shard: _Shard, batch: _Batch, data: bytes | None, deliveries: int) -> str | None:
+        """Apply one entry to the batch's working copy; the dead-letter reason when it cannot be applied."""
         if deliveries > self.options.max_deliveries:
             return f"delivered {deliveries} times without being committed"
         if data is None:
@@ -305,19 +360,28 @@ class Coordinator:
             envelope = decode(data)
         except DecodeError as exc:
             return str(exc)
-        targets = list(groups) if envelope.type is EnvelopeType.TICK else [envelope.group_id]
-        for gid in targets:
-            state = groups.get(gid) or GroupState(group_id=gid)
-            try:
-                outcome = apply(state, envelope, self.policy)
-            except Exception as exc:  # a rule bug must not stop the shard: dead-letter the entry
-                log.exception("rule failed on %s", envelope.id)
-                return f"rule failed: {type(exc).__name__}: {exc}"
-            if outcome.state is not state or gid not in groups:
-                groups[gid] = outcome.state
-                changed.add(gid)
-            for emit in outcome.emits:
-                self._emit(shard, commit, emit)
+        batch.types_in[envelope.type.value] = batch.types_in.get(envelope.type.value, 0) + 1
+        if envelope.type is EnvelopeType.TICK:
+            for gid in list(batch.groups):
+                reason = self._apply_to(shard, batch, gid, envelope)
+                if reason:  # one group's rule bug must not stop the clock of the others
+                    log.error("tick skipped group %s: %s", gid, reason, extra={"group_id": gid})
+            return None
+        return self._apply_to(shard, batch, envelope.group_id, envelope)
+
+    def _apply_to(self, shard: _Shard, batch: _Batch, gid: str, envelope: Envelope) -> str | None:
+        state = batch.groups.get(gid) or GroupState(group_id=gid)
+        try:
+            outcome = apply(state, envelope, self.policy)
+        except Exception as exc:  # a rule bug must not stop the shard: dead-letter the entry
+            log.exception("rule failed on %s", envelope.id, extra={"group_id": gid})
+            return f"rule failed: {type(exc).__name__}: {exc}"
+        if outcome.state is not state or gid not in batch.groups:
+            batch.groups[gid] = outcome.state
+            batch.changed.add(gid)
+        for emit in outcome.emits:
+            self._emit(shard, batch.commit, emit)
+            batch.emitted.append(emit.envelope)
         return None
 
     def _emit(self, shard: _Shard, commit: Commit, emit: Emit) -> None:

@@ -80,18 +80,18 @@ def _appended(old: IdWindow, new: IdWindow) -> list[str]:
     return out[::-1]
 
 
-def load_state(group_id: str, fields: Mapping[bytes, bytes], seen: list[bytes]) -> GroupState:
+def load_state(group_id: str, fields: Mapping[Any, Any], seen: list[Any]) -> GroupState:
     """A group's state from its hash fields and its window list; :class:`DecodeError` if corrupt."""
     try:
-        data: dict[str, Any] = orjson.loads(fields.get(b"meta", b"{}"))
+        fields = {_str(name): value for name, value in fields.items()}
+        data: dict[str, Any] = orjson.loads(fields.get("meta", b"{}"))
         data["group_id"] = group_id
         maps: dict[str, dict[str, Any]] = {name: {} for name in _MAPS}
-        for raw_name, value in fields.items():
-            name = raw_name.decode()
+        for name, value in fields.items():
             for attr, (prefix, model) in _MAPS.items():
                 if name.startswith(prefix):
                     maps[attr][name[len(prefix) :]] = model.model_validate_json(value)
-        ids = [s.decode() for s in seen]
+        ids = [_str(s) for s in seen]
         chunk = IdWindow.CHUNK
         window = IdWindow.model_construct(
             chunks=tuple(tuple(ids[i : i + chunk]) for i in range(0, len(ids), chunk))
@@ -99,3 +99,7 @@ def load_state(group_id: str, fields: Mapping[bytes, bytes], seen: list[bytes]) 
         return GroupState.model_validate({**data, **maps, "window": window})
     except (orjson.JSONDecodeError, ValidationError, UnicodeDecodeError) as exc:
         raise DecodeError(f"invalid stored state of group {group_id}: {exc}") from None
+
+
+def _str(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
