@@ -64,7 +64,10 @@ def free_port(*, cluster: bool = False) -> int:
     """
     for _ in range(200):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", random.randint(20000, 50000) if cluster else 0))
+            try:
+                sock.bind(("127.0.0.1", random.randint(20000, 50000) if cluster else 0))
+            except OSError:
+                continue  # that random port is taken: draw another
             port = int(sock.getsockname()[1])
         if not cluster or _bindable(port + 10000):
             return port

@@ -1,0 +1,225 @@
+"""Connecting to Redis, and the one seam where redis-py's exceptions become :mod:`bus.errors`.
+
+:func:`connect` returns redis-py's own asyncio client for the deployment the URL names: a plain client
+for a standalone server or a unix socket, a Sentinel-managed client that follows failovers for
+``redis+sentinel://``, and a cluster client when the server says ``cluster_enabled:1`` (or when
+``Settings.cluster`` forces it). Every other module runs its Redis calls inside :func:`translated`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, ParamSpec, TypeAlias, TypeVar, cast
+from urllib.parse import urlsplit
+
+import click
+import redis.asyncio
+import redis.exceptions as rex
+from redis.asyncio.sentinel import Sentinel
+
+from bus.embedded import ensure_local_server
+from bus.errors import BusError, CommandFailed, ConfigError, ConnectionFailed
+from bus.settings import Settings, parse_sentinel_url
+
+__all__ = ["Client", "connect", "default_url", "redis_options", "settings_from_options", "translated"]
+
+Client: TypeAlias = redis.asyncio.Redis | redis.asyncio.RedisCluster
+"""Either asyncio client of redis-py; every module of the bus works with both."""
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_DATA_DIR = Path(".subagent-bus")
+
+# Transient conditions: the server is away, loading, failing over or resharding.
+_UNAVAILABLE = (
+    rex.ConnectionError,
+    rex.TimeoutError,
+    rex.ClusterError,
+    rex.ClusterDownError,
+    rex.TryAgainError,
+    rex.ReadOnlyError,
+    rex.RedisClusterException,
+    OSError,
+)
+
+
+@contextmanager
+def translated() -> Iterator[None]:
+    """Run Redis calls; their exceptions leave as :class:`~bus.errors.BusError` subclasses.
+
+    Unreachable, timed-out, loading or failing-over servers give :class:`ConnectionFailed`; a refused
+    command gives :class:`CommandFailed`. ``WatchError`` passes through unchanged: it is how an
+    optimistic (WATCH/MULTI) transaction reports that a watched key changed, which its caller handles.
+    """
+    try:
+        yield
+    except rex.WatchError:
+        raise
+    except BusError:
+        raise
+    except rex.CrossSlotTransactionError as exc:
+        raise CommandFailed(f"keys of one transaction are in different cluster slots: {exc}") from exc
+    except _UNAVAILABLE as exc:
+        raise ConnectionFailed(f"Redis unavailable ({type(exc).__name__}): {exc}") from exc
+    except rex.RedisError as exc:
+        raise CommandFailed(f"Redis refused the command ({type(exc).__name__}): {exc}") from exc
+
+
+async def connect(settings: Settings) -> Client:
+    """A connected client for ``settings`` (the server has answered once); errors are translated."""
+    with translated():
+        if settings.is_sentinel:
+            return await _checked(_sentinel_client(settings))
+        if settings.scheme == "unix":
+            return await _checked(redis.asyncio.Redis.from_url(settings.url, **_options(settings)))
+        single = redis.asyncio.Redis.from_url(settings.url, **_options(settings))
+        cluster = settings.cluster
+        if cluster is None:
+            try:
+                cluster = await _cluster_enabled(single)
+            except BaseException:
+                await single.aclose()
+                raise
+        if not cluster:
+            return await _checked(single)
+        await single.aclose()
+        return await _cluster_client(settings)
+
+
+async def _checked(client: redis.asyncio.Redis) -> redis.asyncio.Redis:
+    try:
+        await client.ping()
+    except BaseException:
+        await client.aclose()
+        raise
+    return client
+
+
+async def _cluster_enabled(client: redis.asyncio.Redis) -> bool:
+    try:
+        info = await client.info("cluster")
+    except rex.ResponseError as exc:
+        # SELECT of a database other than 0 fails on a cluster node; INFO refused (ACL) means standalone
+        return "cluster mode" in str(exc)
+    return str(info.get("cluster_enabled", "0")) == "1"
+
+
+async def _cluster_client(settings: Settings) -> redis.asyncio.RedisCluster:
+    db = _db_of(settings.url)
+    if db:
+        raise ConfigError(f"{settings.display_url()}: a Redis Cluster has only database 0, not {db}")
+    options = _options(settings)
+    options.pop("db", None)
+    client = redis.asyncio.RedisCluster.from_url(settings.url, **options)
+    try:
+        await client.initialize()
+    except rex.RedisClusterException as exc:
+        await client.aclose()
+        if settings.cluster and "not enabled" in str(exc).lower():
+            raise ConfigError(
+                f"{settings.display_url()} is not a cluster node (cluster=True was forced)"
+            ) from exc
+        raise
+    except BaseException:
+        await client.aclose()
+        raise
+    return client
+
+
+def _db_of(url: str) -> int:
+    path = urlsplit(url).path.strip("/")
+    return int(path) if path.isdigit() else 0
+
+
+def _sentinel_client(settings: Settings) -> redis.asyncio.Redis:
+    try:
+        target = parse_sentinel_url(settings.url)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    timeouts = {
+        "socket_timeout": settings.socket_timeout,
+        "socket_connect_timeout": settings.socket_connect_timeout,
+    }
+    sentinel_kwargs: dict[str, Any] = dict(timeouts)
+    if target.sentinel_password is not None:
+        sentinel_kwargs["password"] = target.sentinel_password
+    if target.sentinel_username is not None:
+        sentinel_kwargs["username"] = target.sentinel_username
+    if target.ssl:
+        sentinel_kwargs["ssl"] = True
+    sentinel = Sentinel(list(target.hosts), sentinel_kwargs=sentinel_kwargs, **timeouts)  # type: ignore[no-untyped-call]
+    master_options = _options(settings)
+    master_options.update(db=target.db, username=target.username, password=target.password, ssl=target.ssl)
+    return cast(redis.asyncio.Redis, sentinel.master_for(target.master, **master_options))
+
+
+def _options(settings: Settings) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "decode_responses": False,
+        "socket_timeout": settings.socket_timeout,
+        "socket_connect_timeout": settings.socket_connect_timeout,
+        "health_check_interval": settings.health_check_interval,
+    }
+    if settings.max_connections is not None:
+        options["max_connections"] = settings.max_connections
+    return options
+
+
+def default_url(data_dir: Path | None = None) -> str:
+    """The URL of the embedded local server in ``data_dir`` (``.subagent-bus``), started if needed.
+
+    Prints nothing; a command that uses it tells the user (``using local Redis at URL``).
+    """
+    return ensure_local_server(data_dir or DEFAULT_DATA_DIR)
+
+
+def settings_from_options(redis_url: str | None, namespace: str, cluster: bool | None) -> Settings:
+    """Settings from the shared command-line options; no URL starts (or joins) the embedded server."""
+    if redis_url is None:
+        redis_url = default_url()
+        click.echo(f"using local Redis at {redis_url}", err=True)
+    return Settings.from_url(redis_url, namespace=namespace, cluster=cluster)
+
+
+def redis_options(command: Callable[P, R]) -> Callable[..., R]:
+    """Add ``--redis-url``, ``--namespace`` and ``--cluster/--no-cluster`` to a click command.
+
+    The command receives one ``settings: Settings`` keyword instead of the three options. A bad value
+    is a usage error (exit code 2).
+    """
+
+    @click.option(
+        "--redis-url",
+        envvar="SUBAGENT_BUS_REDIS_URL",
+        default=None,
+        metavar="URL",
+        help="redis://, rediss://, unix://, redis+sentinel://h1:p1,h2:p2/master, or any cluster node. "
+        "Default: a local server kept in ./.subagent-bus.",
+    )
+    @click.option(
+        "--namespace",
+        envvar="SUBAGENT_BUS_NAMESPACE",
+        default="sbus",
+        show_default=True,
+        help="Key prefix of this bus.",
+    )
+    @click.option(
+        "--cluster/--no-cluster",
+        default=None,
+        help="Force the Redis Cluster client on or off. Default: ask the server.",
+    )
+    @functools.wraps(command)
+    def wrapper(*args: Any, redis_url: str | None, namespace: str, cluster: bool | None, **kwargs: Any) -> R:
+        try:
+            settings = settings_from_options(redis_url, namespace, cluster)
+        except ConfigError as exc:
+            raise click.UsageError(str(exc)) from None
+        except BusError as exc:
+            raise click.ClickException(str(exc)) from None
+        return command(*args, settings=settings, **kwargs)  # type: ignore[arg-type]
+
+    return wrapper

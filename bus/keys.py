@@ -1,0 +1,129 @@
+"""The key layout: every key of one shard shares the hash tag ``{ns:s}``.
+
+A Redis Cluster hashes only the part between the first ``{`` and ``}``, so a shard's streams, inboxes
+and state keys sit in one slot and one transaction can touch them all, on a cluster as on one server::
+
+    {ns:s}:signals  {ns:s}:findings  {ns:s}:events  {ns:s}:tasks  {ns:s}:dead
+    {ns:s}:inbox:<agent>             {ns:s}:<state name>
+    {ns}:meta                        the namespace's shard count, fixed when it is created
+
+``s = crc32(group_id) % shards``: every entry of a task group lands in the same shard.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import zlib
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+from bus.connection import Client, translated
+from bus.errors import ConfigError
+from bus.settings import NAMESPACE_PATTERN
+
+__all__ = ["Keys", "StreamKind", "dead_stream_for", "meta_key", "open_namespace"]
+
+log = logging.getLogger(__name__)
+
+_NAMESPACE: Final = re.compile(NAMESPACE_PATTERN)
+MAX_SHARDS: Final = 16384
+
+
+class StreamKind(StrEnum):
+    """The streams of a shard."""
+
+    SIGNALS = "signals"
+    FINDINGS = "findings"
+    EVENTS = "events"
+    TASKS = "tasks"
+    DEAD = "dead"
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """The names of every key of a namespace split into ``shards`` shards."""
+
+    namespace: str
+    shards: int
+
+    def __post_init__(self) -> None:
+        if not _NAMESPACE.match(self.namespace):
+            raise ConfigError(f"namespace {self.namespace!r} must match {NAMESPACE_PATTERN}")
+        if not 1 <= self.shards <= MAX_SHARDS:
+            raise ConfigError(f"shard count {self.shards} is outside 1..{MAX_SHARDS}")
+
+    def shard_of(self, group_id: str) -> int:
+        """The shard of a task group: ``crc32(group_id) % shards`` (zlib's crc32 of the UTF-8 bytes)."""
+        return zlib.crc32(group_id.encode()) % self.shards
+
+    def all_shards(self) -> range:
+        return range(self.shards)
+
+    def tag(self, shard: int) -> str:
+        """The hash tag of a shard, braces included: ``{ns:s}``."""
+        if not 0 <= shard < self.shards:
+            raise ValueError(f"shard {shard} is outside 0..{self.shards - 1}")
+        return f"{{{self.namespace}:{shard}}}"
+
+    def stream(self, shard: int, kind: StreamKind) -> str:
+        return f"{self.tag(shard)}:{kind.value}"
+
+    def inbox(self, shard: int, agent_id: str) -> str:
+        """The directive stream of one agent, in the shard of its task group."""
+        if not agent_id:
+            raise ValueError("an inbox needs an agent id")
+        return f"{self.tag(shard)}:inbox:{agent_id}"
+
+    def state(self, shard: int, name: str) -> str:
+        """A state key of the shard (groups, lease, offsets...)."""
+        if not name:
+            raise ValueError("a state key needs a name")
+        return f"{self.tag(shard)}:{name}"
+
+    @property
+    def meta(self) -> str:
+        return meta_key(self.namespace)
+
+
+def meta_key(namespace: str) -> str:
+    """The key holding a namespace's shard count."""
+    return f"{{{namespace}}}:meta"
+
+
+def dead_stream_for(stream: str) -> str:
+    """The dead-letter stream that goes with ``stream``: ``{tag}:dead`` when it has a hash tag.
+
+    Sharing the tag keeps the dead-letter write in the stream's slot (one transaction on a cluster).
+    """
+    start = stream.find("{")
+    end = stream.find("}", start + 1)
+    if start != -1 and end > start + 1:
+        return f"{stream[: end + 1]}:{StreamKind.DEAD.value}"
+    return f"{stream}:{StreamKind.DEAD.value}"
+
+
+async def open_namespace(client: Client, namespace: str, shards: int = 8) -> Keys:
+    """The keys of ``namespace``, creating it with ``shards`` shards if it does not exist yet.
+
+    The shard count is fixed at creation (``SET {ns}:meta <shards> NX``). When the namespace already
+    exists its stored count wins over ``shards``, since moving every key to new shards is not something
+    a connecting process may do; the difference is logged.
+    """
+    requested = Keys(namespace, shards)
+    key = meta_key(namespace)
+    with translated():
+        await client.set(key, str(shards), nx=True)
+        stored = await client.get(key)
+    text = stored.decode(errors="replace") if isinstance(stored, bytes) else str(stored)
+    if not text.isdigit() or not 1 <= int(text) <= MAX_SHARDS:
+        raise ConfigError(f"{key} holds {text[:40]!r}, not a shard count: the namespace is damaged")
+    if int(text) != shards:
+        log.info(
+            "namespace %s has %s shards (stored); %d requested, the stored count wins",
+            namespace,
+            text,
+            shards,
+        )
+    return requested if int(text) == shards else Keys(namespace, int(text))

@@ -1,0 +1,164 @@
+"""Trimming streams without losing an entry that a consumer group still needs.
+
+An entry may be removed only once every consumer group of its stream has acknowledged it: it is
+neither pending (delivered, not acknowledged) nor undelivered (after the group's last-delivered id).
+:func:`trim` removes the oldest entries below that floor, never more than the requested ``maxlen`` /
+``minid`` allow. On servers with ``XTRIM ... ACKED`` (Redis 8.2+) the server applies the rule itself;
+elsewhere a Lua script computes the floor and trims in one atomic step, so a group created or moved
+back (``XGROUP CREATE``/``SETID``) while a trim runs cannot slip between the computation and the trim.
+A group created *after* a trim at an id that was already trimmed simply starts at the oldest entry left.
+
+A stream without consumer groups is trimmed only to an explicit ``maxlen`` / ``minid``: nothing says
+which of its entries have been read (plain ``XREAD`` readers keep no state in Redis).
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from typing import Final
+
+from bus.connection import Client, translated
+from bus.errors import CommandFailed, ConfigError
+from bus.keys import Keys, StreamKind
+
+__all__ = ["trim", "trim_namespace"]
+
+_STREAM_ID: Final = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
+_acked_support: weakref.WeakKeyDictionary[Client, bool] = weakref.WeakKeyDictionary()
+
+# KEYS[1] the stream; ARGV[1] maxlen or "", ARGV[2] minid ("ms-seq") or "". Returns entries removed.
+_TRIM_SCRIPT: Final = """
+local key = KEYS[1]
+if redis.call('EXISTS', key) == 0 then return 0 end
+local function split(id) return string.match(id, '^(%d+)-(%d+)$') end
+local function num_less(a, b)
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+local function less(a, b)
+  local am, as = split(a)
+  local bm, bs = split(b)
+  if am ~= bm then return num_less(am, bm) end
+  return num_less(as, bs)
+end
+local function incr(digits)
+  local i = #digits
+  while i > 0 and string.sub(digits, i, i) == '9' do i = i - 1 end
+  if i == 0 then return '1' .. string.rep('0', #digits) end
+  local d = tonumber(string.sub(digits, i, i)) + 1
+  return string.sub(digits, 1, i - 1) .. d .. string.rep('0', #digits - i)
+end
+local function successor(id)
+  local ms, seq = split(id)
+  if seq == '18446744073709551615' then return incr(ms) .. '-0' end
+  return ms .. '-' .. incr(seq)
+end
+local floor = nil
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', key)) do
+  local f = {}
+  for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
+  local candidate
+  if tonumber(f['pending']) > 0 then
+    candidate = redis.call('XPENDING', key, f['name'])[2]
+  else
+    candidate = successor(f['last-delivered-id'])
+  end
+  if floor == nil or less(candidate, floor) then floor = candidate end
+end
+local limit = floor
+if ARGV[2] ~= '' and (limit == nil or less(ARGV[2], limit)) then limit = ARGV[2] end
+if ARGV[1] == '' then
+  if limit == nil then return 0 end
+  return redis.call('XTRIM', key, 'MINID', '=', limit)
+end
+local excess = redis.call('XLEN', key) - tonumber(ARGV[1])
+if excess <= 0 then return 0 end
+if limit == nil then return redis.call('XTRIM', key, 'MAXLEN', '=', ARGV[1]) end
+-- Walk the oldest entries below the limit, at most `excess` of them: the cut is after the last one.
+local cut, seen, start = nil, 0, '-'
+while seen < excess do
+  local chunk = redis.call('XRANGE', key, start, '(' .. limit, 'COUNT', math.min(excess - seen, 1000))
+  if #chunk == 0 then break end
+  seen = seen + #chunk
+  cut = chunk[#chunk][1]
+  start = '(' .. cut
+end
+if cut == nil then return 0 end
+if seen < excess then return redis.call('XTRIM', key, 'MINID', '=', limit) end
+return redis.call('XTRIM', key, 'MINID', '=', successor(cut))
+"""
+
+
+def _normalise_id(minid: str) -> str:
+    match = _STREAM_ID.match(minid)
+    if match is None or int(match[1]) >= 2**64 or int(match[2] or 0) >= 2**64:
+        raise ConfigError(f"{minid!r} is not a stream id (ms or ms-seq)")
+    return f"{int(match[1])}-{int(match[2] or 0)}"
+
+
+async def trim(client: Client, stream: str, *, maxlen: int | None = None, minid: str | None = None) -> int:
+    """Remove old entries of ``stream`` that every consumer group has acknowledged; returns how many.
+
+    ``maxlen`` keeps at least that many entries; ``minid`` keeps every entry from that id on. Without
+    either, everything acknowledged by all groups goes. Entries pending in, or not yet delivered to, any
+    group are always kept, even when that leaves more than ``maxlen``.
+    """
+    if maxlen is not None and maxlen < 0:
+        raise ConfigError("maxlen must be >= 0")
+    floor_id = _normalise_id(minid) if minid is not None else None
+    # XTRIM takes one bound: ACKED serves a single bound, the script serves none or both.
+    if (maxlen is None) != (floor_id is None) and _acked_support.get(client, True):
+        removed = await _trim_acked(client, stream, maxlen, floor_id)
+        if removed is not None:
+            return removed
+    with translated():
+        reply = await client.eval(
+            _TRIM_SCRIPT, 1, stream, "" if maxlen is None else str(maxlen), floor_id or ""
+        )
+    return int(reply)
+
+
+async def _trim_acked(client: Client, stream: str, maxlen: int | None, minid: str | None) -> int | None:
+    """``XTRIM ... ACKED`` (Redis 8.2+); None when the server does not know it (remembered per client)."""
+    strategy = ("MAXLEN", str(maxlen)) if maxlen is not None else ("MINID", str(minid))
+    try:
+        with translated():
+            removed = await client.execute_command("XTRIM", stream, strategy[0], "=", strategy[1], "ACKED")
+    except CommandFailed as exc:
+        if "syntax" not in str(exc).lower():
+            raise
+        _acked_support[client] = False
+        return None
+    _acked_support[client] = True
+    return int(removed)
+
+
+async def trim_namespace(
+    client: Client,
+    keys: Keys,
+    *,
+    maxlen_signals: int | None,
+    maxlen_events: int | None,
+    maxlen_tasks: int | None = None,
+    maxlen_findings: int | None = None,
+    include_findings: bool = False,
+) -> int:
+    """Trim the signals, events and tasks streams of every shard; returns the entries removed.
+
+    ``None`` for a stream kind means "only what every group has acknowledged". Findings are the
+    append-only record and are left alone unless ``include_findings`` is set; inboxes and the
+    dead-letter streams are never trimmed here.
+    """
+    plan = [
+        (StreamKind.SIGNALS, maxlen_signals),
+        (StreamKind.EVENTS, maxlen_events),
+        (StreamKind.TASKS, maxlen_tasks),
+    ]
+    if include_findings:
+        plan.append((StreamKind.FINDINGS, maxlen_findings))
+    removed = 0
+    for shard in keys.all_shards():
+        for kind, maxlen in plan:
+            removed += await trim(client, keys.stream(shard, kind), maxlen=maxlen)
+    return removed

@@ -1,0 +1,205 @@
+"""Where the bus lives: the Redis URL, the namespace and the client options.
+
+One URL names every deployment the bus runs on:
+
+- ``redis://[user:password@]host:port[/db]`` and ``rediss://`` (TLS): a standalone server, or any node of
+  a Redis Cluster (detected from the server unless ``cluster`` says otherwise);
+- ``unix:///path/to/redis.sock[?db=N]``: a standalone server on a local socket;
+- ``redis+sentinel://[user:password@]host1:port1,host2:port2/master[/db]`` (``rediss+sentinel://`` for
+  TLS): the current master of ``master`` as the Sentinels report it. The password is the master's; the
+  Sentinels' own password, if any, goes in ``?sentinel_password=...``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final, Self
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+
+from bus.errors import ConfigError
+
+__all__ = ["NAMESPACE_PATTERN", "SentinelTarget", "Settings", "check_url", "parse_sentinel_url", "redact"]
+
+NAMESPACE_PATTERN: Final = r"^[A-Za-z0-9_.-]+$"
+_SCHEMES: Final = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
+_SENTINEL_PORT: Final = 26379
+_SENTINEL_QUERY: Final = frozenset({"sentinel_password", "sentinel_username"})
+_HOST_PORT = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]+))(?::(?P<port>[^:]*))?$")
+
+
+class SentinelTarget(BaseModel, extra="forbid", frozen=True):
+    """A parsed ``redis+sentinel://`` URL."""
+
+    hosts: tuple[tuple[str, int], ...] = Field(min_length=1)
+    master: str = Field(min_length=1)
+    db: int = Field(default=0, ge=0)
+    username: str | None = None
+    password: str | None = None
+    sentinel_username: str | None = None
+    sentinel_password: str | None = None
+    ssl: bool = False
+
+
+class Settings(BaseModel, extra="forbid", frozen=True):
+    """How to reach the bus. Build it with :meth:`from_url`, which reports mistakes as ``ConfigError``."""
+
+    url: str
+    namespace: str = Field(default="sbus", pattern=NAMESPACE_PATTERN, max_length=64)
+    shards: int = Field(default=8, ge=1, le=16384)
+    """Used only when the namespace is first created; afterwards the count stored in Redis wins."""
+    cluster: bool | None = None
+    """``None``: ask the server (``INFO cluster``); ``True``/``False``: force the client type."""
+    socket_timeout: float | None = Field(default=None, gt=0)
+    """Seconds to wait for a reply; keep it above the consumers' ``block_ms``. ``None``: no limit."""
+    socket_connect_timeout: float = Field(default=5.0, gt=0)
+    max_connections: int | None = Field(default=None, ge=1)
+    """Per server (per node on a cluster); ``None``: redis-py's default (unbounded)."""
+    health_check_interval: float = Field(default=30.0, ge=0)
+
+    @field_validator("url")
+    @classmethod
+    def _valid_url(cls, url: str) -> str:
+        check_url(url)
+        return url
+
+    @model_validator(mode="after")
+    def _cluster_needs_tcp(self) -> Self:
+        if self.cluster and self.scheme not in ("redis", "rediss"):
+            raise ValueError(
+                f"a {self.scheme}:// URL cannot reach a Redis Cluster; use redis:// or rediss://"
+            )
+        return self
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> Settings:
+        """Settings for ``url``; any other field as a keyword. Every mistake is a :class:`ConfigError`."""
+        unknown = sorted(set(kwargs) - set(cls.model_fields))
+        if unknown:
+            known = ", ".join(name for name in cls.model_fields if name != "url")
+            raise ConfigError(f"unknown setting(s) {', '.join(unknown)} (known: {known})")
+        try:
+            return cls(url=url, **kwargs)
+        except ValidationError as exc:
+            raise ConfigError(_describe(exc)) from None
+
+    @property
+    def scheme(self) -> str:
+        return urlsplit(self.url).scheme.lower()
+
+    @property
+    def is_sentinel(self) -> bool:
+        return self.scheme.endswith("+sentinel")
+
+    def display_url(self) -> str:
+        """The URL with any password masked, for messages and logs."""
+        return redact(self.url)
+
+
+def redact(url: str) -> str:
+    """``url`` with the password (the part after ``user:`` before ``@``) replaced by ``***``."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, hosts = rest.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{hosts}"
+
+
+def check_url(url: str) -> None:
+    """Raise ``ValueError`` with a readable message unless ``url`` is one the bus can connect to."""
+    if not url or url != url.strip():
+        raise ValueError("the Redis URL is empty or has surrounding spaces")
+    scheme = urlsplit(url).scheme.lower()
+    if scheme not in _SCHEMES:
+        raise ValueError(
+            f"unsupported URL scheme {scheme or '(none)'!r} in {redact(url)!r}: use {', '.join(_SCHEMES)}"
+        )
+    if scheme.endswith("+sentinel"):
+        parse_sentinel_url(url)
+    elif scheme == "unix":
+        if not urlsplit(url).path:
+            raise ValueError(f"{redact(url)!r} names no socket path (unix:///path/to/redis.sock)")
+    else:
+        _check_tcp(url)
+
+
+def _check_tcp(url: str) -> None:
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"{redact(url)!r} has an invalid port") from None
+    if not parts.hostname:
+        raise ValueError(f"{redact(url)!r} names no host (redis://host:port/db)")
+    if port == 0:
+        raise ValueError(f"{redact(url)!r} has an invalid port")
+    db = parts.path.strip("/")
+    if db and not db.isdigit():
+        raise ValueError(f"{redact(url)!r}: the path must be a database number, not {db!r}")
+
+
+def parse_sentinel_url(url: str) -> SentinelTarget:
+    """Parse ``redis+sentinel://[user:password@]h1:p1,h2:p2/master[/db][?sentinel_password=...]``.
+
+    Raises ``ValueError`` with a readable message; a host without a port uses 26379.
+    """
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if not scheme.endswith("+sentinel"):
+        raise ValueError(f"{redact(url)!r} is not a redis+sentinel:// URL")
+    userinfo, _, hostlist = parts.netloc.rpartition("@")
+    username, password = _userinfo(userinfo)
+    hosts = tuple(_host_port(item, url) for item in hostlist.split(","))
+    segments = [unquote(s) for s in parts.path.split("/") if s]
+    if not segments or len(segments) > 2:
+        raise ValueError(f"{redact(url)!r}: the path must be /master-name or /master-name/db")
+    if len(segments) == 2 and not segments[1].isdigit():
+        raise ValueError(f"{redact(url)!r}: database {segments[1]!r} is not a number")
+    query = {key: values[-1] for key, values in parse_qs(parts.query, keep_blank_values=True).items()}
+    unknown = sorted(set(query) - _SENTINEL_QUERY)
+    if unknown:
+        raise ValueError(
+            f"{redact(url)!r}: unknown option(s) {', '.join(unknown)} (known: sentinel_password)"
+        )
+    return SentinelTarget(
+        hosts=hosts,
+        master=segments[0],
+        db=int(segments[1]) if len(segments) == 2 else 0,
+        username=username,
+        password=password,
+        sentinel_username=query.get("sentinel_username"),
+        sentinel_password=query.get("sentinel_password"),
+        ssl=scheme.startswith("rediss"),
+    )
+
+
+def _userinfo(userinfo: str) -> tuple[str | None, str | None]:
+    if not userinfo:
+        return None, None
+    user, colon, password = userinfo.partition(":")
+    return (unquote(user) or None), (unquote(password) if colon else None)
+
+
+def _host_port(item: str, url: str) -> tuple[str, int]:
+    match = _HOST_PORT.match(item.strip())
+    if not item.strip() or match is None:
+        raise ValueError(f"{redact(url)!r}: {item!r} is not host:port")
+    port_text = match["port"]
+    if port_text is None or port_text == "":
+        port = _SENTINEL_PORT
+    elif port_text.isdigit() and 0 < int(port_text) < 65536:
+        port = int(port_text)
+    else:
+        raise ValueError(f"{redact(url)!r}: {port_text!r} is not a port number")
+    return (match["v6"] or match["host"]), port
+
+
+def _describe(exc: ValidationError) -> str:
+    messages = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "settings"
+        message = str(err["msg"]).removeprefix("Value error, ")
+        messages.append(f"{where}: {message}")
+    return "invalid settings: " + "; ".join(messages)

@@ -1,0 +1,79 @@
+"""The whole transport on a 3-master Redis Cluster: shards spread over nodes, one slot per shard."""
+
+from __future__ import annotations
+
+import pytest
+import redis.asyncio
+from workers.kit import connected, progress
+
+from bus.connection import translated
+from bus.consumer import Ack, Consumer, Delivery
+from bus.errors import CommandFailed
+from bus.keys import StreamKind, open_namespace
+from bus.publisher import Publisher
+from bus.retention import trim_namespace
+
+pytestmark = pytest.mark.cluster
+
+GROUPS = [f"group-{i}" for i in range(40)]
+
+
+async def test_each_shard_is_one_slot_and_shards_spread_over_the_nodes(cluster_url: str) -> None:
+    async with connected(cluster_url) as client:
+        assert isinstance(client, redis.asyncio.RedisCluster)
+        keys = await open_namespace(client, "cl", 8)
+        nodes = set()
+        for shard in keys.all_shards():
+            names = [keys.stream(shard, kind) for kind in StreamKind]
+            names += [keys.inbox(shard, "agent"), keys.state(shard, "lease")]
+            slots = {await client.cluster_keyslot(name) for name in names}
+            assert len(slots) == 1
+            node = client.get_node_from_key(names[0])
+            assert node is not None
+            nodes.add(node.name)
+        assert len(nodes) == 3
+
+
+async def test_publish_consume_dead_letter_and_trim_across_nodes(cluster_url: str) -> None:
+    async with connected(cluster_url) as client:
+        keys = await open_namespace(client, "cl", 8)
+        envelopes = [progress(i, group_id=GROUPS[i % len(GROUPS)]) for i in range(400)]
+        await Publisher(client, keys).publish_many(envelopes)
+        seen: list[str] = []
+
+        async def handler(delivery: Delivery) -> Ack:
+            assert delivery.envelope is not None
+            seen.append(delivery.envelope.id)
+            return Ack.DEAD if delivery.envelope.id.endswith("7") else Ack.ACK
+
+        for shard in keys.all_shards():
+            stream = keys.stream(shard, StreamKind.SIGNALS)
+            consumer = Consumer(client, stream, "coord", "c", batch=32)
+            await consumer.ensure_group()
+            await consumer.run(handler, burst=True)
+        assert sorted(seen) == sorted(e.id for e in envelopes)
+        dead = 0
+        for shard in keys.all_shards():
+            dead += await client.xlen(keys.stream(shard, StreamKind.DEAD))
+        assert dead == 40
+        removed = await trim_namespace(client, keys, maxlen_signals=None, maxlen_events=None)
+        assert removed == 400
+
+
+async def test_a_shard_transaction_spans_its_streams_and_state_but_not_two_shards(cluster_url: str) -> None:
+    async with connected(cluster_url) as client:
+        keys = await open_namespace(client, "cl", 8)
+        shard = keys.shard_of("group-1")
+        pipe = client.pipeline(transaction=True)
+        pipe.set(keys.state(shard, "lease"), "token")
+        pipe.xadd(keys.stream(shard, StreamKind.EVENTS), {"data": b"{}"})
+        pipe.xadd(keys.stream(shard, StreamKind.DEAD), {"data": b"{}"})
+        pipe.xadd(keys.inbox(shard, "agent"), {"data": b"{}"})
+        with translated():
+            assert len(await pipe.execute()) == 4
+        other = (shard + 1) % keys.shards
+        pipe = client.pipeline(transaction=True)
+        pipe.set(keys.state(shard, "a"), "1")
+        pipe.set(keys.state(other, "b"), "1")
+        with pytest.raises(CommandFailed, match="slot"), translated():
+            await pipe.execute()

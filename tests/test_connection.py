@@ -1,0 +1,173 @@
+"""Connecting through every URL kind to real servers, and the error seam."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+import redis
+import redis.asyncio
+from click.testing import CliRunner
+
+from bus.connection import connect, default_url, redis_options, translated
+from bus.embedded import RedisCluster, RedisProcess, find_binary, free_port, stop_local_server
+from bus.errors import CommandFailed, ConfigError, ConnectionFailed
+from bus.settings import Settings
+
+
+async def test_standalone_is_a_plain_client(redis_url: str) -> None:
+    client = await connect(Settings.from_url(redis_url))
+    try:
+        assert type(client) is redis.asyncio.Redis
+        assert await client.ping()
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.cluster
+async def test_a_cluster_node_is_detected(redis_cluster: RedisCluster, cluster_url: str) -> None:
+    client = await connect(Settings.from_url(cluster_url))
+    try:
+        assert isinstance(client, redis.asyncio.RedisCluster)
+        for i in range(20):  # keys on every node
+            await client.set(f"k{i}", i)
+        assert len(client.get_primaries()) == 3
+    finally:
+        await client.aclose()
+    plain = await connect(Settings.from_url(cluster_url, cluster=False))
+    assert type(plain) is redis.asyncio.Redis
+    await plain.aclose()
+
+
+@pytest.mark.cluster
+async def test_a_cluster_has_only_database_zero(redis_cluster: RedisCluster, cluster_url: str) -> None:
+    with pytest.raises(ConfigError, match="only database 0"):
+        await connect(Settings.from_url(cluster_url.rsplit("/", 1)[0] + "/3"))
+
+
+async def test_forcing_cluster_on_a_standalone_server_is_a_config_error(redis_url: str) -> None:
+    with pytest.raises(ConfigError, match="not a cluster node"):
+        await connect(Settings.from_url(redis_url, cluster=True))
+
+
+async def test_unreachable_server_is_connection_failed() -> None:
+    settings = Settings.from_url(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=1)
+    with pytest.raises(ConnectionFailed, match="unavailable"):
+        await connect(settings)
+
+
+async def test_unix_socket(tmp_path: Path) -> None:
+    sock = tmp_path / "r.sock"
+    server = RedisProcess(tmp_path / "unix", config={"unixsocket": str(sock), "unixsocketperm": "700"})
+    server.start()
+    try:
+        client = await connect(Settings.from_url(f"unix://{sock}?db=1"))
+        await client.set("k", "v")
+        assert await client.get("k") == b"v"
+        await client.aclose()
+        assert server.client().dbsize() == 0  # it went to database 1
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def sentinel(redis_server: RedisProcess, redis_url: str, tmp_path: Path) -> Iterator[int]:
+    """A real Sentinel watching the session server as master ``main``."""
+    port = free_port()
+    conf = tmp_path / "sentinel.conf"
+    conf.write_text(f"port {port}\nbind 127.0.0.1\nsentinel monitor main 127.0.0.1 {redis_server.port} 1\n")
+    process = subprocess.Popen(
+        [str(find_binary()), str(conf), "--sentinel", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for_master(port, process)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _wait_for_master(port: int, process: subprocess.Popen[bytes]) -> None:
+    client = redis.Redis(port=port, socket_connect_timeout=0.5)
+    deadline = time.monotonic() + 15
+    try:
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                if client.execute_command("SENTINEL GET-MASTER-ADDR-BY-NAME", "main"):  # type: ignore[no-untyped-call]
+                    return
+            except redis.ConnectionError:
+                pass
+            time.sleep(0.02)  # a starting process has no readiness signal of its own
+    finally:
+        client.close()
+    raise AssertionError("the sentinel did not start")
+
+
+async def test_sentinel_url_reaches_the_master(sentinel: int, redis_server: RedisProcess) -> None:
+    url = f"redis+sentinel://127.0.0.1:{sentinel},127.0.0.1:{free_port()}/main/2"
+    client = await connect(Settings.from_url(url))
+    try:
+        await client.set("via-sentinel", "yes")
+    finally:
+        await client.aclose()
+    direct = redis.Redis(port=redis_server.port, db=2)
+    assert direct.get("via-sentinel") == b"yes"
+    direct.close()
+
+
+async def test_unknown_sentinel_master_is_connection_failed(sentinel: int) -> None:
+    with pytest.raises(ConnectionFailed, match=r"MasterNotFound|No master"):
+        await connect(Settings.from_url(f"redis+sentinel://127.0.0.1:{sentinel}/nope"))
+
+
+async def test_refused_commands_become_command_failed_and_watch_error_passes(redis_url: str) -> None:
+    client = await connect(Settings.from_url(redis_url))
+    try:
+        await client.set("text", "v")
+        with pytest.raises(CommandFailed, match="WRONGTYPE"), translated():
+            await client.xadd("text", {"data": b"x"})
+        with pytest.raises(redis.WatchError), translated():
+            async with client.pipeline(transaction=True) as pipe:
+                await pipe.watch("text")
+                await client.set("text", "changed")
+                pipe.multi()  # type: ignore[no-untyped-call]
+                pipe.set("text", "mine")
+                await pipe.execute()
+        assert await client.get("text") == b"changed"
+    finally:
+        await client.aclose()
+
+
+def test_default_url_starts_the_local_server(tmp_path: Path) -> None:
+    url = default_url(tmp_path / "data")
+    try:
+        assert url.startswith("redis://127.0.0.1:")
+        assert default_url(tmp_path / "data") == url
+    finally:
+        stop_local_server(tmp_path / "data")
+
+
+@click.command()
+@redis_options
+def _show(settings: Settings) -> None:
+    click.echo(f"{settings.url} {settings.namespace} {settings.cluster}")
+
+
+def test_shared_options_build_settings(redis_url: str) -> None:
+    runner = CliRunner()
+    result = runner.invoke(_show, ["--redis-url", redis_url, "--namespace", "n1", "--no-cluster"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"{redis_url} n1 False"
+    result = runner.invoke(
+        _show, [], env={"SUBAGENT_BUS_REDIS_URL": redis_url, "SUBAGENT_BUS_NAMESPACE": "n2"}
+    )
+    assert result.output.strip() == f"{redis_url} n2 None"
+    result = runner.invoke(_show, ["--redis-url", "http://nope"])
+    assert result.exit_code == 2
+    assert "unsupported URL scheme" in result.output

@@ -1,0 +1,165 @@
+"""Trimming never removes an entry a consumer group still needs (real servers)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from workers.kit import connected, entries, read_group
+
+from bus.connection import Client
+from bus.errors import ConfigError
+from bus.keys import Keys, StreamKind
+from bus.retention import trim, trim_namespace
+
+STREAM = "{ret:0}:signals"
+
+
+async def _fill(client: Client, count: int, stream: str = STREAM) -> list[str]:
+    pipe = client.pipeline(transaction=False)
+    for i in range(count):
+        pipe.xadd(stream, {"data": str(i).encode()})
+    return [entry_id.decode() for entry_id in await pipe.execute()]
+
+
+async def _read(client: Client, group: str, count: int, stream: str = STREAM) -> list[str]:
+    return await read_group(client, stream, group, count)
+
+
+async def _left(client: Client, stream: str = STREAM) -> list[str]:
+    return [entry_id for entry_id, _ in await entries(client, stream)]
+
+
+async def test_pending_and_undelivered_entries_are_kept_acked_ones_go(bus_url: str) -> None:
+    async with connected(bus_url) as client:
+        ids = await _fill(client, 10)
+        await client.xgroup_create(STREAM, "g", id="0")
+        delivered = await _read(client, "g", 6)
+        await client.xack(STREAM, "g", *delivered[:3], delivered[4])  # ids[3] and ids[5] stay pending
+        assert await trim(client, STREAM) == 3
+        assert await _left(client) == ids[3:]
+        await client.xack(STREAM, "g", ids[3], ids[5])
+        assert await trim(client, STREAM) == 3  # up to the last delivered; 6..9 were never delivered
+        assert await _left(client) == ids[6:]
+        assert await trim(client, STREAM) == 0
+
+
+async def test_the_slowest_group_sets_the_floor(bus_url: str) -> None:
+    async with connected(bus_url) as client:
+        ids = await _fill(client, 10)
+        await client.xgroup_create(STREAM, "fast", id="0")
+        await client.xgroup_create(STREAM, "slow", id="0")
+        await client.xack(STREAM, "fast", *await _read(client, "fast", 10))
+        await client.xack(STREAM, "slow", *await _read(client, "slow", 2))
+        assert await trim(client, STREAM) == 2
+        assert await _left(client) == ids[2:]
+        await client.xgroup_create(STREAM, "new", id="0")  # a group that has read nothing holds everything
+        assert await trim(client, STREAM) == 0
+
+
+async def test_maxlen_and_minid_bound_what_is_removed(bus_url: str) -> None:
+    async with connected(bus_url) as client:
+        ids = await _fill(client, 2500)
+        await client.xgroup_create(STREAM, "g", id="0")
+        for _ in range(25):
+            await client.xack(STREAM, "g", *await _read(client, "g", 100))
+        assert await trim(client, STREAM, maxlen=2400) == 100
+        assert await trim(client, STREAM, maxlen=2400) == 0
+        assert await trim(client, STREAM, minid=ids[150]) == 50
+        assert await _left(client) == ids[150:]
+        assert await trim(client, STREAM, maxlen=100, minid=ids[1000]) == 850  # the stricter bound wins
+        assert await trim(client, STREAM, maxlen=100) == 1400  # walks more than one chunk of 1000
+        assert await _left(client) == ids[2400:]
+
+
+async def test_maxlen_never_goes_past_the_floor(bus_url: str) -> None:
+    async with connected(bus_url) as client:
+        ids = await _fill(client, 10)
+        await client.xgroup_create(STREAM, "g", id="0")
+        await client.xack(STREAM, "g", *(await _read(client, "g", 5))[:2])
+        assert await trim(client, STREAM, maxlen=1) == 2
+        assert await _left(client) == ids[2:]
+
+
+async def test_streams_without_groups_are_trimmed_only_to_an_explicit_bound(bus_url: str) -> None:
+    async with connected(bus_url) as client:
+        ids = await _fill(client, 10)
+        assert await trim(client, STREAM) == 0
+        assert await trim(client, STREAM, maxlen=3) == 7
+        assert await trim(client, STREAM, minid=ids[8]) == 1
+        assert await _left(client) == ids[8:]
+        assert await trim(client, "{ret:0}:missing", maxlen=1) == 0
+
+
+async def test_a_group_created_at_the_end_holds_nothing(bus_url: str) -> None:
+    async with connected(bus_url) as client:
+        await _fill(client, 4)
+        await client.xgroup_create(STREAM, "late", id="$")
+        assert await trim(client, STREAM) == 4
+
+
+async def test_ids_at_the_sequence_limit(bus_url: str) -> None:
+    async with connected(bus_url) as client:
+        top = f"5-{2**64 - 1}"
+        await client.xadd(STREAM, {"data": b"a"}, id=top)
+        await client.xadd(STREAM, {"data": b"b"}, id="6-0")
+        await client.xgroup_create(STREAM, "g", id="0")
+        await client.xack(STREAM, "g", *await _read(client, "g", 1))
+        assert await trim(client, STREAM) == 1
+        assert await _left(client) == ["6-0"]
+        assert await trim(client, STREAM, minid="6") == 0
+
+
+@pytest.mark.parametrize("minid", ["abc", "1-2-3", "-1", str(2**64)])
+async def test_bad_minid_is_a_config_error(redis_url: str, minid: str) -> None:
+    async with connected(redis_url) as client:
+        with pytest.raises(ConfigError, match="stream id"):
+            await trim(client, STREAM, minid=minid)
+        with pytest.raises(ConfigError, match="maxlen"):
+            await trim(client, STREAM, maxlen=-1)
+
+
+@pytest.mark.parametrize("seed", range(5))
+async def test_random_reads_acks_and_trims_never_remove_a_needed_entry(redis_url: str, seed: int) -> None:
+    rng = random.Random(seed)
+    async with connected(redis_url) as client:
+        ids = await _fill(client, 300)
+        groups = ["g1", "g2", "g3"]
+        for group in groups:
+            await client.xgroup_create(STREAM, group, id="0")
+        acked: dict[str, set[str]] = {group: set() for group in groups}
+        for _ in range(40):
+            group = rng.choice(groups)
+            delivered = await _read(client, group, rng.randint(1, 20))
+            chosen = [entry_id for entry_id in delivered if rng.random() < 0.8]
+            if chosen:
+                await client.xack(STREAM, group, *chosen)
+                acked[group].update(chosen)
+            maxlen = rng.choice([None, rng.randint(0, 300)])
+            minid = rng.choice([None, rng.choice(ids)])
+            before = set(await _left(client))
+            await trim(client, STREAM, maxlen=maxlen, minid=minid)
+            removed = before - set(await _left(client))
+            assert all(entry_id in acked[g] for entry_id in removed for g in groups)
+            if maxlen is not None:
+                assert len(before) - len(removed) >= min(len(before), maxlen)
+            if minid is not None:
+                assert all(ids.index(entry_id) < ids.index(minid) for entry_id in removed)
+
+
+async def test_trim_namespace_leaves_findings_alone_unless_asked(bus_url: str) -> None:
+    async with connected(bus_url) as client:
+        keys = Keys("ret", 2)
+        for shard in keys.all_shards():
+            for kind in StreamKind:
+                await _fill(client, 5, keys.stream(shard, kind))
+        removed = await trim_namespace(client, keys, maxlen_signals=1, maxlen_events=2, maxlen_tasks=3)
+        assert removed == 2 * (4 + 3 + 2)
+        for shard in keys.all_shards():
+            assert await client.xlen(keys.stream(shard, StreamKind.FINDINGS)) == 5
+            assert await client.xlen(keys.stream(shard, StreamKind.DEAD)) == 5
+        assert await trim_namespace(client, keys, maxlen_signals=None, maxlen_events=None) == 0
+        removed = await trim_namespace(
+            client, keys, maxlen_signals=None, maxlen_events=None, maxlen_findings=4, include_findings=True
+        )
+        assert removed == 2

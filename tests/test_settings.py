@@ -1,0 +1,87 @@
+"""Settings and URL parsing (pure: no server)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bus.errors import ConfigError
+from bus.settings import SentinelTarget, Settings, parse_sentinel_url, redact
+
+
+def test_defaults_and_keywords() -> None:
+    settings = Settings.from_url("redis://localhost:6379/2", namespace="team.a", shards=16, cluster=False)
+    assert (settings.namespace, settings.shards, settings.cluster) == ("team.a", 16, False)
+    assert Settings.from_url("redis://h").cluster is None
+    assert Settings.from_url("redis://h").namespace == "sbus"
+
+
+def test_unknown_keyword_is_a_config_error_naming_it() -> None:
+    with pytest.raises(ConfigError, match=r"unknown setting\(s\) shard_count, timeout") as info:
+        Settings.from_url("redis://h", shard_count=4, timeout=1)
+    assert "shards" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("", "empty"),
+        (" redis://h", "spaces"),
+        ("http://h:6379", "unsupported URL scheme 'http'"),
+        ("localhost:6379", "unsupported URL scheme"),
+        ("redis://:6379/0", "names no host"),
+        ("redis://h:notaport/0", "invalid port"),
+        ("redis://h:70000/0", "invalid port"),
+        ("redis://h:6379/zero", "database number"),
+        ("unix://", "no socket path"),
+        ("redis+sentinel://h1:1,h2:x/master", "not a port number"),
+        ("redis+sentinel://h1:26379", "/master-name"),
+        ("redis+sentinel://h1/master/db", "not a number"),
+        ("redis+sentinel://h1/m?bogus=1", "unknown option"),
+        ("redis+sentinel://h1,,h2/m", "is not host:port"),
+    ],
+)
+def test_bad_urls_are_config_errors_with_a_clear_message(url: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Settings.from_url(url)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("namespace", "a b"),
+        ("namespace", "a{b}"),
+        ("shards", 0),
+        ("socket_timeout", -1),
+        ("max_connections", 0),
+    ],
+)
+def test_bad_values_are_config_errors(field: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=field):
+        Settings.from_url("redis://h", **{field: value})
+
+
+def test_cluster_cannot_be_forced_over_a_socket_or_sentinel() -> None:
+    with pytest.raises(ConfigError, match="cannot reach a Redis Cluster"):
+        Settings.from_url("unix:///tmp/r.sock", cluster=True)
+    with pytest.raises(ConfigError, match="cannot reach a Redis Cluster"):
+        Settings.from_url("redis+sentinel://h/m", cluster=True)
+
+
+def test_sentinel_url_parsing() -> None:
+    target = parse_sentinel_url("redis+sentinel://:s%40cret@h1:26380,[::1]:5000,h3/mymaster/3")
+    assert target == SentinelTarget(
+        hosts=(("h1", 26380), ("::1", 5000), ("h3", 26379)), master="mymaster", db=3, password="s@cret"
+    )
+    target = parse_sentinel_url("rediss+sentinel://user:pw@s1:1/m?sentinel_password=sp&sentinel_username=su")
+    assert (target.username, target.password, target.ssl) == ("user", "pw", True)
+    assert (target.sentinel_username, target.sentinel_password, target.db) == ("su", "sp", 0)
+    assert Settings.from_url("redis+sentinel://s1/m").is_sentinel
+
+
+def test_passwords_are_masked_for_display() -> None:
+    assert redact("redis://user:secret@h:1/0") == "redis://user:***@h:1/0"
+    assert redact("redis+sentinel://:pw@a:1,b:2/m") == "redis+sentinel://:***@a:1,b:2/m"
+    assert redact("redis://h:1/0") == "redis://h:1/0"
+    with pytest.raises(ConfigError) as info:
+        Settings.from_url("redis://u:topsecret@h:bad/0")
+    assert "topsecret" not in str(info.value)

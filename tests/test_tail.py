@@ -1,0 +1,190 @@
+"""``subagent-bus tail`` against real servers."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
+import pytest
+import redis
+from click.testing import CliRunner, Result
+from workers.kit import connected, progress, progresses
+
+from bus.cli import main
+from bus.consumer import dead_letter_fields
+from bus.embedded import stop_local_server
+from bus.envelope import Envelope, encode
+from bus.keys import Keys, StreamKind, open_namespace
+from bus.publisher import Publisher
+
+GROUPS = ["alpha", "beta", "gamma", "delta", "x", "y", "z"]
+
+
+def _publish(url: str, envelopes: Sequence[Envelope], kind: StreamKind = StreamKind.SIGNALS) -> list[str]:
+    async def go() -> list[str]:
+        async with connected(url) as client:
+            keys = await open_namespace(client, "tl", 4)
+            return await Publisher(client, keys).publish_many(envelopes, kind)
+
+    return asyncio.run(go())
+
+
+def _tail(url: str, *args: str) -> Result:
+    return CliRunner().invoke(main, ["tail", "--redis-url", url, "--namespace", "tl", *args])
+
+
+def _spread(count: int, start: int = 0) -> list[Envelope]:
+    return [progress(i, group_id=GROUPS[i % len(GROUPS)]) for i in range(start, start + count)]
+
+
+def _order(entry_id: str) -> tuple[int, int]:
+    ms, seq = entry_id.split("-")
+    return int(ms), int(seq)
+
+
+def test_from_0_count_n_json_prints_exactly_the_oldest_n_across_shards(bus_url: str) -> None:
+    envelopes = _spread(40)
+    ids = _publish(bus_url, envelopes)
+    keys = Keys("tl", 4)
+    assert len({keys.shard_of(e.group_id) for e in envelopes}) > 1
+    result = _tail(bus_url, "--from", "0", "--count", "15", "--json")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) == 15
+    by_data = {
+        encode(e): (entry_id, keys.shard_of(e.group_id)) for e, entry_id in zip(envelopes, ids, strict=True)
+    }
+    printed = [by_data[line.encode()] for line in lines]  # each line is an envelope exactly as stored
+    oldest = sorted(by_data.values(), key=lambda pair: (*_order(pair[0]), pair[1]))[:15]
+    assert printed == oldest
+
+
+def test_all_published_envelopes_come_back(redis_url: str) -> None:
+    envelopes = _spread(250)
+    _publish(redis_url, envelopes)
+    result = _tail(redis_url, "--from", "0", "--count", "250", "--json")
+    assert sorted(result.stdout.splitlines()) == sorted(encode(e).decode() for e in envelopes)
+
+
+def test_timeout_stops_a_quiet_tail(redis_url: str) -> None:
+    _publish(redis_url, progresses(3))
+    result = _tail(redis_url, "--timeout", "0.3", "--json")  # --from $: only new entries
+    assert (result.exit_code, result.stdout) == (0, "")
+    result = _tail(redis_url, "--from", "0", "--timeout", "0.3")
+    assert result.exit_code == 0
+    assert len(result.stdout.splitlines()) == 3
+
+
+def test_readable_lines_and_skipped_garbage(redis_url: str) -> None:
+    _publish(redis_url, [progress(1, group_id="alpha")])
+    shard = Keys("tl", 4).shard_of("alpha")
+    raw = redis.Redis.from_url(redis_url)
+    raw.xadd(f"{{tl:{shard}}}:signals", {"data": b"garbage"})
+    raw.close()
+    _publish(redis_url, [progress(2, group_id="alpha")])
+    result = _tail(redis_url, "--from", "0", "--count", "2")
+    assert result.exit_code == 0, result.output
+    first, second = result.stdout.splitlines()
+    assert f" s{shard} " in first
+    assert "signal/PROGRESS agent-1@alpha" in first
+    assert '"message":"step 1"' in first
+    assert "step 2" in second
+    assert "skipped entry" in result.stderr
+    assert "not JSON" in result.stderr
+
+
+def test_a_group_tail_acknowledges_what_it_printed(bus_url: str) -> None:
+    _publish(bus_url, _spread(12))
+    result = _tail(bus_url, "--group", "viewers", "--from", "0", "--count", "12", "--json")
+    assert len(result.stdout.splitlines()) == 12
+    again = _tail(bus_url, "--group", "viewers", "--from", "0", "--timeout", "0.3", "--json")
+    assert again.stdout == ""
+    _publish(bus_url, _spread(2, start=100))
+    later = _tail(bus_url, "--group", "viewers", "--timeout", "0.3", "--json")
+    assert len(later.stdout.splitlines()) == 2
+
+    async def pending() -> int:
+        async with connected(bus_url) as client:
+            total = 0
+            for shard in range(4):
+                total += (await client.xpending(f"{{tl:{shard}}}:signals", "viewers"))["pending"]
+            return total
+
+    assert asyncio.run(pending()) == 0
+
+
+def test_inbox_and_dead_streams(redis_url: str) -> None:
+    directive = progress(7, group_id="beta", agent_id="worker-9")
+
+    async def setup() -> None:
+        async with connected(redis_url) as client:
+            keys = await open_namespace(client, "tl", 4)
+            await Publisher(client, keys).send_directive(directive)
+            dead = keys.stream(keys.shard_of("beta"), StreamKind.DEAD)
+            fields = dead_letter_fields(
+                stream="s", entry_id="1-0", raw=b"\x00bad", reason="not JSON", deliveries=2
+            )
+            await client.xadd(dead, fields)  # type: ignore[arg-type]
+
+    asyncio.run(setup())
+    for extra in ([], ["--group-id", "beta"]):
+        result = _tail(
+            redis_url, "--stream", "inbox:worker-9", "--from", "0", "--count", "1", "--json", *extra
+        )
+        assert result.stdout.splitlines() == [encode(directive).decode()]
+    result = _tail(redis_url, "--stream", "dead", "--from", "0", "--count", "1")
+    assert "dead from s 1-0 after 2 deliveries: not JSON" in result.stdout
+    result = _tail(redis_url, "--stream", "dead", "--from", "0", "--count", "1", "--json")
+    record = orjson.loads(result.stdout)
+    assert (record["reason"], record["entry_id"], record["deliveries"], record["data"]) == (
+        "not JSON",
+        "1-0",
+        "2",
+        "\x00bad",
+    )
+    result = _tail(redis_url, "--stream", "dead", "--group", "g", "--from", "0", "--count", "1")
+    assert "after 2 deliveries: not JSON" in result.stdout
+
+
+@pytest.mark.parametrize("stream", ["nope", "inbox:"])
+def test_a_bad_stream_is_a_usage_error(redis_url: str, stream: str) -> None:
+    result = _tail(redis_url, "--stream", stream)
+    assert result.exit_code == 2
+    assert "--stream" in result.output
+
+
+async def test_follow_prints_entries_published_after_it_started(redis_url: str) -> None:
+    async with connected(redis_url) as client:
+        keys = await open_namespace(client, "tl", 4)
+        publisher = Publisher(client, keys)
+        await publisher.publish_many(_spread(3))
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "from bus.cli import main; main()",
+            "tail", "--redis-url", redis_url, "--namespace", "tl", "--from", "0", "--count", "5", "--json",
+            stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert process.stdout is not None
+        try:
+            early = [await asyncio.wait_for(process.stdout.readline(), 30) for _ in range(3)]
+            await publisher.publish_many(_spread(2, start=3))
+            rest = await asyncio.wait_for(process.stdout.read(), 30)
+            assert await asyncio.wait_for(process.wait(), 30) == 0
+        finally:
+            if process.returncode is None:
+                process.kill()
+        lines = [line.rstrip(b"\n") for line in early] + rest.splitlines()
+        assert sorted(lines) == sorted(encode(e) for e in _spread(5))
+
+
+def test_without_a_url_the_local_server_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SUBAGENT_BUS_REDIS_URL", raising=False)
+    try:
+        result = CliRunner().invoke(main, ["tail", "--timeout", "0.2"])
+        assert result.exit_code == 0, result.output
+        assert "using local Redis at redis://127.0.0.1:" in result.stderr
+    finally:
+        stop_local_server(tmp_path / ".subagent-bus")
