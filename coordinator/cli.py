@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from collections.abc import Coroutine
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +20,7 @@ from bus.keys import Keys, open_namespace
 from bus.logs import setup_logging
 from bus.metrics import Metrics, serve
 from bus.settings import Settings
+from coordinator.console import render
 from coordinator.human import commands as human_commands
 from coordinator.policy import Policy
 from coordinator.rules import GroupSummary, MergedFinding, merge_findings, summarize
@@ -122,60 +124,105 @@ def run_coordinator(
     click.echo(f"coordinator {options.name} stopped after applying {applied} entries", err=True)
 
 
-def _agent_line(summary: GroupSummary) -> list[str]:
-    lines = []
-    for agent in summary.agents:
-        progress = f" {agent.percent:.0f}%" if agent.percent is not None else ""
-        status = f" [{agent.status.value}]" if agent.status else ""
-        flags = f" violations: {', '.join(agent.violations)}" if agent.violations else ""
-        lines.append(
-            f"  {agent.agent_id:28} {agent.state.value:22}{status}{progress}"
-            f"  applied {agent.applied} (last {agent.last_applied_id or '-'}){flags}"
-        )
-    return lines
+_ATTACH = """\
+subagent-bus is up: Redis at {url}, namespace {ns}, a coordinator in this terminal.
+
+From other terminals or machines (Redis must be reachable there):
+  export SUBAGENT_BUS_REDIS_URL={url}
+  subagent-bus adapter watch OUTPUT_FILE --agent-id ID --group GROUP   # a background agent's output file
+  subagent-bus adapter run --agent-id ID --group GROUP -- COMMAND ...  # wrap an agent command
+  subagent-bus launcher --command 'claude -p {{prompt}}'                # start approved delegations
+  subagent-bus coordinator                                              # more coordinators, any machine
+  subagent-bus status --watch        # live view
+  subagent-bus inbox                 # what waits for you: answer / resolve / approve / deny
+"""
 
 
-def _print_summary(summary: GroupSummary) -> None:
-    p = summary.progress
-    verdict = f", verdict {summary.status.value}" if summary.status else ""
-    click.echo(
-        f"group {summary.group_id}: {p.completed}/{p.total} completed, {p.failed} failed, "
-        f"{p.active} active{verdict}; {summary.findings} merged findings"
+@click.command()
+@click.pass_context
+@_POLICY
+@click.option("--metrics-port", type=int, help="Serve Prometheus metrics on this port (127.0.0.1).")
+@click.option(
+    "--log-json", is_flag=True, envvar="SUBAGENT_BUS_LOG_JSON", help="Log one JSON object per line."
+)
+@redis_options
+def up(
+    ctx: click.Context, settings: Settings, policy_path: Path | None, metrics_port: int | None, log_json: bool
+) -> None:
+    """Start everything a single machine needs: Redis (embedded unless --redis-url) and a coordinator.
+
+    Prints the URL and the commands that attach adapters from other terminals or machines, then runs
+    the coordinator in the foreground until Ctrl-C.
+    """
+    click.echo(_ATTACH.format(url=settings.url, ns=settings.namespace), err=True)
+    ctx.invoke(
+        run_coordinator,
+        redis_url=settings.url,
+        namespace=settings.namespace,
+        cluster=settings.cluster,
+        policy_path=policy_path,
+        metrics_port=metrics_port,
+        log_json=log_json,
+        name=None,
+        burst=False,
+        batch=100,
+        lease_ttl_ms=5000,
+        tick_s=5.0,
+        metrics_host="127.0.0.1",
+        log_level="INFO",
     )
-    for line in _agent_line(summary):
-        click.echo(line)
-    for q in summary.open_questions:
-        click.echo(f"  ? {q.agent_id} {q.question_id}: {q.text}")
-    for b in summary.blockers:
-        click.echo(f"  ! {b.agent_id} blocked ({b.blocker_type}): {b.details.strip()}")
-    for d in summary.pending_delegations:
-        click.echo(
-            f"  > delegation {d.request_id} from {d.requester_id} ({d.priority.value}) awaits approval"
-        )
+
+
+async def _summaries(settings: Settings, group_id: str | None) -> list[GroupSummary]:
+    client, keys = await _open(settings)
+    try:
+        return [summarize(state) for state in await load_groups(client, keys, group_id)]
+    finally:
+        await client.aclose()
+
+
+def _status_lines(summaries: list[GroupSummary], group_id: str | None) -> list[str]:
+    if not summaries:
+        return ["no groups yet" + (f" named {group_id}" if group_id else "")]
+    return [line for summary in summaries for line in render(summary)]
 
 
 @click.command()
 @click.option("--group", "group_id", help="Only this task group.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summaries as JSON.")
+@click.option(
+    "--watch",
+    "watch",
+    type=float,
+    is_flag=False,
+    flag_value=1.0,
+    default=None,
+    metavar="[SECONDS]",
+    help="Refresh a live view every SECONDS (default 1) until Ctrl-C.",
+)
 @redis_options
-def status(settings: Settings, group_id: str | None, as_json: bool) -> None:
-    """Agents, states, open questions, blockers, pending delegations, progress and violations."""
+def status(settings: Settings, group_id: str | None, as_json: bool, watch: float | None) -> None:
+    """Agents, states, progress bars, open questions, blockers, pending delegations and violations.
 
-    async def main() -> list[GroupSummary]:
-        client, keys = await _open(settings)
-        try:
-            return [summarize(state) for state in await load_groups(client, keys, group_id)]
-        finally:
-            await client.aclose()
-
-    summaries = _run(main())
-    if as_json:
-        click.echo(_dump([s.model_dump(mode="json") for s in summaries]))
+    Per agent it also shows how many envelopes the coordinators applied and the id of the last one.
+    """
+    if watch is not None and as_json:
+        raise click.UsageError("--watch and --json do not go together")
+    if watch is None:
+        summaries = _run(_summaries(settings, group_id))
+        if as_json:
+            click.echo(_dump([s.model_dump(mode="json") for s in summaries]))
+        else:
+            click.echo("\n".join(_status_lines(summaries, group_id)))
         return
-    if not summaries:
-        click.echo("no groups yet" + (f" named {group_id}" if group_id else ""))
-    for summary in summaries:
-        _print_summary(summary)
+    try:
+        while True:
+            lines = _status_lines(_run(_summaries(settings, group_id)), group_id)
+            click.clear()
+            click.echo(f"subagent-bus status  (every {watch:g}s, Ctrl-C to quit)\n" + "\n".join(lines))
+            time.sleep(watch)  # a refresh interval the user asked for, not a wait for an event
+    except KeyboardInterrupt:
+        return
 
 
 @click.command()
@@ -312,4 +359,4 @@ def replay(settings: Settings, group_id: str, policy_path: Path | None, as_json:
     click.echo(f"{len(view)} merged findings recomputed for group {group_id}")
 
 
-commands: list[click.Command] = [run_coordinator, status, inbox, findings, replay, *human_commands]
+commands: list[click.Command] = [up, run_coordinator, status, inbox, findings, replay, *human_commands]
