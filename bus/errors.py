@@ -14,7 +14,6 @@ __all__ = [
     "DecodeError",
     "EmbeddedRedisError",
     "EnvelopeTooLarge",
-    "LeaseLost",
     "ProtocolError",
 ]
 
@@ -49,7 +48,3 @@ class DecodeError(BusError):
 
 class ProtocolError(BusError):
     """Agent output violates the signal protocol (reported by the parser as an error item)."""
-
-
-class LeaseLost(BusError):
-    """A coordinator no longer owns the shard it tried to commit to; nothing was written."""
