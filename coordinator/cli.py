@@ -21,6 +21,7 @@ from bus.logs import setup_logging
 from bus.metrics import Metrics, serve
 from bus.settings import Settings
 from coordinator.console import render
+from coordinator.demo import demo
 from coordinator.human import commands as human_commands
 from coordinator.policy import Policy
 from coordinator.rules import GroupSummary, MergedFinding, merge_findings, summarize
@@ -359,4 +360,4 @@ def replay(settings: Settings, group_id: str, policy_path: Path | None, as_json:
     click.echo(f"{len(view)} merged findings recomputed for group {group_id}")
 
 
-commands: list[click.Command] = [up, run_coordinator, status, inbox, findings, replay, *human_commands]
+commands: list[click.Command] = [demo, up, run_coordinator, status, inbox, findings, replay, *human_commands]

@@ -27,6 +27,7 @@ from coordinator.policy import Policy
 from coordinator.rules import blockers, clarification, completion, delegation, findings, lifecycle, timeouts
 from coordinator.rules.outcome import Emit, Outcome, Target
 from coordinator.rules.step import Rejected, Step
+from coordinator.rules.trusted import construct
 from coordinator.state import GroupState
 
 __all__ = ["HANDLERS", "Emit", "Outcome", "Target", "apply"]
@@ -73,7 +74,7 @@ _FROM_AGENT: Final = frozenset(
 def apply(state: GroupState, envelope: Envelope, policy: Policy) -> Outcome:
     """Apply one entry of the group's stream to its state."""
     if envelope.id in state.window:
-        return Outcome(state=state, emits=[], rejected=None)
+        return construct(Outcome, state=state, emits=[], rejected=None)
     step = Step(state, envelope, policy)
     try:
         _run(step)
@@ -87,8 +88,8 @@ def apply(state: GroupState, envelope: Envelope, policy: Policy) -> Outcome:
 
 def _run(step: Step) -> None:
     envelope = step.envelope
-    if envelope.group_id != step.state.group_id:
-        raise Rejected(f"entry of group {envelope.group_id!r} applied to group {step.state.group_id!r}")
+    if envelope.group_id != step.group_id and envelope.type is not EnvelopeType.TICK:
+        raise Rejected(f"entry of group {envelope.group_id!r} applied to group {step.group_id!r}")
     handler = HANDLERS.get(envelope.type)
     if handler is None:
         raise Rejected(f"{envelope.type.value} is an output of the coordinator, not an input")

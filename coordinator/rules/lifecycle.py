@@ -66,7 +66,10 @@ def on_started(step: Step) -> None:
 def on_exited(step: Step) -> None:
     event = step.payload(AgentExited)
     record = step.update(step.envelope.agent_id, exited=True, exit_code=event.exit_code)
-    if record.state not in _EXIT_FAILS:
+    # A clean exit without a completion report ends a turn: turn-based agents (claude -p, codex exec)
+    # exit after every answer and are resumed by their adapter. If nothing resumes the agent, the
+    # heartbeat timeout marks it timed_out and then lost, which is retried like a failure.
+    if record.state not in _EXIT_FAILS or event.exit_code == 0:
         return
     how = f"exit code {event.exit_code}" if event.exit_code is not None else "unknown exit code"
     summary = f"exited ({how}) without a completion report"

@@ -1,0 +1,289 @@
+"""``subagent-bus demo``: every protocol, end to end, with real processes on a local Redis.
+
+It starts a coordinator, a launcher and three scripted agents (``agents/demo_agent.py``), each under an
+adapter, as separate processes, then plays the human: it follows the decisions on the events stream and
+answers the clarification, resolves the blocker and denies the low-priority delegation with the same CLI
+commands a person would type. The security auditor's delegation is approved by policy and launched; the
+dependency scanner fails and is retried once with a reduced scope; three reports of the same finding are
+merged. The run ends with a summary, and fails (exit 1) if any protocol did not play out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import click
+import orjson
+
+from bus.connection import Client, connect, redis_options, translated
+from bus.consumer import stream_entries
+from bus.envelope import decode
+from bus.errors import BusError, DecodeError
+from bus.events import Decision, DecisionType
+from bus.keys import Keys, StreamKind, open_namespace
+from bus.settings import Settings
+from coordinator.policy import Policy
+from coordinator.rules import GroupSummary, MergedFinding, merge_findings, summarize
+from coordinator.view import iter_findings, load_groups
+
+__all__ = ["DemoResult", "demo", "run_demo"]
+
+GROUP: Final = "demo"
+AGENTS: Final = (
+    (
+        "auditor",
+        "security-auditor",
+        "Audit the authentication module of the demo service for security issues",
+    ),
+    ("qa", "qa-engineer", "Write and run security tests for the demo service"),
+    ("scanner", "dependency-scanner", "Scan the dependencies of the demo service for known vulnerabilities"),
+)
+EXPECTED: Final = frozenset(
+    {
+        DecisionType.QUESTION_ANSWERED,
+        DecisionType.BLOCKER_RESOLVED,
+        DecisionType.DELEGATION_APPROVED,
+        DecisionType.LAUNCH_REQUESTED,
+        DecisionType.DELEGATION_DENIED,
+        DecisionType.RETRY_REQUESTED,
+    }
+)
+"""The decisions a complete run must show, one per protocol the demo walks through."""
+
+
+def _cli() -> list[str]:
+    beside = Path(sys.executable).parent / "subagent-bus"
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("subagent-bus")
+    return [found] if found else [sys.executable, "-c", "from bus.cli import main; main()"]
+
+
+def _agent_cmd(role: str, agent_id: str, extra: str = "") -> str:
+    return f"{shlex.quote(sys.executable)} -m agents.demo_agent {role} --agent-id {agent_id} {extra}".strip()
+
+
+@dataclass
+class DemoResult:
+    url: str
+    namespace: str
+    seconds: float = 0.0
+    decisions: list[tuple[float, str, str, str]] = field(default_factory=list)
+    human: list[str] = field(default_factory=list)
+    summary: GroupSummary | None = None
+    findings: list[MergedFinding] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def as_data(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "namespace": self.namespace,
+            "seconds": round(self.seconds, 2),
+            "ok": not self.problems,
+            "problems": self.problems,
+            "human_commands": self.human,
+            "decisions": [
+                {"at": round(at, 2), "agent_id": agent, "decision": kind, "detail": detail}
+                for at, agent, kind, detail in self.decisions
+            ],
+            "group": self.summary.model_dump(mode="json") if self.summary else None,
+            "merged_findings": [m.model_dump(mode="json") for m in self.findings],
+        }
+
+
+class _Demo:
+    def __init__(self, url: str, namespace: str, workdir: Path, say: Callable[[str], None]) -> None:
+        self.result = DemoResult(url=url, namespace=namespace)
+        self.workdir = workdir
+        self.say = say
+        self.env = {**os.environ, "SUBAGENT_BUS_REDIS_URL": url, "SUBAGENT_BUS_NAMESPACE": namespace}
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.started = time.monotonic()
+
+    def spawn(self, name: str, args: list[str]) -> None:
+        log = (self.workdir / f"{name}.log").open("wb")
+        self.processes.append(
+            subprocess.Popen([*_cli(), *args], env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        )
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.spawn("coordinator", ["coordinator", "--tick", "1"])
+        launched = _agent_cmd("launched", "{agent_id}", "--prompt-file {prompt_file}")
+        self.spawn("launcher", ["launcher", "--command", launched, "--max-parallel", "2",
+                                "--prompt-dir", str(self.workdir / "prompts"), "--log-dir", str(self.workdir),
+                                "--heartbeat", "1"])  # fmt: skip
+        for agent_id, role, task in AGENTS:
+            task_file = self.workdir / f"{agent_id}.task"
+            task_file.write_text(task, encoding="utf-8")
+            resume = "command:" + _agent_cmd(role, agent_id, "--prompt {prompt}")
+            self.spawn(agent_id, ["adapter", "run", "--agent-id", agent_id, "--group", GROUP, "--name", role,
+                                  "--task-file", str(task_file), "--quiet", "--until-complete", "--heartbeat", "1",
+                                  "--deliver", resume, "--", *shlex.split(_agent_cmd(role, agent_id))])  # fmt: skip
+        self.say(f"started a coordinator, a launcher and {len(AGENTS)} agents, each under an adapter")
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=15)
+            if process.poll() is None:
+                process.kill()
+
+    def human(self, *args: str) -> None:
+        line = " ".join(shlex.quote(a) for a in ["subagent-bus", *args])
+        self.say(f"  human> {line}")
+        self.result.human.append(line)
+        done = subprocess.run([*_cli(), *args], env=self.env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            self.result.problems.append(f"`{line}` failed: {done.stderr.strip()}")
+
+    def on_decision(self, agent_id: str, decision: Decision) -> None:
+        at = time.monotonic() - self.started
+        first = decision.detail.split("\n", 1)[0][:90]
+        self.result.decisions.append((at, agent_id, decision.decision.value, decision.detail))
+        self.say(f"{at:6.1f}s  {agent_id:22} {decision.decision.value:20} {first}")
+        if decision.decision is DecisionType.QUESTION_OPENED:
+            self.human("answer", agent_id, "Q1=Analyze both OAuth2 and JWT; both are in use.",
+                       "Q2=Assume 3.0-beta; we are migrating to 3.x.")  # fmt: skip
+        elif decision.decision is DecisionType.BLOCKER_OPENED:
+            self.human("resolve", agent_id, "--resolution", "Ran npm install successfully")
+        elif decision.decision is DecisionType.DELEGATION_PENDING and decision.request_id:
+            self.human("deny", decision.request_id, "--reason", "Docs are out of scope for a security review",
+                       "--alternative", "List the outdated endpoints in your report")  # fmt: skip
+
+
+async def _follow(demo: _Demo, client: Client, keys: Keys, deadline: float) -> GroupSummary | None:
+    stream = keys.stream(keys.shard_of(GROUP), StreamKind.EVENTS)
+    cursor = "0"
+    settled: GroupSummary | None = None
+    while time.monotonic() < deadline:
+        with translated():
+            reply = await client.xread({stream: cursor}, count=100, block=None if settled else 250)
+        entries = stream_entries(reply)
+        if settled and not entries:
+            return settled  # every decision up to the settling batch has been shown
+        for entry_id, fields in entries:
+            cursor = entry_id
+            with contextlib.suppress(DecodeError):
+                envelope = decode(fields.get(b"data"))
+                if isinstance(envelope.payload, Decision):
+                    await asyncio.to_thread(demo.on_decision, envelope.agent_id, envelope.payload)
+        settled = settled or await _settled(client, keys)
+    return None
+
+
+async def _settled(client: Client, keys: Keys) -> GroupSummary | None:
+    states = await load_groups(client, keys, GROUP)
+    if not states:
+        return None
+    summary = summarize(states[0])
+    done = summary.status is not None and summary.progress.active == 0 and not summary.pending_delegations
+    return summary if done and summary.progress.total > len(AGENTS) else None
+
+
+def _check(result: DemoResult) -> None:
+    seen = {DecisionType(kind) for _, _, kind, _ in result.decisions}
+    result.problems += [f"no {kind.value} decision" for kind in sorted(EXPECTED - seen)]
+    if result.summary is None:
+        result.problems.append("the group did not settle in time (see the logs in the demo folder)")
+    if not any(len(m.agents) >= 3 for m in result.findings):
+        result.problems.append("no finding was reported by three agents")
+
+
+async def run_demo(
+    settings: Settings, *, seconds: float, workdir: Path, say: Callable[[str], None]
+) -> DemoResult:
+    """Run the whole demo; the result lists problems instead of raising, so the summary always prints."""
+    namespace = f"demo-{uuid.uuid4().hex[:6]}"
+    demo = _Demo(settings.url, namespace, workdir / namespace, say)
+    say(f"subagent-bus demo: Redis {settings.display_url()}, namespace {namespace}")
+    client = await connect(settings)
+    try:
+        keys = await open_namespace(client, namespace, settings.shards)
+        demo.start()
+        demo.result.summary = await _follow(demo, client, keys, time.monotonic() + seconds)
+        found = [f async for _, f, _, _ in iter_findings(client, keys, GROUP)]
+        demo.result.findings = merge_findings(found, Policy())
+    except BusError as exc:
+        demo.result.problems.append(str(exc))
+    finally:
+        demo.stop()
+        await client.aclose()
+    demo.result.seconds = time.monotonic() - demo.started
+    _check(demo.result)
+    return demo.result
+
+
+def _print_summary(result: DemoResult) -> None:
+    echo = click.echo
+    echo(f"\n== Agents (group {GROUP}, {result.seconds:.1f}s)")
+    if result.summary:
+        echo(f"  {'agent':26} {'kind':20} {'state':12} {'result':8} attempt  applied")
+        for agent in result.summary.agents:
+            status = agent.status.value if agent.status else "-"
+            echo(
+                f"  {agent.agent_id:26} {agent.name or '-':20} {agent.state.value:12} {status:8} "
+                f"{agent.attempt:>7}  {agent.applied:>7}"
+            )
+    counts: dict[str, int] = {}
+    for _, _, kind, _ in result.decisions:
+        counts[kind] = counts.get(kind, 0) + 1
+    echo(f"\n== Decisions ({len(result.decisions)})")
+    echo("  " + ", ".join(f"{kind} x{n}" for kind, n in sorted(counts.items())))
+    echo("\n== Human commands the demo typed")
+    for line in result.human:
+        echo(f"  {line}")
+    echo(f"\n== Merged findings ({len(result.findings)})")
+    echo(f"  {'location':24} {'cat':5} {'severity':20} {'conf':>6}  agents")
+    for m in result.findings:
+        conf = f"{m.confidence:.1f}" if m.confidence is not None else "-"
+        flag = "  (severity conflict: human review)" if m.severity_conflict else ""
+        severities = "/".join(s.value for s in m.severities) or "-"
+        echo(f"  {m.location:24} {m.category:5} {severities:20} {conf:>6}  {', '.join(m.agents)}{flag}")
+    if result.problems:
+        echo("\nPROBLEMS:\n  " + "\n  ".join(result.problems))
+    else:
+        echo(f"\nEvery protocol played out. Explore: subagent-bus status --namespace {result.namespace}")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as one JSON document.")
+@click.option("--timeout", default=120.0, show_default=True, help="Seconds before the demo gives up.")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".subagent-bus/demo"),
+    show_default=True,
+    help="Where the agents' prompts and logs go.",
+)
+@redis_options
+def demo(settings: Settings, as_json: bool, timeout: float, workdir: Path) -> None:
+    """Walk through every protocol with real processes: a coordinator, a launcher, three agents.
+
+    A clarification is answered, a blocker resolved, one delegation approved and launched, one denied,
+    a failed agent retried once, and three overlapping security reports merged. Live decisions are
+    shown as they happen; exit status 1 if any step did not happen.
+    """
+    say = (lambda _line: None) if as_json else click.echo
+    result = asyncio.run(run_demo(settings, seconds=timeout, workdir=workdir, say=say))
+    if as_json:
+        click.echo(orjson.dumps(result.as_data(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        _print_summary(result)
+    if result.problems:
+        sys.exit(1)
