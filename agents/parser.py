@@ -1,0 +1,495 @@
+"""The incremental parser of agent output: text signals and result reports, from bytes of any chunking.
+
+A :class:`Parser` is fed the raw bytes an agent prints, in chunks of any size, and yields
+:data:`Item` values: a :class:`SignalItem` per valid signal block, a :class:`ResultItem` per valid
+``## <Agent> Result`` report, and an :class:`ErrorItem` for anything malformed. Feeding a text in one
+piece or split at any points yields the same items, with the same ``line`` (1-based line of the opening
+tag or heading) and ``offset`` (byte offset of the block's first byte, the ``[`` of the tag or the first
+``#`` of the heading), so envelope ids derived from offsets are deterministic.
+
+Recognition rules:
+
+- An opening tag ``[STOP_WORK]`` (likewise CLARIFICATION_NEEDED, DELEGATE_WORK, COMPLETION_REPORT,
+  PROGRESS) counts only alone on its line; indentation and a trailing CR are allowed, so a block may sit
+  in a ```yaml fence or a list item. An inline mention ("I will emit [STOP_WORK] if ...") is prose. The
+  body is dedented by the opening tag's indentation and ends at the matching closing tag, also alone on
+  its line.
+- An opening tag while a block is open ends the open block with an error (it was never terminated) and
+  starts the new block: agents do not nest signals, and dropping the new, probably complete, block to
+  keep waiting for a terminator that may never come would lose a valid signal. A closing tag of another
+  type also ends the open block with an error.
+- A block still open at :meth:`Parser.close` is an error, never a partial signal.
+- A report runs from its heading to the next heading of level 1 or 2, the next opening tag, or the end of
+  input; headings inside code fences do not end it. A report that starts inside a fence (the seeds show
+  reports inside ```markdown fences) also ends at that fence's closing line. A bare fence line there is
+  ambiguous (it may open a code block inside the report), so it is taken as the end only once the lines
+  after it show it (a heading or a fence with an info string inside the supposed code block, a signal,
+  the end of input, or the size limit); the bytes after it are then scanned again.
+
+Limits: a block or report body over ``max_block_bytes`` is reported once and its bytes are dropped as
+they arrive. A line longer than :data:`MAX_TAG_LINE` is never a tag, heading or fence line, so outside
+blocks at most that much of a partial line is kept. Only block bodies and reports are decoded; invalid
+UTF-8 there is an error naming the line, and prose outside them is never decoded.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum, auto
+from typing import Final
+
+from pydantic import ValidationError
+
+from agents import yamlsafe
+from agents.report import ReportError, parse_report
+from bus import signals as s
+from bus.envelope import EnvelopeType
+from bus.fields import Model
+from bus.results import ResultReport
+
+__all__ = [
+    "DEFAULT_MAX_BLOCK_BYTES",
+    "MAX_TAG_LINE",
+    "SIGNAL_TYPES",
+    "ErrorItem",
+    "Item",
+    "Parser",
+    "ResultItem",
+    "SignalItem",
+    "SignalPayload",
+    "describe_errors",
+    "parse_text",
+]
+
+DEFAULT_MAX_BLOCK_BYTES: Final = 1 << 20
+MAX_TAG_LINE: Final = 4096
+"""The longest line that can be a tag, heading or fence line; also the most kept of a prose line."""
+
+SignalPayload = s.ClarificationNeeded | s.StopWork | s.DelegateWork | s.CompletionReport | s.Progress
+_T = EnvelopeType
+_MODELS: Final[dict[EnvelopeType, type[SignalPayload]]] = {
+    _T.CLARIFICATION_NEEDED: s.ClarificationNeeded,
+    _T.STOP_WORK: s.StopWork,
+    _T.DELEGATE_WORK: s.DelegateWork,
+    _T.COMPLETION_REPORT: s.CompletionReport,
+    _T.PROGRESS: s.Progress,
+}
+SIGNAL_TYPES: Final = tuple(_MODELS)
+"""The signal blocks the parser recognises."""
+
+
+class SignalItem(Model):
+    """A valid signal block; ``line``/``offset`` locate its opening tag."""
+
+    type: EnvelopeType
+    payload: SignalPayload
+    line: int
+    offset: int
+
+
+class ResultItem(Model):
+    """A valid result report; ``line``/``offset`` locate its ``## ... Result`` heading."""
+
+    report: ResultReport
+    line: int
+    offset: int
+
+
+class ErrorItem(Model):
+    """A malformed block or report (or transcript line); ``type`` names the block when known."""
+
+    line: int
+    offset: int
+    message: str
+    type: EnvelopeType | None = None
+
+
+Item = SignalItem | ResultItem | ErrorItem
+
+_TAGS: Final = b"|".join(t.value.encode() for t in SIGNAL_TYPES)
+# Anchored on the newline before a line (each scanned region starts with one), so the regex engine
+# only tries line starts; the groups: indent, "/", tag | fence marker, info | hashes, heading text.
+_HIT: Final = re.compile(
+    rb"\n([ \t]*)(?:\[(/?)(" + _TAGS + rb")\][ \t]*(?=\r?\n)|(`{3,}|~{3,})([^\n]*)|(#{1,2})[ \t]([^\n]*))"
+)
+_RESULT_HEADING: Final = re.compile(rb"(.+?)[ \t]+[Rr]esult[ \t#]*\r?")
+_Fence = tuple[int, int]  # marker byte, run length
+_Rewind = tuple[bytes, int]  # a region to scan again, and the stream offset of its first line
+
+
+class _State(Enum):
+    OUTSIDE = auto()
+    BLOCK = auto()
+    REPORT = auto()
+
+
+class _Hit:
+    """A candidate line found by :data:`_HIT` in a region (``start``/``end``: its bounds there)."""
+
+    __slots__ = ("at", "close", "end", "fence", "hashes", "heading", "indent", "info", "line", "start", "tag")
+
+    def __init__(self, m: re.Match[bytes], base: int, end: int, line: int) -> None:
+        self.start = m.start() + 1
+        self.end = end
+        self.at = base + self.start - 1  # stream offset of the line
+        self.line = line
+        self.indent = m.group(1)
+        self.close = m.group(2) == b"/"
+        self.tag = m.group(3)
+        self.fence: bytes | None = m.group(4)
+        self.info = (m.group(5) or b"").strip()
+        if self.fence is not None and self.fence[0] == 0x60 and b"`" in self.info:
+            self.fence = None  # ```inline``` code, not a fence
+        self.hashes = len(m.group(6) or b"")
+        self.heading = m.group(7)
+
+    @property
+    def next_at(self) -> int:
+        return self.at + self.end - self.start + 1
+
+    @property
+    def is_heading(self) -> bool:
+        return self.hashes > 0 and len(self.indent) <= 3 and b"\t" not in self.indent
+
+    def closes(self, fence: _Fence | None) -> bool:
+        return (
+            fence is not None
+            and self.fence is not None
+            and self.fence[0] == fence[0]
+            and len(self.fence) >= fence[1]
+            and not self.info
+        )
+
+
+class Parser:
+    """Incremental parser: :meth:`feed` bytes as they arrive, :meth:`close` at the end of input."""
+
+    def __init__(self, *, max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES, context: str = "") -> None:
+        """``context`` follows the "at line N" of error messages (a transcript names its JSONL line)."""
+        if max_block_bytes < 1:
+            raise ValueError("max_block_bytes must be positive")
+        self.max_block_bytes = max_block_bytes
+        self._context = context
+        self._out: list[Item] = []
+        self._partial = bytearray()  # the current incomplete line
+        self._pos = 0  # stream offset of the partial line
+        self._line = 1  # its line number
+        self._skipping = False  # the partial line was too long and dropped; skip to its end
+        self._closed = False
+        self._state = _State.OUTSIDE
+        self._fence: _Fence | None = None  # a code fence open in the prose
+        # the open block or report
+        self._type = _T.STOP_WORK
+        self._agent = b""
+        self._start_line = 0
+        self._start_offset = 0
+        self._indent = 0
+        self._body = bytearray()  # kept bytes, from stream offset _body_start
+        self._body_start = 0
+        self._region = b""  # the region being scanned
+        self._seg = 1  # where the open body's bytes begin in it
+        self._discard = False
+        self._rep_fence: _Fence | None = None  # a fence open inside the report
+        self._rep_outer: _Fence | None = None  # the fence the report started in
+        self._cand: tuple[int, int, int] | None = None  # bare fence that may end it: at, next_at, line
+
+    def feed(self, chunk: bytes) -> list[Item]:
+        """Consume the next bytes of output; returns the items completed by them."""
+        if self._closed:
+            raise ValueError("feed() after close()")
+        start = 0
+        if self._skipping:
+            start = chunk.find(b"\n") + 1
+            if start == 0:
+                self._pos += len(chunk)
+                return self._drain()
+            self._pos += start
+            self._line += 1
+            self._skipping = False
+        last = chunk.rfind(b"\n", start)
+        if last < 0:
+            self._partial += chunk[start:]
+        else:
+            region = b"\n" + bytes(self._partial) + chunk[start : last + 1]
+            self._partial = bytearray(chunk[last + 1 :])
+            base = self._pos
+            self._pos += len(region) - 1
+            self._run(region, base)
+        self._check_partial()
+        return self._drain()
+
+    def close(self) -> list[Item]:
+        """End of input: the last line is complete, and a block still open is an error."""
+        if self._closed:
+            return []
+        self._closed = True
+        if self._partial and not self._skipping:
+            region = b"\n" + bytes(self._partial) + b"\n"
+            self._partial = bytearray()
+            self._run(region, self._pos)
+        while self._state is _State.REPORT and self._cand is not None:
+            self._run(*self._resolve(b"", 0))
+        if self._state is _State.BLOCK and not self._discard:
+            self._error("not terminated (end of input)")
+        elif self._state is _State.REPORT and not self._discard:
+            self._emit_report(bytes(self._body))
+        self._state = _State.OUTSIDE
+        return self._drain()
+
+    def _drain(self) -> list[Item]:
+        out, self._out = self._out, []
+        return out
+
+    def _run(self, region: bytes, base: int) -> None:
+        rewind: _Rewind | None = (region, base)
+        while rewind is not None:
+            rewind = self._scan(*rewind)
+
+    def _scan(self, region: bytes, base: int) -> _Rewind | None:
+        """Handle the candidate lines of ``region`` (``\\n`` + complete lines starting at ``base``)."""
+        self._region = region
+        self._seg = 1
+        pos, line = 1, self._line
+        for m in _HIT.finditer(region):
+            end = region.find(b"\n", m.end())
+            if end - m.start() > MAX_TAG_LINE + 1:
+                continue
+            line += region.count(b"\n", pos, m.start() + 1)
+            pos = m.start() + 1
+            rewind = self._hit(_Hit(m, base, end, line))
+            if rewind is not None:
+                return rewind
+        self._line = line + region.count(b"\n", pos)
+        end = base + len(region) - 1
+        if self._state is _State.BLOCK and not self._discard:
+            self._body += region[self._seg :]
+            self._seg = len(region)
+            self._check_size(end)
+        elif self._state is _State.REPORT and not self._discard:
+            if self._cand is not None and end - self._body_start > self.max_block_bytes:
+                return self._resolve(region, self._seg)
+            self._body += region[self._seg :]
+            self._seg = len(region)
+            self._check_size(end)
+        return None
+
+    def _check_partial(self) -> None:
+        """Bound the partial line: dropped when too long to matter, counted when part of a body."""
+        while len(self._partial) > MAX_TAG_LINE:
+            end = self._pos + len(self._partial)
+            if self._state is not _State.OUTSIDE and not self._discard:
+                if end - self._body_start <= self.max_block_bytes:
+                    return
+                if self._state is _State.REPORT and self._cand is not None:
+                    self._run(*self._resolve(b"", 0))
+                    continue
+                self._check_size(end)
+            self._pos = end
+            self._partial = bytearray()
+            self._skipping = True
+
+    def _hit(self, hit: _Hit) -> _Rewind | None:
+        if self._state is _State.REPORT:
+            rewind = self._report_hit(hit)
+            if rewind is not None or self._state is _State.REPORT:
+                return rewind
+            if hit.fence is not None:
+                return None  # the report consumed its closing fence
+        if self._state is _State.BLOCK:
+            self._block_hit(hit)
+        elif hit.tag is not None:
+            if not hit.close:
+                self._open_block(hit)
+        elif hit.fence is not None:
+            self._fence = None if hit.closes(self._fence) else self._fence or (hit.fence[0], len(hit.fence))
+        elif hit.hashes == 2 and hit.is_heading:
+            name = _RESULT_HEADING.fullmatch(hit.heading)
+            if name is not None:
+                self._open_report(hit, name.group(1).strip())
+        return None
+
+    def _open_block(self, hit: _Hit) -> None:
+        self._state = _State.BLOCK
+        self._type = _T(hit.tag.decode()) if hit.tag else _T.STOP_WORK
+        self._open(hit, hit.next_at, hit.end + 1)
+        self._start_offset = hit.at + len(hit.indent)
+        self._indent = len(hit.indent)
+
+    def _open_report(self, hit: _Hit, agent: bytes) -> None:
+        self._state = _State.REPORT
+        self._agent = agent
+        self._open(hit, hit.at, hit.start)
+        self._start_offset = hit.at + len(hit.indent)
+        self._rep_outer, self._fence = self._fence, None
+        self._rep_fence = None
+        self._cand = None
+
+    def _open(self, hit: _Hit, body_start: int, seg: int) -> None:
+        self._start_line = hit.line
+        self._body = bytearray()
+        self._body_start = body_start
+        self._seg = seg
+        self._discard = False
+
+    def _block_hit(self, hit: _Hit) -> None:
+        if hit.tag is None:
+            return
+        self._check_size(hit.at)
+        if self._discard:
+            pass
+        elif hit.close and hit.tag != self._type.value.encode():
+            self._error(f"closed by [/{hit.tag.decode()}] at line {hit.line}")
+        elif hit.close:
+            self._emit_block(self._before(hit))
+        else:
+            self._error(f"not terminated before the [{hit.tag.decode()}] at line {hit.line}")
+        if hit.close:
+            self._state = _State.OUTSIDE
+        else:
+            self._open_block(hit)
+
+    def _report_hit(self, hit: _Hit) -> _Rewind | None:
+        """Track a report's end; leaves the REPORT state when the hit ends it."""
+        if self._cand is not None and hit.at - self._body_start > self.max_block_bytes:
+            return self._resolve(self._region, self._seg)
+        self._check_size(hit.at)
+        if hit.tag is not None:
+            if hit.close:
+                return None
+            if self._cand is not None:
+                return self._resolve(self._region, self._seg)
+            self._end_report(hit, self._rep_fence or self._rep_outer)
+        elif hit.fence is not None:
+            return self._report_fence(hit)
+        elif hit.is_heading:
+            if self._rep_fence is None:
+                self._end_report(hit, self._rep_outer)
+            elif self._cand is not None:
+                return self._resolve(self._region, self._seg)
+        return None
+
+    def _report_fence(self, hit: _Hit) -> _Rewind | None:
+        if self._rep_fence is not None:
+            if hit.closes(self._rep_fence):
+                self._rep_fence = self._cand = None
+            elif hit.info and self._cand is not None:
+                return self._resolve(self._region, self._seg)
+            return None
+        if hit.closes(self._rep_outer):
+            if self._discard:
+                self._end_report(hit, None)
+                return None
+            self._cand = (hit.at, hit.next_at, hit.line + 1)
+        self._rep_fence = (hit.fence[0], len(hit.fence)) if hit.fence else None
+        return None
+
+    def _end_report(self, hit: _Hit, fence: _Fence | None) -> None:
+        if not self._discard:
+            self._emit_report(self._before(hit))
+        self._state = _State.OUTSIDE
+        self._fence = fence
+
+    def _resolve(self, region: bytes, seg: int) -> _Rewind:
+        """The pending bare fence closed the report's enclosing fence: end the report there and
+        return the bytes after that fence line for scanning again."""
+        assert self._cand is not None
+        at, next_at, line = self._cand
+        kept = bytes(self._body) + region[seg:]
+        self._emit_report(kept[: at - self._body_start])
+        self._state = _State.OUTSIDE
+        self._fence = self._cand = None
+        self._line = line
+        return b"\n" + kept[next_at - self._body_start :], next_at
+
+    def _before(self, hit: _Hit) -> bytes:
+        """The open body's bytes up to the hit's line."""
+        return bytes(self._body) + self._region[self._seg : hit.start]
+
+    def _check_size(self, end: int) -> None:
+        """Report an open body grown past the limit once, then drop its bytes as they come."""
+        if not self._discard and end - self._body_start > self.max_block_bytes:
+            self._error(f"larger than {self.max_block_bytes} bytes; skipped")
+            self._discard = True
+            self._body = bytearray()
+            self._cand = None
+
+    def _where(self) -> str:
+        if self._state is _State.REPORT:
+            agent = self._agent.decode(errors="replace")
+            return f"result report '{agent}' at line {self._start_line}{self._context}"
+        return f"{self._type.value} block at line {self._start_line}{self._context}"
+
+    def _error(self, message: str) -> None:
+        kind = _T.RESULT if self._state is _State.REPORT else self._type
+        where = self._where()
+        self._out.append(
+            ErrorItem(
+                line=self._start_line, offset=self._start_offset, message=f"{where}: {message}", type=kind
+            )
+        )
+
+    def _emit_block(self, body: bytes) -> None:
+        try:
+            text = body.decode()
+        except UnicodeDecodeError as exc:
+            line = self._start_line + 1 + body.count(b"\n", 0, exc.start)
+            self._error(f"invalid UTF-8 at line {line}")
+            return
+        text = text.replace("\r\n", "\n")
+        if self._indent:
+            text = re.sub(rf"(?m)^[ \t]{{1,{self._indent}}}", "", text)
+        try:
+            data = yamlsafe.load(text)
+        except yamlsafe.YamlError as exc:
+            at = f" at line {self._start_line + exc.line}" if exc.line is not None else ""
+            self._error(f"invalid YAML{at}: {exc.message}")
+            return
+        if not isinstance(data, dict):
+            self._error(f"the body must be a YAML mapping of fields, not {_kind(data)}")
+            return
+        try:
+            payload = _MODELS[self._type].model_validate(data)
+        except ValidationError as exc:
+            self._error(describe_errors(exc))
+            return
+        self._out.append(
+            SignalItem(type=self._type, payload=payload, line=self._start_line, offset=self._start_offset)
+        )
+
+    def _emit_report(self, content: bytes) -> None:
+        try:
+            text = content.decode()
+        except UnicodeDecodeError as exc:
+            line = self._start_line + content.count(b"\n", 0, exc.start)
+            self._error(f"invalid UTF-8 at line {line}")
+            return
+        try:
+            report = parse_report(text)
+        except ReportError as exc:
+            at = f" (line {self._start_line + exc.line - 1})" if exc.line is not None else ""
+            self._error(f"{exc.message}{at}")
+            return
+        self._out.append(ResultItem(report=report, line=self._start_line, offset=self._start_offset))
+
+
+def describe_errors(exc: ValidationError, limit: int = 3) -> str:
+    """``field 'questions[0].text': Field required; ...`` for the first ``limit`` errors."""
+    parts = []
+    for err in exc.errors()[:limit]:
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
+        parts.append(f"field '{loc}': {err['msg']}" if loc else err["msg"])
+    more = exc.error_count() - limit
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "an empty body"
+    return "a list" if isinstance(value, list) else f"a scalar ({value!r:.40})"
+
+
+def parse_text(text: str | bytes, *, max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> list[Item]:
+    """All the items of a complete output."""
+    parser = Parser(max_block_bytes=max_block_bytes)
+    data = text.encode() if isinstance(text, str) else text
+    return parser.feed(data) + parser.close()

@@ -1,0 +1,501 @@
+"""Parsing a ``## <Agent Name> Result`` report (the result contract of seeds 001/002).
+
+The report is split into ``###`` sections and those into ``####`` sub-sections; headings inside code
+fences are content. The contract's sections fill the fields of :class:`~bus.results.ResultReport`;
+any other section, and each sub-section of ``### Findings``, is kept as a :class:`Section` with its
+Markdown tables. Every table with a ``File:Line`` (or ``Location``) column and a severity or issue
+column becomes :class:`Finding` rows, with the evidence paragraph that starts with the finding's id in
+bold (``**SEC-001: ...**``) when the report has one.
+
+Only a missing or unknown status and a missing summary make a report invalid (:class:`ReportError`).
+Lesser defects (a confidence that is not a number, an unknown severity, ``Recoverable`` neither true nor
+false) leave that value unset and are listed in ``violations``, so a report is never dropped for them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Final
+
+from pydantic import ValidationError
+
+from bus.errors import ProtocolError
+from bus.findings import Finding, Severity
+from bus.results import (
+    ConfidenceJustification,
+    ConfidenceReport,
+    ErrorDetails,
+    Issue,
+    Reference,
+    ResultBlocker,
+    ResultReport,
+    ResultStatus,
+    Section,
+    Table,
+)
+
+__all__ = ["ReportError", "parse_report", "parse_tables", "split_location"]
+
+_REPORT_HEADING: Final = re.compile(r" {0,3}##[ \t]+(.+?)[ \t]+[Rr]esult[ \t#]*")
+_HEADING: Final = re.compile(r" {0,3}(#{1,6})[ \t]+(.*?)[ \t#]*")
+_FENCE: Final = re.compile(r"[ \t]*(`{3,}|~{3,})(.*)")
+_DELIMITER: Final = re.compile(r"\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?")
+_CELL_SPLIT: Final = re.compile(r"(?<!\\)\|")
+_LOCATION: Final = re.compile(r"(\S+?):(\d+)(?:[-:]\d+)?\b.*")
+_LIST_ITEM: Final = re.compile(r"\s*(?:[-*+•]|\d+[.)])\s+(.*)")
+_STATUS: Final = re.compile(r"(SUCCESS|PARTIAL|FAILED)\b", re.IGNORECASE)
+_SCORE: Final = re.compile(
+    r"(?:(?:overall\s+)?(?:confidence|score)\s*[:=]\s*)?(\d{1,3}(?:\.\d+)?)\s*(?:%|/\s*100)?\s*(?:[-–—:|]\s*(.*))?",
+    re.IGNORECASE,
+)
+_BREAKDOWN: Final = re.compile(
+    r"\b(verified|inferred|combined)(?:[ _]confidence)?\s*[:=]\s*(\d{1,3}(?:\.\d+)?)", re.IGNORECASE
+)
+_JUSTIFICATION: Final = re.compile(
+    r"\s*[-*•]?\s*(score|evidence count|verification method|(?:potential )?blind spots)\s*:\s*(.*)",
+    re.IGNORECASE,
+)
+_EVIDENCE_START: Final = re.compile(r"\s*\*\*([A-Za-z]+[-_]?\d+)\b")
+_NONE: Final = frozenset({"none", "n/a", "na", "nothing", "no issues", "no blockers", "-"})
+_TRUE: Final = frozenset({"true", "yes", "y"})
+_FALSE: Final = frozenset({"false", "no", "n"})
+
+_Line = tuple[int, str]  # 1-based line number in the report, text
+
+
+class ReportError(ProtocolError):
+    """The report cannot be accepted; ``line`` is 1-based within the report (its heading is 1)."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+
+
+@dataclass
+class _Part:
+    title: str
+    line: int
+    lines: list[_Line] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(text for _, text in self.lines).strip()
+
+
+def parse_report(text: str) -> ResultReport:
+    """Parse one report, from its ``## <Agent> Result`` heading to its end."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    heading = _REPORT_HEADING.fullmatch(lines[0].rstrip())
+    if heading is None:
+        raise ReportError("not a '## <Agent Name> Result' heading", 1)
+    builder = _Builder(heading.group(1).strip())
+    preamble, parts = _split(list(enumerate(lines[1:], start=2)), 3)
+    if any(t.strip() for _, t in preamble):
+        builder.sections.append(_section(_Part("", 2, preamble)))
+    for part in parts:
+        builder.add(part)
+    return builder.build()
+
+
+def split_location(location: str) -> tuple[str | None, int | None]:
+    """``src/a.ts:45`` -> (``src/a.ts``, 45); a bare path has no line; prose has neither."""
+    location = location.replace("`", "").strip()
+    match = _LOCATION.fullmatch(location)
+    if match is not None and int(match.group(2)) >= 1:
+        return match.group(1), int(match.group(2))
+    if location and " " not in location and location.lower() not in _NONE:
+        return location.split(":", 1)[0] if match else location, None
+    return None, None
+
+
+def parse_tables(lines: list[_Line]) -> list[Table]:
+    """The Markdown tables among ``lines`` (outside code fences), cells without code marks."""
+    tables: list[Table] = []
+    run: list[str] = []
+    fence: tuple[str, int] | None = None
+    for _, line in [*lines, (0, "")]:
+        fenced = _FENCE.fullmatch(line)
+        if fenced is not None:
+            fence = _toggle(fence, fenced)
+        if fence is None and fenced is None and line.strip().startswith("|"):
+            run.append(line.strip())
+            continue
+        if len(run) >= 2 and _DELIMITER.fullmatch(run[1]):
+            tables.append(Table(headers=_cells(run[0]), rows=[_cells(row) for row in run[2:]]))
+        run = []
+    return tables
+
+
+def _cells(row: str) -> list[str]:
+    row = row.strip()
+    row = row[1:] if row.startswith("|") else row
+    row = row[:-1] if row.endswith("|") and not row.endswith("\\|") else row
+    return [cell.replace("\\|", "|").replace("`", "").strip() for cell in _CELL_SPLIT.split(row)]
+
+
+def _toggle(fence: tuple[str, int] | None, match: re.Match[str]) -> tuple[str, int] | None:
+    marker, info = match.group(1), match.group(2).strip()
+    if marker[0] == "`" and "`" in info:
+        return fence
+    if fence is None:
+        return marker[0], len(marker)
+    closes = marker[0] == fence[0] and len(marker) >= fence[1] and not info
+    return None if closes else fence
+
+
+def _split(lines: list[_Line], level: int) -> tuple[list[_Line], list[_Part]]:
+    """Lines before the first heading of ``level``, and one part per such heading (fence-aware)."""
+    preamble: list[_Line] = []
+    parts: list[_Part] = []
+    fence: tuple[str, int] | None = None
+    for number, line in lines:
+        fenced = _FENCE.fullmatch(line)
+        if fenced is not None:
+            fence = _toggle(fence, fenced)
+        elif fence is None:
+            heading = _HEADING.fullmatch(line.rstrip())
+            if heading is not None and len(heading.group(1)) == level:
+                parts.append(_Part(heading.group(2).strip(), number))
+                continue
+        (parts[-1].lines if parts else preamble).append((number, line))
+    return preamble, parts
+
+
+def _section(part: _Part) -> Section:
+    return Section(title=part.title, text=part.text, tables=parse_tables(part.lines))
+
+
+def _key(title: str) -> str:
+    title = re.sub(r"\(.*?\)", "", title.replace("*", "").replace("`", ""))
+    return " ".join(title.strip().rstrip(":").lower().split())
+
+
+def _list_items(lines: list[_Line]) -> list[tuple[int, list[str]]]:
+    """List items (bullets or numbers) with their continuation lines; "None" items are left out."""
+    items: list[tuple[int, list[str]]] = []
+    for number, line in lines:
+        item = _LIST_ITEM.fullmatch(line)
+        if item is not None and not (items and line[:1].isspace() and _is_continuation(line)):
+            items.append((number, [item.group(1).strip()]))
+        elif items and line.strip():
+            items[-1][1].append(line.strip())
+    return [(n, texts) for n, texts in items if texts[0].lower().strip(" .*") not in _NONE]
+
+
+def _is_continuation(line: str) -> bool:
+    return line.strip().lower().startswith("resolution:")
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text.strip().rstrip("%").strip())
+    except ValueError:
+        return None
+
+
+class _Builder:
+    """Collects the sections of one report into the fields of :class:`ResultReport`."""
+
+    def __init__(self, agent: str) -> None:
+        self.agent = agent
+        self.status: ResultStatus | None = None
+        self.summary: str | None = None
+        self.sections: list[Section] = []
+        self.references: list[Reference] = []
+        self.score: tuple[float, str] | None = None
+        self.breakdown: dict[str, float] = {}
+        self.detailed: ConfidenceJustification | None = None
+        self.issues: list[Issue] = []
+        self.next_steps: list[str] = []
+        self.blockers: list[ResultBlocker] = []
+        self.error: ErrorDetails | None = None
+        self.attempted: list[str] = []
+        self.root_cause: str | None = None
+        self.recovery: list[str] = []
+        self.violations: list[str] = []
+        self.tables: list[Table] = []  # every table, searched for findings
+        self.evidence: dict[str, str] = {}
+        self.seen: set[str] = set()
+
+    def add(self, part: _Part) -> None:
+        key = _key(part.title)
+        handler = _HANDLERS.get(key)
+        if handler is not None and key in self.seen:
+            self.violations.append(f"duplicate section '### {part.title}' (line {part.line}); first one used")
+            handler = None
+        self.seen.add(key)
+        self._collect_evidence(part.lines)
+        if handler is None:
+            section = _section(part)
+            self.sections.append(section)
+            self.tables.extend(section.tables)
+        else:
+            handler(self, part)
+
+    def _collect_evidence(self, lines: list[_Line]) -> None:
+        current: str | None = None
+        for _, line in lines:
+            start = _EVIDENCE_START.match(line)
+            if start is not None:
+                current = start.group(1)
+                self.evidence[current] = ""
+            elif _HEADING.fullmatch(line.rstrip()):
+                current = None
+            if current is not None:
+                self.evidence[current] += line + "\n"
+
+    def status_(self, part: _Part) -> None:
+        value = next((t.strip() for _, t in part.lines if t.strip()), "")
+        match = _STATUS.match(value.strip("*`_ "))
+        if match is None:
+            raise ReportError(f"status '{value}' is not SUCCESS, PARTIAL or FAILED", part.line)
+        self.status = ResultStatus(match.group(1).upper())
+
+    def summary_(self, part: _Part) -> None:
+        self.summary = part.text
+
+    def findings_(self, part: _Part) -> None:
+        preamble, subsections = _split(part.lines, 4)
+        if any(t.strip() for _, t in preamble):
+            subsections.insert(0, _Part(part.title, part.line, preamble))
+        for sub in subsections:
+            section = _section(sub)
+            self.sections.append(section)
+            self.tables.extend(section.tables)
+
+    def references_(self, part: _Part) -> None:
+        for table in parse_tables(part.lines):
+            item = _find(table.headers, ("item", "name"))
+            where = _find(table.headers, ("location", "fileline", "file"))
+            why = _find(table.headers, ("relevance", "why", "notes", "description"))
+            for row in table.rows:
+                location = _cell(row, where if where is not None else 1)
+                file, line = split_location(location)
+                self.references.append(
+                    Reference(
+                        item=_cell(row, item if item is not None else 0),
+                        location=location,
+                        relevance=_cell(row, why if why is not None else 2),
+                        file=file,
+                        line=line,
+                    )
+                )
+
+    def confidence_(self, part: _Part) -> None:
+        lines = [t.replace("**", "").strip() for _, t in part.lines if t.strip()]
+        rest: list[str] = []
+        for index, line in enumerate(lines):
+            breakdown = _BREAKDOWN.search(line)
+            score = _SCORE.fullmatch(line) if index == 0 else None
+            if breakdown is not None:
+                self.breakdown[breakdown.group(1).lower()] = float(breakdown.group(2))
+            elif score is not None:
+                self.score = (float(score.group(1)), (score.group(2) or "").strip())
+            else:
+                rest.append(line)
+        if self.score is None:
+            first = lines[0] if lines else ""
+            self.violations.append(f"Confidence '{first}' is not a score from 0 to 100")
+        elif rest:
+            self.score = (self.score[0], "\n".join(x for x in (self.score[1], *rest) if x))
+
+    def justification_(self, part: _Part) -> None:
+        values: dict[str, str] = {}
+        for _, line in part.lines:
+            match = _JUSTIFICATION.fullmatch(line.replace("**", "").rstrip())
+            if match is not None:
+                values[match.group(1).lower().removeprefix("potential ")] = match.group(2).strip()
+        score = _number(values.get("score", ""))
+        if "score" in values and (score is None or not 0 <= score <= 100):
+            self.violations.append(f"Confidence Justification score '{values['score']}' is not 0-100")
+            score = None
+        self.detailed = ConfidenceJustification(
+            score=score,
+            evidence_count=values.get("evidence count"),
+            verification_method=values.get("verification method"),
+            blind_spots=values.get("blind spots"),
+        )
+
+    def issues_(self, part: _Part) -> None:
+        self.tables.extend(parse_tables(part.lines))
+        for _, texts in _list_items(part.lines):
+            head, *fields = (x.strip() for x in _CELL_SPLIT.split(texts[0]))
+            title, _, description = head.partition(": ")
+            raw = next((f.split(":", 1)[1] for f in fields if f.lower().startswith("severity:")), "")
+            description = "\n".join([description.strip(), *texts[1:]]).strip()
+            severity = self._severity(raw, f"issue '{title}'")
+            self.issues.append(Issue(title=title.strip("*` "), description=description, severity=severity))
+
+    def next_steps_(self, part: _Part) -> None:
+        self.next_steps = [" ".join(texts) for _, texts in _list_items(part.lines)]
+
+    def blockers_(self, part: _Part) -> None:
+        for _, texts in _list_items(part.lines):
+            description, _, resolution = texts[0].partition("| Resolution:")
+            rest = [t for t in texts[1:] if not _is_continuation(t)]
+            later = [t.split(":", 1)[1].strip() for t in texts[1:] if _is_continuation(t)]
+            self.blockers.append(
+                ResultBlocker(
+                    description="\n".join([description.strip(), *rest]),
+                    resolution="\n".join(x for x in (resolution.strip(), *later) if x),
+                )
+            )
+
+    def error_details_(self, part: _Part) -> None:
+        pairs = [(row[0], _cell(row, 1)) for table in parse_tables(part.lines) for row in table.rows]
+        pairs += [tuple(i[1][0].split(":", 1)) for i in _list_items(part.lines) if ":" in i[1][0]]  # type: ignore[misc]
+        values = {_key(k).replace(" ", ""): v.strip() for k, v in pairs}
+        recoverable: bool | None = None
+        raw = values.get("recoverable", "")
+        if raw.lower() in _TRUE | _FALSE:
+            recoverable = raw.lower() in _TRUE
+        elif raw:
+            self.violations.append(f"Error Details: Recoverable '{raw}' is neither true nor false")
+        self.error = ErrorDetails(
+            type=values.get("type"),
+            message=values.get("message"),
+            occurred_at=values.get("occurredat"),
+            recoverable=recoverable,
+        )
+
+    def attempted_(self, part: _Part) -> None:
+        self.attempted = [" ".join(texts) for _, texts in _list_items(part.lines)]
+
+    def root_cause_(self, part: _Part) -> None:
+        self.root_cause = part.text
+
+    def recovery_(self, part: _Part) -> None:
+        self.recovery = [" ".join(texts) for _, texts in _list_items(part.lines)]
+
+    def _severity(self, raw: str, what: str) -> Severity | None:
+        raw = raw.strip().strip("*`").lower()
+        if not raw:
+            return None
+        try:
+            return Severity(raw)
+        except ValueError:
+            self.violations.append(f"{what}: unknown severity '{raw}'")
+            return None
+
+    def _findings(self) -> list[Finding]:
+        findings: list[Finding] = []
+        for table in self.tables:
+            for row in _finding_rows(table):
+                finding = self._finding(table, row)
+                if finding is not None:
+                    findings.append(finding)
+        return findings
+
+    def _finding(self, table: Table, row: list[str]) -> Finding | None:
+        id_ = _find(table.headers, ("id",))
+        where = _find(table.headers, ("fileline", "location", "file", "path"))
+        title = _find(table.headers, ("issue", "finding", "title", "description", "problem"))
+        if title is None:
+            title = next(i for i in range(len(table.headers)) if i not in (id_, where))
+        ident = _cell(row, id_) or None
+        name = f"finding '{ident or _cell(row, title)}'"
+        file, line = split_location(_cell(row, where))
+        severity = self._severity(_cell(row, _find(table.headers, ("severity",))), name)
+        raw = _cell(row, _find(table.headers, ("confidence", "conf")))
+        confidence = _number(raw) if raw else None
+        if raw and (confidence is None or not 0 <= confidence <= 100):
+            self.violations.append(f"{name}: confidence '{raw}' is not 0-100")
+            confidence = None
+        evidence = self.evidence.get(ident or "", "").strip() or None
+        try:
+            return Finding(
+                id=ident,
+                title=_cell(row, title),
+                file=file,
+                line=line,
+                severity=severity,
+                confidence=confidence,
+                agent=self.agent,
+                evidence=evidence,
+            )
+        except ValidationError as exc:
+            self.violations.append(f"{name}: {exc.errors()[0]['msg']}")
+            return None
+
+    def _confidence(self) -> ConfidenceReport | None:
+        score = self.score or ((self.detailed.score, "") if self.detailed and self.detailed.score else None)
+        if score is None:
+            return None
+        try:
+            return ConfidenceReport(
+                score=score[0],
+                justification=score[1],
+                verified=self.breakdown.get("verified"),
+                inferred=self.breakdown.get("inferred"),
+                combined=self.breakdown.get("combined"),
+                detailed=self.detailed,
+            )
+        except ValidationError:
+            self.violations.append(f"Confidence {score[0]:g} (or its breakdown) is outside 0-100")
+            return None
+
+    def build(self) -> ResultReport:
+        if self.status is None:
+            raise ReportError("missing '### Status' section")
+        if not self.summary:
+            raise ReportError("missing or empty '### Summary' section")
+        confidence = self._confidence()
+        return ResultReport(
+            agent=self.agent,
+            status=self.status,
+            summary=self.summary,
+            sections=self.sections,
+            findings=self._findings(),
+            key_references=self.references,
+            confidence=confidence,
+            issues=self.issues,
+            next_steps=self.next_steps,
+            blockers=self.blockers,
+            error=self.error,
+            attempted_actions=self.attempted,
+            root_cause=self.root_cause,
+            recovery_options=self.recovery,
+            violations=self.violations,
+        )
+
+
+_HANDLERS: Final = {
+    "status": _Builder.status_,
+    "summary": _Builder.summary_,
+    "findings": _Builder.findings_,
+    "key references": _Builder.references_,
+    "confidence": _Builder.confidence_,
+    "confidence justification": _Builder.justification_,
+    "issues": _Builder.issues_,
+    "next steps": _Builder.next_steps_,
+    "blockers": _Builder.blockers_,
+    "error details": _Builder.error_details_,
+    "attempted actions": _Builder.attempted_,
+    "root cause analysis": _Builder.root_cause_,
+    "root cause": _Builder.root_cause_,
+    "recovery options": _Builder.recovery_,
+}
+
+
+def _norm(header: str) -> str:
+    return re.sub(r"[^a-z]", "", header.lower())
+
+
+def _find(headers: list[str], names: tuple[str, ...]) -> int | None:
+    normalized = [_norm(h) for h in headers]
+    return next((normalized.index(n) for n in names if n in normalized), None)
+
+
+def _cell(row: list[str], index: int | None) -> str:
+    return row[index] if index is not None and index < len(row) else ""
+
+
+def _finding_rows(table: Table) -> list[list[str]]:
+    """The rows of an issue table: a location column and a severity or issue column."""
+    headers = table.headers
+    has_location = _find(headers, ("fileline", "location")) is not None
+    if not has_location or _find(headers, ("severity", "issue", "finding")) is None:
+        return []
+    return table.rows

@@ -1,0 +1,262 @@
+"""Claude Code transcripts (JSONL output files) and the detection of the output format.
+
+A background agent's output file (seed 004, ``outputFile``) is its transcript: one JSON object per line
+with ``type`` ``user`` or ``assistant`` (other types are bookkeeping and ignored), ``sessionId``,
+``agentId``, ``isSidechain`` and ``message.content``, a string or a list of blocks typed ``text``,
+``tool_use``, ``tool_result`` (or ``thinking``...). Only the ``text`` of ``assistant`` messages is the
+agent's output: the user prompt (which carries the signal templates), tool inputs and tool results are
+not, so a template or a quoted signal there is never taken for a signal.
+
+Each assistant text is parsed on its own by a :class:`~agents.parser.Parser` (a signal or a report does
+not span two messages; one still open at the end of its text is an error). The items it yields are
+placed on the transcript: ``line`` is the JSONL line of the message, and ``offset`` is the byte offset of
+that JSONL line plus the UTF-8 offset of the item within the message's texts (the texts of one line
+counted one after the other). A JSON string is never shorter than the UTF-8 of its value, so offsets
+stay inside their JSONL line: unique in the transcript, and the same however it is chunked, which keeps
+envelope ids deterministic.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Final
+
+import orjson
+
+from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, Parser
+from bus.fields import Model
+
+__all__ = [
+    "DEFAULT_MAX_LINE_BYTES",
+    "DETECT_LIMIT",
+    "AnyParser",
+    "AssistantText",
+    "Format",
+    "TranscriptParser",
+    "TranscriptReader",
+    "detect_format",
+]
+
+DEFAULT_MAX_LINE_BYTES: Final = 16 << 20
+"""JSONL lines longer than this are skipped with an error (a transcript line holds one message)."""
+DETECT_LIMIT: Final = 1 << 20
+"""Bytes :class:`AnyParser` buffers at most before it settles on a format."""
+
+
+class Format(StrEnum):
+    AUTO = "auto"
+    TEXT = "text"
+    CLAUDE_JSONL = "claude-jsonl"
+
+
+def detect_format(first_bytes: bytes, *, final: bool = False) -> Format:
+    """The format of an output from its first bytes; :attr:`Format.AUTO` while they do not decide.
+
+    A transcript's first non-blank character is ``{`` and its first line is a JSON object with a
+    ``type`` key; anything else is text. ``final`` says no more bytes will come (end of input, or
+    enough buffered): then a first line still incomplete is judged on what there is.
+    """
+    data = first_bytes.removeprefix(b"\xef\xbb\xbf").lstrip()
+    if not data:
+        return Format.TEXT if final else Format.AUTO
+    if data[:1] != b"{":
+        return Format.TEXT
+    end = data.find(b"\n")
+    if end < 0 and not final:
+        return Format.AUTO
+    line = data if end < 0 else data[:end]
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        # a first line cut short by the buffering limit: judge by its start
+        return Format.CLAUDE_JSONL if end < 0 and b'"type"' in line else Format.TEXT
+    return Format.CLAUDE_JSONL if isinstance(value, dict) and "type" in value else Format.TEXT
+
+
+class AssistantText(Model):
+    """One ``text`` block of an assistant message; ``offset`` is where its first byte is counted."""
+
+    text: str
+    line: int
+    offset: int
+
+
+class TranscriptReader:
+    """Incremental JSONL reader yielding the assistant's texts (and errors for malformed lines)."""
+
+    def __init__(self, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+        self.max_line_bytes = max_line_bytes
+        self.session_id: str | None = None
+        """The first ``sessionId`` seen (what a resume needs)."""
+        self.agent_id: str | None = None
+        """The first ``agentId`` seen."""
+        self._partial = bytearray()  # the current line, unless it is being skipped
+        self._length = 0  # bytes of the current line so far
+        self._pos = 0  # offset of the current line
+        self._line = 1
+        self._skipping = False
+        self._out: list[AssistantText | ErrorItem] = []
+
+    def feed(self, chunk: bytes) -> list[AssistantText | ErrorItem]:
+        """Consume the next bytes; returns the texts (and errors) of the lines they complete."""
+        start = 0
+        end = chunk.find(b"\n")
+        while end >= 0:
+            self._append(chunk[start:end])
+            self._complete(newline=True)
+            start = end + 1
+            end = chunk.find(b"\n", start)
+        self._append(chunk[start:])
+        out, self._out = self._out, []
+        return out
+
+    def close(self) -> list[AssistantText | ErrorItem]:
+        """End of input: a last line without a newline still counts."""
+        if self._length:
+            self._complete(newline=False)
+        out, self._out = self._out, []
+        return out
+
+    def _append(self, data: bytes) -> None:
+        self._length += len(data)
+        if self._skipping:
+            return
+        self._partial += data
+        if len(self._partial) > self.max_line_bytes:
+            message = f"JSONL line {self._line}: longer than {self.max_line_bytes} bytes; skipped"
+            self._out.append(ErrorItem(line=self._line, offset=self._pos, message=message))
+            self._partial = bytearray()
+            self._skipping = True
+
+    def _complete(self, *, newline: bool) -> None:
+        line, offset, data, skipped = self._line, self._pos, bytes(self._partial), self._skipping
+        self._line += 1
+        self._pos += self._length + newline
+        self._length = 0
+        self._partial = bytearray()
+        self._skipping = False
+        if skipped or not data.strip():
+            return
+        try:
+            entry = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            self._out.append(
+                ErrorItem(line=line, offset=offset, message=f"JSONL line {line}: not JSON ({exc})")
+            )
+            return
+        if not isinstance(entry, dict):
+            self._out.append(
+                ErrorItem(line=line, offset=offset, message=f"JSONL line {line}: not a JSON object")
+            )
+            return
+        self._entry(entry, line, offset)
+
+    def _entry(self, entry: dict[str, Any], line: int, offset: int) -> None:
+        if self.session_id is None and isinstance(entry.get("sessionId"), str):
+            self.session_id = entry["sessionId"]
+        if self.agent_id is None and isinstance(entry.get("agentId"), str):
+            self.agent_id = entry["agentId"]
+        if entry.get("type") != "assistant":
+            return
+        message = entry.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        if not isinstance(content, list):
+            self._out.append(
+                ErrorItem(
+                    line=line, offset=offset, message=f"JSONL line {line}: assistant message without content"
+                )
+            )
+            return
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+                text: str = block["text"]
+                self._out.append(AssistantText(text=text, line=line, offset=offset))
+                offset += len(text.encode())
+
+
+class TranscriptParser:
+    """Parses a transcript's assistant texts into items placed on the transcript (see the module)."""
+
+    def __init__(
+        self, *, max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    ) -> None:
+        self.max_block_bytes = max_block_bytes
+        self.reader = TranscriptReader(max_line_bytes=max_line_bytes)
+
+    @property
+    def session_id(self) -> str | None:
+        return self.reader.session_id
+
+    @property
+    def agent_id(self) -> str | None:
+        return self.reader.agent_id
+
+    def feed(self, chunk: bytes) -> list[Item]:
+        return self._items(self.reader.feed(chunk))
+
+    def close(self) -> list[Item]:
+        return self._items(self.reader.close())
+
+    def _items(self, events: list[AssistantText | ErrorItem]) -> list[Item]:
+        items: list[Item] = []
+        for event in events:
+            if isinstance(event, ErrorItem):
+                items.append(event)
+                continue
+            parser = Parser(
+                max_block_bytes=self.max_block_bytes, context=f" of the text on JSONL line {event.line}"
+            )
+            data = event.text.encode()
+            for item in parser.feed(data) + parser.close():
+                items.append(
+                    item.model_copy(update={"line": event.line, "offset": event.offset + item.offset})
+                )
+        return items
+
+
+class AnyParser:
+    """A parser for either format; with :attr:`Format.AUTO` it buffers the first line to decide."""
+
+    def __init__(self, fmt: Format = Format.AUTO, *, max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> None:
+        self.format = fmt
+        """The format being parsed; :attr:`Format.AUTO` until the first bytes decide it."""
+        self.max_block_bytes = max_block_bytes
+        self._head = bytearray()
+        self._parser: Parser | TranscriptParser | None = None
+        if fmt is not Format.AUTO:
+            self._start(fmt)
+
+    @property
+    def session_id(self) -> str | None:
+        return self._parser.session_id if isinstance(self._parser, TranscriptParser) else None
+
+    @property
+    def agent_id(self) -> str | None:
+        return self._parser.agent_id if isinstance(self._parser, TranscriptParser) else None
+
+    def feed(self, chunk: bytes) -> list[Item]:
+        if self._parser is not None:
+            return self._parser.feed(chunk)
+        self._head += chunk
+        found = detect_format(bytes(self._head), final=len(self._head) >= DETECT_LIMIT)
+        if found is Format.AUTO:
+            return []
+        return self._start(found)
+
+    def close(self) -> list[Item]:
+        if self._parser is None:
+            items = self._start(detect_format(bytes(self._head), final=True))
+            assert self._parser is not None
+            return items + self._parser.close()
+        return self._parser.close()
+
+    def _start(self, fmt: Format) -> list[Item]:
+        self.format = fmt
+        if fmt is Format.CLAUDE_JSONL:
+            self._parser = TranscriptParser(max_block_bytes=self.max_block_bytes)
+        else:
+            self._parser = Parser(max_block_bytes=self.max_block_bytes)
+        head, self._head = bytes(self._head), bytearray()
+        return self._parser.feed(head) if head else []

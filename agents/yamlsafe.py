@@ -1,0 +1,355 @@
+"""A YAML loader for the bodies of signal blocks, safe against hostile input.
+
+Signal bodies are hand-written YAML coming from a program we do not control, so the loader:
+
+- builds only plain data (str, int, float, bool, None, list, dict); any tag other than the standard
+  scalar/collection tags is an error, and nothing is ever instantiated from a tag;
+- follows the YAML 1.2 core schema for plain scalars: only ``true``/``false`` are booleans (``yes``,
+  ``no``, ``on``, ``off`` stay strings), ``0o17``/``0x1f`` are integers, ``1:30`` is a string, and
+  timestamps are never converted: they stay strings, so the payload models validate ISO-8601 and reject
+  a timestamp without a time zone;
+- allows aliases (anchors are legitimate YAML) but at most ``max_aliases`` of them, and bounds what they
+  expand to: every alias adds the full size of its target (one per node plus the length of each scalar)
+  to a budget of ``max_alias_expansion``, and the nesting depth is checked with the alias's target
+  expanded. A "billion laughs" document is therefore rejected after a few dozen events, and a recursive
+  alias (an anchor used inside itself) is rejected outright;
+- rejects nesting deeper than ``max_depth`` collections and duplicate mapping keys.
+
+The event stream comes from libyaml when PyYAML was built with it, else from PyYAML's pure-Python
+parser; composition and construction are done here in one pass.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Final, cast
+
+import yaml
+from yaml.events import (
+    AliasEvent,
+    DocumentEndEvent,
+    DocumentStartEvent,
+    Event,
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+    StreamEndEvent,
+    StreamStartEvent,
+)
+
+from bus.errors import ProtocolError
+
+__all__ = [
+    "DEFAULT_MAX_ALIASES",
+    "DEFAULT_MAX_ALIAS_EXPANSION",
+    "DEFAULT_MAX_DEPTH",
+    "YamlError",
+    "load",
+    "load_events",
+]
+
+DEFAULT_MAX_ALIASES: Final = 50
+DEFAULT_MAX_DEPTH: Final = 32
+DEFAULT_MAX_ALIAS_EXPANSION: Final = 1 << 20
+
+_LOADER: Final = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
+_TAG: Final = "tag:yaml.org,2002:"
+_SCALAR_TAGS: Final[dict[str | None, type]] = {"int": int, "float": float, "bool": bool, "null": type(None)}
+
+_Next = Callable[[], Event]
+Value = str | int | float | bool | None | list["Value"] | dict["Value", "Value"]
+
+
+_CORE_SCHEMA: Final[tuple[tuple[re.Pattern[str], Callable[[str], Value]], ...]] = (
+    (re.compile(r"~|null|Null|NULL|"), lambda _: None),
+    (re.compile(r"true|True|TRUE"), lambda _: True),
+    (re.compile(r"false|False|FALSE"), lambda _: False),
+    (re.compile(r"[-+]?[0-9]+"), int),
+    (re.compile(r"0o[0-7]+"), lambda v: int(v[2:], 8)),
+    (re.compile(r"0x[0-9a-fA-F]+"), lambda v: int(v[2:], 16)),
+    (re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"), float),
+    (re.compile(r"[-+]?\.(?:inf|Inf|INF)"), lambda v: float(v.replace(".", ""))),
+    (re.compile(r"\.(?:nan|NaN|NAN)"), lambda _: float("nan")),
+)
+
+
+_SPECIAL_START: Final = frozenset("~nNtTfF0123456789+-.")  # how any non-string plain scalar starts
+
+
+# the fast path: what it refuses anywhere (tabs, CR and other line breaks, BOM, what YAML rejects),
+# its key lines, and the characters a plain scalar may not start with
+_NOT_SIMPLE: Final = re.compile(
+    "[^\x0a\x20-\x7e\xa0-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]|[\u2028\u2029]"
+)
+_SIMPLE_KEY: Final = re.compile(r"([A-Za-z_][A-Za-z0-9_]*): (.*)")
+_INDICATORS: Final = frozenset("-?:,[]{}#&*!|>'\"%@` ")
+
+
+class YamlError(ProtocolError):
+    """The body is not acceptable YAML; ``line`` is 1-based within the loaded text when known."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.message}" if self.line is not None else self.message
+
+
+def load(
+    text: str,
+    *,
+    max_aliases: int = DEFAULT_MAX_ALIASES,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_alias_expansion: int = DEFAULT_MAX_ALIAS_EXPANSION,
+) -> Value:
+    """Load one YAML document; an empty document is ``None``. Raises :class:`YamlError`."""
+    simple = _simple_mapping(text)
+    if simple is not None:
+        return simple
+    return load_events(
+        text, max_aliases=max_aliases, max_depth=max_depth, max_alias_expansion=max_alias_expansion
+    )
+
+
+def load_events(
+    text: str,
+    *,
+    max_aliases: int = DEFAULT_MAX_ALIASES,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_alias_expansion: int = DEFAULT_MAX_ALIAS_EXPANSION,
+) -> Value:
+    """:func:`load` without the fast path: always through the YAML event stream."""
+    builder = _Builder(max_aliases, max_depth, max_alias_expansion)
+    loader = _LOADER(text)
+    try:
+        return builder.document(cast(_Next, loader.peek_event), cast(_Next, loader.get_event))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise YamlError(problem, mark.line + 1 if mark is not None else None) from None
+    except yaml.reader.ReaderError as exc:  # a control character; carries a position, not a mark
+        character = exc.character if isinstance(exc.character, str) else chr(exc.character)
+        line = text.count("\n", 0, exc.position) + 1
+        raise YamlError(f"unacceptable character U+{ord(character):04X}: {exc.reason}", line) from None
+    except yaml.YAMLError as exc:
+        raise YamlError(str(exc).replace("\n", " ")) from None
+    finally:
+        loader.dispose()
+
+
+def _simple_mapping(text: str) -> dict[Value, Value] | None:
+    """The usual shape of a signal body, read without the YAML machinery, or ``None`` for any other.
+
+    Accepted: top-level ``key: plain scalar`` lines and ``key: |`` literal blocks (clip chomping),
+    every line ending in a newline, and nothing else: no comments, quotes, flow collections, nesting,
+    tabs, anchors or tags. Within that shape the result is exactly the YAML loader's (a property test
+    holds them equal); anything outside it, however harmless, goes to the loader.
+    """
+    if not text.endswith("\n") or _NOT_SIMPLE.search(text):
+        return None
+    lines = text.split("\n")
+    lines.pop()
+    mapping: dict[Value, Value] = {}
+    index = 0
+    while index < len(lines):
+        match = _SIMPLE_KEY.fullmatch(lines[index])
+        if match is None or match.group(1) in mapping or not isinstance(_plain(match.group(1)), str):
+            return None
+        value = match.group(2).rstrip(" ")
+        index += 1
+        if value == "|":
+            literal, index = _literal(lines, index)
+            if literal is None:
+                return None
+            mapping[match.group(1)] = literal
+        elif not value or value[0] in _INDICATORS or ": " in value or " #" in value or value.endswith(":"):
+            return None
+        else:
+            mapping[match.group(1)] = _plain(value)
+    return mapping or None
+
+
+def _literal(lines: list[str], index: int) -> tuple[str | None, int]:
+    """The ``|`` block scalar starting at ``lines[index]``, and the index after it."""
+    first = lines[index] if index < len(lines) else ""
+    indent = len(first) - len(first.lstrip(" "))
+    if indent == 0 or not first.strip(" "):
+        return None, index
+    content: list[str] = []
+    while index < len(lines):
+        line = lines[index]
+        lead = len(line) - len(line.lstrip(" "))
+        if not line.strip(" "):
+            if len(line) > indent:
+                return None, index
+            content.append("")
+        elif lead == 0:
+            break
+        elif lead < indent:
+            return None, index
+        else:
+            content.append(line[indent:])
+        index += 1
+    while content[-1] == "":
+        content.pop()
+    return "\n".join(content) + "\n", index
+
+
+def _plain(value: str) -> Value:
+    """Resolve a plain (unquoted, untagged) scalar by the YAML 1.2 core schema."""
+    if value and value[0] not in _SPECIAL_START:
+        return value
+    for pattern, convert in _CORE_SCHEMA:
+        if pattern.fullmatch(value):
+            try:
+                return convert(value)
+            except ValueError:  # more digits than int() converts: keep the text
+                return value
+    return value
+
+
+def _tagged(tag: str, value: str, line: int) -> Value:
+    """A scalar with an explicit standard tag (``!!str 12``, ``!!int "3"``...)."""
+    name = tag.removeprefix(_TAG) if tag.startswith(_TAG) else None
+    if name == "str":
+        return value
+    if name not in _SCALAR_TAGS:
+        raise YamlError(f"unsupported tag {tag!r}", line)
+    resolved = _plain(value)
+    if name == "float" and isinstance(resolved, int) and not isinstance(resolved, bool):
+        resolved = float(resolved)
+    if type(resolved) is not _SCALAR_TAGS[name]:
+        raise YamlError(f"{value!r} is not a valid {tag!r}", line)
+    return resolved
+
+
+class _Builder:
+    """Composes and constructs in one pass over the event stream, enforcing the limits."""
+
+    def __init__(self, max_aliases: int, max_depth: int, max_alias_expansion: int) -> None:
+        self._max_aliases = max_aliases
+        self._max_depth = max_depth
+        self._max_expansion = max_alias_expansion
+        self._aliases = 0
+        self._expansion = 0
+        self._weight = 0  # nodes built so far, aliases counted expanded
+        self._depth = 0
+        # anchor -> (value, expanded weight, height); only complete nodes, so recursion is refused
+        self._anchors: dict[str, tuple[Value, int, int]] = {}
+        self._peek: _Next = _no_event
+        self._take: _Next = _no_event
+
+    def document(self, peek: _Next, take: _Next) -> Value:
+        """Build the single document of an event stream (``peek``/``take`` the next event)."""
+        self._peek, self._take = peek, take
+        self._expect(StreamStartEvent)
+        if isinstance(self._peek(), StreamEndEvent):
+            return None
+        self._expect(DocumentStartEvent)
+        value, _ = self._node()
+        self._expect(DocumentEndEvent)
+        event = self._take()
+        if not isinstance(event, StreamEndEvent):
+            raise YamlError("expected a single document, found another one", _line(event))
+        return value
+
+    def _expect(self, kind: type[Event]) -> Event:
+        event = self._take()
+        if not isinstance(event, kind):
+            raise YamlError(f"unexpected {type(event).__name__}", _line(event))
+        return event
+
+    def _node(self) -> tuple[Value, int]:
+        """The next node's value and its height (0 for a scalar)."""
+        event = self._take()
+        if isinstance(event, AliasEvent):
+            return self._alias(event)
+        start = self._weight
+        anchor: str | None = event.anchor  # type: ignore[attr-defined]
+        if isinstance(event, ScalarEvent):
+            self._weight += 1 + len(event.value)
+            value, height = self._scalar(event), 0
+        elif isinstance(event, (SequenceStartEvent, MappingStartEvent)):
+            self._weight += 1
+            self._depth += 1
+            if self._depth > self._max_depth:
+                raise YamlError(f"nested deeper than {self._max_depth} levels", _line(event))
+            value, height = self._collection(event)
+            self._depth -= 1
+        else:
+            raise YamlError(f"unexpected {type(event).__name__}", _line(event))
+        if anchor is not None:
+            self._anchors[anchor] = (value, self._weight - start, height)
+        return value, height
+
+    def _alias(self, event: AliasEvent) -> tuple[Value, int]:
+        line = _line(event)
+        anchor = event.anchor
+        if anchor not in self._anchors:
+            raise YamlError(f"alias *{anchor} refers to no complete anchor (undefined or recursive)", line)
+        self._aliases += 1
+        if self._aliases > self._max_aliases:
+            raise YamlError(f"more than {self._max_aliases} aliases", line)
+        value, weight, height = self._anchors[anchor]
+        self._expansion += weight
+        self._weight += weight
+        if self._expansion > self._max_expansion:
+            raise YamlError(f"aliases expand to more than {self._max_expansion} units", line)
+        if self._depth + height > self._max_depth:
+            raise YamlError(f"alias *{anchor} nests deeper than {self._max_depth} levels", line)
+        return value, height
+
+    def _scalar(self, event: ScalarEvent) -> Value:
+        tag = event.tag
+        if tag is None or tag == "!":
+            plain = event.style in (None, "") and tag is None
+            return _plain(event.value) if plain else event.value
+        return _tagged(tag, event.value, _line(event) or 0)
+
+    def _collection(self, event: Event) -> tuple[Value, int]:
+        tag: str | None = event.tag  # type: ignore[attr-defined]
+        is_map = isinstance(event, MappingStartEvent)
+        expected = f"{_TAG}map" if is_map else f"{_TAG}seq"
+        if tag not in (None, "!", expected):
+            raise YamlError(f"unsupported tag {tag!r}", _line(event))
+        return self._mapping(event) if is_map else self._sequence()
+
+    def _sequence(self) -> tuple[Value, int]:
+        items: list[Value] = []
+        height = 0
+        while not isinstance(self._peek(), SequenceEndEvent):
+            value, child = self._node()
+            items.append(value)
+            height = max(height, child)
+        self._take()
+        return items, height + 1
+
+    def _mapping(self, start: Event) -> tuple[Value, int]:
+        mapping: dict[Value, Value] = {}
+        height = 0
+        while not isinstance(self._peek(), MappingEndEvent):
+            key_line = _line(self._peek())
+            key, key_height = self._node()
+            if isinstance(key, (list, dict)):
+                raise YamlError("a mapping key must be a scalar", key_line)
+            if key in mapping:
+                raise YamlError(f"duplicate key {key!r}", key_line)
+            value, child = self._node()
+            mapping[key] = value
+            height = max(height, key_height, child)
+        self._take()
+        return mapping, height + 1
+
+
+def _no_event() -> Event:
+    raise YamlError("no event stream")
+
+
+def _line(event: Event) -> int | None:
+    mark = event.start_mark
+    return mark.line + 1 if mark is not None else None

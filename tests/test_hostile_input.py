@@ -1,0 +1,203 @@
+"""Hostile output: a clear error item, never a crash, a hang, unbounded memory or a lost neighbour."""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from agents import yamlsafe
+from agents.parser import ErrorItem, Item, Parser, ResultItem, SignalItem, parse_text
+from agents.transcript import TranscriptParser
+
+MIB = 1 << 20
+CHUNK = 64 * 1024
+VALID = b"[PROGRESS]\nagent_id: after\npercent: 50\n[/PROGRESS]\n"
+
+
+def repeated(line: bytes, total: int) -> Iterator[bytes]:
+    """About ``total`` bytes of whole ``line`` copies, as chunks of up to 64 KiB that are all one object."""
+    chunk = line * (CHUNK // len(line))
+    for _ in range(total // len(chunk)):
+        yield chunk
+
+
+def measure(parser: Parser | TranscriptParser, *parts: Iterable[bytes]) -> tuple[list[Item], int]:
+    """Feed every chunk, close, and return the items with the peak of memory allocated meanwhile."""
+    items: list[Item] = []
+    tracemalloc.start()
+    try:
+        for part in parts:
+            for chunk in part:
+                items += parser.feed(chunk)
+        items += parser.close()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return items, peak
+
+
+def message(item: Item) -> str:
+    assert isinstance(item, ErrorItem), item
+    return item.message
+
+
+def kinds(items: list[Item]) -> list[str]:
+    return [type(i).__name__ for i in items]
+
+
+@pytest.mark.timeout(10)
+def test_a_10_mb_block_is_skipped_as_it_streams() -> None:
+    head = [b"prose\n[STOP_WORK]\nagent_id: a\ndetails: |\n"]
+    items, peak = measure(
+        Parser(), head, repeated(b"  filler text of a runaway block\n", 10 * MIB), [b"[/STOP_WORK]\n" + VALID]
+    )
+    assert kinds(items) == ["ErrorItem", "SignalItem"]
+    assert message(items[0]) == "STOP_WORK block at line 2: larger than 1048576 bytes; skipped"
+    assert peak < 3 * MIB
+
+
+@pytest.mark.timeout(10)
+def test_a_10_mb_line_without_newline_outside_blocks() -> None:
+    items, peak = measure(Parser(), [b"start\n"], repeated(b"no newline ever ", 10 * MIB), [b"\n" + VALID])
+    assert kinds(items) == ["SignalItem"]
+    assert items[0].line == 3
+    assert peak < MIB // 2
+
+
+@pytest.mark.timeout(10)
+def test_a_10_mb_line_inside_a_block() -> None:
+    head = [b"[STOP_WORK]\nagent_id: a\ndetails: "]
+    items, peak = measure(Parser(), head, repeated(b"x", 10 * MIB), [b"\n[/STOP_WORK]\n" + VALID])
+    assert kinds(items) == ["ErrorItem", "SignalItem"]
+    assert "larger than 1048576 bytes" in message(items[0])
+    assert peak < 3 * MIB
+
+
+@pytest.mark.timeout(10)
+def test_a_10_mb_report() -> None:
+    head = [b"## Flood Result\n### Status\nSUCCESS\n### Summary\nx\n### Findings\n"]
+    body = repeated(b"- a finding line\n#### sub\n| a | b |\n", 10 * MIB)
+    items, peak = measure(Parser(), head, body, [VALID])
+    assert kinds(items) == ["ErrorItem", "SignalItem"]
+    assert message(items[0]) == "result report 'Flood' at line 1: larger than 1048576 bytes; skipped"
+    assert peak < 3 * MIB
+
+
+@pytest.mark.timeout(10)
+def test_a_10_mb_jsonl_line() -> None:
+    head = orjson.dumps({"type": "user", "message": {"content": [{"type": "tool_result", "content": ""}]}})
+    tail = orjson.dumps(
+        {"type": "assistant", "message": {"content": [{"type": "text", "text": VALID.decode()}]}}
+    )
+    items, peak = measure(
+        TranscriptParser(max_line_bytes=MIB),
+        [head[:-4]],
+        repeated(b"x", 10 * MIB),
+        [head[-4:] + b"\n" + tail],
+    )
+    assert kinds(items) == ["ErrorItem", "SignalItem"]
+    assert message(items[0]) == "JSONL line 1: longer than 1048576 bytes; skipped"
+    assert items[1].line == 2
+    assert peak < 3 * MIB
+
+
+def block(body: str) -> bytes:
+    return f"[STOP_WORK]\n{body}\n[/STOP_WORK]\n".encode() + VALID
+
+
+BILLION_LAUGHS = "\n".join(
+    [
+        "agent_id: a",
+        "stop_reason: error",
+        "blocker_type: error",
+        'l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]',
+        *(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)),
+        "details: *l8",
+    ]
+)
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (BILLION_LAUGHS, "aliases expand to more than 1048576 units"),
+        ("a: &a [1, *a]", "alias *a refers to no complete anchor (undefined or recursive)"),
+        ("a: &a x\n" + "\n".join(f"k{i}: *a" for i in range(60)), "more than 50 aliases"),
+        ("a: " + "[" * 200 + "]" * 200, "nested deeper than 32 levels"),
+        # libyaml stops at its own limit first; PyYAML's pure-Python parser would reach ours
+        (
+            "a: " + "[" * 100_000 + "]" * 100_000,
+            "exceeded maximum nesting depth|nested deeper than 32 levels",
+        ),
+        ("".join(f"{'  ' * i}k{i}:\n" for i in range(40)), "nested deeper than 32 levels"),
+        ("a: &a " + "[" * 30 + "]" * 30 + "\nb: [[[[*a]]]]", "alias *a nests deeper than 32 levels"),
+        ("a: !!python/object/apply:os.system ['touch /tmp/subagent-bus-pwned']", "unsupported tag"),
+        ("a: !!binary aGVsbG8=", "unsupported tag"),
+        ("agent_id: a\x00b", "unacceptable character U+0000"),
+        ("a: 1\na: 2", "duplicate key 'a'"),
+    ],
+)
+def test_hostile_yaml_is_an_error_and_the_next_block_parses(body: str, message: str) -> None:
+    first, second = parse_text(block(body))
+    assert isinstance(first, ErrorItem)
+    assert any(part in first.message for part in message.split("|")), first.message
+    assert first.message.startswith("STOP_WORK block at line 1: invalid YAML")
+    assert isinstance(second, SignalItem)
+    assert not Path("/tmp/subagent-bus-pwned").exists()
+
+
+def test_aliases_within_the_limits_are_fine() -> None:
+    loaded = yamlsafe.load("base: &b {text: shared}\nquestions: [*b, *b]\n")
+    assert loaded == {"base": {"text": "shared"}, "questions": [{"text": "shared"}, {"text": "shared"}]}
+
+
+def test_invalid_utf8_in_a_block_names_its_line() -> None:
+    data = b"prose\n[STOP_WORK]\nagent_id: a\ndetails: caf\xc3\n[/STOP_WORK]\n" + VALID
+    first, second = parse_text(data)
+    assert isinstance(first, ErrorItem)
+    assert first.message == "STOP_WORK block at line 2: invalid UTF-8 at line 4"
+    assert isinstance(second, SignalItem)
+
+
+def test_invalid_utf8_in_prose_is_ignored() -> None:
+    data = b"\xff\xfe\x00garbage \x80\x81\n" + VALID + b"more \xc0\xaf prose\n"
+    assert kinds(parse_text(data)) == ["SignalItem"]
+
+
+def test_invalid_utf8_in_a_report() -> None:
+    data = b"## Broken Result\n### Status\nSUCCESS\n### Summary\nbad \xe2\x28\xa1\n" + VALID
+    first, second = parse_text(data)
+    assert isinstance(first, ErrorItem)
+    assert first.message == "result report 'Broken' at line 1: invalid UTF-8 at line 5"
+    assert isinstance(second, SignalItem)
+
+
+@pytest.mark.timeout(10)
+def test_a_flood_of_opening_tags() -> None:
+    items = parse_text(b"[STOP_WORK]\n" * 20_000)
+    assert len(items) == 20_000
+    assert all(isinstance(i, ErrorItem) for i in items)
+    assert message(items[-1]) == "STOP_WORK block at line 20000: not terminated (end of input)"
+
+
+@pytest.mark.timeout(10)
+def test_a_flood_of_fences_and_headings() -> None:
+    data = b"```\n## A Result\n### Status\nSUCCESS\n### Summary\ns\n```\n# h\n~~~\n" * 5_000
+    items = parse_text(data)
+    assert len(items) == 5_000
+    assert all(isinstance(i, ResultItem) for i in items)
+
+
+@pytest.mark.timeout(10)
+def test_byte_at_a_time_feeding_stays_linear() -> None:
+    data = (b"prose line with [STOP_WORK] inside\n" * 2_000) + VALID
+    parser = Parser()
+    items: list[Item] = []
+    for index in range(len(data)):
+        items += parser.feed(data[index : index + 1])
+    assert kinds(items + parser.close()) == ["SignalItem"]

@@ -1,0 +1,405 @@
+"""The incremental parser: what counts as a block, errors, and the same items however input is chunked."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agents import yamlsafe
+from agents.parser import (
+    DEFAULT_MAX_BLOCK_BYTES,
+    MAX_TAG_LINE,
+    ErrorItem,
+    Item,
+    Parser,
+    ResultItem,
+    SignalItem,
+    parse_text,
+)
+from bus.envelope import EnvelopeType
+from bus.results import ResultStatus
+from bus.signals import ClarificationNeeded, Progress, StopReason, StopWork
+
+
+def stop(agent: str = "bg-1", **fields: str) -> str:
+    body = {
+        "agent_id": agent,
+        "timestamp": "2026-01-11T09:15:00-05:00",
+        "stop_reason": "blocker",
+        "blocker_type": "missing_info",
+        "details": "need the API key",
+        **fields,
+    }
+    lines = "".join(f"{key}: {value}\n" for key, value in body.items() if value)
+    return f"[STOP_WORK]\n{lines}[/STOP_WORK]\n"
+
+
+def feed_split(data: bytes, cuts: list[int], max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> list[Item]:
+    parser = Parser(max_block_bytes=max_block_bytes)
+    items: list[Item] = []
+    previous = 0
+    for cut in [*sorted(set(cuts)), len(data)]:
+        items += parser.feed(data[previous:cut])
+        previous = cut
+    return items + parser.close()
+
+
+def only(items: list[Item]) -> Item:
+    assert len(items) == 1, items
+    return items[0]
+
+
+def test_a_block_alone_on_its_lines_is_a_signal() -> None:
+    item = only(parse_text(stop()))
+    assert isinstance(item, SignalItem)
+    assert item.type is EnvelopeType.STOP_WORK
+    assert isinstance(item.payload, StopWork)
+    assert item.payload.agent_id == "bg-1"
+    assert item.payload.stop_reason is StopReason.BLOCKER
+    assert item.payload.details == "need the API key"
+    assert (item.line, item.offset) == (1, 0)
+
+
+def test_inline_mentions_and_greps_are_prose() -> None:
+    text = (
+        "I will emit [STOP_WORK] if the key is missing, then [/STOP_WORK].\n"
+        'if echo "$output" | grep -q "\\[STOP_WORK\\]"; then\n'
+        "[STOP_WORK] is how I stop\n"
+        "│ [CLARIFICATION_NEEDED] │\n"
+        "`[DELEGATE_WORK]`\n"
+    )
+    assert parse_text(text) == []
+
+
+def test_indented_block_in_a_list_is_dedented() -> None:
+    text = (
+        "Status:\n"
+        "- blocked:\n"
+        "    [STOP_WORK]\n"
+        "    agent_id: bg-2\n"
+        "    stop_reason: error\n"
+        "    blocker_type: error\n"
+        "    details: |\n"
+        "      first line\n"
+        "        indented line\n"
+        "    [/STOP_WORK]\n"
+    )
+    item = only(parse_text(text))
+    assert isinstance(item, SignalItem)
+    assert isinstance(item.payload, StopWork)
+    assert item.payload.details == "first line\n  indented line\n"
+    assert item.line == 3
+    assert text.encode()[item.offset : item.offset + 11] == b"[STOP_WORK]"
+
+
+def test_block_inside_a_yaml_fence_and_crlf_line_endings() -> None:
+    lf = "Blocked:\n\n```yaml\n" + stop(completed_work="|\n  ✓ scanned\n  ✗ audit") + "```\n"
+    crlf = lf.replace("\n", "\r\n")
+    a, b = only(parse_text(lf)), only(parse_text(crlf))
+    assert isinstance(a, SignalItem)
+    assert isinstance(b, SignalItem)
+    assert a.payload == b.payload
+    assert isinstance(a.payload, StopWork)
+    assert a.payload.completed_work == "✓ scanned\n✗ audit\n"
+    assert (a.line, b.line) == (4, 4)
+    assert b.offset == len("Blocked:\r\n\r\n```yaml\r\n")
+
+
+def test_offsets_count_bytes_of_unicode_prose() -> None:
+    prefix = "✓ done — ünïcode\n"
+    item = only(parse_text(prefix + stop()))
+    assert item.offset == len(prefix.encode())
+    assert item.line == 2
+
+
+def test_several_blocks_keep_their_order_lines_and_offsets() -> None:
+    progress = "[PROGRESS]\nagent_id: bg-1\npercent: 45\nmessage: halfway\neta: 20m\n[/PROGRESS]\n"
+    text = "intro\n" + stop("a") + "middle\n\n" + progress + stop("b") + "outro"
+    items = parse_text(text)
+    assert [type(i).__name__ for i in items] == ["SignalItem"] * 3
+    assert [i.line for i in items] == [2, 11, 17]
+    data = text.encode()
+    assert [data[i.offset : i.offset + 2] for i in items] == [b"[S", b"[P", b"[S"]
+    assert isinstance(items[1], SignalItem)
+    assert isinstance(items[1].payload, Progress)
+    assert items[1].payload.percent == 45
+    assert items[1].payload.eta == "20m"
+
+
+def test_a_bad_block_does_not_hide_its_neighbours() -> None:
+    text = stop("a") + "\n" + stop("b", stop_reason="maybe") + stop("c")
+    first, bad, last = parse_text(text)
+    assert isinstance(first, SignalItem)
+    assert isinstance(last, SignalItem)
+    assert isinstance(bad, ErrorItem)
+    assert bad.line == 9
+    assert bad.type is EnvelopeType.STOP_WORK
+    assert bad.message == (
+        "STOP_WORK block at line 9: field 'stop_reason': Input should be 'blocker', 'error' or 'completion'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"details": ""}, "field 'details': Field required"),
+        ({"timestamp": "2026-01-11T09:15:00"}, "field 'timestamp': Input should have timezone info"),
+        ({"timestamp": "2026-01-11"}, "field 'timestamp': Input should have timezone info"),
+        ({"timestamp": "yesterday"}, "field 'timestamp': Input should be a valid datetime"),
+        ({"blocker_type": "no"}, "field 'blocker_type': Input should be 'missing_info'"),
+    ],
+)
+def test_validation_errors_name_the_field(fields: dict[str, str], message: str) -> None:
+    item = only(parse_text("prose\n" + stop(**fields)))
+    assert isinstance(item, ErrorItem)
+    assert item.line == 2
+    assert item.message.startswith(f"STOP_WORK block at line 2: {message}")
+
+
+def test_an_aware_timestamp_is_parsed() -> None:
+    item = only(parse_text(stop(timestamp="2026-01-11T14:15:00Z")))
+    assert isinstance(item, SignalItem)
+    assert item.payload.timestamp == datetime(2026, 1, 11, 14, 15, tzinfo=UTC)
+
+
+def test_invalid_yaml_names_the_line_in_the_output() -> None:
+    text = "one\ntwo\n[STOP_WORK]\nagent_id: a\ndetails: [unclosed\n[/STOP_WORK]\n"
+    item = only(parse_text(text))
+    assert isinstance(item, ErrorItem)
+    assert item.message.startswith("STOP_WORK block at line 3: invalid YAML at line ")
+    assert item.line == 3
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("- a\n- b\n", "the body must be a YAML mapping of fields, not a list"),
+        ("", "the body must be a YAML mapping of fields, not an empty body"),
+        ("just words\n", "the body must be a YAML mapping of fields, not a scalar ('just words')"),
+    ],
+)
+def test_the_body_must_be_a_mapping(body: str, message: str) -> None:
+    item = only(parse_text(f"[STOP_WORK]\n{body}[/STOP_WORK]\n"))
+    assert isinstance(item, ErrorItem)
+    assert item.message == f"STOP_WORK block at line 1: {message}"
+
+
+def test_yaml_follows_the_1_2_core_schema() -> None:
+    loaded = yamlsafe.load(
+        "a: no\nb: yes\nc: on\nd: off\ne: true\nf: False\ng: 1:30\nh: 0o17\ni: 010\nj: ~\n"
+    )
+    assert loaded == {"a": "no", "b": "yes", "c": "on", "d": "off", "e": True, "f": False} | {
+        "g": "1:30",
+        "h": 15,
+        "i": 10,
+        "j": None,
+    }
+    assert yamlsafe.load("t: 2026-01-11T09:15:00-05:00\nd: 2026-01-11\n") == {
+        "t": "2026-01-11T09:15:00-05:00",
+        "d": "2026-01-11",
+    }
+
+
+def test_an_unterminated_block_is_an_error_never_a_partial_signal() -> None:
+    parser = Parser()
+    assert parser.feed(stop().removesuffix("[/STOP_WORK]\n").encode()) == []
+    item = only(parser.close())
+    assert isinstance(item, ErrorItem)
+    assert item.message == "STOP_WORK block at line 1: not terminated (end of input)"
+
+
+def test_an_opening_tag_inside_an_open_block_ends_it_with_an_error() -> None:
+    text = "[DELEGATE_WORK]\nagent_id: a\n\n" + stop("b")
+    first, second = parse_text(text)
+    assert isinstance(first, ErrorItem)
+    assert first.message == "DELEGATE_WORK block at line 1: not terminated before the [STOP_WORK] at line 4"
+    assert isinstance(second, SignalItem)
+    assert second.line == 4
+
+
+def test_a_closing_tag_of_another_type_ends_the_block_with_an_error() -> None:
+    text = stop().replace("[/STOP_WORK]", "[/DELEGATE_WORK]") + stop("c")
+    first, second = parse_text(text)
+    assert isinstance(first, ErrorItem)
+    assert first.message == "STOP_WORK block at line 1: closed by [/DELEGATE_WORK] at line 7"
+    assert isinstance(second, SignalItem)
+
+
+def test_stray_closing_tags_are_ignored() -> None:
+    assert parse_text("[/STOP_WORK]\nprose\n[/PROGRESS]\n") == []
+
+
+def test_last_line_without_newline() -> None:
+    item = only(parse_text(stop().removesuffix("\n")))
+    assert isinstance(item, SignalItem)
+
+
+def test_extra_fields_are_kept() -> None:
+    item = only(parse_text(stop(confidence_note="mine")))
+    assert isinstance(item, SignalItem)
+    assert item.payload.model_extra == {"confidence_note": "mine"}
+
+
+def test_clarification_with_questions() -> None:
+    text = (
+        "[CLARIFICATION_NEEDED]\nagent_id: bg-9\nblocked_at: step 2\nreason: two choices\n"
+        "questions:\n  - question_id: Q1\n    text: Which one?\n    options: [a, b]\n"
+        "[/CLARIFICATION_NEEDED]\n"
+    )
+    item = only(parse_text(text))
+    assert isinstance(item, SignalItem)
+    assert isinstance(item.payload, ClarificationNeeded)
+    assert item.payload.questions[0].options == ["a", "b"]
+
+
+def test_feed_after_close_is_refused_and_close_is_idempotent() -> None:
+    parser = Parser()
+    parser.feed(b"prose\n")
+    assert parser.close() == []
+    assert parser.close() == []
+    with pytest.raises(ValueError, match="after close"):
+        parser.feed(b"more")
+
+
+def test_a_block_over_the_limit_is_an_error_and_the_next_block_still_parses() -> None:
+    big = stop(details="|\n" + "  filler line of text\n" * 100)
+    items = parse_text(big + stop("next"), max_block_bytes=512)
+    error, signal = items
+    assert isinstance(signal, SignalItem)
+    assert isinstance(error, ErrorItem)
+    assert error.message == "STOP_WORK block at line 1: larger than 512 bytes; skipped"
+
+
+REPORT = (
+    "## Code Explorer Result\n\n### Status\nSUCCESS\n\n### Summary\nTraced the login flow.\n\n"
+    "### Confidence\n92 - all paths traced\n"
+)
+
+
+def test_a_report_is_emitted_only_once_its_end_is_known() -> None:
+    parser = Parser()
+    assert parser.feed(REPORT.encode()) == []
+    item = only(parser.close())
+    assert isinstance(item, ResultItem)
+    assert item.report.agent == "Code Explorer"
+    assert item.report.status is ResultStatus.SUCCESS
+    assert (item.line, item.offset) == (1, 0)
+
+
+def test_a_report_ends_at_a_signal_and_at_the_next_top_level_heading() -> None:
+    parser = Parser()
+    first = parser.feed((REPORT + stop()).encode())
+    assert [type(i).__name__ for i in first] == ["ResultItem", "SignalItem"]
+    assert isinstance(first[0], ResultItem)
+    assert first[0].report.confidence is not None
+    assert first[0].report.confidence.justification == "all paths traced"
+    second = parser.feed((REPORT + "## Notes\nnot part of it\n### Status\nFAILED\n").encode())
+    assert len(second) == 1
+    assert isinstance(second[0], ResultItem)
+    assert second[0].line == 18
+    assert second[0].report.sections == []
+    assert parser.close() == []
+
+
+def test_headings_inside_code_fences_do_not_end_a_report() -> None:
+    text = (
+        REPORT
+        + "### Findings\n#### Snippet\n```bash\n## not a heading\n# nor this\n```\n### Next Steps\n1. go\n"
+    )
+    item = only(parse_text(text))
+    assert isinstance(item, ResultItem)
+    assert item.report.next_steps == ["go"]
+    assert item.report.sections[0].text == "```bash\n## not a heading\n# nor this\n```"
+
+
+def test_a_report_inside_a_markdown_fence_ends_at_its_closing_fence() -> None:
+    text = (
+        "Example:\n```markdown\n"
+        + REPORT
+        + "### Findings\n#### Output\n```\nPASS all\n```\n"
+        + "```\n\n## Code Architect Result\n### Status\nPARTIAL\n### Summary\nSecond.\n"
+    )
+    first, second = parse_text(text)
+    assert isinstance(first, ResultItem)
+    assert isinstance(second, ResultItem)
+    assert first.report.sections[0].text == "```\nPASS all\n```"
+    assert second.report.agent == "Code Architect"
+    assert second.line == text.splitlines().index("## Code Architect Result") + 1
+
+
+def test_an_invalid_status_is_an_error_item() -> None:
+    item = only(parse_text(REPORT.replace("SUCCESS", "DONE")))
+    assert isinstance(item, ErrorItem)
+    assert item.type is EnvelopeType.RESULT
+    assert (
+        item.message
+        == "result report 'Code Explorer' at line 1: status 'DONE' is not SUCCESS, PARTIAL or FAILED (line 3)"
+    )
+
+
+def test_a_line_too_long_to_be_a_tag_line_is_never_one() -> None:
+    text = " " * (MAX_TAG_LINE + 1) + stop()
+    assert parse_text(text) == []
+    assert feed_split(text.encode(), list(range(0, len(text), 1000))) == []
+
+
+# A document of several blocks, prose, CRLF, fences, unicode, errors and reports: the items must be
+# the same for every way of cutting it.
+FRAGMENTS = [
+    b"Working on it \xe2\x9c\x93 \xe2\x80\x94 na\xc3\xafve caf\xc3\xa9\n",
+    b"I will emit [STOP_WORK] if blocked.\n",
+    stop("a").encode(),
+    stop("b").replace("\n", "\r\n").encode(),
+    ("```yaml\n" + stop("c", completed_work="|\n  \u2713 one\n  \u2717 two") + "```\n").encode(),
+    b"  [PROGRESS]\n  agent_id: p\n  percent: 10\n  [/PROGRESS]\n",
+    stop("bad", stop_reason="later").encode(),
+    b"\xff\xfe not utf-8 prose \x80\n",
+    REPORT.encode(),
+    b"## Heading\n",
+    ("```markdown\n" + REPORT + "```\nPASS\n```\n```\n").encode(),
+    b" " * (MAX_TAG_LINE + 10) + b"[STOP_WORK]\n",
+    b"no newline at all",
+    b"\n",
+    b"[DELEGATE_WORK]\nagent_id: x\n",  # unterminated
+]
+
+
+@st.composite
+def documents(draw: st.DrawFn) -> tuple[bytes, list[int]]:
+    data = b"".join(draw(st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=12)))
+    cuts = draw(st.lists(st.integers(0, len(data)), max_size=30))
+    return data, cuts
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(documents())
+def test_chunking_never_changes_the_items(document: tuple[bytes, list[int]]) -> None:
+    data, cuts = document
+    assert feed_split(data, cuts) == feed_split(data, [])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_chunking_with_a_small_block_limit(data: st.DataObject) -> None:
+    document = b"".join(data.draw(st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=10)))
+    cuts = data.draw(st.lists(st.integers(0, len(document)), max_size=30))
+    assert feed_split(document, cuts, max_block_bytes=96) == feed_split(document, [], max_block_bytes=96)
+
+
+def test_byte_by_byte_feeding_of_a_mixed_document() -> None:
+    data = b"".join(FRAGMENTS)
+    whole = feed_split(data, [])
+    assert feed_split(data, list(range(len(data)))) == whole
+    assert [(type(i).__name__, i.line) for i in whole] == [
+        ("SignalItem", 3),
+        ("SignalItem", 10),
+        ("SignalItem", 18),
+        ("SignalItem", 29),
+        ("ErrorItem", 33),
+        ("ResultItem", 41),
+        ("ResultItem", 53),
+        ("ErrorItem", 69),
+    ]

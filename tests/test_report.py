@@ -1,0 +1,256 @@
+"""Result reports: sections, tables, findings, confidence, issues, blockers and the error format."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.report import ReportError, parse_report, split_location
+from bus.findings import Severity
+from bus.results import ResultStatus
+
+
+def report(*sections: str, agent: str = "QA Engineer") -> str:
+    head = f"## {agent} Result\n\n### Status\nSUCCESS\n\n### Summary\nChecked the login module.\n\n"
+    return head + "\n".join(sections)
+
+
+def test_minimal_report() -> None:
+    parsed = parse_report(report())
+    assert parsed.agent == "QA Engineer"
+    assert parsed.status is ResultStatus.SUCCESS
+    assert parsed.summary == "Checked the login module."
+    assert parsed.sections == []
+    assert parsed.findings == []
+    assert parsed.issues == []
+    assert parsed.confidence is None
+    assert parsed.violations == []
+
+
+@pytest.mark.parametrize(
+    "status", ["success", "Partial", "**FAILED**", "`PARTIAL`", "FAILED - tests crashed"]
+)
+def test_status_is_case_insensitive_and_may_carry_markup(status: str) -> None:
+    text = report().replace("SUCCESS", status)
+    assert parse_report(text).status.value == status.strip("*`").split()[0].upper()
+
+
+@pytest.mark.parametrize("status", ["DONE", "[SUCCESS | PARTIAL | FAILED]", "Successful", ""])
+def test_an_unknown_status_is_an_error_with_its_line(status: str) -> None:
+    with pytest.raises(ReportError) as caught:
+        parse_report(report().replace("SUCCESS", status))
+    assert caught.value.message == f"status '{status}' is not SUCCESS, PARTIAL or FAILED"
+    assert caught.value.line == 3
+
+
+def test_status_and_summary_are_required() -> None:
+    with pytest.raises(ReportError, match="missing '### Status' section"):
+        parse_report("## A Result\n### Summary\nx\n")
+    with pytest.raises(ReportError, match="missing or empty '### Summary' section"):
+        parse_report("## A Result\n### Status\nSUCCESS\n### Summary\n\n")
+    with pytest.raises(ReportError, match="not a '## <Agent Name> Result' heading"):
+        parse_report("## Results of the QA\n")
+
+
+def test_confidence_breakdown_and_justification() -> None:
+    parsed = parse_report(
+        report(
+            "### Confidence\n**87** - verified by running the tests\n"
+            "- verified_confidence: 90 (read the exact function, saw the bug)\n"
+            "- inferred_confidence: 70 (similar pattern likely exists elsewhere)\n"
+            "- combined_confidence: 80\n",
+            "### Confidence Justification\n**Score**: 87\n**Evidence Count**: 4 findings with direct code evidence\n"
+            "**Verification Method**: Read tool and a test run\n**Potential Blind Spots**: generated code\n",
+        )
+    )
+    confidence = parsed.confidence
+    assert confidence is not None
+    assert (confidence.score, confidence.justification) == (87, "verified by running the tests")
+    assert (confidence.verified, confidence.inferred, confidence.combined) == (90, 70, 80)
+    assert confidence.detailed is not None
+    assert confidence.detailed.score == 87
+    assert confidence.detailed.evidence_count == "4 findings with direct code evidence"
+    assert confidence.detailed.verification_method == "Read tool and a test run"
+    assert confidence.detailed.blind_spots == "generated code"
+    assert parsed.violations == []
+
+
+@pytest.mark.parametrize(
+    ("line", "violation"),
+    [
+        ("High - lots of evidence", "Confidence 'High - lots of evidence' is not a score from 0 to 100"),
+        ("150 - very sure", "Confidence 150 (or its breakdown) is outside 0-100"),
+    ],
+)
+def test_a_bad_confidence_is_a_violation_not_an_error(line: str, violation: str) -> None:
+    parsed = parse_report(report(f"### Confidence\n{line}\n"))
+    assert parsed.confidence is None
+    assert parsed.violations == [violation]
+
+
+def test_issues_with_severities() -> None:
+    parsed = parse_report(
+        report(
+            "### Issues (if any)\n"
+            "- Hardcoded secret: JWT secret committed in `src/config/jwt.ts` | Severity: critical\n"
+            "- **Slow query**: N+1 in the list endpoint | Severity: Important\n"
+            "  seen with 1000 rows\n"
+            "- Naming: inconsistent | Severity: urgent\n"
+            "- No description at all\n"
+        )
+    )
+    assert [(i.title, i.description, i.severity) for i in parsed.issues] == [
+        ("Hardcoded secret", "JWT secret committed in `src/config/jwt.ts`", Severity.CRITICAL),
+        ("Slow query", "N+1 in the list endpoint\nseen with 1000 rows", Severity.IMPORTANT),
+        ("Naming", "inconsistent", None),
+        ("No description at all", "", None),
+    ]
+    assert parsed.violations == ["issue 'Naming': unknown severity 'urgent'"]
+
+
+def test_none_items_are_left_out() -> None:
+    parsed = parse_report(
+        report("### Issues\n- None\n", "### Blockers (if any)\n- none.\n", "### Next Steps\n")
+    )
+    assert parsed.issues == []
+    assert parsed.blockers == []
+    assert parsed.next_steps == []
+
+
+def test_blockers_in_both_forms() -> None:
+    parsed = parse_report(
+        report(
+            "### Blockers\n"
+            "- Staging database is down | Resolution: restart it\n"
+            "- No credentials for the payment sandbox\n"
+            "  Resolution: ask ops for a sandbox key\n"
+            "- Unclear requirement\n"
+        )
+    )
+    assert [(b.description, b.resolution) for b in parsed.blockers] == [
+        ("Staging database is down", "restart it"),
+        ("No credentials for the payment sandbox", "ask ops for a sandbox key"),
+        ("Unclear requirement", ""),
+    ]
+
+
+def test_next_steps_keep_continuation_lines() -> None:
+    parsed = parse_report(
+        report("### Next Steps\n1. Fix SEC-001\n   before the release\n2) Re-run the audit\n")
+    )
+    assert parsed.next_steps == ["Fix SEC-001 before the release", "Re-run the audit"]
+
+
+def test_issue_tables_become_findings_anywhere() -> None:
+    parsed = parse_report(
+        report(
+            "### Review\n| Issue | Location | Severity |\n|---|:---:|---|\n"
+            "| SQL built by concatenation | `src/db/query.ts:12-18` | High |\n"
+            "| Odd \\| pipe | `src/x.ts` | catastrophic |\n",
+            agent="Security Auditor",
+        )
+    )
+    first, second = parsed.findings
+    assert (first.id, first.title, first.file, first.line, first.severity) == (
+        None,
+        "SQL built by concatenation",
+        "src/db/query.ts",
+        12,
+        Severity.HIGH,
+    )
+    assert first.category == "general"
+    assert first.agent == "Security Auditor"
+    assert (second.title, second.file, second.line, second.severity) == ("Odd | pipe", "src/x.ts", None, None)
+    assert parsed.violations == ["finding 'Odd | pipe': unknown severity 'catastrophic'"]
+    assert parsed.sections[0].title == "Review"
+
+
+def test_tables_without_an_issue_column_are_not_findings() -> None:
+    parsed = parse_report(
+        report("### Findings\n#### Files\n| File | Change |\n|---|---|\n| `a.ts:3` | edited |\n")
+    )
+    assert parsed.findings == []
+    assert parsed.sections[0].tables[0].rows == [["a.ts:3", "edited"]]
+
+
+def test_headings_and_tables_in_code_fences_are_content() -> None:
+    parsed = parse_report(
+        report(
+            "### Findings\n#### Snippet\n~~~markdown\n### Status\nFAILED\n| A | B |\n|---|---|\n| 1 | 2 |\n~~~\n"
+            "#### After\ntext\n"
+        )
+    )
+    assert parsed.status is ResultStatus.SUCCESS
+    assert [s.title for s in parsed.sections] == ["Snippet", "After"]
+    assert parsed.sections[0].tables == []
+    assert parsed.sections[0].text.startswith("~~~markdown\n### Status")
+
+
+def test_other_sections_preamble_and_duplicates() -> None:
+    text = report(
+        "### Verification Completed\n- [x] **File References Valid**\n",
+        "### Summary\nA second summary.\n",
+    ).replace("### Status", "Some words first.\n\n### Status")
+    parsed = parse_report(text)
+    assert [(s.title, s.text) for s in parsed.sections] == [
+        ("", "Some words first."),
+        ("Verification Completed", "- [x] **File References Valid**"),
+        ("Summary", "A second summary."),
+    ]
+    assert parsed.summary == "Checked the login module."
+    assert parsed.violations == ["duplicate section '### Summary' (line 14); first one used"]
+
+
+def test_error_details_as_a_list() -> None:
+    parsed = parse_report(
+        report(
+            "### Error Details\n- Type: TimeoutError\n- Message: npm audit hung\n- Occurred At: step 3\n"
+            "- Recoverable: yes\n"
+        ).replace("SUCCESS", "FAILED")
+    )
+    assert parsed.error is not None
+    assert (parsed.error.type, parsed.error.message, parsed.error.occurred_at, parsed.error.recoverable) == (
+        "TimeoutError",
+        "npm audit hung",
+        "step 3",
+        True,
+    )
+
+
+def test_key_references_split_file_and_line() -> None:
+    parsed = parse_report(
+        report(
+            "### Key References\n| Item | Location | Relevance |\n|---|---|---|\n"
+            "| Handler | `src/api/auth.ts:45` | entry |\n| Config | `src/config/oauth.ts` | new |\n| Step | build | - |\n"
+        )
+    )
+    assert [(r.item, r.location, r.file, r.line) for r in parsed.key_references] == [
+        ("Handler", "src/api/auth.ts:45", "src/api/auth.ts", 45),
+        ("Config", "src/config/oauth.ts", "src/config/oauth.ts", None),
+        ("Step", "build", "build", None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("location", "expected"),
+    [
+        ("src/a.ts:45", ("src/a.ts", 45)),
+        ("`src/a.ts:45`", ("src/a.ts", 45)),
+        ("src/a.ts:45-60", ("src/a.ts", 45)),
+        ("src/a.ts:45:7", ("src/a.ts", 45)),
+        ("src/a.ts:45 (loginHandler)", ("src/a.ts", 45)),
+        ("src/a.ts", ("src/a.ts", None)),
+        ("src/a.ts:0", ("src/a.ts", None)),
+        ("n/a", (None, None)),
+        ("step 3 of the build", (None, None)),
+        ("", (None, None)),
+    ],
+)
+def test_split_location(location: str, expected: tuple[str | None, int | None]) -> None:
+    assert split_location(location) == expected
+
+
+def test_crlf_reports() -> None:
+    text = report("### Next Steps\n1. one\n").replace("\n", "\r\n")
+    parsed = parse_report(text)
+    assert parsed.summary == "Checked the login module."
+    assert parsed.next_steps == ["one"]

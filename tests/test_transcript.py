@@ -1,0 +1,231 @@
+"""Claude Code JSONL transcripts: only the assistant's own text is output; positions are stable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agents.parser import ErrorItem, Item, ResultItem, SignalItem, parse_text
+from agents.transcript import (
+    AnyParser,
+    AssistantText,
+    Format,
+    TranscriptParser,
+    TranscriptReader,
+    detect_format,
+)
+from bus.envelope import EnvelopeType
+from bus.results import ResultStatus
+from bus.signals import ClarificationNeeded, CompletionReport, Progress
+
+TRANSCRIPT = (Path(__file__).parent / "data" / "claude_transcript.jsonl").read_bytes()
+LINES = TRANSCRIPT.splitlines(keepends=True)
+
+
+def line_start(number: int) -> int:
+    return sum(len(line) for line in LINES[: number - 1])
+
+
+def parse(data: bytes, cuts: list[int] | None = None) -> tuple[list[Item], TranscriptParser]:
+    parser = TranscriptParser()
+    items: list[Item] = []
+    previous = 0
+    for cut in [*sorted(set(cuts or [])), len(data)]:
+        items += parser.feed(data[previous:cut])
+        previous = cut
+    return items + parser.close(), parser
+
+
+def format_of(parser: AnyParser) -> Format:
+    return parser.format
+
+
+def assistant_line(*texts: str, agent: str = "a1") -> bytes:
+    content = [{"type": "text", "text": text} for text in texts]
+    entry = {
+        "type": "assistant",
+        "agentId": agent,
+        "sessionId": "s1",
+        "message": {"role": "assistant", "content": content},
+    }
+    return orjson.dumps(entry) + b"\n"
+
+
+def test_the_data_file_holds_signal_templates_outside_the_assistant_text() -> None:
+    prompt = orjson.loads(LINES[0])
+    assert prompt["type"] == "user"
+    assert "[CLARIFICATION_NEEDED]\nagent_id: <agent-id>" in prompt["message"]["content"]
+    assert "agent_id: bg-task-abc123" in prompt["message"]["content"]  # a valid example, too
+    # as plain text, the prompt's templates and example would be taken for blocks
+    text_items = parse_text(prompt["message"]["content"])
+    assert any(isinstance(i, SignalItem) for i in text_items)
+    assert any(isinstance(i, ErrorItem) for i in text_items)
+    assert b"[STOP_WORK]" in LINES[3]  # a tool result
+    assert b"[DELEGATE_WORK]" in LINES[4]  # a tool input
+
+
+def test_only_the_assistant_text_is_parsed() -> None:
+    items, parser = parse(TRANSCRIPT)
+    assert [(type(i).__name__, i.line) for i in items] == [
+        ("SignalItem", 7),
+        ("SignalItem", 10),
+        ("ResultItem", 10),
+        ("SignalItem", 10),
+    ]
+    clarification, progress, result, completion = items
+    assert isinstance(clarification, SignalItem)
+    assert isinstance(clarification.payload, ClarificationNeeded)
+    assert clarification.payload.agent_id == "a3f9c21"
+    assert clarification.payload.current_state is not None
+    assert "✗" in clarification.payload.current_state
+    assert isinstance(progress, SignalItem)
+    assert isinstance(progress.payload, Progress)
+    assert progress.payload.percent == 60
+    assert progress.payload.message == "Both strategies read"  # CRLF inside the JSON string
+    assert isinstance(result, ResultItem)
+    assert result.report.agent == "Security Auditor"
+    assert result.report.status is ResultStatus.PARTIAL
+    assert [(f.id, f.file, f.line) for f in result.report.findings] == [("SEC-001", "src/config/jwt.ts", 8)]
+    assert result.report.confidence is not None
+    assert (result.report.confidence.verified, result.report.confidence.inferred) == (95, 85)
+    assert isinstance(completion, SignalItem)
+    assert isinstance(completion.payload, CompletionReport)
+    assert completion.type is EnvelopeType.COMPLETION_REPORT
+    assert parser.session_id == "7c1e9a52-4b3d-4f0e-9d6a-2f8b5c3e1a90"
+    assert parser.agent_id == "a3f9c21"
+
+
+def test_offsets_stay_inside_the_jsonl_line_and_are_distinct() -> None:
+    items, _ = parse(TRANSCRIPT)
+    for item in items:
+        assert line_start(item.line) <= item.offset < line_start(item.line + 1)
+    assert len({i.offset for i in items}) == len(items)
+    message = orjson.loads(LINES[9])["message"]["content"]
+    first, second = message[0]["text"], message[2]["text"]
+    _, progress, result, completion = items
+    base = line_start(10)
+    assert progress.offset == base + len("Resuming.\r\n\r\n")
+    assert result.offset == base + len(first.encode())
+    assert completion.offset == base + len(first.encode()) + len(
+        second[: second.index("[COMPLETION_REPORT]")].encode()
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, len(TRANSCRIPT)), max_size=25))
+def test_chunking_never_changes_the_items(cuts: list[int]) -> None:
+    assert parse(TRANSCRIPT, cuts)[0] == parse(TRANSCRIPT)[0]
+
+
+def test_a_malformed_line_is_an_error_item_and_reading_goes_on() -> None:
+    data = b"".join(
+        [*LINES[:7], b'{"type": "assistant", "message": {"content": [\n', b"[1, 2]\n", b"\n", *LINES[7:]]
+    )
+    items, _ = parse(data)
+    errors = [i for i in items if isinstance(i, ErrorItem)]
+    assert [(e.line, e.offset) for e in errors] == [(8, line_start(8)), (9, data.index(b"[1, 2]\n"))]
+    assert errors[0].message.startswith("JSONL line 8: not JSON (")
+    assert errors[1].message == "JSONL line 9: not a JSON object"
+    signals = [i for i in items if not isinstance(i, ErrorItem)]
+    assert [i.line for i in signals] == [7, 13, 13, 13]
+
+
+def test_errors_inside_an_assistant_text_name_the_jsonl_line() -> None:
+    data = assistant_line("ok") + assistant_line("prose\n[STOP_WORK]\nagent_id: a1\n")
+    items, _ = parse(data)
+    item = items[0]
+    assert isinstance(item, ErrorItem)
+    assert item.line == 2
+    assert item.offset == len(assistant_line("ok")) + len("prose\n")
+    assert (
+        item.message == "STOP_WORK block at line 2 of the text on JSONL line 2: not terminated (end of input)"
+    )
+
+
+def test_a_block_does_not_span_two_messages() -> None:
+    data = assistant_line("[PROGRESS]\nagent_id: a1\n") + assistant_line("percent: 5\n[/PROGRESS]\n")
+    items, _ = parse(data)
+    assert [type(i).__name__ for i in items] == ["ErrorItem"]
+
+
+def test_string_content_and_other_entry_types() -> None:
+    data = b"".join(
+        [
+            b'{"type": "summary", "summary": "Auth audit", "leafUuid": "x"}\n',
+            orjson.dumps(
+                {
+                    "type": "assistant",
+                    "message": {"content": "[PROGRESS]\nagent_id: a\npercent: 1\n[/PROGRESS]"},
+                }
+            ),
+            b"\n",
+            orjson.dumps({"type": "assistant", "message": {}}),
+        ]
+    )
+    items, parser = parse(data)
+    signal, error = items
+    assert isinstance(signal, SignalItem)
+    assert isinstance(error, ErrorItem)
+    assert error.message == "JSONL line 3: assistant message without content"
+    assert parser.session_id is None
+
+
+def test_the_reader_yields_assistant_texts() -> None:
+    reader = TranscriptReader()
+    texts = reader.feed(TRANSCRIPT) + reader.close()
+    assert all(isinstance(t, AssistantText) for t in texts)
+    assert [t.line for t in texts] == [2, 7, 10, 10]
+    assert isinstance(texts[0], AssistantText)
+    assert texts[0].text == "I'll start by reading the protocol notes and the auth module."
+    assert reader.session_id == "7c1e9a52-4b3d-4f0e-9d6a-2f8b5c3e1a90"
+
+
+@pytest.mark.parametrize(
+    ("head", "final", "expected"),
+    [
+        (b"", False, Format.AUTO),
+        (b"", True, Format.TEXT),
+        (b"\n\n  ", False, Format.AUTO),
+        (b"Working on it\n", False, Format.TEXT),
+        (b"## Code Explorer Result", False, Format.TEXT),
+        (b'{"type": "user", "message"', False, Format.AUTO),
+        (b'{"type": "user", "message"', True, Format.CLAUDE_JSONL),
+        (b'\n{"type": "user"}\n', False, Format.CLAUDE_JSONL),
+        (b'\xef\xbb\xbf{"type": "assistant"}', True, Format.CLAUDE_JSONL),
+        (b'{"kind": "user"}\n', False, Format.TEXT),
+        (b"{not json}\n", False, Format.TEXT),
+        (b"[1, 2]\n", False, Format.TEXT),
+    ],
+)
+def test_detect_format(head: bytes, final: bool, expected: Format) -> None:
+    assert detect_format(head, final=final) is expected
+
+
+def test_any_parser_detects_a_transcript_split_across_feeds() -> None:
+    parser = AnyParser()
+    items = parser.feed(TRANSCRIPT[:100])
+    assert items == []
+    assert format_of(parser) is Format.AUTO
+    items += parser.feed(TRANSCRIPT[100:]) + parser.close()
+    assert format_of(parser) is Format.CLAUDE_JSONL
+    assert items == parse(TRANSCRIPT)[0]
+    assert parser.agent_id == "a3f9c21"
+
+
+def test_any_parser_on_text_and_forced_formats() -> None:
+    text = b"\n\n[PROGRESS]\nagent_id: a\npercent: 3\n[/PROGRESS]\n"
+    auto = AnyParser()
+    assert auto.feed(text[:1]) == []
+    items = auto.feed(text[1:]) + auto.close()
+    assert auto.format is Format.TEXT
+    assert items == parse_text(text)
+    assert auto.session_id is None
+    forced = AnyParser(Format.TEXT)
+    assert forced.feed(TRANSCRIPT) + forced.close() == []
+    short = AnyParser()
+    assert short.close() == []
+    assert short.format is Format.TEXT
