@@ -11,6 +11,7 @@ from importlib.metadata import entry_points
 
 import click
 
+from bus.acl import acl
 from bus.schema import schema
 from bus.tail import tail
 
@@ -29,6 +30,7 @@ def main() -> None:
 
 main.add_command(schema)
 main.add_command(tail)
+main.add_command(acl)
 
 
 def _load_plugins() -> None:

@@ -114,8 +114,11 @@ async def open_namespace(client: Client, namespace: str, shards: int = 8) -> Key
     requested = Keys(namespace, shards)
     key = meta_key(namespace)
     with translated():
-        await client.set(key, str(shards), nx=True)
+        # Read first: read-only roles (adapters, observers) may GET the meta key but not SET it.
         stored = await client.get(key)
+        if stored is None:
+            await client.set(key, str(shards), nx=True)
+            stored = await client.get(key)
     text = stored.decode(errors="replace") if isinstance(stored, bytes) else str(stored)
     if not text.isdigit() or not 1 <= int(text) <= MAX_SHARDS:
         raise ConfigError(f"{key} holds {text[:40]!r}, not a shard count: the namespace is damaged")
