@@ -36,7 +36,18 @@ main.add_command(acl)
 def _load_plugins() -> None:
     for ep in entry_points(group="subagent_bus.commands"):
         for command in ep.load():
-            main.add_command(command)
+            existing = main.commands.get(command.name or "")
+            if isinstance(existing, click.Group) and isinstance(command, click.Group):
+                # Two packages contribute to one group (e.g. `findings`: the coordinator's views and the
+                # agent side's `findings add`): keep the group with options, give it the other's subcommands.
+                keep, other = (
+                    (command, existing) if len(command.params) > len(existing.params) else (existing, command)
+                )
+                for sub in other.commands.values():
+                    keep.add_command(sub)
+                main.add_command(keep)
+            else:
+                main.add_command(command)
 
 
 _load_plugins()
