@@ -38,11 +38,8 @@ import re
 from enum import Enum, auto
 from typing import Final
 
-from pydantic import ValidationError
-
-from agents import yamlsafe
+from agents.blocks import SIGNAL_TYPES, BlockError, SignalPayload, decode_body, describe_errors
 from agents.report import ReportError, parse_report
-from bus import signals as s
 from bus.envelope import EnvelopeType
 from bus.fields import Model
 from bus.results import ResultReport
@@ -65,17 +62,7 @@ DEFAULT_MAX_BLOCK_BYTES: Final = 1 << 20
 MAX_TAG_LINE: Final = 4096
 """The longest line that can be a tag, heading or fence line; also the most kept of a prose line."""
 
-SignalPayload = s.ClarificationNeeded | s.StopWork | s.DelegateWork | s.CompletionReport | s.Progress
 _T = EnvelopeType
-_MODELS: Final[dict[EnvelopeType, type[SignalPayload]]] = {
-    _T.CLARIFICATION_NEEDED: s.ClarificationNeeded,
-    _T.STOP_WORK: s.StopWork,
-    _T.DELEGATE_WORK: s.DelegateWork,
-    _T.COMPLETION_REPORT: s.CompletionReport,
-    _T.PROGRESS: s.Progress,
-}
-SIGNAL_TYPES: Final = tuple(_MODELS)
-"""The signal blocks the parser recognises."""
 
 
 class SignalItem(Model):
@@ -133,15 +120,13 @@ class _Hit:
         self.end = end
         self.at = base + self.start - 1  # stream offset of the line
         self.line = line
-        self.indent = m.group(1)
-        self.close = m.group(2) == b"/"
-        self.tag = m.group(3)
-        self.fence: bytes | None = m.group(4)
-        self.info = (m.group(5) or b"").strip()
-        if self.fence is not None and self.fence[0] == 0x60 and b"`" in self.info:
+        self.indent, slash, self.tag, fence, info, hashes, self.heading = m.groups()
+        self.close = slash == b"/"
+        self.fence: bytes | None = fence
+        self.info = (info or b"").strip()
+        if fence is not None and fence[0] == 0x60 and b"`" in self.info:
             self.fence = None  # ```inline``` code, not a fence
-        self.hashes = len(m.group(6) or b"")
-        self.heading = m.group(7)
+        self.hashes = len(hashes or b"")
 
     @property
     def next_at(self) -> int:
@@ -430,31 +415,12 @@ class Parser:
 
     def _emit_block(self, body: bytes) -> None:
         try:
-            text = body.decode()
-        except UnicodeDecodeError as exc:
-            line = self._start_line + 1 + body.count(b"\n", 0, exc.start)
-            self._error(f"invalid UTF-8 at line {line}")
+            payload = decode_body(self._type, body, indent=self._indent, first_line=self._start_line + 1)
+        except BlockError as exc:
+            self._error(exc.message)
             return
-        text = text.replace("\r\n", "\n")
-        if self._indent:
-            text = re.sub(rf"(?m)^[ \t]{{1,{self._indent}}}", "", text)
-        try:
-            data = yamlsafe.load(text)
-        except yamlsafe.YamlError as exc:
-            at = f" at line {self._start_line + exc.line}" if exc.line is not None else ""
-            self._error(f"invalid YAML{at}: {exc.message}")
-            return
-        if not isinstance(data, dict):
-            self._error(f"the body must be a YAML mapping of fields, not {_kind(data)}")
-            return
-        try:
-            payload = _MODELS[self._type].model_validate(data)
-        except ValidationError as exc:
-            self._error(describe_errors(exc))
-            return
-        self._out.append(
-            SignalItem(type=self._type, payload=payload, line=self._start_line, offset=self._start_offset)
-        )
+        item = SignalItem(type=self._type, payload=payload, line=self._start_line, offset=self._start_offset)
+        self._out.append(item)
 
     def _emit_report(self, content: bytes) -> None:
         try:
@@ -470,22 +436,6 @@ class Parser:
             self._error(f"{exc.message}{at}")
             return
         self._out.append(ResultItem(report=report, line=self._start_line, offset=self._start_offset))
-
-
-def describe_errors(exc: ValidationError, limit: int = 3) -> str:
-    """``field 'questions[0].text': Field required; ...`` for the first ``limit`` errors."""
-    parts = []
-    for err in exc.errors()[:limit]:
-        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
-        parts.append(f"field '{loc}': {err['msg']}" if loc else err["msg"])
-    more = exc.error_count() - limit
-    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
-
-
-def _kind(value: object) -> str:
-    if value is None:
-        return "an empty body"
-    return "a list" if isinstance(value, list) else f"a scalar ({value!r:.40})"
 
 
 def parse_text(text: str | bytes, *, max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> list[Item]:

@@ -15,11 +15,11 @@ false) leave that value unset and are listed in ``violations``, so a report is n
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Final
 
 from pydantic import ValidationError
 
+from agents.markdown import HEADING, Line, Part, list_items, parse_tables, split_cells, split_sections
 from bus.errors import ProtocolError
 from bus.findings import Finding, Severity
 from bus.results import (
@@ -35,15 +35,10 @@ from bus.results import (
     Table,
 )
 
-__all__ = ["ReportError", "parse_report", "parse_tables", "split_location"]
+__all__ = ["ReportError", "parse_report", "split_location"]
 
 _REPORT_HEADING: Final = re.compile(r" {0,3}##[ \t]+(.+?)[ \t]+[Rr]esult[ \t#]*")
-_HEADING: Final = re.compile(r" {0,3}(#{1,6})[ \t]+(.*?)[ \t#]*")
-_FENCE: Final = re.compile(r"[ \t]*(`{3,}|~{3,})(.*)")
-_DELIMITER: Final = re.compile(r"\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?")
-_CELL_SPLIT: Final = re.compile(r"(?<!\\)\|")
 _LOCATION: Final = re.compile(r"(\S+?):(\d+)(?:[-:]\d+)?\b.*")
-_LIST_ITEM: Final = re.compile(r"\s*(?:[-*+•]|\d+[.)])\s+(.*)")
 _STATUS: Final = re.compile(r"(SUCCESS|PARTIAL|FAILED)\b", re.IGNORECASE)
 _SCORE: Final = re.compile(
     r"(?:(?:overall\s+)?(?:confidence|score)\s*[:=]\s*)?(\d{1,3}(?:\.\d+)?)\s*(?:%|/\s*100)?\s*(?:[-–—:|]\s*(.*))?",
@@ -61,8 +56,6 @@ _NONE: Final = frozenset({"none", "n/a", "na", "nothing", "no issues", "no block
 _TRUE: Final = frozenset({"true", "yes", "y"})
 _FALSE: Final = frozenset({"false", "no", "n"})
 
-_Line = tuple[int, str]  # 1-based line number in the report, text
-
 
 class ReportError(ProtocolError):
     """The report cannot be accepted; ``line`` is 1-based within the report (its heading is 1)."""
@@ -73,17 +66,6 @@ class ReportError(ProtocolError):
         self.line = line
 
 
-@dataclass
-class _Part:
-    title: str
-    line: int
-    lines: list[_Line] = field(default_factory=list)
-
-    @property
-    def text(self) -> str:
-        return "\n".join(text for _, text in self.lines).strip()
-
-
 def parse_report(text: str) -> ResultReport:
     """Parse one report, from its ``## <Agent> Result`` heading to its end."""
     lines = text.replace("\r\n", "\n").split("\n")
@@ -91,9 +73,9 @@ def parse_report(text: str) -> ResultReport:
     if heading is None:
         raise ReportError("not a '## <Agent Name> Result' heading", 1)
     builder = _Builder(heading.group(1).strip())
-    preamble, parts = _split(list(enumerate(lines[1:], start=2)), 3)
+    preamble, parts = split_sections(list(enumerate(lines[1:], start=2)), 3)
     if any(t.strip() for _, t in preamble):
-        builder.sections.append(_section(_Part("", 2, preamble)))
+        builder.sections.append(_section(Part("", 2, preamble)))
     for part in parts:
         builder.add(part)
     return builder.build()
@@ -110,60 +92,7 @@ def split_location(location: str) -> tuple[str | None, int | None]:
     return None, None
 
 
-def parse_tables(lines: list[_Line]) -> list[Table]:
-    """The Markdown tables among ``lines`` (outside code fences), cells without code marks."""
-    tables: list[Table] = []
-    run: list[str] = []
-    fence: tuple[str, int] | None = None
-    for _, line in [*lines, (0, "")]:
-        fenced = _FENCE.fullmatch(line)
-        if fenced is not None:
-            fence = _toggle(fence, fenced)
-        if fence is None and fenced is None and line.strip().startswith("|"):
-            run.append(line.strip())
-            continue
-        if len(run) >= 2 and _DELIMITER.fullmatch(run[1]):
-            tables.append(Table(headers=_cells(run[0]), rows=[_cells(row) for row in run[2:]]))
-        run = []
-    return tables
-
-
-def _cells(row: str) -> list[str]:
-    row = row.strip()
-    row = row[1:] if row.startswith("|") else row
-    row = row[:-1] if row.endswith("|") and not row.endswith("\\|") else row
-    return [cell.replace("\\|", "|").replace("`", "").strip() for cell in _CELL_SPLIT.split(row)]
-
-
-def _toggle(fence: tuple[str, int] | None, match: re.Match[str]) -> tuple[str, int] | None:
-    marker, info = match.group(1), match.group(2).strip()
-    if marker[0] == "`" and "`" in info:
-        return fence
-    if fence is None:
-        return marker[0], len(marker)
-    closes = marker[0] == fence[0] and len(marker) >= fence[1] and not info
-    return None if closes else fence
-
-
-def _split(lines: list[_Line], level: int) -> tuple[list[_Line], list[_Part]]:
-    """Lines before the first heading of ``level``, and one part per such heading (fence-aware)."""
-    preamble: list[_Line] = []
-    parts: list[_Part] = []
-    fence: tuple[str, int] | None = None
-    for number, line in lines:
-        fenced = _FENCE.fullmatch(line)
-        if fenced is not None:
-            fence = _toggle(fence, fenced)
-        elif fence is None:
-            heading = _HEADING.fullmatch(line.rstrip())
-            if heading is not None and len(heading.group(1)) == level:
-                parts.append(_Part(heading.group(2).strip(), number))
-                continue
-        (parts[-1].lines if parts else preamble).append((number, line))
-    return preamble, parts
-
-
-def _section(part: _Part) -> Section:
+def _section(part: Part) -> Section:
     return Section(title=part.title, text=part.text, tables=parse_tables(part.lines))
 
 
@@ -172,16 +101,9 @@ def _key(title: str) -> str:
     return " ".join(title.strip().rstrip(":").lower().split())
 
 
-def _list_items(lines: list[_Line]) -> list[tuple[int, list[str]]]:
-    """List items (bullets or numbers) with their continuation lines; "None" items are left out."""
-    items: list[tuple[int, list[str]]] = []
-    for number, line in lines:
-        item = _LIST_ITEM.fullmatch(line)
-        if item is not None and not (items and line[:1].isspace() and _is_continuation(line)):
-            items.append((number, [item.group(1).strip()]))
-        elif items and line.strip():
-            items[-1][1].append(line.strip())
-    return [(n, texts) for n, texts in items if texts[0].lower().strip(" .*") not in _NONE]
+def _items(lines: list[Line]) -> list[tuple[int, list[str]]]:
+    """The list items of a section, without the "None" placeholders of empty sections."""
+    return [(n, texts) for n, texts in list_items(lines) if texts[0].lower().strip(" .*") not in _NONE]
 
 
 def _is_continuation(line: str) -> bool:
@@ -219,7 +141,7 @@ class _Builder:
         self.evidence: dict[str, str] = {}
         self.seen: set[str] = set()
 
-    def add(self, part: _Part) -> None:
+    def add(self, part: Part) -> None:
         key = _key(part.title)
         handler = _HANDLERS.get(key)
         if handler is not None and key in self.seen:
@@ -234,38 +156,38 @@ class _Builder:
         else:
             handler(self, part)
 
-    def _collect_evidence(self, lines: list[_Line]) -> None:
+    def _collect_evidence(self, lines: list[Line]) -> None:
         current: str | None = None
         for _, line in lines:
             start = _EVIDENCE_START.match(line)
             if start is not None:
                 current = start.group(1)
                 self.evidence[current] = ""
-            elif _HEADING.fullmatch(line.rstrip()):
+            elif HEADING.fullmatch(line.rstrip()):
                 current = None
             if current is not None:
                 self.evidence[current] += line + "\n"
 
-    def status_(self, part: _Part) -> None:
+    def status_(self, part: Part) -> None:
         value = next((t.strip() for _, t in part.lines if t.strip()), "")
         match = _STATUS.match(value.strip("*`_ "))
         if match is None:
             raise ReportError(f"status '{value}' is not SUCCESS, PARTIAL or FAILED", part.line)
         self.status = ResultStatus(match.group(1).upper())
 
-    def summary_(self, part: _Part) -> None:
+    def summary_(self, part: Part) -> None:
         self.summary = part.text
 
-    def findings_(self, part: _Part) -> None:
-        preamble, subsections = _split(part.lines, 4)
+    def findings_(self, part: Part) -> None:
+        preamble, subsections = split_sections(part.lines, 4)
         if any(t.strip() for _, t in preamble):
-            subsections.insert(0, _Part(part.title, part.line, preamble))
+            subsections.insert(0, Part(part.title, part.line, preamble))
         for sub in subsections:
             section = _section(sub)
             self.sections.append(section)
             self.tables.extend(section.tables)
 
-    def references_(self, part: _Part) -> None:
+    def references_(self, part: Part) -> None:
         for table in parse_tables(part.lines):
             item = _find(table.headers, ("item", "name"))
             where = _find(table.headers, ("location", "fileline", "file"))
@@ -283,7 +205,7 @@ class _Builder:
                     )
                 )
 
-    def confidence_(self, part: _Part) -> None:
+    def confidence_(self, part: Part) -> None:
         lines = [t.replace("**", "").strip() for _, t in part.lines if t.strip()]
         rest: list[str] = []
         for index, line in enumerate(lines):
@@ -301,7 +223,7 @@ class _Builder:
         elif rest:
             self.score = (self.score[0], "\n".join(x for x in (self.score[1], *rest) if x))
 
-    def justification_(self, part: _Part) -> None:
+    def justification_(self, part: Part) -> None:
         values: dict[str, str] = {}
         for _, line in part.lines:
             match = _JUSTIFICATION.fullmatch(line.replace("**", "").rstrip())
@@ -318,21 +240,21 @@ class _Builder:
             blind_spots=values.get("blind spots"),
         )
 
-    def issues_(self, part: _Part) -> None:
+    def issues_(self, part: Part) -> None:
         self.tables.extend(parse_tables(part.lines))
-        for _, texts in _list_items(part.lines):
-            head, *fields = (x.strip() for x in _CELL_SPLIT.split(texts[0]))
+        for _, texts in _items(part.lines):
+            head, *fields = split_cells(texts[0])
             title, _, description = head.partition(": ")
             raw = next((f.split(":", 1)[1] for f in fields if f.lower().startswith("severity:")), "")
             description = "\n".join([description.strip(), *texts[1:]]).strip()
             severity = self._severity(raw, f"issue '{title}'")
             self.issues.append(Issue(title=title.strip("*` "), description=description, severity=severity))
 
-    def next_steps_(self, part: _Part) -> None:
-        self.next_steps = [" ".join(texts) for _, texts in _list_items(part.lines)]
+    def next_steps_(self, part: Part) -> None:
+        self.next_steps = [" ".join(texts) for _, texts in _items(part.lines)]
 
-    def blockers_(self, part: _Part) -> None:
-        for _, texts in _list_items(part.lines):
+    def blockers_(self, part: Part) -> None:
+        for _, texts in _items(part.lines):
             description, _, resolution = texts[0].partition("| Resolution:")
             rest = [t for t in texts[1:] if not _is_continuation(t)]
             later = [t.split(":", 1)[1].strip() for t in texts[1:] if _is_continuation(t)]
@@ -343,9 +265,9 @@ class _Builder:
                 )
             )
 
-    def error_details_(self, part: _Part) -> None:
+    def error_details_(self, part: Part) -> None:
         pairs = [(row[0], _cell(row, 1)) for table in parse_tables(part.lines) for row in table.rows]
-        pairs += [tuple(i[1][0].split(":", 1)) for i in _list_items(part.lines) if ":" in i[1][0]]  # type: ignore[misc]
+        pairs += [tuple(i[1][0].split(":", 1)) for i in _items(part.lines) if ":" in i[1][0]]  # type: ignore[misc]
         values = {_key(k).replace(" ", ""): v.strip() for k, v in pairs}
         recoverable: bool | None = None
         raw = values.get("recoverable", "")
@@ -360,14 +282,14 @@ class _Builder:
             recoverable=recoverable,
         )
 
-    def attempted_(self, part: _Part) -> None:
-        self.attempted = [" ".join(texts) for _, texts in _list_items(part.lines)]
+    def attempted_(self, part: Part) -> None:
+        self.attempted = [" ".join(texts) for _, texts in _items(part.lines)]
 
-    def root_cause_(self, part: _Part) -> None:
+    def root_cause_(self, part: Part) -> None:
         self.root_cause = part.text
 
-    def recovery_(self, part: _Part) -> None:
-        self.recovery = [" ".join(texts) for _, texts in _list_items(part.lines)]
+    def recovery_(self, part: Part) -> None:
+        self.recovery = [" ".join(texts) for _, texts in _items(part.lines)]
 
     def _severity(self, raw: str, what: str) -> Severity | None:
         raw = raw.strip().strip("*`").lower()

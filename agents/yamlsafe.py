@@ -63,27 +63,28 @@ _Next = Callable[[], Event]
 Value = str | int | float | bool | None | list["Value"] | dict["Value", "Value"]
 
 
-_CORE_SCHEMA: Final[tuple[tuple[re.Pattern[str], Callable[[str], Value]], ...]] = (
-    (re.compile(r"~|null|Null|NULL|"), lambda _: None),
-    (re.compile(r"true|True|TRUE"), lambda _: True),
-    (re.compile(r"false|False|FALSE"), lambda _: False),
-    (re.compile(r"[-+]?[0-9]+"), int),
-    (re.compile(r"0o[0-7]+"), lambda v: int(v[2:], 8)),
-    (re.compile(r"0x[0-9a-fA-F]+"), lambda v: int(v[2:], 16)),
-    (re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"), float),
-    (re.compile(r"[-+]?\.(?:inf|Inf|INF)"), lambda v: float(v.replace(".", ""))),
-    (re.compile(r"\.(?:nan|NaN|NAN)"), lambda _: float("nan")),
+# The YAML 1.2 core schema in one pattern; the group that matched picks the conversion.
+_CORE_SCHEMA: Final = re.compile(
+    r"(~|null|Null|NULL|)|(true|True|TRUE)|(false|False|FALSE)|([-+]?[0-9]+)|0o([0-7]+)|0x([0-9a-fA-F]+)"
+    r"|([-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?)|([-+]?)\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)()"
 )
-
-
+_CONVERT: Final[dict[int, Callable[[str], Value]]] = {
+    1: lambda _: None,
+    2: lambda _: True,
+    3: lambda _: False,
+    4: int,
+    5: lambda v: int(v, 8),
+    6: lambda v: int(v, 16),
+    7: float,
+    8: lambda v: float(f"{v}inf"),
+    9: lambda _: float("nan"),
+}
 _SPECIAL_START: Final = frozenset("~nNtTfF0123456789+-.")  # how any non-string plain scalar starts
 
 
 # the fast path: what it refuses anywhere (tabs, CR and other line breaks, BOM, what YAML rejects),
 # its key lines, and the characters a plain scalar may not start with
-_NOT_SIMPLE: Final = re.compile(
-    "[^\x0a\x20-\x7e\xa0-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]|[\u2028\u2029]"
-)
+_NOT_SIMPLE: Final = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff\ufeff\ufffe\uffff]")
 _SIMPLE_KEY: Final = re.compile(r"([A-Za-z_][A-Za-z0-9_]*): (.*)")
 _INDICATORS: Final = frozenset("-?:,[]{}#&*!|>'\"%@` ")
 
@@ -158,19 +159,22 @@ def _simple_mapping(text: str) -> dict[Value, Value] | None:
     index = 0
     while index < len(lines):
         match = _SIMPLE_KEY.fullmatch(lines[index])
-        if match is None or match.group(1) in mapping or not isinstance(_plain(match.group(1)), str):
+        if match is None:
             return None
-        value = match.group(2).rstrip(" ")
+        key, value = match.groups()
+        if key in mapping or not isinstance(_plain(key), str):
+            return None
+        value = value.rstrip(" ")
         index += 1
         if value == "|":
             literal, index = _literal(lines, index)
             if literal is None:
                 return None
-            mapping[match.group(1)] = literal
+            mapping[key] = literal
         elif not value or value[0] in _INDICATORS or ": " in value or " #" in value or value.endswith(":"):
             return None
         else:
-            mapping[match.group(1)] = _plain(value)
+            mapping[key] = _plain(value)
     return mapping or None
 
 
@@ -204,13 +208,13 @@ def _plain(value: str) -> Value:
     """Resolve a plain (unquoted, untagged) scalar by the YAML 1.2 core schema."""
     if value and value[0] not in _SPECIAL_START:
         return value
-    for pattern, convert in _CORE_SCHEMA:
-        if pattern.fullmatch(value):
-            try:
-                return convert(value)
-            except ValueError:  # more digits than int() converts: keep the text
-                return value
-    return value
+    match = _CORE_SCHEMA.fullmatch(value)
+    if match is None or match.lastindex is None:
+        return value
+    try:
+        return _CONVERT[match.lastindex](match.group(match.lastindex))
+    except ValueError:  # more digits than int() converts: keep the text
+        return value
 
 
 def _tagged(tag: str, value: str, line: int) -> Value:

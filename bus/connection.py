@@ -214,6 +214,11 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
     )
     @functools.wraps(command)
     def wrapper(*args: Any, redis_url: str | None, namespace: str, cluster: bool | None, **kwargs: Any) -> R:
+        ctx = click.get_current_context(silent=True)
+        if ctx is not None and ctx.invoked_subcommand is not None:
+            # A group running one of its subcommands does not use its own connection options; resolving
+            # them would start the embedded server for nothing (`findings add --help`).
+            return None  # type: ignore[return-value]
         try:
             settings = settings_from_options(redis_url, namespace, cluster)
         except ConfigError as exc:

@@ -1,0 +1,308 @@
+"""The shared core of the adapters: an agent's output in, envelopes on the bus out.
+
+:class:`AgentBus` is one agent's place on the bus (its group's shard, its signals stream, its inbox) and
+publishes envelopes there, one round trip per batch; a batch that carries a state write (the offset
+checkpoint of a file adapter) goes in one MULTI/EXEC, so a checkpoint never disagrees with what was
+published.
+:class:`OutputStream` parses one output of the agent (a file, a process's stdout, a pipe) into
+envelopes whose ids are ``deterministic_id(agent_id, source, offset)``: the same bytes always give the
+same ids, so anything published twice is recognised downstream. Lifecycle events (AGENT_STARTED,
+HEARTBEAT, AGENT_EXITED) come from here too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Final
+
+from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, SignalItem
+from agents.transcript import AnyParser, Format
+from agents.verify import Verifier
+from bus.connection import Client, connect, translated
+from bus.envelope import (
+    MAX_ENVELOPE_BYTES,
+    Envelope,
+    EnvelopeType,
+    Payload,
+    deterministic_id,
+    encode,
+    new_envelope,
+)
+from bus.errors import ConnectionFailed
+from bus.events import AgentExited, AgentStarted, Heartbeat
+from bus.keys import Keys, StreamKind, open_namespace
+from bus.settings import Settings
+
+__all__ = [
+    "COMPLETING",
+    "MAX_TASK_CHARS",
+    "AgentBus",
+    "OutputStream",
+    "connect_bus",
+    "heartbeat_loop",
+    "stderr_log",
+    "wait_for",
+]
+
+COMPLETING: Final = frozenset({EnvelopeType.COMPLETION_REPORT, EnvelopeType.RESULT})
+"""Envelope types that mean the agent finished its work."""
+MAX_TASK_CHARS: Final = 256 * 1024
+"""A task longer than this is cut in AGENT_STARTED (the prompt itself is not touched)."""
+_RETRY_FIRST_S: Final = 0.2
+_RETRY_MAX_S: Final = 5.0
+
+
+def stderr_log(message: str) -> None:
+    """Where adapters report what they cannot publish: the adapter's own stderr, one line each."""
+    print(f"subagent-bus: {message}", file=sys.stderr, flush=True)
+
+
+async def wait_for(event: asyncio.Event, seconds: float) -> bool:
+    """Wait until ``event`` is set or ``seconds`` pass; whether it is set."""
+    if not event.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), seconds)
+    return event.is_set()
+
+
+class AgentBus:
+    """One agent's connection to the bus: its shard, streams and inbox, and publishing there."""
+
+    def __init__(
+        self,
+        client: Client,
+        keys: Keys,
+        agent_id: str,
+        group_id: str,
+        *,
+        verifier: Verifier | None = None,
+        log: Callable[[str], None] = stderr_log,
+    ) -> None:
+        if not agent_id or len(agent_id) > 256 or not group_id or len(group_id) > 256:
+            raise ValueError("the agent id and the group id must be 1 to 256 characters")
+        self.client = client
+        self.keys = keys
+        self.agent_id = agent_id
+        self.group_id = group_id
+        self.verifier = verifier
+        self.log = log
+        self.shard = keys.shard_of(group_id)
+        self.signals = keys.stream(self.shard, StreamKind.SIGNALS)
+        self.inbox = keys.inbox(self.shard, agent_id)
+        self.completed = False
+        """A COMPLETION_REPORT or RESULT of this agent has been published."""
+        self.completion = asyncio.Event()
+        """Set once :attr:`completed` is."""
+
+    def state_key(self, name: str) -> str:
+        """A state key in the group's shard (one hash slot with the streams)."""
+        return self.keys.state(self.shard, name)
+
+    def envelope(
+        self, payload: Payload, *, source: str, id: str | None = None, agent_id: str | None = None
+    ) -> Envelope:
+        """An envelope of this agent (or of ``agent_id`` in the same group); with a workdir, its file
+        references are verified first."""
+        if self.verifier is not None:
+            payload = self.verifier.payload(payload)
+        return new_envelope(
+            payload, agent_id=agent_id or self.agent_id, group_id=self.group_id, source=source, id=id
+        )
+
+    async def publish(
+        self, envelopes: Sequence[Envelope], *, state: Mapping[str, bytes] | None = None
+    ) -> None:
+        """Append ``envelopes`` to the signals stream, in order, in one round trip.
+
+        With ``state`` (a checkpoint) everything goes in one MULTI/EXEC: the entries and the state
+        that accounts for them are written together or not at all. An unreachable server is retried
+        with backoff, for ever (agent output is never dropped); the batch is sent again with the same
+        ids, so an entry written twice is recognised downstream.
+        """
+        batch: list[bytes] = []
+        completing = False
+        for envelope in envelopes:
+            data = encode(envelope)
+            if len(data) > MAX_ENVELOPE_BYTES:
+                self.log(f"{envelope.type.value} {envelope.id} is {len(data)} bytes encoded; not published")
+                continue
+            batch.append(data)
+            completing = completing or envelope.type in COMPLETING
+        if batch or state:
+            await self._send(batch, state or {})
+        if completing:
+            self.mark_completed()
+
+    def mark_completed(self) -> None:
+        """Record that the agent completed (a completion report or result was published)."""
+        self.completed = True
+        self.completion.set()
+
+    async def _send(self, batch: list[bytes], state: Mapping[str, bytes]) -> None:
+        delay = _RETRY_FIRST_S
+        while True:
+            # a state write must land with the entries it accounts for; plain batches need no MULTI
+            pipe = self.client.pipeline(transaction=bool(state))
+            for data in batch:
+                pipe.xadd(self.signals, {"data": data})
+            for key, value in state.items():
+                pipe.set(key, value)
+            try:
+                with translated():
+                    await pipe.execute()
+                return
+            except ConnectionFailed as exc:
+                self.log(f"publishing {len(batch)} envelopes failed ({exc}); retrying in {delay:.1f}s")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RETRY_MAX_S)
+
+    async def started(
+        self,
+        *,
+        source: str,
+        pid: int | None = None,
+        command: list[str] | None = None,
+        task: str | None = None,
+        name: str | None = None,
+        id: str | None = None,
+        state: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """AGENT_STARTED (published with ``state``, if any, in one transaction)."""
+        if task is not None and len(task) > MAX_TASK_CHARS:
+            task = task[:MAX_TASK_CHARS] + "\n…(cut)"
+        event = AgentStarted(pid=pid, command=command, task=task, name=name)
+        envelope = new_envelope(event, agent_id=self.agent_id, group_id=self.group_id, source=source, id=id)
+        await self.publish([envelope], state=state)
+
+    async def exited(
+        self,
+        *,
+        source: str,
+        exit_code: int | None,
+        stderr_tail: str | None = None,
+        id: str | None = None,
+        state: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """AGENT_EXITED (published with ``state``, if any, in one transaction)."""
+        event = AgentExited(exit_code=exit_code, completed=self.completed, stderr_tail=stderr_tail or None)
+        envelope = new_envelope(event, agent_id=self.agent_id, group_id=self.group_id, source=source, id=id)
+        await self.publish([envelope], state=state)
+
+    async def heartbeat(self, *, source: str, pid: int | None) -> None:
+        beat = new_envelope(Heartbeat(pid=pid), agent_id=self.agent_id, group_id=self.group_id, source=source)
+        await self.publish([beat])
+
+
+async def connect_bus(
+    settings: Settings, agent_id: str, group_id: str, *, workdir: Path | None = None
+) -> AgentBus:
+    """An :class:`AgentBus` on a new connection (close it with ``bus.client.aclose()``)."""
+    verifier = Verifier(workdir) if workdir is not None else None
+    client = await connect(settings)
+    try:
+        keys = await open_namespace(client, settings.namespace, settings.shards)
+        return AgentBus(client, keys, agent_id, group_id, verifier=verifier)
+    except BaseException:
+        await client.aclose()
+        raise
+
+
+async def heartbeat_loop(
+    bus: AgentBus,
+    interval: float,
+    stop: asyncio.Event,
+    *,
+    source: str,
+    alive: Callable[[], bool],
+    pid: Callable[[], int | None] = lambda: None,
+) -> None:
+    """Every ``interval`` seconds, a HEARTBEAT while ``alive()`` says the agent lives, until ``stop``."""
+    while not await wait_for(stop, interval):
+        if alive():
+            await bus.heartbeat(source=source, pid=pid())
+
+
+class OutputStream:
+    """One output of an agent, parsed and turned into envelopes with deterministic ids.
+
+    ``base``/``base_line`` place the first byte fed on the whole output (a file adapter that resumes
+    mid-file); items before ``done`` (an offset) were published before and are skipped. For a Claude
+    Code transcript, :attr:`restart` is the start of the first incomplete JSONL line: a fresh stream
+    started there yields exactly the remaining items, since each line is parsed on its own. Plain text
+    can only be re-parsed from its beginning (code fences around a report change its meaning), so
+    there :attr:`restart` stays at ``base``.
+    """
+
+    def __init__(
+        self,
+        bus: AgentBus,
+        source: str,
+        fmt: Format = Format.AUTO,
+        *,
+        base: int = 0,
+        base_line: int = 1,
+        done: int = 0,
+        session_id: str | None = None,
+        max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
+    ) -> None:
+        self.bus = bus
+        self.source = source
+        self.parser = AnyParser(fmt, max_block_bytes=max_block_bytes)
+        self.base = base
+        self.base_line = base_line
+        self.done = done
+        self.fed = base
+        """The offset after the last byte fed."""
+        self._line = base_line
+        self._line_start = (base, base_line)
+        self._session_id = session_id
+
+    @property
+    def format(self) -> Format:
+        return self.parser.format
+
+    @property
+    def session_id(self) -> str | None:
+        """The transcript's session id (what a resume command needs), once seen."""
+        return self.parser.session_id or self._session_id
+
+    @property
+    def restart(self) -> tuple[int, int]:
+        """(offset, line) where a fresh stream can take over from this one."""
+        if self.parser.format is Format.CLAUDE_JSONL:
+            return self._line_start
+        return self.base, self.base_line
+
+    def feed(self, chunk: bytes) -> list[Envelope]:
+        """The envelopes completed by the next bytes of output."""
+        items = self.parser.feed(chunk)
+        newlines = chunk.count(b"\n")
+        if newlines:
+            self._line += newlines
+            self._line_start = (self.fed + chunk.rfind(b"\n") + 1, self._line)
+        self.fed += len(chunk)
+        return self._envelopes(items)
+
+    def close(self) -> list[Envelope]:
+        """End of this output: the envelopes of its last items."""
+        return self._envelopes(self.parser.close())
+
+    def _envelopes(self, items: list[Item]) -> list[Envelope]:
+        out: list[Envelope] = []
+        for item in items:
+            offset = item.offset + self.base
+            if offset < self.done:
+                continue
+            self.done = offset + 1
+            if isinstance(item, ErrorItem):
+                line = item.line + self.base_line - 1
+                self.bus.log(f"{self.bus.agent_id}: {self.source} line {line}: not published: {item.message}")
+                continue
+            payload: Payload = item.payload if isinstance(item, SignalItem) else item.report
+            envelope_id = deterministic_id(self.bus.agent_id, self.source, offset)
+            out.append(self.bus.envelope(payload, source=self.source, id=envelope_id))
+        return out

@@ -1,0 +1,394 @@
+"""``subagent-bus adapter watch|run|stdin|import-findings`` and ``subagent-bus prompt``."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import click
+
+from agents.adapter import AgentBus, connect_bus, wait_for
+from agents.delivery import (
+    GROUP,
+    CommandDelivery,
+    Deliverer,
+    DeliveryKind,
+    DeliverySpec,
+    FileDelivery,
+    InboxFollower,
+    PrintDelivery,
+)
+from agents.delivery import Runner as DeliveryRunner
+from agents.findings_io import import_findings
+from agents.identity import build_prompt
+from agents.process import ProcessOptions, Session, stdin_chunks
+from agents.transcript import Format
+from agents.watch import FileWatch, WatchOptions
+from bus.connection import redis_options
+from bus.consumer import Consumer
+from bus.errors import BusError
+from bus.settings import Settings
+
+__all__ = ["Common", "adapter", "commands", "prompt"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+Values = Callable[[], Mapping[str, str | None]]
+
+
+@dataclass(frozen=True)
+class Common:
+    """The options every adapter command shares."""
+
+    agent_id: str
+    group_id: str
+    workdir: Path | None
+    deliver: DeliverySpec | None
+    retry_ms: int
+    max_attempts: int
+    heartbeat_s: float
+    name: str | None
+    task: str | None
+    session_id: str | None
+    fmt: Format
+
+
+def _deliver_option(ctx: click.Context, param: click.Parameter, value: str | None) -> DeliverySpec | None:
+    if value is None:
+        return None
+    try:
+        return DeliverySpec.parse(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _read_task(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot read {path}: {exc.strerror or exc}", param_hint="--task-file"
+        ) from None
+
+
+def common_options(command: Callable[P, R]) -> Callable[..., R]:
+    """The shared adapter options; the command receives them as one ``common: Common`` keyword."""
+
+    @click.option("--agent-id", required=True, help="The agent's id on the bus.")
+    @click.option("--group", "group_id", required=True, help="The agent's task group.")
+    @click.option(
+        "--workdir",
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+        help="Verify file:line references, findings and deliverables under this directory.",
+    )
+    @click.option(
+        "--deliver",
+        metavar="print|file:PATH|command:TEMPLATE",
+        callback=_deliver_option,
+        help="How directives reach the agent. Placeholders in TEMPLATE: {prompt} {agent_id} {group_id} "
+        "{session_id} {type} {directive_id}; it is split like a shell line but run without a shell.",
+    )
+    @click.option(
+        "--retry-ms",
+        default=5000,
+        show_default=True,
+        type=click.IntRange(min=1),
+        help="Delay before a failed delivery is retried.",
+    )
+    @click.option(
+        "--max-attempts",
+        default=5,
+        show_default=True,
+        type=click.IntRange(min=1),
+        help="Deliveries of one directive before it is dead-lettered.",
+    )
+    @click.option(
+        "--heartbeat",
+        "heartbeat_s",
+        default=30.0,
+        show_default=True,
+        type=click.FloatRange(min=0.01),
+        help="Seconds between heartbeats.",
+    )
+    @click.option("--name", help="The agent's name (its kind, e.g. security-auditor) for AGENT_STARTED.")
+    @click.option("--task-file", metavar="PATH|-", help="The agent's task prompt, reported in AGENT_STARTED.")
+    @click.option("--session-id", help="Session id for {session_id} when the output does not carry one.")
+    @click.option(
+        "--format",
+        "fmt",
+        type=click.Choice([f.value for f in Format]),
+        default=Format.AUTO.value,
+        show_default=True,
+        help="Plain text, a Claude Code JSONL transcript, or detect from the first line.",
+    )
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> R:
+        names = (
+            "agent_id",
+            "group_id",
+            "workdir",
+            "deliver",
+            "retry_ms",
+            "max_attempts",
+            "heartbeat_s",
+            "name",
+            "session_id",
+        )
+        values = {name: kwargs.pop(name) for name in names}
+        common = Common(**values, task=_read_task(kwargs.pop("task_file")), fmt=Format(kwargs.pop("fmt")))
+        return command(*args, common=common, **kwargs)  # type: ignore[arg-type]
+
+    return wrapper
+
+
+def _deliverer(
+    common: Common, values: Values, runner: DeliveryRunner | None, bus: AgentBus
+) -> Deliverer | None:
+    spec = common.deliver
+    if spec is None:
+        return None
+    if spec.kind is DeliveryKind.PRINT:
+        return PrintDelivery()
+    if spec.kind is DeliveryKind.FILE:
+        assert spec.path is not None
+        return FileDelivery(spec.path)
+    return CommandDelivery(list(spec.argv), values, runner, log=bus.log)
+
+
+async def _with_inbox(
+    bus: AgentBus, common: Common, deliverer: Deliverer | None, work: Awaitable[int]
+) -> int:
+    """Run ``work`` while directives are delivered; stop delivering once it is done."""
+    if deliverer is None:
+        return await work
+    consumer = Consumer(
+        bus.client,
+        bus.inbox,
+        GROUP,
+        GROUP,
+        block_ms=250,
+        reclaim_idle_ms=common.retry_ms,
+        max_deliveries=common.max_attempts,
+    )
+    follower = InboxFollower(consumer, deliverer, log=bus.log)
+    stop = asyncio.Event()
+    task = asyncio.create_task(follower.run(stop))
+    try:
+        return await work
+    finally:
+        stop.set()
+        await task
+
+
+def _values(common: Common, session_id: Callable[[], str | None]) -> Values:
+    return lambda: {"agent_id": common.agent_id, "group_id": common.group_id, "session_id": session_id()}
+
+
+def _on_signals(handler: Callable[[int], None]) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, handler, sig)
+
+
+def _serve(settings: Settings, common: Common, body: Callable[[AgentBus], Awaitable[int]]) -> int:
+    """Connect, run ``body``, close; bus and file errors become a clean exit with a message."""
+    logging.getLogger("bus.consumer").setLevel(logging.ERROR)  # failures are reported by the adapter
+
+    async def main() -> int:
+        bus = await connect_bus(settings, common.agent_id, common.group_id, workdir=common.workdir)
+        try:
+            return await body(bus)
+        finally:
+            await bus.client.aclose()
+
+    try:
+        return asyncio.run(main())
+    except (BusError, OSError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@click.group("adapter")
+def adapter() -> None:
+    """Put an agent on the bus: parse its output into envelopes, deliver directives back to it."""
+
+
+@adapter.command("watch")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--until-complete", is_flag=True, help="Stop once the agent sent COMPLETION_REPORT or a result."
+)
+@click.option(
+    "--pid", type=int, help="The agent's process: heartbeats while it lives, AGENT_EXITED when it ends."
+)
+@click.option(
+    "--poll",
+    "poll_s",
+    default=0.1,
+    show_default=True,
+    type=click.FloatRange(min=0.01, max=5),
+    help="Seconds between checks for new bytes.",
+)
+@common_options
+@redis_options
+def watch(
+    settings: Settings, common: Common, path: Path, until_complete: bool, pid: int | None, poll_s: float
+) -> None:
+    """Follow a growing output file (a Claude Code outputFile, or any log); restarts resume where they
+    stopped, truncation or replacement starts a new generation. The file may not exist yet."""
+
+    async def body(bus: AgentBus) -> int:
+        stop = asyncio.Event()
+        _on_signals(lambda _: stop.set())
+        options = WatchOptions(path, common.fmt, until_complete, pid, common.heartbeat_s, poll_s)
+        follower = FileWatch(bus, options, stop)
+        deliverer = _deliverer(
+            common, _values(common, lambda: follower.session_id or common.session_id), None, bus
+        )
+
+        async def work() -> int:
+            await follower.run()
+            return 0
+
+        return await _with_inbox(bus, common, deliverer, work())
+
+    raise SystemExit(_serve(settings, common, body))
+
+
+def _check_until_complete(until_complete: bool, common: Common) -> None:
+    if until_complete and (common.deliver is None or common.deliver.kind is not DeliveryKind.COMMAND):
+        raise click.UsageError(
+            "--until-complete needs --deliver command:... (a resume command continues the agent)"
+        )
+
+
+async def _until_complete(bus: AgentBus, session: Session, stop: asyncio.Event) -> None:
+    while not bus.completed and not stop.is_set():
+        await wait_for(bus.completion, 0.2)
+    await session.finished()
+
+
+@adapter.command("run", context_settings={"ignore_unknown_options": True})
+@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- CMD [ARG]...")
+@click.option(
+    "--until-complete",
+    is_flag=True,
+    help="After the agent exits without completing, keep resuming it (with --deliver command) until it completes.",
+)
+@click.option("--quiet", is_flag=True, help="Do not copy the agent's output to stdout.")
+@click.option(
+    "--stderr-log",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Append the agent's stderr here (default: this command's stderr).",
+)
+@common_options
+@redis_options
+def run(
+    settings: Settings,
+    common: Common,
+    argv: tuple[str, ...],
+    until_complete: bool,
+    quiet: bool,
+    stderr_log: Path | None,
+) -> None:
+    """Run an agent command and publish what it prints; exit with its exit status.
+
+    SIGTERM and SIGINT are passed on to the agent. A non-zero exit without a completion report is
+    published as a STOP_WORK error with the end of its stderr.
+    """
+    _check_until_complete(until_complete, common)
+    options = ProcessOptions(
+        common.fmt, common.heartbeat_s, not quiet, stderr_log, common.task, common.name, common.session_id
+    )
+
+    async def body(bus: AgentBus) -> int:
+        stop = asyncio.Event()
+        session = Session(bus, options, stop)
+        _on_signals(session.forward)
+        deliverer = _deliverer(common, _values(common, lambda: session.session_id), session.resume, bus)
+
+        async def work() -> int:
+            code = await session.run(list(argv))
+            if until_complete:
+                await _until_complete(bus, session, stop)
+            stop.set()  # no resume command starts from here on
+            return code
+
+        code = await _with_inbox(bus, common, deliverer, work())
+        await session.finished()  # a resume the inbox started just before it stopped
+        return session.last_code if session.last_code is not None else code
+
+    raise SystemExit(_serve(settings, common, body))
+
+
+@adapter.command("stdin")
+@click.option(
+    "--until-complete",
+    is_flag=True,
+    help="After the end of input without completion, keep resuming the agent (with --deliver command) until it completes.",
+)
+@click.option("--quiet", is_flag=True, help="Do not copy the input to stdout.")
+@common_options
+@redis_options
+def stdin(settings: Settings, common: Common, until_complete: bool, quiet: bool) -> None:
+    """Publish what arrives on stdin (an agent's output piped in) until the end of input."""
+    _check_until_complete(until_complete, common)
+    options = ProcessOptions(
+        common.fmt, common.heartbeat_s, not quiet, None, common.task, common.name, common.session_id
+    )
+
+    async def body(bus: AgentBus) -> int:
+        stop = asyncio.Event()
+        session = Session(bus, options, stop)
+        _on_signals(session.forward)
+        deliverer = _deliverer(common, _values(common, lambda: session.session_id), session.resume, bus)
+
+        async def work() -> int:
+            piped = asyncio.create_task(session.pipe(await stdin_chunks()))
+            stopped = asyncio.create_task(stop.wait())
+            await asyncio.wait({piped, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            if not piped.done():
+                piped.cancel()
+                return 143
+            piped.result()  # a failure of the pipe's publishing is this command's failure
+            if until_complete:
+                await _until_complete(bus, session, stop)
+            stop.set()  # no resume command starts from here on
+            return 0
+
+        code = await _with_inbox(bus, common, deliverer, work())
+        await session.finished()
+        return session.last_code if session.last_code is not None and code == 0 else code
+
+    raise SystemExit(_serve(settings, common, body))
+
+
+adapter.add_command(import_findings)
+
+
+@click.command("prompt")
+@click.argument("taskfile", metavar="[TASKFILE|-]", required=False, default="-")
+@click.option("--agent-id", required=True, help="The id the agent is told to use in its signals.")
+def prompt(taskfile: str, agent_id: str) -> None:
+    """Print a task prompt with the identity statement and the signal templates (protocol 1)."""
+    try:
+        task = sys.stdin.read() if taskfile == "-" else Path(taskfile).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"cannot read {taskfile}: {exc}", param_hint="TASKFILE") from None
+    if not task.strip():
+        raise click.BadParameter("the task is empty", param_hint="TASKFILE")
+    click.echo(build_prompt(task, agent_id), nl=False)
+
+
+commands: list[click.Command] = [adapter, prompt]

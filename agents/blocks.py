@@ -1,0 +1,77 @@
+"""The body of a signal block: from its bytes to the payload model, or the reason it is refused."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from pydantic import ValidationError
+
+from agents import yamlsafe
+from bus import signals as s
+from bus.envelope import EnvelopeType
+from bus.errors import ProtocolError
+
+__all__ = ["SIGNAL_MODELS", "SIGNAL_TYPES", "BlockError", "SignalPayload", "decode_body", "describe_errors"]
+
+SignalPayload = s.ClarificationNeeded | s.StopWork | s.DelegateWork | s.CompletionReport | s.Progress
+SIGNAL_MODELS: Final[dict[EnvelopeType, type[SignalPayload]]] = {
+    EnvelopeType.CLARIFICATION_NEEDED: s.ClarificationNeeded,
+    EnvelopeType.STOP_WORK: s.StopWork,
+    EnvelopeType.DELEGATE_WORK: s.DelegateWork,
+    EnvelopeType.COMPLETION_REPORT: s.CompletionReport,
+    EnvelopeType.PROGRESS: s.Progress,
+}
+SIGNAL_TYPES: Final = tuple(SIGNAL_MODELS)
+"""The signal blocks the parser recognises."""
+
+
+class BlockError(ProtocolError):
+    """Why a block's body is refused (``message`` names the field or the line)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def decode_body(kind: EnvelopeType, body: bytes, *, indent: int = 0, first_line: int = 1) -> SignalPayload:
+    """Validate the body of a ``kind`` block (the bytes between its tags) into its payload model.
+
+    ``indent`` is the opening tag's indentation, removed from every line (at most that much
+    whitespace); ``first_line`` is the number of the body's first line, used in messages.
+    """
+    try:
+        text = body.decode()
+    except UnicodeDecodeError as exc:
+        line = first_line + body.count(b"\n", 0, exc.start)
+        raise BlockError(f"invalid UTF-8 at line {line}") from None
+    text = text.replace("\r\n", "\n")
+    if indent:
+        text = re.sub(rf"(?m)^[ \t]{{1,{indent}}}", "", text)
+    try:
+        data = yamlsafe.load(text)
+    except yamlsafe.YamlError as exc:
+        at = f" at line {first_line - 1 + exc.line}" if exc.line is not None else ""
+        raise BlockError(f"invalid YAML{at}: {exc.message}") from None
+    if not isinstance(data, dict):
+        raise BlockError(f"the body must be a YAML mapping of fields, not {_kind(data)}")
+    try:
+        return SIGNAL_MODELS[kind].model_validate(data)
+    except ValidationError as exc:
+        raise BlockError(describe_errors(exc)) from None
+
+
+def describe_errors(exc: ValidationError, limit: int = 3) -> str:
+    """``field 'questions[0].text': Field required; ...`` for the first ``limit`` errors."""
+    parts = []
+    for err in exc.errors()[:limit]:
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
+        parts.append(f"field '{loc}': {err['msg']}" if loc else err["msg"])
+    more = exc.error_count() - limit
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "an empty body"
+    return "a list" if isinstance(value, list) else f"a scalar ({value!r:.40})"

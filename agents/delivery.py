@@ -1,0 +1,329 @@
+"""Delivering the coordinator's directives back to the agent.
+
+An adapter follows its agent's inbox (``{ns:s}:inbox:<agent>``) in the consumer group ``adapter`` and
+hands each directive's rendered resume prompt to the agent by one method:
+
+- ``print``: the prompt on the adapter's stdout, then an end marker line;
+- ``file:PATH``: the prompt and the end marker appended to a response file, fsynced. The marker names the
+  directive's id, so a directive delivered again (after a crash between delivery and acknowledgement) is
+  found in the file and not appended twice;
+- ``command:TEMPLATE``: a resume command such as ``claude --resume {session_id} -p {prompt}``. The
+  template is split with shlex first, then the placeholders are replaced inside each argument, and the
+  command is executed without a shell: a prompt holding ``; rm -rf /`` or quotes is one literal argument.
+
+A directive is acknowledged only once delivered; a failed delivery is retried after ``retry_ms`` and
+dead-lettered with the reason after ``max_attempts``. Delivery is at least once: a killed adapter
+redelivers what it had not acknowledged. LAUNCH requests and other kinds are not for agents; they are
+acknowledged and ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shlex
+import sys
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import IO, Final, Protocol
+
+from agents.adapter import wait_for
+from bus import directives as d
+from bus.consumer import Ack, Consumer, Delivery
+from bus.envelope import Envelope, EnvelopeType
+from bus.errors import BusError
+
+__all__ = [
+    "GROUP",
+    "PLACEHOLDERS",
+    "CommandDelivery",
+    "Deliverer",
+    "DeliveryFailed",
+    "DeliveryKind",
+    "DeliverySpec",
+    "Directive",
+    "FileDelivery",
+    "InboxFollower",
+    "PrintDelivery",
+    "as_directive",
+    "end_marker",
+    "fill",
+    "run_command",
+    "split_template",
+]
+
+GROUP: Final = "adapter"
+"""The consumer group (and consumer name) adapters read their inbox with."""
+PLACEHOLDERS: Final = frozenset({"prompt", "agent_id", "group_id", "session_id", "type", "directive_id"})
+_PLACEHOLDER: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_TAIL_BYTES: Final = 4096
+
+_RENDERED = (
+    d.ClarificationResponse,
+    d.BlockerResolved,
+    d.DelegationApproved,
+    d.DelegationDenied,
+    d.DelegationCompleted,
+    d.ErrorRecovery,
+)
+
+
+class DeliveryFailed(BusError):
+    """A directive could not be handed to the agent (it is retried, then dead-lettered)."""
+
+
+@dataclass(frozen=True)
+class Directive:
+    """A directive for the agent and its rendered resume prompt."""
+
+    envelope: Envelope
+    prompt: str
+
+    @property
+    def type(self) -> EnvelopeType:
+        return self.envelope.type
+
+
+def as_directive(envelope: Envelope) -> Directive | None:
+    """The directive in ``envelope``, or None for anything an agent is not to be given."""
+    payload = envelope.payload
+    if isinstance(payload, _RENDERED):
+        return Directive(envelope, payload.render())
+    return None
+
+
+def end_marker(directive: Directive) -> str:
+    """The line that follows a delivered prompt (and identifies it)."""
+    return f"<!-- end of directive {directive.envelope.id} {directive.type.value} -->"
+
+
+def _framed(directive: Directive) -> bytes:
+    return f"{directive.prompt.rstrip()}\n{end_marker(directive)}\n\n".encode()
+
+
+def split_template(template: str, allowed: frozenset[str] = PLACEHOLDERS) -> list[str]:
+    """``template`` split like a shell would (no expansion); unknown ``{placeholders}`` are an error."""
+    try:
+        argv = shlex.split(template)
+    except ValueError as exc:
+        raise ValueError(f"cannot split the command template: {exc}") from None
+    if not argv:
+        raise ValueError("the command template is empty")
+    unknown = sorted({name for arg in argv for name in _PLACEHOLDER.findall(arg)} - allowed)
+    if unknown:
+        names = ", ".join(f"{{{n}}}" for n in unknown)
+        known = ", ".join(f"{{{n}}}" for n in sorted(allowed))
+        raise ValueError(f"unknown placeholder {names} in the command template (known: {known})")
+    return argv
+
+
+def fill(argv: list[str], values: Mapping[str, str | None]) -> list[str]:
+    """Each argument with its placeholders replaced, in one pass: a value is never scanned again.
+
+    Raises ``KeyError`` naming a placeholder whose value is None (not known yet).
+    """
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            return match.group(0)
+        found = values[name]
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    return [_PLACEHOLDER.sub(value, arg) for arg in argv]
+
+
+class Deliverer(Protocol):
+    name: str
+
+    async def deliver(self, directive: Directive) -> None:
+        """Hand the directive to the agent; raise :class:`DeliveryFailed` when that did not happen."""
+
+
+class PrintDelivery:
+    """The prompt on a byte stream (the adapter's stdout), then its end marker."""
+
+    name = "print"
+
+    def __init__(self, out: IO[bytes] | None = None) -> None:
+        self.out = out if out is not None else sys.stdout.buffer
+
+    async def deliver(self, directive: Directive) -> None:
+        try:
+            self.out.write(_framed(directive))
+            self.out.flush()
+        except (OSError, ValueError) as exc:
+            raise DeliveryFailed(f"cannot print the prompt: {exc}") from None
+
+
+class FileDelivery:
+    """The prompt appended to a response file the agent reads (fsynced; never appended twice)."""
+
+    name = "file"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    async def deliver(self, directive: Directive) -> None:
+        try:
+            await asyncio.to_thread(self._append, directive)
+        except OSError as exc:
+            raise DeliveryFailed(f"cannot append to {self.path}: {exc.strerror or exc}") from None
+
+    def _append(self, directive: Directive) -> None:
+        created = not self.path.exists()
+        with self.path.open("a+b") as stream:
+            stream.seek(0)
+            if end_marker(directive).encode() in stream.read():
+                return  # delivered before the adapter could acknowledge it
+            stream.write(_framed(directive))
+            stream.flush()
+            os.fsync(stream.fileno())
+        if created:
+            _fsync_dir(self.path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+Runner = Callable[[list[str], Directive], Awaitable[None]]
+"""Runs a filled resume command (raising :class:`DeliveryFailed` when it cannot)."""
+
+
+class CommandDelivery:
+    """A resume command per directive, from a template; executed without a shell."""
+
+    name = "command"
+
+    def __init__(
+        self,
+        argv: list[str],
+        values: Callable[[], Mapping[str, str | None]],
+        runner: Runner | None = None,
+        *,
+        log: Callable[[str], None] = lambda _: None,
+    ) -> None:
+        self.argv = argv
+        self.values = values
+        self.runner = runner
+        self.log = log
+
+    def command(self, directive: Directive) -> list[str]:
+        values = {
+            **self.values(),
+            "prompt": directive.prompt,
+            "type": directive.type.value,
+            "directive_id": directive.envelope.id,
+        }
+        try:
+            return fill(self.argv, values)
+        except KeyError as exc:
+            raise DeliveryFailed(f"placeholder {{{exc.args[0]}}} has no value yet") from None
+
+    async def deliver(self, directive: Directive) -> None:
+        argv = self.command(directive)
+        if self.runner is not None:
+            await self.runner(argv, directive)
+            return
+        code, tail = await run_command(argv, self.log)
+        if code != 0:
+            raise DeliveryFailed(f"{argv[0]} exited with code {code}: {tail.strip()[-500:]}")
+
+
+async def run_command(argv: list[str], log: Callable[[str], None]) -> tuple[int, str]:
+    """Run ``argv`` (no shell, stdin closed); its output goes to ``log``. (exit code, output tail)."""
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+    except (OSError, ValueError) as exc:
+        raise DeliveryFailed(f"cannot start {argv[0]}: {exc}") from None
+    output, _ = await process.communicate()
+    text = output.decode(errors="replace")
+    for line in text.splitlines():
+        log(f"{argv[0]}: {line}")
+    code = await process.wait()
+    return code, text[-_TAIL_BYTES:]
+
+
+class DeliveryKind(StrEnum):
+    PRINT = "print"
+    FILE = "file"
+    COMMAND = "command"
+
+
+@dataclass(frozen=True)
+class DeliverySpec:
+    """A parsed ``--deliver`` value: ``print``, ``file:PATH`` or ``command:TEMPLATE``."""
+
+    kind: DeliveryKind
+    path: Path | None = None
+    argv: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> DeliverySpec:
+        method, sep, rest = text.partition(":")
+        if method == DeliveryKind.PRINT and not sep:
+            return cls(DeliveryKind.PRINT)
+        if method == DeliveryKind.FILE and rest.strip():
+            return cls(DeliveryKind.FILE, path=Path(rest.strip()))
+        if method == DeliveryKind.COMMAND and rest.strip():
+            return cls(DeliveryKind.COMMAND, argv=tuple(split_template(rest)))
+        raise ValueError(f"{text!r} is not print, file:PATH or command:'TEMPLATE'")
+
+
+class InboxFollower:
+    """Delivers the directives of one agent's inbox, acknowledging each once delivered."""
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        deliverer: Deliverer,
+        *,
+        log: Callable[[str], None],
+    ) -> None:
+        self.consumer = consumer
+        self.deliverer = deliverer
+        self.log = log
+        self.delivered = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Follow the inbox until ``stop``; an unreachable server is waited for, not fatal."""
+        while not stop.is_set():
+            try:
+                await self.consumer.ensure_group("0")
+                await self.consumer.run(self.handle, stop=stop)
+            except BusError as exc:
+                self.log(f"inbox {self.consumer.stream}: {exc}; retrying")
+                await wait_for(stop, 1.0)
+
+    async def handle(self, delivery: Delivery) -> Ack:
+        envelope = delivery.envelope
+        if envelope is None:
+            return Ack.DEAD
+        directive = as_directive(envelope)
+        if directive is None:
+            self.log(f"inbox: {envelope.type.value} {envelope.id} is not a directive for an agent; ignored")
+            return Ack.ACK
+        try:
+            await self.deliverer.deliver(directive)
+        except DeliveryFailed as exc:
+            attempt = f"attempt {delivery.deliveries} of {self.consumer.max_deliveries}"
+            self.log(f"delivering {directive.type.value} {envelope.id} failed ({attempt}): {exc}")
+            raise
+        self.delivered += 1
+        self.log(f"delivered {directive.type.value} {envelope.id} ({self.deliverer.name})")
+        return Ack.ACK

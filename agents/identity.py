@@ -1,0 +1,130 @@
+"""Protocol 1: the identity statement and the signal templates added to every background task prompt.
+
+:data:`IDENTITY_STATEMENT` is the exact text of seed 000 ("EXECUTION CONTEXT: BACKGROUND SUBAGENT").
+:func:`build_prompt` puts it first, then a line naming the agent's id, the templates of the four signals
+(seed 000's signal formats, verbatim) and of PROGRESS (the progress-reporting extension), and the task
+under ``## YOUR TASK`` as in the seed's example integration.
+
+Every template keeps its ``<ISO-8601-timestamp>`` placeholder, which is not a valid timestamp, so an
+agent that echoes its prompt never has the templates taken for signals.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["IDENTITY_STATEMENT", "PROGRESS_TEMPLATE", "SIGNAL_TEMPLATES", "build_prompt"]
+
+IDENTITY_STATEMENT: Final = """\
+## EXECUTION CONTEXT: BACKGROUND SUBAGENT
+
+**CRITICAL AWARENESS:**
+You are executing as a BACKGROUND SUBAGENT in an isolated process.
+
+**Your Constraints:**
+- ❌ You CANNOT directly interact with the user
+- ❌ You CANNOT access the user's interactive shell
+- ❌ You CANNOT use interactive prompts or menus
+- ✅ All user communication MUST go through your parent agent
+- ✅ Use the protocols below when you need help
+
+**Available Communication Protocols:**
+1. CLARIFICATION_NEEDED - Request missing information
+2. STOP_WORK - Signal that you cannot proceed
+3. DELEGATE_WORK - Request another background agent
+4. COMPLETION_REPORT - Signal successful completion
+
+**Your Parent Agent:**
+- Monitors your output periodically
+- Will respond to protocol signals
+- Can resume you with additional context
+- Coordinates with the user on your behalf
+"""
+
+_CLARIFICATION: Final = """\
+[CLARIFICATION_NEEDED]
+agent_id: <agent-id>
+timestamp: <ISO-8601-timestamp>
+blocked_at: <specific task/step/file where work stopped>
+reason: <why clarification is needed>
+questions:
+  - question_id: Q1
+    text: <question text>
+    context: <why this matters>
+  - question_id: Q2
+    text: <question text>
+    context: <why this matters>
+can_resume_with: <what info would unblock>
+current_state: <what was completed before blocking>
+[/CLARIFICATION_NEEDED]"""
+
+_STOP: Final = """\
+[STOP_WORK]
+agent_id: <agent-id>
+timestamp: <ISO-8601-timestamp>
+stop_reason: <why stopping - blocker|error|completion>
+blocker_type: <missing_info|external_dependency|error|resource_limit>
+details: <description of blocker>
+completed_work: <what was finished>
+blocked_work: <what could not be started>
+state_snapshot: <checkpoint for resume>
+resume_requirements: <what is needed to continue>
+[/STOP_WORK]"""
+
+_DELEGATE: Final = """\
+[DELEGATE_WORK]
+agent_id: <requesting-agent-id>
+timestamp: <ISO-8601-timestamp>
+delegation_reason: <why delegate vs continue>
+new_task_description: <what new agent should do>
+independence: <can_proceed_parallel|blocks_current_work|optional>
+priority: <P0|P1|P2>
+context_required: <what context new agent needs>
+coordination: <how agents should coordinate>
+estimated_duration: <time estimate for new task>
+[/DELEGATE_WORK]"""
+
+_COMPLETION: Final = """\
+[COMPLETION_REPORT]
+agent_id: <agent-id>
+timestamp: <ISO-8601-timestamp>
+status: <success|partial_success|failed>
+deliverables: <list of files/outputs created>
+summary: <what was accomplished>
+metrics_achieved: <how success criteria were met>
+issues_encountered: <problems solved during execution>
+recommendations: <follow-up actions>
+total_duration: <execution time>
+[/COMPLETION_REPORT]"""
+
+PROGRESS_TEMPLATE: Final = """\
+[PROGRESS]
+agent_id: <agent-id>
+timestamp: <ISO-8601-timestamp>
+percent: <0-100>
+message: <what is being done now>
+eta: <estimated time remaining>
+[/PROGRESS]"""
+
+SIGNAL_TEMPLATES: Final[tuple[str, ...]] = (_CLARIFICATION, _STOP, _DELEGATE, _COMPLETION, PROGRESS_TEMPLATE)
+"""The four signal formats of seed 000, then PROGRESS."""
+
+_HOW_TO_SIGNAL: Final = """\
+## PROTOCOL SIGNALS
+
+Print a signal as a block in exactly this form: the opening tag alone on its line, YAML fields, the
+closing tag alone on its line. Use the real values (your agent id, an ISO-8601 timestamp with a time
+zone), never the <placeholders>. After CLARIFICATION_NEEDED or STOP_WORK, stop and wait: your parent
+resumes you with the answer.
+"""
+
+
+def build_prompt(task: str, agent_id: str | None = None) -> str:
+    """The prompt of a background agent: identity statement, agent id, signal templates, task."""
+    parts = [IDENTITY_STATEMENT]
+    if agent_id:
+        parts.append(f"**Your Agent ID:** {agent_id}\nUse `agent_id: {agent_id}` in every signal you emit.\n")
+    templates = "\n\n".join(f"```yaml\n{template}\n```" for template in SIGNAL_TEMPLATES)
+    parts.append(f"{_HOW_TO_SIGNAL}\n{templates}\n")
+    parts.append(f"## YOUR TASK\n{task.strip()}\n")
+    return "\n".join(parts)

@@ -1,0 +1,387 @@
+"""The launcher: the agent pool and task queue of seed 000's future extensions.
+
+Launchers read LAUNCH requests (:class:`bus.directives.LaunchRequest`) from every shard's ``tasks``
+stream as the consumer group ``launchers``, so any number of them, on any machines, share the work. Each
+request becomes an agent: its prompt (identity statement and task) is written to a file, and the agent
+command built from a template is started wrapped by ``subagent-bus adapter run``, which puts it on the
+bus. The template is split like a shell line, the placeholders are replaced inside each argument, and
+nothing runs through a shell.
+
+At most ``max_parallel`` agents run at once. A launcher reads no more requests than it has free slots,
+so the others stay in the stream for any launcher, and it acknowledges a request only once its agent
+started: a launcher killed before that leaves the request pending, and another launcher (or its own
+restart) starts it. A request that cannot be started after ``max_attempts`` deliveries is
+dead-lettered with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import click
+
+from agents.adapter import wait_for
+from agents.delivery import DeliverySpec, fill, split_template
+from agents.identity import build_prompt
+from bus.connection import Client, connect, redis_options
+from bus.consumer import Ack, Consumer, Delivery
+from bus.directives import LaunchRequest
+from bus.errors import BusError, ConnectionFailed
+from bus.keys import Keys, StreamKind, open_namespace
+from bus.settings import Settings
+
+__all__ = ["GROUP", "PLACEHOLDERS", "Launcher", "LauncherOptions", "adapter_command", "launcher"]
+
+GROUP: Final = "launchers"
+PLACEHOLDERS: Final = frozenset(
+    {"agent_id", "group_id", "prompt_file", "prompt", "parent_agent_id", "request_id"}
+)
+_POLL_S: Final = 0.2
+
+
+def adapter_command() -> list[str]:
+    """How to run ``subagent-bus`` from this interpreter's installation."""
+    beside = Path(sys.executable).parent / "subagent-bus"
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("subagent-bus")
+    if found:
+        return [found]
+    return [sys.executable, "-c", "from bus.cli import main; main()"]
+
+
+@dataclass(frozen=True)
+class LauncherOptions:
+    template: list[str]
+    """The agent command, already split; see :data:`PLACEHOLDERS`."""
+    max_parallel: int = 4
+    name: str = field(default_factory=lambda: f"launcher-{socket.gethostname()}-{os.getpid()}")
+    burst: bool = False
+    prompt_dir: Path = Path(".subagent-bus/prompts")
+    log_dir: Path = Path(".subagent-bus/logs")
+    adapter_args: tuple[str, ...] = ()
+    """Extra options for each ``adapter run`` (--deliver, --workdir, --heartbeat...)."""
+    reclaim_idle_ms: int = 30_000
+    max_attempts: int = 3
+
+    @staticmethod
+    def parse_template(template: str) -> list[str]:
+        return split_template(template, PLACEHOLDERS)
+
+
+class Launcher:
+    """Starts the agents of launch requests, at most ``max_parallel`` at a time."""
+
+    def __init__(self, client: Client, keys: Keys, settings: Settings, options: LauncherOptions) -> None:
+        if options.max_parallel < 1:
+            raise ValueError("max_parallel must be at least 1")
+        self.client = client
+        self.keys = keys
+        self.settings = settings
+        self.options = options
+        self.launched = 0
+        self.running: dict[str, asyncio.subprocess.Process] = {}
+        self._changed = asyncio.Event()
+        self._consumers = [
+            Consumer(
+                client,
+                keys.stream(shard, StreamKind.TASKS),
+                GROUP,
+                options.name,
+                batch=1,
+                block_ms=0,
+                reclaim_idle_ms=options.reclaim_idle_ms,
+                max_deliveries=options.max_attempts,
+            )
+            for shard in keys.all_shards()
+        ]
+        self._next = 0
+        self._waiters: set[asyncio.Task[None]] = set()
+
+    async def run(self, stop: asyncio.Event) -> int:
+        """Launch until ``stop`` (with ``burst``: until no request is left and every agent ended)."""
+        for consumer in self._consumers:
+            await consumer.ensure_group("0")
+        try:
+            while not stop.is_set():
+                try:
+                    found = await self._fill_slots()
+                    if self.options.burst and not found and not self.running and await self._drained():
+                        break
+                except ConnectionFailed as exc:  # the agents keep running; the queue waits
+                    print(f"subagent-bus: {exc}; retrying", file=sys.stderr, flush=True)
+                    await wait_for(stop, 1.0)
+                    continue
+                if not found or len(self.running) >= self.options.max_parallel:
+                    self._changed.clear()
+                    await wait_for(self._changed, _POLL_S)
+        finally:
+            await self._shutdown()
+        return self.launched
+
+    async def _drained(self) -> bool:
+        for consumer in self._consumers:
+            if await consumer.pending_count():
+                return False
+        return True
+
+    async def _fill_slots(self) -> bool:
+        """Read and start requests while slots are free; whether any request was read."""
+        found = False
+        for _ in range(len(self._consumers)):
+            free = self.options.max_parallel - len(self.running)
+            if free <= 0:
+                break
+            consumer = self._consumers[self._next]
+            self._next = (self._next + 1) % len(self._consumers)
+            consumer.batch = free
+            deliveries = await consumer.read()
+            found = found or bool(deliveries)
+            for delivery in deliveries:  # settled one by one: a started agent is acknowledged at once
+                ack, reason = await self._launch(delivery)
+                await consumer.settle([(delivery, ack, reason)])
+        return found
+
+    async def _launch(self, delivery: Delivery) -> tuple[Ack, str | None]:
+        envelope = delivery.envelope
+        if delivery.error is not None or envelope is None:
+            return Ack.DEAD, delivery.error
+        request = envelope.payload
+        if not isinstance(request, LaunchRequest):
+            return Ack.DEAD, f"{envelope.type.value} is not a launch request"
+        if request.new_agent_id in self.running:
+            return Ack.ACK, None  # a repeat of a request whose agent is already running here
+        try:
+            process = await self._start(request, envelope.group_id)
+        except (OSError, ValueError) as exc:
+            reason = f"cannot start agent {request.new_agent_id}: {exc}"
+            print(f"subagent-bus: {reason}", file=sys.stderr, flush=True)
+            if delivery.deliveries >= self.options.max_attempts:
+                return Ack.DEAD, reason
+            return Ack.RETRY, reason
+        self.launched += 1
+        self.running[request.new_agent_id] = process
+        waiter = asyncio.create_task(self._reap(request.new_agent_id, process))
+        self._waiters.add(waiter)
+        waiter.add_done_callback(self._waiters.discard)
+        return Ack.ACK, None
+
+    def _prompt_file(self, request: LaunchRequest) -> tuple[Path, str]:
+        task = request.task.strip()
+        if request.context and request.context.strip():
+            task += f"\n\n## CONTEXT\n{request.context.strip()}"
+        text = build_prompt(task, request.new_agent_id)
+        self.options.prompt_dir.mkdir(parents=True, exist_ok=True)
+        path = (self.options.prompt_dir / f"{_safe(request.new_agent_id)}.md").absolute()
+        path.write_text(text, encoding="utf-8")
+        return path, text
+
+    def command(self, request: LaunchRequest, group_id: str, prompt_file: Path, prompt: str) -> list[str]:
+        """The ``adapter run`` command line that starts this request's agent."""
+        agent = fill(
+            self.options.template,
+            {
+                "agent_id": request.new_agent_id,
+                "group_id": group_id,
+                "prompt_file": str(prompt_file),
+                "prompt": prompt,
+                "parent_agent_id": request.parent_agent_id or "",
+                "request_id": request.request_id,
+            },
+        )
+        return [
+            *adapter_command(),
+            "adapter",
+            "run",
+            "--agent-id",
+            request.new_agent_id,
+            "--group",
+            group_id,
+            "--task-file",
+            str(prompt_file),
+            "--quiet",
+            *self.options.adapter_args,
+            "--",
+            *agent,
+        ]
+
+    async def _start(self, request: LaunchRequest, group_id: str) -> asyncio.subprocess.Process:
+        prompt_file, prompt = self._prompt_file(request)
+        argv = self.command(request, group_id, prompt_file, prompt)
+        self.options.log_dir.mkdir(parents=True, exist_ok=True)
+        log = self.options.log_dir / f"{_safe(request.new_agent_id)}.log"
+        env = {
+            **os.environ,
+            "SUBAGENT_BUS_REDIS_URL": self.settings.url,
+            "SUBAGENT_BUS_NAMESPACE": self.settings.namespace,
+        }
+        if self.settings.cluster is not None:
+            argv.insert(argv.index("run") + 1, "--cluster" if self.settings.cluster else "--no-cluster")
+        with log.open("ab") as out:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                env=env,
+                start_new_session=True,
+            )
+        print(
+            f"subagent-bus: launched {request.new_agent_id} (group {group_id}, pid {process.pid}, log {log})",
+            file=sys.stderr,
+            flush=True,
+        )
+        return process
+
+    async def _reap(self, agent_id: str, process: asyncio.subprocess.Process) -> None:
+        code = await process.wait()
+        self.running.pop(agent_id, None)
+        print(f"subagent-bus: agent {agent_id} ended with exit status {code}", file=sys.stderr, flush=True)
+        self._changed.set()
+
+    async def _shutdown(self) -> None:
+        """Pass SIGTERM on to the adapters still running and wait for them."""
+        for process in list(self.running.values()):
+            if process.returncode is None:
+                process.terminate()
+        if self._waiters:
+            await asyncio.gather(*list(self._waiters), return_exceptions=True)
+
+
+def _safe(agent_id: str) -> str:
+    """An agent id usable as a file name (distinct ids stay distinct)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in agent_id).lstrip(".")[:100]
+    if safe != agent_id:
+        safe = f"{safe}-{hashlib.sha256(agent_id.encode()).hexdigest()[:8]}"
+    return safe
+
+
+def _template(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
+    try:
+        return LauncherOptions.parse_template(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _adapter_args(
+    deliver: str | None, workdir: Path | None, heartbeat_s: float | None, until_complete: bool
+) -> tuple[str, ...]:
+    args: list[str] = []
+    if deliver is not None:
+        try:
+            DeliverySpec.parse(deliver)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--deliver") from None
+        args += ["--deliver", deliver]
+    if workdir is not None:
+        args += ["--workdir", str(workdir.absolute())]
+    if heartbeat_s is not None:
+        args += ["--heartbeat", str(heartbeat_s)]
+    if until_complete:
+        if deliver is None or not deliver.startswith("command:"):
+            raise click.UsageError("--until-complete needs --deliver command:... (a resume command)")
+        args.append("--until-complete")
+    return tuple(args)
+
+
+@click.command("launcher")
+@click.option(
+    "--command",
+    "template",
+    required=True,
+    callback=_template,
+    help="Agent command template; placeholders {agent_id} {group_id} {prompt_file} {prompt} "
+    "{parent_agent_id} {request_id}. Split like a shell line, run without a shell.",
+)
+@click.option(
+    "--max-parallel", default=4, show_default=True, type=click.IntRange(min=1), help="Agents running at once."
+)
+@click.option("--name", help="Consumer name of this launcher (default: host and pid).")
+@click.option("--burst", is_flag=True, help="Exit once no request is left and every agent started has ended.")
+@click.option(
+    "--prompt-dir",
+    default=".subagent-bus/prompts",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+)
+@click.option(
+    "--log-dir",
+    default=".subagent-bus/logs",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+)
+@click.option("--deliver", help="Passed to each agent's adapter (print, file:PATH, command:TEMPLATE).")
+@click.option(
+    "--workdir", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Passed to each adapter."
+)
+@click.option("--heartbeat", "heartbeat_s", type=click.FloatRange(min=0.01), help="Passed to each adapter.")
+@click.option("--until-complete", is_flag=True, help="Passed to each adapter (needs --deliver command:...).")
+@click.option(
+    "--max-attempts",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Start attempts per request.",
+)
+@click.option(
+    "--reclaim-ms",
+    default=30_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Idle time before another launcher's unstarted request is taken over.",
+)
+@redis_options
+def launcher(
+    settings: Settings,
+    template: list[str],
+    max_parallel: int,
+    name: str | None,
+    burst: bool,
+    prompt_dir: Path,
+    log_dir: Path,
+    deliver: str | None,
+    workdir: Path | None,
+    heartbeat_s: float | None,
+    until_complete: bool,
+    max_attempts: int,
+    reclaim_ms: int,
+) -> None:
+    """Start the agents of launch requests (approved delegations, retries), each under an adapter."""
+    options = LauncherOptions(
+        template=template,
+        max_parallel=max_parallel,
+        burst=burst,
+        prompt_dir=prompt_dir,
+        log_dir=log_dir,
+        adapter_args=_adapter_args(deliver, workdir, heartbeat_s, until_complete),
+        reclaim_idle_ms=reclaim_ms,
+        max_attempts=max_attempts,
+        **({"name": name} if name else {}),
+    )
+
+    async def main() -> int:
+        client = await connect(settings)
+        try:
+            keys = await open_namespace(client, settings.namespace, settings.shards)
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+            return await Launcher(client, keys, settings, options).run(stop)
+        finally:
+            await client.aclose()
+
+    try:
+        launched = asyncio.run(main())
+    except BusError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"launcher {options.name}: started {launched} agent(s)", err=True)

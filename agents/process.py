@@ -1,0 +1,298 @@
+"""Adapters around a process (``adapter run``) and a pipe (``adapter stdin``).
+
+A :class:`Session` runs the agent's processes one at a time: the first command, then, with a command
+delivery, each resume command (``claude --resume ...``), whose stdout is the agent's output as well.
+For every process it publishes AGENT_STARTED, the envelopes parsed from stdout as they arrive,
+HEARTBEATs while it runs, and at its end AGENT_EXITED with the exit code and the last lines of stderr.
+A non-zero exit without a completion report is published first as a ``[STOP_WORK]`` with
+``stop_reason: error`` and ``blocker_type: error``, the stderr tail in ``details``, so the parent can
+recover it like any error the agent reports itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import stat
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Final
+
+from agents.adapter import AgentBus, OutputStream, heartbeat_loop
+from agents.delivery import DeliveryFailed, Directive
+from agents.transcript import Format
+from bus.envelope import deterministic_id
+from bus.signals import BlockerType, StopReason, StopWork
+
+__all__ = ["ProcessOptions", "Session", "exit_status", "stdin_chunks"]
+
+CHUNK: Final = 64 * 1024
+_TAIL_LINES: Final = 20
+_TAIL_BYTES: Final = 4096
+_RECOVERY: Final = (
+    "Potential fixes:\n"
+    "1. Retry from the last checkpoint\n"
+    "2. Skip the failing step and continue\n"
+    "3. Delegate the remaining work to a new agent"
+)
+
+Chunks = Callable[[], Awaitable[bytes]]
+"""The next bytes of an output; empty at its end."""
+
+
+@dataclass(frozen=True)
+class ProcessOptions:
+    fmt: Format = Format.AUTO
+    heartbeat_s: float = 30.0
+    tee: bool = True
+    """Copy the agent's output to the adapter's stdout."""
+    stderr_log: Path | None = None
+    """Append the agent's stderr here instead of copying it to the adapter's stderr."""
+    task: str | None = None
+    name: str | None = None
+    session_id: str | None = None
+
+
+def exit_status(returncode: int) -> int:
+    """A process's exit status as a shell reports it: 128 + N when killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class _Tail:
+    """The last lines of a byte stream."""
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        self._data += chunk
+        if len(self._data) > 2 * _TAIL_BYTES:
+            del self._data[:-_TAIL_BYTES]
+
+    def text(self) -> str:
+        lines = bytes(self._data[-_TAIL_BYTES:]).decode(errors="replace").splitlines()
+        return "\n".join(lines[-_TAIL_LINES:])
+
+
+class Session:
+    """The processes of one agent, one at a time, and what they print."""
+
+    def __init__(self, bus: AgentBus, options: ProcessOptions, stop: asyncio.Event) -> None:
+        self.bus = bus
+        self.options = options
+        self.stop = stop
+        self.base = f"{uuid.uuid4().hex[:12]}"
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.last_code: int | None = None
+        self.process: asyncio.subprocess.Process | None = None
+        self.stream: OutputStream | None = None
+        self._runs: set[asyncio.Task[int]] = set()
+        self._stderr: IO[bytes] | None = None
+        self._session_id: str | None = None
+        self._tee = options.tee
+        self._signals = 0
+
+    @property
+    def session_id(self) -> str | None:
+        """The session id the agent's output carried last (a transcript), else ``--session-id``."""
+        if self.stream is not None and self.stream.session_id:
+            self._session_id = self.stream.session_id
+        return self._session_id or self.options.session_id
+
+    def forward(self, sig: int) -> None:
+        """Pass a signal on to the running process (a second one kills it); no resume starts after."""
+        self._signals += 1
+        self.stop.set()
+        if self.process is not None and self.process.returncode is None:
+            self.process.send_signal(signal.SIGKILL if self._signals > 1 else sig)
+
+    async def run(self, argv: list[str]) -> int:
+        """Run the agent's command to its end; its exit status (127/126 when it cannot start)."""
+        source = f"run:{self.base}"
+        try:
+            task = await self._start(argv, source, first=True)
+        except DeliveryFailed as exc:
+            code = 127 if isinstance(exc.__cause__, FileNotFoundError) else 126
+            await self._report_end(source, code, str(exc))
+            self.last_code = code
+            self.idle.set()
+            return code
+        return await task
+
+    async def resume(self, argv: list[str], directive: Directive) -> None:
+        """The runner of a command delivery: start the resume command once no process runs."""
+        await self.idle.wait()
+        if self.stop.is_set():
+            raise DeliveryFailed("the adapter is stopping")
+        await self._start(argv, f"run:{self.base}:resume:{directive.envelope.id}", first=False)
+
+    async def pipe(self, chunks: Chunks) -> None:
+        """Take an output that is not a process of ours (stdin) to its end."""
+        self.idle.clear()
+        source = f"stdin:{self.base}"
+        await self.bus.started(source=source, task=self.options.task, name=self.options.name)
+        eof = asyncio.Event()
+        beats = asyncio.create_task(
+            heartbeat_loop(self.bus, self.options.heartbeat_s, eof, source=source, alive=lambda: True)
+        )
+        try:
+            await self._pump(chunks, source)
+        finally:
+            eof.set()
+            await beats
+        await self.bus.exited(source=source, exit_code=None)
+        self.idle.set()
+
+    async def finished(self) -> None:
+        """Wait for every process started so far."""
+        while self._runs:
+            await asyncio.gather(*list(self._runs), return_exceptions=True)
+
+    async def _start(self, argv: list[str], source: str, *, first: bool) -> asyncio.Task[int]:
+        self.idle.clear()
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
+        except (OSError, ValueError) as exc:
+            self.idle.set()
+            raise DeliveryFailed(f"cannot start {argv[0]}: {exc}") from exc
+        self.process = process
+        task = asyncio.create_task(self._supervise(process, argv, source, first=first))
+        self._runs.add(task)
+        task.add_done_callback(self._runs.discard)
+        return task
+
+    async def _supervise(
+        self, process: asyncio.subprocess.Process, argv: list[str], source: str, *, first: bool
+    ) -> int:
+        try:
+            await self.bus.started(
+                source=source,
+                pid=process.pid,
+                command=argv,
+                task=self.options.task if first else None,
+                name=self.options.name if first else None,
+            )
+            running = asyncio.Event()
+            beats = asyncio.create_task(
+                heartbeat_loop(
+                    self.bus,
+                    self.options.heartbeat_s,
+                    running,
+                    source=source,
+                    alive=lambda: process.returncode is None,
+                    pid=lambda: process.pid,
+                )
+            )
+            tail = _Tail()
+            assert process.stdout is not None and process.stderr is not None
+            stdout, stderr = process.stdout, process.stderr
+            try:
+                await asyncio.gather(
+                    self._pump(lambda: stdout.read(CHUNK), source), self._pump_stderr(stderr, tail)
+                )
+                code = exit_status(await process.wait())
+            finally:
+                running.set()
+                await beats
+            await self._report_end(source, code, tail.text())
+            self.last_code = code
+            return code
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            self.process = None
+            self.idle.set()
+
+    async def _pump(self, chunks: Chunks, source: str) -> None:
+        if self.stream is not None and self.stream.session_id:
+            self._session_id = self.stream.session_id
+        stream = self.stream = OutputStream(self.bus, source, self.options.fmt)
+        while chunk := await chunks():
+            self._copy(chunk)
+            envelopes = stream.feed(chunk)
+            if envelopes:
+                await self.bus.publish(envelopes)
+        await self.bus.publish(stream.close())
+
+    def _copy(self, chunk: bytes) -> None:
+        """Copy the agent's output to stdout; a closed stdout stops the copying, not the adapter."""
+        if not self._tee:
+            return
+        try:
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+        except (OSError, ValueError) as exc:
+            self._tee = False
+            self.bus.log(f"stopped copying the agent's output to stdout: {exc}")
+
+    async def _pump_stderr(self, reader: asyncio.StreamReader, tail: _Tail) -> None:
+        sink: IO[bytes] | None = self._stderr_sink()
+        while chunk := await reader.read(CHUNK):
+            tail.add(chunk)
+            if sink is None:
+                continue
+            try:
+                sink.write(chunk)
+                sink.flush()
+            except (OSError, ValueError):
+                sink = None  # nowhere to copy it; the tail is still reported
+
+    def _stderr_sink(self) -> IO[bytes]:
+        if self.options.stderr_log is None:
+            return sys.stderr.buffer
+        if self._stderr is None:
+            self._stderr = self.options.stderr_log.open("ab")
+        return self._stderr
+
+    async def _report_end(self, source: str, code: int, tail: str) -> None:
+        """A STOP_WORK error for a failed exit without completion, then AGENT_EXITED."""
+        if code != 0 and not self.bus.completed:
+            how = f"was killed by signal {code - 128}" if code > 128 else f"exited with code {code}"
+            details = f"The agent process {how} without a completion report."
+            if tail.strip():
+                details += f"\n\nLast lines of its stderr:\n{tail}"
+            stop = StopWork(
+                agent_id=self.bus.agent_id,
+                timestamp=datetime.now(UTC),
+                stop_reason=StopReason.ERROR,
+                blocker_type=BlockerType.ERROR,
+                details=details,
+                error_recovery=_RECOVERY,
+            )
+            stop_id = deterministic_id(self.bus.agent_id, f"{source}#exit", 0)
+            await self.bus.publish([self.bus.envelope(stop, source=source, id=stop_id)])
+        await self.bus.exited(source=source, exit_code=code, stderr_tail=tail or None)
+
+
+async def stdin_chunks() -> Chunks:
+    """A reader of the adapter's stdin: a pipe or terminal without blocking the loop, or a file."""
+    fd = sys.stdin.fileno()
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+
+        async def from_file() -> bytes:
+            return os.read(fd, CHUNK)
+
+        return from_file
+    reader = asyncio.StreamReader(limit=CHUNK)
+    loop = asyncio.get_running_loop()
+    await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0, closefd=False)
+    )
+
+    async def from_pipe() -> bytes:
+        return await reader.read(CHUNK)
+
+    return from_pipe

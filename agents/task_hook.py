@@ -1,0 +1,160 @@
+"""``subagent-bus init hook-task``: Claude Code's ``PostToolUse`` hook of the Task tool.
+
+Claude Code runs the hook after each Task call and writes the call as JSON on the hook's stdin
+(``session_id``, ``cwd``, ``tool_name``, ``tool_input``, ``tool_response``...). When the response is a
+background launch (seed 004: ``status: async_launched`` with ``agentId`` and ``outputFile``), the hook
+starts ``subagent-bus adapter watch <outputFile> --agent-id <agentId> --group <group> --until-complete``
+in a session of its own, so it outlives the hook, and returns at once. The adapter publishes the agent's
+signals and results, and stops once the agent completed.
+
+The group is ``--group`` (or ``SUBAGENT_BUS_GROUP``), else the Claude Code session id: every background
+agent of one session is one task group. The agent's prompt goes to ``<log dir>/<agent>.prompt.md`` and
+into AGENT_STARTED; the adapter's messages go to ``<log dir>/<agent>.log``. The adapter reaches Redis as
+configured in the hook's environment (``SUBAGENT_BUS_REDIS_URL``), else the local server of the
+directory Claude Code runs in.
+
+Any other call (a foreground Task, another tool) is ignored with exit status 0. Input that is not a hook
+call is reported on stderr with exit status 1, which Claude Code shows without blocking anything.
+Limitation: the hook does not deliver directives to the background agent; the parent resumes it (Task
+``resume``) with the prompt the coordinator sends, or the agent waits for it itself with ``listen``.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import click
+import orjson
+
+from agents.launcher import adapter_command
+
+__all__ = ["HOOK_COMMAND", "MAX_INPUT_BYTES", "TaskLaunch", "hook_task", "task_launch", "watch_argv"]
+
+HOOK_COMMAND: Final = "subagent-bus init hook-task"
+MAX_INPUT_BYTES: Final = 16 << 20
+_MAX_ID: Final = 256
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+@dataclass(frozen=True)
+class TaskLaunch:
+    """A background agent Claude Code just launched."""
+
+    agent_id: str
+    output_file: Path
+    session_id: str | None
+    cwd: Path | None
+    name: str | None
+    prompt: str | None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def task_launch(call: Any) -> TaskLaunch | None:
+    """The background launch in a hook call, or None when the call is anything else."""
+    if not isinstance(call, dict):
+        raise ValueError("the hook input is not a JSON object")
+    response = call.get("tool_response")
+    if not isinstance(response, dict):
+        return None
+    agent_id = _str(response.get("agentId"))
+    output = _str(response.get("outputFile"))
+    if agent_id is None or output is None or response.get("status", "async_launched") != "async_launched":
+        return None
+    if len(agent_id) > _MAX_ID:
+        raise ValueError(f"agentId is longer than {_MAX_ID} characters")
+    tool_input = call.get("tool_input")
+    if not isinstance(tool_input, dict):
+        tool_input = {}
+    cwd = _str(call.get("cwd"))
+    return TaskLaunch(
+        agent_id=agent_id,
+        output_file=Path(output),
+        session_id=_str(call.get("session_id")),
+        cwd=Path(cwd) if cwd else None,
+        name=_str(tool_input.get("subagent_type")),
+        prompt=_str(tool_input.get("prompt")) or _str(response.get("prompt")),
+    )
+
+
+def watch_argv(launch: TaskLaunch, group_id: str, task_file: Path | None) -> list[str]:
+    """The adapter command that follows the agent's output file."""
+    argv = [*adapter_command(), "adapter", "watch", str(launch.output_file)]
+    argv += ["--agent-id", launch.agent_id, "--group", group_id, "--until-complete"]
+    if launch.name:
+        argv += ["--name", launch.name]
+    if task_file is not None:
+        argv += ["--task-file", str(task_file)]
+    return argv
+
+
+def _start(launch: TaskLaunch, group_id: str, log_dir: Path) -> Path:
+    """Start the adapter detached; the path of its log."""
+    cwd = launch.cwd if launch.cwd is not None and launch.cwd.is_dir() else Path.cwd()
+    logs = log_dir if log_dir.is_absolute() else cwd / log_dir
+    logs.mkdir(parents=True, exist_ok=True)
+    stem = _UNSAFE.sub("_", launch.agent_id)[:100]
+    task_file = None
+    if launch.prompt is not None:
+        task_file = logs / f"{stem}.prompt.md"
+        task_file.write_text(launch.prompt, encoding="utf-8")
+    log = logs / f"{stem}.log"
+    with log.open("ab") as stderr:
+        subprocess.Popen(
+            watch_argv(launch, group_id, task_file),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
+    return log
+
+
+@click.command("hook-task")
+@click.option(
+    "--group",
+    "group_id",
+    envvar="SUBAGENT_BUS_GROUP",
+    help="Task group of the launched agents (default: the Claude Code session id).",
+)
+@click.option(
+    "--log-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".subagent-bus/hooks"),
+    show_default=True,
+    help="Where prompts and adapter logs go (relative: to the session's directory).",
+)
+def hook_task(group_id: str | None, log_dir: Path) -> None:
+    """PostToolUse hook of Claude Code's Task tool: follow a background agent with an adapter.
+
+    Reads the hook call (JSON) on stdin. Exit status 0 when an adapter was started or the call was not a
+    background launch, 1 when the input was unusable (the reason is on stderr).
+    """
+    data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+    try:
+        if len(data) > MAX_INPUT_BYTES:
+            raise ValueError(f"the hook input is larger than {MAX_INPUT_BYTES} bytes")
+        try:
+            call = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"the hook input is not JSON: {exc}") from None
+        launch = task_launch(call)
+        if launch is None:
+            return
+        group = group_id or launch.session_id
+        if not group:
+            raise ValueError("no task group: the call has no session_id; pass --group")
+        log = _start(launch, group, log_dir)
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(
+        f"subagent-bus: following {launch.agent_id} (group {group}) from {launch.output_file}; log: {log}"
+    )

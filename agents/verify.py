@@ -1,0 +1,159 @@
+"""Checking an agent's claims against its working directory: no hallucinated paths (seed 001).
+
+A reference ``file:line`` is verified when the file exists under the workdir and has at least ``line``
+lines; a reference without a line only needs the file. A path that leaves the workdir (``..``, an
+absolute path elsewhere, a symlink pointing out) is never opened and counts as not verified. The
+outcome is written on the payload: :attr:`Finding.verified`, :attr:`Reference.verified`, and for a
+COMPLETION_REPORT the extra field ``deliverables_verified``: one ``{path, verified}`` per deliverable
+listed as ``- NAME (comment)``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Final
+
+from bus.envelope import Payload
+from bus.fields import Model
+from bus.findings import Finding
+from bus.results import Reference, ResultReport
+from bus.signals import CompletionReport
+
+__all__ = ["DELIVERABLES_FIELD", "DeliverableCheck", "Verifier", "deliverable_paths", "split_location"]
+
+DELIVERABLES_FIELD: Final = "deliverables_verified"
+"""The field added to a COMPLETION_REPORT payload (an open model) with the deliverable checks."""
+
+_LOCATION = re.compile(r"^(?P<file>.+?):(?P<line>\d+)(?:[-:]\d+)?$")
+_ITEM = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+(?:\[[ xX]\]\s+)?(?P<rest>\S.*)$")
+_FILE_NAME = re.compile(r"^[\w.@~+-]*\w\.[A-Za-z0-9]{1,10}$")
+_CHUNK: Final = 1 << 20
+
+
+class DeliverableCheck(Model):
+    """One deliverable named in a completion report, and whether it exists under the workdir."""
+
+    path: str
+    verified: bool
+
+
+def split_location(file: str, line: int | None) -> tuple[str, int | None]:
+    """``("src/a.py", 12)`` from ``("src/a.py:12", None)``; the arguments unchanged otherwise."""
+    cleaned = file.strip().strip("`")
+    if line is None:
+        match = _LOCATION.match(cleaned)
+        if match:
+            return match["file"], int(match["line"])
+    return cleaned, line
+
+
+def deliverable_paths(text: str | None) -> list[str]:
+    """The paths listed in a ``deliverables`` text: the first word of each list item that looks like a
+    file or directory name (``- SECURITY_ANALYSIS.md (comprehensive report)`` -> the file name)."""
+    if not text:
+        return []
+    found: list[str] = []
+    for raw in text.splitlines():
+        match = _ITEM.match(raw)
+        if match is None:
+            continue
+        token = _first_word(match["rest"])
+        if ("/" in token or _FILE_NAME.match(token)) and token not in found:
+            found.append(token)
+    return found
+
+
+def _first_word(text: str) -> str:
+    """The first word of a list item, or its first `code span`, without trailing punctuation."""
+    text = text.strip()
+    end = text.find("`", 1)
+    word = text[1:end] if text.startswith("`") and end > 0 else text.split()[0]
+    return word.strip("*").rstrip(":,;")
+
+
+class Verifier:
+    """Verifies paths against one working directory."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.root = workdir.resolve()
+        if not self.root.is_dir():
+            raise ValueError(f"workdir {workdir} is not a directory")
+
+    def locate(self, file: str) -> Path | None:
+        """The path of ``file`` inside the workdir, or None when it leaves it or cannot exist."""
+        if not file or "\x00" in file:
+            return None
+        try:
+            candidate = (self.root / file).resolve()
+        except (OSError, RuntimeError):  # a symlink loop, an unusable name
+            return None
+        if candidate != self.root and not candidate.is_relative_to(self.root):
+            return None
+        return candidate
+
+    def exists(self, file: str) -> bool:
+        path = self.locate(file)
+        return path is not None and path.exists()
+
+    def check(self, file: str | None, line: int | None) -> bool | None:
+        """True/False for a reference; None when there is no file to check."""
+        if file is None or not file.strip():
+            return None
+        name, number = split_location(file, line)
+        path = self.locate(name)
+        if path is None or not path.is_file():
+            return False
+        if number is None:
+            return True
+        return 1 <= number <= _line_count(path)
+
+    def finding(self, finding: Finding) -> Finding:
+        verified = self.check(finding.file, finding.line)
+        return finding if verified is None else finding.model_copy(update={"verified": verified})
+
+    def reference(self, reference: Reference) -> Reference:
+        file = reference.file if reference.file is not None else reference.location
+        line = reference.line if reference.file is not None else None
+        verified = self.check(file, line)
+        return reference if verified is None else reference.model_copy(update={"verified": verified})
+
+    def result(self, report: ResultReport) -> ResultReport:
+        return report.model_copy(
+            update={
+                "findings": [self.finding(f) for f in report.findings],
+                "key_references": [self.reference(r) for r in report.key_references],
+            }
+        )
+
+    def completion(self, report: CompletionReport) -> CompletionReport:
+        checks = [
+            DeliverableCheck(path=p, verified=self.exists(p)) for p in deliverable_paths(report.deliverables)
+        ]
+        if not checks:
+            return report
+        return report.model_copy(update={DELIVERABLES_FIELD: [c.model_dump() for c in checks]})
+
+    def payload(self, payload: Payload) -> Payload:
+        """The payload with its verifiable claims marked; other payload types are returned unchanged."""
+        if isinstance(payload, Finding):
+            return self.finding(payload)
+        if isinstance(payload, ResultReport):
+            return self.result(payload)
+        if isinstance(payload, CompletionReport):
+            return self.completion(payload)
+        return payload
+
+
+def _line_count(path: Path) -> int:
+    """Lines in a file: newlines, plus one for a last line without a newline."""
+    count = 0
+    last = b""
+    try:
+        with path.open("rb") as stream:
+            while chunk := stream.read(_CHUNK):
+                count += chunk.count(b"\n")
+                last = chunk[-1:]
+    except OSError:
+        return 0
+    return count + (1 if last and last != b"\n" else 0)

@@ -1,0 +1,318 @@
+"""Following an agent's output file (seed 004's ``outputFile``, or any log) across adapter restarts.
+
+The checkpoint, one key per agent and file in the group's shard (``offset:<agent>:<sha of path>``), is
+written in the same MULTI/EXEC as the envelopes it accounts for. It holds the file's generation, how far
+it was read, where a fresh parser can take over (:attr:`agents.adapter.OutputStream.restart`), the end
+of the last published item (``done``), and fingerprints of the file's first bytes and of the bytes just
+before the read position. A restarted adapter re-parses from the restart point and publishes only the
+items at or after ``done``: nothing is published twice and nothing is skipped.
+
+The file may not exist yet (the adapter waits for it), may be truncated, or may be replaced (another
+inode at the path). A file whose fingerprints still match what was read is the same output (an editor's
+save-by-rename, say) and is followed on; otherwise the output starts over from byte 0 as a new
+generation, with a new ``source`` and so new envelope ids, and the adapter says so on stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from pydantic import ValidationError
+
+from agents.adapter import COMPLETING, AgentBus, OutputStream, heartbeat_loop, wait_for
+from agents.transcript import Format
+from bus.connection import translated
+from bus.envelope import Envelope, deterministic_id
+from bus.fields import Model
+
+__all__ = ["Checkpoint", "FileWatch", "WatchOptions", "checkpoint_key", "fingerprints", "source_of"]
+
+_PRINT: Final = 4096
+"""Bytes hashed for each fingerprint."""
+_SAVE_EVERY: Final = 4 << 20
+"""Bytes read without any item before the checkpoint is written anyway."""
+
+
+class Checkpoint(Model):
+    """How far one agent's output file has been taken onto the bus."""
+
+    generation: int = 0
+    read: int = 0
+    resume: int = 0
+    resume_line: int = 1
+    done: int = 0
+    format: Format = Format.AUTO
+    session_id: str | None = None
+    completed: bool = False
+    started: bool = False
+    """AGENT_STARTED was published (once per generation, not per adapter restart)."""
+    ended: bool = False
+    """AGENT_EXITED was published."""
+    head: str = ""
+    tail: str = ""
+
+
+def checkpoint_key(bus: AgentBus, path: Path) -> str:
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:16]
+    return bus.state_key(f"offset:{bus.agent_id}:{digest}")
+
+
+def source_of(path: Path, generation: int) -> str:
+    """The ``source`` of the envelopes of one generation of a file (part of their ids)."""
+    return f"file:{path}" if generation == 0 else f"file:{path}#{generation}"
+
+
+def fingerprints(fd: int, read: int) -> tuple[str, str]:
+    """Hashes of the first bytes of a file and of the bytes just before ``read``."""
+    head = os.pread(fd, min(_PRINT, read), 0)
+    start = max(0, read - _PRINT)
+    tail = os.pread(fd, read - start, start)
+    return hashlib.sha256(head).hexdigest(), hashlib.sha256(tail).hexdigest()
+
+
+@dataclass(frozen=True)
+class WatchOptions:
+    path: Path
+    fmt: Format = Format.AUTO
+    until_complete: bool = False
+    pid: int | None = None
+    heartbeat_s: float = 30.0
+    poll_s: float = 0.1
+    chunk_bytes: int = 1 << 20
+
+
+class FileWatch:
+    """Tails one file into the bus until ``stop`` (or completion, with ``until_complete``)."""
+
+    def __init__(self, bus: AgentBus, options: WatchOptions, stop: asyncio.Event) -> None:
+        self.bus = bus
+        self.options = options
+        self.path = options.path.absolute()
+        self.stop = stop
+        self.key = checkpoint_key(bus, self.path)
+        self.checkpoint = Checkpoint()
+        self.stream: OutputStream | None = None
+        self._fd: int | None = None
+        self._saved: Checkpoint | None = None
+        self._grew = False
+
+    @property
+    def session_id(self) -> str | None:
+        return self.stream.session_id if self.stream is not None else self.checkpoint.session_id
+
+    async def run(self) -> bool:
+        """Follow the file; whether the agent completed."""
+        self.checkpoint = self._saved = await self._load()
+        if self.checkpoint.completed:
+            self.bus.mark_completed()  # published by an earlier run of the adapter
+        fd = await self._open()
+        if fd is None:
+            return self.checkpoint.completed
+        try:
+            self._adopt(fd, initial=True)
+            if not self.checkpoint.started:
+                await self._started()
+            beats = asyncio.create_task(self._beats())
+            try:
+                return await self._follow()
+            finally:
+                beats.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await beats
+        finally:
+            if self._fd is not None:
+                os.close(self._fd)
+
+    async def _load(self) -> Checkpoint:
+        with translated():
+            raw = await self.bus.client.get(self.key)
+        if raw is None:
+            return Checkpoint()
+        try:
+            return Checkpoint.model_validate_json(raw)
+        except ValidationError:
+            self.bus.log(f"checkpoint {self.key} is unreadable; starting {self.path} from byte 0")
+            return Checkpoint(generation=1)
+
+    async def _open(self) -> int | None:
+        """The file, opened once it exists; None if stopped first."""
+        while True:
+            try:
+                return os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                if await wait_for(self.stop, self.options.poll_s):
+                    return None
+            except OSError as exc:
+                raise OSError(f"cannot read {self.path}: {exc.strerror or exc}") from None
+
+    def _same_output(self, fd: int) -> bool:
+        """Whether ``fd`` holds at least the bytes the checkpoint has read, unchanged."""
+        cp = self.checkpoint
+        if cp.read == 0:
+            return True
+        if os.fstat(fd).st_size < cp.read:
+            return False
+        return fingerprints(fd, cp.read) == (cp.head, cp.tail)
+
+    def _adopt(self, fd: int, *, initial: bool) -> None:
+        """Follow ``fd`` from the checkpoint, or as a new generation when it is another output."""
+        cp = self.checkpoint
+        if not self._same_output(fd):
+            if os.fstat(fd).st_size < cp.read:
+                why = "was truncated"
+            elif initial or fd == self._fd:
+                why = "no longer holds the bytes already read"
+            else:
+                why = "was replaced by another file"
+            self.bus.log(
+                f"{self.path} {why}{' while the adapter was away' if initial else ''}; starting over "
+                f"from byte 0 as generation {cp.generation + 1} (new envelope ids)"
+            )
+            cp = self.checkpoint = Checkpoint(generation=cp.generation + 1)
+        if self._fd is not None and self._fd != fd:
+            os.close(self._fd)
+        self._fd = fd
+        os.lseek(fd, cp.resume, os.SEEK_SET)
+        self.stream = OutputStream(
+            self.bus,
+            source_of(self.path, cp.generation),
+            cp.format,
+            base=cp.resume,
+            base_line=cp.resume_line,
+            done=cp.done,
+            session_id=cp.session_id,
+        )
+
+    async def _follow(self) -> bool:
+        options = self.options
+        while not self.stop.is_set():
+            if options.until_complete and self.checkpoint.completed:
+                break
+            assert self._fd is not None and self.stream is not None
+            chunk = os.read(self._fd, options.chunk_bytes)
+            if chunk:
+                self._grew = True
+                await self._publish(self.stream.feed(chunk), force=False)
+                continue
+            await self._publish([], force=True)
+            if await self._rotated():
+                continue
+            if options.pid is not None and not _alive(options.pid):
+                await self._publish(self.stream.close(), force=True)
+                await self._exited()
+                break
+            await wait_for(self.stop, options.poll_s)
+        if self.checkpoint.completed and options.until_complete:
+            await self._exited()
+        return self.checkpoint.completed
+
+    def _current(self, envelopes: list[Envelope]) -> Checkpoint:
+        """The checkpoint once ``envelopes`` are published."""
+        assert self.stream is not None and self._fd is not None
+        stream, cp = self.stream, self.checkpoint
+        resume, resume_line = stream.restart
+        head, tail = cp.head, cp.tail
+        if stream.fed != cp.read or not head:
+            head, tail = fingerprints(self._fd, stream.fed)
+        return Checkpoint(
+            generation=cp.generation,
+            read=stream.fed,
+            resume=resume,
+            resume_line=resume_line,
+            done=stream.done,
+            format=stream.format,
+            session_id=stream.session_id,
+            completed=cp.completed or any(e.type in COMPLETING for e in envelopes),
+            started=cp.started,
+            ended=cp.ended,
+            head=head,
+            tail=tail,
+        )
+
+    async def _publish(self, envelopes: list[Envelope], *, force: bool) -> None:
+        """Publish ``envelopes`` with the new checkpoint; without envelopes, save it when due."""
+        self.checkpoint = self._current(envelopes)
+        saved = self._saved
+        if not envelopes:
+            if self.checkpoint == saved:
+                return
+            if not force and saved is not None and self.checkpoint.read - saved.read < _SAVE_EVERY:
+                return
+        await self.bus.publish(envelopes, state={self.key: self.checkpoint.model_dump_json().encode()})
+        self._saved = self.checkpoint
+
+    async def _rotated(self) -> bool:
+        """At the end of the file: switch to a truncated or replaced file; whether it happened."""
+        assert self._fd is not None
+        try:
+            at_path = os.stat(self.path)
+        except FileNotFoundError:
+            return False  # deleted: the agent may still write to it; a new file is picked up later
+        mine = os.fstat(self._fd)
+        if (at_path.st_dev, at_path.st_ino) != (mine.st_dev, mine.st_ino):
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return False
+        elif not self._same_output(self._fd):
+            fd = self._fd
+        else:
+            return False
+        self._adopt(fd, initial=False)
+        await self._publish([], force=True)
+        if not self.checkpoint.started:
+            await self._started()
+        return True
+
+    async def _started(self) -> None:
+        """AGENT_STARTED, with the checkpoint that records it in the same transaction."""
+        source = source_of(self.path, self.checkpoint.generation)
+        self.checkpoint = self.checkpoint.model_copy(update={"started": True})
+        state = {self.key: self.checkpoint.model_dump_json().encode()}
+        started_id = deterministic_id(self.bus.agent_id, f"{source}#started", 0)
+        await self.bus.started(source=source, id=started_id, state=state)
+        self._saved = self.checkpoint
+
+    async def _exited(self) -> None:
+        """AGENT_EXITED once per generation, recorded in the checkpoint in the same transaction."""
+        if self.checkpoint.ended:
+            return
+        source = source_of(self.path, self.checkpoint.generation)
+        self.checkpoint = self.checkpoint.model_copy(update={"ended": True})
+        state = {self.key: self.checkpoint.model_dump_json().encode()}
+        exit_id = deterministic_id(self.bus.agent_id, f"{source}#exited", 0)
+        await self.bus.exited(source=source, exit_code=None, id=exit_id, state=state)
+        self._saved = self.checkpoint
+
+    async def _beats(self) -> None:
+        await heartbeat_loop(
+            self.bus,
+            self.options.heartbeat_s,
+            self.stop,
+            source=source_of(self.path, self.checkpoint.generation),
+            alive=self._alive_now,
+            pid=lambda: self.options.pid,
+        )
+
+    def _alive_now(self) -> bool:
+        """With a pid: whether it runs. Without: whether the file grew since the last beat."""
+        if self.options.pid is not None:
+            return _alive(self.options.pid)
+        grew, self._grew = self._grew, False
+        return grew
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,172 @@
+"""``adapter run`` and ``adapter stdin``: real agent processes, real Redis, real signals."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+from adapter_kit import exited, fake, open_bus, spawn, start, wait_until
+
+from bus.envelope import EnvelopeType, Kind
+from bus.events import AgentExited, AgentStarted, Heartbeat
+from bus.signals import BlockerType, StopReason, StopWork
+
+T = EnvelopeType
+GROUP = "g-run"
+
+
+def run_args(agent: str, *extra: str) -> list[str]:
+    return ["adapter", "run", "--agent-id", agent, "--group", GROUP, *extra, "--"]
+
+
+async def test_a_crashing_agent_becomes_a_stop_work_error(redis_url: str, tmp_path: Path) -> None:
+    log = tmp_path / "adapter.log"
+    adapter = start(
+        [*run_args("r1"), *fake("say:working", "progress:20", "crash:3", agent_id="r1")], redis_url, log
+    )
+    assert await exited(adapter, 30) == 3
+    async with open_bus(redis_url) as bus:
+        envelopes = await bus.envelopes(GROUP)
+    assert [e.type for e in envelopes] == [T.AGENT_STARTED, T.PROGRESS, T.STOP_WORK, T.AGENT_EXITED]
+    started, _, stop, exit_ = (e.payload for e in envelopes)
+    assert isinstance(started, AgentStarted)
+    assert started.pid is not None
+    assert started.command is not None
+    assert started.command[-1] == "crash:3"
+    assert isinstance(stop, StopWork)
+    assert stop.stop_reason is StopReason.ERROR
+    assert stop.blocker_type is BlockerType.ERROR
+    assert "exited with code 3 without a completion report" in stop.details
+    assert "TypeError: cannot read 'length'" in stop.details
+    assert isinstance(exit_, AgentExited)
+    assert exit_.exit_code == 3
+    assert not exit_.completed
+    assert exit_.stderr_tail is not None
+    assert "TypeError" in exit_.stderr_tail
+    assert "TypeError" in log.read_text()  # stderr passes through
+
+
+async def test_a_completed_agent_exits_cleanly_and_its_output_is_copied(
+    redis_url: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "adapter.log"
+    out = tmp_path / "stdout"
+    steps = fake("say:hello there", "complete", agent_id="r2")
+    with out.open("wb") as stdout:
+        adapter = start(
+            [*run_args("r2", "--name", "Security Auditor"), *steps], redis_url, log, stdout=stdout
+        )
+        assert await exited(adapter, 30) == 0
+    assert "hello there" in out.read_text()
+    assert "[COMPLETION_REPORT]" in out.read_text()
+    async with open_bus(redis_url) as bus:
+        envelopes = await bus.envelopes(GROUP)
+    assert [e.type for e in envelopes] == [T.AGENT_STARTED, T.COMPLETION_REPORT, T.AGENT_EXITED]
+    assert isinstance(envelopes[0].payload, AgentStarted)
+    assert envelopes[0].payload.name == "Security Auditor"
+    assert envelopes[2].payload == AgentExited(exit_code=0, completed=True)
+
+
+async def test_a_failure_after_completion_is_not_an_error_signal(redis_url: str, tmp_path: Path) -> None:
+    adapter = start(
+        [*run_args("r3", "--quiet"), *fake("complete", "crash:1", agent_id="r3")], redis_url, tmp_path / "log"
+    )
+    assert await exited(adapter, 30) == 1
+    async with open_bus(redis_url) as bus:
+        assert [e.type for e in await bus.envelopes(GROUP)] == [
+            T.AGENT_STARTED,
+            T.COMPLETION_REPORT,
+            T.AGENT_EXITED,
+        ]
+
+
+async def test_sigterm_is_passed_to_the_agent(redis_url: str, tmp_path: Path) -> None:
+    log = tmp_path / "adapter.log"
+    adapter = start([*run_args("r4"), *fake("say:waiting", "sleep:60", agent_id="r4")], redis_url, log)
+    async with open_bus(redis_url) as bus:
+
+        async def agent_started() -> bool:
+            return await bus.has(GROUP, T.AGENT_STARTED)
+
+        await wait_until(agent_started, 20, "the agent to start")
+        adapter.send_signal(signal.SIGTERM)
+        assert await exited(adapter, 20) == 128 + signal.SIGTERM
+        stop = (await bus.of_type(GROUP, T.STOP_WORK))[0].payload
+        assert isinstance(stop, StopWork)
+        assert f"killed by signal {int(signal.SIGTERM)}" in stop.details
+
+
+async def test_a_command_that_cannot_start(redis_url: str, tmp_path: Path) -> None:
+    log = tmp_path / "adapter.log"
+    adapter = start([*run_args("r5"), str(tmp_path / "no-such-agent")], redis_url, log)
+    assert await exited(adapter, 20) == 127
+    async with open_bus(redis_url) as bus:
+        envelopes = await bus.envelopes(GROUP)
+    assert [e.type for e in envelopes] == [T.STOP_WORK, T.AGENT_EXITED]
+    stop = envelopes[0].payload
+    assert isinstance(stop, StopWork)
+    assert "cannot start" in stop.details
+
+
+async def test_heartbeats_while_the_agent_lives(redis_url: str, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    log = tmp_path / "adapter.log"
+    steps = fake("progress:5", f"wait-file:{go}", "complete", agent_id="r6")
+    adapter = start(
+        [*run_args("r6", "--heartbeat", "0.1", "--stderr-log", str(tmp_path / "agent.err")), *steps],
+        redis_url,
+        log,
+    )
+    async with open_bus(redis_url) as bus:
+
+        async def beating() -> bool:
+            return await bus.count(GROUP, T.HEARTBEAT) >= 3
+
+        await wait_until(beating, 20, "three heartbeats")
+        go.touch()
+        assert await exited(adapter, 20) == 0
+        beats = await bus.of_type(GROUP, T.HEARTBEAT)
+        started = (await bus.of_type(GROUP, T.AGENT_STARTED))[0].payload
+        assert isinstance(started, AgentStarted)
+        assert {b.payload for b in beats} == {Heartbeat(pid=started.pid)}
+        assert len({b.id for b in beats}) == len(beats)
+        assert (await bus.envelopes(GROUP))[-1].type is T.AGENT_EXITED
+
+
+async def test_stdin_publishes_a_piped_output(redis_url: str, tmp_path: Path) -> None:
+    log = tmp_path / "adapter.log"
+    producer = spawn(
+        fake("say:hi", "progress:40", "delegate", "complete", agent_id="r7"), stdout=subprocess.PIPE
+    )
+    assert producer.stdout is not None
+    adapter = start(
+        ["adapter", "stdin", "--agent-id", "r7", "--group", GROUP, "--quiet"],
+        redis_url,
+        log,
+        stdin=producer.stdout,
+    )
+    producer.stdout.close()
+    assert await exited(adapter, 30) == 0, log.read_text()
+    assert producer.wait(timeout=10) == 0
+    async with open_bus(redis_url) as bus:
+        envelopes = await bus.envelopes(GROUP)
+    assert [e.type for e in envelopes] == [
+        T.AGENT_STARTED,
+        T.PROGRESS,
+        T.DELEGATE_WORK,
+        T.COMPLETION_REPORT,
+        T.AGENT_EXITED,
+    ]
+    assert all(e.agent_id == "r7" and e.source.startswith("stdin:") for e in envelopes)
+    assert envelopes[-1].payload == AgentExited(exit_code=None, completed=True)
+    assert [e.kind for e in envelopes[1:4]] == [Kind.SIGNAL] * 3
+
+
+async def test_until_complete_needs_a_resume_command(redis_url: str, tmp_path: Path) -> None:
+    log = tmp_path / "adapter.log"
+    adapter = start(
+        [*run_args("r8", "--until-complete", "--deliver", "print"), *fake("complete")], redis_url, log
+    )
+    assert await exited(adapter, 20) == 2
+    assert "--until-complete needs --deliver command" in log.read_text()

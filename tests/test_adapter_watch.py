@@ -1,0 +1,219 @@
+"""``adapter watch``: a real adapter process tails a file a real (fake) agent writes, on a real Redis.
+
+Killed with SIGKILL and restarted, it neither loses nor repeats a signal; truncation and replacement
+start a new generation with new ids; a Claude Code transcript publishes the assistant's signals only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+from adapter_kit import Bus, exited, fake, open_bus, run_ok, spawn, start, wait_until
+
+from agents.parser import ErrorItem, SignalItem, parse_text
+from agents.transcript import TranscriptParser
+from agents.watch import source_of
+from bus.directives import AnswerItem, ClarificationResponse
+from bus.envelope import EnvelopeType, Kind, deterministic_id, new_envelope
+from bus.publisher import Publisher
+
+T = EnvelopeType
+GROUP = "g-watch"
+DATA = Path(__file__).parent / "data"
+
+
+def watch_args(path: Path, agent: str, *extra: str) -> list[str]:
+    return ["adapter", "watch", str(path), "--agent-id", agent, "--group", GROUP, *extra]
+
+
+def expected_ids(path: Path, agent: str, fmt: str, generation: int = 0) -> list[str]:
+    data = path.read_bytes()
+    if fmt == "jsonl":
+        parser = TranscriptParser()
+        items = parser.feed(data) + parser.close()
+    else:
+        items = parse_text(data)
+    source = source_of(path.absolute(), generation)
+    return [deterministic_id(agent, source, item.offset) for item in items if not isinstance(item, ErrorItem)]
+
+
+async def agent_output(bus: Bus) -> list[str]:
+    """Ids of what the agent itself said (signals and results), in stream order."""
+    return [e.id for e in await bus.envelopes(GROUP) if e.kind in (Kind.SIGNAL, Kind.RESULT)]
+
+
+@pytest.mark.parametrize("fmt", ["text", "jsonl"])
+async def test_sigkill_and_restart_lose_and_repeat_nothing(redis_url: str, tmp_path: Path, fmt: str) -> None:
+    out, go = tmp_path / "agent.out", tmp_path / "go"
+    steps = ("many:10", f"wait-file:{go}", "many:20", "complete")
+    agent = spawn(fake(*steps, out=out, format=fmt, agent_id="a1", pace=0.01), stderr=subprocess.DEVNULL)
+    log = tmp_path / "adapter.log"
+    first = start(watch_args(out, "a1", "--until-complete", "--heartbeat", "0.2"), redis_url, log)
+    async with open_bus(redis_url) as bus:
+
+        async def first_part_published() -> bool:
+            return await bus.count(GROUP, T.PROGRESS) >= 10
+
+        await wait_until(first_part_published, 30, "the first ten signals")
+        go.touch()  # the agent writes on while its adapter is killed
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        assert len(await agent_output(bus)) < 31  # killed mid-way
+        assert await exited(agent, 60) == 0
+        second = start(watch_args(out, "a1", "--until-complete"), redis_url, log)
+        assert await exited(second, 60) == 0, log.read_text()
+        published = await agent_output(bus)
+        expected = expected_ids(out, "a1", fmt)
+        assert len(expected) == 31
+        assert Counter(published) == Counter(expected)  # every signal, each exactly once
+        assert published == expected  # in the agent's order
+        types = Counter(e.type for e in await bus.envelopes(GROUP))
+        assert types[T.AGENT_STARTED] == 1
+        assert types[T.AGENT_EXITED] == 1
+        assert types[T.COMPLETION_REPORT] == 1
+
+
+async def test_a_lost_checkpoint_republishes_with_the_same_ids(bus_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "agent.out"
+    await run_ok(fake("say:hello", "progress:10", "clarify", "complete", out=out, agent_id="a2"))
+    log = tmp_path / "adapter.log"
+    async with open_bus(bus_url) as bus:
+        first = start(watch_args(out, "a2", "--until-complete"), bus_url, log)
+        assert await exited(first, 30) == 0, log.read_text()
+        before = [e for e in await bus.envelopes(GROUP) if e.kind is Kind.SIGNAL]
+        keys = [k async for k in bus.client.scan_iter(match=b"*offset:a2:*")]
+        assert len(keys) == 1
+        await bus.client.delete(*keys)  # as if the adapter died between publishing and checkpointing
+        second = start(watch_args(out, "a2", "--until-complete"), bus_url, log)
+        assert await exited(second, 30) == 0, log.read_text()
+        after = [e for e in await bus.envelopes(GROUP) if e.kind is Kind.SIGNAL][len(before) :]
+        assert [e.id for e in after] == [e.id for e in before]  # recognisable downstream as repeats
+        assert [e.payload for e in after] == [e.payload for e in before]
+        assert [e.type for e in before] == [T.PROGRESS, T.CLARIFICATION_NEEDED, T.COMPLETION_REPORT]
+
+
+async def test_waits_for_a_file_that_does_not_exist_yet(redis_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "later" / "agent.out"
+    log = tmp_path / "adapter.log"
+    adapter = start(watch_args(out, "a3", "--until-complete"), redis_url, log)
+    async with open_bus(redis_url) as bus:
+
+        async def connected() -> bool:
+            return len(await bus.client.client_list()) >= 2
+
+        await wait_until(connected, 10, "the adapter to connect")
+        assert adapter.poll() is None
+        out.parent.mkdir()
+        await run_ok(fake("progress:50", "complete", out=out, agent_id="a3"))
+        assert await exited(adapter, 30) == 0, log.read_text()
+        assert [e.type for e in await bus.envelopes(GROUP) if e.kind is Kind.SIGNAL] == [
+            T.PROGRESS,
+            T.COMPLETION_REPORT,
+        ]
+
+
+@pytest.mark.parametrize("how", ["truncate", "replace"])
+async def test_truncated_or_replaced_file_is_a_new_generation(
+    redis_url: str, tmp_path: Path, how: str
+) -> None:
+    out = tmp_path / "agent.out"
+    await run_ok(fake("say:first run", "progress:10", out=out, agent_id="a4"))
+    log = tmp_path / "adapter.log"
+    adapter = start(watch_args(out, "a4", "--until-complete"), redis_url, log)
+    async with open_bus(redis_url) as bus:
+
+        async def first_seen() -> bool:
+            return await bus.count(GROUP, T.PROGRESS) == 1
+
+        await wait_until(first_seen, 20, "the first run's signal")
+        if how == "truncate":
+            with out.open("r+b") as stream:
+                stream.truncate(0)
+
+            async def noticed() -> bool:
+                return "was truncated" in log.read_text()
+
+            await wait_until(noticed, 10, "the adapter to notice the truncation")
+            await run_ok(fake("progress:10", "complete", out=out, agent_id="a4"))
+        else:
+            new = tmp_path / "agent.new"
+            await run_ok(fake("say:second run!", "progress:10", "complete", out=new, agent_id="a4"))
+            os.replace(new, out)
+        assert await exited(adapter, 30) == 0, log.read_text()
+        signals = [e for e in await bus.envelopes(GROUP) if e.kind is Kind.SIGNAL]
+        assert [e.type for e in signals] == [T.PROGRESS, T.PROGRESS, T.COMPLETION_REPORT]
+        assert signals[0].source == f"file:{out}"
+        assert {e.source for e in signals[1:]} == {f"file:{out}#1"}
+        assert signals[1].id != signals[0].id  # same offset or not, a new generation has new ids
+        assert [e.id for e in signals[1:]] == expected_ids(out, "a4", "text", generation=1)
+    message = "was truncated" if how == "truncate" else "was replaced"
+    assert message in log.read_text()
+    assert "generation 1" in log.read_text()
+
+
+async def test_claude_transcript_publishes_only_the_assistants_signals(
+    redis_url: str, tmp_path: Path
+) -> None:
+    transcript = (DATA / "claude_transcript.jsonl").read_bytes()
+    out = tmp_path / "output-agent.jsonl"
+    argv_file = tmp_path / "argv.json"
+    writer = f"{sys.executable} -c 'import json,sys; open(sys.argv[1],\"w\").write(json.dumps(sys.argv[2:]))'"
+    template = f"command:{writer} {argv_file} {{session_id}} {{type}}"
+    log = tmp_path / "adapter.log"
+    adapter = start(
+        watch_args(out, "a5", "--format", "claude-jsonl", "--deliver", template, "--retry-ms", "100"),
+        redis_url,
+        log,
+    )
+    async with open_bus(redis_url) as bus:
+        # written in pieces cut inside JSON lines, as a live agent would
+        for start_at in range(0, len(transcript), 777):
+            with out.open("ab") as stream:
+                stream.write(transcript[start_at : start_at + 777])
+
+        async def result_seen() -> bool:
+            return await bus.has(GROUP, T.COMPLETION_REPORT)
+
+        await wait_until(result_seen, 30, "the completion report")
+        said = [e.type for e in await bus.envelopes(GROUP) if e.kind in (Kind.SIGNAL, Kind.RESULT)]
+        # the user prompt's templates, the tool input and the tool result are not the agent's output
+        assert said == [T.CLARIFICATION_NEEDED, T.PROGRESS, T.RESULT, T.COMPLETION_REPORT]
+        response = ClarificationResponse(answers=[AnswerItem(question_id="Q1", answer="both")])
+        directive = new_envelope(response, agent_id="a5", group_id=GROUP, source="test")
+        await Publisher(bus.client, bus.keys).send_directive(directive)
+
+        async def delivered() -> bool:
+            return argv_file.exists()
+
+        await wait_until(delivered, 30, "the resume command")
+        session = orjson.loads(transcript.splitlines()[0])["sessionId"]
+        assert orjson.loads(argv_file.read_bytes()) == [session, "CLARIFICATION_RESPONSE"]
+    adapter.send_signal(signal.SIGTERM)
+    assert await exited(adapter, 20) == 0
+    assert "delivered CLARIFICATION_RESPONSE" in log.read_text()
+
+
+async def test_errors_in_blocks_are_reported_not_published(redis_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "agent.out"
+    out.write_text("[STOP_WORK]\nagent_id: a6\nstop_reason: nonsense\n[/STOP_WORK]\n")
+    await run_ok(fake("complete", out=out, agent_id="a6"))
+    log = tmp_path / "adapter.log"
+    adapter = start(watch_args(out, "a6", "--until-complete"), redis_url, log)
+    assert await exited(adapter, 30) == 0
+    async with open_bus(redis_url) as bus:
+        assert [e.type for e in await bus.envelopes(GROUP) if e.kind is Kind.SIGNAL] == [T.COMPLETION_REPORT]
+    assert "line 1: not published: STOP_WORK block at line 1" in log.read_text()
+
+
+def test_signal_items_have_offsets() -> None:
+    """The id scheme the tests above rely on: an item's offset is where its block starts."""
+    items = parse_text(b"prose\n[PROGRESS]\nagent_id: a\npercent: 5\n[/PROGRESS]\n")
+    assert isinstance(items[0], SignalItem)
+    assert items[0].offset == 6

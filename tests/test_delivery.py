@@ -1,0 +1,415 @@
+"""Directives back to the agent: print, file and command delivery, acknowledgement, the full loop."""
+
+from __future__ import annotations
+
+import io
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+import redis.exceptions
+from adapter_kit import CLI, Bus, exited, fake, open_bus, run, run_ok, spawn, start, stream_fields, wait_until
+
+from agents.delivery import (
+    CommandDelivery,
+    DeliveryFailed,
+    DeliveryKind,
+    DeliverySpec,
+    Directive,
+    FileDelivery,
+    PrintDelivery,
+    as_directive,
+    end_marker,
+    fill,
+    split_template,
+)
+from bus.directives import (
+    AnswerItem,
+    BlockerResolved,
+    ClarificationResponse,
+    LaunchReason,
+    LaunchRequest,
+)
+from bus.envelope import Envelope, EnvelopeType, Kind, new_envelope
+from bus.events import AgentState
+from bus.keys import StreamKind
+from bus.publisher import Publisher
+
+T = EnvelopeType
+GROUP = "g-deliver"
+HOSTILE = (
+    '## CLARIFICATION RESPONSE\nA1: both\'; rm -rf / ; echo "$(whoami)" `id` {agent_id} && touch PWNED > OUT'
+)
+WRITER = Path(__file__).parent / "agents" / "argv_writer.py"
+
+
+def directive(answer: str = "both", agent: str = "d1") -> Envelope:
+    payload = ClarificationResponse(answers=[AnswerItem(question_id="Q1", answer=answer)], next_step="Go on")
+    return new_envelope(payload, agent_id=agent, group_id=GROUP, source="test")
+
+
+# -- templates ---------------------------------------------------------------------------------------
+
+
+def test_placeholders_are_replaced_inside_arguments_after_splitting() -> None:
+    argv = split_template("resume --session {session_id} -p {prompt} '--tag={type} {agent_id}'")
+    assert argv == ["resume", "--session", "{session_id}", "-p", "{prompt}", "--tag={type} {agent_id}"]
+    filled = fill(argv, {"session_id": "s1", "prompt": HOSTILE, "type": "X", "agent_id": "a1"})
+    assert filled == ["resume", "--session", "s1", "-p", HOSTILE, "--tag=X a1"]
+    assert "{agent_id}" in filled[4]  # a value is never scanned for placeholders again
+
+
+def test_bad_templates_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown placeholder \\{sesion_id\\}"):
+        split_template("claude --resume {sesion_id}")
+    with pytest.raises(ValueError, match="cannot split"):
+        split_template("claude 'unbalanced")
+    with pytest.raises(ValueError, match="empty"):
+        split_template("   ")
+    assert split_template("""jq '{a: 1}' {"b":2}""")[1] == "{a: 1}"  # braces that are not placeholders
+
+
+def test_missing_values_fail_the_delivery() -> None:
+    delivery = CommandDelivery(
+        split_template("claude --resume {session_id} -p {prompt}"), lambda: {"session_id": None}
+    )
+    with pytest.raises(DeliveryFailed, match="\\{session_id\\} has no value yet"):
+        delivery.command(Directive(directive(), "hi"))
+
+
+def test_delivery_specs() -> None:
+    assert DeliverySpec.parse("print").kind is DeliveryKind.PRINT
+    assert DeliverySpec.parse("file:/tmp/r.md").path == Path("/tmp/r.md")
+    assert DeliverySpec.parse("command:codex exec resume {session_id} {prompt}").argv == (
+        "codex",
+        "exec",
+        "resume",
+        "{session_id}",
+        "{prompt}",
+    )
+    for bad in ("mail", "file:", "command:", "print:x", "command:x {nope}"):
+        with pytest.raises(ValueError):
+            DeliverySpec.parse(bad)
+
+
+def test_only_agent_directives_are_delivered() -> None:
+    launch = LaunchRequest(request_id="r", new_agent_id="n", reason=LaunchReason.DELEGATION, task="t")
+    assert as_directive(new_envelope(launch, agent_id="n", group_id=GROUP)) is None
+    found = as_directive(directive())
+    assert found is not None
+    assert found.prompt.startswith("## CLARIFICATION RESPONSE")
+
+
+# -- the methods -------------------------------------------------------------------------------------
+
+
+async def test_print_delivery() -> None:
+    out = io.BytesIO()
+    found = as_directive(directive())
+    assert found is not None
+    await PrintDelivery(out).deliver(found)
+    text = out.getvalue().decode()
+    assert text.startswith("## CLARIFICATION RESPONSE\n")
+    assert text.endswith(f"{end_marker(found)}\n\n")
+
+
+async def test_file_delivery_appends_once(tmp_path: Path) -> None:
+    path = tmp_path / "responses.md"
+    first = as_directive(directive("both"))
+    second = as_directive(
+        new_envelope(BlockerResolved(issue="deps", resolution="installed"), agent_id="d1", group_id=GROUP)
+    )
+    assert first is not None and second is not None
+    delivery = FileDelivery(path)
+    await delivery.deliver(first)
+    await delivery.deliver(first)  # redelivered after a crash before the acknowledgement
+    await delivery.deliver(second)
+    text = path.read_text()
+    assert text.count("## CLARIFICATION RESPONSE") == 1
+    assert text.index("## CLARIFICATION RESPONSE") < text.index("## BLOCKER RESOLVED")
+    assert text.count("<!-- end of directive") == 2
+    with pytest.raises(DeliveryFailed, match="cannot append"):
+        await FileDelivery(tmp_path / "missing" / "dir" / "r.md").deliver(first)
+
+
+async def test_command_delivery_passes_a_hostile_prompt_as_one_argument(tmp_path: Path) -> None:
+    record = tmp_path / "argv.json"
+    argv = split_template(f"{sys.executable} {WRITER} {record} {{agent_id}} {{prompt}} --type={{type}}")
+    delivery = CommandDelivery(argv, lambda: {"agent_id": "d1", "group_id": GROUP, "session_id": None})
+    found = as_directive(directive())
+    assert found is not None
+    hostile = Directive(found.envelope, HOSTILE)
+    await delivery.deliver(hostile)
+    assert orjson.loads(record.read_bytes()) == ["d1", HOSTILE, "--type=CLARIFICATION_RESPONSE"]
+    assert not (Path.cwd() / "PWNED").exists()
+    assert not (Path.cwd() / "OUT").exists()
+
+
+async def test_a_failing_command_is_a_failed_delivery(tmp_path: Path) -> None:
+    found = as_directive(directive())
+    assert found is not None
+    failing = CommandDelivery([sys.executable, "-c", "import sys; print('no session'); sys.exit(3)"], dict)
+    with pytest.raises(DeliveryFailed, match="exited with code 3: no session"):
+        await failing.deliver(found)
+    missing = CommandDelivery([str(tmp_path / "nope")], dict)
+    with pytest.raises(DeliveryFailed, match="cannot start"):
+        await missing.deliver(found)
+
+
+# -- through a real adapter --------------------------------------------------------------------------
+
+
+def idle_adapter(tmp_path: Path, agent: str, *deliver: str) -> list[str]:
+    """An adapter whose agent has not written its output file yet: only its inbox is active."""
+    return [
+        "adapter",
+        "watch",
+        str(tmp_path / f"{agent}.out"),
+        "--agent-id",
+        agent,
+        "--group",
+        GROUP,
+        *deliver,
+    ]
+
+
+async def pending(bus: Bus, agent: str) -> int:
+    """Directives of the agent's inbox delivered to its adapter and not acknowledged (-1: no group yet)."""
+    try:
+        summary = await bus.client.xpending(bus.inbox(GROUP, agent), "adapter")
+    except redis.exceptions.ResponseError:
+        return -1
+    return int(summary["pending"])
+
+
+async def test_print_delivery_through_the_adapter(redis_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "stdout"
+    async with open_bus(redis_url) as bus:
+        await Publisher(bus.client, bus.keys).send_directive(directive(agent="d2"))
+        with out.open("wb") as stdout:
+            adapter = start(
+                idle_adapter(tmp_path, "d2", "--deliver", "print"), redis_url, tmp_path / "log", stdout=stdout
+            )
+
+            async def printed() -> bool:
+                return "<!-- end of directive" in out.read_text()
+
+            await wait_until(printed, 20, "the printed prompt")
+            adapter.send_signal(signal.SIGTERM)
+            assert await exited(adapter, 20) == 0
+        assert out.read_text().startswith("## CLARIFICATION RESPONSE\n\nYour questions have been answered:")
+        assert await pending(bus, "d2") == 0
+
+
+async def test_a_delivery_failing_every_time_is_dead_lettered(bus_url: str, tmp_path: Path) -> None:
+    command = f"command:{sys.executable} -c 'import sys; sys.exit(\"resume refused\")'"
+    adapter = start(
+        idle_adapter(tmp_path, "d3", "--deliver", command, "--retry-ms", "100", "--max-attempts", "2"),
+        bus_url,
+        tmp_path / "log",
+    )
+    async with open_bus(bus_url) as bus:
+        sent = directive(agent="d3")
+        await Publisher(bus.client, bus.keys).send_directive(sent)
+
+        async def dead() -> bool:
+            return await bus.client.xlen(bus.stream(GROUP, StreamKind.DEAD)) == 1
+
+        await wait_until(dead, 30, "the directive to be dead-lettered")
+        [fields] = await stream_fields(bus.client, bus.stream(GROUP, StreamKind.DEAD))
+        assert b"resume refused" in fields[b"reason"]
+        assert b"delivery 2 of at most 2" in fields[b"reason"]
+        assert orjson.loads(fields[b"data"])["id"] == sent.id
+        assert await pending(bus, "d3") == 0
+    adapter.send_signal(signal.SIGTERM)
+    assert await exited(adapter, 20) == 0
+    assert "attempt 1 of 2" in (tmp_path / "log").read_text()
+
+
+async def test_a_killed_adapter_redelivers_on_restart(redis_url: str, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    blocking = f"command:{sys.executable} {WRITER} {tmp_path / 'never.json'} --wait-for {go} {{prompt}}"
+    log = tmp_path / "log"
+    first = start(idle_adapter(tmp_path, "d4", "--deliver", blocking), redis_url, log)
+    async with open_bus(redis_url) as bus:
+        await Publisher(bus.client, bus.keys).send_directive(directive(agent="d4"))
+
+        async def in_hand() -> bool:
+            return await pending(bus, "d4") == 1
+
+        await wait_until(in_hand, 20, "the delivery to start")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        assert await pending(bus, "d4") == 1  # not acknowledged: the delivery never finished
+        responses = tmp_path / "responses.md"
+        second = start(idle_adapter(tmp_path, "d4", "--deliver", f"file:{responses}"), redis_url, log)
+
+        async def delivered() -> bool:
+            return responses.exists() and await pending(bus, "d4") == 0
+
+        await wait_until(delivered, 20, "the redelivery")
+        assert responses.read_text().count("## CLARIFICATION RESPONSE") == 1
+        second.send_signal(signal.SIGTERM)
+        assert await exited(second, 20) == 0
+
+
+async def test_the_adapter_runs_a_resume_command_without_a_shell(redis_url: str, tmp_path: Path) -> None:
+    record = tmp_path / "argv.json"
+    template = f"command:{sys.executable} {WRITER} {record} {{prompt}} {{type}}-{{agent_id}}"
+    adapter = start(
+        idle_adapter(tmp_path, "d6", "--deliver", template), redis_url, tmp_path / "log", cwd=tmp_path
+    )
+    async with open_bus(redis_url) as bus:
+        sent = directive(HOSTILE, agent="d6")
+        await Publisher(bus.client, bus.keys).send_directive(sent)
+
+        async def ran() -> bool:
+            return record.exists()
+
+        await wait_until(ran, 20, "the resume command")
+        found = as_directive(sent)
+        assert found is not None
+        assert orjson.loads(record.read_bytes()) == [found.prompt, "CLARIFICATION_RESPONSE-d6"]
+        assert HOSTILE in found.prompt
+        assert not (tmp_path / "PWNED").exists()
+        assert not (tmp_path / "OUT").exists()
+    adapter.send_signal(signal.SIGTERM)
+    assert await exited(adapter, 20) == 0
+
+
+async def test_other_entries_in_an_inbox_are_acknowledged_and_ignored(redis_url: str, tmp_path: Path) -> None:
+    responses = tmp_path / "responses.md"
+    async with open_bus(redis_url) as bus:
+        launch = LaunchRequest(request_id="r", new_agent_id="d5", reason=LaunchReason.RETRY, task="t")
+        publisher = Publisher(bus.client, bus.keys)
+        await publisher.send_directive(new_envelope(launch, agent_id="d5", group_id=GROUP))
+        await publisher.send_directive(directive(agent="d5"))
+        adapter = start(
+            idle_adapter(tmp_path, "d5", "--deliver", f"file:{responses}"), redis_url, tmp_path / "log"
+        )
+
+        async def done() -> bool:
+            return responses.exists() and await pending(bus, "d5") == 0
+
+        await wait_until(done, 20, "the inbox to be handled")
+        adapter.send_signal(signal.SIGTERM)
+        assert await exited(adapter, 20) == 0
+        assert responses.read_text().count("<!-- end of directive") == 1
+        assert "LAUNCH" in (tmp_path / "log").read_text()
+
+
+# -- the whole loop ----------------------------------------------------------------------------------
+
+
+async def agent_state(url: str, agent: str) -> str | None:
+    code, out, _ = await run([CLI, "status", "--json", "--group", GROUP, "--redis-url", url])
+    if code != 0:
+        return None
+    for summary in orjson.loads(out):
+        for record in summary["agents"]:
+            if record["agent_id"] == agent:
+                return str(record["state"])
+    return None
+
+
+def coordinator(url: str, log: Path) -> subprocess.Popen[bytes]:
+    return start(["coordinator", "--lease-ttl", "1000", "--tick", "3600"], url, log)
+
+
+async def answer_when_asked(url: str, agent: str) -> None:
+    async def asked() -> bool:
+        return await agent_state(url, agent) == AgentState.AWAITING_CLARIFICATION.value
+
+    await wait_until(asked, 30, f"{agent} to wait for an answer")
+    await run_ok([CLI, "answer", agent, "Q1=Analyze both", "--redis-url", url])
+
+
+@pytest.mark.timeout(120)
+async def test_full_loop_watch_and_response_file(redis_url: str, tmp_path: Path) -> None:
+    out, responses = tmp_path / "agent.out", tmp_path / "responses.md"
+    coord = coordinator(redis_url, tmp_path / "coordinator.log")
+    agent = spawn(fake("say:starting", "clarify", f"await:{responses}", "complete", out=out, agent_id="L1"))
+    log = tmp_path / "adapter.log"
+    adapter = start(
+        [
+            "adapter",
+            "watch",
+            str(out),
+            "--agent-id",
+            "L1",
+            "--group",
+            GROUP,
+            "--until-complete",
+            "--deliver",
+            f"file:{responses}",
+        ],
+        redis_url,
+        log,
+    )
+    try:
+        await answer_when_asked(redis_url, "L1")
+        assert await exited(adapter, 60) == 0, log.read_text()
+        assert await exited(agent, 30) == 0
+        assert "A1: Analyze both" in responses.read_text()
+        assert "Got: CLARIFICATION RESPONSE" in out.read_text()
+
+        async def completed() -> bool:
+            return await agent_state(redis_url, "L1") == AgentState.COMPLETED.value
+
+        await wait_until(completed, 30, "the coordinator to see the completion")
+    finally:
+        coord.terminate()
+        coord.wait(timeout=30)
+
+
+@pytest.mark.timeout(120)
+async def test_full_loop_run_and_resume_command(redis_url: str, tmp_path: Path) -> None:
+    coord = coordinator(redis_url, tmp_path / "coordinator.log")
+    resume = (
+        f"command:{sys.executable} {Path(fake()[1])} --agent-id {{agent_id}} --resumed {{prompt}} complete"
+    )
+    log = tmp_path / "adapter.log"
+    stdout = tmp_path / "stdout"
+    with stdout.open("wb") as sink:
+        adapter = start(
+            [
+                "adapter",
+                "run",
+                "--agent-id",
+                "L2",
+                "--group",
+                GROUP,
+                "--until-complete",
+                "--deliver",
+                resume,
+                "--",
+                *fake("say:starting", "clarify", agent_id="L2"),
+            ],
+            redis_url,
+            log,
+            stdout=sink,
+        )
+        try:
+            await answer_when_asked(redis_url, "L2")
+            assert await exited(adapter, 60) == 0, log.read_text()
+        finally:
+            coord.terminate()
+            coord.wait(timeout=30)
+    assert "- A1: Analyze both" in stdout.read_text()  # the resumed agent acknowledged the answer
+    async with open_bus(redis_url) as bus:
+        said = [
+            (e.type, e.source.count(":resume:"))
+            for e in await bus.envelopes(GROUP)
+            if e.agent_id == "L2" and e.kind is not Kind.HUMAN
+        ]
+    assert said == [
+        (T.AGENT_STARTED, 0),
+        (T.CLARIFICATION_NEEDED, 0),
+        (T.AGENT_EXITED, 0),
+        (T.AGENT_STARTED, 1),
+        (T.COMPLETION_REPORT, 1),
+        (T.AGENT_EXITED, 1),
+    ]

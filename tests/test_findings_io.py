@@ -1,0 +1,167 @@
+"""``findings add`` and ``adapter import-findings`` against a real Redis."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis
+from click.testing import CliRunner, Result
+
+from agents.findings_io import add, import_findings, parse_findings
+from bus.envelope import Envelope, EnvelopeType, decode, deterministic_id
+from bus.findings import Finding, Severity
+from bus.keys import Keys, StreamKind
+
+GROUP = "g-findings"
+STREAM = Keys("sbus", 8).stream(Keys("sbus", 8).shard_of(GROUP), StreamKind.SIGNALS)
+
+
+def published(url: str) -> list[Envelope]:
+    client = redis.Redis.from_url(url)
+    try:
+        reply: Any = client.xrange(STREAM)
+        return [decode(fields[b"data"]) for _, fields in reply]
+    finally:
+        client.close()
+
+
+def run_add(url: str, *args: str, input: str | None = None) -> Result:
+    return CliRunner().invoke(
+        add, ["--redis-url", url, "--agent-id", "sec-1", "--group", GROUP, *args], input=input
+    )
+
+
+def run_import(url: str, path: Path, *args: str) -> Result:
+    return CliRunner().invoke(import_findings, ["--redis-url", url, str(path), "--group", GROUP, *args])
+
+
+def line(**fields: Any) -> str:
+    return orjson.dumps(fields).decode()
+
+
+def test_parse_findings_forms() -> None:
+    one = line(id="SEC-001", title="Hardcoded key", file="a.py", line=3, severity="HIGH")
+    assert [f.severity for f in parse_findings(one, "x")[0]] == [Severity.HIGH]
+    array = "[" + one + "," + line(title="second") + "]"
+    findings, errors = parse_findings(array, "x")
+    assert errors == []
+    assert [f.agent for f in findings] == ["x", "x"]
+    assert findings[0].category == "SEC"
+    pretty = orjson.dumps({"title": "pretty", "agent": "other"}, option=orjson.OPT_INDENT_2).decode()
+    assert [f.agent for f in parse_findings(pretty, "x")[0]] == ["other"]
+    _, errors = parse_findings(f"{one}\n\n{line(file='b.py')}\nnot json\n[1]\n", "x")
+    assert errors[0] == "line 3: field 'title': Field required"
+    assert errors[1].startswith("line 4: not JSON")
+    assert errors[2] == "line 5: not a JSON object but list"
+
+
+def test_add_publishes_findings(redis_url: str, tmp_path: Path) -> None:
+    (tmp_path / "auth.py").write_text("x = 1\ny = 2\n")
+    text = "\n".join(
+        [
+            line(
+                id="SEC-001",
+                title="Token in code",
+                file="auth.py",
+                line=2,
+                severity="critical",
+                confidence=90,
+            ),
+            line(id="SEC-002", title="Invented place", file="nowhere.py", line=1),
+        ]
+    )
+    result = run_add(redis_url, "--workdir", str(tmp_path), input=text)
+    assert result.exit_code == 0, result.output
+    assert "published 2 finding(s)" in result.output
+    envelopes = published(redis_url)
+    assert [e.type for e in envelopes] == [EnvelopeType.FINDING] * 2
+    findings = [e.payload for e in envelopes]
+    assert all(isinstance(f, Finding) for f in findings)
+    assert [(f.agent, f.verified) for f in findings if isinstance(f, Finding)] == [
+        ("sec-1", True),
+        ("sec-1", False),
+    ]
+    assert all(e.agent_id == "sec-1" and e.group_id == GROUP for e in envelopes)
+    again = run_add(redis_url, "--workdir", str(tmp_path), input=text)
+    assert again.exit_code == 0
+    assert [e.id for e in published(redis_url)[2:]] == [e.id for e in envelopes]  # a repeat, recognisable
+
+
+def test_add_validates_everything_before_publishing(redis_url: str) -> None:
+    good = line(title="fine")
+    result = run_add(redis_url, input=f"{good}\n{line(file='a.py', line=0, title='bad line')}\n{{nope\n")
+    assert result.exit_code == 2
+    assert "line 2: field 'line': Input should be greater than or equal to 1" in result.output
+    assert "line 3: not JSON" in result.output
+    assert published(redis_url) == []
+    assert run_add(redis_url, line(title="inline JSON argument")).exit_code == 0
+    assert run_add(redis_url, input="").exit_code == 2
+    assert "no findings" in run_add(redis_url, input="\n").output
+
+
+def test_import_streams_a_jsonl_file_resumably(redis_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "SECURITY_FINDINGS.jsonl"
+    rows = [
+        line(agent="bg-task-abc123", id="SEC-001", title="one", file="a.py", line=1),
+        line(agent="bg-task-def456", id="SEC-002", title="two"),
+        line(agent="bg-task-abc123", severity="nope", title="bad severity"),
+        "{broken",
+        line(title="no agent"),
+        line(agent="bg-task-def456", id="SEC-003", title="three"),
+    ]
+    path.write_text("\n".join(rows) + "\n")
+    first = run_import(redis_url, path)
+    assert first.exit_code == 2
+    assert f"{path}:3: field 'severity'" in first.output
+    assert f"{path}:4: not JSON" in first.output
+    assert f"{path}:5: no 'agent' field and no default agent id" in first.output
+    assert "imported 3 finding(s); 3 bad line(s)" in first.output
+    envelopes = published(redis_url)
+    offsets = [0, len(rows[0]) + 1, sum(len(r) + 1 for r in rows[:5])]
+    assert [e.id for e in envelopes] == [
+        deterministic_id(agent, f"findings:{path}", offset)
+        for agent, offset in zip(["bg-task-abc123", "bg-task-def456", "bg-task-def456"], offsets, strict=True)
+    ]
+    assert [e.agent_id for e in envelopes] == ["bg-task-abc123", "bg-task-def456", "bg-task-def456"]
+
+    again = run_import(redis_url, path)
+    assert again.exit_code == 0, again.output
+    assert "imported 0 finding(s); 0 bad line(s); 6 line(s) imported before" in again.output
+    with path.open("a") as stream:
+        stream.write(line(agent="bg-task-ghi789", title="appended") + "\n" + line(agent="x", title="half"))
+    third = run_import(redis_url, path, "--agent-id", "fallback")
+    assert third.exit_code == 0, third.output
+    assert [e.agent_id for e in published(redis_url)[3:]] == ["bg-task-ghi789", "x"]
+
+
+def test_import_leaves_an_incomplete_last_line(redis_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "findings.jsonl"
+    path.write_text(line(agent="a", title="done") + '\n{"agent": "a", "title": "being wri')
+    result = run_import(redis_url, path)
+    assert result.exit_code == 2
+    assert "2: incomplete last line" in result.output
+    with path.open("a") as stream:
+        stream.write('tten"}\n')
+    assert run_import(redis_url, path).exit_code == 0
+    titles = [e.payload.title for e in published(redis_url) if isinstance(e.payload, Finding)]
+    assert titles == ["done", "being written"]
+
+
+@pytest.mark.parametrize("change", ["truncate", "rewrite"])
+def test_a_changed_file_is_imported_as_a_new_generation(redis_url: str, tmp_path: Path, change: str) -> None:
+    path = tmp_path / "findings.jsonl"
+    path.write_text(line(agent="a", title="first") + "\n" + line(agent="a", title="second") + "\n")
+    assert run_import(redis_url, path).exit_code == 0
+    if change == "truncate":
+        path.write_text(line(agent="a", title="new") + "\n")
+    else:
+        path.write_text(line(agent="a", title="other") + "\n" + line(agent="a", title="rows!!") + "\n")
+    result = run_import(redis_url, path)
+    assert result.exit_code == 0
+    assert "new generation" in result.output
+    envelopes = published(redis_url)
+    assert envelopes[2].source == f"findings:{path}#1"
+    assert envelopes[2].id != envelopes[0].id

@@ -1,0 +1,76 @@
+"""Protocol 1: the identity statement is seed 000's, verbatim, and the templates never parse as signals."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from adapter_kit import CLI
+from click.testing import CliRunner
+
+from agents.adapter_cli import prompt
+from agents.identity import IDENTITY_STATEMENT, SIGNAL_TEMPLATES, build_prompt
+from agents.parser import ErrorItem, parse_text
+from bus.envelope import EnvelopeType
+
+SEED = (Path(__file__).parent / "data" / "seed_000_signals.md").read_text()
+
+
+def test_identity_statement_is_the_seeds_text() -> None:
+    block = re.search(r"```markdown\n(## EXECUTION CONTEXT: BACKGROUND SUBAGENT\n.*?)```", SEED, re.S)
+    assert block is not None
+    assert block.group(1) == IDENTITY_STATEMENT
+
+
+def test_the_four_templates_are_the_seeds_signal_formats() -> None:
+    formats = re.findall(r"### Signal Format\n\n```yaml\n(.*?)\n```", SEED, re.S)
+    assert len(formats) == 4
+    assert list(SIGNAL_TEMPLATES[:4]) == formats
+    assert SIGNAL_TEMPLATES[4].startswith(
+        "[PROGRESS]\nagent_id: <agent-id>\ntimestamp: <ISO-8601-timestamp>\n"
+    )
+
+
+def test_prompt_layout() -> None:
+    text = build_prompt("  Analyze the codebase for security issues\n- Scan for secrets\n", "bg-task-abc123")
+    assert text.startswith(IDENTITY_STATEMENT)
+    assert "Use `agent_id: bg-task-abc123` in every signal you emit." in text
+    for template in SIGNAL_TEMPLATES:
+        assert template in text
+    assert text.endswith("## YOUR TASK\nAnalyze the codebase for security issues\n- Scan for secrets\n")
+    assert text.index("## PROTOCOL SIGNALS") < text.index("## YOUR TASK")
+
+
+def test_an_echoed_prompt_yields_no_signal() -> None:
+    items = parse_text(build_prompt("Do it", "a1"))
+    assert all(isinstance(item, ErrorItem) for item in items)
+    assert [item.type for item in items if isinstance(item, ErrorItem)] == [
+        EnvelopeType.CLARIFICATION_NEEDED,
+        EnvelopeType.STOP_WORK,
+        EnvelopeType.DELEGATE_WORK,
+        EnvelopeType.COMPLETION_REPORT,
+        EnvelopeType.PROGRESS,
+    ]
+
+
+def test_prompt_command_reads_a_file_or_stdin(tmp_path: Path) -> None:
+    task = tmp_path / "task.md"
+    task.write_text("Scan for TODO comments, generate TODO_LIST.md\n")
+    done = subprocess.run([CLI, "prompt", "--agent-id", "a7", str(task)], capture_output=True, check=True)
+    assert done.stdout.decode() == build_prompt(task.read_text(), "a7")
+    piped = subprocess.run(
+        [CLI, "prompt", "--agent-id", "a7"], input=task.read_bytes(), capture_output=True, check=True
+    )
+    assert piped.stdout == done.stdout
+
+
+def test_prompt_command_errors() -> None:
+    runner = CliRunner()
+    empty = runner.invoke(prompt, ["--agent-id", "a1", "-"], input="  \n")
+    assert empty.exit_code == 2
+    assert "the task is empty" in empty.output
+    missing = runner.invoke(prompt, ["--agent-id", "a1", "/no/such/task.md"])
+    assert missing.exit_code == 2
+    assert "cannot read /no/such/task.md" in missing.output
+    assert runner.invoke(prompt, ["task.md"]).exit_code == 2  # --agent-id is required

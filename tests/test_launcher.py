@@ -1,0 +1,192 @@
+"""The launcher: launch requests become agents under adapters, never more than --max-parallel at once."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+from adapter_kit import CLI, Bus, exited, fake, open_bus, run_ok, start, stream_fields, wait_until
+
+from bus.directives import DelegationApproved, LaunchReason, LaunchRequest
+from bus.envelope import EnvelopeType, decode, new_envelope
+from bus.events import AgentStarted
+from bus.keys import StreamKind
+from bus.publisher import Publisher
+
+T = EnvelopeType
+GROUP = "g-launch"
+
+
+async def request(bus: Bus, n: int, group: str = GROUP) -> str:
+    agent = f"agent-{n}"
+    launch = LaunchRequest(
+        request_id=f"req-{n}",
+        new_agent_id=agent,
+        reason=LaunchReason.DELEGATION,
+        task=f"Task number {n}: scan module {n} for secrets",
+        context="See AUTH_ANALYSIS.md",
+    )
+    await Publisher(bus.client, bus.keys).publish(
+        new_envelope(launch, agent_id=agent, group_id=group), StreamKind.TASKS
+    )
+    return agent
+
+
+def launcher_args(tmp_path: Path, template: str, *extra: str) -> list[str]:
+    return [
+        "launcher",
+        "--command",
+        template,
+        "--prompt-dir",
+        str(tmp_path / "prompts"),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        *extra,
+    ]
+
+
+def template(*steps: str, **options: str) -> str:
+    argv = fake(*steps, agent_id="{agent_id}", prompt_file="{prompt_file}", **options)
+    return " ".join(argv)
+
+
+def max_overlap(record: Path) -> int:
+    events = []
+    for row in record.read_text().splitlines():
+        kind, at, _ = row.split()
+        events.append((float(at), 1 if kind == "start" else -1))
+    running = peak = 0
+    for _, change in sorted(events, key=lambda e: (e[0], e[1])):
+        running += change
+        peak = max(peak, running)
+    return peak
+
+
+async def test_five_requests_two_at_a_time(redis_url: str, tmp_path: Path) -> None:
+    record, go = tmp_path / "record", tmp_path / "go"
+    async with open_bus(redis_url) as bus:
+        agents = [await request(bus, n) for n in range(5)]
+        log = tmp_path / "launcher.log"
+        tpl = template(f"wait-file:{go}", "sleep:0.1", "complete", record=str(record))
+        launcher = start(launcher_args(tmp_path, tpl, "--max-parallel", "2", "--burst"), redis_url, log)
+
+        async def two_running() -> bool:
+            return record.exists() and record.read_text().count("start") == 2
+
+        await wait_until(two_running, 30, "two agents to start")
+        [info] = await bus.client.xinfo_groups(bus.stream(GROUP, StreamKind.TASKS))
+        assert (info["pending"], info["lag"]) == (0, 3)  # two started and acknowledged, three not read
+        go.touch()
+        assert await exited(launcher, 60) == 0, log.read_text()
+        assert max_overlap(record) == 2  # parallel, and never more than two
+        assert record.read_text().count("start") == 5
+        completions = await bus.of_type(GROUP, T.COMPLETION_REPORT)
+        assert sorted(e.agent_id for e in completions) == agents
+        started = {e.agent_id: e.payload for e in await bus.of_type(GROUP, T.AGENT_STARTED)}
+        assert sorted(started) == agents
+        first = started["agent-0"]
+        assert isinstance(first, AgentStarted)
+        assert first.task is not None
+        assert first.task.startswith("## EXECUTION CONTEXT: BACKGROUND SUBAGENT")
+        assert "**Your Agent ID:** agent-0" in first.task
+        assert first.task.endswith(
+            "## YOUR TASK\nTask number 0: scan module 0 for secrets\n\n## CONTEXT\nSee AUTH_ANALYSIS.md\n"
+        )
+        assert (tmp_path / "prompts" / "agent-0.md").read_text() == first.task
+        tasks = bus.stream(GROUP, StreamKind.TASKS)
+        assert (await bus.client.xpending(tasks, "launchers"))["pending"] == 0
+    assert "started 5 agent(s)" in log.read_text()
+
+
+async def test_requests_beyond_the_limit_stay_unread_for_any_launcher(redis_url: str, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    tpl = template(f"wait-file:{go}", "complete")
+    async with open_bus(redis_url) as bus:
+        agents = [await request(bus, n) for n in range(5)]
+        log = tmp_path / "launcher.log"
+        first = start(launcher_args(tmp_path, tpl, "--max-parallel", "1", "--name", "one"), redis_url, log)
+
+        async def one_started() -> bool:
+            return await bus.count(GROUP, T.AGENT_STARTED) == 1
+
+        await wait_until(one_started, 30, "the first agent")
+        tasks = bus.stream(GROUP, StreamKind.TASKS)
+        [info] = await bus.client.xinfo_groups(tasks)
+        assert info["pending"] == 0  # acknowledged once started
+        assert info["lag"] == 4  # the others were never read
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        go.touch()
+        second = start(launcher_args(tmp_path, tpl, "--max-parallel", "2", "--burst"), redis_url, log)
+        assert await exited(second, 60) == 0, log.read_text()
+
+        async def all_completed() -> bool:
+            return await bus.count(GROUP, T.COMPLETION_REPORT) == 5
+
+        await wait_until(
+            all_completed, 30, "every agent to complete"
+        )  # the first one's adapter outlived its launcher
+        started = [e.agent_id for e in await bus.of_type(GROUP, T.AGENT_STARTED)]
+        assert sorted(started) == agents  # each started exactly once
+
+
+async def test_a_request_read_by_a_launcher_that_died_is_taken_over(redis_url: str, tmp_path: Path) -> None:
+    async with open_bus(redis_url) as bus:
+        agent = await request(bus, 7)
+        tasks = bus.stream(GROUP, StreamKind.TASKS)
+        await bus.client.xgroup_create(tasks, "launchers", id="0")
+        # a launcher read it, then died before starting its agent
+        taken = await bus.client.xreadgroup("launchers", "dead-launcher", {tasks: ">"}, count=1)
+        assert taken
+        log = tmp_path / "launcher.log"
+        launcher = start(
+            launcher_args(tmp_path, template("complete"), "--burst", "--reclaim-ms", "200"), redis_url, log
+        )
+        assert await exited(launcher, 60) == 0, log.read_text()
+        assert [e.agent_id for e in await bus.of_type(GROUP, T.COMPLETION_REPORT)] == [agent]
+        assert (await bus.client.xpending(tasks, "launchers"))["pending"] == 0
+
+
+async def test_a_delegation_is_launched(redis_url: str, tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    parent = start(
+        [
+            "adapter",
+            "run",
+            "--agent-id",
+            "parent-1",
+            "--group",
+            GROUP,
+            "--quiet",
+            "--",
+            *fake("delegate", "complete", agent_id="parent-1"),
+        ],
+        redis_url,
+        log,
+    )
+    assert await exited(parent, 30) == 0
+    await run_ok([CLI, "coordinator", "--burst", "--redis-url", redis_url])
+    launcher = start(launcher_args(tmp_path, template("complete"), "--burst"), redis_url, log)
+    assert await exited(launcher, 60) == 0, log.read_text()
+    async with open_bus(redis_url) as bus:
+        inbox = await stream_fields(bus.client, bus.inbox(GROUP, "parent-1"))
+        [directive] = [decode(fields[b"data"]).payload for fields in inbox]
+        assert isinstance(directive, DelegationApproved)
+        delegate = directive.new_agent_id
+        completions = [e.agent_id for e in await bus.of_type(GROUP, T.COMPLETION_REPORT)]
+        assert completions == ["parent-1", delegate]
+        [started] = [e.payload for e in await bus.of_type(GROUP, T.AGENT_STARTED) if e.agent_id == delegate]
+        assert isinstance(started, AgentStarted)
+        assert started.task is not None
+        assert "Refactor the authentication module" in started.task
+
+
+def test_a_bad_template_is_a_usage_error(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [CLI, "launcher", "--command", "agent --id {agentid}", "--redis-url", "redis://127.0.0.1:1"],
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert b"unknown placeholder {agentid}" in done.stderr
