@@ -72,6 +72,8 @@ class LauncherOptions:
     """Extra options for each ``adapter run`` (--deliver, --workdir, --heartbeat...)."""
     reclaim_idle_ms: int = 30_000
     max_attempts: int = 3
+    adapter_url: str | None = None
+    """The URL the adapters use, when they connect as another user (the adapter ACL role)."""
 
     @staticmethod
     def parse_template(template: str) -> list[str]:
@@ -221,7 +223,7 @@ class Launcher:
         log = self.options.log_dir / f"{_safe(request.new_agent_id)}.log"
         env = {
             **os.environ,
-            "SUBAGENT_BUS_REDIS_URL": self.settings.url,
+            "SUBAGENT_BUS_REDIS_URL": self.options.adapter_url or self.settings.url,
             "SUBAGENT_BUS_NAMESPACE": self.settings.namespace,
         }
         if self.settings.cluster is not None:
@@ -339,6 +341,12 @@ def _adapter_args(
     type=click.IntRange(min=1),
     help="Idle time before another launcher's unstarted request is taken over.",
 )
+@click.option(
+    "--adapter-redis-url",
+    envvar="SUBAGENT_BUS_ADAPTER_REDIS_URL",
+    metavar="URL",
+    help="URL for the adapters the launcher starts (e.g. with the adapter ACL user); default: the launcher's.",
+)
 @redis_options
 def launcher(
     settings: Settings,
@@ -354,6 +362,7 @@ def launcher(
     until_complete: bool,
     max_attempts: int,
     reclaim_ms: int,
+    adapter_redis_url: str | None,
 ) -> None:
     """Start the agents of launch requests (approved delegations, retries), each under an adapter."""
     options = LauncherOptions(
@@ -365,6 +374,7 @@ def launcher(
         adapter_args=_adapter_args(deliver, workdir, heartbeat_s, until_complete),
         reclaim_idle_ms=reclaim_ms,
         max_attempts=max_attempts,
+        adapter_url=adapter_redis_url,
         **({"name": name} if name else {}),
     )
 
