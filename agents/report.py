@@ -82,13 +82,14 @@ def parse_report(text: str) -> ResultReport:
 
 
 def split_location(location: str) -> tuple[str | None, int | None]:
-    """``src/a.ts:45`` -> (``src/a.ts``, 45); a bare path has no line; prose has neither."""
+    """``src/a.ts:45`` -> (``src/a.ts``, 45); a bare path has no line; a word or prose has neither."""
     location = location.replace("`", "").strip()
     match = _LOCATION.fullmatch(location)
     if match is not None and int(match.group(2)) >= 1:
         return match.group(1), int(match.group(2))
-    if location and " " not in location and location.lower() not in _NONE:
-        return location.split(":", 1)[0] if match else location, None
+    path = match.group(1) if match else location
+    if path and " " not in path and path.lower() not in _NONE and ("/" in path or "." in path.strip(".")):
+        return path, None
     return None, None
 
 
@@ -106,7 +107,7 @@ def _items(lines: list[Line]) -> list[tuple[int, list[str]]]:
     return [(n, texts) for n, texts in list_items(lines) if texts[0].lower().strip(" .*") not in _NONE]
 
 
-def _is_continuation(line: str) -> bool:
+def _is_resolution(line: str) -> bool:
     return line.strip().lower().startswith("resolution:")
 
 
@@ -256,8 +257,8 @@ class _Builder:
     def blockers_(self, part: Part) -> None:
         for _, texts in _items(part.lines):
             description, _, resolution = texts[0].partition("| Resolution:")
-            rest = [t for t in texts[1:] if not _is_continuation(t)]
-            later = [t.split(":", 1)[1].strip() for t in texts[1:] if _is_continuation(t)]
+            rest = [t for t in texts[1:] if not _is_resolution(t)]
+            later = [t.split(":", 1)[1].strip() for t in texts[1:] if _is_resolution(t)]
             self.blockers.append(
                 ResultBlocker(
                     description="\n".join([description.strip(), *rest]),
@@ -266,8 +267,11 @@ class _Builder:
             )
 
     def error_details_(self, part: Part) -> None:
-        pairs = [(row[0], _cell(row, 1)) for table in parse_tables(part.lines) for row in table.rows]
-        pairs += [tuple(i[1][0].split(":", 1)) for i in _items(part.lines) if ":" in i[1][0]]  # type: ignore[misc]
+        pairs = [(_cell(row, 0), _cell(row, 1)) for table in parse_tables(part.lines) for row in table.rows]
+        for _, texts in _items(part.lines):  # or "- Type: X" lines
+            aspect, colon, value = texts[0].partition(":")
+            if colon:
+                pairs.append((aspect, value))
         values = {_key(k).replace(" ", ""): v.strip() for k, v in pairs}
         recoverable: bool | None = None
         raw = values.get("recoverable", "")

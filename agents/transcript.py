@@ -5,7 +5,9 @@ with ``type`` ``user`` or ``assistant`` (other types are bookkeeping and ignored
 ``agentId``, ``isSidechain`` and ``message.content``, a string or a list of blocks typed ``text``,
 ``tool_use``, ``tool_result`` (or ``thinking``...). Only the ``text`` of ``assistant`` messages is the
 agent's output: the user prompt (which carries the signal templates), tool inputs and tool results are
-not, so a template or a quoted signal there is never taken for a signal.
+not, so a template or a quoted signal there is never taken for a signal. ``isSidechain`` does not
+filter: a subagent's file holds only its own (sidechain) messages, and a main session's file is that
+session's output.
 
 Each assistant text is parsed on its own by a :class:`~agents.parser.Parser` (a signal or a report does
 not span two messages; one still open at the end of its text is an error). The items it yields are
@@ -224,6 +226,7 @@ class AnyParser:
         """The format being parsed; :attr:`Format.AUTO` until the first bytes decide it."""
         self.max_block_bytes = max_block_bytes
         self._head = bytearray()
+        self._first_line_started = False
         self._parser: Parser | TranscriptParser | None = None
         if fmt is not Format.AUTO:
             self._start(fmt)
@@ -240,8 +243,13 @@ class AnyParser:
         if self._parser is not None:
             return self._parser.feed(chunk)
         self._head += chunk
+        # nothing can change while the first line is still incomplete (or all blank): skip the work
+        waiting = self._first_line_started or not chunk.strip()
+        if waiting and b"\n" not in chunk and len(self._head) < DETECT_LIMIT:
+            return []
         found = detect_format(bytes(self._head), final=len(self._head) >= DETECT_LIMIT)
         if found is Format.AUTO:
+            self._first_line_started = bool(self._head.strip())
             return []
         return self._start(found)
 

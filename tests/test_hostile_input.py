@@ -8,10 +8,13 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agents import yamlsafe
 from agents.parser import ErrorItem, Item, Parser, ResultItem, SignalItem, parse_text
-from agents.transcript import TranscriptParser
+from agents.report import ReportError, parse_report
+from agents.transcript import AnyParser, Format, TranscriptParser
 
 MIB = 1 << 20
 CHUNK = 64 * 1024
@@ -43,6 +46,11 @@ def measure(parser: Parser | TranscriptParser, *parts: Iterable[bytes]) -> tuple
 def message(item: Item) -> str:
     assert isinstance(item, ErrorItem), item
     return item.message
+
+
+def only_item(items: list[Item]) -> Item:
+    assert len(items) == 1, items
+    return items[0]
 
 
 def kinds(items: list[Item]) -> list[str]:
@@ -201,3 +209,64 @@ def test_byte_at_a_time_feeding_stays_linear() -> None:
     for index in range(len(data)):
         items += parser.feed(data[index : index + 1])
     assert kinds(items + parser.close()) == ["SignalItem"]
+
+
+@pytest.mark.timeout(10)
+def test_format_detection_of_a_long_first_line_fed_byte_by_byte() -> None:
+    first = orjson.dumps({"type": "user", "message": {"content": "x" * 200_000}}) + b"\n"
+    parser = AnyParser()
+    for index in range(len(first)):
+        assert parser.feed(first[index : index + 1]) == []
+    assert parser.format is Format.CLAUDE_JSONL
+    blank = AnyParser()
+    for _ in range(200_000):
+        blank.feed(b" ")
+    assert blank.feed(b"[PROGRESS]\n") == []
+    assert blank.format is Format.TEXT
+
+
+_MARKDOWN = st.lists(
+    st.sampled_from(
+        [
+            "### Status", "SUCCESS", "fAiLeD", "### Summary", "text", "### Findings", "#### T", "```", "~~~",
+            "```x`", "| ID | Issue | File:Line | Severity | Confidence |", "|---|---|---|---|---|",
+            "| a | b | `c:0` | Critical | 1e9 |", "| | |", "|", "- x | Severity: huge", "1. step",
+            "  Resolution: r", "### Confidence", "nan - x", "- verified_confidence: 101", "### Error Details",
+            "| Recoverable | maybe |", "### Key References", "| Item | Location |", "|--|--|", "| a |",
+            "### Confidence Justification", "**Score**: inf", "**SEC-1**", "### Blockers", "- none", "",
+            "### Issues", "- : | Severity:", "### Next Steps", "\t", "✓ ✗ \u2028",
+        ]
+    ),
+    max_size=40,
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(_MARKDOWN)
+def test_any_report_text_is_a_report_or_a_report_error(lines: list[str]) -> None:
+    text = "## Fuzz Result\n" + "\n".join(lines)
+    try:
+        report = parse_report(text)
+    except ReportError:
+        return
+    assert report.agent == "Fuzz"
+    assert isinstance(only_item(parse_text(text)), ResultItem)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=2000), st.lists(st.integers(0, 2000), max_size=10))
+def test_arbitrary_bytes_never_break_the_parser(data: bytes, cuts: list[int]) -> None:
+    tagged = (
+        data.replace(b"a", b"\n[STOP_WORK]\n")
+        .replace(b"b", b"\n[/STOP_WORK]\n")
+        .replace(b"c", b"\n## X Result\n")
+    )
+    for document in (data, tagged):
+        parser = Parser(max_block_bytes=300)
+        items: list[Item] = []
+        previous = 0
+        for cut in [*sorted(c for c in set(cuts) if c <= len(document)), len(document)]:
+            items += parser.feed(document[previous:cut])
+            previous = cut
+        items += parser.close()
+        assert items == parse_text(document, max_block_bytes=300)

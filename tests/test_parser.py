@@ -403,3 +403,59 @@ def test_byte_by_byte_feeding_of_a_mixed_document() -> None:
         ("ResultItem", 53),
         ("ErrorItem", 69),
     ]
+
+
+# The loader reads the common shape of a body (``key: value`` lines, ``key: |`` blocks) without the YAML
+# event stream; on every body that shape accepts, the result must be the event stream's.
+_SAFE = "abcxyz ABC0123456789.✓→é"
+_TRICKY = ":#-|>'\"[]{},!&*?%@`~\\/ \t\r\x85\ufeff"
+_SPECIAL = ["true", "no", "on", "~", "null", "12", "-3", "0o17", "0x1F", "1e3", ".inf", ".nan", "1:30", "5."]
+
+
+def _chars(size: int) -> st.SearchStrategy[str]:
+    pick = st.one_of(*[st.sampled_from(_SAFE)] * 3, st.sampled_from(_TRICKY))
+    return st.lists(pick, max_size=size).map("".join)
+
+
+@st.composite
+def simple_bodies(draw: st.DrawFn) -> str:
+    lines = []
+    for _ in range(draw(st.integers(1, 5))):
+        key = draw(st.sampled_from(["agent_id", "details", "true", "null", "x1", "a"]))
+        if draw(st.booleans()):
+            lines.append(f"{key}: " + draw(st.one_of(_chars(14), st.sampled_from(_SPECIAL))))
+            continue
+        lines.append(f"{key}: |")
+        indent = draw(st.sampled_from([1, 2, 2, 4]))
+        for _ in range(draw(st.integers(0, 5))):
+            shape = draw(st.integers(0, 9))
+            if shape == 0:
+                lines.append(" " * draw(st.integers(0, 6)))
+            elif shape == 1:
+                lines.append(" " * draw(st.integers(0, indent + 2)) + draw(_chars(8)))
+            else:
+                lines.append(" " * indent + draw(_chars(10)))
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=400, deadline=None)
+@given(simple_bodies())
+def test_the_fast_path_of_the_loader_agrees_with_the_yaml_event_stream(body: str) -> None:
+    try:
+        expected = yamlsafe.load_events(body)
+    except yamlsafe.YamlError:
+        with pytest.raises(yamlsafe.YamlError):
+            yamlsafe.load(body)
+        return
+    assert repr(yamlsafe.load(body)) == repr(expected)  # repr: nan == nan
+
+
+def test_the_fast_path_takes_the_usual_signal_bodies() -> None:
+    body = "agent_id: bg-1\ntimestamp: 2026-01-11T09:15:00-05:00\ndetails: |\n  ✓ one\n\n  ✗ two: x\n"
+    fast = yamlsafe._simple_mapping(body)  # the shortcut itself, so the property above is not vacuous
+    assert fast == {
+        "agent_id": "bg-1",
+        "timestamp": "2026-01-11T09:15:00-05:00",
+        "details": "✓ one\n\n✗ two: x\n",
+    }
+    assert fast == yamlsafe.load_events(body)

@@ -226,7 +226,7 @@ def test_key_references_split_file_and_line() -> None:
     assert [(r.item, r.location, r.file, r.line) for r in parsed.key_references] == [
         ("Handler", "src/api/auth.ts:45", "src/api/auth.ts", 45),
         ("Config", "src/config/oauth.ts", "src/config/oauth.ts", None),
-        ("Step", "build", "build", None),
+        ("Step", "build", None, None),
     ]
 
 
@@ -241,6 +241,8 @@ def test_key_references_split_file_and_line() -> None:
         ("src/a.ts", ("src/a.ts", None)),
         ("src/a.ts:0", ("src/a.ts", None)),
         ("n/a", (None, None)),
+        ("build", (None, None)),
+        ("Makefile.am", ("Makefile.am", None)),
         ("step 3 of the build", (None, None)),
         ("", (None, None)),
     ],
