@@ -1,0 +1,397 @@
+"""``subagent-bus init``: wire the protocol into a repository for an agent runtime, idempotently.
+
+For Claude Code (``--agent claude-code``, the default) it writes or merges:
+
+- ``.mcp.json``: the ``mcpServers`` entry ``subagent-bus`` running ``subagent-bus mcp``. With ``--url`` the
+  server gets ``SUBAGENT_BUS_REDIS_URL``, unless the URL holds a password: committed files never hold
+  secrets, so the entry then refers to the variable (``${SUBAGENT_BUS_REDIS_URL}``, which Claude Code
+  expands from its environment) and init says to export it;
+- ``CLAUDE.md``: the protocol section between ``<!-- subagent-bus:start -->`` and
+  ``<!-- subagent-bus:end -->``: protocol 1's identity statement and signal templates
+  (:mod:`agents.identity`), the MCP tools, and how to wait for an answer with ``listen``;
+- ``.claude/settings.json``: a ``PostToolUse`` hook on the Task tool running ``subagent-bus init
+  hook-task`` (:mod:`agents.task_hook`), which puts each background agent's output file under
+  ``subagent-bus adapter watch``.
+
+For Codex (``--agent codex``) it writes the section into ``AGENTS.md`` and prints the MCP server entry for
+``~/.codex/config.toml``, a file outside the repository that init does not touch; Codex has no hooks.
+
+Everything else in those files is kept: other servers, other hooks, the rest of the Markdown. Running init
+again changes nothing and says so. A part that differs from what init would write (a hand edit of the
+section, another ``subagent-bus`` server entry or hook) is left alone and reported, and nothing at all is
+written, unless ``--force`` replaces it. Files are replaced atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import parse_qs, urlsplit
+
+import click
+
+from agents.identity import IDENTITY_STATEMENT, SIGNAL_TEMPLATES
+from agents.task_hook import HOOK_COMMAND, hook_task
+from bus.settings import check_url
+
+__all__ = [
+    "HOOK_MATCHER",
+    "MARK_END",
+    "MARK_START",
+    "SERVER_NAME",
+    "URL_REFERENCE",
+    "AgentKind",
+    "Change",
+    "Conflict",
+    "Merge",
+    "has_secret",
+    "hook_entry",
+    "init",
+    "merge_hooks",
+    "merge_mcp",
+    "merge_section",
+    "plan",
+    "protocol_section",
+    "server_entry",
+]
+
+MARK_START: Final = "<!-- subagent-bus:start -->"
+MARK_END: Final = "<!-- subagent-bus:end -->"
+SERVER_NAME: Final = "subagent-bus"
+URL_VARIABLE: Final = "SUBAGENT_BUS_REDIS_URL"
+URL_REFERENCE: Final = "${SUBAGENT_BUS_REDIS_URL}"
+HOOK_MATCHER: Final = "^(Task|Agent)$"
+"""The Task tool (called Agent by newer Claude Code versions); anchored, as a matcher is a regex."""
+_HOOK_TIMEOUT_S: Final = 30
+
+
+class AgentKind(StrEnum):
+    CLAUDE_CODE = "claude-code"
+    CODEX = "codex"
+
+
+class Conflict(Exception):
+    """A file holds a part that differs from what init writes (or cannot be read as expected)."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """The new content of one file (None: unchanged) and what changed, for the report."""
+
+    path: Path
+    content: str | None
+    detail: str
+    existed: bool
+
+
+def has_secret(url: str) -> bool:
+    """Whether a Redis URL carries a password (in its user info or as a query option)."""
+    parts = urlsplit(url)
+    if parts.password:
+        return True
+    query = parse_qs(parts.query, keep_blank_values=True)
+    return any(name in query for name in ("password", "sentinel_password"))
+
+
+def server_entry(url: str | None) -> dict[str, Any]:
+    """The ``mcpServers`` entry; the URL is written only when it holds no secret."""
+    entry: dict[str, Any] = {"type": "stdio", "command": "subagent-bus", "args": ["mcp"]}
+    if url is not None:
+        entry["env"] = {URL_VARIABLE: URL_REFERENCE if has_secret(url) else url}
+    return entry
+
+
+def hook_entry() -> dict[str, Any]:
+    """The ``PostToolUse`` matcher group that starts an adapter for each background Task agent."""
+    return {
+        "matcher": HOOK_MATCHER,
+        "hooks": [{"type": "command", "command": HOOK_COMMAND, "timeout": _HOOK_TIMEOUT_S}],
+    }
+
+
+_TOOLS: Final = """\
+| MCP tool | instead of printing |
+| --- | --- |
+| `request_clarification` | `[CLARIFICATION_NEEDED]` |
+| `stop_work` | `[STOP_WORK]` |
+| `request_delegation` | `[DELEGATE_WORK]` |
+| `report_completion` | `[COMPLETION_REPORT]` |
+| `report_progress` | `[PROGRESS]` |
+| `add_finding` | one finding (an issue at `file:line`) |
+| `submit_result` | your `## <Agent> Result` report |
+| `wait_for_directive` | (blocks until your parent's answer arrives and returns it) |
+| `status` | (your state, open questions and progress as the coordinator sees them) |
+"""
+
+_WAITING: Final = """\
+## Waiting for the answer
+
+After CLARIFICATION_NEEDED or STOP_WORK (and DELEGATE_WORK with `independence: blocks_current_work`), do
+not guess: wait for your parent's directive, then continue exactly as its resume prompt says.
+
+- With the MCP tools: call `wait_for_directive` (`timeout_seconds` up to 3600); it returns the prompt, or
+  says that none came yet (call it again).
+- From a shell: run `subagent-bus listen --agent-id <your agent id> --group <your group> --timeout 3600`
+  in the background and end your turn. It exits the moment the directive arrives and prints the resume
+  prompt, and that exit wakes you. Exit status 0: the prompt was printed; 3: nothing yet, start it again;
+  1: an error, on its stderr. `--agent-id` and `--group` default to `$SUBAGENT_BUS_AGENT_ID` and
+  `$SUBAGENT_BUS_GROUP`.
+"""
+
+_PARENT: Final = """\
+## When you launch background agents
+
+The `PostToolUse` hook in `.claude/settings.json` puts every background Task agent on the bus (its output
+file is followed by `subagent-bus adapter watch`, in the group of this session). Their signals reach the
+coordinator; see them with `subagent-bus status` and `subagent-bus inbox`, and act with
+`subagent-bus answer`, `resolve`, `approve` and `deny`.
+"""
+
+
+def protocol_section(agent: AgentKind) -> str:
+    """The marked section init writes into the agent's instructions file (ends with a newline)."""
+    templates = "\n\n".join(f"```yaml\n{template}\n```" for template in SIGNAL_TEMPLATES)
+    parts = [
+        MARK_START,
+        "<!-- Written by `subagent-bus init`. Edit outside these markers; "
+        "`subagent-bus init --force` replaces what is inside. -->",
+        "# Subagent communication protocol (subagent-bus)\n",
+        "This applies when you run as a background subagent: your prompt starts with the execution "
+        "context below, or `SUBAGENT_BUS_AGENT_ID` is set in your environment (your agent id; "
+        "`SUBAGENT_BUS_GROUP` is your task group).\n",
+        IDENTITY_STATEMENT,
+        "## Signalling your parent\n",
+        "Use the tools of the `subagent-bus` MCP server when you have them: each publishes the same "
+        "signal as the block it replaces, validated before it is sent.\n",
+        _TOOLS,
+        "Without them, print each signal as a block in exactly this form: the opening tag alone on its "
+        "line, the YAML fields, the closing tag alone on its line, with your real agent id and an "
+        "ISO-8601 timestamp with a time zone (never the <placeholders>).\n",
+        templates + "\n",
+        _WAITING,
+    ]
+    if agent is AgentKind.CLAUDE_CODE:
+        parts.append(_PARENT)
+    parts.append(MARK_END)
+    return "\n".join(parts) + "\n"
+
+
+def merge_section(existing: str | None, section: str, force: bool) -> tuple[str | None, str]:
+    """The file with the section added or replaced (None: unchanged) and what was done."""
+    if existing is None or not existing.strip():
+        return section, "protocol section written"
+    starts, ends = existing.count(MARK_START), existing.count(MARK_END)
+    if starts == 0 and ends == 0:
+        return existing.rstrip("\n") + "\n\n" + section, "protocol section added"
+    start, end = existing.find(MARK_START), existing.find(MARK_END)
+    if starts != 1 or ends != 1 or end < start:
+        raise Conflict(
+            f"its {MARK_START} / {MARK_END} markers are damaged ({starts} start, {ends} end); "
+            "fix or remove them by hand"
+        )
+    end += len(MARK_END)
+    if end < len(existing) and existing[end] == "\n":
+        end += 1
+    if existing[start:end] == section:
+        return None, "protocol section up to date"
+    if not force:
+        raise Conflict("its protocol section was edited (or written by another version); --force replaces it")
+    return existing[:start] + section + existing[end:], "protocol section replaced"
+
+
+def _json_object(existing: str | None, what: str) -> dict[str, Any]:
+    if existing is None or not existing.strip():
+        return {}
+    try:
+        value = json.loads(existing)
+    except json.JSONDecodeError as exc:
+        raise Conflict(f"it is not valid JSON ({exc}); fix it by hand") from None
+    if not isinstance(value, dict):
+        raise Conflict(f"it is not a JSON object of {what}")
+    return value
+
+
+def _member(parent: dict[str, Any], name: str, kind: type[dict[str, Any]] | type[list[Any]]) -> Any:
+    value = parent.setdefault(name, kind())
+    if not isinstance(value, kind):
+        raise Conflict(f"its {name!r} is not a JSON {'object' if kind is dict else 'array'}")
+    return value
+
+
+def _dumps(value: dict[str, Any]) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
+
+
+def merge_mcp(existing: str | None, entry: dict[str, Any], force: bool) -> tuple[str | None, str]:
+    """``.mcp.json`` with the ``subagent-bus`` server (None: unchanged) and what was done."""
+    config = _json_object(existing, "MCP servers")
+    servers = _member(config, "mcpServers", dict)
+    current = servers.get(SERVER_NAME)
+    if current == entry:
+        return None, f"mcpServers.{SERVER_NAME} up to date"
+    if current is not None and not force:
+        raise Conflict(f"its mcpServers.{SERVER_NAME} differs from what init writes; --force replaces it")
+    servers[SERVER_NAME] = entry
+    return _dumps(config), f"mcpServers.{SERVER_NAME} {'replaced' if current is not None else 'added'}"
+
+
+def _ours(group: Any) -> bool:
+    hooks = group.get("hooks") if isinstance(group, dict) else None
+    return isinstance(hooks, list) and any(
+        isinstance(hook, dict) and str(hook.get("command", "")).startswith(HOOK_COMMAND) for hook in hooks
+    )
+
+
+def merge_hooks(existing: str | None, entry: dict[str, Any], force: bool) -> tuple[str | None, str]:
+    """``.claude/settings.json`` with the Task hook (None: unchanged) and what was done."""
+    settings = _json_object(existing, "settings")
+    events = _member(settings, "hooks", dict)
+    groups = _member(events, "PostToolUse", list)
+    found = [group for group in groups if _ours(group)]
+    if found == [entry]:
+        return None, "PostToolUse hook up to date"
+    if found and not force:
+        raise Conflict(
+            "its PostToolUse hook running subagent-bus differs from what init writes; --force replaces it"
+        )
+    for group in found:
+        group["hooks"] = [hook for hook in group["hooks"] if not _ours({"hooks": [hook]})]
+    emptied = {id(group) for group in found if not group["hooks"]}
+    groups[:] = [group for group in groups if id(group) not in emptied]
+    groups.append(entry)
+    return _dumps(settings), f"PostToolUse hook {'replaced' if found else 'added'}"
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Conflict(f"cannot be read: {exc}") from None
+
+
+Merge = Callable[[str | None], tuple[str | None, str]]
+"""A file's current text (None: missing) to its new text (None: unchanged) and what was done."""
+
+
+def plan(directory: Path, agent: AgentKind, url: str | None, force: bool) -> list[Change]:
+    """What init would write, file by file; :class:`Conflict` lists every file it must not touch."""
+    section = protocol_section(agent)
+    targets: list[tuple[Path, Merge]] = [
+        (Path("AGENTS.md"), lambda text: merge_section(text, section, force))
+    ]
+    if agent is AgentKind.CLAUDE_CODE:
+        targets = [
+            (Path(".mcp.json"), lambda text: merge_mcp(text, server_entry(url), force)),
+            (Path("CLAUDE.md"), lambda text: merge_section(text, section, force)),
+            (Path(".claude/settings.json"), lambda text: merge_hooks(text, hook_entry(), force)),
+        ]
+    changes: list[Change] = []
+    problems: list[str] = []
+    for relative, merge in targets:
+        try:
+            existing = _read(directory / relative)
+            content, detail = merge(existing)
+        except Conflict as exc:
+            problems.append(f"{relative}: {exc}")
+            continue
+        changes.append(Change(relative, content, detail, existing is not None))
+    if problems:
+        raise Conflict("\n".join(problems))
+    return changes
+
+
+def _write(path: Path, content: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as stream:
+            stream.write(content)
+            stream.flush()
+            os.fsync(stream.fileno())
+        if path.exists():
+            os.chmod(temporary, path.stat().st_mode & 0o7777)
+        else:
+            os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _codex_snippet(url: str | None) -> str:
+    lines = ["[mcp_servers.subagent-bus]", 'command = "subagent-bus"', 'args = ["mcp"]']
+    if url is not None and not has_secret(url):
+        lines.append(f'env = {{ {URL_VARIABLE} = "{url}" }}')
+    return "\n".join(lines)
+
+
+def _check_url(url: str | None) -> None:
+    if url is None:
+        return
+    try:
+        check_url(url)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--url") from None
+
+
+@click.group("init", invoke_without_command=True)
+@click.option(
+    "--agent",
+    type=click.Choice([kind.value for kind in AgentKind]),
+    default=AgentKind.CLAUDE_CODE.value,
+    show_default=True,
+    help="The agent runtime to wire the protocol into.",
+)
+@click.option("--url", metavar="URL", help="Redis URL for the MCP server (a password is never written).")
+@click.option("--force", is_flag=True, help="Replace parts that differ from what init writes.")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=Path("."),
+    help="The repository to set up (default: the current directory).",
+)
+@click.pass_context
+def init(ctx: click.Context, agent: str, url: str | None, force: bool, directory: Path) -> None:
+    """Set up a repository: MCP server entry, protocol section of the agent's instructions, hooks.
+
+    Safe to run again: files are merged, and a second run changes nothing. A part that was edited by hand
+    is refused (nothing is written) unless --force. Exit status 0 when done or already done, 1 refused.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    _check_url(url)
+    kind = AgentKind(agent)
+    try:
+        changes = plan(directory, kind, url, force)
+    except Conflict as exc:
+        raise click.ClickException(f"nothing was written:\n{exc}") from None
+    for change in changes:
+        if change.content is None:
+            click.echo(f"unchanged {change.path} ({change.detail})")
+            continue
+        try:
+            _write(directory / change.path, change.content)
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {change.path}: {exc.strerror or exc}") from None
+        click.echo(f"{'updated' if change.existed else 'created'} {change.path} ({change.detail})")
+    if all(change.content is None for change in changes):
+        click.echo("nothing to change: already set up")
+    if url is not None and has_secret(url):
+        click.echo(
+            "the URL holds a password, which is not written into any file: the MCP server reads the URL from "
+            f"${URL_VARIABLE}; export it before starting the agent."
+        )
+    if kind is AgentKind.CODEX:
+        click.echo(f"add this to ~/.codex/config.toml:\n\n{_codex_snippet(url)}")
+
+
+init.add_command(hook_task)

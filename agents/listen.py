@@ -1,0 +1,328 @@
+"""Waiting for a directive: ``subagent-bus listen`` blocks on an agent's inbox and exits when one arrives.
+
+An agent runs in turns: it works, its turn ends, something starts it again. Seed 000's clarification
+protocol has the agent block until its answers arrive; ``listen`` is that block for a turn-based agent.
+Started in the background before the agent's turn ends, it exits the moment a directive arrives and
+prints the rendered resume prompt (or, with ``--json``, the envelope), and its exit is what wakes a runner
+that re-invokes the agent when a background process finishes.
+
+Consumer group. The listener reads the inbox in the same consumer group as the adapters' deliveries
+(:data:`agents.delivery.GROUP`, ``adapter``): every way of handing a directive to the agent shares one
+group, so each directive is taken by exactly one of them. With a group of its own the listener would
+receive every directive a delivering adapter of the same agent also receives, and the agent would be
+resumed twice.
+
+Consumer name. Every listener of an agent is the consumer ``listen`` (the inbox is already per agent).
+New entries are read with ``XREADGROUP ... >`` and ``COUNT 1``, which hands each entry to one reader only,
+so two racing listeners never both receive it. An entry is acknowledged only after it was written out
+and stdout flushed; a listener that dies between reading and printing leaves it pending under ``listen``.
+The next listener claims such entries with ``XCLAIM`` once they have been idle for ``claim_idle_ms``
+(2 s by default): a live listener holds an entry for the milliseconds a print takes, so it is never
+robbed, and ``XCLAIM``'s own idle check makes two claimers race safely. Entries pending under other
+consumers (an adapter running a resume command may hold one for minutes) are never taken here; the
+adapter finishes or re-reads them itself.
+
+Delivery is at least once: a listener that printed but could not acknowledge (the server went away at
+that instant) leaves the directive to be printed again by the next listener.
+
+Fault injection: when the environment variable ``SUBAGENT_BUS_LISTEN_PAUSE_BEFORE_PRINT`` names a file,
+the listener writes the entry id there after reading a directive and then waits, without printing or
+acknowledging, until it is killed. Tests use it to kill a listener at exactly that point; it has no other
+use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import sys
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Final, TypeVar
+
+import click
+
+from agents.adapter import AgentBus, connect_bus, stderr_log
+from agents.delivery import GROUP, Directive, as_directive
+from bus.connection import Client, redis_options, translated
+from bus.consumer import DELETED_REASON, Ack, Consumer, Delivery, stream_entries
+from bus.envelope import decode, encode
+from bus.errors import BusError, CommandFailed, ConnectionFailed, DecodeError
+from bus.settings import Settings
+
+__all__ = [
+    "CONSUMER",
+    "DEFAULT_CLAIM_IDLE_MS",
+    "EXIT_ERROR",
+    "EXIT_RECEIVED",
+    "EXIT_TIMEOUT",
+    "PAUSE_ENV",
+    "InboxListener",
+    "Received",
+    "listen",
+    "render",
+    "write_out",
+]
+
+CONSUMER: Final = "listen"
+"""The consumer name of every listener (and of the MCP server's ``wait_for_directive``)."""
+DEFAULT_CLAIM_IDLE_MS: Final = 2000
+EXIT_RECEIVED: Final = 0
+EXIT_ERROR: Final = 1
+EXIT_TIMEOUT: Final = 3
+PAUSE_ENV: Final = "SUBAGENT_BUS_LISTEN_PAUSE_BEFORE_PRINT"
+_POLL_MS: Final = 1000
+_RETRY_FIRST_S: Final = 0.2
+_RETRY_MAX_S: Final = 5.0
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Received:
+    """A directive taken from the inbox and not acknowledged yet."""
+
+    directive: Directive
+    delivery: Delivery
+
+
+class InboxListener:
+    """Takes directives from one agent's inbox as the consumer ``listen`` of the delivery group."""
+
+    def __init__(
+        self,
+        client: Client,
+        inbox: str,
+        *,
+        claim_idle_ms: int = DEFAULT_CLAIM_IDLE_MS,
+        log: Callable[[str], None] = stderr_log,
+    ) -> None:
+        if claim_idle_ms < 1:
+            raise ValueError("claim_idle_ms must be at least 1")
+        self.client = client
+        self.inbox = inbox
+        self.claim_idle_ms = claim_idle_ms
+        self.log = log
+        self.consumer = Consumer(client, inbox, GROUP, CONSUMER)
+
+    async def next(self, timeout_s: float | None) -> Received | None:
+        """The next directive, waiting up to ``timeout_s`` seconds (None: for ever); None on timeout.
+
+        Entries that are not directives for an agent are acknowledged and skipped, entries that are not
+        valid envelopes are dead-lettered. A lost connection is retried until the deadline.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        await self._retrying(self.consumer.ensure_group, deadline)
+        while True:
+            found = await self._retrying(lambda: self._step(_remaining(deadline)), deadline)
+            if found is not None:
+                return found
+            left = _remaining(deadline)
+            if left is not None and left <= 0:
+                return None
+
+    async def ack(self, received: Received) -> None:
+        """Acknowledge a directive once it has been handed to the agent."""
+        await self.consumer.settle([(received.delivery, Ack.ACK, None)])
+
+    async def _retrying(self, call: Callable[[], Awaitable[T]], deadline: float | None) -> T:
+        """``call()``, again after a lost connection (with backoff) until ``deadline``."""
+        delay = _RETRY_FIRST_S
+        while True:
+            try:
+                return await call()
+            except ConnectionFailed as exc:
+                left = _remaining(deadline)
+                if left is not None and left <= 0:
+                    raise
+                self.log(f"inbox {self.inbox}: {exc}; retrying in {delay:.1f}s")
+                await asyncio.sleep(delay if left is None else min(delay, left))
+                delay = min(delay * 2, _RETRY_MAX_S)
+
+    async def _step(self, remaining: float | None) -> Received | None:
+        """One round: stale entries of dead listeners, then new entries (blocking at most a poll)."""
+        try:
+            found = await self._claim_stale()
+            if found is None:
+                found = await self._read_new(_block_ms(remaining, self.claim_idle_ms))
+        except CommandFailed as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            await self.consumer.ensure_group()  # the inbox was deleted (or trimmed away) meanwhile
+            return None
+        return found
+
+    async def _claim_stale(self) -> Received | None:
+        with translated():
+            pending: list[Any] = await self.client.xpending_range(
+                self.inbox, GROUP, min="-", max="+", count=10, consumername=CONSUMER, idle=self.claim_idle_ms
+            )
+        for record in pending:
+            entry_id = _text(record["message_id"])
+            with translated():
+                claimed: list[Any] = await self.client.xclaim(
+                    self.inbox, GROUP, CONSUMER, self.claim_idle_ms, [entry_id]
+                )
+            if not claimed:
+                continue  # another listener claimed it first, or it is gone
+            fields = claimed[0][1] if claimed[0] and claimed[0][0] is not None else None
+            if not fields:  # Redis 6.2 answers nil for an entry deleted from the stream meanwhile
+                await self._settle(Delivery(entry_id, None, None, DELETED_REASON, 0), Ack.ACK)
+                continue
+            found = await self._take(entry_id, fields, int(record["times_delivered"]) + 1)
+            if found is not None:
+                return found
+        return None
+
+    async def _read_new(self, block_ms: int | None) -> Received | None:
+        with translated():
+            reply = await self.client.xreadgroup(GROUP, CONSUMER, {self.inbox: ">"}, count=1, block=block_ms)
+        for entry_id, fields in stream_entries(reply):
+            found = await self._take(_text(entry_id), fields, 1)
+            if found is not None:
+                return found
+        return None
+
+    async def _take(self, entry_id: str, fields: Mapping[Any, Any], deliveries: int) -> Received | None:
+        """The directive in an entry just read; anything else is settled here and None returned."""
+        raw = fields.get(b"data", fields.get("data"))
+        data = raw.encode() if isinstance(raw, str) else raw
+        try:
+            envelope = decode(data)
+        except DecodeError as exc:
+            self.log(f"inbox {self.inbox}: entry {entry_id} is not a valid envelope ({exc}); dead-lettered")
+            await self._settle(Delivery(entry_id, data, None, str(exc), deliveries), Ack.DEAD)
+            return None
+        delivery = Delivery(entry_id, data, envelope, None, deliveries)
+        directive = as_directive(envelope)
+        if directive is None:
+            self.log(f"inbox: {envelope.type.value} {envelope.id} is not a directive for an agent; ignored")
+            await self._settle(delivery, Ack.ACK)
+            return None
+        return Received(directive, delivery)
+
+    async def _settle(self, delivery: Delivery, ack: Ack) -> None:
+        await self.consumer.settle([(delivery, ack, delivery.error)])
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else deadline - time.monotonic()
+
+
+def _block_ms(remaining: float | None, claim_idle_ms: int) -> int | None:
+    """How long one read blocks: None (do not block) once the deadline has passed, else at most one
+    poll period, so stale entries of dead listeners are looked for regularly."""
+    poll = max(1, min(_POLL_MS, claim_idle_ms // 2))
+    if remaining is None:
+        return poll
+    if remaining <= 0:
+        return None
+    return max(1, min(poll, int(remaining * 1000)))
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def render(received: Received, as_json: bool) -> bytes:
+    """What ``listen`` prints: the resume prompt, or the envelope as one line of JSON."""
+    if as_json:
+        return encode(received.directive.envelope) + b"\n"
+    return received.directive.prompt.rstrip("\n").encode() + b"\n"
+
+
+def write_out(data: bytes, out: IO[bytes]) -> None:
+    """Write and flush (and fsync when ``out`` is a regular file); ``OSError`` when that failed."""
+    out.write(data)
+    out.flush()
+    try:
+        fd = out.fileno()
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.fsync(fd)
+    except (OSError, ValueError, AttributeError):
+        pass  # not a file descriptor, or one that cannot be synced (a pipe): flushed is all there is
+
+
+def _pause_requested(received: Received) -> bool:
+    """The test-only hook of the module docstring: say where we are; whether to wait to be killed."""
+    path = os.environ.get(PAUSE_ENV)
+    if not path:
+        return False
+    Path(path).write_text(received.delivery.entry_id, encoding="utf-8")
+    return True
+
+
+async def _listen(bus: AgentBus, timeout_s: float | None, as_json: bool, claim_idle_ms: int) -> int:
+    listener = InboxListener(bus.client, bus.inbox, claim_idle_ms=claim_idle_ms, log=bus.log)
+    received = await listener.next(timeout_s)
+    if received is None:
+        bus.log(f"no directive for {bus.agent_id} within {timeout_s:g}s")
+        return EXIT_TIMEOUT
+    if _pause_requested(received):
+        await asyncio.Event().wait()
+    try:
+        write_out(render(received, as_json), sys.stdout.buffer)
+    except (OSError, ValueError) as exc:
+        bus.log(f"cannot print the directive ({exc}); it stays in the inbox for the next listener")
+        return EXIT_ERROR
+    try:
+        await listener.ack(received)
+    except BusError as exc:  # printed all the same: the agent has it, and may be given it once more
+        bus.log(f"printed, but not acknowledged ({exc}): the next listener may print it again")
+    return EXIT_RECEIVED
+
+
+@click.command("listen")
+@click.option(
+    "--agent-id", envvar="SUBAGENT_BUS_AGENT_ID", required=True, help="The agent whose inbox to wait on."
+)
+@click.option(
+    "--group", "group_id", envvar="SUBAGENT_BUS_GROUP", required=True, help="The agent's task group."
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Give up after this many seconds (exit status 3). Default: wait for ever.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the directive's envelope as JSON, not its prompt."
+)
+@click.option(
+    "--claim-idle-ms",
+    type=click.IntRange(min=1),
+    default=DEFAULT_CLAIM_IDLE_MS,
+    show_default=True,
+    help="Take over a directive another listener read but never printed once it has been idle this long.",
+)
+@redis_options
+def listen(
+    settings: Settings,
+    agent_id: str,
+    group_id: str,
+    timeout_s: float | None,
+    as_json: bool,
+    claim_idle_ms: int,
+) -> None:
+    """Wait for the agent's next directive, print its resume prompt, and exit.
+
+    Run it in the background before the agent's turn ends: its exit wakes whatever re-invokes the agent.
+    Exit status: 0 a directive was printed (and consumed), 3 timed out, 1 error, 2 usage error.
+    """
+
+    async def main() -> int:
+        bus = await connect_bus(settings, agent_id, group_id)
+        try:
+            return await _listen(bus, timeout_s, as_json, claim_idle_ms)
+        finally:
+            await bus.client.aclose()
+
+    try:
+        code = asyncio.run(main())
+    except (BusError, ValueError) as exc:
+        click.echo(f"Error: {exc}", err=True)
+        code = EXIT_ERROR
+    raise SystemExit(code)

@@ -1,0 +1,339 @@
+"""The protocol as MCP tools: ``subagent-bus mcp`` serves them over stdio for one agent.
+
+Each signal of seed 000 (and PROGRESS, a finding, a result report) is a tool whose input schema is the
+JSON Schema of the payload model itself, so a call is validated by the same model the text parser uses.
+A valid call is turned into an envelope by the adapters' own code (:meth:`agents.adapter.AgentBus.envelope`
+and :meth:`~agents.adapter.AgentBus.publish`): the same type, payload and stream as the signal printed
+as text, so the coordinator cannot tell the two apart. Two things differ, by nature: the envelope id
+(the text path derives it from the signal's byte offset in the agent's output; a tool call has no offset,
+so each call gets a fresh id) and ``source`` (``mcp:<server instance>`` instead of ``file:...`` or
+``run:...``). An invalid call returns the validation errors as a tool error and publishes nothing.
+
+Identity: the server speaks for one agent of one group, fixed when it starts (``--agent-id``/``--group``
+or ``SUBAGENT_BUS_AGENT_ID``/``SUBAGENT_BUS_GROUP``). Tools take no agent id; the payload's ``agent_id``
+is filled in (a call naming another agent is refused), and a finding without ``agent`` gets this one, as
+``findings add`` does. A server started without an identity lists its tools, and each call explains how
+to give it one.
+
+``wait_for_directive`` is ``subagent-bus listen`` as a tool (same consumer group and consumer, see
+:mod:`agents.listen`). The directive is acknowledged when the tool returns it; if the connection to the
+client breaks in that instant the directive is gone from the inbox, whereas ``listen`` acknowledges only
+after its output was flushed. ``status`` shows the agent its own record as the coordinator keeps it: the
+JSON of field ``a:<agent_id>`` of the hash ``{ns:s}:group:<group_id>`` (state, open questions, blocker,
+progress...). Reading that JSON does not need the coordinator's code, so ``agents`` still never imports it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import mcp_types as types
+import orjson
+from mcp.server import Server, ServerRequestContext
+from mcp.server.stdio import stdio_server
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agents.adapter import AgentBus, connect_bus
+from agents.listen import DEFAULT_CLAIM_IDLE_MS, InboxListener
+from agents.parser import describe_errors
+from bus.connection import translated
+from bus.envelope import MAX_ENVELOPE_BYTES, Payload, encode
+from bus.errors import BusError
+from bus.events import AgentState
+from bus.findings import Finding
+from bus.results import ResultReport
+from bus.settings import Settings
+from bus.signals import ClarificationNeeded, CompletionReport, DelegateWork, Progress, StopWork
+
+__all__ = [
+    "PROTOCOL_TOOLS",
+    "Identity",
+    "ProtocolServer",
+    "ProtocolTool",
+    "StatusInput",
+    "ToolInputError",
+    "WaitInput",
+    "input_schema",
+    "payload_of",
+]
+
+_WAIT_HINT: Final = (
+    " Wait for the answer now: call wait_for_directive, or run `subagent-bus listen` in the background "
+    "and end your turn."
+)
+
+
+class ToolInputError(ValueError):
+    """A tool call's arguments are not valid; the message is what the agent is told."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The agent the server speaks for."""
+
+    agent_id: str
+    group_id: str
+
+
+@dataclass(frozen=True)
+class ProtocolTool:
+    """A publishing tool: its name, its payload model, and how the agent's id enters the payload."""
+
+    name: str
+    model: type[Payload]
+    description: str
+    agent_field: str | None = "agent_id"
+    """``agent_id``: filled in and hidden from the schema; ``agent``: defaults to the agent's id."""
+    hint: str = ""
+
+
+PROTOCOL_TOOLS: Final[tuple[ProtocolTool, ...]] = (
+    ProtocolTool(
+        "request_clarification",
+        ClarificationNeeded,
+        "[CLARIFICATION_NEEDED] Ask your parent questions you cannot proceed without.",
+        hint=_WAIT_HINT,
+    ),
+    ProtocolTool(
+        "stop_work",
+        StopWork,
+        "[STOP_WORK] Signal that you cannot proceed (a blocker or an error) and what is needed to resume.",
+        hint=_WAIT_HINT,
+    ),
+    ProtocolTool(
+        "request_delegation",
+        DelegateWork,
+        "[DELEGATE_WORK] Ask for another background agent to take on a piece of work.",
+        hint=" The decision arrives as a directive (wait_for_directive).",
+    ),
+    ProtocolTool(
+        "report_completion",
+        CompletionReport,
+        "[COMPLETION_REPORT] Report that you finished: status, deliverables, summary.",
+    ),
+    ProtocolTool("report_progress", Progress, "[PROGRESS] Report how far you are (percent, message, ETA)."),
+    ProtocolTool(
+        "add_finding",
+        Finding,
+        "Report one finding (an issue at a file:line) to the group's append-only findings.",
+        agent_field="agent",
+    ),
+    ProtocolTool(
+        "submit_result",
+        ResultReport,
+        "Submit your result report (the result contract: status, summary, findings, references...).",
+        agent_field=None,
+    ),
+)
+
+
+class WaitInput(BaseModel):
+    """Block until a directive (the answer to your signal) arrives, and return its resume prompt."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    timeout_seconds: float = Field(default=60.0, ge=0, le=3600, description="How long to wait.")
+
+
+class StatusInput(BaseModel):
+    """Your own record as the coordinator keeps it: state, open questions, blocker, progress."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def input_schema(tool: ProtocolTool) -> dict[str, Any]:
+    """The tool's input schema: its payload model's JSON Schema, without the id the server fills in."""
+    schema = tool.model.model_json_schema()
+    if tool.agent_field == "agent_id":
+        schema["properties"].pop("agent_id", None)
+        schema["required"] = [name for name in schema.get("required", []) if name != "agent_id"]
+    schema["description"] = tool.description
+    return schema
+
+
+def payload_of(tool: ProtocolTool, arguments: Mapping[str, Any], agent_id: str) -> Payload:
+    """The payload of a call, validated by the model; :class:`ToolInputError` says what is wrong."""
+    values = dict(arguments)
+    if tool.agent_field == "agent_id":
+        given = values.get("agent_id", agent_id)
+        if given != agent_id:
+            raise ToolInputError(f"this server speaks for agent {agent_id!r}, not {given!r}")
+        values["agent_id"] = agent_id
+    elif tool.agent_field is not None and not values.get(tool.agent_field):
+        values[tool.agent_field] = agent_id
+    try:
+        return tool.model.model_validate(values)
+    except ValidationError as exc:
+        raise ToolInputError(f"invalid {tool.name} call: {describe_errors(exc, limit=10)}") from None
+
+
+def _text(text: str, *, error: bool = False) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=error)
+
+
+class ProtocolServer:
+    """The MCP tools of one agent, on a bus connection opened at the first call that needs it."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        identity: Identity | None,
+        *,
+        workdir: Path | None = None,
+        publish_timeout_s: float = 30.0,
+        claim_idle_ms: int = DEFAULT_CLAIM_IDLE_MS,
+    ) -> None:
+        self.settings = settings
+        self.identity = identity
+        self.workdir = workdir
+        self.publish_timeout_s = publish_timeout_s
+        self.claim_idle_ms = claim_idle_ms
+        self.source = f"mcp:{uuid.uuid4().hex[:12]}"
+        self.tools = {tool.name: tool for tool in PROTOCOL_TOOLS}
+        self._bus: AgentBus | None = None
+        self._connecting = asyncio.Lock()
+
+    def server(self) -> Server[Any]:
+        """The MCP server (the SDK's low-level one: the schemas are the payload models')."""
+        who = (
+            f"You are agent {self.identity.agent_id} in task group {self.identity.group_id}. "
+            if self.identity
+            else ""
+        )
+        return Server(
+            "subagent-bus",
+            instructions=f"{who}These tools are the subagent communication protocol: signal your parent "
+            "with them instead of printing signal blocks, then wait_for_directive for its answer.",
+            on_list_tools=self.list_tools,
+            on_call_tool=self.call_tool,
+        )
+
+    async def serve_stdio(self) -> None:
+        """Serve on stdin/stdout until the client closes them."""
+        server = self.server()
+        try:
+            async with stdio_server() as (read_stream, write_stream):
+                await server.run(read_stream, write_stream, server.create_initialization_options())
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._bus is not None:
+            await self._bus.client.aclose()
+            self._bus = None
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        tools = [
+            types.Tool(name=tool.name, description=tool.description, input_schema=input_schema(tool))
+            for tool in PROTOCOL_TOOLS
+        ]
+        for name, model in (("wait_for_directive", WaitInput), ("status", StatusInput)):
+            tools.append(
+                types.Tool(name=name, description=model.__doc__, input_schema=model.model_json_schema())
+            )
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        """Run one tool; every failure is a tool error the agent can read, never a crash."""
+        arguments = params.arguments or {}
+        try:
+            if params.name == "wait_for_directive":
+                return await self.wait_for_directive(_validated(WaitInput, arguments))
+            if params.name == "status":
+                _validated(StatusInput, arguments)
+                return await self.status()
+            tool = self.tools.get(params.name)
+            if tool is None:
+                return _text(f"unknown tool {params.name!r}", error=True)
+            return await self.publish(tool, arguments)
+        except ValueError as exc:  # ToolInputError, or a value the bus refuses (an over-long id...)
+            return _text(str(exc), error=True)
+        except BusError as exc:
+            return _text(f"the bus failed: {exc}", error=True)
+
+    async def publish(self, tool: ProtocolTool, arguments: Mapping[str, Any]) -> types.CallToolResult:
+        """Validate a call, then publish its envelope exactly as an adapter would."""
+        identity = self._identity()
+        payload = payload_of(tool, arguments, identity.agent_id)
+        bus = await self._connected()
+        envelope = bus.envelope(payload, source=self.source)
+        size = len(encode(envelope))
+        if size > MAX_ENVELOPE_BYTES:
+            raise ToolInputError(f"the {tool.name} call is {size} bytes encoded, over {MAX_ENVELOPE_BYTES}")
+        try:
+            await asyncio.wait_for(bus.publish([envelope]), self.publish_timeout_s)
+        except TimeoutError:
+            return _text(
+                f"the bus did not answer within {self.publish_timeout_s:g}s; the {envelope.type.value} "
+                "may or may not have been published",
+                error=True,
+            )
+        return _text(
+            f"published {envelope.type.value} {envelope.id} for agent {identity.agent_id} "
+            f"in group {identity.group_id}.{tool.hint}"
+        )
+
+    async def wait_for_directive(self, request: WaitInput) -> types.CallToolResult:
+        """``listen`` as a tool: the next directive's resume prompt, or a timeout message."""
+        bus = await self._connected()
+        listener = InboxListener(bus.client, bus.inbox, claim_idle_ms=self.claim_idle_ms, log=bus.log)
+        received = await listener.next(request.timeout_seconds)
+        if received is None:
+            return _text(f"no directive within {request.timeout_seconds:g} s")
+        await listener.ack(received)
+        return _text(received.directive.prompt)
+
+    async def status(self) -> types.CallToolResult:
+        """The agent's record in the coordinator's group state (JSON), read without the coordinator."""
+        identity = self._identity()
+        bus = await self._connected()
+        key = bus.keys.state(bus.shard, f"group:{identity.group_id}")
+        with translated():
+            raw = await bus.client.hget(key, f"a:{identity.agent_id}")
+        if raw is None:
+            return _text(
+                f"the coordinator has no record of agent {identity.agent_id} in group "
+                f"{identity.group_id} yet (it registers an agent at its first signal)"
+            )
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            return _text(f"the stored record of {identity.agent_id} is not JSON: {exc}", error=True)
+        if not isinstance(record, dict):
+            return _text(f"the stored record of {identity.agent_id} is not a JSON object", error=True)
+        # Records are stored without their default values; the state is the one worth spelling out.
+        record = {"state": AgentState.RUNNING.value, **record}
+        return _text(orjson.dumps(record, option=orjson.OPT_INDENT_2).decode())
+
+    def _identity(self) -> Identity:
+        if self.identity is None:
+            raise ToolInputError(
+                "this server has no agent identity: start it with --agent-id and --group "
+                "(or SUBAGENT_BUS_AGENT_ID and SUBAGENT_BUS_GROUP in its environment)"
+            )
+        return self.identity
+
+    async def _connected(self) -> AgentBus:
+        identity = self._identity()
+        async with self._connecting:
+            if self._bus is None:
+                self._bus = await connect_bus(
+                    self.settings, identity.agent_id, identity.group_id, workdir=self.workdir
+                )
+            return self._bus
+
+
+def _validated(model: type[BaseModel], arguments: Mapping[str, Any]) -> Any:
+    try:
+        return model.model_validate(arguments)
+    except ValidationError as exc:
+        raise ToolInputError(f"invalid arguments: {describe_errors(exc, limit=10)}") from None

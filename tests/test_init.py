@@ -1,0 +1,251 @@
+"""``subagent-bus init``: merged, idempotent, hand edits kept unless --force, no secrets written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner, Result
+
+from agents.identity import IDENTITY_STATEMENT, SIGNAL_TEMPLATES
+from agents.init import HOOK_MATCHER, MARK_END, MARK_START, URL_REFERENCE, hook_entry, init, server_entry
+from agents.parser import SignalItem, parse_text
+from agents.task_hook import HOOK_COMMAND
+from bus.envelope import EnvelopeType
+from tests.adapter_kit import CLI, open_bus, wait_until
+
+FILES = (".mcp.json", "CLAUDE.md", ".claude/settings.json")
+
+
+def run_init(directory: Path, *args: str) -> Result:
+    return CliRunner().invoke(init, ["--dir", str(directory), *args], catch_exceptions=False)
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(directory)): path.read_bytes()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }
+
+
+def load(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def test_init_in_an_empty_repository(tmp_path: Path) -> None:
+    result = run_init(tmp_path)
+    assert result.exit_code == 0, result.output
+    for name in FILES:
+        assert f"created {name}" in result.output
+    assert load(tmp_path / ".mcp.json") == {
+        "mcpServers": {"subagent-bus": {"type": "stdio", "command": "subagent-bus", "args": ["mcp"]}}
+    }
+    claude = (tmp_path / "CLAUDE.md").read_text(encoding="utf-8")
+    assert claude.startswith(MARK_START) and claude.endswith(MARK_END + "\n")
+    assert IDENTITY_STATEMENT in claude
+    for template in SIGNAL_TEMPLATES:
+        assert template in claude
+    assert "subagent-bus listen" in claude and "wait_for_directive" in claude
+    assert not [item for item in parse_text(claude) if isinstance(item, SignalItem)]  # templates only
+    hooks = load(tmp_path / ".claude/settings.json")["hooks"]
+    assert hooks == {"PostToolUse": [hook_entry()]}
+    assert hooks["PostToolUse"][0]["matcher"] == HOOK_MATCHER
+    assert hooks["PostToolUse"][0]["hooks"][0]["command"] == HOOK_COMMAND
+
+
+def test_init_merges_into_existing_files_and_a_second_run_changes_nothing(tmp_path: Path) -> None:
+    other_server = {"command": "other-server", "args": ["--stdio"]}
+    (tmp_path / ".mcp.json").write_text(json.dumps({"mcpServers": {"other": other_server}}))
+    (tmp_path / "CLAUDE.md").write_text("# Project rules\n\nUse tabs.\n")
+    (tmp_path / ".claude").mkdir()
+    bash_hook = {"matcher": "Bash", "hooks": [{"type": "command", "command": "echo bash"}]}
+    stop_hook = {"hooks": [{"type": "command", "command": "echo stop"}]}
+    settings = {
+        "permissions": {"allow": ["Read"]},
+        "hooks": {"PostToolUse": [bash_hook], "Stop": [stop_hook]},
+    }
+    (tmp_path / ".claude/settings.json").write_text(json.dumps(settings))
+
+    first = run_init(tmp_path)
+    assert first.exit_code == 0, first.output
+    for name in FILES:
+        assert f"updated {name}" in first.output
+    servers = load(tmp_path / ".mcp.json")["mcpServers"]
+    assert servers == {"other": other_server, "subagent-bus": server_entry(None)}
+    claude = (tmp_path / "CLAUDE.md").read_text()
+    assert claude.startswith("# Project rules\n\nUse tabs.\n\n" + MARK_START)
+    merged = load(tmp_path / ".claude/settings.json")
+    assert merged["permissions"] == {"allow": ["Read"]}
+    assert merged["hooks"] == {"PostToolUse": [bash_hook, hook_entry()], "Stop": [stop_hook]}
+
+    before = snapshot(tmp_path)
+    second = run_init(tmp_path)
+    assert second.exit_code == 0, second.output
+    assert "nothing to change" in second.output
+    for name in FILES:
+        assert f"unchanged {name}" in second.output
+    assert snapshot(tmp_path) == before
+
+
+def test_a_hand_edited_section_is_refused_without_force_and_replaced_with_it(tmp_path: Path) -> None:
+    assert run_init(tmp_path).exit_code == 0
+    claude = tmp_path / "CLAUDE.md"
+    edited = claude.read_text().replace("Use the tools", "Please use the tools")
+    assert edited.count("Please use the tools") == 1
+    edited = "Intro kept.\n\n" + edited + "\nOutro kept.\n"
+    claude.write_text(edited)
+    (tmp_path / ".mcp.json").unlink()
+    before = snapshot(tmp_path)
+
+    refused = run_init(tmp_path)
+    assert refused.exit_code == 1
+    assert "CLAUDE.md" in refused.output and "--force" in refused.output
+    assert "nothing was written" in refused.output
+    assert snapshot(tmp_path) == before  # not even the missing .mcp.json
+
+    forced = run_init(tmp_path, "--force")
+    assert forced.exit_code == 0, forced.output
+    text = claude.read_text()
+    assert "Please use the tools" not in text
+    assert text.startswith("Intro kept.\n\n" + MARK_START)
+    assert text.endswith(MARK_END + "\n\nOutro kept.\n")
+    assert (tmp_path / ".mcp.json").exists()
+    assert run_init(tmp_path).output.count("unchanged") == 3
+
+
+def test_another_subagent_bus_server_or_hook_needs_force(tmp_path: Path) -> None:
+    mine = {"command": "/opt/bin/subagent-bus", "args": ["mcp", "--namespace", "x"]}
+    (tmp_path / ".mcp.json").write_text(
+        json.dumps({"mcpServers": {"subagent-bus": mine, "o": {"command": "o"}}})
+    )
+    (tmp_path / ".claude").mkdir()
+    old_hook = {"matcher": "Task", "hooks": [{"type": "command", "command": f"{HOOK_COMMAND} --group g"}]}
+    (tmp_path / ".claude/settings.json").write_text(json.dumps({"hooks": {"PostToolUse": [old_hook]}}))
+
+    refused = run_init(tmp_path)
+    assert refused.exit_code == 1
+    assert ".mcp.json" in refused.output and ".claude/settings.json" in refused.output
+    assert not (tmp_path / "CLAUDE.md").exists()
+
+    forced = run_init(tmp_path, "--force")
+    assert forced.exit_code == 0, forced.output
+    assert load(tmp_path / ".mcp.json")["mcpServers"] == {
+        "subagent-bus": server_entry(None),
+        "o": {"command": "o"},
+    }
+    assert load(tmp_path / ".claude/settings.json")["hooks"]["PostToolUse"] == [hook_entry()]
+
+
+def test_damaged_markers_and_invalid_json_are_refused_even_with_force(tmp_path: Path) -> None:
+    (tmp_path / "CLAUDE.md").write_text(f"{MARK_START}\nhalf a section\n")
+    (tmp_path / ".mcp.json").write_text("{not json")
+    before = snapshot(tmp_path)
+    result = run_init(tmp_path, "--force")
+    assert result.exit_code == 1
+    assert "markers are damaged" in result.output and "not valid JSON" in result.output
+    assert snapshot(tmp_path) == before
+
+
+def test_a_url_with_a_password_is_never_written(tmp_path: Path) -> None:
+    result = run_init(tmp_path, "--url", "redis://agent:s3cret@redis.internal:6379/0")
+    assert result.exit_code == 0, result.output
+    entry = load(tmp_path / ".mcp.json")["mcpServers"]["subagent-bus"]
+    assert entry["env"] == {"SUBAGENT_BUS_REDIS_URL": URL_REFERENCE}
+    assert all(b"s3cret" not in content for content in snapshot(tmp_path).values())
+    assert "s3cret" not in result.output
+    assert "export it" in result.output
+
+    other = tmp_path / "other"
+    other.mkdir()
+    query = run_init(other, "--url", "redis+sentinel://s1:26379/mymaster?sentinel_password=hush")
+    assert load(other / ".mcp.json")["mcpServers"]["subagent-bus"]["env"] == {
+        "SUBAGENT_BUS_REDIS_URL": URL_REFERENCE
+    }
+    assert "hush" not in query.output
+
+
+def test_a_url_without_password_is_written(tmp_path: Path) -> None:
+    assert run_init(tmp_path, "--url", "redis://redis.internal:6379/2").exit_code == 0
+    env = load(tmp_path / ".mcp.json")["mcpServers"]["subagent-bus"]["env"]
+    assert env == {"SUBAGENT_BUS_REDIS_URL": "redis://redis.internal:6379/2"}
+    bad = CliRunner().invoke(init, ["--dir", str(tmp_path), "--url", "http://nope"])
+    assert bad.exit_code == 2
+    assert "unsupported URL scheme" in bad.output
+
+
+def test_codex_gets_agents_md_and_a_config_snippet(tmp_path: Path) -> None:
+    result = run_init(tmp_path, "--agent", "codex")
+    assert result.exit_code == 0, result.output
+    assert sorted(snapshot(tmp_path)) == ["AGENTS.md"]
+    agents = (tmp_path / "AGENTS.md").read_text()
+    assert IDENTITY_STATEMENT in agents and "PostToolUse" not in agents
+    assert "[mcp_servers.subagent-bus]" in result.output
+
+
+# -- the Task hook ------------------------------------------------------------------------------------
+
+
+def hook(stdin: bytes, cwd: Path, url: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [CLI, "init", "hook-task", *args],
+        input=stdin,
+        cwd=cwd,
+        capture_output=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "SUBAGENT_BUS_REDIS_URL": url},
+    )
+
+
+async def test_the_task_hook_puts_a_background_agent_on_the_bus(redis_url: str, tmp_path: Path) -> None:
+    output = tmp_path / "output-agent-xyz.md"
+    output.write_text(
+        "Working...\n[COMPLETION_REPORT]\nagent_id: agent-xyz\nstatus: success\nsummary: Found the files\n"
+        "[/COMPLETION_REPORT]\n"
+    )
+    call = {
+        "session_id": "session-1",
+        "cwd": str(tmp_path),
+        "hook_event_name": "PostToolUse",
+        "tool_name": "Task",
+        "tool_input": {"subagent_type": "Explore", "prompt": "Find auth files", "run_in_background": True},
+        "tool_response": {"status": "async_launched", "agentId": "agent-xyz", "outputFile": str(output)},
+    }
+    done = hook(json.dumps(call).encode(), tmp_path, redis_url)
+    assert done.returncode == 0, done.stderr
+    assert b"following agent-xyz (group session-1)" in done.stdout
+    async with open_bus(redis_url) as bus:
+
+        async def completed() -> bool:
+            return await bus.has("session-1", EnvelopeType.COMPLETION_REPORT)
+
+        await wait_until(completed, 30, "the adapter to publish the completion report")
+        [started] = await bus.of_type("session-1", EnvelopeType.AGENT_STARTED)
+        assert started.agent_id == "agent-xyz"
+    logs = tmp_path / ".subagent-bus/hooks"
+    assert (logs / "agent-xyz.prompt.md").read_text() == "Find auth files"  # passed as --task-file
+    assert (logs / "agent-xyz.log").exists()
+
+
+async def test_the_task_hook_ignores_other_calls_and_reports_bad_input(
+    redis_url: str, tmp_path: Path
+) -> None:
+    foreground = {
+        "session_id": "s",
+        "tool_name": "Task",
+        "tool_response": {"status": "completed", "content": []},
+    }
+    done = hook(json.dumps(foreground).encode(), tmp_path, redis_url)
+    assert (done.returncode, done.stdout) == (0, b"")
+    assert not (tmp_path / ".subagent-bus").exists()
+    bad = hook(b"not json", tmp_path, redis_url)
+    assert bad.returncode == 1
+    assert b"not JSON" in bad.stderr
+    no_group = {"tool_response": {"agentId": "a", "outputFile": str(tmp_path / "o")}}
+    missing = hook(json.dumps(no_group).encode(), tmp_path, redis_url)
+    assert missing.returncode == 1
+    assert b"--group" in missing.stderr

@@ -1,0 +1,250 @@
+"""``subagent-bus listen``: real processes against a real Redis; a directive is printed once, never lost."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from agents.delivery import GROUP
+from agents.listen import CONSUMER, EXIT_ERROR, EXIT_RECEIVED, EXIT_TIMEOUT, PAUSE_ENV, _block_ms
+from bus.directives import AnswerItem, ClarificationResponse, LaunchReason, LaunchRequest
+from bus.embedded import RedisProcess
+from bus.envelope import Envelope, decode, new_envelope
+from bus.keys import dead_stream_for
+from bus.publisher import Publisher
+from tests.adapter_kit import CLI, Bus, exited, open_bus, wait_until
+
+GROUP_ID = "g-listen"
+
+
+def directive(agent: str, answer: str = "Use JWT") -> Envelope:
+    payload = ClarificationResponse(
+        answers=[AnswerItem(question_id="Q1", question="Which auth?", answer=answer)], next_step="Go on"
+    )
+    return new_envelope(payload, agent_id=agent, group_id=GROUP_ID, source="coordinator")
+
+
+def listener(url: str, agent: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [CLI, "listen", "--agent-id", agent, "--group", GROUP_ID, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "SUBAGENT_BUS_REDIS_URL": url, **(env or {})},
+    )
+
+
+def delivering_adapter(url: str, agent: str, output: Path, responses: Path) -> subprocess.Popen[bytes]:
+    """``adapter watch`` delivering the agent's directives into a response file."""
+    return subprocess.Popen(
+        [
+            CLI,
+            "adapter",
+            "watch",
+            str(output),
+            "--agent-id",
+            agent,
+            "--group",
+            GROUP_ID,
+            "--deliver",
+            f"file:{responses}",
+        ],
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "SUBAGENT_BUS_REDIS_URL": url},
+    )
+
+
+async def blocked_clients(bus: Bus, n: int) -> None:
+    """Wait until ``n`` clients are blocked in a read (the listeners are waiting on the inbox)."""
+
+    async def blocked() -> bool:
+        info: dict[str, Any] = await bus.client.info("clients")
+        return int(info["blocked_clients"]) >= n
+
+    await wait_until(blocked, 20, f"{n} blocked listener(s)")
+
+
+async def finish(process: subprocess.Popen[bytes], seconds: float = 20) -> tuple[int, bytes, bytes]:
+    code = await exited(process, seconds)
+    assert process.stdout is not None and process.stderr is not None
+    return code, process.stdout.read(), process.stderr.read()
+
+
+def decode_prompt(out: bytes) -> str:
+    return out.decode().removesuffix("\n")
+
+
+async def pending(bus: Bus, agent: str) -> int:
+    summary: Any = await bus.client.xpending(bus.inbox(GROUP_ID, agent), GROUP)
+    return int(summary["pending"])
+
+
+async def test_directive_published_after_start_is_printed_and_consumed(redis_url: str) -> None:
+    async with open_bus(redis_url) as bus:
+        process = listener(redis_url, "a1")
+        await blocked_clients(bus, 1)
+        sent = directive("a1")
+        await Publisher(bus.client, bus.keys).send_directive(sent)
+        code, out, err = await finish(process)
+        assert code == EXIT_RECEIVED, err
+        assert out.decode() == sent.payload.render() + "\n"  # type: ignore[union-attr]
+        assert await pending(bus, "a1") == 0
+        again = listener(redis_url, "a1", "--timeout", "0.2")
+        assert (await finish(again))[:2] == (EXIT_TIMEOUT, b"")  # consumed: not printed twice
+
+
+async def test_json_prints_the_envelope(bus_url: str) -> None:
+    """Also on a Redis Cluster: the inbox, its group and its dead letters share one hash slot."""
+    async with open_bus(bus_url) as bus:
+        sent = directive("a2")
+        await Publisher(bus.client, bus.keys).send_directive(sent)  # before the listener starts
+        code, out, err = await finish(listener(bus_url, "a2", "--json", "--timeout", "10"))
+        assert code == EXIT_RECEIVED, err
+        assert out.count(b"\n") == 1
+        assert decode(out.strip()) == sent
+
+
+async def test_timeout_exits_3_without_output(redis_url: str) -> None:
+    code, out, err = await finish(listener(redis_url, "a3", "--timeout", "0.3"))
+    assert (code, out) == (EXIT_TIMEOUT, b"")
+    assert b"no directive" in err
+
+
+async def test_unreachable_server_is_exit_1(tmp_path: Path) -> None:
+    code, out, err = await finish(listener("redis://127.0.0.1:1/0", "a4", "--timeout", "1"))
+    assert (code, out) == (EXIT_ERROR, b"")
+    assert b"Error:" in err
+
+
+async def test_missing_identity_is_a_usage_error() -> None:
+    process = await asyncio.create_subprocess_exec(
+        CLI,
+        "listen",
+        "--group",
+        GROUP_ID,
+        stderr=asyncio.subprocess.PIPE,
+        env={k: v for k, v in os.environ.items() if k != "SUBAGENT_BUS_AGENT_ID"},
+    )
+    _, err = await process.communicate()
+    assert await process.wait() == 2
+    assert b"--agent-id" in err
+
+
+async def test_two_racing_listeners_exactly_one_prints(redis_url: str) -> None:
+    async with open_bus(redis_url) as bus:
+        first = listener(redis_url, "a5", "--timeout", "4")
+        second = listener(redis_url, "a5", "--timeout", "4")
+        await blocked_clients(bus, 2)
+        sent = directive("a5")
+        await Publisher(bus.client, bus.keys).send_directive(sent)
+        results = sorted([(await finish(first))[:2], (await finish(second))[:2]])
+        prompt = (sent.payload.render() + "\n").encode()  # type: ignore[union-attr]
+        assert results == [(EXIT_RECEIVED, prompt), (EXIT_TIMEOUT, b"")]
+        assert await pending(bus, "a5") == 0
+
+
+async def test_listener_killed_before_printing_leaves_the_directive_for_the_next(
+    redis_url: str, tmp_path: Path
+) -> None:
+    marker = tmp_path / "paused"
+    async with open_bus(redis_url) as bus:
+        doomed = listener(redis_url, "a6", "--claim-idle-ms", "200", env={PAUSE_ENV: str(marker)})
+        await blocked_clients(bus, 1)
+        sent = directive("a6")
+        entry_id = await Publisher(bus.client, bus.keys).send_directive(sent)
+
+        async def paused() -> bool:
+            return marker.exists() and marker.read_text() == entry_id
+
+        await wait_until(paused, 20, "the listener to read the directive and pause")
+        doomed.send_signal(signal.SIGKILL)
+        code, out, _ = await finish(doomed)
+        assert (code, out) == (-signal.SIGKILL, b"")
+        assert await pending(bus, "a6") == 1  # read, never acknowledged
+
+        code, out, err = await finish(listener(redis_url, "a6", "--claim-idle-ms", "200", "--timeout", "15"))
+        assert code == EXIT_RECEIVED, err
+        assert out.decode() == sent.payload.render() + "\n"  # type: ignore[union-attr]
+        assert await pending(bus, "a6") == 0
+
+
+async def test_a_listener_outlives_a_server_restart(fresh_redis: RedisProcess) -> None:
+    url = fresh_redis.url
+    process = listener(url, "a9", "--timeout", "60")
+    async with open_bus(url) as bus:
+        await blocked_clients(bus, 1)
+    fresh_redis.kill()  # the blocked read fails: the listener retries
+    fresh_redis.start()
+    async with open_bus(url) as bus:
+        sent = directive("a9")
+        await Publisher(bus.client, bus.keys).send_directive(sent)
+        code, out, err = await finish(process, 60)
+        assert code == EXIT_RECEIVED, err
+        assert decode_prompt(out) == sent.payload.render()  # type: ignore[union-attr]
+        assert b"retrying" in err
+
+
+async def test_other_entries_are_skipped_and_bad_ones_dead_lettered(redis_url: str) -> None:
+    async with open_bus(redis_url) as bus:
+        inbox = bus.inbox(GROUP_ID, "a7")
+        launch = LaunchRequest(request_id="r1", new_agent_id="x", reason=LaunchReason.DELEGATION, task="t")
+        publisher = Publisher(bus.client, bus.keys)
+        await publisher.send_directive(new_envelope(launch, agent_id="a7", group_id=GROUP_ID))
+        await bus.client.xadd(inbox, {"data": b"{not json"})
+        sent = directive("a7")
+        await publisher.send_directive(sent)
+        code, out, err = await finish(listener(redis_url, "a7", "--json", "--timeout", "10"))
+        assert code == EXIT_RECEIVED, err
+        assert decode(out.strip()) == sent
+        assert await pending(bus, "a7") == 0
+        dead: Any = await bus.client.xrange(dead_stream_for(inbox), "-", "+")
+        assert [fields[b"data"] for _, fields in dead] == [b"{not json"]
+
+
+async def test_a_delivering_adapter_and_a_listener_share_the_directives(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Both follow the inbox in one consumer group: every directive reaches the agent exactly once."""
+    responses = tmp_path / "responses.md"
+    async with open_bus(redis_url) as bus:
+        sent = [directive("a8", answer=f"answer {i}") for i in range(4)]
+        publisher = Publisher(bus.client, bus.keys)
+        for envelope in sent[:2]:
+            await publisher.send_directive(envelope)
+        code, out, err = await finish(listener(redis_url, "a8", "--json", "--timeout", "10"))
+        assert code == EXIT_RECEIVED, err
+        by_listener = decode(out.strip())
+        adapter = delivering_adapter(redis_url, "a8", tmp_path / "out.log", responses)
+        try:
+            for envelope in sent[2:]:
+                await publisher.send_directive(envelope)
+
+            async def delivered() -> bool:
+                return responses.exists() and responses.read_text().count("end of directive") == 3
+
+            await wait_until(delivered, 20, "the adapter to deliver the other three")
+        finally:
+            adapter.send_signal(signal.SIGTERM)
+            await exited(adapter, 20)
+        text = responses.read_text()
+        assert by_listener == sent[0]
+        for envelope in sent[1:]:
+            assert text.count(f"end of directive {envelope.id} ") == 1
+        assert sent[0].id not in text
+        assert await pending(bus, "a8") == 0
+
+
+def test_block_ms() -> None:
+    assert _block_ms(None, 2000) == 1000
+    assert _block_ms(None, 200) == 100
+    assert _block_ms(0.05, 2000) == 50
+    assert _block_ms(0.0, 2000) is None
+    assert _block_ms(-1.0, 2000) is None
+    assert _block_ms(0.0001, 2000) == 1  # never 0, which would block for ever
+
+
+def test_listeners_share_the_adapters_group() -> None:
+    assert (GROUP, CONSUMER) == ("adapter", "listen")

@@ -1,0 +1,305 @@
+"""``subagent-bus mcp`` driven over stdio by the SDK's client, against a real Redis.
+
+Every tool publishes the envelope an adapter publishes for the same signal printed as text: same type,
+kind, agent, group and payload. Ids differ (the text path derives them from byte offsets in the output,
+a tool call has none) and so do ``source`` and ``ts`` (the moment of publishing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import mcp_types as types
+import orjson
+import yaml
+from mcp.client import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from agents.adapter import AgentBus, OutputStream
+from agents.findings_io import parse_findings
+from bus.directives import AnswerItem, ClarificationResponse
+from bus.envelope import Envelope, EnvelopeType, new_envelope
+from bus.keys import StreamKind
+from bus.publisher import Publisher
+from tests.adapter_kit import CLI, Bus, open_bus, wait_until
+
+AGENT = "mcp-agent"
+GROUP_ID = "g-mcp"
+TS = "2026-01-11T08:45:00-05:00"
+
+SIGNALS: dict[str, tuple[EnvelopeType, dict[str, Any]]] = {
+    "request_clarification": (
+        EnvelopeType.CLARIFICATION_NEEDED,
+        {
+            "timestamp": TS,
+            "blocked_at": "Analyzing authentication patterns in src/auth/",
+            "reason": "Multiple authentication strategies found",
+            "questions": [
+                {"question_id": "Q1", "text": "OAuth2, JWT, or both?", "context": "Both exist"},
+                {"question_id": "Q2", "text": "Framework 2.0 or 3.0?"},
+            ],
+            "can_resume_with": "Which strategies to analyze",
+            "current_state": "Secret scan done",
+        },
+    ),
+    "stop_work": (
+        EnvelopeType.STOP_WORK,
+        {
+            "timestamp": TS,
+            "stop_reason": "blocker",
+            "blocker_type": "external_dependency",
+            "details": "npm audit needs node_modules",
+            "completed_work": "✓ Scanned for secrets\n✓ Analyzed SQL\n",
+            "resume_requirements": "Run npm install",
+        },
+    ),
+    "request_delegation": (
+        EnvelopeType.DELEGATE_WORK,
+        {
+            "timestamp": TS,
+            "delegation_reason": "Large refactoring found",
+            "new_task_description": "Refactor the auth module",
+            "independence": "can_proceed_parallel",
+            "priority": "P1",
+            "estimated_duration": "2-3 hours",
+        },
+    ),
+    "report_completion": (
+        EnvelopeType.COMPLETION_REPORT,
+        {
+            "timestamp": TS,
+            "status": "success",
+            "deliverables": "- SECURITY_ANALYSIS.md (report)\n",
+            "summary": "Scanned 120 files",
+            "total_duration": "3h 45m",
+        },
+    ),
+    "report_progress": (
+        EnvelopeType.PROGRESS,
+        {"timestamp": TS, "percent": 40, "message": "Scanning src/auth", "eta": "20m"},
+    ),
+}
+
+RESULT_TEXT = """\
+## Security Auditor Result
+
+### Status
+PARTIAL
+
+### Summary
+Audited the auth module.
+
+### Findings
+| ID | Severity | Title | File:Line |
+|----|----------|-------|-----------|
+| SEC-001 | high | Token never expires | src/auth/jwt.ts:42 |
+
+### Confidence
+80 - verified by reading the code
+
+### Next Steps
+- Review the OAuth2 flow
+"""
+
+
+def signal_text(type_: EnvelopeType, fields: dict[str, Any]) -> str:
+    """The signal as an agent prints it: the tag lines around the YAML fields."""
+    body = yaml.safe_dump({"agent_id": AGENT, **fields}, sort_keys=False, allow_unicode=True)
+    return f"Some prose first.\n[{type_.value}]\n{body}[/{type_.value}]\n"
+
+
+def server(url: str, *args: str) -> StdioServerParameters:
+    env = {"SUBAGENT_BUS_REDIS_URL": url, **{k: v for k, v in os.environ.items() if k.startswith("PYTHON")}}
+    return StdioServerParameters(command=CLI, args=["mcp", *args], env=env)
+
+
+@asynccontextmanager
+async def session(url: str, *args: str) -> AsyncIterator[ClientSession]:
+    identity = ("--agent-id", AGENT, "--group", GROUP_ID)
+    async with (
+        stdio_client(server(url, *identity, *args)) as (read, write),
+        ClientSession(read, write) as client,
+    ):
+        await client.initialize()
+        yield client
+
+
+async def call(client: ClientSession, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    result = await client.call_tool(name, arguments)
+    assert isinstance(result, types.CallToolResult)
+    return result
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "".join(block.text for block in result.content if isinstance(block, types.TextContent))
+
+
+async def signals(bus: Bus) -> list[Envelope]:
+    return await bus.envelopes(GROUP_ID)
+
+
+def adapter_envelopes(bus: Bus, text: str) -> list[Envelope]:
+    """What an adapter following this agent's output publishes for ``text``."""
+    stream = OutputStream(AgentBus(bus.client, bus.keys, AGENT, GROUP_ID), "file:/tmp/out.md")
+    return stream.feed(text.encode()) + stream.close()
+
+
+def assert_same_signal(published: Envelope, expected: Envelope) -> None:
+    assert (published.kind, published.type) == (expected.kind, expected.type)
+    assert (published.agent_id, published.group_id) == (expected.agent_id, expected.group_id)
+    assert published.payload == expected.payload
+    assert published.source.startswith("mcp:")
+    assert published.id != expected.id
+
+
+async def test_list_tools_shows_typed_input_schemas(redis_url: str) -> None:
+    async with session(redis_url) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    assert set(tools) == {*SIGNALS, "add_finding", "submit_result", "wait_for_directive", "status"}
+    clarify = tools["request_clarification"].input_schema
+    assert "agent_id" not in clarify["properties"]
+    assert set(clarify["required"]) == {"blocked_at", "reason", "questions"}
+    assert clarify["properties"]["questions"]["minItems"] == 1
+    assert clarify["properties"]["timestamp"]["anyOf"][0]["format"] == "date-time"
+    stop = tools["stop_work"].input_schema
+    assert stop["$defs"]["StopReason"]["enum"] == ["blocker", "error", "completion"]
+    delegate = tools["request_delegation"].input_schema
+    assert delegate["$defs"]["Priority"]["enum"] == ["P0", "P1", "P2"]
+    assert tools["report_progress"].input_schema["properties"]["percent"]["maximum"] == 100
+    assert "title" in tools["add_finding"].input_schema["required"]
+    assert {"agent", "status", "summary"} <= set(tools["submit_result"].input_schema["required"])
+    wait = tools["wait_for_directive"].input_schema["properties"]["timeout_seconds"]
+    assert (wait["type"], wait["minimum"], wait["maximum"]) == ("number", 0, 3600)
+    assert tools["status"].input_schema["properties"] == {}
+
+
+async def test_every_signal_tool_publishes_what_the_adapter_publishes_for_the_text(redis_url: str) -> None:
+    async with open_bus(redis_url) as bus, session(redis_url) as client:
+        for name, (type_, fields) in SIGNALS.items():
+            [expected] = adapter_envelopes(bus, signal_text(type_, fields))
+            result = await call(client, name, fields)
+            assert not result.is_error, text_of(result)
+            published = (await signals(bus))[-1]
+            assert published.id in text_of(result)
+            assert_same_signal(published, expected)
+        assert len(await signals(bus)) == len(SIGNALS)
+
+
+async def test_submit_result_publishes_the_parsed_report(redis_url: str) -> None:
+    async with open_bus(redis_url) as bus, session(redis_url) as client:
+        [expected] = adapter_envelopes(bus, RESULT_TEXT)
+        assert expected.type is EnvelopeType.RESULT
+        result = await call(client, "submit_result", expected.payload.model_dump(mode="json"))
+        assert not result.is_error, text_of(result)
+        [published] = await signals(bus)
+        assert_same_signal(published, expected)
+
+
+async def test_add_finding_publishes_what_findings_add_publishes(redis_url: str) -> None:
+    fields = {"id": "SEC-002", "title": "Hardcoded key", "file": "src/a.py", "line": 3, "severity": "HIGH"}
+    async with open_bus(redis_url) as bus, session(redis_url) as client:
+        [finding], errors = parse_findings(orjson.dumps(fields).decode(), AGENT)
+        assert not errors
+        expected = new_envelope(finding, agent_id=AGENT, group_id=GROUP_ID, source="findings-add")
+        result = await call(client, "add_finding", fields)
+        assert not result.is_error, text_of(result)
+        [published] = await signals(bus)
+        assert_same_signal(published, expected)
+        assert published.payload.agent == AGENT  # type: ignore[union-attr]
+
+
+INVALID_CALLS: list[tuple[str, dict[str, Any], str]] = [
+    ("request_clarification", {"blocked_at": "x", "reason": "y", "questions": []}, "questions"),
+    ("request_clarification", {"blocked_at": "x", "questions": [{"question_id": "Q1"}]}, "reason"),
+    ("stop_work", {"stop_reason": "bored", "blocker_type": "error", "details": "d"}, "stop_reason"),
+    ("report_progress", {"percent": 140}, "percent"),
+    ("report_progress", {"percent": 5, "timestamp": "2026-01-11T08:45:00"}, "timestamp"),
+    (
+        "report_completion",
+        {"status": "success", "summary": "s", "agent_id": "someone-else"},
+        "someone-else",
+    ),
+    ("add_finding", {"title": "t", "line": 0}, "line"),
+    ("submit_result", {"agent": "A", "status": "DONE", "summary": "s"}, "status"),
+    ("wait_for_directive", {"timeout_seconds": -1}, "timeout_seconds"),
+    ("status", {"verbose": True}, "verbose"),
+    ("no_such_tool", {}, "unknown tool"),
+    ("report_progress", {"percent": 1, "message": "x" * (5 << 20)}, "bytes encoded"),
+]
+
+
+async def test_an_invalid_call_is_a_tool_error_and_publishes_nothing(redis_url: str) -> None:
+    async with open_bus(redis_url) as bus, session(redis_url) as client:
+        stream = bus.stream(GROUP_ID, StreamKind.SIGNALS)
+        for name, arguments, message in INVALID_CALLS:
+            result = await call(client, name, arguments)
+            assert result.is_error, (name, arguments)
+            assert message in text_of(result), (name, text_of(result))
+        assert await bus.client.exists(stream) == 0  # nothing was published
+        valid = await call(client, "report_progress", {"percent": 5})
+        assert not valid.is_error, text_of(valid)
+        assert await bus.client.xlen(stream) == 1  # while a valid call is
+
+
+async def test_a_server_without_identity_explains_itself(redis_url: str) -> None:
+    params = server(redis_url)
+    params.env = {**(params.env or {}), "SUBAGENT_BUS_AGENT_ID": "", "SUBAGENT_BUS_GROUP": ""}
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+        await client.initialize()
+        assert len((await client.list_tools()).tools) == 9
+        result = await call(client, "report_progress", {"percent": 5})
+    assert result.is_error
+    assert "no agent identity" in text_of(result)
+
+
+def directive(answer: str) -> Envelope:
+    payload = ClarificationResponse(answers=[AnswerItem(question_id="Q1", answer=answer)], next_step="Go on")
+    return new_envelope(payload, agent_id=AGENT, group_id=GROUP_ID, source="coordinator")
+
+
+async def test_wait_for_directive_returns_the_prompt_once(redis_url: str) -> None:
+    async with open_bus(redis_url) as bus, session(redis_url) as client:
+        waiting = asyncio.create_task(call(client, "wait_for_directive", {"timeout_seconds": 30}))
+
+        async def blocked() -> bool:
+            info: dict[str, Any] = await bus.client.info("clients")
+            return int(info["blocked_clients"]) >= 1
+
+        await wait_until(blocked, 20, "the tool to wait on the inbox")
+        status = await call(client, "status", {})  # other calls are served while one waits
+        assert not status.is_error
+        sent = directive("JWT")
+        await Publisher(bus.client, bus.keys).send_directive(sent)
+        result = await waiting
+        assert not result.is_error
+        assert text_of(result) == sent.payload.render()  # type: ignore[union-attr]
+        again = await call(client, "wait_for_directive", {"timeout_seconds": 0.2})
+        assert text_of(again) == "no directive within 0.2 s"
+
+
+def sb(url: str, *args: str) -> None:
+    done = subprocess.run([CLI, *args, "--redis-url", url], check=False, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+
+
+async def test_the_clarification_round_trip_through_a_real_coordinator(redis_url: str) -> None:
+    """request_clarification -> coordinator -> status shows the question -> answer -> wait returns it."""
+    _, fields = SIGNALS["request_clarification"]
+    async with session(redis_url) as client:
+        assert not (await call(client, "request_clarification", fields)).is_error
+        await asyncio.to_thread(sb, redis_url, "coordinator", "--burst", "--lease-ttl", "1000")
+        record = orjson.loads(text_of(await call(client, "status", {})))
+        assert record["state"] == "awaiting_clarification"
+        assert record["questions"]["questions"][0]["text"] == "OAuth2, JWT, or both?"
+        await asyncio.to_thread(sb, redis_url, "answer", AGENT, "Q1=Both", "Q2=3.0")
+        await asyncio.to_thread(sb, redis_url, "coordinator", "--burst", "--lease-ttl", "1000")
+        prompt = text_of(await call(client, "wait_for_directive", {"timeout_seconds": 10}))
+        assert prompt.startswith("## CLARIFICATION RESPONSE")
+        assert "A1: Both" in prompt and "A2: 3.0" in prompt
+        record = orjson.loads(text_of(await call(client, "status", {})))
+        assert record["state"] == "running"
