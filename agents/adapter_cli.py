@@ -250,7 +250,16 @@ def watch(
     async def body(bus: AgentBus) -> int:
         stop = asyncio.Event()
         _on_signals(lambda _: stop.set())
-        options = WatchOptions(path, common.fmt, until_complete, pid, common.heartbeat_s, poll_s)
+        options = WatchOptions(
+            path,
+            common.fmt,
+            until_complete,
+            pid,
+            common.heartbeat_s,
+            poll_s,
+            task=common.task,
+            name=common.name,
+        )
         follower = FileWatch(bus, options, stop)
         deliverer = _deliverer(
             common, _values(common, lambda: follower.session_id or common.session_id), None, bus

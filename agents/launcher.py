@@ -225,6 +225,9 @@ class Launcher:
             **os.environ,
             "SUBAGENT_BUS_REDIS_URL": self.options.adapter_url or self.settings.url,
             "SUBAGENT_BUS_NAMESPACE": self.settings.namespace,
+            # The agent's identity, for `subagent-bus listen` and `subagent-bus mcp` run by the agent.
+            "SUBAGENT_BUS_AGENT_ID": request.new_agent_id,
+            "SUBAGENT_BUS_GROUP": group_id,
         }
         if self.settings.cluster is not None:
             argv.insert(argv.index("run") + 1, "--cluster" if self.settings.cluster else "--no-cluster")

@@ -85,6 +85,8 @@ class WatchOptions:
     heartbeat_s: float = 30.0
     poll_s: float = 0.1
     chunk_bytes: int = 1 << 20
+    task: str | None = None
+    name: str | None = None
 
 
 class FileWatch:
@@ -276,7 +278,9 @@ class FileWatch:
         self.checkpoint = self.checkpoint.model_copy(update={"started": True})
         state = {self.key: self.checkpoint.model_dump_json().encode()}
         started_id = deterministic_id(self.bus.agent_id, f"{source}#started", 0)
-        await self.bus.started(source=source, id=started_id, state=state)
+        await self.bus.started(
+            source=source, id=started_id, state=state, task=self.options.task, name=self.options.name
+        )
         self._saved = self.checkpoint
 
     async def _exited(self) -> None:
