@@ -1,0 +1,159 @@
+"""file:line verification next to the agent: real references pass, invented or escaping ones do not."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from adapter_kit import exited, fake, open_bus, start
+
+from agents.verify import DELIVERABLES_FIELD, Verifier, deliverable_paths, split_location
+from bus.envelope import EnvelopeType
+from bus.findings import Finding
+from bus.results import Reference, ResultReport, ResultStatus
+from bus.signals import CompletionReport, CompletionStatus
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / "src" / "auth").mkdir(parents=True)
+    (root / "src" / "auth" / "jwt.ts").write_text("line 1\nline 2\nline 3\n")
+    (root / "src" / "no_newline.py").write_text("a\nb")
+    (root / "SECURITY_ANALYSIS.md").write_text("# report\n")
+    (root / "reports").mkdir()
+    (tmp_path / "secret.txt").write_text("outside\n" * 100)
+    os.symlink(tmp_path / "secret.txt", root / "link.txt")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("file", "line", "verified"),
+    [
+        ("src/auth/jwt.ts", 3, True),
+        ("src/auth/jwt.ts", 1, True),
+        ("src/auth/jwt.ts", None, True),
+        ("src/auth/jwt.ts:2", None, True),
+        ("`src/auth/jwt.ts`", 2, True),
+        ("src/no_newline.py", 2, True),
+        ("src/no_newline.py", 3, False),
+        ("src/auth/jwt.ts", 4, False),  # past the end of the file
+        ("src/auth/jwt.ts", 0, False),
+        ("src/auth/oauth.ts", 1, False),  # invented
+        ("src/auth", None, False),  # a directory is no file:line
+        ("../secret.txt", 1, False),  # escapes the workdir
+        ("src/../../secret.txt", 5, False),
+        ("link.txt", 1, False),  # a symlink pointing out
+        ("/etc/passwd", 1, False),
+        ("src/\x00evil", 1, False),
+    ],
+)
+def test_references(workdir: Path, file: str, line: int | None, verified: bool) -> None:
+    assert Verifier(workdir).check(file, line) is verified
+
+
+def test_an_absolute_path_inside_the_workdir_is_fine(workdir: Path) -> None:
+    assert Verifier(workdir).check(str(workdir.resolve() / "src" / "auth" / "jwt.ts"), 2) is True
+
+
+def test_nothing_to_verify_stays_unknown(workdir: Path) -> None:
+    verifier = Verifier(workdir)
+    assert verifier.check(None, 3) is None
+    finding = Finding(title="no place given")
+    assert verifier.finding(finding).verified is None
+
+
+def test_locations() -> None:
+    assert split_location("src/a.py:12", None) == ("src/a.py", 12)
+    assert split_location("src/a.py:12-20", None) == ("src/a.py", 12)
+    assert split_location("src/a.py", 4) == ("src/a.py", 4)
+    assert split_location("C:notaline", None) == ("C:notaline", None)
+
+
+def test_findings_references_and_deliverables_are_marked(workdir: Path) -> None:
+    verifier = Verifier(workdir)
+    report = ResultReport(
+        agent="Explorer",
+        status=ResultStatus.SUCCESS,
+        summary="s",
+        findings=[
+            Finding(title="real", file="src/auth/jwt.ts", line=2),
+            Finding(title="invented", file="src/auth/session.ts", line=9),
+        ],
+        key_references=[
+            Reference(item="jwt", location="src/auth/jwt.ts:3", file="src/auth/jwt.ts", line=3),
+            Reference(item="ghost", location="src/ghost.ts:1", file="src/ghost.ts", line=1),
+            Reference(item="unsplit", location="src/auth/jwt.ts:1"),
+        ],
+    )
+    checked = verifier.result(report)
+    assert [f.verified for f in checked.findings] == [True, False]
+    assert [r.verified for r in checked.key_references] == [True, False, True]
+    completion = CompletionReport(
+        agent_id="a",
+        status=CompletionStatus.SUCCESS,
+        summary="done",
+        deliverables="Generated files:\n  - SECURITY_ANALYSIS.md (comprehensive report)\n"
+        "  - SECURITY_FINDINGS.jsonl (structured findings, 47 entries)\n  - reports/\n  - ../secret.txt",
+    )
+    extra = verifier.completion(completion).model_dump()[DELIVERABLES_FIELD]
+    assert extra == [
+        {"path": "SECURITY_ANALYSIS.md", "verified": True},
+        {"path": "SECURITY_FINDINGS.jsonl", "verified": False},
+        {"path": "reports/", "verified": True},
+        {"path": "../secret.txt", "verified": False},
+    ]
+
+
+def test_deliverable_lists() -> None:
+    text = (
+        "Generated files:\n- `docs/API notes.md`: the API\n* REMEDIATION_PLAN.md\n"
+        "1. src/fix.py (patched)\n- Updated the README\n- e.g. more\n- [x] CHANGELOG.md\n"
+    )
+    assert deliverable_paths(text) == [
+        "docs/API notes.md",
+        "REMEDIATION_PLAN.md",
+        "src/fix.py",
+        "CHANGELOG.md",
+    ]
+    assert deliverable_paths(None) == []
+
+
+async def test_the_adapter_publishes_verified_payloads(redis_url: str, workdir: Path, tmp_path: Path) -> None:
+    steps = fake(
+        "result:src/auth/jwt.ts:3",
+        "result:src/auth/invented.ts:3",
+        "complete:SECURITY_ANALYSIS.md,MISSING.md",
+        agent_id="v1",
+    )
+    log = tmp_path / "adapter.log"
+    adapter = start(
+        [
+            "adapter",
+            "run",
+            "--agent-id",
+            "v1",
+            "--group",
+            "g-verify",
+            "--workdir",
+            str(workdir),
+            "--quiet",
+            "--",
+            *steps,
+        ],
+        redis_url,
+        log,
+        stdout=subprocess.DEVNULL,
+    )
+    assert await exited(adapter, 30) == 0, log.read_text()
+    async with open_bus(redis_url) as bus:
+        results = await bus.of_type("g-verify", EnvelopeType.RESULT)
+        [completion] = await bus.of_type("g-verify", EnvelopeType.COMPLETION_REPORT)
+    refs = [r.payload.key_references[0].verified for r in results if isinstance(r.payload, ResultReport)]
+    assert refs == [True, False]
+    assert completion.payload.model_dump()[DELIVERABLES_FIELD] == [
+        {"path": "SECURITY_ANALYSIS.md", "verified": True},
+        {"path": "MISSING.md", "verified": False},
+    ]
