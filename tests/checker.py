@@ -14,9 +14,9 @@ from bus.connection import Client
 from bus.envelope import Envelope, new_envelope
 from bus.findings import Finding
 from bus.keys import Keys
-from coordinator.view import iter_findings
+from coordinator.view import iter_findings, load_groups
 
-__all__ = ["Report", "check", "numbered_findings"]
+__all__ = ["Report", "check", "numbered_findings", "state_mismatches"]
 
 
 def numbered_findings(agents: int, per_agent: int, groups: int = 4) -> list[Envelope]:
@@ -71,3 +71,22 @@ async def check(client: Client, keys: Keys, published: list[Envelope]) -> Report
         out_of_order=inversions,
         unexpected=len(set(counts) - expected_set),
     )
+
+
+async def state_mismatches(client: Client, keys: Keys) -> dict[str, tuple[int, int]]:
+    """Agents whose applied count in the committed group states differs from their findings in the stream.
+
+    Valid when the agents sent nothing but findings (as the fault scenarios do): each applied finding
+    counts once for its agent in the state and appears once in the findings stream, both written by the
+    same commit. Returns ``{agent: (applied in state, findings in stream)}`` for every disagreement.
+    """
+    in_stream = Counter([agent async for _, _, agent, _ in iter_findings(client, keys)])
+    in_state: dict[str, int] = {}
+    for state in await load_groups(client, keys):
+        for agent_id, record in state.agents.items():
+            in_state[agent_id] = in_state.get(agent_id, 0) + record.applied
+    return {
+        agent: (in_state.get(agent, 0), in_stream.get(agent, 0))
+        for agent in sorted(set(in_state) | set(in_stream))
+        if in_state.get(agent, 0) != in_stream.get(agent, 0)
+    }
