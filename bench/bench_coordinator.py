@@ -4,14 +4,22 @@
 
 1. throughput: signals published up front, then applied by a coordinator (in burst mode: read, rules,
    one commit script per batch with state + emitted entries + XACK) vs the raw redis-py consume loop
-   (XREADGROUP COUNT 100 + orjson + Envelope.model_validate + XACK, no rules, no state) on the same data;
+   (XREADGROUP COUNT 100 + orjson + Envelope.model_validate + XACK, no rules, no state) on the same data,
+   in the same run; reported for the mixed workload and for findings alone;
 2. latency: a coordinator process (``subagent-bus coordinator``) while a publisher sends 2 000 signals/s;
    a subscriber follows the findings stream, where each applied signal shows up, and measures
    publish -> decision visible (p50/p99);
 3. memory: the coordinator process's RSS before and after applying ``--rss-signals`` signals.
 
-The signals are FINDING envelopes (each applied one is appended to the findings stream, so the
-subscriber sees every decision) spread over 50 agents in 10 groups.
+The workload (:func:`workload`) is what a team of agents sends: 10 groups of 5 agents; each agent first
+announces itself (AGENT_STARTED), then sends a deterministic pseudo-random mix of 50% FINDING, 35%
+PROGRESS and 15% HEARTBEAT. Findings name places from a bounded set of 200 locations per group (40 files,
+5 lines each), as real agents report tens to hundreds of distinct findings per group: one location is
+reported by several agents (merged into one finding, with their agreement) and again as work goes on,
+with a confidence between 50 and 99; 1 report in 20 names another severity than the location's own,
+which opens a severity conflict (one decision per merged finding). The latency phase sends findings
+only (:func:`findings_only`, the same locations), so that every signal produces an entry the subscriber
+can see.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -32,23 +41,84 @@ import orjson
 
 from bus.connection import Client, connect
 from bus.embedded import RedisProcess
-from bus.envelope import Envelope, new_envelope
-from bus.findings import Finding
+from bus.envelope import Envelope, Payload, new_envelope
+from bus.events import AgentStarted, Heartbeat
+from bus.findings import Finding, Severity
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.publisher import Publisher
 from bus.settings import Settings
+from bus.signals import Progress
 from coordinator.policy import Policy
 from coordinator.service import Coordinator, CoordinatorOptions
 
 CLI = str(Path(sys.executable).parent / "subagent-bus")
+GROUPS = 10
+AGENTS = 50
+KINDS = ("security-auditor", "qa-engineer", "code-explorer", "perf-reviewer", "docs-checker")
+FILES, LINES = 40, 5
+SEVERITIES = (Severity.CRITICAL, Severity.IMPORTANT, Severity.MINOR)
+CATEGORIES = ("SEC", "QA", "PERF")
 
 
-def signals(count: int, *, start: int = 0) -> list[Envelope]:
+def _mix(i: int) -> int:
+    """A pseudo-random 32-bit number for signal ``i`` (murmur3's finalizer: any slice is reproducible)."""
+    h = (i + 0x9E3779B9) & 0xFFFFFFFF
+    h = ((h ^ h >> 16) * 0x85EBCA6B) & 0xFFFFFFFF
+    h = ((h ^ h >> 13) * 0xC2B2AE35) & 0xFFFFFFFF
+    return h ^ h >> 16
+
+
+def _kind(agent: int) -> str:
+    """The agent's kind; the 5 agents of a group are of 5 kinds."""
+    return KINDS[(agent // GROUPS) % len(KINDS)]
+
+
+def _finding(i: int, agent: int, bits: int) -> Finding:
+    location = bits % (FILES * LINES)
+    file, line = divmod(location, LINES)
+    severity = SEVERITIES[location % 3]
+    if (bits >> 8) % 20 == 0:
+        severity = SEVERITIES[(location + 1) % 3]
+    return Finding(
+        title=f"agent-{agent}#{i}",
+        file=f"src/module_{file}.py",
+        line=10 + 7 * line,
+        category=CATEGORIES[location % 3],
+        severity=severity,
+        confidence=50 + (bits >> 16) % 50,
+        agent=_kind(agent),
+    )
+
+
+def _signal(i: int) -> Envelope:
+    agent = i % AGENTS
+    bits = _mix(i)
+    payload: Payload
+    if i < AGENTS:
+        payload = AgentStarted(name=_kind(agent), task="review the module", pid=1000 + agent)
+    elif bits % 100 < 50:
+        payload = _finding(i, agent, bits >> 7)
+    elif bits % 100 < 85:
+        payload = Progress(
+            agent_id=f"agent-{agent}", percent=(i // AGENTS) % 100, message=f"step {i // AGENTS}"
+        )
+    else:
+        payload = Heartbeat(pid=1000 + agent)
+    return new_envelope(payload, agent_id=f"agent-{agent}", group_id=f"group-{agent % GROUPS}")
+
+
+def workload(count: int, *, start: int = 0) -> list[Envelope]:
+    """Signals ``start`` to ``start + count`` of the mixed workload (see the module docstring)."""
+    return [_signal(i) for i in range(start, start + count)]
+
+
+def findings_only(count: int, *, start: int = 0) -> list[Envelope]:
+    """FINDING signals over the same agents and locations; each applied one appears on the findings stream."""
     out = []
     for i in range(start, start + count):
-        agent = f"agent-{i % 50}"
-        finding = Finding(title=f"{agent}#{i}", file=f"src/m{i % 500}.py", line=1 + i % 40, confidence=60 + i % 40, agent=agent)
-        out.append(new_envelope(finding, agent_id=agent, group_id=f"group-{i % 10}"))
+        agent = i % AGENTS
+        finding = _finding(i, agent, _mix(i))
+        out.append(new_envelope(finding, agent_id=f"agent-{agent}", group_id=f"group-{agent % GROUPS}"))
     return out
 
 
@@ -67,7 +137,7 @@ async def raw_consume(client: Client, keys: Keys, total: int) -> float:
     while done < total:
         for shard in keys.all_shards():
             stream = keys.stream(shard, StreamKind.SIGNALS)
-            reply = await client.xreadgroup("raw", "raw-1", {stream: ">"}, count=100)
+            reply: Any = await client.xreadgroup("raw", "raw-1", {stream: ">"}, count=100)
             for _, entries in reply or []:
                 ids = []
                 for entry_id, fields in entries:
@@ -79,11 +149,13 @@ async def raw_consume(client: Client, keys: Keys, total: int) -> float:
     return total / (time.perf_counter() - started)
 
 
-async def throughput(url: str, count: int) -> tuple[float, float]:
+async def throughput(url: str, envelopes: list[Envelope]) -> tuple[float, float]:
+    """Coordinator entries applied per second and raw consume-loop entries per second, on the same data."""
     client = await connect(Settings.from_url(url))
     await client.flushall()
     keys = await open_namespace(client, "bench", 8)
-    await publish_all(client, keys, signals(count))
+    await publish_all(client, keys, envelopes)
+    count = len(envelopes)
     raw = await raw_consume(client, keys, count)
     coordinator = Coordinator(client, keys, Policy(), CoordinatorOptions(name="bench", batch=100))
     started = time.perf_counter()
@@ -102,10 +174,17 @@ def start_coordinator(url: str) -> subprocess.Popen[bytes]:
     )
 
 
-async def follow_findings(client: Client, keys: Keys, sent: dict[str, float], want: int, out: list[float]) -> None:
-    cursors = {keys.stream(s, StreamKind.FINDINGS): "$" for s in keys.all_shards()}
+async def follow_findings(
+    client: Client, keys: Keys, sent: dict[str, float], want: int, out: list[float]
+) -> None:
+    # "$" would be re-read as "from now" by every XREAD until a stream returns something: start from ids
+    cursors: dict[Any, Any] = {}
+    for shard in keys.all_shards():
+        stream = keys.stream(shard, StreamKind.FINDINGS)
+        last: Any = await client.xrevrange(stream, count=1)
+        cursors[stream] = last[0][0] if last else "0-0"
     while len(out) < want:
-        reply = await client.xread(cursors, block=1000, count=1000)
+        reply: Any = await client.xread(cursors, block=1000, count=1000)
         now = time.perf_counter()
         for stream, entries in reply or []:
             name = stream.decode() if isinstance(stream, bytes) else stream
@@ -122,10 +201,10 @@ async def latency(url: str, seconds: float, rate: int) -> tuple[float, float, in
     keys = await open_namespace(client, "bench", 8)
     coordinator = start_coordinator(url)
     try:
-        await publish_all(client, keys, signals(200, start=10**8))  # warm up: leases taken, groups created
+        await publish_all(client, keys, findings_only(200, start=10**8))  # warm up: leases, groups
         await asyncio.sleep(2)
         total = int(seconds * rate)
-        batch = signals(total)
+        batch = findings_only(total)
         sent: dict[str, float] = {}
         seen: list[float] = []
         reader = await connect(Settings.from_url(url))
@@ -163,12 +242,12 @@ async def memory(url: str, count: int) -> tuple[float, float]:
     keys = await open_namespace(client, "bench", 8)
     coordinator = start_coordinator(url)
     try:
-        await publish_all(client, keys, signals(10_000, start=10**8))  # warm up the process
+        await publish_all(client, keys, workload(10_000, start=10**8))  # warm up the process
         await _drained(client, keys)
         before = rss_mb(coordinator.pid)
         step = 50_000
         for start in range(0, count, step):
-            await publish_all(client, keys, signals(min(step, count - start), start=start))
+            await publish_all(client, keys, workload(min(step, count - start), start=start))
             await _drained(client, keys)
             # the stream itself lives in Redis, not in the coordinator; keep Redis small meanwhile
             for shard in keys.all_shards():
@@ -196,22 +275,31 @@ async def main(args: argparse.Namespace) -> None:
         server = RedisProcess(Path(tmp))
         server.start()
         try:
-            layer, raw = await throughput(server.url, args.signals)
-            print(f"{'coordinator applied/s (burst)':44} {layer:>10,.0f}")
-            print(f"{'raw redis-py consume loop msgs/s':44} {raw:>10,.0f}")
-            print(f"{'ratio (target >= 0.5x raw)':44} {layer / raw:>10.2f}x")
+            for name, envelopes in (
+                ("mixed workload", workload(args.signals)),
+                ("findings only", findings_only(args.signals)),
+            ):
+                layer, raw = await throughput(server.url, envelopes)
+                print(f"{name}:")
+                print(f"{'  coordinator applied/s (burst)':44} {layer:>10,.0f}")
+                print(f"{'  raw redis-py consume loop msgs/s':44} {raw:>10,.0f}")
+                print(f"{'  ratio (target >= 0.5x raw)':44} {layer / raw:>10.2f}x")
             p50, p99, n = await latency(server.url, args.latency_seconds, 2000)
             print(f"{'publish->decision p50 ms at 2000/s':44} {p50:>10.2f}")
             print(f"{'publish->decision p99 ms at 2000/s':44} {p99:>10.2f}   ({n} signals)")
             before, after = await memory(server.url, args.rss_signals)
             print(f"{'coordinator RSS MB before / after':44} {before:>6.1f} / {after:.1f}")
-            print(f"{'RSS growth MB over ' + format(args.rss_signals, ',') + ' signals':44} {after - before:>10.1f}")
+            print(
+                f"{'RSS growth MB over ' + format(args.rss_signals, ',') + ' signals':44} {after - before:>10.1f}"
+            )
         finally:
             server.stop()
 
 
 def cli() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
     parser.add_argument("--signals", type=int, default=50_000)
     parser.add_argument("--latency-seconds", type=float, default=10.0)

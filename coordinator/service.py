@@ -68,13 +68,18 @@ class _Batch:
     groups: dict[str, GroupState]
     changed: set[str] = field(default_factory=set)
     emitted: list[Envelope] = field(default_factory=list)
-    types_in: dict[str, int] = field(default_factory=dict)
+    types_in: dict[EnvelopeType, int] = field(default_factory=dict)
     dead: int = 0
 
 
 @dataclass
 class _Shard:
     index: int
+    signals: str
+    """The key of the shard's signals stream."""
+    dead: str
+    targets: dict[Target, str]
+    """The stream key of each target but the inbox (whose key depends on the agent)."""
     token: str = ""
     owned: bool = False
     need_pending: bool = True
@@ -99,7 +104,15 @@ class Coordinator:
         self.policy = policy
         self.options = options
         self.applied = 0
-        self._shards = [_Shard(i) for i in keys.all_shards()]
+        self._shards = [
+            _Shard(
+                i,
+                signals=keys.stream(i, StreamKind.SIGNALS),
+                dead=keys.stream(i, StreamKind.DEAD),
+                targets={target: keys.stream(i, kind) for target, kind in _TARGET_STREAM.items()},
+            )
+            for i in keys.all_shards()
+        ]
         self._share = keys.shards
         self._commit = client.register_script(COMMIT_SCRIPT)
         self._renew = client.register_script(RENEW_SCRIPT)
@@ -125,11 +138,15 @@ class Coordinator:
         return self.applied
 
     async def _burst(self, stop: asyncio.Event) -> None:
-        for shard in self._shards:
-            if await self._acquire(shard):
-                while not stop.is_set() and await self._step(shard, block_ms=None):
-                    pass
-                await self._give_back(shard)
+        # Shards are drained side by side, as in a long run: one shard's rules run while another's
+        # commit executes in the server.
+        await asyncio.gather(*(self._drain(shard, stop) for shard in self._shards))
+
+    async def _drain(self, shard: _Shard, stop: asyncio.Event) -> None:
+        if await self._acquire(shard):
+            while not stop.is_set() and await self._step(shard, block_ms=None):
+                pass
+            await self._give_back(shard)
 
     async def _loop(self, shard: _Shard, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -197,7 +214,7 @@ class Coordinator:
 
     async def _take_over(self, shard: _Shard) -> None:
         """Claim every pending entry of the group (from dead or stalled owners) and reload the state."""
-        stream = self.keys.stream(shard.index, StreamKind.SIGNALS)
+        stream = shard.signals
         start = "0-0"
         with translated():
             # JUSTID: claiming must not count as a delivery; re-reading the entries below does.
@@ -223,12 +240,12 @@ class Coordinator:
             Tick(now=datetime.now(UTC)), agent_id=self.options.name, group_id=TICK_GROUP, source="tick"
         )
         with translated():
-            await self.client.xadd(self.keys.stream(shard.index, StreamKind.SIGNALS), {"data": encode(tick)})
+            await self.client.xadd(shard.signals, {"data": encode(tick)})
 
     # -- one batch -----------------------------------------------------------------------------
 
-    async def _read(self, shard: _Shard, block_ms: int | None) -> list[tuple[str, bytes | None]]:
-        stream = self.keys.stream(shard.index, StreamKind.SIGNALS)
+    async def _read(self, shard: _Shard, block_ms: int | None) -> list[tuple[bytes, bytes | None]]:
+        stream = shard.signals
         with translated():
             if shard.need_pending:
                 reply = await self.client.xreadgroup(
@@ -255,10 +272,7 @@ class Coordinator:
                 self._lost(shard)
             return False
         started = time.perf_counter()
-        batch = _Batch(
-            Commit(self._lease_key(shard), self.keys.stream(shard.index, StreamKind.SIGNALS)),
-            dict(shard.groups),
-        )
+        batch = _Batch(Commit(self._lease_key(shard), shard.signals), dict(shard.groups))
         counts = await self._delivery_counts(shard, entries) if shard.need_pending else {}
         for entry_id, data in entries:
             batch.commit.entry_ids.append(entry_id)
@@ -268,13 +282,13 @@ class Coordinator:
                 batch.dead += 1
                 fields = dead_letter_fields(
                     stream=batch.commit.stream_key,
-                    entry_id=entry_id,
+                    entry_id=_text(entry_id),
                     raw=data,
                     reason=reason,
                     deliveries=deliveries,
                 )
-                batch.commit.xadd(self.keys.stream(shard.index, StreamKind.DEAD), fields)
-                log.warning("dead-lettered %s: %s", entry_id, reason, extra={"shard": shard.index})
+                batch.commit.xadd(shard.dead, fields)
+                log.warning("dead-lettered %s: %s", _text(entry_id), reason, extra={"shard": shard.index})
         for gid in batch.changed:
             limit = self.policy.idempotency_window
             write_changes(
@@ -308,7 +322,7 @@ class Coordinator:
         if self.metrics:
             self.metrics.commit_seconds.observe(seconds)
             for type_, count in batch.types_in.items():
-                self.metrics.read(type_, count)
+                self.metrics.read(type_.value, count)
             for envelope in batch.emitted:
                 self.metrics.wrote(envelope.type.value)
             if batch.dead:
@@ -330,9 +344,7 @@ class Coordinator:
         for shard in self._shards:
             if shard.owned:
                 with translated():
-                    summary = await self.client.xpending(
-                        self.keys.stream(shard.index, StreamKind.SIGNALS), GROUP
-                    )
+                    summary = await self.client.xpending(shard.signals, GROUP)
                 self.metrics.pending.labels(str(shard.index)).set(int(summary["pending"]))
 
     async def _run_commit(self, shard: _Shard, commit: Commit) -> CommitResult:
@@ -341,14 +353,14 @@ class Coordinator:
             return parse_result(await self._commit(keys=keys, args=argv))
 
     async def _delivery_counts(
-        self, shard: _Shard, entries: list[tuple[str, bytes | None]]
-    ) -> dict[str, int]:
-        stream = self.keys.stream(shard.index, StreamKind.SIGNALS)
+        self, shard: _Shard, entries: list[tuple[bytes, bytes | None]]
+    ) -> dict[bytes, int]:
+        stream = shard.signals
         with translated():
             rows = await self.client.xpending_range(
                 stream, GROUP, min=entries[0][0], max=entries[-1][0], count=len(entries)
             )
-        return {_text(row["message_id"]): int(row["times_delivered"]) for row in rows}
+        return {_bytes(row["message_id"]): int(row["times_delivered"]) for row in rows}
 
     def _apply_entry(self, shard: _Shard, batch: _Batch, data: bytes | None, deliveries: int) -> str | None:
         """Apply one entry to the batch's working copy; the dead-letter reason when it cannot be applied."""
@@ -360,8 +372,9 @@ class Coordinator:
             envelope = decode(data)
         except DecodeError as exc:
             return str(exc)
-        batch.types_in[envelope.type.value] = batch.types_in.get(envelope.type.value, 0) + 1
-        if envelope.type is EnvelopeType.TICK:
+        type_ = envelope.type
+        batch.types_in[type_] = batch.types_in.get(type_, 0) + 1
+        if type_ is EnvelopeType.TICK:
             for gid in list(batch.groups):
                 reason = self._apply_to(shard, batch, gid, envelope)
                 if reason:  # one group's rule bug must not stop the clock of the others
@@ -370,7 +383,9 @@ class Coordinator:
         return self._apply_to(shard, batch, envelope.group_id, envelope)
 
     def _apply_to(self, shard: _Shard, batch: _Batch, gid: str, envelope: Envelope) -> str | None:
-        state = batch.groups.get(gid) or GroupState(group_id=gid)
+        state = batch.groups.get(gid)
+        if state is None:
+            state = GroupState(group_id=gid)
         try:
             outcome = apply(state, envelope, self.policy)
         except Exception as exc:  # a rule bug must not stop the shard: dead-letter the entry
@@ -385,16 +400,20 @@ class Coordinator:
         return None
 
     def _emit(self, shard: _Shard, commit: Commit, emit: Emit) -> None:
-        if emit.target is Target.INBOX:
-            key = self.keys.inbox(shard.index, emit.envelope.agent_id)
-        else:
-            key = self.keys.stream(shard.index, _TARGET_STREAM[emit.target])
-        commit.xadd(key, {"data": encode(emit.envelope)})
+        key = shard.targets.get(emit.target) or self.keys.inbox(shard.index, emit.envelope.agent_id)
+        commit.xadd_data(key, encode(emit.envelope))
 
 
-def _entries(reply: Any) -> list[tuple[str, bytes | None]]:
-    """``[(entry_id, data)]`` of an XREADGROUP reply; ``data`` is ``None`` for a deleted entry."""
-    return [(_text(entry_id), fields.get(b"data")) for entry_id, fields in stream_entries(reply)]
+def _entries(reply: Any) -> list[tuple[bytes, bytes | None]]:
+    """``[(entry_id, data)]`` of an XREADGROUP reply; ``data`` is ``None`` for a deleted entry.
+
+    Ids stay bytes, as the reply has them and as they go back in the commit.
+    """
+    return [(_bytes(entry_id), fields.get(b"data")) for entry_id, fields in stream_entries(reply)]
+
+
+def _bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
 
 
 def _text(value: Any) -> str:

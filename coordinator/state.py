@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import ClassVar, Final
+from typing import Final
 
 import orjson
-from pydantic import Field, PrivateAttr, ValidationError
+from pydantic import Field, ValidationError
 
 from bus.directives import AnswerItem
 from bus.envelope import EnvelopeType
@@ -22,6 +22,7 @@ from bus.fields import Model
 from bus.findings import Finding
 from bus.results import ResultStatus
 from bus.signals import ClarificationNeeded, DelegateWork, StopWork
+from coordinator.window import IdWindow
 
 __all__ = [
     "ACTIVE_STATES",
@@ -45,70 +46,6 @@ FINAL_STATES: Final = frozenset({AgentState.COMPLETED, AgentState.FAILED, AgentS
 """States an agent leaves only by being heard from again (lost) or never (completed, failed)."""
 ACTIVE_STATES: Final = frozenset(AgentState) - FINAL_STATES
 """States that hold a parallel slot and keep the group from being settled."""
-
-
-class IdWindow(Model):
-    """The ids of the most recently applied envelopes of a group, to drop duplicates.
-
-    Ids are kept in fixed-size chunks, oldest first; the oldest chunk is dropped only while the others
-    still hold at least ``limit`` ids, so the last ``limit`` ids are always remembered (and at most
-    ``limit + CHUNK - 1``). Adding an id copies only the newest chunk, and a membership test is one set
-    lookup per sealed chunk plus a scan of the newest one, so the cost does not grow with the window.
-
-    Why a bounded window is enough: envelope ids are deterministic (an agent's output at a byte offset
-    always yields the same id), and a duplicate only arises from a retried publish or an adapter
-    re-reading the chunk it had not acknowledged before a restart. Both happen right after the original,
-    while at most a few batches of the group's entries lie between them, far fewer than the window.
-    The window is most of a stored state's size (about 35 bytes of JSON per id), which is the reason to
-    bound it at all.
-    """
-
-    CHUNK: ClassVar[int] = 256
-
-    chunks: tuple[tuple[str, ...], ...] = ()
-    _sealed: tuple[frozenset[str], ...] | None = PrivateAttr(default=None)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, IdWindow) and self.chunks == other.chunks
-
-    def __hash__(self) -> int:
-        return hash(self.chunks)
-
-    def __len__(self) -> int:
-        return sum(len(chunk) for chunk in self.chunks)
-
-    def __contains__(self, envelope_id: object) -> bool:
-        if not self.chunks:
-            return False
-        if envelope_id in self.chunks[-1]:
-            return True
-        for chunk in self._sealed_sets():  # noqa: SIM110 - a plain loop is measurably faster than any()
-            if envelope_id in chunk:
-                return True
-        return False
-
-    def add(self, envelope_id: str, limit: int) -> IdWindow:
-        """A new window that also holds ``envelope_id``; ``self`` is unchanged."""
-        sealed = self._sealed_sets()
-        chunks = self.chunks
-        if chunks and len(chunks[-1]) < self.CHUNK:
-            chunks = (*chunks[:-1], (*chunks[-1], envelope_id))
-        else:
-            if chunks:
-                sealed = (*sealed, frozenset(chunks[-1]))
-            chunks = (*chunks, (envelope_id,))
-        total = sum(len(chunk) for chunk in chunks)
-        while len(chunks) > 1 and total - len(chunks[0]) >= limit:
-            total -= len(chunks[0])
-            chunks, sealed = chunks[1:], sealed[1:]
-        window = IdWindow.model_construct(chunks=chunks)
-        window._sealed = sealed
-        return window
-
-    def _sealed_sets(self) -> tuple[frozenset[str], ...]:
-        if self._sealed is None:
-            self._sealed = tuple(frozenset(chunk) for chunk in self.chunks[:-1])
-        return self._sealed
 
 
 class ViolationRule(StrEnum):

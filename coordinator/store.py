@@ -13,6 +13,8 @@ they changed, so comparing records by identity tells which fields to write.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import compress
+from operator import is_not
 from typing import Any
 
 import orjson
@@ -53,19 +55,28 @@ def write_changes(
     key = group_key(keys, shard, new.group_id)
     if old is None:
         commit.sadd(keys.state(shard, GROUPS_KEY), new.group_id)
-    if old is None or _meta(old) != _meta(new):
+    if old is None or old.applied != new.applied or _meta(old) != _meta(new):
         commit.hset(key, "meta", _meta(new))
     for name, (prefix, _) in _MAPS.items():
-        before: Mapping[str, Any] = getattr(old, name) if old else {}
-        after: Mapping[str, Any] = getattr(new, name)
-        for item_id, record in after.items():
-            if before.get(item_id) is not record:
-                commit.hset(key, prefix + item_id, record.model_dump_json(exclude_defaults=True))
-        for item_id in before.keys() - after.keys():
-            commit.hdel(key, prefix + item_id)
+        before: dict[str, Any] = getattr(old, name) if old else {}
+        after: dict[str, Any] = getattr(new, name)
+        if after is not before:
+            _write_map(commit, key, prefix, before, after)
     added = _appended(old.window if old else IdWindow(), new.window)
     if added:
         commit.rpush_trim(seen_key(keys, shard, new.group_id), added, limit)
+
+
+def _write_map(commit: Commit, key: str, prefix: str, before: dict[str, Any], after: dict[str, Any]) -> None:
+    """The fields of one map (agents, delegations, findings) whose records are not the same objects."""
+    # the rules replace only what changed: compare identities, record by record, without a Python loop
+    changed = list(compress(after, map(is_not, map(before.get, after), after.values())))
+    for item_id in changed:
+        commit.hset(key, prefix + item_id, after[item_id].model_dump_json(exclude_defaults=True))
+    new_ids = sum(item_id not in before for item_id in changed)
+    if len(after) - new_ids != len(before):  # some ids are gone
+        for item_id in before.keys() - after.keys():
+            commit.hdel(key, prefix + item_id)
 
 
 def _appended(old: IdWindow, new: IdWindow) -> list[str]:

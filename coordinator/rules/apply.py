@@ -27,7 +27,6 @@ from coordinator.policy import Policy
 from coordinator.rules import blockers, clarification, completion, delegation, findings, lifecycle, timeouts
 from coordinator.rules.outcome import Emit, Outcome, Target
 from coordinator.rules.step import Rejected, Step
-from coordinator.rules.trusted import construct
 from coordinator.state import GroupState
 
 __all__ = ["HANDLERS", "Emit", "Outcome", "Target", "apply"]
@@ -74,7 +73,7 @@ _FROM_AGENT: Final = frozenset(
 def apply(state: GroupState, envelope: Envelope, policy: Policy) -> Outcome:
     """Apply one entry of the group's stream to its state."""
     if envelope.id in state.window:
-        return construct(Outcome, state=state, emits=[], rejected=None)
+        return Outcome(state, [])
     step = Step(state, envelope, policy)
     try:
         _run(step)

@@ -24,6 +24,8 @@ canonical JSON and sums run in agent-name order, so the merged view of a set of 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
+from typing import Final
 
 import orjson
 
@@ -33,9 +35,13 @@ from bus.findings import Finding, Severity
 from coordinator.policy import Policy, agent_key
 from coordinator.rules.outcome import Target
 from coordinator.rules.step import Step
+from coordinator.rules.trusted import construct, evolve
 from coordinator.state import FindingSlot, GroupState
 
 __all__ = ["MergedFinding", "fold", "merge_findings", "merged", "merged_view", "record_finding", "slot_key"]
+
+_agent_key = lru_cache(maxsize=4096)(agent_key)
+"""Agent names repeat on every report; normalising one is a regular expression substitution."""
 
 
 class MergedFinding(Model):
@@ -66,33 +72,58 @@ def _stored_key(key: tuple[str, str, str]) -> str:
     return orjson.dumps(list(key)).decode()
 
 
-def _rank(finding: Finding) -> tuple[float, int, bytes]:
-    """Higher is preferred: confidence, then severity, then a fixed tie-break on the content."""
+_SEVERITY_RANK: Final = {severity: -severity.rank for severity in Severity}
+_NO_SEVERITY: Final = -len(Severity)
+
+
+def _rank(finding: Finding) -> tuple[float, int]:
+    """Higher is preferred: confidence, then severity (ties are broken by :func:`_canonical`)."""
     confidence = finding.confidence if finding.confidence is not None else -1.0
-    severity = -finding.severity.rank if finding.severity is not None else -len(Severity)
-    canonical = orjson.dumps(finding.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
-    return (confidence, severity, canonical)
+    severity = _SEVERITY_RANK[finding.severity] if finding.severity is not None else _NO_SEVERITY
+    return (confidence, severity)
+
+
+def _canonical(finding: Finding) -> bytes:
+    """A fixed order between different reports of equal rank: their sorted JSON."""
+    return orjson.dumps(finding.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+
+
+def _outranks(finding: Finding, other: Finding) -> bool:
+    """Whether ``finding`` is preferred to ``other``: by rank, then by canonical JSON."""
+    rank, other_rank = _rank(finding), _rank(other)
+    if rank != other_rank:
+        return rank > other_rank
+    return finding is not other and _canonical(finding) > _canonical(other)
+
+
+def _best(reports: Iterable[Finding]) -> Finding:
+    """The preferred report (the first of equal ones, like ``max``)."""
+    best: Finding | None = None
+    for finding in reports:
+        if best is None or _outranks(finding, best):
+            best = finding
+    if best is None:
+        raise ValueError("a finding slot without reports")
+    return best
 
 
 def fold(slot: FindingSlot | None, finding: Finding) -> FindingSlot:
     """Add one report to a finding's slot (a new slot when ``slot`` is none)."""
     if slot is None:
         location, category, discriminator = slot_key(finding)
-        slot = FindingSlot(location=location, category=category, discriminator=discriminator)
-    agent = agent_key(finding.agent)
+        slot = construct(FindingSlot, location=location, category=category, discriminator=discriminator)
+    agent = _agent_key(finding.agent)
     best = slot.reports.get(agent)
-    if best is not None and _rank(best) >= _rank(finding):
+    if best is not None and not _outranks(finding, best):
         return slot
-    return slot.model_copy(update={"reports": {**slot.reports, agent: finding}})
+    return evolve(slot, reports={**slot.reports, agent: finding})
 
 
 def merged(slot: FindingSlot, policy: Policy) -> MergedFinding:
     """The merged finding of one slot under ``policy``'s weights and bonus."""
     agents = tuple(sorted(slot.reports))
-    representative = max(slot.reports.values(), key=_rank)
-    severities = tuple(
-        sorted({f.severity for f in slot.reports.values() if f.severity is not None}, key=lambda s: s.rank)
-    )
+    representative = _best(slot.reports.values())
+    severities = tuple(sorted(_severities(slot), key=lambda s: s.rank))
     agreement = len(agents) > 1
     return MergedFinding(
         location=slot.location,
@@ -140,6 +171,10 @@ def merged_view(state: GroupState, policy: Policy) -> list[MergedFinding]:
     return [merged(slot, policy) for slot in slots]
 
 
+def _severities(slot: FindingSlot) -> set[Severity]:
+    return {f.severity for f in slot.reports.values() if f.severity is not None}
+
+
 def record_finding(step: Step, finding: Finding, agent_id: str) -> None:
     """Publish one report to the findings stream and fold it into the group's merged view.
 
@@ -147,19 +182,22 @@ def record_finding(step: Step, finding: Finding, agent_id: str) -> None:
     unknown), so the view can be recomputed from the stream alone.
     """
     record = step.find(agent_id)
-    reporter = finding.agent or (record.name if record is not None and record.name else agent_id)
-    finding = finding.model_copy(update={"agent": agent_key(reporter)})
+    reporter = _agent_key(finding.agent or (record.name if record is not None and record.name else agent_id))
+    if finding.agent != reporter:
+        finding = evolve(finding, agent=reporter)
     step.emit(Target.FINDINGS, finding, agent_id)
     key = _stored_key(slot_key(finding))
-    slot = fold(step.state.findings.get(key), finding)
-    view = merged(slot, step.policy)
-    if view.severity_conflict and not slot.conflict_reported:
-        slot = slot.model_copy(update={"conflict_reported": True})
+    before = step.finding(key)
+    slot = fold(before, finding)
+    if not slot.conflict_reported and len(_severities(slot)) > 1:
+        view = merged(slot, step.policy)
+        slot = evolve(slot, conflict_reported=True)
         severities = ", ".join(s.value for s in view.severities)
         where = f"{view.location or view.finding.title} [{view.category}]"
         detail = f"{where}: agents {', '.join(view.agents)} disagree on severity ({severities})"
         step.decide(DecisionType.SEVERITY_CONFLICT, agent_id, detail)
-    step.replace(findings={**step.state.findings, key: slot})
+    if slot is not before:
+        step.put_finding(key, slot)
 
 
 def on_finding(step: Step) -> None:

@@ -19,6 +19,7 @@ from bus.signals import Progress
 from coordinator.policy import agent_key
 from coordinator.rules.aggregation import finish
 from coordinator.rules.step import Step
+from coordinator.rules.trusted import construct
 from coordinator.state import AgentProgress, AgentRecord, Completion
 
 __all__ = ["on_exited", "on_heartbeat", "on_progress", "on_started", "touch"]
@@ -28,15 +29,18 @@ _EXIT_FAILS = frozenset({AgentState.RUNNING, AgentState.TIMED_OUT})
 
 
 def touch(step: Step) -> AgentRecord:
-    """Register the sending agent if needed, refresh ``last_seen``, and revive it if it had gone quiet."""
+    """Register the sending agent if needed, and revive it if it had gone quiet.
+
+    The step refreshes the agent's ``last_seen`` when it counts the entry (:meth:`Step.finish`), together
+    with its other counters, so a sign of life costs one copy of the agent's record.
+    """
     agent_id = step.envelope.agent_id
+    step.alive = True
     record = step.find(agent_id)
     if record is None:
         record = step.put(AgentRecord(agent_id=agent_id, registered_at=step.ts, last_seen=step.ts))
         step.decide(DecisionType.STATE_CHANGED, agent_id, "registered on its first envelope")
         return record
-    if step.ts > record.last_seen:
-        record = step.update(agent_id, last_seen=step.ts)
     if record.state in _REVIVABLE:
         step.transition(
             agent_id,
@@ -88,5 +92,5 @@ def on_exited(step: Step) -> None:
 
 def on_progress(step: Step) -> None:
     signal = step.payload(Progress)
-    progress = AgentProgress(percent=signal.percent, message=signal.message, eta=signal.eta)
+    progress = construct(AgentProgress, percent=signal.percent, message=signal.message, eta=signal.eta)
     step.update(step.envelope.agent_id, progress=progress)

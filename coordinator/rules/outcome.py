@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 from bus.envelope import Envelope
-from bus.fields import Model
 from coordinator.state import GroupState
 
 __all__ = ["Emit", "Outcome", "Target"]
@@ -24,12 +24,16 @@ class Target(StrEnum):
     """The append-only findings stream."""
 
 
-class Emit(Model):
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """One envelope to publish, and where."""
+
     target: Target
     envelope: Envelope
 
 
-class Outcome(Model):
+@dataclass(frozen=True, slots=True)
+class Outcome:
     """The result of :func:`coordinator.rules.apply`.
 
     ``state`` is the group's new state; ``emits`` the envelopes to publish, in order, in the same

@@ -3,6 +3,9 @@
 A :class:`Step` lives only inside one call of :func:`~coordinator.rules.apply.apply`; the rules change it
 freely, and the call turns it into an :class:`~coordinator.rules.outcome.Outcome`. The input state is
 never mutated: every change replaces a model with an updated copy.
+
+The models built here (emitted envelopes, decisions, updated records) are built without validating them
+again (:mod:`coordinator.rules.trusted`): their values come from the validated input, state and policy.
 """
 
 from __future__ import annotations
@@ -10,13 +13,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
-from bus.envelope import Envelope, Payload, new_envelope
+from bus.envelope import PAYLOADS, SCHEMA_VERSION, Envelope, EnvelopeType, Kind, Payload
 from bus.errors import BusError
 from bus.events import AgentState, Decision, DecisionType
 from coordinator.policy import Policy
 from coordinator.rules.ids import emitted_id
 from coordinator.rules.outcome import Emit, Outcome, Target
-from coordinator.state import AgentRecord, GroupState
+from coordinator.rules.trusted import construct, evolve
+from coordinator.state import AgentRecord, FindingSlot, GroupState
 
 __all__ = ["MAX_DETAIL", "SOURCE", "Rejected", "Step"]
 
@@ -27,25 +31,60 @@ MAX_DETAIL: Final = 2000
 
 P = TypeVar("P")
 
+_TYPE_OF: Final[dict[type[Any], tuple[EnvelopeType, Kind]]] = {
+    model: (type_, kind) for type_, (kind, model) in PAYLOADS.items()
+}
+
 
 class Rejected(BusError):
     """Raised by a rule when the entry cannot be applied; :func:`apply` turns it into a rejected outcome."""
 
 
 class Step:
-    """The state being built for one envelope and the envelopes emitted so far."""
+    """The state being built for one envelope and the envelopes emitted so far.
+
+    Changed agents and findings go into working copies of the input's dicts (made on the first change),
+    other changed fields into ``_changes``; :attr:`state` builds the group state they describe when a rule
+    asks for it, and :meth:`finish` builds the final one once.
+    """
 
     def __init__(self, state: GroupState, envelope: Envelope, policy: Policy) -> None:
         self.initial: Final = state
-        self.state = state
         self.envelope: Final = envelope
         self.policy: Final = policy
         self.emits: list[Emit] = []
+        self._agents: dict[str, AgentRecord] | None = None
+        self._findings: dict[str, FindingSlot] | None = None
+        self._changes: dict[str, Any] = {}
+        self._state: GroupState | None = state
+        self._own: set[int] = set()
+        """Ids of the records this step made (by :meth:`update`); only the step holds them."""
+        self.alive = False
+        """The input is a sign of life of its agent: counting it refreshes the agent's ``last_seen``."""
 
     @property
     def ts(self) -> datetime:
         """The timestamp of every envelope emitted in this step: the input's own."""
         return self.envelope.ts
+
+    @property
+    def group_id(self) -> str:
+        return self.initial.group_id
+
+    @property
+    def state(self) -> GroupState:
+        """The group state as changed so far (a snapshot: later changes do not alter it)."""
+        if self._state is None:
+            self._state = self._build(copy=True)
+        return self._state
+
+    def _build(self, *, copy: bool) -> GroupState:
+        changes = dict(self._changes)
+        if self._agents is not None:
+            changes["agents"] = dict(self._agents) if copy else self._agents
+        if self._findings is not None:
+            changes["findings"] = dict(self._findings) if copy else self._findings
+        return evolve(self.initial, **changes) if changes else self.initial
 
     def payload(self, model: type[P]) -> P:
         """The input's payload, which the dispatch guarantees to be a ``model``."""
@@ -54,42 +93,68 @@ class Step:
             raise Rejected(f"payload of {self.envelope.type.value} is not a {model.__name__}")
         return payload
 
-    # -- agents -------------------------------------------------------------------------------------
+    # -- agents and findings -------------------------------------------------------------------------
 
     def find(self, agent_id: str) -> AgentRecord | None:
-        return self.state.agents.get(agent_id)
+        agents = self._agents if self._agents is not None else self.initial.agents
+        return agents.get(agent_id)
 
     def agent(self, agent_id: str) -> AgentRecord:
         """A known agent; an unknown one rejects the entry."""
-        record = self.state.agents.get(agent_id)
+        record = self.find(agent_id)
         if record is None:
-            raise Rejected(f"unknown agent {agent_id!r} in group {self.state.group_id!r}")
+            raise Rejected(f"unknown agent {agent_id!r} in group {self.group_id!r}")
         return record
 
     def put(self, record: AgentRecord) -> AgentRecord:
-        self.state = self.state.model_copy(update={"agents": {**self.state.agents, record.agent_id: record}})
+        if self._agents is None:
+            self._agents = dict(self.initial.agents)
+        self._agents[record.agent_id] = record
+        self._state = None
         return record
 
     def update(self, agent_id: str, **changes: Any) -> AgentRecord:
         """Replace fields of a known agent's record."""
-        return self.put(self.agent(agent_id).model_copy(update=changes))
+        record = self.put(evolve(self.agent(agent_id), **changes))
+        self._own.add(id(record))
+        return record
+
+    def finding(self, key: str) -> FindingSlot | None:
+        findings = self._findings if self._findings is not None else self.initial.findings
+        return findings.get(key)
+
+    def put_finding(self, key: str, slot: FindingSlot) -> None:
+        if self._findings is None:
+            self._findings = dict(self.initial.findings)
+        self._findings[key] = slot
+        self._state = None
 
     def replace(self, **changes: Any) -> None:
         """Replace fields of the group state."""
-        self.state = self.state.model_copy(update=changes)
+        if "agents" in changes:
+            self._agents = dict(changes.pop("agents"))
+        if "findings" in changes:
+            self._findings = dict(changes.pop("findings"))
+        self._changes.update(changes)
+        self._state = None
 
     # -- emitting -----------------------------------------------------------------------------------
 
     def emit(self, target: Target, payload: Payload, agent_id: str) -> Envelope:
-        envelope = new_envelope(
-            payload,
-            agent_id=agent_id,
-            group_id=self.state.group_id,
-            source=SOURCE,
+        type_, kind = _TYPE_OF[type(payload)]
+        envelope = construct(
+            Envelope,
             id=emitted_id(self.envelope.id, len(self.emits)),
-            ts=self.ts,
+            v=SCHEMA_VERSION,
+            kind=kind,
+            type=type_,
+            agent_id=agent_id,
+            group_id=self.group_id,
+            ts=self.envelope.ts,
+            source=SOURCE,
+            payload=payload,
         )
-        self.emits.append(Emit(target=target, envelope=envelope))
+        self.emits.append(Emit(target, envelope))
         return envelope
 
     def direct(self, agent_id: str, payload: Payload) -> Envelope:
@@ -111,8 +176,13 @@ class Step:
             state = record.state if record is not None else None
         if len(detail) > MAX_DETAIL:
             detail = detail[: MAX_DETAIL - 1] + "…"
-        payload = Decision(
-            decision=decision, detail=detail, cause=self.envelope.id, request_id=request_id, state=state
+        payload = construct(
+            Decision,
+            decision=decision,
+            detail=detail,
+            cause=self.envelope.id,
+            request_id=request_id,
+            state=state,
         )
         self.emit(Target.EVENTS, payload, agent_id)
 
@@ -153,15 +223,29 @@ class Step:
         The id is remembered whether the entry was applied or rejected; an applied entry also counts for
         the group and for the agent it names (for the status view).
         """
-        changes: dict[str, Any] = {
-            "window": self.state.window.add(self.envelope.id, self.policy.idempotency_window)
-        }
+        initial, changes, envelope = self.initial, self._changes, self.envelope
+        window = changes.get("window", initial.window)
+        changes["window"] = window.add(envelope.id, self.policy.idempotency_window)
         if rejected is None:
-            changes["applied"] = self.state.applied + 1
-            record = self.find(self.envelope.agent_id)
+            changes["applied"] = changes.get("applied", initial.applied) + 1
+            record = self.find(envelope.agent_id)
             if record is not None:
-                counted = record.model_copy(
-                    update={"applied": record.applied + 1, "last_applied_id": self.envelope.id}
-                )
-                changes["agents"] = {**self.state.agents, record.agent_id: counted}
-        return Outcome(state=self.state.model_copy(update=changes), emits=self.emits, rejected=rejected)
+                self._count(record)
+        if self._agents is not None:
+            changes["agents"] = self._agents
+        if self._findings is not None:
+            changes["findings"] = self._findings
+        return Outcome(evolve(initial, **changes), self.emits, rejected)
+
+    def _count(self, record: AgentRecord) -> None:
+        """One more entry applied for ``record``'s agent, the input being the last (and a sign of life)."""
+        envelope = self.envelope
+        counted: dict[str, Any] = {"applied": record.applied + 1, "last_applied_id": envelope.id}
+        if self.alive and envelope.ts > record.last_seen:
+            counted["last_seen"] = envelope.ts
+        if id(record) in self._own:
+            # No rule runs after this and only the step holds the record: no need for another copy.
+            record.__dict__.update(counted)
+            record.__pydantic_fields_set__.update(counted)
+        else:
+            self.put(evolve(record, **counted))

@@ -1,0 +1,82 @@
+"""What the rules build without validation is valid, and applying an entry never mutates its input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from rules_kit import GROUP, T0
+from test_rules_properties import POLICY, SETTINGS, Run, script_st
+
+from bus.envelope import Envelope, decode, encode, new_envelope
+from bus.events import AgentState, Decision, DecisionType
+from bus.findings import Finding
+from bus.signals import Progress
+from coordinator.rules import apply
+from coordinator.rules.trusted import construct, evolve
+from coordinator.state import AgentRecord, FindingSlot, GroupState
+
+
+@SETTINGS
+@given(script=script_st)
+def test_everything_the_rules_emit_and_store_validates_to_the_same_value(
+    script: list[tuple[tuple[Any, ...], int]],
+) -> None:
+    run = Run()
+    run.play(script)
+    for outcome in run.outcomes:
+        for emit in outcome.emits:
+            assert decode(encode(emit.envelope)) == emit.envelope
+            assert Envelope.model_validate(emit.envelope.model_dump()) == emit.envelope
+        state = outcome.state
+        assert GroupState.model_validate_json(state.model_dump_json()) == state
+        assert GroupState.from_json(state.to_json()).to_json() == state.to_json()
+
+
+@SETTINGS
+@given(script=script_st)
+def test_applying_an_entry_leaves_the_input_state_as_it_was(
+    script: list[tuple[tuple[Any, ...], int]],
+) -> None:
+    run = Run()
+    run.play(script)
+    state = GroupState(group_id=GROUP)
+    for envelope in run.envelopes:
+        before = state.to_json()
+        outcome = apply(state, envelope, POLICY)
+        assert state.to_json() == before
+        state = outcome.state
+
+
+def test_construct_equals_validation_field_for_field_and_byte_for_byte() -> None:
+    values: dict[str, Any] = {"cause": "c", "decision": DecisionType.REJECTED, "state": AgentState.RUNNING}
+    built, validated = construct(Decision, **values), Decision(**values)
+    assert built == validated
+    assert built.model_dump_json() == validated.model_dump_json()
+    assert built.model_fields_set == validated.model_fields_set
+    slot = construct(FindingSlot, location="a.py:1", category="SEC")
+    assert slot.reports == {} and slot.reports is not construct(FindingSlot, location="", category="").reports
+
+
+def test_construct_refuses_missing_and_unknown_fields_and_open_models() -> None:
+    with pytest.raises(TypeError, match="missing field 'decision'"):
+        construct(Decision, detail="x")
+    with pytest.raises(TypeError, match="unknown fields"):
+        construct(Decision, decision=DecisionType.REJECTED, colour="red")
+    with pytest.raises(TypeError, match="extra fields"):
+        construct(Progress, percent=1.0)
+
+
+def test_evolve_is_model_copy() -> None:
+    record = AgentRecord(agent_id="a", registered_at=T0, last_seen=T0)
+    changed = evolve(record, applied=3, last_applied_id="x")
+    assert changed == record.model_copy(update={"applied": 3, "last_applied_id": "x"})
+    assert (
+        changed.model_fields_set
+        == record.model_copy(update={"applied": 3, "last_applied_id": "x"}).model_fields_set
+    )
+    assert record.applied == 0 and record.last_applied_id is None
+    finding = Finding(title="t", file="a.py", line=1)
+    envelope = new_envelope(finding, agent_id="a", group_id=GROUP, ts=T0)
+    assert decode(encode(evolve(envelope, agent_id="b"))).agent_id == "b"
