@@ -160,6 +160,8 @@ class Coordinator:
                 log.warning("shard %d: %s; retrying", shard.index, exc)
                 shard.owned = False
                 await _wait(stop, 1.0)
+                if "NOGROUP" in str(exc):  # the server lost the stream or its group (data loss, failover)
+                    await self._ensure_group(shard.index)
         await self._give_back(shard)
 
     # -- ownership -----------------------------------------------------------------------------
@@ -170,11 +172,16 @@ class Coordinator:
     async def _membership(self, stop: asyncio.Event) -> None:
         key = f"{self.keys.namespace}:coordinators"
         while not stop.is_set():
-            with translated():
-                live = await self._members(keys=[key], args=[self.options.name, self.options.lease_ttl_ms])
-            self._share = fair_share(self.keys.shards, live)
-            await self._shed()
-            await self._gauge_pending()
+            try:
+                with translated():
+                    live = await self._members(
+                        keys=[key], args=[self.options.name, self.options.lease_ttl_ms]
+                    )
+                self._share = fair_share(self.keys.shards, live)
+                await self._shed()
+                await self._gauge_pending()
+            except BusError as exc:  # Redis restarting or unreachable: keep trying, like the shard loops
+                log.warning("membership: %s; retrying", exc)
             await _wait(stop, self.options.lease_ttl_ms / 3000)
 
     async def _leave(self) -> None:
@@ -226,6 +233,24 @@ class Coordinator:
         shard.groups = await load_shard(self.client, self.keys, shard.index)
         shard.need_pending = True
 
+    async def _claim_stale(self, shard: _Shard) -> bool:
+        """Claim entries another consumer has held longer than a lease: a deposed owner's late reads.
+
+        Such an owner can never commit them (its lease is gone), and they would otherwise wait for the
+        shard's next entry to trip the order check.
+        """
+        with translated():
+            ids = await self.client.xautoclaim(
+                shard.signals,
+                GROUP,
+                self.options.name,
+                self.options.lease_ttl_ms,
+                "0-0",
+                count=100,
+                justid=True,
+            )
+        return bool(ids)
+
     async def _ensure_group(self, index: int) -> None:
         stream = self.keys.stream(index, StreamKind.SIGNALS)
         with contextlib.suppress(BusError), translated():
@@ -270,6 +295,8 @@ class Coordinator:
                 )
             if not renewed:
                 self._lost(shard)
+            elif await self._claim_stale(shard):
+                shard.need_pending = True
             return False
         started = time.perf_counter()
         batch = _Batch(Commit(self._lease_key(shard), shard.signals), dict(shard.groups))
@@ -283,7 +310,7 @@ class Coordinator:
                 fields = dead_letter_fields(
                     stream=batch.commit.stream_key,
                     entry_id=_text(entry_id),
-                    raw=data,
+                    raw=None if data is _NO_DATA else data,
                     reason=reason,
                     deliveries=deliveries,
                 )
@@ -368,6 +395,8 @@ class Coordinator:
             return f"delivered {deliveries} times without being committed"
         if data is None:
             return "entry deleted before it was processed"
+        if data is _NO_DATA:
+            return "entry has no 'data' field"
         try:
             envelope = decode(data)
         except DecodeError as exc:
@@ -404,12 +433,20 @@ class Coordinator:
         commit.xadd_data(key, encode(emit.envelope))
 
 
+_NO_DATA = b"\x00subagent-bus: no data field"
+"""Stands for the missing ``data`` field of an entry that has other fields; compared by identity, so no
+value read from Redis (a new object every time) is ever taken for it."""
+
+
 def _entries(reply: Any) -> list[tuple[bytes, bytes | None]]:
     """``[(entry_id, data)]`` of an XREADGROUP reply; ``data`` is ``None`` for a deleted entry.
 
     Ids stay bytes, as the reply has them and as they go back in the commit.
     """
-    return [(_bytes(entry_id), fields.get(b"data")) for entry_id, fields in stream_entries(reply)]
+    return [
+        (_bytes(entry_id), fields.get(b"data", _NO_DATA) if fields else None)
+        for entry_id, fields in stream_entries(reply)
+    ]
 
 
 def _bytes(value: Any) -> bytes:

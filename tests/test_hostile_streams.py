@@ -106,7 +106,7 @@ def test_hostile_entries_are_dead_lettered_and_valid_ones_applied(redis_url: str
         name: fields[b"reason"].decode() for (name, _, _), (_, fields) in zip(HOSTILE, dead, strict=True)
     }
     for (name, original, reason), (_, fields) in zip(HOSTILE, dead, strict=True):
-        assert name == "no data field" or reason in reasons[name], (name, reasons[name][:300])
+        assert reason in reasons[name], (name, reasons[name][:300])
         assert fields[b"stream"] == stream.encode() and fields[b"deliveries"] == b"1", name
         assert fields.get(b"data") == original.get("data"), f"{name}: the original bytes are kept"
 
@@ -132,12 +132,7 @@ def test_hostile_entries_are_dead_lettered_and_valid_ones_applied(redis_url: str
     assert [line["entry_id"] for line in lines] == [i.decode() for i in hostile_ids]
     admin.close()
 
-    if HOSTILE[0][2] not in reasons["no data field"]:
-        assert reasons["no data field"] == "entry deleted before it was processed"  # the known misreport only
-        pytest.xfail(
-            "coordinator.service._entries maps an entry without a 'data' field to None, as for a deleted "
-            "entry, so its dead letter says 'entry deleted before it was processed'"
-        )
+    assert HOSTILE[0][2] in reasons["no data field"]
 
 
 async def _summaries(url: str) -> list[Any]:

@@ -97,12 +97,6 @@ async def _blocked_clients(bus: Any) -> int:
     return sum("b" in str(client.get("flags", "")) for client in clients)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="coordinator/service.py: the owner of a shard claims entries pending in other consumers' lists "
-    "only in _take_over (on acquiring the shard, or after a commit refused for order); an entry a deposed "
-    "owner's late XREADGROUP received after that claim stays pending until the shard's next entry arrives",
-)
 @pytest.mark.timeout(120)
 async def test_an_entry_read_by_a_deposed_owner_after_the_claim_is_applied(
     redis_url: str, fleet: Fleet, fault_report: Recorder

@@ -115,11 +115,6 @@ async def test_an_entry_over_the_delivery_limit_is_dead_lettered(
         assert fields[b"data"] == encode(published[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="coordinator/service.py: _entries maps an entry without a 'data' field to None, which "
-    "_apply_entry reports as 'entry deleted before it was processed' (and its other fields are not kept)",
-)
 async def test_an_entry_without_a_data_field_is_dead_lettered_as_such(
     redis_url: str, fleet: Fleet, fault_report: Recorder
 ) -> None:

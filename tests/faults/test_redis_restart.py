@@ -19,10 +19,8 @@ findings in the findings stream, nothing is applied twice or out of order, and t
 are those of the lost publishes.
 
 A coordinator that exits while the server is away is restarted by the test, as a process supervisor
-would; how often that was needed is reported. Today it always is: two strict ``xfail`` tests pin the
-coordinator's defects found here (it exits on the first connection error after a server restart, and it
-never recreates a consumer group the server lost); they start passing, and so fail as strict xfails, once
-the coordinator is fixed, and the markers are then to be removed.
+would; how often that was needed is reported. Two tests prove the coordinator itself survives: it keeps
+running across server restarts, and it recreates a consumer group the server lost.
 """
 
 from __future__ import annotations
@@ -254,12 +252,6 @@ async def test_server_crash_with_appendfsync_everysec_loses_a_bounded_reported_a
     await _scenario(tmp_path, fleet, fault_report, "everysec", lease_ms=5000, pace=0.001)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="coordinator/service.py: Coordinator._membership does not catch BusError, and run() gathers it "
-    "with the shard loops, so the first ConnectionFailed on a pooled connection opened before the server "
-    "restarted ends run() and the process exits 1",
-)
 @pytest.mark.timeout(120)
 async def test_a_coordinator_keeps_running_across_server_restarts(tmp_path: Path, fleet: Fleet) -> None:
     server = RedisProcess(tmp_path / "redis", appendfsync="always")
@@ -298,13 +290,6 @@ async def _working_coordinator(fleet: Fleet, url: str) -> CoordinatorProcess:
     return coordinator
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="coordinator/service.py: the consumer groups are created once, when run() starts (_ensure_group, "
-    "errors suppressed); a group the server loses later (restarted without its data, a failover to a "
-    "replica that missed it, a creation that failed on a transient error) is never created again: the "
-    "shard's loop logs NOGROUP and retries forever, and that shard's entries are never applied",
-)
 @pytest.mark.timeout(120)
 async def test_a_coordinator_recreates_the_consumer_groups_the_server_lost(
     redis_url: str, fleet: Fleet
