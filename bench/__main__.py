@@ -19,14 +19,18 @@ SUITE = (
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes: a minute instead of several")
     args = parser.parse_args()
     failed = 0
     for title, module in SUITE:
         print(f"\n=== {title}  (python -m {module}{' --quick' if args.quick else ''})", flush=True)
         started = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", module, *(["--quick"] if args.quick else [])], check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", module, *(["--quick"] if args.quick else [])], check=False
+        )
         print(f"--- {time.monotonic() - started:.0f}s, exit {done.returncode}", flush=True)
         failed += done.returncode != 0
     return 1 if failed else 0

@@ -45,7 +45,9 @@ class _TextFormatter(logging.Formatter):
 def setup_logging(*, json: bool = False, level: str = "INFO") -> None:
     """Configure the root logger to write to stderr."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if json else _TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(
+        JsonFormatter() if json else _TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -20,16 +20,28 @@ class Metrics:
         self.role = role
         r = self.registry
         self.entries_in = Counter(
-            "subagent_bus_entries_in", "Entries read from the bus, by envelope type", ["role", "type"], registry=r
+            "subagent_bus_entries_in",
+            "Entries read from the bus, by envelope type",
+            ["role", "type"],
+            registry=r,
         )
         self.entries_out = Counter(
-            "subagent_bus_entries_out", "Entries written to the bus, by envelope type", ["role", "type"], registry=r
+            "subagent_bus_entries_out",
+            "Entries written to the bus, by envelope type",
+            ["role", "type"],
+            registry=r,
         )
         self.dead_letters = Counter(
-            "subagent_bus_dead_letters", "Entries moved to a dead-letter stream", ["role", "shard"], registry=r
+            "subagent_bus_dead_letters",
+            "Entries moved to a dead-letter stream",
+            ["role", "shard"],
+            registry=r,
         )
         self.pending = Gauge(
-            "subagent_bus_pending_entries", "Entries delivered but not acknowledged, per shard", ["shard"], registry=r
+            "subagent_bus_pending_entries",
+            "Entries delivered but not acknowledged, per shard",
+            ["shard"],
+            registry=r,
         )
         self.lease = Gauge(
             "subagent_bus_lease_owned", "1 while this process holds the shard's lease", ["shard"], registry=r
@@ -40,7 +52,9 @@ class Metrics:
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
             registry=r,
         )
-        self.agents = Gauge("subagent_bus_agents_running", "Agent processes alive under this process", registry=r)
+        self.agents = Gauge(
+            "subagent_bus_agents_running", "Agent processes alive under this process", registry=r
+        )
 
     def read(self, type_: str, count: int = 1) -> None:
         self.entries_in.labels(self.role, type_).inc(count)

@@ -25,8 +25,12 @@ def numbered_findings(agents: int, per_agent: int, groups: int = 4) -> list[Enve
     for n in range(per_agent):
         for a in range(agents):
             agent = f"agent-{a}"
-            finding = Finding(title=f"{agent}#{n}", file=f"src/{agent}.py", line=1, confidence=50, agent=agent)
-            out.append(new_envelope(finding, agent_id=agent, group_id=f"group-{a % groups}", source="checker"))
+            finding = Finding(
+                title=f"{agent}#{n}", file=f"src/{agent}.py", line=1, confidence=50, agent=agent
+            )
+            out.append(
+                new_envelope(finding, agent_id=agent, group_id=f"group-{a % groups}", source="checker")
+            )
     return out
 
 

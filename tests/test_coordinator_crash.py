@@ -29,7 +29,18 @@ LEASE_MS = 1000
 
 def start_coordinator(url: str, name: str, log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [CLI, "coordinator", "--redis-url", url, "--name", name, "--lease-ttl", str(LEASE_MS), "--tick", "3600"],
+        [
+            CLI,
+            "coordinator",
+            "--redis-url",
+            url,
+            "--name",
+            name,
+            "--lease-ttl",
+            str(LEASE_MS),
+            "--tick",
+            "3600",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=log.open("wb"),
     )
@@ -52,7 +63,9 @@ async def bus(url: str) -> AsyncIterator[tuple[Client, Keys]]:
         await client.aclose()
 
 
-async def run_with_fault(url: str, tmp_path: Path, fault: Callable[[subprocess.Popen[bytes]], Awaitable[None]]) -> None:
+async def run_with_fault(
+    url: str, tmp_path: Path, fault: Callable[[subprocess.Popen[bytes]], Awaitable[None]]
+) -> None:
     published = numbered_findings(agents=20, per_agent=500)
     a = start_coordinator(url, "coord-a", tmp_path / "a.log")
     b = start_coordinator(url, "coord-b", tmp_path / "b.log")
@@ -95,7 +108,9 @@ async def test_coordinator_killed_mid_run_loses_and_repeats_nothing(redis_url: s
 
 
 @pytest.mark.timeout(300)
-async def test_coordinator_paused_past_its_lease_commits_nothing_stale(redis_url: str, tmp_path: Path) -> None:
+async def test_coordinator_paused_past_its_lease_commits_nothing_stale(
+    redis_url: str, tmp_path: Path
+) -> None:
     async def pause(process: subprocess.Popen[bytes]) -> None:
         process.send_signal(signal.SIGSTOP)
         # Stay frozen well past the lease: the other coordinator takes the shards over meanwhile.
