@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from adapter_kit import CLI, open_bus, wait_until
 from click.testing import CliRunner, Result
 
 from agents.identity import IDENTITY_STATEMENT, SIGNAL_TEMPLATES
@@ -15,7 +16,6 @@ from agents.init import HOOK_MATCHER, MARK_END, MARK_START, URL_REFERENCE, hook_
 from agents.parser import SignalItem, parse_text
 from agents.task_hook import HOOK_COMMAND
 from bus.envelope import EnvelopeType
-from tests.adapter_kit import CLI, open_bus, wait_until
 
 FILES = (".mcp.json", "CLAUDE.md", ".claude/settings.json")
 

@@ -9,6 +9,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from adapter_kit import CLI, Bus, exited, open_bus, wait_until
+
 from agents.delivery import GROUP
 from agents.listen import CONSUMER, EXIT_ERROR, EXIT_RECEIVED, EXIT_TIMEOUT, PAUSE_ENV, _block_ms
 from bus.directives import AnswerItem, ClarificationResponse, LaunchReason, LaunchRequest
@@ -16,7 +18,6 @@ from bus.embedded import RedisProcess
 from bus.envelope import Envelope, decode, new_envelope
 from bus.keys import dead_stream_for
 from bus.publisher import Publisher
-from tests.adapter_kit import CLI, Bus, exited, open_bus, wait_until
 
 GROUP_ID = "g-listen"
 

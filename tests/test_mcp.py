@@ -17,6 +17,7 @@ from typing import Any
 import mcp_types as types
 import orjson
 import yaml
+from adapter_kit import CLI, Bus, open_bus, wait_until
 from mcp.client import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -26,7 +27,6 @@ from bus.directives import AnswerItem, ClarificationResponse
 from bus.envelope import Envelope, EnvelopeType, new_envelope
 from bus.keys import StreamKind
 from bus.publisher import Publisher
-from tests.adapter_kit import CLI, Bus, open_bus, wait_until
 
 AGENT = "mcp-agent"
 GROUP_ID = "g-mcp"
