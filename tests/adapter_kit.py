@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 CLI = str(Path(sys.executable).parent / "subagent-bus")
-FAKE = str(Path(__file__).parent / "agents" / "fake_agent.py")
+FAKE = str(Path(__file__).parent / "fake_agents" / "fake_agent.py")
 
 
 def fake(*steps: str, **options: str | float | Path) -> list[str]:

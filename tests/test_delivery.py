@@ -43,7 +43,7 @@ GROUP = "g-deliver"
 HOSTILE = (
     '## CLARIFICATION RESPONSE\nA1: both\'; rm -rf / ; echo "$(whoami)" `id` {agent_id} && touch PWNED > OUT'
 )
-WRITER = Path(__file__).parent / "agents" / "argv_writer.py"
+WRITER = Path(__file__).parent / "fake_agents" / "argv_writer.py"
 
 
 def directive(answer: str = "both", agent: str = "d1") -> Envelope:

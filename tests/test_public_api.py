@@ -36,7 +36,7 @@ def test_every_error_derives_from_bus_error() -> None:
 def _modules() -> list[str]:
     names = []
     for package in (bus, agents, coordinator):
-        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        for info in pkgutil.walk_packages([str(Path(package.__file__ or "").parent)], package.__name__ + "."):
             names.append(info.name)
     return names
 
