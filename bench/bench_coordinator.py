@@ -236,7 +236,10 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-async def memory(url: str, count: int) -> tuple[float, float]:
+async def memory(url: str, count: int) -> tuple[float, float, float]:
+    """The coordinator process's RSS after a warm-up, after the first fifth of ``count`` signals, and at
+    the end. The state fills up over the first fifth (the idempotency windows reach their 10 000 ids
+    per group, the merged findings their reports); what grows after that grows with the signals."""
     client = await connect(Settings.from_url(url))
     await client.flushall()
     keys = await open_namespace(client, "bench", 8)
@@ -245,14 +248,17 @@ async def memory(url: str, count: int) -> tuple[float, float]:
         await publish_all(client, keys, workload(10_000, start=10**8))  # warm up the process
         await _drained(client, keys)
         before = rss_mb(coordinator.pid)
-        step = 50_000
+        fifth = before
+        step = max(1, min(50_000, count // 5))
         for start in range(0, count, step):
             await publish_all(client, keys, workload(min(step, count - start), start=start))
             await _drained(client, keys)
             # the stream itself lives in Redis, not in the coordinator; keep Redis small meanwhile
             for shard in keys.all_shards():
                 await client.xtrim(keys.stream(shard, StreamKind.FINDINGS), maxlen=0)
-        return before, rss_mb(coordinator.pid)
+            if start < count // 5 <= start + step:
+                fifth = rss_mb(coordinator.pid)
+        return before, fifth, rss_mb(coordinator.pid)
     finally:
         coordinator.terminate()
         coordinator.wait()
@@ -287,11 +293,15 @@ async def main(args: argparse.Namespace) -> None:
             p50, p99, n = await latency(server.url, args.latency_seconds, 2000)
             print(f"{'publish->decision p50 ms at 2000/s':44} {p50:>10.2f}")
             print(f"{'publish->decision p99 ms at 2000/s':44} {p99:>10.2f}   ({n} signals)")
-            before, after = await memory(server.url, args.rss_signals)
-            print(f"{'coordinator RSS MB before / after':44} {before:>6.1f} / {after:.1f}")
+            before, fifth, after = await memory(server.url, args.rss_signals)
+            rest = args.rss_signals - args.rss_signals // 5
+            print(
+                f"{'coordinator RSS MB before / at 1/5 / after':44} {before:>6.1f} / {fifth:.1f} / {after:.1f}"
+            )
             print(
                 f"{'RSS growth MB over ' + format(args.rss_signals, ',') + ' signals':44} {after - before:>10.1f}"
             )
+            print(f"{'  of which over the last ' + format(rest, ',') + ' signals':44} {after - fifth:>10.1f}")
         finally:
             server.stop()
 

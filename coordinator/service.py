@@ -18,18 +18,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bus.connection import Client, translated
-from bus.consumer import dead_letter_fields, stream_entries
-from bus.envelope import Envelope, EnvelopeType, decode, encode, new_envelope
-from bus.errors import BusError, DecodeError
+from bus.envelope import EnvelopeType, encode, new_envelope
+from bus.errors import BusError
 from bus.events import Decision, Tick
 from bus.keys import Keys, StreamKind
 from bus.metrics import Metrics
+from coordinator.batch import Batch, Entry, entries_of
 from coordinator.commit import COMMIT_SCRIPT, Commit, CommitResult, parse_result
 from coordinator.lease import MEMBERS_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT, fair_share
 from coordinator.policy import Policy
-from coordinator.rules import Emit, Target, apply
+from coordinator.rules import Target
 from coordinator.state import GroupState
-from coordinator.store import write_changes
 from coordinator.view import load_shard
 
 __all__ = ["GROUP", "TICK_GROUP", "Coordinator", "CoordinatorOptions"]
@@ -58,18 +57,6 @@ class CoordinatorOptions:
     lease_ttl_ms: int = 5_000
     tick_interval_s: float = 5.0
     max_deliveries: int = 5
-
-
-@dataclass
-class _Batch:
-    """One batch in the making: the commit, the working copy of the group states, what it produced."""
-
-    commit: Commit
-    groups: dict[str, GroupState]
-    changed: set[str] = field(default_factory=set)
-    emitted: list[Envelope] = field(default_factory=list)
-    types_in: dict[EnvelopeType, int] = field(default_factory=dict)
-    dead: int = 0
 
 
 @dataclass
@@ -269,21 +256,21 @@ class Coordinator:
 
     # -- one batch -----------------------------------------------------------------------------
 
-    async def _read(self, shard: _Shard, block_ms: int | None) -> list[tuple[bytes, bytes | None]]:
+    async def _read(self, shard: _Shard, block_ms: int | None) -> list[Entry]:
         stream = shard.signals
         with translated():
             if shard.need_pending:
                 reply = await self.client.xreadgroup(
                     GROUP, self.options.name, {stream: "0"}, count=self.options.batch
                 )
-                entries = _entries(reply)
+                entries = entries_of(reply)
                 if entries:
                     return entries
                 shard.need_pending = False
             reply = await self.client.xreadgroup(
                 GROUP, self.options.name, {stream: ">"}, count=self.options.batch, block=block_ms
             )
-        return _entries(reply)
+        return entries_of(reply)
 
     async def _step(self, shard: _Shard, *, block_ms: int | None) -> bool:
         """Read, apply and commit one batch; False when there was nothing to read."""
@@ -299,28 +286,19 @@ class Coordinator:
                 shard.need_pending = True
             return False
         started = time.perf_counter()
-        batch = _Batch(Commit(self._lease_key(shard), shard.signals), dict(shard.groups))
+        batch = Batch(
+            shard.index,
+            self.keys,
+            self.policy,
+            shard.targets,
+            shard.dead,
+            Commit(self._lease_key(shard), shard.signals),
+            dict(shard.groups),
+        )
         counts = await self._delivery_counts(shard, entries) if shard.need_pending else {}
         for entry_id, data in entries:
-            batch.commit.entry_ids.append(entry_id)
-            deliveries = counts.get(entry_id, 1)
-            reason = self._apply_entry(shard, batch, data, deliveries)
-            if reason:
-                batch.dead += 1
-                fields = dead_letter_fields(
-                    stream=batch.commit.stream_key,
-                    entry_id=_text(entry_id),
-                    raw=None if data is _NO_DATA else data,
-                    reason=reason,
-                    deliveries=deliveries,
-                )
-                batch.commit.xadd(shard.dead, fields)
-                log.warning("dead-lettered %s: %s", _text(entry_id), reason, extra={"shard": shard.index})
-        for gid in batch.changed:
-            limit = self.policy.idempotency_window
-            write_changes(
-                batch.commit, self.keys, shard.index, shard.groups.get(gid), batch.groups[gid], limit
-            )
+            batch.add(entry_id, data, counts.get(entry_id, 1), self.options.max_deliveries)
+        batch.write(shard.groups)
         result = await self._run_commit(shard, batch.commit)
         if result is CommitResult.OK:
             shard.groups = batch.groups
@@ -333,10 +311,11 @@ class Coordinator:
             await self._take_over(shard)
         return True
 
-    def _committed(self, shard: _Shard, batch: _Batch, seconds: float) -> None:
+    def _committed(self, shard: _Shard, batch: Batch, seconds: float) -> None:
         """Metrics and one log line per decision, only once the batch is durably committed."""
         for envelope in batch.emitted:
-            if isinstance(envelope.payload, Decision):
+            # the type first: an isinstance() that fails on a pydantic model class costs a Python call
+            if envelope.type is EnvelopeType.DECISION and isinstance(envelope.payload, Decision):
                 log.info(
                     envelope.payload.detail.split("\n", 1)[0],
                     extra={
@@ -379,74 +358,13 @@ class Coordinator:
         with translated():
             return parse_result(await self._commit(keys=keys, args=argv))
 
-    async def _delivery_counts(
-        self, shard: _Shard, entries: list[tuple[bytes, bytes | None]]
-    ) -> dict[bytes, int]:
+    async def _delivery_counts(self, shard: _Shard, entries: list[Entry]) -> dict[bytes, int]:
         stream = shard.signals
         with translated():
             rows = await self.client.xpending_range(
                 stream, GROUP, min=entries[0][0], max=entries[-1][0], count=len(entries)
             )
         return {_bytes(row["message_id"]): int(row["times_delivered"]) for row in rows}
-
-    def _apply_entry(self, shard: _Shard, batch: _Batch, data: bytes | None, deliveries: int) -> str | None:
-        """Apply one entry to the batch's working copy; the dead-letter reason when it cannot be applied."""
-        if deliveries > self.options.max_deliveries:
-            return f"delivered {deliveries} times without being committed"
-        if data is None:
-            return "entry deleted before it was processed"
-        if data is _NO_DATA:
-            return "entry has no 'data' field"
-        try:
-            envelope = decode(data)
-        except DecodeError as exc:
-            return str(exc)
-        type_ = envelope.type
-        batch.types_in[type_] = batch.types_in.get(type_, 0) + 1
-        if type_ is EnvelopeType.TICK:
-            for gid in list(batch.groups):
-                reason = self._apply_to(shard, batch, gid, envelope)
-                if reason:  # one group's rule bug must not stop the clock of the others
-                    log.error("tick skipped group %s: %s", gid, reason, extra={"group_id": gid})
-            return None
-        return self._apply_to(shard, batch, envelope.group_id, envelope)
-
-    def _apply_to(self, shard: _Shard, batch: _Batch, gid: str, envelope: Envelope) -> str | None:
-        state = batch.groups.get(gid)
-        if state is None:
-            state = GroupState(group_id=gid)
-        try:
-            outcome = apply(state, envelope, self.policy)
-        except Exception as exc:  # a rule bug must not stop the shard: dead-letter the entry
-            log.exception("rule failed on %s", envelope.id, extra={"group_id": gid})
-            return f"rule failed: {type(exc).__name__}: {exc}"
-        if outcome.state is not state or gid not in batch.groups:
-            batch.groups[gid] = outcome.state
-            batch.changed.add(gid)
-        for emit in outcome.emits:
-            self._emit(shard, batch.commit, emit)
-            batch.emitted.append(emit.envelope)
-        return None
-
-    def _emit(self, shard: _Shard, commit: Commit, emit: Emit) -> None:
-        key = shard.targets.get(emit.target) or self.keys.inbox(shard.index, emit.envelope.agent_id)
-        commit.xadd_data(key, encode(emit.envelope))
-
-
-_NO_DATA = b"\x00subagent-bus: no data field"
-"""Stands for the missing ``data`` field of an entry that has other fields; compared by identity, so no
-value read from Redis (a new object every time) is ever taken for it."""
-
-
-def _entries(reply: Any) -> list[tuple[bytes, bytes | None]]:
-    """``[(entry_id, data)]`` of an XREADGROUP reply; ``data`` is ``None`` for a deleted entry.
-
-    Ids stay bytes, as the reply has them and as they go back in the commit.
-    """
-    return [
-        (_bytes(entry_id), fields.get(b"data", _NO_DATA) if fields else None)
-        for entry_id, fields in stream_entries(reply)
-    ]
 
 
 def _bytes(value: Any) -> bytes:

@@ -14,27 +14,36 @@ _set: Final = object.__setattr__
 
 
 class _ChunkIndex:
-    """Which chunk each id went into, by chunk sequence number; shared by a window and its extensions.
+    """Which chunk each id went into, by chunk number; shared by a window and the windows extending it.
 
-    Windows only ever grow at the end, so successive windows of a group share one index: each adds its id
-    and reads only the chunk numbers inside its own range. An index is never changed in a way an older
-    window could see: a new id gets a chunk number at or after the older windows' newest chunk (whose ids
-    they check against their own copy of it), and a window that is not the last to extend the index, or
-    that adds an id the index already holds (a re-added id that had dropped out), starts an index of its
-    own. Ids that dropped out of the window stay until the index holds twice the window, then a new index
-    is built for the window alone.
+    Windows only grow at the end, so successive windows of a group share one index: each adds its id,
+    drops the ids of the chunks it drops, and reads only the chunk numbers inside its own range. What an
+    older window can see never changes under it: a new id gets a chunk number at or after its newest
+    chunk (whose ids it checks against its own copy of that chunk), and once chunks it still holds were
+    dropped (``first`` is past its own first chunk) it indexes its chunks anew. A window that is not the
+    last to extend the index, or that adds an id the index still holds, starts an index of its own.
     """
 
-    __slots__ = ("chunk_of", "last", "newest")
+    __slots__ = ("chunk_of", "first", "last", "newest")
 
-    def __init__(self, chunks: tuple[tuple[str, ...], ...], first: int) -> None:
+    def __init__(self, chunks: tuple[tuple[str, ...], ...]) -> None:
         self.chunk_of: dict[str, int] = {}
-        for seq, chunk in enumerate(chunks, first):
+        for seq, chunk in enumerate(chunks):
             self.chunk_of.update(dict.fromkeys(chunk, seq))
-        self.last = first + len(chunks) - 1
-        """The number of the newest chunk the index knows."""
+        self.first = 0
+        """The number of the oldest chunk whose ids the index holds."""
+        self.last = len(chunks) - 1
+        """The number of the newest chunk."""
         self.newest = len(chunks[-1]) if chunks else 0
         """How many ids that chunk holds."""
+
+    def drop(self, chunk: tuple[str, ...]) -> None:
+        """Forget the ids of the oldest chunk (an id also in a later chunk stays)."""
+        chunk_of, first = self.chunk_of, self.first
+        for envelope_id in chunk:
+            if chunk_of.get(envelope_id) == first:
+                del chunk_of[envelope_id]
+        self.first = first + 1
 
 
 class IdWindow(Model):
@@ -44,7 +53,8 @@ class IdWindow(Model):
     still hold at least ``limit`` ids, so the last ``limit`` ids are always remembered (and at most
     ``limit + CHUNK - 1``). Adding an id copies only the newest chunk; a membership test is one lookup in
     an index of the chunks shared with the windows this one was extended from or into (plus a scan of
-    the newest chunk when the id is in it), so the cost does not grow with the window.
+    the newest chunk when the id is in it), so the cost does not grow with the window, and the index
+    holds the ids of the newest window only.
 
     Why a bounded window is enough: envelope ids are deterministic (an agent's output at a byte offset
     always yields the same id), and a duplicate only arises from a retried publish or an adapter
@@ -87,7 +97,7 @@ class IdWindow(Model):
         index, seq, total = self._indexed()
         newest = len(chunks[-1]) if chunks else 0
         if index.last != seq or index.newest != newest or envelope_id in index.chunk_of:
-            index, seq = _ChunkIndex(chunks, 0), len(chunks) - 1
+            index, seq = _ChunkIndex(chunks), len(chunks) - 1
         if newest and newest < self.CHUNK:
             chunks = (*chunks[:-1], (*chunks[-1], envelope_id))
         else:
@@ -98,9 +108,8 @@ class IdWindow(Model):
         total += 1
         while len(chunks) > 1 and total - len(chunks[0]) >= limit:
             total -= len(chunks[0])
+            index.drop(chunks[0])
             chunks = chunks[1:]
-        if len(index.chunk_of) > 2 * total + self.CHUNK:
-            index, seq = _ChunkIndex(chunks, 0), len(chunks) - 1
         window = IdWindow.__new__(IdWindow)
         # what pydantic's construction does, minus its generic work: this runs for every applied entry
         _set(window, "__dict__", {"chunks": chunks})
@@ -113,8 +122,9 @@ class IdWindow(Model):
         """The shared index, this window's newest chunk number in it, and the window's size."""
         private = self.__pydantic_private__
         cursor = private.get("_cursor") if private is not None else None
-        if cursor is None:
-            chunks = self.chunks
-            cursor = (_ChunkIndex(chunks, 0), len(chunks) - 1, sum(map(len, chunks)))
+        chunks = self.chunks
+        if cursor is None or cursor[1] - len(chunks) < cursor[0].first - 1:  # not (or no longer) indexed
+            total = cursor[2] if cursor is not None else sum(map(len, chunks))
+            cursor = (_ChunkIndex(chunks), len(chunks) - 1, total)
             _set(self, "__pydantic_private__", {"_cursor": cursor})
         return cursor

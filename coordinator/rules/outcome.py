@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 from bus.envelope import Envelope
 from coordinator.state import GroupState
@@ -24,16 +24,14 @@ class Target(StrEnum):
     """The append-only findings stream."""
 
 
-@dataclass(frozen=True, slots=True)
-class Emit:
+class Emit(NamedTuple):
     """One envelope to publish, and where."""
 
     target: Target
     envelope: Envelope
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """The result of :func:`coordinator.rules.apply`.
 
     ``state`` is the group's new state; ``emits`` the envelopes to publish, in order, in the same

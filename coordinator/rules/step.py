@@ -31,6 +31,10 @@ MAX_DETAIL: Final = 2000
 
 P = TypeVar("P")
 
+_set: Final = object.__setattr__
+_ENVELOPE_FIELDS: Final = ("id", "v", "kind", "type", "agent_id", "group_id", "ts", "source", "payload")
+if tuple(Envelope.model_fields) != _ENVELOPE_FIELDS:  # the fields emit() fills, in declaration order
+    raise ImportError(f"Envelope fields changed to {tuple(Envelope.model_fields)}: update Step.emit")
 _TYPE_OF: Final[dict[type[Any], tuple[EnvelopeType, Kind]]] = {
     model: (type_, kind) for type_, (kind, model) in PAYLOADS.items()
 }
@@ -48,6 +52,19 @@ class Step:
     asks for it, and :meth:`finish` builds the final one once.
     """
 
+    __slots__ = (
+        "_agents",
+        "_changes",
+        "_findings",
+        "_own",
+        "_state",
+        "alive",
+        "emits",
+        "envelope",
+        "initial",
+        "policy",
+    )
+
     def __init__(self, state: GroupState, envelope: Envelope, policy: Policy) -> None:
         self.initial: Final = state
         self.envelope: Final = envelope
@@ -57,8 +74,8 @@ class Step:
         self._findings: dict[str, FindingSlot] | None = None
         self._changes: dict[str, Any] = {}
         self._state: GroupState | None = state
-        self._own: set[int] = set()
-        """Ids of the records this step made (by :meth:`update`); only the step holds them."""
+        self._own: dict[int, AgentRecord] = {}
+        """The records this step made (by :meth:`update`), by id; only the step holds them."""
         self.alive = False
         """The input is a sign of life of its agent: counting it refreshes the agent's ``last_seen``."""
 
@@ -73,18 +90,15 @@ class Step:
 
     @property
     def state(self) -> GroupState:
-        """The group state as changed so far (a snapshot: later changes do not alter it)."""
+        """The group state as changed so far (a snapshot: the rules' later changes do not alter it)."""
         if self._state is None:
-            self._state = self._build(copy=True)
+            changes = dict(self._changes)
+            if self._agents is not None:
+                changes["agents"] = dict(self._agents)
+            if self._findings is not None:
+                changes["findings"] = dict(self._findings)
+            self._state = evolve(self.initial, **changes) if changes else self.initial
         return self._state
-
-    def _build(self, *, copy: bool) -> GroupState:
-        changes = dict(self._changes)
-        if self._agents is not None:
-            changes["agents"] = dict(self._agents) if copy else self._agents
-        if self._findings is not None:
-            changes["findings"] = dict(self._findings) if copy else self._findings
-        return evolve(self.initial, **changes) if changes else self.initial
 
     def payload(self, model: type[P]) -> P:
         """The input's payload, which the dispatch guarantees to be a ``model``."""
@@ -116,7 +130,7 @@ class Step:
     def update(self, agent_id: str, **changes: Any) -> AgentRecord:
         """Replace fields of a known agent's record."""
         record = self.put(evolve(self.agent(agent_id), **changes))
-        self._own.add(id(record))
+        self._own[id(record)] = record
         return record
 
     def finding(self, key: str) -> FindingSlot | None:
@@ -142,18 +156,26 @@ class Step:
 
     def emit(self, target: Target, payload: Payload, agent_id: str) -> Envelope:
         type_, kind = _TYPE_OF[type(payload)]
-        envelope = construct(
-            Envelope,
-            id=emitted_id(self.envelope.id, len(self.emits)),
-            v=SCHEMA_VERSION,
-            kind=kind,
-            type=type_,
-            agent_id=agent_id,
-            group_id=self.group_id,
-            ts=self.envelope.ts,
-            source=SOURCE,
-            payload=payload,
+        envelope = Envelope.__new__(Envelope)
+        # An Envelope(...) without validating again values that are valid: see the module docstring.
+        _set(
+            envelope,
+            "__dict__",
+            {
+                "id": emitted_id(self.envelope.id, len(self.emits)),
+                "v": SCHEMA_VERSION,
+                "kind": kind,
+                "type": type_,
+                "agent_id": agent_id,
+                "group_id": self.initial.group_id,
+                "ts": self.envelope.ts,
+                "source": SOURCE,
+                "payload": payload,
+            },
         )
+        _set(envelope, "__pydantic_fields_set__", set(_ENVELOPE_FIELDS))
+        _set(envelope, "__pydantic_extra__", None)
+        _set(envelope, "__pydantic_private__", None)
         self.emits.append(Emit(target, envelope))
         return envelope
 

@@ -175,8 +175,9 @@ async def _scenario(
         await wait_until(
             supervisor.leased_all, 60, "the coordinator to create its groups and lease every shard"
         )
-        # The simulated crash throws the last second away; it must not reach back to before the groups.
-        kill_after = time.monotonic() + (2 * UNSYNCED_SECONDS + 0.5 if appendfsync == "everysec" else 0.0)
+        # The simulated crash throws the last second away; it must not reach back to before the groups,
+        # and the append-only file must have been sampled for that second whatever the mode.
+        kill_after = time.monotonic() + (2 * UNSYNCED_SECONDS + 0.5 if appendfsync == "everysec" else 1.1)
         producing = asyncio.create_task(producer.run(published, pace=pace))
         background.append(producing)
         async with open_bus(server.url) as bus:

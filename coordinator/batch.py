@@ -1,0 +1,137 @@
+"""One batch of a shard's signals in the making: decoded, applied, and turned into one commit.
+
+The entries are applied in stream order to working copies of the shard's group states; everything the
+batch writes (emitted envelopes, dead letters, changed state fields) goes into one
+:class:`~coordinator.commit.Commit`, which the service runs only after the whole batch is applied. No I/O
+happens here.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from bus.consumer import dead_letter_fields, stream_entries
+from bus.envelope import Envelope, EnvelopeType, decode, encode
+from bus.errors import DecodeError
+from bus.keys import Keys
+from coordinator.commit import Commit
+from coordinator.policy import Policy
+from coordinator.rules import Target, apply
+from coordinator.state import GroupState
+from coordinator.store import write_changes
+
+__all__ = ["NO_DATA", "Batch", "Entry", "entries_of"]
+
+log = logging.getLogger("subagent_bus.coordinator")
+
+Entry = tuple[bytes, bytes | None]
+"""``(entry_id, data)`` of a stream entry: ``data`` is ``None`` for a deleted entry, :data:`NO_DATA` for
+one without a ``data`` field."""
+
+NO_DATA: Final = b"\x00subagent-bus: no data field"
+"""Stands for the missing ``data`` field of an entry that has other fields; compared by identity, so no
+value read from Redis (a new object every time) is ever taken for it."""
+
+
+def entries_of(reply: Any) -> list[Entry]:
+    """The entries of an XREADGROUP reply. Ids stay bytes, as the reply has them and as they are acked."""
+    return [
+        (_bytes(entry_id), fields.get(b"data", NO_DATA) if fields else None)
+        for entry_id, fields in stream_entries(reply)
+    ]
+
+
+@dataclass
+class Batch:
+    """The working copy of a shard's group states, and the commit that stores what the batch did."""
+
+    shard: int
+    keys: Keys
+    policy: Policy
+    targets: dict[Target, str]
+    """The stream key of each target but the inbox (whose key depends on the agent)."""
+    dead_stream: str
+    commit: Commit
+    groups: dict[str, GroupState]
+    changed: set[str] = field(default_factory=set)
+    emitted: list[Envelope] = field(default_factory=list)
+    types_in: dict[EnvelopeType, int] = field(default_factory=dict)
+    dead: int = 0
+
+    def add(self, entry_id: bytes, data: bytes | None, deliveries: int, max_deliveries: int) -> None:
+        """Apply one entry (the next in stream order), or dead-letter it when it cannot be applied."""
+        self.commit.entry_ids.append(entry_id)
+        reason = self._apply_entry(data, deliveries, max_deliveries)
+        if reason:
+            self.dead += 1
+            fields = dead_letter_fields(
+                stream=self.commit.stream_key,
+                entry_id=_text(entry_id),
+                raw=None if data is NO_DATA else data,
+                reason=reason,
+                deliveries=deliveries,
+            )
+            self.commit.xadd(self.dead_stream, fields)
+            log.warning("dead-lettered %s: %s", _text(entry_id), reason, extra={"shard": self.shard})
+
+    def write(self, stored: dict[str, GroupState]) -> None:
+        """Add to the commit the writes that turn the ``stored`` states into the batch's."""
+        for gid in self.changed:
+            write_changes(
+                self.commit,
+                self.keys,
+                self.shard,
+                stored.get(gid),
+                self.groups[gid],
+                self.policy.idempotency_window,
+            )
+
+    def _apply_entry(self, data: bytes | None, deliveries: int, max_deliveries: int) -> str | None:
+        """Apply one entry to the working copy; the dead-letter reason when it cannot be applied."""
+        if deliveries > max_deliveries:
+            return f"delivered {deliveries} times without being committed"
+        if data is None:
+            return "entry deleted before it was processed"
+        if data is NO_DATA:
+            return "entry has no 'data' field"
+        try:
+            envelope = decode(data)
+        except DecodeError as exc:
+            return str(exc)
+        type_ = envelope.type
+        self.types_in[type_] = self.types_in.get(type_, 0) + 1
+        if type_ is EnvelopeType.TICK:
+            for gid in list(self.groups):
+                reason = self._apply_to(gid, envelope)
+                if reason:  # one group's rule bug must not stop the clock of the others
+                    log.error("tick skipped group %s: %s", gid, reason, extra={"group_id": gid})
+            return None
+        return self._apply_to(envelope.group_id, envelope)
+
+    def _apply_to(self, gid: str, envelope: Envelope) -> str | None:
+        state = self.groups.get(gid)
+        if state is None:
+            state = GroupState(group_id=gid)
+        try:
+            outcome = apply(state, envelope, self.policy)
+        except Exception as exc:  # a rule bug must not stop the shard: dead-letter the entry
+            log.exception("rule failed on %s", envelope.id, extra={"group_id": gid})
+            return f"rule failed: {type(exc).__name__}: {exc}"
+        if outcome.state is not state or gid not in self.groups:
+            self.groups[gid] = outcome.state
+            self.changed.add(gid)
+        for emit in outcome.emits:
+            key = self.targets.get(emit.target) or self.keys.inbox(self.shard, emit.envelope.agent_id)
+            self.commit.xadd_data(key, encode(emit.envelope))
+            self.emitted.append(emit.envelope)
+        return None
+
+
+def _bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else value
