@@ -49,6 +49,7 @@ from bus.publisher import Publisher
 from bus.settings import Settings
 from bus.signals import Progress
 from coordinator.policy import Policy
+from coordinator.runtime import tune_gc
 from coordinator.service import Coordinator, CoordinatorOptions
 
 CLI = str(Path(sys.executable).parent / "subagent-bus")
@@ -277,6 +278,7 @@ async def _drained(client: Client, keys: Keys) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
+    tune_gc()  # as the coordinator command does; the raw loop below runs under the same settings
     with tempfile.TemporaryDirectory() as tmp:
         server = RedisProcess(Path(tmp))
         server.start()

@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from bus.consumer import dead_letter_fields, stream_entries
+from bus.consumer import DELETED_REASON, dead_letter_fields, stream_entries
 from bus.envelope import Envelope, EnvelopeType, decode, encode
 from bus.errors import DecodeError
 from bus.keys import Keys
@@ -93,7 +93,7 @@ class Batch:
         if deliveries > max_deliveries:
             return f"delivered {deliveries} times without being committed"
         if data is None:
-            return "entry deleted before it was processed"
+            return DELETED_REASON
         if data is NO_DATA:
             return "entry has no 'data' field"
         try:

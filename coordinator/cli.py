@@ -25,6 +25,7 @@ from coordinator.demo import demo
 from coordinator.human import commands as human_commands
 from coordinator.policy import Policy
 from coordinator.rules import GroupSummary, MergedFinding, merge_findings, summarize
+from coordinator.runtime import tune_gc
 from coordinator.service import Coordinator, CoordinatorOptions
 from coordinator.view import iter_findings, load_groups
 
@@ -105,6 +106,7 @@ def run_coordinator(
     metrics = Metrics("coordinator") if metrics_port else None
     if metrics and metrics_port:
         serve(metrics, metrics_port, metrics_host)
+    tune_gc()
 
     async def main() -> int:
         client, keys = await _open(settings)

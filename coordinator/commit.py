@@ -4,10 +4,14 @@ A batch is committed by one Lua script, so either all of it happens or none of i
 
 1. the shard's lease must still hold this process's token (a process paused past its lease, or one
    whose lease was taken over, commits nothing);
-2. the batch must be the head of the consumer group's pending list, in order (no older entry is
+2. the shard's version (a counter every commit increments) must be the one the process's in-memory
+   states were loaded or last committed at: a server that restarted and lost its last writes holds an
+   older version, and the process reloads the states instead of writing changes computed against
+   writes that no longer exist;
+3. the batch must be the head of the consumer group's pending list, in order (no older entry is
    waiting in some other consumer's pending list), so entries are applied in stream order and an
    entry is never applied twice;
-3. the new group states, the emitted stream entries (events, inbox directives, launch requests,
+4. the new group states, the emitted stream entries (events, inbox directives, launch requests,
    findings, dead letters) and the XACK of the batch are written, and the lease is extended.
 
 Every key lies in the shard's hash slot, so the script runs unchanged on Redis Cluster.
@@ -27,19 +31,21 @@ __all__ = ["COMMIT_SCRIPT", "Commit", "CommitResult", "parse_result"]
 class CommitResult(StrEnum):
     OK = "ok"
     LEASE_LOST = "lease"
+    STALE = "stale"
     OUT_OF_ORDER = "order"
 
 
 COMMIT_SCRIPT = """
-local token, group, ttl, n = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local token, group, ttl, version, n = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 if redis.call('GET', KEYS[1]) ~= token then return 'lease' end
+if (redis.call('GET', KEYS[3]) or '0') ~= version then return 'stale' end
 if n > 0 then
   local head = redis.call('XPENDING', KEYS[2], group, '-', '+', n)
   for i = 1, n do
-    if head[i] == nil or head[i][1] ~= ARGV[4 + i] then return 'order' end
+    if head[i] == nil or head[i][1] ~= ARGV[5 + i] then return 'order' end
   end
 end
-local ops = cmsgpack.unpack(ARGV[5 + n])
+local ops = cmsgpack.unpack(ARGV[6 + n])
 local i = 1
 while i <= #ops do
   local op = ops[i]
@@ -67,7 +73,8 @@ while i <= #ops do
     return redis.error_reply('unknown commit op ' .. tostring(op))
   end
 end
-if n > 0 then redis.call('XACK', KEYS[2], group, unpack(ARGV, 5, 4 + n)) end
+if n > 0 then redis.call('XACK', KEYS[2], group, unpack(ARGV, 6, 5 + n)) end
+redis.call('INCR', KEYS[3])
 redis.call('PEXPIRE', KEYS[1], ttl)
 return 'ok'
 """
@@ -99,14 +106,19 @@ class Commit:
 
     lease_key: str
     stream_key: str
+    version_key: str
     entry_ids: list[bytes | str] = field(default_factory=list)
     _keys: dict[str, bytes] = field(default_factory=dict)
     _ops: list[bytes] = field(default_factory=list)
 
     def _key(self, key: str) -> bytes:
-        """The packed index of ``key`` in the script's KEYS (from 1; the lease and the stream come first)."""
+        """The packed index of ``key`` in the script's KEYS (from 1; lease, stream and version come first)."""
         if not self._keys:
-            self._keys = {self.lease_key: _item("1"), self.stream_key: _item("2")}
+            self._keys = {
+                self.lease_key: _item("1"),
+                self.stream_key: _item("2"),
+                self.version_key: _item("3"),
+            }
         index = self._keys.get(key)
         if index is None:
             index = self._keys[key] = _item(str(len(self._keys) + 1))
@@ -134,10 +146,11 @@ class Commit:
         """Append ``values`` to a list and keep only its last ``keep`` items."""
         self._ops += (_L, self._key(key), _item(str(len(values))), _item(str(keep)), *map(_item, values))
 
-    def script_args(self, token: str, group: str, ttl_ms: int) -> tuple[list[str], list[Any]]:
+    def script_args(self, token: str, group: str, ttl_ms: int, version: int) -> tuple[list[str], list[Any]]:
         self._key(self.lease_key)
         ops = b"".join((_HEADER.pack(_ARRAY32, len(self._ops)), *self._ops))
-        argv: list[Any] = [token, group, str(ttl_ms), str(len(self.entry_ids)), *self.entry_ids, ops]
+        head = [token, group, str(ttl_ms), str(version), str(len(self.entry_ids))]
+        argv: list[Any] = [*head, *self.entry_ids, ops]
         return list(self._keys), argv
 
     @property

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bus.connection import Client, translated
+from bus.consumer import DELETED_REASON
 from bus.envelope import EnvelopeType, encode, new_envelope
 from bus.errors import BusError
 from bus.events import Decision, Tick
@@ -25,7 +26,14 @@ from bus.keys import Keys, StreamKind
 from bus.metrics import Metrics
 from coordinator.batch import Batch, Entry, entries_of
 from coordinator.commit import COMMIT_SCRIPT, Commit, CommitResult, parse_result
-from coordinator.lease import MEMBERS_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT, fair_share
+from coordinator.lease import (
+    CLAIM_SCRIPT,
+    MEMBERS_SCRIPT,
+    PRUNE_SCRIPT,
+    RELEASE_SCRIPT,
+    RENEW_SCRIPT,
+    fair_share,
+)
 from coordinator.policy import Policy
 from coordinator.rules import Target
 from coordinator.state import GroupState
@@ -57,6 +65,9 @@ class CoordinatorOptions:
     lease_ttl_ms: int = 5_000
     tick_interval_s: float = 5.0
     max_deliveries: int = 5
+    prune_idle_ms: int = 3_600_000
+    """Consumers of a shard's group with nothing pending that have not read for this long are removed
+    when a coordinator takes the shard over (names of dead or renamed processes)."""
 
 
 @dataclass
@@ -70,6 +81,8 @@ class _Shard:
     token: str = ""
     owned: bool = False
     need_pending: bool = True
+    version: int = 0
+    """The shard's commit counter that ``groups`` correspond to (see :mod:`coordinator.commit`)."""
     groups: dict[str, GroupState] = field(default_factory=dict)
     last_tick: float = 0.0
 
@@ -105,6 +118,8 @@ class Coordinator:
         self._renew = client.register_script(RENEW_SCRIPT)
         self._release = client.register_script(RELEASE_SCRIPT)
         self._members = client.register_script(MEMBERS_SCRIPT)
+        self._claim = client.register_script(CLAIM_SCRIPT)
+        self._prune = client.register_script(PRUNE_SCRIPT)
 
     @property
     def owned(self) -> list[int]:
@@ -155,6 +170,9 @@ class Coordinator:
 
     def _lease_key(self, shard: _Shard) -> str:
         return self.keys.state(shard.index, "lease")
+
+    def _version_key(self, shard: _Shard) -> str:
+        return self.keys.state(shard.index, "version")
 
     async def _membership(self, stop: asyncio.Event) -> None:
         key = f"{self.keys.namespace}:coordinators"
@@ -208,15 +226,14 @@ class Coordinator:
 
     async def _take_over(self, shard: _Shard) -> None:
         """Claim every pending entry of the group (from dead or stalled owners) and reload the state."""
-        stream = shard.signals
-        start = "0-0"
+        await self._claim_pending(shard, idle_ms=0, count=1000, until_done=True)
         with translated():
-            # JUSTID: claiming must not count as a delivery; re-reading the entries below does.
-            while ids := await self.client.xautoclaim(
-                stream, GROUP, self.options.name, 0, start, count=1000, justid=True
-            ):
-                ms, _, seq = _text(ids[-1]).partition("-")
-                start = f"{ms}-{int(seq) + 1}"
+            pruned = await self._prune(keys=[shard.signals], args=[GROUP, self.options.prune_idle_ms])
+        if pruned:
+            log.info("shard %d: removed %d idle consumers", shard.index, pruned, extra={"shard": shard.index})
+        with translated():
+            version = await self.client.get(self._version_key(shard))
+        shard.version = int(version or 0)  # read before the states; only this lease holder commits
         shard.groups = await load_shard(self.client, self.keys, shard.index)
         shard.need_pending = True
 
@@ -226,17 +243,25 @@ class Coordinator:
         Such an owner can never commit them (its lease is gone), and they would otherwise wait for the
         shard's next entry to trip the order check.
         """
+        return await self._claim_pending(shard, idle_ms=self.options.lease_ttl_ms, count=100) > 0
+
+    async def _claim_pending(
+        self, shard: _Shard, *, idle_ms: int, count: int, until_done: bool = False
+    ) -> int:
+        """Claim pending entries for this process (dead-lettering deleted ones); how many were claimed."""
+        cursor: Any = "0-0"
+        claimed = 0
         with translated():
-            ids = await self.client.xautoclaim(
-                shard.signals,
-                GROUP,
-                self.options.name,
-                self.options.lease_ttl_ms,
-                "0-0",
-                count=100,
-                justid=True,
-            )
-        return bool(ids)
+            while True:
+                reply = await self._claim(
+                    keys=[self._lease_key(shard), shard.signals, shard.dead],
+                    args=[shard.token, GROUP, self.options.name, idle_ms, cursor, count, DELETED_REASON],
+                )
+                if reply is None:  # the lease expired meanwhile: the next commit finds out
+                    return claimed
+                cursor, claimed = reply[0], claimed + int(reply[1])
+                if not until_done or _text(cursor) == "0-0":
+                    return claimed
 
     async def _ensure_group(self, index: int) -> None:
         stream = self.keys.stream(index, StreamKind.SIGNALS)
@@ -292,7 +317,7 @@ class Coordinator:
             self.policy,
             shard.targets,
             shard.dead,
-            Commit(self._lease_key(shard), shard.signals),
+            Commit(self._lease_key(shard), shard.signals, self._version_key(shard)),
             dict(shard.groups),
         )
         counts = await self._delivery_counts(shard, entries) if shard.need_pending else {}
@@ -302,10 +327,14 @@ class Coordinator:
         result = await self._run_commit(shard, batch.commit)
         if result is CommitResult.OK:
             shard.groups = batch.groups
+            shard.version += 1
             self.applied += len(entries)
             self._committed(shard, batch, time.perf_counter() - started)
         elif result is CommitResult.LEASE_LOST:
             self._lost(shard)
+        elif result is CommitResult.STALE:
+            log.warning("shard %d: the server lost committed writes; reloading its state", shard.index)
+            await self._take_over(shard)
         else:
             log.warning("shard %d: older entries pending elsewhere; claiming them first", shard.index)
             await self._take_over(shard)
@@ -354,7 +383,7 @@ class Coordinator:
                 self.metrics.pending.labels(str(shard.index)).set(int(summary["pending"]))
 
     async def _run_commit(self, shard: _Shard, commit: Commit) -> CommitResult:
-        keys, argv = commit.script_args(shard.token, GROUP, self.options.lease_ttl_ms)
+        keys, argv = commit.script_args(shard.token, GROUP, self.options.lease_ttl_ms, shard.version)
         with translated():
             return parse_result(await self._commit(keys=keys, args=argv))
 

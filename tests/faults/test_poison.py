@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-import pytest
 from checker import numbered_findings, state_mismatches
 from workers.kit import connected, progresses
 
@@ -135,12 +134,6 @@ async def test_an_entry_without_a_data_field_is_dead_lettered_as_such(
         assert b"no 'data' field" in dead[0][1][b"reason"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="coordinator/service.py: _take_over claims with XAUTOCLAIM JUSTID, whose reply (as redis-py "
-    "parses it) leaves out the ids of deleted entries that Redis >= 7 drops from the pending list, so an "
-    "entry deleted while pending vanishes without a dead letter",
-)
 async def test_an_entry_deleted_while_held_is_dead_lettered(
     redis_url: str, fleet: Fleet, fault_report: Recorder
 ) -> None:

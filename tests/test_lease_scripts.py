@@ -1,0 +1,64 @@
+"""The shard scripts a coordinator runs when it takes a shard over, on a real server (standalone and cluster)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workers.kit import connected
+
+from bus.keys import Keys, StreamKind
+from coordinator.lease import CLAIM_SCRIPT, PRUNE_SCRIPT
+
+KEYS = Keys("lease", 8)
+SHARD = 3
+STREAM = KEYS.stream(SHARD, StreamKind.SIGNALS)
+DEAD = KEYS.stream(SHARD, StreamKind.DEAD)
+LEASE = KEYS.state(SHARD, "lease")
+
+
+async def _consumers(client: Any) -> dict[str, int]:
+    return {_text(c["name"]): int(c["pending"]) for c in await client.xinfo_consumers(STREAM, "g")}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def test_prune_removes_idle_consumers_with_nothing_pending_and_keeps_the_others(bus_url: str) -> None:
+    async with connected(bus_url) as client:
+        await client.xgroup_create(STREAM, "g", id="0", mkstream=True)
+        await client.xadd(STREAM, {"data": b"1"})
+        await client.xreadgroup("g", "holder", {STREAM: ">"}, count=1)  # one entry pending
+        await client.xgroup_createconsumer(STREAM, "g", "ghost")
+        await client.xgroup_createconsumer(STREAM, "g", "fresh")
+        prune = client.register_script(PRUNE_SCRIPT)
+
+        assert await prune(keys=[STREAM], args=["g", 3_600_000]) == 0  # nobody has been idle an hour
+        assert await _consumers(client) == {"holder": 1, "ghost": 0, "fresh": 0}
+
+        assert await prune(keys=[STREAM], args=["g", 0]) == 2
+        assert await _consumers(client) == {"holder": 1}  # its pending entry is still owned
+
+
+async def test_claim_dead_letters_entries_deleted_while_pending_in_the_same_step(bus_url: str) -> None:
+    async with connected(bus_url) as client:
+        await client.xgroup_create(STREAM, "g", id="0", mkstream=True)
+        ids = [_text(await client.xadd(STREAM, {"data": str(i).encode()})) for i in range(5)]
+        await client.xreadgroup("g", "dead-owner", {STREAM: ">"}, count=5)
+        await client.xdel(STREAM, ids[1], ids[3])
+        await client.set(LEASE, "token")
+        claim = client.register_script(CLAIM_SCRIPT)
+
+        stale = await claim(keys=[LEASE, STREAM, DEAD], args=["other", "g", "new", 0, "0-0", 10, "gone"])
+        assert stale is None  # not the lease holder: nothing claimed, nothing written
+        assert await client.xlen(DEAD) == 0
+
+        cursor, claimed = await claim(
+            keys=[LEASE, STREAM, DEAD], args=["token", "g", "new", 0, "0-0", 10, "gone"]
+        )
+        assert (_text(cursor), claimed) == ("0-0", 3)
+        assert await _consumers(client) == {"dead-owner": 0, "new": 3}
+        dead = [fields for _, fields in await client.xrange(DEAD)]
+        assert [_text(f[b"entry_id"]) for f in dead] == [ids[1], ids[3]]
+        assert {_text(f[b"reason"]) for f in dead} == {"gone"}
+        assert {_text(f[b"stream"]) for f in dead} == {STREAM}
