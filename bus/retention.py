@@ -14,15 +14,19 @@ which of its entries have been read (plain ``XREAD`` readers keep no state in Re
 
 from __future__ import annotations
 
+import asyncio
 import re
 import weakref
 from typing import Final
 
-from bus.connection import Client, translated
-from bus.errors import CommandFailed, ConfigError
-from bus.keys import Keys, StreamKind
+import click
 
-__all__ = ["trim", "trim_namespace"]
+from bus.connection import Client, connect, redis_options, translated
+from bus.errors import BusError, CommandFailed, ConfigError
+from bus.keys import Keys, StreamKind, open_namespace
+from bus.settings import Settings
+
+__all__ = ["trim", "trim_command", "trim_inboxes", "trim_kind", "trim_namespace"]
 
 _STREAM_ID: Final = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
 _acked_support: weakref.WeakKeyDictionary[Client, bool] = weakref.WeakKeyDictionary()
@@ -134,6 +138,31 @@ async def _trim_acked(client: Client, stream: str, maxlen: int | None, minid: st
     return int(removed)
 
 
+async def trim_kind(client: Client, keys: Keys, kind: StreamKind, *, maxlen: int | None = None) -> int:
+    """:func:`trim` the ``kind`` stream of every shard; returns the entries removed."""
+    removed = 0
+    for shard in keys.all_shards():
+        removed += await trim(client, keys.stream(shard, kind), maxlen=maxlen)
+    return removed
+
+
+async def trim_inboxes(client: Client, keys: Keys, *, maxlen: int | None = None) -> int:
+    """:func:`trim` every agent inbox of the namespace (found with ``SCAN``, on every cluster node).
+
+    An inbox is read by its adapter's consumer group, so without ``maxlen`` this removes the directives
+    every adapter has acknowledged; an inbox nobody ever read keeps everything.
+    """
+    removed = 0
+    for shard in keys.all_shards():
+        # namespaces are [A-Za-z0-9_.-]: the key prefix holds no glob character to escape
+        pattern = keys.inbox(shard, "*")
+        with translated():
+            names = [name async for name in client.scan_iter(match=pattern, count=1000, _type="stream")]
+        for name in names:
+            removed += await trim(client, name.decode() if isinstance(name, bytes) else name, maxlen=maxlen)
+    return removed
+
+
 async def trim_namespace(
     client: Client,
     keys: Keys,
@@ -143,22 +172,93 @@ async def trim_namespace(
     maxlen_tasks: int | None = None,
     maxlen_findings: int | None = None,
     include_findings: bool = False,
+    include_inboxes: bool = False,
+    maxlen_inboxes: int | None = None,
+    maxlen_dead: int | None = None,
 ) -> int:
     """Trim the signals, events and tasks streams of every shard; returns the entries removed.
 
     ``None`` for a stream kind means "only what every group has acknowledged". Findings are the
-    append-only record and are left alone unless ``include_findings`` is set; inboxes and the
-    dead-letter streams are never trimmed here.
+    append-only record and are left alone unless ``include_findings`` is set; inboxes only with
+    ``include_inboxes``; dead letters (read by people, usually without a group) only down to an explicit
+    ``maxlen_dead``.
     """
-    plan = [
+    removed = 0
+    for kind, maxlen in (
         (StreamKind.SIGNALS, maxlen_signals),
         (StreamKind.EVENTS, maxlen_events),
         (StreamKind.TASKS, maxlen_tasks),
-    ]
+    ):
+        removed += await trim_kind(client, keys, kind, maxlen=maxlen)
     if include_findings:
-        plan.append((StreamKind.FINDINGS, maxlen_findings))
-    removed = 0
-    for shard in keys.all_shards():
-        for kind, maxlen in plan:
-            removed += await trim(client, keys.stream(shard, kind), maxlen=maxlen)
+        removed += await trim_kind(client, keys, StreamKind.FINDINGS, maxlen=maxlen_findings)
+    if include_inboxes:
+        removed += await trim_inboxes(client, keys, maxlen=maxlen_inboxes)
+    if maxlen_dead is not None:
+        removed += await trim_kind(client, keys, StreamKind.DEAD, maxlen=maxlen_dead)
     return removed
+
+
+_KEEP = click.IntRange(min=0)
+
+
+@click.command("trim")
+@click.option("--signals", "signals", type=_KEEP, help="Keep at least the N newest signals per shard.")
+@click.option("--events", "events", type=_KEEP, help="Keep at least the N newest events per shard.")
+@click.option("--tasks", "tasks", type=_KEEP, help="Keep at least the N newest launch requests per shard.")
+@click.option(
+    "--inboxes/--no-inboxes", default=True, show_default=True, help="Also trim every agent's inbox."
+)
+@click.option("--inbox-keep", type=_KEEP, help="Keep at least the N newest directives per inbox.")
+@click.option(
+    "--dead", "dead", type=_KEEP, help="Keep only the N newest dead letters per shard (default: all)."
+)
+@click.option(
+    "--findings",
+    "findings",
+    type=_KEEP,
+    help="Trim the append-only findings stream to its N newest entries per shard (default: never).",
+)
+@redis_options
+def trim_command(
+    settings: Settings,
+    signals: int | None,
+    events: int | None,
+    tasks: int | None,
+    inboxes: bool,
+    inbox_keep: int | None,
+    dead: int | None,
+    findings: int | None,
+) -> None:
+    """Remove stream entries that are no longer needed, and never one that is.
+
+    Signals, events, tasks and inboxes lose the entries every consumer group has acknowledged (with
+    --signals N etc., at least the N newest stay); an entry still pending or not yet delivered to some
+    group always stays, so a running coordinator or adapter loses nothing. A stream that no group reads
+    (events, usually followed with plain XREAD) is trimmed only down to an explicit N. Dead letters and
+    findings are kept unless you give their N: they are records for people. Safe to run from cron while everything
+    runs; needs a Redis user allowed XTRIM, EVAL and SCAN on the namespace.
+    """
+
+    async def main() -> list[tuple[str, int]]:
+        client = await connect(settings)
+        try:
+            keys = await open_namespace(client, settings.namespace, settings.shards)
+            plan = [(StreamKind.SIGNALS, signals), (StreamKind.EVENTS, events), (StreamKind.TASKS, tasks)]
+            if dead is not None:
+                plan.append((StreamKind.DEAD, dead))
+            if findings is not None:
+                plan.append((StreamKind.FINDINGS, findings))
+            done = [(kind.value, await trim_kind(client, keys, kind, maxlen=n)) for kind, n in plan]
+            if inboxes:
+                done.append(("inboxes", await trim_inboxes(client, keys, maxlen=inbox_keep)))
+            return done
+        finally:
+            await client.aclose()
+
+    try:
+        done = asyncio.run(main())
+    except BusError as exc:
+        raise click.ClickException(str(exc)) from None
+    for name, removed in done:
+        click.echo(f"{name}: {removed} entries removed")

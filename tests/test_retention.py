@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
+from click.testing import CliRunner
 from workers.kit import connected, entries, read_group
 
+from bus.cli import main
 from bus.connection import Client
 from bus.errors import ConfigError
-from bus.keys import Keys, StreamKind
-from bus.retention import trim, trim_namespace
+from bus.keys import Keys, StreamKind, open_namespace
+from bus.retention import trim, trim_inboxes, trim_namespace
 
 STREAM = "{ret:0}:signals"
 
@@ -163,3 +166,63 @@ async def test_trim_namespace_leaves_findings_alone_unless_asked(bus_url: str) -
             client, keys, maxlen_signals=None, maxlen_events=None, maxlen_findings=4, include_findings=True
         )
         assert removed == 2
+
+
+async def test_inboxes_lose_what_their_adapter_acknowledged_and_dead_letters_only_on_request(
+    bus_url: str,
+) -> None:
+    keys = Keys("ret", 2)
+    read_inbox, unread_inbox = keys.inbox(0, "agent-1"), keys.inbox(1, "agent-2")
+    async with connected(bus_url) as client:
+        read_ids = await _fill(client, 4, read_inbox)
+        await _fill(client, 3, unread_inbox)
+        await client.xgroup_create(read_inbox, "adapter", id="0")
+        await client.xack(read_inbox, "adapter", *await _read(client, "adapter", 3, read_inbox))
+        await client.xgroup_create(unread_inbox, "adapter", id="0")
+        for shard in keys.all_shards():
+            await _fill(client, 5, keys.stream(shard, StreamKind.DEAD))
+
+        assert await trim_inboxes(client, keys) == 3
+        assert await _left(client, read_inbox) == read_ids[3:]
+        assert len(await _left(client, unread_inbox)) == 3
+        assert await trim_namespace(client, keys, maxlen_signals=None, maxlen_events=None) == 0
+        removed = await trim_namespace(client, keys, maxlen_signals=None, maxlen_events=None, maxlen_dead=2)
+        assert removed == 2 * 3
+        for shard in keys.all_shards():
+            assert await client.xlen(keys.stream(shard, StreamKind.DEAD)) == 2
+
+
+def test_the_trim_command_reports_what_it_removed_per_stream(redis_url: str) -> None:
+    keys = Keys("retcli", 8)
+
+    async def fill() -> None:
+        async with connected(redis_url) as client:
+            await open_namespace(client, keys.namespace, keys.shards)
+            stream = keys.stream(3, StreamKind.SIGNALS)
+            await _fill(client, 6, stream)
+            await client.xgroup_create(stream, "coordinator", id="0")
+            await client.xack(stream, "coordinator", *await _read(client, "coordinator", 4, stream))
+            await _fill(client, 5, keys.stream(3, StreamKind.FINDINGS))
+
+    asyncio.run(fill())
+    args = [
+        "trim",
+        "--redis-url",
+        redis_url,
+        "--namespace",
+        keys.namespace,
+        "--events",
+        "0",
+        "--findings",
+        "2",
+    ]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "signals: 4 entries removed" in lines
+    assert "findings: 3 entries removed" in lines
+    assert "inboxes: 0 entries removed" in lines
+    assert not [line for line in lines if line.startswith("dead:")]  # kept unless asked
+
+    bad = CliRunner().invoke(main, ["trim", "--redis-url", redis_url, "--signals", "-1"])
+    assert bad.exit_code == 2 and "-1" in bad.output
