@@ -35,6 +35,7 @@ from bus.envelope import (
 from bus.errors import ConnectionFailed
 from bus.events import AgentExited, AgentStarted, Heartbeat
 from bus.keys import Keys, StreamKind, open_namespace
+from bus.metrics import AdapterMetrics
 from bus.settings import Settings
 
 __all__ = [
@@ -81,6 +82,7 @@ class AgentBus:
         *,
         verifier: Verifier | None = None,
         log: Callable[[str], None] = stderr_log,
+        metrics: AdapterMetrics | None = None,
     ) -> None:
         if not agent_id or len(agent_id) > 256 or not group_id or len(group_id) > 256:
             raise ValueError("the agent id and the group id must be 1 to 256 characters")
@@ -90,6 +92,8 @@ class AgentBus:
         self.group_id = group_id
         self.verifier = verifier
         self.log = log
+        self.metrics = metrics
+        """Where what this agent's output becomes is counted, if anywhere."""
         self.shard = keys.shard_of(group_id)
         self.signals = keys.stream(self.shard, StreamKind.SIGNALS)
         self.inbox = keys.inbox(self.shard, agent_id)
@@ -124,16 +128,23 @@ class AgentBus:
         ids, so an entry written twice is recognised downstream.
         """
         batch: list[bytes] = []
+        sent: list[Envelope] = []
         completing = False
         for envelope in envelopes:
             data = encode(envelope)
             if len(data) > MAX_ENVELOPE_BYTES:
                 self.log(f"{envelope.type.value} {envelope.id} is {len(data)} bytes encoded; not published")
+                if self.metrics is not None:
+                    self.metrics.rejected.labels("too_large").inc()
                 continue
             batch.append(data)
+            sent.append(envelope)
             completing = completing or envelope.type in COMPLETING
         if batch or state:
             await self._send(batch, state or {})
+        if self.metrics is not None:
+            for envelope in sent:
+                self.metrics.published(envelope)
         if completing:
             self.mark_completed()
 
@@ -198,14 +209,20 @@ class AgentBus:
 
 
 async def connect_bus(
-    settings: Settings, agent_id: str, group_id: str, *, workdir: Path | None = None
+    settings: Settings,
+    agent_id: str,
+    group_id: str,
+    *,
+    workdir: Path | None = None,
+    metrics: AdapterMetrics | None = None,
 ) -> AgentBus:
-    """An :class:`AgentBus` on a new connection (close it with ``bus.client.aclose()``)."""
+    """An :class:`AgentBus` on a new connection (close it with ``bus.client.aclose()``); what it
+    publishes is counted in ``metrics``."""
     verifier = Verifier(workdir) if workdir is not None else None
     client = await connect(settings)
     try:
         keys = await open_namespace(client, settings.namespace, settings.shards)
-        return AgentBus(client, keys, agent_id, group_id, verifier=verifier)
+        return AgentBus(client, keys, agent_id, group_id, verifier=verifier, metrics=metrics)
     except BaseException:
         await client.aclose()
         raise
@@ -280,6 +297,8 @@ class OutputStream:
     def feed(self, chunk: bytes) -> list[Envelope]:
         """The envelopes completed by the next bytes of output."""
         items = self.parser.feed(chunk)
+        if self.bus.metrics is not None:
+            self.bus.metrics.read_bytes.inc(len(chunk))
         newlines = chunk.count(b"\n")
         if newlines:
             self._line += newlines
@@ -301,6 +320,8 @@ class OutputStream:
             if isinstance(item, ErrorItem):
                 line = item.line + self.base_line - 1
                 self.bus.log(f"{self.bus.agent_id}: {self.source} line {line}: not published: {item.message}")
+                if self.bus.metrics is not None:
+                    self.bus.metrics.rejected.labels("parse_error").inc()
                 continue
             payload: Payload = item.payload if isinstance(item, SignalItem) else item.report
             envelope_id = deterministic_id(self.bus.agent_id, self.source, offset)

@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -34,6 +34,8 @@ from agents.watch import FileWatch, WatchOptions
 from bus.connection import redis_options
 from bus.consumer import Consumer
 from bus.errors import BusError
+from bus.metrics import AdapterMetrics
+from bus.ops import Ops, ops_options
 from bus.settings import Settings
 
 __all__ = ["Common", "adapter", "commands", "prompt"]
@@ -58,6 +60,10 @@ class Common:
     task: str | None
     session_id: str | None
     fmt: Format
+    ops: Ops
+
+
+_OPTION_FIELDS = tuple(f.name for f in fields(Common) if f.name not in ("task", "fmt", "ops"))
 
 
 def _deliver_option(ctx: click.Context, param: click.Parameter, value: str | None) -> DeliverySpec | None:
@@ -83,7 +89,8 @@ def _read_task(path: str | None) -> str | None:
 
 
 def common_options(command: Callable[P, R]) -> Callable[..., R]:
-    """The shared adapter options; the command receives them as one ``common: Common`` keyword."""
+    """The shared adapter options (with :func:`bus.ops.ops_options`); the command receives them as one
+    ``common: Common`` keyword."""
 
     @click.option("--agent-id", required=True, help="The agent's id on the bus.")
     @click.option("--group", "group_id", required=True, help="The agent's task group.")
@@ -134,22 +141,12 @@ def common_options(command: Callable[P, R]) -> Callable[..., R]:
     )
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> R:
-        names = (
-            "agent_id",
-            "group_id",
-            "workdir",
-            "deliver",
-            "retry_ms",
-            "max_attempts",
-            "heartbeat_s",
-            "name",
-            "session_id",
-        )
-        values = {name: kwargs.pop(name) for name in names}
-        common = Common(**values, task=_read_task(kwargs.pop("task_file")), fmt=Format(kwargs.pop("fmt")))
+        values = {name: kwargs.pop(name) for name in _OPTION_FIELDS}
+        task, fmt = _read_task(kwargs.pop("task_file")), Format(kwargs.pop("fmt"))
+        common = Common(**values, task=task, fmt=fmt, ops=kwargs.pop("ops"))
         return command(*args, common=common, **kwargs)  # type: ignore[arg-type]
 
-    return wrapper
+    return ops_options(wrapper)
 
 
 def _deliverer(
@@ -181,7 +178,7 @@ async def _with_inbox(
         reclaim_idle_ms=common.retry_ms,
         max_deliveries=common.max_attempts,
     )
-    follower = InboxFollower(consumer, deliverer, log=bus.log)
+    follower = InboxFollower(consumer, deliverer, log=bus.log, metrics=bus.metrics)
     stop = asyncio.Event()
     task = asyncio.create_task(follower.run(stop))
     try:
@@ -203,10 +200,15 @@ def _on_signals(handler: Callable[[int], None]) -> None:
 
 def _serve(settings: Settings, common: Common, body: Callable[[AgentBus], Awaitable[int]]) -> int:
     """Connect, run ``body``, close; bus and file errors become a clean exit with a message."""
+    common.ops.setup_logging(agent_id=common.agent_id, group_id=common.group_id)
     logging.getLogger("bus.consumer").setLevel(logging.ERROR)  # failures are reported by the adapter
+    metrics = common.ops.serve(lambda: AdapterMetrics(common.agent_id, common.group_id))
 
     async def main() -> int:
-        bus = await connect_bus(settings, common.agent_id, common.group_id, workdir=common.workdir)
+        bus = await connect_bus(
+            settings, common.agent_id, common.group_id, workdir=common.workdir, metrics=metrics
+        )
+        bus.log = logging.getLogger("subagent_bus.adapter").info
         try:
             return await body(bus)
         finally:
@@ -220,7 +222,13 @@ def _serve(settings: Settings, common: Common, body: Callable[[AgentBus], Awaita
 
 @click.group("adapter")
 def adapter() -> None:
-    """Put an agent on the bus: parse its output into envelopes, deliver directives back to it."""
+    """Put an agent on the bus: parse its output into envelopes, deliver directives back to it.
+
+    With --metrics-port an adapter serves Prometheus metrics: envelopes published by type
+    (subagent_bus_entries_out), findings in results, bytes read, rejected blocks, directives delivered
+    and failed deliveries, and its agent and group ids (subagent_bus_adapter_info). With --log-json each
+    log line is a JSON object that carries the agent and group ids.
+    """
 
 
 @adapter.command("watch")
@@ -298,7 +306,7 @@ async def _until_complete(bus: AgentBus, session: Session, stop: asyncio.Event) 
 @click.option(
     "--stderr-log",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Append the agent's stderr here (default: this command's stderr).",
+    help="Append the agent's stderr here (default: this command's stderr, as it is even with --log-json).",
 )
 @common_options
 @redis_options

@@ -35,6 +35,7 @@ from bus import directives as d
 from bus.consumer import Ack, Consumer, Delivery
 from bus.envelope import Envelope, EnvelopeType
 from bus.errors import BusError
+from bus.metrics import AdapterMetrics
 
 __all__ = [
     "GROUP",
@@ -294,10 +295,12 @@ class InboxFollower:
         deliverer: Deliverer,
         *,
         log: Callable[[str], None],
+        metrics: AdapterMetrics | None = None,
     ) -> None:
         self.consumer = consumer
         self.deliverer = deliverer
         self.log = log
+        self.metrics = metrics
         self.delivered = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -323,7 +326,11 @@ class InboxFollower:
         except DeliveryFailed as exc:
             attempt = f"attempt {delivery.deliveries} of {self.consumer.max_deliveries}"
             self.log(f"delivering {directive.type.value} {envelope.id} failed ({attempt}): {exc}")
+            if self.metrics is not None:
+                self.metrics.delivery_failures.labels(directive.type.value).inc()
             raise
         self.delivered += 1
+        if self.metrics is not None:
+            self.metrics.delivered.labels(directive.type.value).inc()
         self.log(f"delivered {directive.type.value} {envelope.id} ({self.deliverer.name})")
         return Ack.ACK

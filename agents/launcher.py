@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import shutil
 import signal
@@ -37,6 +38,8 @@ from bus.consumer import Ack, Consumer, Delivery
 from bus.directives import LaunchRequest
 from bus.errors import BusError, ConnectionFailed
 from bus.keys import Keys, StreamKind, open_namespace
+from bus.metrics import LauncherMetrics
+from bus.ops import METRICS_PORT_ENV, Ops, ops_options
 from bus.settings import Settings
 
 __all__ = ["GROUP", "PLACEHOLDERS", "Launcher", "LauncherOptions", "adapter_command", "launcher"]
@@ -46,6 +49,7 @@ PLACEHOLDERS: Final = frozenset(
     {"agent_id", "group_id", "prompt_file", "prompt", "parent_agent_id", "request_id"}
 )
 _POLL_S: Final = 0.2
+log = logging.getLogger("subagent_bus.launcher")
 
 
 def adapter_command() -> list[str]:
@@ -81,17 +85,26 @@ class LauncherOptions:
 
 
 class Launcher:
-    """Starts the agents of launch requests, at most ``max_parallel`` at a time."""
+    """Starts the agents of launch requests, at most ``max_parallel`` at a time; counts in ``metrics``."""
 
-    def __init__(self, client: Client, keys: Keys, settings: Settings, options: LauncherOptions) -> None:
+    def __init__(
+        self,
+        client: Client,
+        keys: Keys,
+        settings: Settings,
+        options: LauncherOptions,
+        metrics: LauncherMetrics | None = None,
+    ) -> None:
         if options.max_parallel < 1:
             raise ValueError("max_parallel must be at least 1")
         self.client = client
         self.keys = keys
         self.settings = settings
         self.options = options
+        self.metrics = metrics or LauncherMetrics()
         self.launched = 0
         self.running: dict[str, asyncio.subprocess.Process] = {}
+        self.metrics.agents.set_function(lambda: len(self.running))
         self._changed = asyncio.Event()
         self._consumers = [
             Consumer(
@@ -120,7 +133,7 @@ class Launcher:
                     if self.options.burst and not found and not self.running and await self._drained():
                         break
                 except ConnectionFailed as exc:  # the agents keep running; the queue waits
-                    print(f"subagent-bus: {exc}; retrying", file=sys.stderr, flush=True)
+                    log.warning("%s; retrying", exc)
                     await wait_for(stop, 1.0)
                     continue
                 if not found or len(self.running) >= self.options.max_parallel:
@@ -155,6 +168,7 @@ class Launcher:
 
     async def _launch(self, delivery: Delivery) -> tuple[Ack, str | None]:
         envelope = delivery.envelope
+        self.metrics.read(envelope.type.value if envelope is not None else "undecodable")
         if delivery.error is not None or envelope is None:
             return Ack.DEAD, delivery.error
         request = envelope.payload
@@ -166,13 +180,15 @@ class Launcher:
             process = await self._start(request, envelope.group_id)
         except (OSError, ValueError) as exc:
             reason = f"cannot start agent {request.new_agent_id}: {exc}"
-            print(f"subagent-bus: {reason}", file=sys.stderr, flush=True)
+            log.warning(reason, extra=_ids(request, envelope.group_id))
+            self.metrics.launch_failures.inc()
             if delivery.deliveries >= self.options.max_attempts:
                 return Ack.DEAD, reason
             return Ack.RETRY, reason
         self.launched += 1
         self.running[request.new_agent_id] = process
-        waiter = asyncio.create_task(self._reap(request.new_agent_id, process))
+        self.metrics.launched.inc()
+        waiter = asyncio.create_task(self._reap(request.new_agent_id, envelope.group_id, process))
         self._waiters.add(waiter)
         waiter.add_done_callback(self._waiters.discard)
         return Ack.ACK, None
@@ -220,9 +236,9 @@ class Launcher:
         prompt_file, prompt = self._prompt_file(request)
         argv = self.command(request, group_id, prompt_file, prompt)
         self.options.log_dir.mkdir(parents=True, exist_ok=True)
-        log = self.options.log_dir / f"{_safe(request.new_agent_id)}.log"
+        path = self.options.log_dir / f"{_safe(request.new_agent_id)}.log"
         env = {
-            **os.environ,
+            **{name: value for name, value in os.environ.items() if name != METRICS_PORT_ENV},
             "SUBAGENT_BUS_REDIS_URL": self.options.adapter_url or self.settings.url,
             "SUBAGENT_BUS_NAMESPACE": self.settings.namespace,
             # The agent's identity, for `subagent-bus listen` and `subagent-bus mcp` run by the agent.
@@ -231,7 +247,7 @@ class Launcher:
         }
         if self.settings.cluster is not None:
             argv.insert(argv.index("run") + 1, "--cluster" if self.settings.cluster else "--no-cluster")
-        with log.open("ab") as out:
+        with path.open("ab") as out:
             process = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -240,17 +256,15 @@ class Launcher:
                 env=env,
                 start_new_session=True,
             )
-        print(
-            f"subagent-bus: launched {request.new_agent_id} (group {group_id}, pid {process.pid}, log {log})",
-            file=sys.stderr,
-            flush=True,
-        )
+        message = f"launched {request.new_agent_id} (group {group_id}, pid {process.pid}, log {path})"
+        log.info(message, extra={**_ids(request, group_id), "pid": process.pid})
         return process
 
-    async def _reap(self, agent_id: str, process: asyncio.subprocess.Process) -> None:
+    async def _reap(self, agent_id: str, group_id: str, process: asyncio.subprocess.Process) -> None:
         code = await process.wait()
         self.running.pop(agent_id, None)
-        print(f"subagent-bus: agent {agent_id} ended with exit status {code}", file=sys.stderr, flush=True)
+        extra = {"agent_id": agent_id, "group_id": group_id, "exit_code": code}
+        log.info(f"agent {agent_id} ended with exit status {code}", extra=extra)
         self._changed.set()
 
     async def _shutdown(self) -> None:
@@ -260,6 +274,11 @@ class Launcher:
                 process.terminate()
         if self._waiters:
             await asyncio.gather(*list(self._waiters), return_exceptions=True)
+
+
+def _ids(request: LaunchRequest, group_id: str) -> dict[str, str]:
+    """The fields of a log line about one request."""
+    return {"agent_id": request.new_agent_id, "group_id": group_id, "request_id": request.request_id}
 
 
 def _safe(agent_id: str) -> str:
@@ -350,9 +369,11 @@ def _adapter_args(
     metavar="URL",
     help="URL for the adapters the launcher starts (e.g. with the adapter ACL user); default: the launcher's.",
 )
+@ops_options
 @redis_options
 def launcher(
     settings: Settings,
+    ops: Ops,
     template: list[str],
     max_parallel: int,
     name: str | None,
@@ -367,7 +388,12 @@ def launcher(
     reclaim_ms: int,
     adapter_redis_url: str | None,
 ) -> None:
-    """Start the agents of launch requests (approved delegations, retries), each under an adapter."""
+    """Start the agents of launch requests (approved delegations, retries), each under an adapter.
+
+    With --metrics-port it serves Prometheus metrics: task entries read (subagent_bus_entries_in), agents
+    launched, launch failures and agents running. The adapters it starts do not inherit the port.
+    """
+    ops.setup_logging()
     options = LauncherOptions(
         template=template,
         max_parallel=max_parallel,
@@ -380,6 +406,7 @@ def launcher(
         adapter_url=adapter_redis_url,
         **({"name": name} if name else {}),
     )
+    metrics = ops.serve(LauncherMetrics)
 
     async def main() -> int:
         client = await connect(settings)
@@ -389,7 +416,7 @@ def launcher(
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, stop.set)
-            return await Launcher(client, keys, settings, options).run(stop)
+            return await Launcher(client, keys, settings, options, metrics).run(stop)
         finally:
             await client.aclose()
 
@@ -397,4 +424,4 @@ def launcher(
         launched = asyncio.run(main())
     except BusError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"launcher {options.name}: started {launched} agent(s)", err=True)
+    log.info("launcher %s: started %d agent(s)", options.name, launched)

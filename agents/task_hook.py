@@ -21,6 +21,7 @@ Limitation: the hook does not deliver directives to the background agent; the pa
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -32,6 +33,7 @@ import click
 import orjson
 
 from agents.launcher import adapter_command
+from bus.ops import METRICS_PORT_ENV
 
 __all__ = ["HOOK_COMMAND", "MAX_INPUT_BYTES", "TaskLaunch", "hook_task", "task_launch", "watch_argv"]
 
@@ -114,6 +116,8 @@ def _start(launch: TaskLaunch, group_id: str, log_dir: Path) -> Path:
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             start_new_session=True,
+            # every adapter would try to serve metrics on the one port the hook's environment names
+            env={name: value for name, value in os.environ.items() if name != METRICS_PORT_ENV},
         )
     return log
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -189,7 +190,9 @@ def test_codex_gets_agents_md_and_a_config_snippet(tmp_path: Path) -> None:
 # -- the Task hook ------------------------------------------------------------------------------------
 
 
-def hook(stdin: bytes, cwd: Path, url: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+def hook(
+    stdin: bytes, cwd: Path, url: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [CLI, "init", "hook-task", *args],
         input=stdin,
@@ -197,7 +200,7 @@ def hook(stdin: bytes, cwd: Path, url: str, *args: str) -> subprocess.CompletedP
         capture_output=True,
         timeout=60,
         check=False,
-        env={**os.environ, "SUBAGENT_BUS_REDIS_URL": url},
+        env={**os.environ, "SUBAGENT_BUS_REDIS_URL": url, **(env or {})},
     )
 
 
@@ -215,15 +218,20 @@ async def test_the_task_hook_puts_a_background_agent_on_the_bus(redis_url: str, 
         "tool_input": {"subagent_type": "Explore", "prompt": "Find auth files", "run_in_background": True},
         "tool_response": {"status": "async_launched", "agentId": "agent-xyz", "outputFile": str(output)},
     }
-    done = hook(json.dumps(call).encode(), tmp_path, redis_url)
-    assert done.returncode == 0, done.stderr
-    assert b"following agent-xyz (group session-1)" in done.stdout
+    # A metrics port in the hook's environment is not handed down: each adapter would need its own,
+    # and this one is taken.
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        done = hook(json.dumps(call).encode(), tmp_path, redis_url, env={"SUBAGENT_BUS_METRICS_PORT": port})
+        assert done.returncode == 0, done.stderr
+        assert b"following agent-xyz (group session-1)" in done.stdout
+        async with open_bus(redis_url) as bus:
+
+            async def completed() -> bool:
+                return await bus.has("session-1", EnvelopeType.COMPLETION_REPORT)
+
+            await wait_until(completed, 30, "the adapter to publish the completion report")
     async with open_bus(redis_url) as bus:
-
-        async def completed() -> bool:
-            return await bus.has("session-1", EnvelopeType.COMPLETION_REPORT)
-
-        await wait_until(completed, 30, "the adapter to publish the completion report")
         [started] = await bus.of_type("session-1", EnvelopeType.AGENT_STARTED)
         assert started.agent_id == "agent-xyz"
     logs = tmp_path / ".subagent-bus/hooks"

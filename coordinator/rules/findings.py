@@ -189,7 +189,8 @@ def record_finding(step: Step, finding: Finding, agent_id: str) -> None:
     key = _stored_key(slot_key(finding))
     before = step.finding(key)
     slot = fold(before, finding)
-    if not slot.conflict_reported and len(_severities(slot)) > 1:
+    # an unchanged slot cannot have gained a severity: its conflict, if any, was announced already
+    if slot is not before and not slot.conflict_reported and len(_severities(slot)) > 1:
         view = merged(slot, step.policy)
         slot = evolve(slot, conflict_reported=True)
         severities = ", ".join(s.value for s in view.severities)
