@@ -27,7 +27,6 @@ from agents.delivery import (
 )
 from agents.delivery import Runner as DeliveryRunner
 from agents.findings_io import import_findings
-from agents.identity import build_prompt
 from agents.process import ProcessOptions, Session, stdin_chunks
 from agents.transcript import Format
 from agents.watch import FileWatch, WatchOptions
@@ -38,7 +37,7 @@ from bus.metrics import AdapterMetrics
 from bus.ops import Ops, ops_options
 from bus.settings import Settings
 
-__all__ = ["Common", "adapter", "commands", "prompt"]
+__all__ = ["Common", "adapter", "commands"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -394,18 +393,4 @@ def stdin(settings: Settings, common: Common, until_complete: bool, quiet: bool)
 adapter.add_command(import_findings)
 
 
-@click.command("prompt")
-@click.argument("taskfile", metavar="[TASKFILE|-]", required=False, default="-")
-@click.option("--agent-id", required=True, help="The id the agent is told to use in its signals.")
-def prompt(taskfile: str, agent_id: str) -> None:
-    """Print a task prompt with the identity statement and the signal templates (protocol 1)."""
-    try:
-        task = sys.stdin.read() if taskfile == "-" else Path(taskfile).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise click.BadParameter(f"cannot read {taskfile}: {exc}", param_hint="TASKFILE") from None
-    if not task.strip():
-        raise click.BadParameter("the task is empty", param_hint="TASKFILE")
-    click.echo(build_prompt(task, agent_id), nl=False)
-
-
-commands: list[click.Command] = [adapter, prompt]
+commands: list[click.Command] = [adapter]

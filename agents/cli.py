@@ -1,21 +1,23 @@
-"""Commands of the agent side: parsing agent output (adapters and launcher join later)."""
+"""Commands of the agent side that work on text alone: parsing agent output, building a task prompt."""
 
 from __future__ import annotations
 
 import sys
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any, Final
 
 import click
 import orjson
 
+from agents.identity import build_prompt
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, ResultItem, SignalItem
 from agents.transcript import AnyParser, Format
 from bus.envelope import EnvelopeType
 from bus.signals import ClarificationNeeded
 
-__all__ = ["EXIT_ERRORS", "EXIT_OK", "EXIT_USAGE", "commands", "item_json", "item_summary"]
+__all__ = ["EXIT_ERRORS", "EXIT_OK", "EXIT_USAGE", "commands", "item_json", "item_summary", "parse", "prompt"]
 
 EXIT_OK: Final = 0
 EXIT_USAGE: Final = 1
@@ -174,4 +176,18 @@ def _write_totals(out: IO[bytes], parser: AnyParser, counts: Counter[str]) -> No
     out.flush()
 
 
-commands: list[click.Command] = [parse]
+@click.command("prompt")
+@click.argument("taskfile", metavar="[TASKFILE|-]", required=False, default="-")
+@click.option("--agent-id", required=True, help="The id the agent is told to use in its signals.")
+def prompt(taskfile: str, agent_id: str) -> None:
+    """Print a task prompt with the identity statement and the signal templates (protocol 1)."""
+    try:
+        task = sys.stdin.read() if taskfile == "-" else Path(taskfile).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"cannot read {taskfile}: {exc}", param_hint="TASKFILE") from None
+    if not task.strip():
+        raise click.BadParameter("the task is empty", param_hint="TASKFILE")
+    click.echo(build_prompt(task, agent_id), nl=False)
+
+
+commands: list[click.Command] = [parse, prompt]

@@ -21,28 +21,25 @@ import hashlib
 import logging
 import os
 import shutil
-import signal
 import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-import click
-
 from agents.adapter import wait_for
-from agents.delivery import DeliverySpec, fill, split_template
+from agents.delivery import fill, split_template
 from agents.identity import build_prompt
-from bus.connection import Client, connect, redis_options
+from bus.connection import Client
 from bus.consumer import Ack, Consumer, Delivery
 from bus.directives import LaunchRequest
-from bus.errors import BusError, ConnectionFailed
-from bus.keys import Keys, StreamKind, open_namespace
+from bus.errors import ConnectionFailed
+from bus.keys import Keys, StreamKind
 from bus.metrics import LauncherMetrics
-from bus.ops import METRICS_PORT_ENV, Ops, ops_options
+from bus.ops import METRICS_PORT_ENV
 from bus.settings import Settings
 
-__all__ = ["GROUP", "PLACEHOLDERS", "Launcher", "LauncherOptions", "adapter_command", "launcher"]
+__all__ = ["GROUP", "PLACEHOLDERS", "Launcher", "LauncherOptions", "adapter_command"]
 
 GROUP: Final = "launchers"
 PLACEHOLDERS: Final = frozenset(
@@ -287,141 +284,3 @@ def _safe(agent_id: str) -> str:
     if safe != agent_id:
         safe = f"{safe}-{hashlib.sha256(agent_id.encode()).hexdigest()[:8]}"
     return safe
-
-
-def _template(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
-    try:
-        return LauncherOptions.parse_template(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
-def _adapter_args(
-    deliver: str | None, workdir: Path | None, heartbeat_s: float | None, until_complete: bool
-) -> tuple[str, ...]:
-    args: list[str] = []
-    if deliver is not None:
-        try:
-            DeliverySpec.parse(deliver)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--deliver") from None
-        args += ["--deliver", deliver]
-    if workdir is not None:
-        args += ["--workdir", str(workdir.absolute())]
-    if heartbeat_s is not None:
-        args += ["--heartbeat", str(heartbeat_s)]
-    if until_complete:
-        if deliver is None or not deliver.startswith("command:"):
-            raise click.UsageError("--until-complete needs --deliver command:... (a resume command)")
-        args.append("--until-complete")
-    return tuple(args)
-
-
-@click.command("launcher")
-@click.option(
-    "--command",
-    "template",
-    required=True,
-    callback=_template,
-    help="Agent command template; placeholders {agent_id} {group_id} {prompt_file} {prompt} "
-    "{parent_agent_id} {request_id}. Split like a shell line, run without a shell.",
-)
-@click.option(
-    "--max-parallel", default=4, show_default=True, type=click.IntRange(min=1), help="Agents running at once."
-)
-@click.option("--name", help="Consumer name of this launcher (default: host and pid).")
-@click.option("--burst", is_flag=True, help="Exit once no request is left and every agent started has ended.")
-@click.option(
-    "--prompt-dir",
-    default=".subagent-bus/prompts",
-    show_default=True,
-    type=click.Path(file_okay=False, path_type=Path),
-)
-@click.option(
-    "--log-dir",
-    default=".subagent-bus/logs",
-    show_default=True,
-    type=click.Path(file_okay=False, path_type=Path),
-)
-@click.option("--deliver", help="Passed to each agent's adapter (print, file:PATH, command:TEMPLATE).")
-@click.option(
-    "--workdir", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Passed to each adapter."
-)
-@click.option("--heartbeat", "heartbeat_s", type=click.FloatRange(min=0.01), help="Passed to each adapter.")
-@click.option("--until-complete", is_flag=True, help="Passed to each adapter (needs --deliver command:...).")
-@click.option(
-    "--max-attempts",
-    default=3,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Start attempts per request.",
-)
-@click.option(
-    "--reclaim-ms",
-    default=30_000,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Idle time before another launcher's unstarted request is taken over.",
-)
-@click.option(
-    "--adapter-redis-url",
-    envvar="SUBAGENT_BUS_ADAPTER_REDIS_URL",
-    metavar="URL",
-    help="URL for the adapters the launcher starts (e.g. with the adapter ACL user); default: the launcher's.",
-)
-@ops_options
-@redis_options
-def launcher(
-    settings: Settings,
-    ops: Ops,
-    template: list[str],
-    max_parallel: int,
-    name: str | None,
-    burst: bool,
-    prompt_dir: Path,
-    log_dir: Path,
-    deliver: str | None,
-    workdir: Path | None,
-    heartbeat_s: float | None,
-    until_complete: bool,
-    max_attempts: int,
-    reclaim_ms: int,
-    adapter_redis_url: str | None,
-) -> None:
-    """Start the agents of launch requests (approved delegations, retries), each under an adapter.
-
-    With --metrics-port it serves Prometheus metrics: task entries read (subagent_bus_entries_in), agents
-    launched, launch failures and agents running. The adapters it starts do not inherit the port.
-    """
-    ops.setup_logging()
-    options = LauncherOptions(
-        template=template,
-        max_parallel=max_parallel,
-        burst=burst,
-        prompt_dir=prompt_dir,
-        log_dir=log_dir,
-        adapter_args=_adapter_args(deliver, workdir, heartbeat_s, until_complete),
-        reclaim_idle_ms=reclaim_ms,
-        max_attempts=max_attempts,
-        adapter_url=adapter_redis_url,
-        **({"name": name} if name else {}),
-    )
-    metrics = ops.serve(LauncherMetrics)
-
-    async def main() -> int:
-        client = await connect(settings)
-        try:
-            keys = await open_namespace(client, settings.namespace, settings.shards)
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop.set)
-            return await Launcher(client, keys, settings, options, metrics).run(stop)
-        finally:
-            await client.aclose()
-
-    try:
-        launched = asyncio.run(main())
-    except BusError as exc:
-        raise click.ClickException(str(exc)) from None
-    log.info("launcher %s: started %d agent(s)", options.name, launched)

@@ -9,7 +9,7 @@ from pathlib import Path
 from adapter_kit import CLI
 from click.testing import CliRunner
 
-from agents.adapter_cli import prompt
+from agents.cli import prompt
 from agents.identity import IDENTITY_STATEMENT, SIGNAL_TEMPLATES, build_prompt
 from agents.parser import ErrorItem, parse_text
 from bus.envelope import EnvelopeType
