@@ -30,9 +30,8 @@ from agents.findings_io import import_findings
 from agents.process import ProcessOptions, Session, stdin_chunks
 from agents.transcript import Format
 from agents.watch import FileWatch, WatchOptions
-from bus.connection import redis_options
+from bus.connection import redis_options, run_command
 from bus.consumer import Consumer
-from bus.errors import BusError
 from bus.metrics import AdapterMetrics
 from bus.ops import Ops, ops_options
 from bus.settings import Settings
@@ -213,10 +212,7 @@ def _serve(settings: Settings, common: Common, body: Callable[[AgentBus], Awaita
         finally:
             await bus.client.aclose()
 
-    try:
-        return asyncio.run(main())
-    except (BusError, OSError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
+    return run_command(main(), also=(OSError, ValueError))
 
 
 @click.group("adapter")

@@ -15,7 +15,6 @@ append-only findings stream exactly once.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
 import sys
@@ -31,9 +30,8 @@ from pydantic import ValidationError
 from agents.adapter import AgentBus, connect_bus
 from agents.parser import describe_errors
 from agents.watch import Checkpoint, fingerprints
-from bus.connection import redis_options, translated
+from bus.connection import redis_options, run_command, translated
 from bus.envelope import Envelope, deterministic_id
-from bus.errors import BusError
 from bus.findings import Finding
 from bus.settings import Settings
 
@@ -160,10 +158,7 @@ def add(settings: Settings, source: str, agent_id: str, group_id: str, workdir: 
         finally:
             await bus.client.aclose()
 
-    try:
-        asyncio.run(main())
-    except (BusError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
+    run_command(main(), also=(ValueError,))
     click.echo(f"published {len(findings)} finding(s) of {agent_id} in group {group_id}")
 
 
@@ -330,10 +325,7 @@ def import_findings(
         finally:
             await bus.client.aclose()
 
-    try:
-        report = asyncio.run(main())
-    except (BusError, OSError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
+    report = run_command(main(), also=(OSError, ValueError))
     _summary(report, click.echo)
 
 

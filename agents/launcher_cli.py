@@ -10,8 +10,7 @@ import click
 
 from agents.delivery import DeliverySpec
 from agents.launcher import Launcher, LauncherOptions, log
-from bus.connection import connect, redis_options
-from bus.errors import BusError
+from bus.connection import connect, redis_options, run_command
 from bus.keys import open_namespace
 from bus.metrics import LauncherMetrics
 from bus.ops import Ops, ops_options
@@ -151,8 +150,5 @@ def launcher(
         finally:
             await client.aclose()
 
-    try:
-        launched = asyncio.run(main())
-    except BusError as exc:
-        raise click.ClickException(str(exc)) from None
+    launched = run_command(main())
     log.info("launcher %s: started %d agent(s)", options.name, launched)

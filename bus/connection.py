@@ -8,8 +8,9 @@ for a standalone server or a unix socket, a Sentinel-managed client that follows
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ParamSpec, TypeAlias, TypeVar, cast
@@ -24,7 +25,15 @@ from bus.embedded import ensure_local_server
 from bus.errors import BusError, CommandFailed, ConfigError, ConnectionFailed
 from bus.settings import Settings, parse_sentinel_url
 
-__all__ = ["Client", "connect", "default_url", "redis_options", "settings_from_options", "translated"]
+__all__ = [
+    "Client",
+    "connect",
+    "default_url",
+    "redis_options",
+    "run_command",
+    "settings_from_options",
+    "translated",
+]
 
 Client: TypeAlias = redis.asyncio.Redis | redis.asyncio.RedisCluster
 """Either asyncio client of redis-py; every module of the bus works with both."""
@@ -228,3 +237,18 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
         return command(*args, settings=settings, **kwargs)  # type: ignore[arg-type]
 
     return wrapper
+
+
+T = TypeVar("T")
+
+
+def run_command(coro: Coroutine[Any, Any, T], *, also: tuple[type[Exception], ...] = ()) -> T:
+    """Run a command's work; a :class:`BusError` (or one of ``also``) is the command's one-line error.
+
+    The seam where a CLI command turns the bus's errors into click's (exit code 1, no traceback).
+    """
+    caught: tuple[type[Exception], ...] = (BusError, *also)
+    try:
+        return asyncio.run(coro)
+    except caught as exc:
+        raise click.ClickException(str(exc)) from None

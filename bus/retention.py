@@ -14,15 +14,14 @@ which of its entries have been read (plain ``XREAD`` readers keep no state in Re
 
 from __future__ import annotations
 
-import asyncio
 import re
 import weakref
 from typing import Final
 
 import click
 
-from bus.connection import Client, connect, redis_options, translated
-from bus.errors import BusError, CommandFailed, ConfigError
+from bus.connection import Client, connect, redis_options, run_command, translated
+from bus.errors import CommandFailed, ConfigError
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.settings import Settings
 
@@ -256,9 +255,5 @@ def trim_command(
         finally:
             await client.aclose()
 
-    try:
-        done = asyncio.run(main())
-    except BusError as exc:
-        raise click.ClickException(str(exc)) from None
-    for name, removed in done:
+    for name, removed in run_command(main()):
         click.echo(f"{name}: {removed} entries removed")

@@ -5,15 +5,13 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Coroutine
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
 
 import click
 import orjson
 
-from bus.connection import Client, connect, redis_options
+from bus.connection import Client, connect, redis_options, run_command
 from bus.errors import BusError
 from bus.findings import Finding
 from bus.keys import Keys, open_namespace
@@ -31,7 +29,6 @@ from coordinator.view import iter_findings, load_groups
 
 __all__ = ["commands"]
 
-T = TypeVar("T")
 
 _POLICY = click.option(
     "--policy",
@@ -52,13 +49,6 @@ def _policy(path: Path | None) -> Policy:
 async def _open(settings: Settings) -> tuple[Client, Keys]:
     client = await connect(settings)
     return client, await open_namespace(client, settings.namespace, settings.shards)
-
-
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    try:
-        return asyncio.run(coro)
-    except BusError as exc:
-        raise click.ClickException(str(exc)) from None
 
 
 def _dump(value: object) -> str:
@@ -123,7 +113,7 @@ def run_coordinator(
         finally:
             await client.aclose()
 
-    applied = _run(main())
+    applied = run_command(main())
     click.echo(f"coordinator {options.name} stopped after applying {applied} entries", err=True)
 
 
@@ -212,7 +202,7 @@ def status(settings: Settings, group_id: str | None, as_json: bool, watch: float
     if watch is not None and as_json:
         raise click.UsageError("--watch and --json do not go together")
     if watch is None:
-        summaries = _run(_summaries(settings, group_id))
+        summaries = run_command(_summaries(settings, group_id))
         if as_json:
             click.echo(_dump([s.model_dump(mode="json") for s in summaries]))
         else:
@@ -220,7 +210,7 @@ def status(settings: Settings, group_id: str | None, as_json: bool, watch: float
         return
     try:
         while True:
-            lines = _status_lines(_run(_summaries(settings, group_id)), group_id)
+            lines = _status_lines(run_command(_summaries(settings, group_id)), group_id)
             click.clear()
             click.echo(f"subagent-bus status  (every {watch:g}s, Ctrl-C to quit)\n" + "\n".join(lines))
             time.sleep(watch)  # a refresh interval the user asked for, not a wait for an event
@@ -241,7 +231,7 @@ def inbox(settings: Settings, as_json: bool) -> None:
         finally:
             await client.aclose()
 
-    summaries = _run(main())
+    summaries = run_command(main())
     items = {
         "questions": [
             q.model_dump(mode="json") for s in summaries for q in s.open_questions if not q.answered
@@ -312,7 +302,7 @@ def findings(
         finally:
             await client.aclose()
 
-    items = _run(main())
+    items = run_command(main())
     if merged:
         view = merge_findings(items, policy)
         records = [m.model_dump(mode="json") for m in view]
@@ -353,7 +343,7 @@ def replay(settings: Settings, group_id: str, policy_path: Path | None, as_json:
         finally:
             await client.aclose()
 
-    view = _run(main())
+    view = run_command(main())
     if as_json:
         click.echo(_dump([m.model_dump(mode="json") for m in view]))
         return

@@ -7,12 +7,11 @@ exactly once, like any signal, and the directive it produces reaches the agent's
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 import click
 
-from bus.connection import connect, redis_options
+from bus.connection import connect, redis_options, run_command
 from bus.directives import (
     AnswerItem,
     HumanAnswer,
@@ -49,10 +48,7 @@ async def _publish(settings: Settings, build: Build, source: str) -> str:
 
 
 def _run(settings: Settings, build: Build, source: str) -> None:
-    try:
-        envelope_id = asyncio.run(_publish(settings, build, source))
-    except BusError as exc:
-        raise click.ClickException(str(exc)) from None
+    envelope_id = run_command(_publish(settings, build, source))
     click.echo(f"queued {source} as {envelope_id}; the coordinator applies it in order")
 
 
