@@ -20,7 +20,7 @@ from coordinator.commit import Commit
 from coordinator.policy import Policy
 from coordinator.rules import Target, apply
 from coordinator.state import GroupState
-from coordinator.store import write_changes
+from coordinator.store import Touched, write_changes
 
 __all__ = ["NO_DATA", "Batch", "Entry", "entries_of"]
 
@@ -56,6 +56,8 @@ class Batch:
     commit: Commit
     groups: dict[str, GroupState]
     changed: set[str] = field(default_factory=set)
+    touched: dict[str, Touched] = field(default_factory=dict)
+    """Per changed group, the agent and finding records the batch may have replaced (see :class:`Touched`)."""
     emitted: list[Envelope] = field(default_factory=list)
     types_in: dict[EnvelopeType, int] = field(default_factory=dict)
     dead: int = 0
@@ -86,6 +88,7 @@ class Batch:
                 stored.get(gid),
                 self.groups[gid],
                 self.policy.idempotency_window,
+                self.touched.get(gid),
             )
 
     def _apply_entry(self, data: bytes | None, deliveries: int, max_deliveries: int) -> str | None:
@@ -122,6 +125,11 @@ class Batch:
         if outcome.state is not state or gid not in self.groups:
             self.groups[gid] = outcome.state
             self.changed.add(gid)
+            before = self.touched.get(gid, _UNTOUCHED)
+            self.touched[gid] = Touched(
+                _union(before.agents, outcome.agents_touched),
+                _union(before.findings, outcome.findings_touched),
+            )
         for emit in outcome.emits:
             key = self.targets.get(emit.target) or self.keys.inbox(self.shard, emit.envelope.agent_id)
             self.commit.xadd_data(key, encode(emit.envelope))
@@ -135,3 +143,10 @@ def _bytes(value: Any) -> bytes:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+_UNTOUCHED: Final = Touched(frozenset(), frozenset())
+
+
+def _union(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
+    return None if a is None or b is None else a | b

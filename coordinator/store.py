@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from itertools import compress
 from operator import is_not
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from pydantic import ValidationError
@@ -25,7 +25,7 @@ from bus.keys import Keys
 from coordinator.commit import Commit
 from coordinator.state import AgentRecord, Delegation, FindingSlot, GroupState, IdWindow
 
-__all__ = ["GROUPS_KEY", "load_state", "write_changes"]
+__all__ = ["GROUPS_KEY", "Touched", "load_state", "write_changes"]
 
 GROUPS_KEY = "groups"
 _MAPS: dict[str, tuple[str, type[AgentRecord] | type[Delegation] | type[FindingSlot]]] = {
@@ -48,27 +48,61 @@ def _meta(state: GroupState) -> bytes:
     return orjson.dumps(state.model_dump(mode="json", exclude=_META_EXCLUDE, exclude_defaults=True))
 
 
+class Touched(NamedTuple):
+    """The agent and finding ids whose records may differ between two states; None: any of them."""
+
+    agents: frozenset[str] | None
+    findings: frozenset[str] | None
+
+
 def write_changes(
-    commit: Commit, keys: Keys, shard: int, old: GroupState | None, new: GroupState, limit: int
+    commit: Commit,
+    keys: Keys,
+    shard: int,
+    old: GroupState | None,
+    new: GroupState,
+    limit: int,
+    touched: Touched | None = None,
 ) -> None:
-    """Add to ``commit`` the writes that turn the stored ``old`` state into ``new``."""
+    """Add to ``commit`` the writes that turn the stored ``old`` state into ``new``.
+
+    With ``touched``, only those agent and finding records are compared: a group's findings grow into
+    the thousands, and a batch of one entry should not cost a walk over all of them.
+    """
     key = group_key(keys, shard, new.group_id)
     if old is None:
         commit.sadd(keys.state(shard, GROUPS_KEY), new.group_id)
     if old is None or old.applied != new.applied or _meta(old) != _meta(new):
         commit.hset(key, "meta", _meta(new))
+    only = {"agents": touched.agents, "findings": touched.findings} if touched and old else {}
     for name, (prefix, _) in _MAPS.items():
         before: dict[str, Any] = getattr(old, name) if old else {}
         after: dict[str, Any] = getattr(new, name)
         if after is not before:
-            _write_map(commit, key, prefix, before, after)
+            _write_map(commit, key, prefix, before, after, only.get(name))
     added = _appended(old.window if old else IdWindow(), new.window)
     if added:
         commit.rpush_trim(seen_key(keys, shard, new.group_id), added, limit)
 
 
-def _write_map(commit: Commit, key: str, prefix: str, before: dict[str, Any], after: dict[str, Any]) -> None:
+def _write_map(
+    commit: Commit,
+    key: str,
+    prefix: str,
+    before: dict[str, Any],
+    after: dict[str, Any],
+    only: frozenset[str] | None = None,
+) -> None:
     """The fields of one map (agents, delegations, findings) whose records are not the same objects."""
+    if only is not None:  # the ids that may have changed are known
+        for item_id in sorted(only):
+            record = after.get(item_id)
+            if record is None:
+                if item_id in before:
+                    commit.hdel(key, prefix + item_id)
+            elif record is not before.get(item_id):
+                commit.hset(key, prefix + item_id, record.model_dump_json(exclude_defaults=True))
+        return
     # the rules replace only what changed: compare identities, record by record, without a Python loop
     changed = list(compress(after, map(is_not, map(before.get, after), after.values())))
     for item_id in changed:

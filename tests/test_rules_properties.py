@@ -242,3 +242,24 @@ def test_emitted_ids_are_unique_and_every_entry_is_accounted_for(
     assert all(
         a.parent_agent_id is None or a.parent_agent_id in run.state.agents for a in run.state.agents.values()
     )
+
+
+def _replaced(before: dict[str, Any], after: dict[str, Any]) -> set[str]:
+    """Keys whose record is not the same object in both maps (new, replaced or removed)."""
+    return {k for k in before.keys() | after.keys() if before.get(k) is not after.get(k)}
+
+
+@SETTINGS
+@given(script=script_st)
+def test_an_outcome_names_every_record_it_replaced(script: list[tuple[tuple[Any, ...], int]]) -> None:
+    """What lets the store write a batch's changes without comparing whole maps."""
+    run = Run()
+    run.play(script)
+    before = GroupState(group_id=GROUP)
+    for outcome in run.outcomes:
+        after = outcome.state
+        if outcome.agents_touched is not None:
+            assert _replaced(before.agents, after.agents) <= outcome.agents_touched
+        if outcome.findings_touched is not None:
+            assert _replaced(before.findings, after.findings) <= outcome.findings_touched
+        before = after

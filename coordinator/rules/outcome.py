@@ -39,8 +39,14 @@ class Outcome(NamedTuple):
     not be applied (an answer for an agent without open questions, an unknown request id, ...): then
     ``emits`` holds only a ``rejected`` decision and ``state`` differs from the input only in remembering
     the entry's id, so a redelivery is dropped like any duplicate.
+
+    ``agents_touched`` and ``findings_touched`` name the records of ``state.agents`` / ``state.findings``
+    the step may have replaced (the others are the input's own objects); ``None`` means any of them (the
+    whole map was replaced). They let the store write what changed without comparing whole maps.
     """
 
     state: GroupState
     emits: list[Emit]
     rejected: str | None = None
+    agents_touched: frozenset[str] | None = frozenset()
+    findings_touched: frozenset[str] | None = frozenset()

@@ -54,8 +54,10 @@ class Step:
 
     __slots__ = (
         "_agents",
+        "_agents_touched",
         "_changes",
         "_findings",
+        "_findings_touched",
         "_own",
         "_state",
         "alive",
@@ -72,6 +74,9 @@ class Step:
         self.emits: list[Emit] = []
         self._agents: dict[str, AgentRecord] | None = None
         self._findings: dict[str, FindingSlot] | None = None
+        self._agents_touched: set[str] | None = set()
+        self._findings_touched: set[str] | None = set()
+        """Keys put into the working maps; None once a map was replaced as a whole."""
         self._changes: dict[str, Any] = {}
         self._state: GroupState | None = state
         self._own: dict[int, AgentRecord] = {}
@@ -124,6 +129,8 @@ class Step:
         if self._agents is None:
             self._agents = dict(self.initial.agents)
         self._agents[record.agent_id] = record
+        if self._agents_touched is not None:
+            self._agents_touched.add(record.agent_id)
         self._state = None
         return record
 
@@ -141,14 +148,18 @@ class Step:
         if self._findings is None:
             self._findings = dict(self.initial.findings)
         self._findings[key] = slot
+        if self._findings_touched is not None:
+            self._findings_touched.add(key)
         self._state = None
 
     def replace(self, **changes: Any) -> None:
         """Replace fields of the group state."""
         if "agents" in changes:
             self._agents = dict(changes.pop("agents"))
+            self._agents_touched = None
         if "findings" in changes:
             self._findings = dict(changes.pop("findings"))
+            self._findings_touched = None
         self._changes.update(changes)
         self._state = None
 
@@ -257,7 +268,13 @@ class Step:
             changes["agents"] = self._agents
         if self._findings is not None:
             changes["findings"] = self._findings
-        return Outcome(evolve(initial, **changes), self.emits, rejected)
+        return Outcome(
+            evolve(initial, **changes),
+            self.emits,
+            rejected,
+            _frozen(self._agents_touched),
+            _frozen(self._findings_touched),
+        )
 
     def _count(self, record: AgentRecord) -> None:
         """One more entry applied for ``record``'s agent, the input being the last (and a sign of life)."""
@@ -271,3 +288,7 @@ class Step:
             record.__pydantic_fields_set__.update(counted)
         else:
             self.put(evolve(record, **counted))
+
+
+def _frozen(keys: set[str] | None) -> frozenset[str] | None:
+    return frozenset(keys) if keys is not None else None
