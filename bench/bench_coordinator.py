@@ -5,7 +5,8 @@
 1. throughput: signals published up front, then applied by a coordinator (in burst mode: read, rules,
    one commit script per batch with state + emitted entries + XACK) vs the raw redis-py consume loop
    (XREADGROUP COUNT 100 + orjson + Envelope.model_validate + XACK, no rules, no state) on the same data,
-   in the same run; reported for the mixed workload and for findings alone;
+   in the same run, and vs FastStream's Redis Streams batch consumer when it is installed
+   (``pip install -e '.[bench]'``); reported for the mixed workload and for findings alone;
 2. latency: a coordinator process (``subagent-bus coordinator``) while a publisher sends 2 000 signals/s;
    a subscriber follows the findings stream, where each applied signal shows up, and measures
    publish -> decision visible (p50/p99);
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import os
 import subprocess
 import sys
@@ -150,7 +152,45 @@ async def raw_consume(client: Client, keys: Keys, total: int) -> float:
     return total / (time.perf_counter() - started)
 
 
-async def throughput(url: str, envelopes: list[Envelope]) -> tuple[float, float]:
+async def faststream_consume(url: str, keys: Keys, total: int) -> float | None:
+    """FastStream's Redis Streams consumer in batch mode (100 per read, a consumer group, ack after each
+    batch) over the same streams, decoding each entry like the raw loop; None when it is not installed."""
+    try:
+        faststream: Any = importlib.import_module("faststream.redis")  # optional: not a dependency
+    except ImportError:
+        return None
+    client = await connect(Settings.from_url(url))
+    streams = [keys.stream(shard, StreamKind.SIGNALS) for shard in keys.all_shards()]
+    for stream in streams:
+        await client.xgroup_create(stream, "faststream", id="0")
+    broker = faststream.RedisBroker(url, logger=None)
+    done = 0
+    finished = asyncio.Event()
+
+    async def handle(messages: list[dict[str, Any]]) -> None:
+        nonlocal done
+        for message in messages:
+            Envelope.model_validate(orjson.loads(message["data"]))
+        done += len(messages)
+        if done >= total:
+            finished.set()
+
+    for stream in streams:
+        sub = faststream.StreamSub(
+            stream, group="faststream", consumer="fs-1", batch=True, max_records=100, polling_interval=10
+        )
+        broker.subscriber(stream=sub)(handle)
+    started = time.perf_counter()
+    await broker.start()
+    try:
+        await asyncio.wait_for(finished.wait(), 300)
+        return total / (time.perf_counter() - started)
+    finally:
+        await broker.stop()
+        await client.aclose()
+
+
+async def throughput(url: str, envelopes: list[Envelope]) -> tuple[float, float, float | None]:
     """Coordinator entries applied per second and raw consume-loop entries per second, on the same data."""
     client = await connect(Settings.from_url(url))
     await client.flushall()
@@ -158,13 +198,14 @@ async def throughput(url: str, envelopes: list[Envelope]) -> tuple[float, float]
     await publish_all(client, keys, envelopes)
     count = len(envelopes)
     raw = await raw_consume(client, keys, count)
+    faststream = await faststream_consume(url, keys, count)
     coordinator = Coordinator(client, keys, Policy(), CoordinatorOptions(name="bench", batch=100))
     started = time.perf_counter()
     applied = await coordinator.run(burst=True)
     layer = applied / (time.perf_counter() - started)
     assert applied == count, (applied, count)
     await client.aclose()
-    return layer, raw
+    return layer, raw, faststream
 
 
 def start_coordinator(url: str) -> subprocess.Popen[bytes]:
@@ -287,11 +328,16 @@ async def main(args: argparse.Namespace) -> None:
                 ("mixed workload", workload(args.signals)),
                 ("findings only", findings_only(args.signals)),
             ):
-                layer, raw = await throughput(server.url, envelopes)
+                layer, raw, faststream = await throughput(server.url, envelopes)
                 print(f"{name}:")
                 print(f"{'  coordinator applied/s (burst)':44} {layer:>10,.0f}")
                 print(f"{'  raw redis-py consume loop msgs/s':44} {raw:>10,.0f}")
                 print(f"{'  ratio (target >= 0.5x raw)':44} {layer / raw:>10.2f}x")
+                if faststream is None:
+                    print("  FastStream not installed (pip install -e '.[bench]'): not compared")
+                else:
+                    print(f"{'  FastStream batch consumer msgs/s':44} {faststream:>10,.0f}")
+                    print(f"{'  ratio (target >= 1.5x FastStream)':44} {layer / faststream:>10.2f}x")
             p50, p99, n = await latency(server.url, args.latency_seconds, 2000)
             print(f"{'publish->decision p50 ms at 2000/s':44} {p50:>10.2f}")
             print(f"{'publish->decision p99 ms at 2000/s':44} {p99:>10.2f}   ({n} signals)")
