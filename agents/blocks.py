@@ -45,7 +45,8 @@ def decode_body(kind: EnvelopeType, body: bytes, *, indent: int = 0, first_line:
     except UnicodeDecodeError as exc:
         line = first_line + body.count(b"\n", 0, exc.start)
         raise BlockError(f"invalid UTF-8 at line {line}") from None
-    text = text.replace("\r\n", "\n")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
     if indent:
         text = re.sub(rf"(?m)^[ \t]{{1,{indent}}}", "", text)
     try:
@@ -56,9 +57,11 @@ def decode_body(kind: EnvelopeType, body: bytes, *, indent: int = 0, first_line:
     if not isinstance(data, dict):
         raise BlockError(f"the body must be a YAML mapping of fields, not {_kind(data)}")
     try:
-        return SIGNAL_MODELS[kind].model_validate(data)
+        # what ``model_validate`` runs, without its wrapper: the payload is validated once, here
+        payload: SignalPayload = SIGNAL_MODELS[kind].__pydantic_validator__.validate_python(data)
     except ValidationError as exc:
         raise BlockError(describe_errors(exc)) from None
+    return payload
 
 
 def describe_errors(exc: ValidationError, limit: int = 3) -> str:

@@ -93,12 +93,18 @@ class ErrorItem(Model):
 
 Item = SignalItem | ResultItem | ErrorItem
 
+_set: Final = object.__setattr__
+_SIGNAL_FIELDS: Final = frozenset(SignalItem.model_fields)
+
 _TAGS: Final = b"|".join(t.value.encode() for t in SIGNAL_TYPES)
+_TYPE_OF_TAG: Final = {t.value.encode(): t for t in SIGNAL_TYPES}
 # Anchored on the newline before a line (each scanned region starts with one), so the regex engine
 # only tries line starts; the groups: indent, "/", tag | fence marker, info | hashes, heading text.
 _HIT: Final = re.compile(
     rb"\n([ \t]*)(?:\[(/?)(" + _TAGS + rb")\][ \t]*(?=\r?\n)|(`{3,}|~{3,})([^\n]*)|(#{1,2})[ \t]([^\n]*))"
 )
+_TAG_GROUP: Final = 3  # the group of _HIT a tag line ends with (``m.lastindex``)
+_TAG_LINE: Final = re.compile(rb"\n[ \t]*\[(/?)(" + _TAGS + rb")\][ \t]*(?=\r?\n)")  # the tag lines of _HIT
 _RESULT_HEADING: Final = re.compile(rb"(.+?)[ \t]+[Rr]esult[ \t#]*\r?")
 _Fence = tuple[int, int]  # marker byte, run length
 _Rewind = tuple[bytes, int]  # a region to scan again, and the stream offset of its first line
@@ -235,12 +241,21 @@ class Parser:
         self._region = region
         self._seg = 1
         pos, line = 1, self._line
-        for m in _HIT.finditer(region):
-            end = region.find(b"\n", m.end())
-            if end - m.start() > MAX_TAG_LINE + 1:
+        resume = 0
+        while (m := _HIT.search(region, resume)) is not None:
+            resume = m.end()
+            is_tag = m.lastindex == _TAG_GROUP
+            if not is_tag and self._state is _State.BLOCK:
+                continue  # fences and headings mean nothing inside a block
+            start = m.start()
+            end = region.find(b"\n", resume)
+            if end - start > MAX_TAG_LINE + 1:
                 continue
-            line += region.count(b"\n", pos, m.start() + 1)
-            pos = m.start() + 1
+            line += region.count(b"\n", pos, start + 1)
+            pos = start + 1
+            if is_tag and self._state is not _State.REPORT:
+                resume = self._tag(m, base + start, end, line)  # the usual hit, taken without a _Hit
+                continue
             rewind = self._hit(_Hit(m, base, end, line))
             if rewind is not None:
                 return rewind
@@ -274,17 +289,16 @@ class Parser:
             self._skipping = True
 
     def _hit(self, hit: _Hit) -> _Rewind | None:
+        """A fence or heading line outside a block, or any line in a report."""
         if self._state is _State.REPORT:
             rewind = self._report_hit(hit)
             if rewind is not None or self._state is _State.REPORT:
                 return rewind
             if hit.fence is not None:
                 return None  # the report consumed its closing fence
-        if self._state is _State.BLOCK:
-            self._block_hit(hit)
-        elif hit.tag is not None:
+        if hit.tag is not None:
             if not hit.close:
-                self._open_block(hit)
+                self._open_block(hit.tag, len(hit.indent), hit.at, hit.next_at, hit.end + 1, hit.line)
         elif hit.fence is not None:
             self._fence = None if hit.closes(self._fence) else self._fence or (hit.fence[0], len(hit.fence))
         elif hit.hashes == 2 and hit.is_heading:
@@ -293,45 +307,71 @@ class Parser:
                 self._open_report(hit, name.group(1).strip())
         return None
 
-    def _open_block(self, hit: _Hit) -> None:
+    def _tag(self, m: re.Match[bytes], at: int, end: int, line: int) -> int:
+        """A tag line (stream offset ``at``, ending at ``end`` in the region) outside a report: it opens
+        a block, or ends the open one. Returns where the scan of the region goes on."""
+        indent, slash, tag = m.group(1, 2, 3)
+        if self._state is _State.BLOCK:
+            if at - self._body_start > self.max_block_bytes:
+                self._check_size(at)
+            if self._discard:
+                pass
+            elif slash and _TYPE_OF_TAG[tag] is not self._type:
+                self._error(f"closed by [/{tag.decode()}] at line {line}")
+            elif slash:
+                self._emit_block(bytes(self._body) + self._region[self._seg : m.start() + 1])
+            else:
+                self._error(f"not terminated before the [{tag.decode()}] at line {line}")
+            if slash:
+                self._state = _State.OUTSIDE
+                return m.end()
+        elif slash:
+            return m.end()  # a closing tag outside a block is prose
+        self._open_block(tag, len(indent), at, at - m.start() + end, end + 1, line)
+        return self._whole_block(tag, at - m.start(), end) or m.end()
+
+    def _whole_block(self, tag: bytes, base: int, end: int) -> int | None:
+        """The block just opened (its tag line ending at ``end``), when its own closing tag is the next
+        tag line of the region: emitted at once, and the scan goes on after that tag (the lines between
+        are nothing to a block). ``None`` leaves the block to the scan."""
+        region = self._region
+        close = _TAG_LINE.search(region, end)
+        if (
+            close is None
+            or not close.group(1)
+            or close.group(2) != tag
+            or region.find(b"\n", close.end()) - close.start() > MAX_TAG_LINE + 1
+            or base + close.start() - self._body_start > self.max_block_bytes
+        ):
+            return None
+        self._emit_block(region[end + 1 : close.start() + 1])
+        self._state = _State.OUTSIDE
+        return close.end()
+
+    def _open_block(self, tag: bytes, indent: int, at: int, body_start: int, seg: int, line: int) -> None:
+        """Open a block at the tag line at stream offset ``at``; its body starts at ``body_start``
+        (``seg`` in the region)."""
         self._state = _State.BLOCK
-        self._type = _T(hit.tag.decode()) if hit.tag else _T.STOP_WORK
-        self._open(hit, hit.next_at, hit.end + 1)
-        self._start_offset = hit.at + len(hit.indent)
-        self._indent = len(hit.indent)
+        self._type = _TYPE_OF_TAG[tag]
+        self._open(line, body_start, seg)
+        self._start_offset = at + indent
+        self._indent = indent
 
     def _open_report(self, hit: _Hit, agent: bytes) -> None:
         self._state = _State.REPORT
         self._agent = agent
-        self._open(hit, hit.at, hit.start)
+        self._open(hit.line, hit.at, hit.start)
         self._start_offset = hit.at + len(hit.indent)
         self._rep_outer, self._fence = self._fence, None
         self._rep_fence = None
         self._cand = None
 
-    def _open(self, hit: _Hit, body_start: int, seg: int) -> None:
-        self._start_line = hit.line
+    def _open(self, line: int, body_start: int, seg: int) -> None:
+        self._start_line = line
         self._body = bytearray()
         self._body_start = body_start
         self._seg = seg
         self._discard = False
-
-    def _block_hit(self, hit: _Hit) -> None:
-        if hit.tag is None:
-            return
-        self._check_size(hit.at)
-        if self._discard:
-            pass
-        elif hit.close and hit.tag != self._type.value.encode():
-            self._error(f"closed by [/{hit.tag.decode()}] at line {hit.line}")
-        elif hit.close:
-            self._emit_block(self._before(hit))
-        else:
-            self._error(f"not terminated before the [{hit.tag.decode()}] at line {hit.line}")
-        if hit.close:
-            self._state = _State.OUTSIDE
-        else:
-            self._open_block(hit)
 
     def _report_hit(self, hit: _Hit) -> _Rewind | None:
         """Track a report's end; leaves the REPORT state when the hit ends it."""
@@ -419,8 +459,7 @@ class Parser:
         except BlockError as exc:
             self._error(exc.message)
             return
-        item = SignalItem(type=self._type, payload=payload, line=self._start_line, offset=self._start_offset)
-        self._out.append(item)
+        self._out.append(_signal_item(self._type, payload, self._start_line, self._start_offset))
 
     def _emit_report(self, content: bytes) -> None:
         try:
@@ -436,6 +475,17 @@ class Parser:
             self._error(f"{exc.message}{at}")
             return
         self._out.append(ResultItem(report=report, line=self._start_line, offset=self._start_offset))
+
+
+def _signal_item(kind: EnvelopeType, payload: SignalPayload, line: int, offset: int) -> SignalItem:
+    """``SignalItem(type=kind, payload=payload, line=line, offset=offset)`` without validating again
+    values that are valid: the payload was just validated by its model, the rest is the parser's own."""
+    item = SignalItem.__new__(SignalItem)
+    _set(item, "__dict__", {"type": kind, "payload": payload, "line": line, "offset": offset})
+    _set(item, "__pydantic_fields_set__", set(_SIGNAL_FIELDS))
+    _set(item, "__pydantic_extra__", None)
+    _set(item, "__pydantic_private__", None)
+    return item
 
 
 def parse_text(text: str | bytes, *, max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> list[Item]:

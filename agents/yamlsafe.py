@@ -16,12 +16,13 @@ Signal bodies are hand-written YAML coming from a program we do not control, so 
 - rejects nesting deeper than ``max_depth`` collections and duplicate mapping keys.
 
 The event stream comes from libyaml when PyYAML was built with it, else from PyYAML's pure-Python
-parser; composition and construction are done here in one pass.
+parser; composition and construction are done here in one pass. The usual shapes of a signal body
+(``key: value`` lines, ``key: |`` blocks, simple lists) are read without it, by
+:func:`agents.yamlfast.read`, to the same result.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Final, cast
 
@@ -40,6 +41,9 @@ from yaml.events import (
     StreamStartEvent,
 )
 
+from agents import yamlfast
+from agents.yamlfast import Value
+from agents.yamlfast import plain as _plain
 from bus.errors import ProtocolError
 
 __all__ = [
@@ -60,33 +64,6 @@ _TAG: Final = "tag:yaml.org,2002:"
 _SCALAR_TAGS: Final[dict[str | None, type]] = {"int": int, "float": float, "bool": bool, "null": type(None)}
 
 _Next = Callable[[], Event]
-Value = str | int | float | bool | None | list["Value"] | dict["Value", "Value"]
-
-
-# The YAML 1.2 core schema in one pattern; the group that matched picks the conversion.
-_CORE_SCHEMA: Final = re.compile(
-    r"(~|null|Null|NULL|)|(true|True|TRUE)|(false|False|FALSE)|([-+]?[0-9]+)|0o([0-7]+)|0x([0-9a-fA-F]+)"
-    r"|([-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?)|([-+]?)\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)()"
-)
-_CONVERT: Final[dict[int, Callable[[str], Value]]] = {
-    1: lambda _: None,
-    2: lambda _: True,
-    3: lambda _: False,
-    4: int,
-    5: lambda v: int(v, 8),
-    6: lambda v: int(v, 16),
-    7: float,
-    8: lambda v: float(f"{v}inf"),
-    9: lambda _: float("nan"),
-}
-_SPECIAL_START: Final = frozenset("~nNtTfF0123456789+-.")  # how any non-string plain scalar starts
-
-
-# the fast path: what it refuses anywhere (tabs, CR and other line breaks, BOM, what YAML rejects),
-# its key lines, and the characters a plain scalar may not start with
-_NOT_SIMPLE: Final = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff\ufeff\ufffe\uffff]")
-_SIMPLE_KEY: Final = re.compile(r"([A-Za-z_][A-Za-z0-9_]*): (.*)")
-_INDICATORS: Final = frozenset("-?:,[]{}#&*!|>'\"%@` ")
 
 
 class YamlError(ProtocolError):
@@ -109,7 +86,7 @@ def load(
     max_alias_expansion: int = DEFAULT_MAX_ALIAS_EXPANSION,
 ) -> Value:
     """Load one YAML document; an empty document is ``None``. Raises :class:`YamlError`."""
-    simple = _simple_mapping(text)
+    simple = yamlfast.read(text, max_depth)
     if simple is not None:
         return simple
     return load_events(
@@ -143,78 +120,10 @@ def load_events(
         loader.dispose()
 
 
-def _simple_mapping(text: str) -> dict[Value, Value] | None:
-    """The usual shape of a signal body, read without the YAML machinery, or ``None`` for any other.
-
-    Accepted: top-level ``key: plain scalar`` lines and ``key: |`` literal blocks (clip chomping),
-    every line ending in a newline, and nothing else: no comments, quotes, flow collections, nesting,
-    tabs, anchors or tags. Within that shape the result is exactly the YAML loader's (a property test
-    holds them equal); anything outside it, however harmless, goes to the loader.
-    """
-    if not text.endswith("\n") or _NOT_SIMPLE.search(text):
-        return None
-    lines = text.split("\n")
-    lines.pop()
-    mapping: dict[Value, Value] = {}
-    index = 0
-    while index < len(lines):
-        match = _SIMPLE_KEY.fullmatch(lines[index])
-        if match is None:
-            return None
-        key, value = match.groups()
-        if key in mapping or not isinstance(_plain(key), str):
-            return None
-        value = value.rstrip(" ")
-        index += 1
-        if value == "|":
-            literal, index = _literal(lines, index)
-            if literal is None:
-                return None
-            mapping[key] = literal
-        elif not value or value[0] in _INDICATORS or ": " in value or " #" in value or value.endswith(":"):
-            return None
-        else:
-            mapping[key] = _plain(value)
-    return mapping or None
-
-
-def _literal(lines: list[str], index: int) -> tuple[str | None, int]:
-    """The ``|`` block scalar starting at ``lines[index]``, and the index after it."""
-    first = lines[index] if index < len(lines) else ""
-    indent = len(first) - len(first.lstrip(" "))
-    if indent == 0 or not first.strip(" "):
-        return None, index
-    content: list[str] = []
-    while index < len(lines):
-        line = lines[index]
-        lead = len(line) - len(line.lstrip(" "))
-        if not line.strip(" "):
-            if len(line) > indent:
-                return None, index
-            content.append("")
-        elif lead == 0:
-            break
-        elif lead < indent:
-            return None, index
-        else:
-            content.append(line[indent:])
-        index += 1
-    while content[-1] == "":
-        content.pop()
-    return "\n".join(content) + "\n", index
-
-
-def _plain(value: str) -> Value:
-    """Resolve a plain (unquoted, untagged) scalar by the YAML 1.2 core schema."""
-    if value and value[0] not in _SPECIAL_START:
-        return value
-    match = _CORE_SCHEMA.fullmatch(value)
-    if match is None or match.lastindex is None:
-        return value
-    try:
-        return _CONVERT[match.lastindex](match.group(match.lastindex))
-    except ValueError:  # more digits than int() converts: keep the text
-        return value
+def _simple_mapping(text: str, max_depth: int = DEFAULT_MAX_DEPTH) -> dict[Value, Value] | None:
+    """The usual shapes of a signal body read without the YAML machinery (:func:`agents.yamlfast.read`),
+    or ``None`` for any other shape."""
+    return yamlfast.read(text, max_depth)
 
 
 def _tagged(tag: str, value: str, line: int) -> Value:

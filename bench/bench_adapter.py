@@ -8,11 +8,13 @@
    bytes (one entry per KiB, so as many entries as there are signals) pipelined by 100:
 
    - ``adapter``: :class:`agents.adapter.OutputStream` (parse, validate, envelope with deterministic
-     ids) + :meth:`agents.adapter.AgentBus.publish` (one MULTI/EXEC per chunk), what the adapters run;
+     ids) + :meth:`agents.adapter.AgentBus.publish` (encode, then one pipelined round trip per chunk),
+     what the process adapter runs (the file watcher adds its checkpoint, in a MULTI/EXEC);
    - ``publish_many``: the same parsing and envelopes + :meth:`bus.publisher.Publisher.publish_many`;
    - ``parse+envelope, no Redis``: the same without publishing, to show where the time goes.
 
-Each number is the best of ``--repeat`` rounds; the ratio is the median of per-round layer/raw.
+Each number is the best of ``--repeat`` rounds; the ratio is the median of per-round layer/raw. One
+untimed round of every side comes first, so that no side pays for warming up in a timed round.
 """
 
 from __future__ import annotations
@@ -141,6 +143,9 @@ async def publish_rates(client: Client, data: bytes, repeat: int) -> dict[str, l
         "raw": lambda: raw_xadd(client, data),
     }
     samples: dict[str, list[tuple[float, int]]] = {name: [] for name in sides}
+    for side in sides.values():  # warm-up, untimed
+        await client.delete(STREAM)
+        await side()
     for round_ in range(repeat):
         order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
         for name in order:
