@@ -9,7 +9,7 @@
    (``pip install -e '.[bench]'``); reported for the mixed workload and for findings alone;
 2. latency: a coordinator process (``subagent-bus coordinator``) while a publisher sends 2 000 signals/s;
    a subscriber follows the findings stream, where each applied signal shows up, and measures
-   publish -> decision visible (p50/p99);
+   publish -> decision visible (p50/p99), after two seconds of the same load that are not recorded;
 3. memory: the coordinator process's RSS before and after applying ``--rss-signals`` signals.
 
 The workload (:func:`workload`) is what a team of agents sends: 10 groups of 5 agents; each agent first
@@ -237,30 +237,36 @@ async def follow_findings(
                     out.append(now - sent[title])
 
 
+async def _paced(publisher: Publisher, envelopes: list[Envelope], rate: int, sent: dict[str, float]) -> None:
+    """Publish one envelope every ``1 / rate`` seconds, noting when each was sent (by finding title)."""
+    started = time.perf_counter()
+    for i, envelope in enumerate(envelopes):
+        delay = started + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        sent[envelope.payload.title] = time.perf_counter()  # type: ignore[union-attr]
+        await publisher.publish(envelope)
+
+
 async def latency(url: str, seconds: float, rate: int) -> tuple[float, float, int]:
+    """p50 and p99 publish -> decision, in ms, over ``seconds`` at ``rate`` signals/s, after two seconds
+    of the same load that are not recorded (every process and the server warm up first)."""
     client = await connect(Settings.from_url(url))
     await client.flushall()
     keys = await open_namespace(client, "bench", 8)
     coordinator = start_coordinator(url)
     try:
-        await publish_all(client, keys, findings_only(200, start=10**8))  # warm up: leases, groups
-        await asyncio.sleep(2)
+        publisher = Publisher(client, keys)
+        await publish_all(client, keys, findings_only(200, start=10**8))  # leases, groups
+        await asyncio.sleep(1)
+        await _paced(publisher, findings_only(2 * rate, start=10**7), rate, {})
         total = int(seconds * rate)
-        batch = findings_only(total)
         sent: dict[str, float] = {}
         seen: list[float] = []
         reader = await connect(Settings.from_url(url))
         follower = asyncio.create_task(follow_findings(reader, keys, sent, total, seen))
         await asyncio.sleep(0.2)
-        publisher = Publisher(client, keys)
-        started = time.perf_counter()
-        for i, envelope in enumerate(batch):
-            due = started + i / rate
-            delay = due - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            sent[envelope.payload.title] = time.perf_counter()  # type: ignore[union-attr]
-            await publisher.publish(envelope)
+        await _paced(publisher, findings_only(total), rate, sent)
         await asyncio.wait_for(follower, 60)
         await reader.aclose()
         seen.sort()
