@@ -16,9 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any, Final, NamedTuple
 
-import orjson
 import redis.asyncio
-from pydantic import ValidationError
 from redis.crc import key_slot
 
 from bus.connection import Client, translated
@@ -293,10 +291,10 @@ class Consumer:
         # The common case in one step; anything unusual takes the checked path, which says why.
         if type(raw) is bytes and len(raw) <= MAX_ENVELOPE_BYTES and deliveries <= self.max_deliveries:
             try:
-                envelope = Envelope.model_validate(orjson.loads(raw))
+                envelope = decode(raw)
                 # tuple.__new__ builds the NamedTuple in a third of the time its __new__ takes
                 return tuple.__new__(Delivery, (entry, raw, envelope, None, deliveries))
-            except (orjson.JSONDecodeError, ValidationError):
+            except DecodeError:
                 pass
         return self._checked_delivery(entry, fields, deliveries)
 

@@ -86,7 +86,8 @@ def run_coordinator(
 
     Run as many as you like, on any machines: they split the shards through leases, and a shard whose
     coordinator dies is taken over (its pending entries first) once the lease expires. SIGTERM or
-    Ctrl-C finishes the batch in hand and releases the leases.
+    Ctrl-C applies every entry pending on its shards (the batch in hand included) and releases the
+    leases.
     """
     setup_logging(json=log_json, level=log_level)
     policy = _policy(policy_path)

@@ -164,7 +164,21 @@ class Coordinator:
                 await _wait(stop, 1.0)
                 if "NOGROUP" in str(exc):  # the server lost the stream or its group (data loss, failover)
                     await self._ensure_group(shard.index)
+        with contextlib.suppress(BusError):
+            await self._finish_held(shard)
         await self._give_back(shard)
+
+    async def _finish_held(self, shard: _Shard) -> None:
+        """On the way out, apply every entry pending on the shard: those this process holds (claimed at
+        a take-over, or read and not yet committed) and those a deposed owner read too late to commit,
+        which a successor would otherwise claim only after a lease period. So a graceful stop leaves no
+        pending entry behind, and nothing at all when it is the last process to stop."""
+        if not shard.owned:
+            return
+        await self._claim_pending(shard, idle_ms=0, count=1000, until_done=True)
+        shard.need_pending = True
+        while shard.owned and shard.need_pending and await self._step(shard, block_ms=None):
+            pass
 
     # -- ownership -----------------------------------------------------------------------------
 
