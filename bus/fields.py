@@ -9,9 +9,9 @@ time zone is rejected, because ordering signals from several machines needs an a
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
-from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 __all__ = ["Confidence", "Model", "OpenModel", "Text", "Timestamp"]
 
@@ -47,6 +47,18 @@ class Model(BaseModel):
 
 
 class OpenModel(BaseModel):
-    """Base of models whose source format lets authors add fields; extra fields are kept, not dropped."""
+    """Base of models whose source format lets authors add fields; extra fields are kept, not dropped.
+
+    An extra field that is null is the same as no field: the wire form leaves out nulls (as it does for
+    every optional field), so keeping one would make a decoded payload differ from its own round trip.
+    """
 
     model_config = ConfigDict(extra="allow", frozen=True)
+
+    @model_validator(mode="after")
+    def _no_null_extras(self) -> Self:
+        extra = self.__pydantic_extra__
+        if extra and None in extra.values():
+            for name in [name for name, value in extra.items() if value is None]:
+                del extra[name]
+        return self
