@@ -239,24 +239,26 @@ def new_envelope(
             source=source,
             payload=payload,
         )
-    # what ``Envelope(...)`` makes of these values, all valid, without validating them again
+    data = {
+        "id": id,
+        "v": SCHEMA_VERSION,
+        "kind": PAYLOADS[type_][0],
+        "type": type_,
+        "agent_id": agent_id,
+        "group_id": group_id,
+        "ts": ts,
+        "source": source,
+        "payload": payload,
+    }
+    return _trusted(data, set(_GIVEN))
+
+
+def _trusted(data: dict[str, Any], fields_set: set[str]) -> Envelope:
+    """What ``Envelope(**data)`` makes of values already valid, in field order, without validating them
+    again; ``fields_set`` as validation would record it."""
     envelope = Envelope.__new__(Envelope)
-    _set(
-        envelope,
-        "__dict__",
-        {
-            "id": id,
-            "v": SCHEMA_VERSION,
-            "kind": PAYLOADS[type_][0],
-            "type": type_,
-            "agent_id": agent_id,
-            "group_id": group_id,
-            "ts": ts,
-            "source": source,
-            "payload": payload,
-        },
-    )
-    _set(envelope, "__pydantic_fields_set__", set(_GIVEN))
+    _set(envelope, "__dict__", data)
+    _set(envelope, "__pydantic_fields_set__", fields_set)
     _set(envelope, "__pydantic_extra__", None)
     _set(envelope, "__pydantic_private__", None)
     return envelope
@@ -346,12 +348,7 @@ def _decoded(raw: Any) -> Envelope | None:
     data = variant.__dict__
     if data["v"] != SCHEMA_VERSION or data["kind"] is not PAYLOADS[data["type"]][0]:
         return None
-    envelope = Envelope.__new__(Envelope)
-    _set(envelope, "__dict__", data)
-    _set(envelope, "__pydantic_fields_set__", variant.__pydantic_fields_set__)
-    _set(envelope, "__pydantic_extra__", None)
-    _set(envelope, "__pydantic_private__", None)
-    return envelope
+    return _trusted(data, variant.__pydantic_fields_set__)
 
 
 def _first_errors(exc: ValidationError, limit: int = 3) -> str:

@@ -56,8 +56,9 @@ class Batch:
     commit: Commit
     groups: dict[str, GroupState]
     changed: set[str] = field(default_factory=set)
-    touched: dict[str, Touched] = field(default_factory=dict)
-    """Per changed group, the agent and finding records the batch may have replaced (see :class:`Touched`)."""
+    touched: dict[str, tuple[set[str] | None, set[str] | None]] = field(default_factory=dict)
+    """Per changed group, the agent and finding ids whose records the batch may have replaced (None: any;
+    see :class:`~coordinator.store.Touched`), gathered in place entry by entry."""
     emitted: list[Envelope] = field(default_factory=list)
     types_in: dict[EnvelopeType, int] = field(default_factory=dict)
     dead: int = 0
@@ -88,7 +89,7 @@ class Batch:
                 stored.get(gid),
                 self.groups[gid],
                 self.policy.idempotency_window,
-                self.touched.get(gid),
+                Touched(*self.touched[gid]) if gid in self.touched else None,
             )
 
     def _apply_entry(self, data: bytes | None, deliveries: int, max_deliveries: int) -> str | None:
@@ -125,10 +126,10 @@ class Batch:
         if outcome.state is not state or gid not in self.groups:
             self.groups[gid] = outcome.state
             self.changed.add(gid)
-            before = self.touched.get(gid, _UNTOUCHED)
-            self.touched[gid] = Touched(
-                _union(before.agents, outcome.agents_touched),
-                _union(before.findings, outcome.findings_touched),
+            agents, findings = self.touched.get(gid) or (set(), set())
+            self.touched[gid] = (
+                _gather(agents, outcome.agents_touched),
+                _gather(findings, outcome.findings_touched),
             )
         for emit in outcome.emits:
             key = self.targets.get(emit.target) or self.keys.inbox(self.shard, emit.envelope.agent_id)
@@ -145,8 +146,9 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-_UNTOUCHED: Final = Touched(frozenset(), frozenset())
-
-
-def _union(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
-    return None if a is None or b is None else a | b
+def _gather(into: set[str] | None, keys: frozenset[str] | None) -> set[str] | None:
+    """``into`` with ``keys`` added; None (any record) once either is None."""
+    if into is None or keys is None:
+        return None
+    into.update(keys)
+    return into

@@ -13,6 +13,7 @@ they changed, so comparing records by identity tells which fields to write.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from itertools import compress
 from operator import is_not
 from typing import Any, NamedTuple
@@ -51,8 +52,8 @@ def _meta(state: GroupState) -> bytes:
 class Touched(NamedTuple):
     """The agent and finding ids whose records may differ between two states; None: any of them."""
 
-    agents: frozenset[str] | None
-    findings: frozenset[str] | None
+    agents: AbstractSet[str] | None
+    findings: AbstractSet[str] | None
 
 
 def write_changes(
@@ -91,7 +92,7 @@ def _write_map(
     prefix: str,
     before: dict[str, Any],
     after: dict[str, Any],
-    only: frozenset[str] | None = None,
+    only: AbstractSet[str] | None = None,
 ) -> None:
     """The fields of one map (agents, delegations, findings) whose records are not the same objects."""
     if only is not None:  # the ids that may have changed are known

@@ -4,8 +4,9 @@ A :class:`Step` lives only inside one call of :func:`~coordinator.rules.apply.ap
 freely, and the call turns it into an :class:`~coordinator.rules.outcome.Outcome`. The input state is
 never mutated: every change replaces a model with an updated copy.
 
-The models built here (emitted envelopes, decisions, updated records) are built without validating them
-again (:mod:`coordinator.rules.trusted`): their values come from the validated input, state and policy.
+The models built here (decisions, updated records, and emitted envelopes through
+:func:`bus.envelope.new_envelope`) are built without validating them again
+(:mod:`coordinator.rules.trusted`): their values come from the validated input, state and policy.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
-from bus.envelope import PAYLOADS, SCHEMA_VERSION, Envelope, EnvelopeType, Kind, Payload
+from bus.envelope import Envelope, Payload, new_envelope
 from bus.errors import BusError
 from bus.events import AgentState, Decision, DecisionType
 from coordinator.policy import Policy
@@ -30,14 +31,6 @@ MAX_DETAIL: Final = 2000
 """Decision details are summaries for people; longer text (an agent's whole signal) is cut here."""
 
 P = TypeVar("P")
-
-_set: Final = object.__setattr__
-_ENVELOPE_FIELDS: Final = ("id", "v", "kind", "type", "agent_id", "group_id", "ts", "source", "payload")
-if tuple(Envelope.model_fields) != _ENVELOPE_FIELDS:  # the fields emit() fills, in declaration order
-    raise ImportError(f"Envelope fields changed to {tuple(Envelope.model_fields)}: update Step.emit")
-_TYPE_OF: Final[dict[type[Any], tuple[EnvelopeType, Kind]]] = {
-    model: (type_, kind) for type_, (kind, model) in PAYLOADS.items()
-}
 
 
 class Rejected(BusError):
@@ -166,27 +159,14 @@ class Step:
     # -- emitting -----------------------------------------------------------------------------------
 
     def emit(self, target: Target, payload: Payload, agent_id: str) -> Envelope:
-        type_, kind = _TYPE_OF[type(payload)]
-        envelope = Envelope.__new__(Envelope)
-        # An Envelope(...) without validating again values that are valid: see the module docstring.
-        _set(
-            envelope,
-            "__dict__",
-            {
-                "id": emitted_id(self.envelope.id, len(self.emits)),
-                "v": SCHEMA_VERSION,
-                "kind": kind,
-                "type": type_,
-                "agent_id": agent_id,
-                "group_id": self.initial.group_id,
-                "ts": self.envelope.ts,
-                "source": SOURCE,
-                "payload": payload,
-            },
+        envelope = new_envelope(
+            payload,
+            agent_id=agent_id,
+            group_id=self.initial.group_id,
+            source=SOURCE,
+            id=emitted_id(self.envelope.id, len(self.emits)),
+            ts=self.envelope.ts,
         )
-        _set(envelope, "__pydantic_fields_set__", set(_ENVELOPE_FIELDS))
-        _set(envelope, "__pydantic_extra__", None)
-        _set(envelope, "__pydantic_private__", None)
         self.emits.append(Emit(target, envelope))
         return envelope
 
