@@ -22,7 +22,8 @@ from typing import Final
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, SignalItem
 from agents.transcript import AnyParser, Format
 from agents.verify import Verifier
-from bus.connection import Client, connect, translated
+from bus import wire
+from bus.connection import Client, connect
 from bus.envelope import (
     MAX_ENVELOPE_BYTES,
     Envelope,
@@ -96,6 +97,9 @@ class AgentBus:
         """Where what this agent's output becomes is counted, if anywhere."""
         self.shard = keys.shard_of(group_id)
         self.signals = keys.stream(self.shard, StreamKind.SIGNALS)
+        self._signals = self.signals.encode()
+        self._pipe = wire.Pipe(client, self._signals)
+        self._sending = asyncio.Lock()  # one batch in flight, in the order publish() was called
         self.inbox = keys.inbox(self.shard, agent_id)
         self.completed = False
         """A COMPLETION_REPORT or RESULT of this agent has been published."""
@@ -118,7 +122,7 @@ class AgentBus:
         )
 
     async def publish(
-        self, envelopes: Sequence[Envelope], *, state: Mapping[str, bytes] | None = None
+        self, envelopes: Sequence[Envelope], *, state: Mapping[str, bytes] | None = None, wait: bool = True
     ) -> None:
         """Append ``envelopes`` to the signals stream, in order, in one round trip.
 
@@ -126,6 +130,10 @@ class AgentBus:
         that accounts for them are written together or not at all. An unreachable server is retried
         with backoff, for ever (agent output is never dropped); the batch is sent again with the same
         ids, so an entry written twice is recognised downstream.
+
+        ``wait=False`` returns once the batch is written, before the server's replies: they are read
+        by the next call or by :meth:`flush`, and the caller parses its next output meanwhile. A batch
+        that completes the agent is always waited for.
         """
         batch: list[bytes] = []
         sent: list[Envelope] = []
@@ -141,33 +149,39 @@ class AgentBus:
             sent.append(envelope)
             completing = completing or envelope.type in COMPLETING
         if batch or state:
-            await self._send(batch, state or {})
+            # a state write must land with the entries it accounts for; plain batches need no MULTI
+            commands: list[wire.Command] = [(b"XADD", self._signals, b"*", b"data", data) for data in batch]
+            commands += [(b"SET", key.encode(), value) for key, value in (state or {}).items()]
+            async with self._sending:
+                await self._settle()
+                with contextlib.suppress(ConnectionFailed):  # the batch stays in flight: settled below
+                    await self._pipe.send(commands, transaction=bool(state))
+                if wait or completing:
+                    await self._settle()
         if self.metrics is not None:
             for envelope in sent:
                 self.metrics.published(envelope)
         if completing:
             self.mark_completed()
 
+    async def flush(self) -> None:
+        """Wait until what :meth:`publish` sent without waiting is on the server."""
+        async with self._sending:
+            await self._settle()
+
     def mark_completed(self) -> None:
         """Record that the agent completed (a completion report or result was published)."""
         self.completed = True
         self.completion.set()
 
-    async def _send(self, batch: list[bytes], state: Mapping[str, bytes]) -> None:
+    async def _settle(self) -> None:
         delay = _RETRY_FIRST_S
         while True:
-            # a state write must land with the entries it accounts for; plain batches need no MULTI
-            pipe = self.client.pipeline(transaction=bool(state))
-            for data in batch:
-                pipe.xadd(self.signals, {"data": data})
-            for key, value in state.items():
-                pipe.set(key, value)
             try:
-                with translated():
-                    await pipe.execute()
+                await self._pipe.settle()
                 return
             except ConnectionFailed as exc:
-                self.log(f"publishing {len(batch)} envelopes failed ({exc}); retrying in {delay:.1f}s")
+                self.log(f"publishing to {self.signals} failed ({exc}); retrying in {delay:.1f}s")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _RETRY_MAX_S)
 

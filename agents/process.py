@@ -224,7 +224,7 @@ class Session:
             self._copy(chunk)
             envelopes = stream.feed(chunk)
             if envelopes:
-                await self.bus.publish(envelopes)
+                await self.bus.publish(envelopes, wait=False)
         await self.bus.publish(stream.close())
 
     def _copy(self, chunk: bytes) -> None:

@@ -203,6 +203,7 @@ class FileWatch:
                 await self._publish(self.stream.feed(chunk), force=False)
                 continue
             await self._publish([], force=True)
+            await self.bus.flush()  # at the end of the file: everything read is on the server
             if await self._rotated():
                 continue
             if options.pid is not None and not _alive(options.pid):
@@ -210,6 +211,7 @@ class FileWatch:
                 await self._exited()
                 break
             await wait_for(self.stop, options.poll_s)
+        await self.bus.flush()
         if self.checkpoint.completed and options.until_complete:
             await self._exited()
         return self.checkpoint.completed
@@ -246,7 +248,8 @@ class FileWatch:
                 return
             if not force and saved is not None and self.checkpoint.read - saved.read < _SAVE_EVERY:
                 return
-        await self.bus.publish(envelopes, state={self.key: self.checkpoint.model_dump_json().encode()})
+        state = {self.key: self.checkpoint.model_dump_json().encode()}
+        await self.bus.publish(envelopes, state=state, wait=force)
         self._saved = self.checkpoint
 
     async def _rotated(self) -> bool:

@@ -5,13 +5,18 @@
 1. parser: ``agents.parser.Parser`` fed 64 KiB chunks of agent-like prose, without signals and with one
    PROGRESS block per KiB, in MB/s of input (target: >= 50 MB/s);
 2. publish: the same signal-per-KiB output taken onto the bus, against a raw loop that XADDs the same
-   bytes (one entry per KiB, so as many entries as there are signals) pipelined by 100:
+   bytes (one entry per KiB, so as many entries as there are signals) pipelined by 100 with redis-py
+   (``raw``, the baseline of the ratios):
 
    - ``adapter``: :class:`agents.adapter.OutputStream` (parse, validate, envelope with deterministic
-     ids) + :meth:`agents.adapter.AgentBus.publish` (encode, then one pipelined round trip per chunk),
-     what the process adapter runs (the file watcher adds its checkpoint, in a MULTI/EXEC);
-   - ``publish_many``: the same parsing and envelopes + :meth:`bus.publisher.Publisher.publish_many`;
-   - ``parse+envelope, no Redis``: the same without publishing, to show where the time goes.
+     ids) + :meth:`agents.adapter.AgentBus.publish` with ``wait=False`` (encode, pack the chunk's XADDs
+     with :mod:`bus.wire`, write them, and read their replies while the next chunk is parsed), what the
+     process adapter runs (the file watcher adds its checkpoint, in a MULTI/EXEC);
+   - ``publish_many``: the same parsing and envelopes + :meth:`bus.publisher.Publisher.publish_many`
+     (redis-py's pipeline);
+   - ``parse+envelope, no Redis``: the same without publishing, to show where the time goes;
+   - ``raw, bus.wire``: the raw loop with the adapter's packing instead of redis-py's, to show how
+     much of the adapter's lead comes from the client's side of the transport.
 
 Each number is the best of ``--repeat`` rounds; the ratio is the median of per-round layer/raw. One
 untimed round of every side comes first, so that no side pays for warming up in a timed round.
@@ -35,6 +40,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from agents.adapter import AgentBus, OutputStream
 from agents.parser import Parser
 from agents.transcript import Format
+from bus import wire
 from bus.connection import Client, connect
 from bus.embedded import RedisProcess
 from bus.keys import Keys, StreamKind
@@ -96,7 +102,7 @@ async def adapter_publish(bus: AgentBus, data: bytes) -> int:
     sent = 0
     for piece in chunks(data):
         envelopes = stream.feed(piece)
-        await bus.publish(envelopes)
+        await bus.publish(envelopes, wait=False)
         sent += len(envelopes)
     tail = stream.close()
     await bus.publish(tail)
@@ -128,6 +134,16 @@ async def raw_xadd(client: Client, data: bytes) -> int:
     return len(entries)
 
 
+async def raw_wire(client: Client, data: bytes) -> int:
+    entries = [data[i : i + KIB] for i in range(0, len(data), KIB)]
+    stream = STREAM.encode()
+    for start in range(0, len(entries), BATCH):
+        await wire.execute(
+            client, stream, [(b"XADD", stream, b"*", b"data", e) for e in entries[start : start + BATCH]]
+        )
+    return len(entries)
+
+
 async def timed(step: Callable[[], Awaitable[int]]) -> tuple[float, int]:
     started = time.perf_counter()
     count = await step()
@@ -140,6 +156,7 @@ async def publish_rates(client: Client, data: bytes, repeat: int) -> dict[str, l
         "adapter": lambda: adapter_publish(bus, data),
         "publish_many": lambda: publish_many(bus, data),
         "parse+envelope, no Redis": lambda: envelopes_only(bus, data),
+        "raw, bus.wire": lambda: raw_wire(client, data),
         "raw": lambda: raw_xadd(client, data),
     }
     samples: dict[str, list[tuple[float, int]]] = {name: [] for name in sides}

@@ -1,0 +1,144 @@
+"""Pipelines packed by bus.wire, on real servers (standalone and cluster)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis.asyncio
+from faults.proxy import ReplyDroppingProxy
+from hypothesis import given
+from hypothesis import strategies as st
+from redis.asyncio.connection import Connection
+from workers.kit import connected
+
+from bus import wire
+from bus.connection import connect
+from bus.embedded import RedisProcess
+from bus.errors import CommandFailed, ConnectionFailed
+from bus.settings import Settings
+
+STREAM = b"{wire}:stream"
+
+
+def xadd(data: bytes, stream: bytes = STREAM) -> wire.Command:
+    return (b"XADD", stream, b"*", b"data", data)
+
+
+NAMES = st.sampled_from([b"XADD", b"SET", b"MULTI", b"EXEC"])
+COMMANDS = st.tuples(NAMES, st.lists(st.binary(max_size=40), max_size=5)).map(lambda c: (c[0], *c[1]))
+
+
+@given(st.lists(COMMANDS, max_size=8))
+def test_pack_is_what_redis_py_packs(commands: list[tuple[bytes, ...]]) -> None:
+    packer = Connection()
+    expected = b"".join(b"".join(packer.pack_command(*command)) for command in commands)
+    assert wire.pack(commands) == expected
+
+
+async def _data(client: Any, stream: bytes = STREAM) -> list[bytes]:
+    rows: Any = await client.xrange(stream)
+    return [fields[b"data"] for _, fields in rows]
+
+
+async def test_replies_come_in_order_and_match_the_stream(bus_url: str) -> None:
+    async with connected(bus_url) as client:
+        payloads = [b"entry-%d" % i for i in range(250)]
+        ids = await wire.execute(client, STREAM, [xadd(p) for p in payloads])
+        rows: Any = await client.xrange(STREAM)
+        assert ids == [entry_id for entry_id, _ in rows]
+        assert await _data(client) == payloads
+        assert await wire.execute(client, STREAM, []) == []
+
+
+async def test_an_error_reply_raises_after_the_batch_and_the_connection_stays_usable(bus_url: str) -> None:
+    async with connected(bus_url) as client:
+        await client.set(b"{wire}:text", b"not a stream")
+        batch = [xadd(b"a"), xadd(b"b", b"{wire}:text"), xadd(b"c")]
+        with pytest.raises(CommandFailed, match="WRONGTYPE"):
+            await wire.execute(client, STREAM, batch)
+        assert await _data(client) == [b"a", b"c"]  # not a transaction: the others ran
+        await wire.execute(client, STREAM, [xadd(b"d")])
+        assert await _data(client) == [b"a", b"c", b"d"]
+
+
+async def test_a_transaction_applies_all_or_nothing(bus_url: str) -> None:
+    async with connected(bus_url) as client:
+        replies = await wire.execute(
+            client, STREAM, [xadd(b"a"), (b"SET", b"{wire}:checkpoint", b"1")], transaction=True
+        )
+        assert replies[1] == b"OK"
+        refused_while_queueing = [xadd(b"b"), (b"SET", b"{wire}:checkpoint")]
+        with pytest.raises(CommandFailed, match="wrong number of arguments"):
+            await wire.execute(client, STREAM, refused_while_queueing, transaction=True)
+        assert await _data(client) == [b"a"]
+        assert await client.get(b"{wire}:checkpoint") == b"1"
+        await client.set(b"{wire}:text", b"x")
+        with pytest.raises(CommandFailed, match="WRONGTYPE"):  # a command that fails inside EXEC
+            await wire.execute(client, STREAM, [xadd(b"c"), xadd(b"d", b"{wire}:text")], transaction=True)
+        assert await wire.execute(client, STREAM, [xadd(b"e")], transaction=True)
+
+
+async def test_a_pipe_keeps_one_batch_in_flight(bus_url: str) -> None:
+    async with connected(bus_url) as client:
+        pipe = wire.Pipe(client, STREAM)
+        assert await pipe.settle() == []
+        await pipe.send([xadd(b"a"), xadd(b"b")])
+        assert pipe.in_flight
+        with pytest.raises(RuntimeError, match="settled"):
+            await pipe.send([xadd(b"c")])
+        assert await client.xlen(STREAM) == 2  # another connection sees the batch before it is settled
+        assert len(await pipe.settle()) == 2
+        assert not pipe.in_flight
+        await pipe.send([xadd(b"c")])
+        await pipe.settle()
+        assert await _data(client) == [b"a", b"b", b"c"]
+
+
+async def test_a_batch_whose_reply_is_lost_is_written_again_by_the_next_settle(
+    redis_server: RedisProcess, redis_url: str
+) -> None:
+    proxy = ReplyDroppingProxy("127.0.0.1", redis_server.port, b"marked")
+    await proxy.start()
+    try:
+        async with connected(proxy.url) as client, connected(redis_url) as direct:
+            await direct.delete(STREAM)
+            pipe = wire.Pipe(client, STREAM)
+            await pipe.send([xadd(b"first"), xadd(b"marked")], transaction=True)
+            with pytest.raises(ConnectionFailed):
+                await pipe.settle()
+            assert pipe.in_flight  # the outcome is unknown: the batch is kept
+            assert proxy.dropped_reply is not None
+            await pipe.settle()
+            assert await _data(direct) == [b"first", b"marked", b"first", b"marked"]
+    finally:
+        await proxy.close()
+
+
+@pytest.mark.cluster
+async def test_a_moved_slot_falls_back_to_redis_py_which_follows_it(cluster_url: str) -> None:
+    async with connected(cluster_url) as client:
+        assert isinstance(client, redis.asyncio.RedisCluster)
+        right = client.get_node_from_key(STREAM.decode())
+        assert right is not None
+        wrong = next(node for node in client.get_primaries() if node.name != right.name)
+        stale: Any = lambda *_args, **_kwargs: wrong  # noqa: E731  # a slot map from before a resharding
+        client.get_node_from_key = stale  # type: ignore[method-assign]
+        try:
+            ids = await wire.execute(client, STREAM, [xadd(b"a"), xadd(b"b")])
+        finally:
+            del client.get_node_from_key
+        assert len(ids) == 2
+        assert await _data(client) == [b"a", b"b"]  # each written once, on the node of the slot
+
+
+async def test_a_reply_later_than_the_socket_timeout_fails_the_batch(redis_url: str) -> None:
+    client = await connect(Settings.from_url(redis_url, socket_timeout=0.2))
+    try:
+        pipe = wire.Pipe(client, STREAM)
+        await pipe.send([xadd(b"a"), (b"BLPOP", b"{wire}:nothing", b"2")])
+        with pytest.raises(ConnectionFailed, match="Timeout"):
+            await pipe.settle()
+        assert pipe.in_flight
+    finally:
+        await client.aclose()
