@@ -16,6 +16,7 @@ batch is read by the next one.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -26,7 +27,7 @@ from redis.asyncio.connection import Connection
 from bus.connection import Client, translated
 from bus.errors import CommandFailed
 
-__all__ = ["Command", "Pipe", "execute", "pack"]
+__all__ = ["Command", "Pipe", "Script", "execute", "pack"]
 
 Command = tuple[bytes, ...]
 """A command and its arguments, as bytes."""
@@ -63,9 +64,7 @@ async def execute(
     :class:`~bus.errors.CommandFailed` (after the other replies were read, so the connection stays
     usable); an unreachable server raises :class:`~bus.errors.ConnectionFailed`.
     """
-    pipe = Pipe(client, key)
-    await pipe.send(commands, transaction=transaction)
-    return await pipe.settle()
+    return await Pipe(client, key).execute(commands, transaction=transaction)
 
 
 class Pipe:
@@ -75,15 +74,20 @@ class Pipe:
     A batch stays in flight until it is settled: when writing or reading it fails with
     :class:`~bus.errors.ConnectionFailed`, the next :meth:`settle` writes it again (so a caller that
     retries ``settle`` loses nothing; it may write entries twice, as any retried pipeline).
+
+    The connection comes from the client's pool for each batch, or, with ``hold``, is kept from one
+    batch to the next until :meth:`close` (a loop that talks to one server all the time saves the
+    pool's bookkeeping, a tenth of a small batch's cost).
     """
 
-    def __init__(self, client: Client, key: str | bytes) -> None:
+    def __init__(self, client: Client, key: str | bytes, *, hold: bool = False) -> None:
         self.client = client
         self.key = key
+        self.hold = hold
         self._batch: list[Command] | None = None
         self._transaction = False
-        self._release: Callable[[], Awaitable[None]] | None = None
-        self._connection: Connection | None = None
+        self._written = False
+        self._held: tuple[Connection, Callable[[], Awaitable[None]]] | None = None
 
     @property
     def in_flight(self) -> bool:
@@ -98,7 +102,7 @@ class Pipe:
             self._batch = [_MULTI, *commands, _EXEC] if transaction else list(commands)
             self._transaction = transaction
             with translated():
-                await self._write()
+                await self._write(self._batch)
 
     async def settle(self) -> list[Any]:
         """The replies of the batch in flight (``[]`` when there is none), written again first when its
@@ -107,11 +111,12 @@ class Pipe:
         if batch is None:
             return []
         with translated():
-            if self._connection is None:
-                await self._write()
+            if not self._written:
+                await self._write(batch)
             try:
                 replies = await self._read(batch)
             except (*_REDIRECTED, rex.SlotNotCoveredError):
+                await self._release()  # a connection to a node that no longer holds the key
                 commands = batch[1:-1] if self._transaction else batch
                 replies = await _redis_py_pipeline(self.client, commands, transaction=self._transaction)
                 self._batch = None
@@ -125,38 +130,62 @@ class Pipe:
             _raise_first_error(replies)
             return list(replies)
 
-    async def _write(self) -> None:
-        assert self._batch is not None
-        if isinstance(self.client, RedisCluster):
-            node = self.client.get_node_from_key(self.key)  # type: ignore[arg-type]  # bytes work too
-            if node is None:
-                raise rex.SlotNotCoveredError(f"no node holds {self.key!r}")
-            connection = node.acquire_connection()
-
-            async def release() -> None:
-                node.release(connection)
-        else:
-            pool = self.client.connection_pool
-            connection = await pool.get_connection()  # type: ignore[no-untyped-call]
-
-            async def release() -> None:
-                await pool.release(connection)
-
+    async def execute(self, commands: Sequence[Command], *, transaction: bool = False) -> list[Any]:
+        """:meth:`send` and :meth:`settle` in one; a batch that fails is not kept in flight (the caller
+        decides what to do again)."""
+        await self.send(commands, transaction=transaction)
         try:
-            await connection.send_packed_command(pack(self._batch))
+            return await self.settle()
+        finally:
+            self._batch = None
+
+    async def close(self) -> None:
+        """Give a held connection back to the pool (a batch in flight is dropped)."""
+        self._batch = None
+        await self._release()
+
+    async def _connection(self) -> Connection:
+        if self._held is None:
+            if isinstance(self.client, RedisCluster):
+                node = self.client.get_node_from_key(self.key)  # type: ignore[arg-type]  # bytes work too
+                if node is None:
+                    raise rex.SlotNotCoveredError(f"no node holds {self.key!r}")
+                connection = node.acquire_connection()
+
+                async def release() -> None:
+                    node.release(connection)
+            else:
+                pool = self.client.connection_pool
+                connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+
+                async def release() -> None:
+                    await pool.release(connection)
+
+            self._held = connection, release
+        return self._held[0]
+
+    async def _release(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            await held[1]()
+
+    async def _write(self, batch: list[Command]) -> None:
+        connection = await self._connection()
+        try:
+            await connection.send_packed_command(pack(batch))
         except BaseException:
             await connection.disconnect()
-            await release()
+            await self._release()
             raise
-        self._connection, self._release = connection, release
+        self._written = True
 
     async def _read(self, batch: list[Command]) -> list[Any]:
         """One reply per command. An error reply is kept as its exception (the parser has consumed it;
         the replies after it are still to be read); anything else that goes wrong closes the
         connection, since its replies can no longer be matched to commands."""
-        connection, release = self._connection, self._release
-        assert connection is not None and release is not None
-        self._connection = self._release = None
+        assert self._held is not None
+        connection = self._held[0]
+        self._written = False
         # The connection's parser returns an error reply as its exception where the connection's own
         # read_response() raises it, after a timeout and health-check set-up per reply that costs as
         # much as the parsing; here one timeout (the connection's, if it has one) covers the batch.
@@ -171,9 +200,10 @@ class Pipe:
                         replies.append(exc)
         except BaseException:
             await connection.disconnect()
+            await self._release()
             raise
-        finally:
-            await release()
+        if not self.hold:
+            await self._release()
         for reply in replies:
             if isinstance(reply, _REDIRECTED):
                 raise reply
@@ -192,3 +222,25 @@ def _raise_first_error(replies: Sequence[Any]) -> None:
     for reply in replies:
         if isinstance(reply, Exception):
             raise reply
+
+
+class Script:
+    """A Lua script run with EVALSHA. A server that does not know it (NOSCRIPT: restarted, failed over,
+    or a cluster node it was never loaded on) gets SCRIPT LOAD and the EVALSHA again in one more round
+    trip, on the same connection."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source.encode()
+        self.sha = hashlib.sha1(self.source, usedforsecurity=False).hexdigest().encode()
+
+    async def __call__(self, pipe: Pipe, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
+        """The script's reply for ``keys`` and ``args``, run through ``pipe`` (whose key is in the slot
+        of ``keys``)."""
+        command = (b"EVALSHA", self.sha, b"%d" % len(keys), *keys, *args)
+        try:
+            (reply,) = await pipe.execute([command])
+        except CommandFailed as exc:
+            if not isinstance(exc.__cause__, rex.NoScriptError):
+                raise
+            _, reply = await pipe.execute([(b"SCRIPT", b"LOAD", self.source), command])
+        return reply

@@ -9,10 +9,11 @@ happens here.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from bus.consumer import DELETED_REASON, dead_letter_fields, stream_entries
+from bus.consumer import DELETED_REASON, dead_letter_fields
 from bus.envelope import Envelope, EnvelopeType, decode, encode
 from bus.errors import DecodeError
 from bus.keys import Keys
@@ -36,11 +37,24 @@ value read from Redis (a new object every time) is ever taken for it."""
 
 
 def entries_of(reply: Any) -> list[Entry]:
-    """The entries of an XREADGROUP reply. Ids stay bytes, as the reply has them and as they are acked."""
-    return [
-        (_bytes(entry_id), fields.get(b"data", NO_DATA) if fields else None)
-        for entry_id, fields in stream_entries(reply)
-    ]
+    """The entries of a one-stream XREADGROUP reply as the server sends it (RESP2 lists, or a RESP3 map),
+    each with the value of its ``data`` field. Ids stay bytes, as the reply has them and as they are
+    acked."""
+    if not reply:
+        return []
+    rows = next(iter(reply.values())) if isinstance(reply, Mapping) else reply[0][1]
+    return [(entry_id, _data(fields)) for entry_id, fields in rows or ()]
+
+
+def _data(fields: list[bytes] | None) -> bytes | None:
+    """The ``data`` value of an entry's flat field list; None for an entry deleted while pending (the
+    server sends no fields), :data:`NO_DATA` for one without that field."""
+    if fields is None:
+        return None
+    for i in range(0, len(fields) - 1, 2):
+        if fields[i] == b"data":
+            return fields[i + 1]
+    return NO_DATA
 
 
 @dataclass
@@ -136,10 +150,6 @@ class Batch:
             self.commit.xadd_data(key, encode(emit.envelope))
             self.emitted.append(emit.envelope)
         return None
-
-
-def _bytes(value: Any) -> bytes:
-    return value if isinstance(value, bytes) else str(value).encode()
 
 
 def _text(value: Any) -> str:

@@ -23,7 +23,7 @@ from coordinator.demo import demo
 from coordinator.human import commands as human_commands
 from coordinator.policy import Policy
 from coordinator.rules import GroupSummary, MergedFinding, merge_findings, summarize
-from coordinator.runtime import tune_gc
+from coordinator.runtime import collect_garbage, tune_gc
 from coordinator.service import Coordinator, CoordinatorOptions
 from coordinator.view import iter_findings, load_groups
 
@@ -109,9 +109,12 @@ def run_coordinator(
         click.echo(
             f"coordinator {options.name}: {keys.shards} shards in namespace {keys.namespace}", err=True
         )
+        collector = asyncio.create_task(collect_garbage(stop))
         try:
             return await coordinator.run(stop=stop, burst=burst)
         finally:
+            stop.set()
+            await collector
             await client.aclose()
 
     applied = run_command(main())

@@ -23,7 +23,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Final
+from typing import Final
 
 __all__ = ["COMMIT_SCRIPT", "Commit", "CommitResult", "parse_result"]
 
@@ -107,7 +107,7 @@ class Commit:
     lease_key: str
     stream_key: str
     version_key: str
-    entry_ids: list[bytes | str] = field(default_factory=list)
+    entry_ids: list[bytes] = field(default_factory=list)
     _keys: dict[str, bytes] = field(default_factory=dict)
     _ops: list[bytes] = field(default_factory=list)
 
@@ -146,12 +146,14 @@ class Commit:
         """Append ``values`` to a list and keep only its last ``keep`` items."""
         self._ops += (_L, self._key(key), _item(str(len(values))), _item(str(keep)), *map(_item, values))
 
-    def script_args(self, token: str, group: str, ttl_ms: int, version: int) -> tuple[list[str], list[Any]]:
+    def script_args(
+        self, token: str, group: str, ttl_ms: int, version: int
+    ) -> tuple[list[bytes], list[bytes]]:
+        """KEYS and ARGV of :data:`COMMIT_SCRIPT` for this batch."""
         self._key(self.lease_key)
         ops = b"".join((_HEADER.pack(_ARRAY32, len(self._ops)), *self._ops))
-        head = [token, group, str(ttl_ms), str(version), str(len(self.entry_ids))]
-        argv: list[Any] = [*head, *self.entry_ids, ops]
-        return list(self._keys), argv
+        head = [token.encode(), group.encode(), b"%d" % ttl_ms, b"%d" % version, b"%d" % len(self.entry_ids)]
+        return [key.encode() for key in self._keys], [*head, *self.entry_ids, ops]
 
     @property
     def empty(self) -> bool:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from bus import wire
 from bus.connection import Client, translated
 from bus.consumer import DELETED_REASON
 from bus.envelope import EnvelopeType, encode, new_envelope
@@ -44,6 +45,7 @@ __all__ = ["GROUP", "TICK_GROUP", "Coordinator", "CoordinatorOptions"]
 log = logging.getLogger("subagent_bus.coordinator")
 
 GROUP = "coordinator"
+_GROUP = GROUP.encode()
 """The consumer group every coordinator process joins on every shard's signals stream."""
 TICK_GROUP = "*"
 """The group id of a TICK envelope: it applies to every group of its shard."""
@@ -78,6 +80,8 @@ class _Shard:
     dead: str
     targets: dict[Target, str]
     """The stream key of each target but the inbox (whose key depends on the agent)."""
+    pipe: wire.Pipe
+    """The shard's reads and commits, on one connection while it is owned."""
     token: str = ""
     owned: bool = False
     need_pending: bool = True
@@ -110,11 +114,12 @@ class Coordinator:
                 signals=keys.stream(i, StreamKind.SIGNALS),
                 dead=keys.stream(i, StreamKind.DEAD),
                 targets={target: keys.stream(i, kind) for target, kind in _TARGET_STREAM.items()},
+                pipe=wire.Pipe(client, keys.stream(i, StreamKind.SIGNALS), hold=True),
             )
             for i in keys.all_shards()
         ]
         self._share = keys.shards
-        self._commit = client.register_script(COMMIT_SCRIPT)
+        self._commit = wire.Script(COMMIT_SCRIPT)
         self._renew = client.register_script(RENEW_SCRIPT)
         self._release = client.register_script(RELEASE_SCRIPT)
         self._members = client.register_script(MEMBERS_SCRIPT)
@@ -145,12 +150,21 @@ class Coordinator:
         await asyncio.gather(*(self._drain(shard, stop) for shard in self._shards))
 
     async def _drain(self, shard: _Shard, stop: asyncio.Event) -> None:
-        if await self._acquire(shard):
-            while not stop.is_set() and await self._step(shard, block_ms=None):
-                pass
-            await self._give_back(shard)
+        try:
+            if await self._acquire(shard):
+                while not stop.is_set() and await self._step(shard, block_ms=None):
+                    pass
+                await self._give_back(shard)
+        finally:
+            await shard.pipe.close()  # only here and in _loop: the pipe is the shard loop's own
 
     async def _loop(self, shard: _Shard, stop: asyncio.Event) -> None:
+        try:
+            await self._follow(shard, stop)
+        finally:
+            await shard.pipe.close()
+
+    async def _follow(self, shard: _Shard, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
                 if not shard.owned and not await self._acquire(shard):
@@ -296,19 +310,25 @@ class Coordinator:
     # -- one batch -----------------------------------------------------------------------------
 
     async def _read(self, shard: _Shard, block_ms: int | None) -> list[Entry]:
-        stream = shard.signals
-        with translated():
-            if shard.need_pending:
-                reply = await self.client.xreadgroup(
-                    GROUP, self.options.name, {stream: "0"}, count=self.options.batch
-                )
-                entries = entries_of(reply)
-                if entries:
-                    return entries
-                shard.need_pending = False
-            reply = await self.client.xreadgroup(
-                GROUP, self.options.name, {stream: ">"}, count=self.options.batch, block=block_ms
-            )
+        # through bus.wire, as the commit: at a batch or two per step (a steady trickle of signals),
+        # redis-py's packing and reply callbacks were a third of the step
+        stream = shard.signals.encode()
+        head = (
+            b"XREADGROUP",
+            b"GROUP",
+            _GROUP,
+            self.options.name.encode(),
+            b"COUNT",
+            b"%d" % self.options.batch,
+        )
+        if shard.need_pending:
+            (reply,) = await shard.pipe.execute([(*head, b"STREAMS", stream, b"0")])
+            entries = entries_of(reply)
+            if entries:
+                return entries
+            shard.need_pending = False
+        block = () if block_ms is None else (b"BLOCK", b"%d" % block_ms)
+        (reply,) = await shard.pipe.execute([(*head, *block, b"STREAMS", stream, b">")])
         return entries_of(reply)
 
     async def _step(self, shard: _Shard, *, block_ms: int | None) -> bool:
@@ -398,8 +418,7 @@ class Coordinator:
 
     async def _run_commit(self, shard: _Shard, commit: Commit) -> CommitResult:
         keys, argv = commit.script_args(shard.token, GROUP, self.options.lease_ttl_ms, shard.version)
-        with translated():
-            return parse_result(await self._commit(keys=keys, args=argv))
+        return parse_result(await self._commit(shard.pipe, keys, argv))
 
     async def _delivery_counts(self, shard: _Shard, entries: list[Entry]) -> dict[bytes, int]:
         stream = shard.signals

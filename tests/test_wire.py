@@ -17,6 +17,7 @@ from bus.connection import connect
 from bus.embedded import RedisProcess
 from bus.errors import CommandFailed, ConnectionFailed
 from bus.settings import Settings
+from coordinator.batch import NO_DATA, entries_of
 
 STREAM = b"{wire}:stream"
 
@@ -142,3 +143,58 @@ async def test_a_reply_later_than_the_socket_timeout_fails_the_batch(redis_url: 
         assert pipe.in_flight
     finally:
         await client.aclose()
+
+
+async def test_a_script_is_loaded_where_the_server_does_not_know_it(bus_url: str) -> None:
+    script = wire.Script("return {KEYS[1], ARGV[1]}")
+    async with connected(bus_url) as client:
+        await client.script_flush()
+        pipe = wire.Pipe(client, STREAM)
+        assert await script(pipe, [STREAM], [b"x"]) == [STREAM, b"x"]  # NOSCRIPT, loaded, run
+        assert await script(pipe, [STREAM], [b"y"]) == [STREAM, b"y"]
+        failing = wire.Script("return redis.error_reply('refused here')")
+        with pytest.raises(CommandFailed, match="refused here"):
+            await failing(pipe, [STREAM], [])
+
+
+async def test_a_held_connection_serves_batch_after_batch_until_closed(redis_url: str) -> None:
+    async with connected(redis_url) as client:
+        assert isinstance(client, redis.asyncio.Redis)
+        pool = client.connection_pool
+        pipe = wire.Pipe(client, STREAM, hold=True)
+        await pipe.execute([xadd(b"a")])
+        (connection,) = pool._in_use_connections
+        await pipe.execute([xadd(b"b")])
+        assert pool._in_use_connections == {connection}
+        await client.client_kill_filter(_type="normal", skipme=True)
+        with pytest.raises(ConnectionFailed):  # the held connection was closed by the server
+            await pipe.execute([xadd(b"c")])
+        assert not pool._in_use_connections  # a failed connection is not held on to
+        assert not pipe.in_flight  # execute() leaves a failed batch to its caller
+        await pipe.send([xadd(b"c")])
+        await pipe.settle()
+        await pipe.close()
+        assert not pool._in_use_connections
+        assert await _data(client) == [b"a", b"b", b"c"]
+
+
+async def test_xreadgroup_replies_as_the_coordinator_reads_them(bus_url: str) -> None:
+    async with connected(bus_url) as client:
+        await client.xgroup_create(STREAM, "g", id="0", mkstream=True)
+        first = await client.xadd(STREAM, {"data": b"one"})
+        await client.xadd(STREAM, {"other": b"field"})
+        await client.xadd(STREAM, {"data": b"three"})
+        read = (b"XREADGROUP", b"GROUP", b"g", b"c", b"COUNT", b"10", b"STREAMS", STREAM)
+        (reply,) = await wire.execute(client, STREAM, [(*read, b">")])
+        assert [data for _, data in entries_of(reply)] == [b"one", NO_DATA, b"three"]
+        await client.xdel(STREAM, first)
+        (pending,) = await wire.execute(client, STREAM, [(*read, b"0")])
+        assert [data for _, data in entries_of(pending)] == [None, NO_DATA, b"three"]  # one deleted
+        blocked = (b"XREADGROUP", b"GROUP", b"g", b"c", b"BLOCK", b"10", b"STREAMS", STREAM, b">")
+        (nothing,) = await wire.execute(client, STREAM, [blocked])
+        assert entries_of(nothing) == []
+
+
+def test_entries_of_a_resp3_map() -> None:
+    rows = [[b"1-0", [b"data", b"x"]], [b"2-0", None]]
+    assert entries_of({STREAM: rows}) == entries_of([[STREAM, rows]]) == [(b"1-0", b"x"), (b"2-0", None)]

@@ -45,7 +45,9 @@ class Trimmer:
 async def test_trimming_while_a_backlog_is_applied_loses_nothing(
     bus_url: str, fleet: Fleet, fault_report: Recorder
 ) -> None:
-    published = numbered_findings(agents=20, per_agent=150)
+    # the first half is the backlog a coordinator must be caught holding: big enough that two
+    # coordinators do not drain it before the harness looks (they apply ~20 000 entries a second)
+    published = numbered_findings(agents=20, per_agent=400)
     half = len(published) // 2
     async with open_bus(bus_url) as bus:
         a = fleet.start(bus_url, name="coord-a", batch=50)
