@@ -1,10 +1,12 @@
-"""Publishing envelopes: one ``XADD`` of one field, ``data``, into the stream of the envelope's shard."""
+"""Publishing envelopes: one ``XADD`` of one field, ``data``, into the stream of the envelope's shard
+(packed by :mod:`bus.wire`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bus.connection import Client, translated
+from bus import wire
+from bus.connection import Client
 from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, encode
 from bus.errors import EnvelopeTooLarge
 from bus.keys import Keys, StreamKind
@@ -44,15 +46,9 @@ class Publisher:
         the whole batch. The pipeline is not a transaction (on a cluster its commands go to the node of
         each shard); if the connection fails midway, some entries may have been written.
         """
-        payloads = [(self.stream_for(envelope, kind), _encoded(envelope)) for envelope in envelopes]
-        if not payloads:
-            return []
-        pipe = self.client.pipeline(transaction=False)
-        for stream, data in payloads:
-            pipe.xadd(stream, {"data": data}, maxlen=self.maxlen, approximate=True)
-        with translated():
-            ids = await pipe.execute()
-        return [_text(entry_id) for entry_id in ids]
+        commands = [self._xadd(self.stream_for(envelope, kind), _encoded(envelope)) for envelope in envelopes]
+        ids = await wire.execute_routed(self.client, commands)
+        return [entry_id.decode() for entry_id in ids]
 
     async def send_directive(self, envelope: Envelope) -> str:
         """Append a directive to the inbox of ``envelope.agent_id`` in its group's shard."""
@@ -60,9 +56,15 @@ class Publisher:
         return await self._add(inbox, _encoded(envelope))
 
     async def _add(self, stream: str, data: bytes) -> str:
-        with translated():
-            entry_id = await self.client.xadd(stream, {"data": data}, maxlen=self.maxlen, approximate=True)
-        return _text(entry_id)
+        key, command = self._xadd(stream, data)
+        entry_id: bytes = (await wire.execute(self.client, key, [command]))[0]
+        return entry_id.decode()
+
+    def _xadd(self, stream: str, data: bytes) -> tuple[bytes, wire.Command]:
+        """``XADD stream [MAXLEN ~ n] * data <data>``, with the key that routes it."""
+        key = stream.encode()
+        cap = (b"MAXLEN", b"~", b"%d" % self.maxlen) if self.maxlen is not None else ()
+        return key, (b"XADD", key, *cap, b"*", b"data", data)
 
 
 def _encoded(envelope: Envelope) -> bytes:
@@ -73,7 +75,3 @@ def _encoded(envelope: Envelope) -> bytes:
             f"over the {MAX_ENVELOPE_BYTES}-byte limit; it was not published"
         )
     return data
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -27,7 +27,7 @@ from redis.asyncio.connection import Connection
 from bus.connection import Client, translated
 from bus.errors import CommandFailed
 
-__all__ = ["Command", "Pipe", "Script", "execute", "pack"]
+__all__ = ["Command", "Pipe", "Script", "execute", "execute_routed", "pack"]
 
 Command = tuple[bytes, ...]
 """A command and its arguments, as bytes."""
@@ -65,6 +65,32 @@ async def execute(
     usable); an unreachable server raises :class:`~bus.errors.ConnectionFailed`.
     """
     return await Pipe(client, key).execute(commands, transaction=transaction)
+
+
+async def execute_routed(client: Client, commands: Sequence[tuple[str | bytes, Command]]) -> list[Any]:
+    """Commands each with the key that routes it: one batch per server (a standalone server gets them
+    all in one), the batches side by side; the replies in input order. Raises as :func:`execute`
+    does, once every batch is done."""
+    if not commands:
+        return []
+    groups: dict[str, list[int]] = {}
+    if isinstance(client, RedisCluster):
+        for i, (key, _) in enumerate(commands):
+            node = client.get_node_from_key(key)  # type: ignore[arg-type]  # bytes work too
+            groups.setdefault(node.name if node is not None else "", []).append(i)
+    else:
+        groups[""] = list(range(len(commands)))
+    done = await asyncio.gather(
+        *(execute(client, commands[at[0]][0], [commands[i][1] for i in at]) for at in groups.values()),
+        return_exceptions=True,
+    )
+    replies: list[Any] = [None] * len(commands)
+    for at, result in zip(groups.values(), done, strict=True):
+        if isinstance(result, BaseException):
+            raise result
+        for i, reply in zip(at, result, strict=True):
+            replies[i] = reply
+    return replies
 
 
 class Pipe:

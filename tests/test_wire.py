@@ -198,3 +198,20 @@ async def test_xreadgroup_replies_as_the_coordinator_reads_them(bus_url: str) ->
 def test_entries_of_a_resp3_map() -> None:
     rows = [[b"1-0", [b"data", b"x"]], [b"2-0", None]]
     assert entries_of({STREAM: rows}) == entries_of([[STREAM, rows]]) == [(b"1-0", b"x"), (b"2-0", None)]
+
+
+async def test_routed_commands_reply_in_input_order_from_every_server(bus_url: str) -> None:
+    async with connected(bus_url) as client:
+        keys = [b"{a}:s", b"{b}:s", b"{c}:s", b"{d}:s"]  # four slots: on a cluster, several nodes
+        commands = [(key, xadd(b"%d" % i, key)) for i, key in enumerate(keys * 3)]
+        ids = await wire.execute_routed(client, commands)
+        for (key, command), entry_id in zip(commands, ids, strict=True):
+            rows: Any = await client.xrange(key, entry_id, entry_id)
+            assert rows == [(entry_id, {b"data": command[-1]})]
+        await client.set(b"{c}:text", b"x")
+        with pytest.raises(CommandFailed, match="WRONGTYPE"):
+            await wire.execute_routed(
+                client, [(b"{a}:s", xadd(b"ok", b"{a}:s")), (b"{c}:text", xadd(b"no", b"{c}:text"))]
+            )
+        assert await client.xlen(b"{a}:s") == 4  # the other server's batch ran
+        assert await wire.execute_routed(client, []) == []
