@@ -154,7 +154,7 @@ class AgentBus:
             commands += [(b"SET", key.encode(), value) for key, value in (state or {}).items()]
             async with self._sending:
                 await self._settle()
-                with contextlib.suppress(ConnectionFailed):  # the batch stays in flight: settled below
+                with contextlib.suppress(ConnectionFailed):  # the batch stays in flight, settled later
                     await self._pipe.send(commands, transaction=bool(state))
                 if wait or completing:
                     await self._settle()

@@ -253,7 +253,7 @@ def _raise_first_error(replies: Sequence[Any]) -> None:
 class Script:
     """A Lua script run with EVALSHA. A server that does not know it (NOSCRIPT: restarted, failed over,
     or a cluster node it was never loaded on) gets SCRIPT LOAD and the EVALSHA again in one more round
-    trip, on the same connection."""
+    trip, on the same server."""
 
     def __init__(self, source: str) -> None:
         self.source = source.encode()

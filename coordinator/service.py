@@ -45,8 +45,8 @@ __all__ = ["GROUP", "TICK_GROUP", "Coordinator", "CoordinatorOptions"]
 log = logging.getLogger("subagent_bus.coordinator")
 
 GROUP = "coordinator"
-_GROUP = GROUP.encode()
 """The consumer group every coordinator process joins on every shard's signals stream."""
+_GROUP = GROUP.encode()
 TICK_GROUP = "*"
 """The group id of a TICK envelope: it applies to every group of its shard."""
 
@@ -81,7 +81,7 @@ class _Shard:
     targets: dict[Target, str]
     """The stream key of each target but the inbox (whose key depends on the agent)."""
     pipe: wire.Pipe
-    """The shard's reads and commits, on one connection while it is owned."""
+    """The shard's reads and commits, on one connection that the shard's loop holds."""
     token: str = ""
     owned: bool = False
     need_pending: bool = True
