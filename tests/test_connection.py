@@ -13,6 +13,7 @@ import redis
 import redis.asyncio
 from click.testing import CliRunner
 
+from bus import wire
 from bus.connection import connect, default_url, redis_options, translated
 from bus.embedded import RedisCluster, RedisProcess, find_binary, free_port, stop_local_server
 from bus.errors import CommandFailed, ConfigError, ConnectionFailed
@@ -114,10 +115,11 @@ async def test_sentinel_url_reaches_the_master(sentinel: int, redis_server: Redi
     client = await connect(Settings.from_url(url))
     try:
         await client.set("via-sentinel", "yes")
+        await wire.execute(client, b"via-wire", [(b"SET", b"via-wire", b"yes")])  # the hot paths' pipeline
     finally:
         await client.aclose()
     direct = redis.Redis(port=redis_server.port, db=2)
-    assert direct.get("via-sentinel") == b"yes"
+    assert direct.mget("via-sentinel", "via-wire") == [b"yes", b"yes"]
     direct.close()
 
 
