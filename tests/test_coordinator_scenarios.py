@@ -287,7 +287,7 @@ def test_overlapping_findings_of_three_agents_merge_by_the_seed_rules(redis_url:
     emit(redis_url, "auditor", _report("Security Auditor", 95, "Critical"))
     emit(redis_url, "qa", _report("QA Engineer", 78, "Critical"))
     publish(redis_url, "linter", Finding(id="LINT-7", title="Unused import", file="src/app.ts", line=3,
-                                         severity="minor", confidence=60, agent="linter"))  # type: ignore[arg-type]  # fmt: skip
+                                         severity="minor", confidence=60, agent="linter"))  # fmt: skip
     coordinate(redis_url)
     merged = orjson.loads(sb(redis_url, "findings", "--merged", "--json"))
     by_location = {m["location"]: m for m in merged}

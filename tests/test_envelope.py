@@ -94,7 +94,7 @@ def test_finding_category_defaults_from_the_id_prefix() -> None:
     assert finding.category == "SEC"
     assert finding.dedup_key == ("src/config/jwt.ts:8", "SEC")
     assert Finding(title="no id").category == "general"
-    assert Finding(title="x", severity="Critical").severity is Severity.CRITICAL  # type: ignore[arg-type]
+    assert Finding(title="x", severity="Critical").severity is Severity.CRITICAL
 
 
 def test_envelope_model_is_closed() -> None:

@@ -58,7 +58,8 @@ async def test_claim_dead_letters_entries_deleted_while_pending_in_the_same_step
         )
         assert (_text(cursor), claimed) == ("0-0", 3)
         assert await _consumers(client) == {"dead-owner": 0, "new": 3}
-        dead = [fields for _, fields in await client.xrange(DEAD)]
+        rows: Any = await client.xrange(DEAD)
+        dead = [fields for _, fields in rows]
         assert [_text(f[b"entry_id"]) for f in dead] == [ids[1], ids[3]]
         assert {_text(f[b"reason"]) for f in dead} == {"gone"}
         assert {_text(f[b"stream"]) for f in dead} == {STREAM}

@@ -56,7 +56,8 @@ class Endpoint:
         self.samples: Samples = {}
 
     async def scrape(self) -> Samples:
-        self.samples = await asyncio.to_thread(_scrape, self.port) or {}
+        scraped = await asyncio.to_thread(_scrape, self.port)
+        self.samples = scraped or {}
         return self.samples
 
     def value(self, name: str, **labels: str) -> float | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 import orjson
 import pytest
 from click.testing import CliRunner

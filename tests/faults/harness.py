@@ -257,7 +257,7 @@ class Bus:
         out: dict[str, list[str]] = {}
         for stream in streams or self.signals:
             try:
-                rows = await self.client.xpending_range(
+                rows: list[Any] = await self.client.xpending_range(
                     stream, GROUP, min="-", max="+", count=100_000, consumername=name
                 )
             except redis.exceptions.ResponseError:
@@ -276,7 +276,7 @@ class Bus:
                 continue
             if int(summary["pending"]):
                 return False
-            last = await self.client.xrevrange(stream, count=1)
+            last: Any = await self.client.xrevrange(stream, count=1)
             if last and _id_key(_text(last[0][0])) > _id_key(await self._last_delivered(stream)):
                 return False
         return True
@@ -306,8 +306,8 @@ class Bus:
         return titles
 
     async def lease(self, shard: int) -> bytes | None:
-        value: bytes | None = await self.client.get(self.keys.state(shard, "lease"))
-        return value
+        value: Any = await self.client.get(self.keys.state(shard, "lease"))
+        return bytes(value) if value is not None else None
 
     async def _xpending(self, stream: str) -> dict[str, Any] | None:
         try:

@@ -23,6 +23,7 @@ read does.
 from __future__ import annotations
 
 import signal
+from functools import partial
 from typing import Any
 
 import pytest
@@ -52,9 +53,8 @@ async def test_replaced_coordinators_strand_nothing(
         await bus.publish(published)
         killed = stopped = 0
         for n in range(replacements):
-            await wait_until(
-                lambda n=n: bus.applied_at_least((n + 1) * step), 60, f"{(n + 1) * step} applied"
-            )
+            target = (n + 1) * step
+            await wait_until(partial(bus.applied_at_least, target), 60, f"{target} applied")
             old = running.pop(0)
             if n % 2 == 0:
                 old.kill()

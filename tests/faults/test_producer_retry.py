@@ -66,7 +66,7 @@ async def test_a_retried_publish_is_applied_once(
                 await publisher.publish(envelope)
 
             stream = bus.stream(bus.keys.shard_of(target.group_id), StreamKind.SIGNALS)
-            rows: list[Any] = await bus.client.xrange(stream)
+            rows: Any = await bus.client.xrange(stream)
             copies = [
                 entry_id.decode() for entry_id, fields in rows if decode(fields[b"data"]).id == target.id
             ]
