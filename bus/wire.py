@@ -73,13 +73,12 @@ async def execute_routed(client: Client, commands: Sequence[tuple[str | bytes, C
     does, once every batch is done."""
     if not commands:
         return []
+    if not isinstance(client, RedisCluster):
+        return await execute(client, commands[0][0], [command for _, command in commands])
     groups: dict[str, list[int]] = {}
-    if isinstance(client, RedisCluster):
-        for i, (key, _) in enumerate(commands):
-            node = client.get_node_from_key(key)  # type: ignore[arg-type]  # bytes work too
-            groups.setdefault(node.name if node is not None else "", []).append(i)
-    else:
-        groups[""] = list(range(len(commands)))
+    for i, (key, _) in enumerate(commands):
+        node = client.get_node_from_key(key)  # type: ignore[arg-type]  # bytes work too
+        groups.setdefault(node.name if node is not None else "", []).append(i)
     done = await asyncio.gather(
         *(execute(client, commands[at[0]][0], [commands[i][1] for i in at]) for at in groups.values()),
         return_exceptions=True,
@@ -154,7 +153,7 @@ class Pipe:
                 if replies is None:
                     raise CommandFailed("the transaction was aborted (EXEC returned nil)")
             _raise_first_error(replies)
-            return list(replies)
+            return replies
 
     async def execute(self, commands: Sequence[Command], *, transaction: bool = False) -> list[Any]:
         """:meth:`send` and :meth:`settle` in one; a batch that fails is not kept in flight (the caller

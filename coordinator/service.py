@@ -120,6 +120,14 @@ class Coordinator:
         ]
         self._share = keys.shards
         self._commit = wire.Script(COMMIT_SCRIPT)
+        self._read_head = (
+            b"XREADGROUP",
+            b"GROUP",
+            _GROUP,
+            options.name.encode(),
+            b"COUNT",
+            b"%d" % options.batch,
+        )
         self._renew = client.register_script(RENEW_SCRIPT)
         self._release = client.register_script(RELEASE_SCRIPT)
         self._members = client.register_script(MEMBERS_SCRIPT)
@@ -312,15 +320,7 @@ class Coordinator:
     async def _read(self, shard: _Shard, block_ms: int | None) -> list[Entry]:
         # through bus.wire, as the commit: at a batch or two per step (a steady trickle of signals),
         # redis-py's packing and reply callbacks were a third of the step
-        stream = shard.signals.encode()
-        head = (
-            b"XREADGROUP",
-            b"GROUP",
-            _GROUP,
-            self.options.name.encode(),
-            b"COUNT",
-            b"%d" % self.options.batch,
-        )
+        stream, head = shard.signals.encode(), self._read_head
         if shard.need_pending:
             (reply,) = await shard.pipe.execute([(*head, b"STREAMS", stream, b"0")])
             entries = entries_of(reply)
