@@ -20,6 +20,7 @@ from bus.keys import Keys
 from coordinator.commit import Commit
 from coordinator.policy import Policy
 from coordinator.rules import Target, apply
+from coordinator.rules.run import Run
 from coordinator.state import GroupState
 from coordinator.store import Touched, write_changes
 
@@ -70,9 +71,9 @@ class Batch:
     commit: Commit
     groups: dict[str, GroupState]
     changed: set[str] = field(default_factory=set)
-    touched: dict[str, tuple[set[str] | None, set[str] | None]] = field(default_factory=dict)
-    """Per changed group, the agent and finding ids whose records the batch may have replaced (None: any;
-    see :class:`~coordinator.store.Touched`), gathered in place entry by entry."""
+    runs: dict[str, Run] = field(default_factory=dict)
+    """Per group, what applying its entries in a row keeps (see :class:`~coordinator.rules.run.Run`):
+    the ids :meth:`write` adds to its window at once, and the records the batch may have replaced."""
     emitted: list[Envelope] = field(default_factory=list)
     types_in: dict[EnvelopeType, int] = field(default_factory=dict)
     dead: int = 0
@@ -94,17 +95,17 @@ class Batch:
             log.warning("dead-lettered %s: %s", _text(entry_id), reason, extra={"shard": self.shard})
 
     def write(self, stored: dict[str, GroupState]) -> None:
-        """Add to the commit the writes that turn the ``stored`` states into the batch's."""
+        """Complete the batch's states and add to the commit the writes that turn the ``stored`` states
+        into them."""
+        limit = self.policy.idempotency_window
         for gid in self.changed:
-            write_changes(
-                self.commit,
-                self.keys,
-                self.shard,
-                stored.get(gid),
-                self.groups[gid],
-                self.policy.idempotency_window,
-                Touched(*self.touched[gid]) if gid in self.touched else None,
+            run = self.runs[gid]
+            state = self.groups[gid]
+            state = self.groups[gid] = state.model_copy(
+                update={"window": state.window.extend(tuple(run.ids), limit)}
             )
+            touched = Touched(run.agents_touched, run.findings_touched)
+            write_changes(self.commit, self.keys, self.shard, stored.get(gid), state, limit, touched)
 
     def _apply_entry(self, data: bytes | None, deliveries: int, max_deliveries: int) -> str | None:
         """Apply one entry to the working copy; the dead-letter reason when it cannot be applied."""
@@ -132,19 +133,17 @@ class Batch:
         state = self.groups.get(gid)
         if state is None:
             state = GroupState(group_id=gid)
+        run = self.runs.get(gid)
+        if run is None:
+            run = self.runs[gid] = Run()
         try:
-            outcome = apply(state, envelope, self.policy)
+            outcome = apply(state, envelope, self.policy, run)
         except Exception as exc:  # a rule bug must not stop the shard: dead-letter the entry
             log.exception("rule failed on %s", envelope.id, extra={"group_id": gid})
             return f"rule failed: {type(exc).__name__}: {exc}"
         if outcome.state is not state or gid not in self.groups:
             self.groups[gid] = outcome.state
             self.changed.add(gid)
-            agents, findings = self.touched.get(gid) or (set(), set())
-            self.touched[gid] = (
-                _gather(agents, outcome.agents_touched),
-                _gather(findings, outcome.findings_touched),
-            )
         for emit in outcome.emits:
             key = self.targets.get(emit.target) or self.keys.inbox(self.shard, emit.envelope.agent_id)
             self.commit.xadd_data(key, encode(emit.envelope))
@@ -154,11 +153,3 @@ class Batch:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else value
-
-
-def _gather(into: set[str] | None, keys: frozenset[str] | None) -> set[str] | None:
-    """``into`` with ``keys`` added; None (any record) once either is None."""
-    if into is None or keys is None:
-        return None
-    into.update(keys)
-    return into

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar, Final
 
 from pydantic import PrivateAttr
@@ -51,10 +52,10 @@ class IdWindow(Model):
 
     Ids are kept in fixed-size chunks, oldest first; the oldest chunk is dropped only while the others
     still hold at least ``limit`` ids, so the last ``limit`` ids are always remembered (and at most
-    ``limit + CHUNK - 1``). Adding an id copies only the newest chunk; a membership test is one lookup in
-    an index of the chunks shared with the windows this one was extended from or into (plus a scan of
-    the newest chunk when the id is in it), so the cost does not grow with the window, and the index
-    holds the ids of the newest window only.
+    ``limit + CHUNK - 1``). Adding ids copies only the chunk list and the newest chunk; a membership
+    test is one lookup in an index of the chunks shared with the windows this one was extended from or
+    into (plus a scan of the newest chunk when the id is in it), so the cost does not grow with the
+    window, and the index holds the ids of the newest window only.
 
     Why a bounded window is enough: envelope ids are deterministic (an agent's output at a byte offset
     always yields the same id), and a duplicate only arises from a retried publish or an adapter
@@ -93,26 +94,43 @@ class IdWindow(Model):
 
     def add(self, envelope_id: str, limit: int) -> IdWindow:
         """A new window that also holds ``envelope_id``; ``self`` is unchanged."""
+        return self.extend((envelope_id,), limit)
+
+    def extend(self, ids: Sequence[str], limit: int) -> IdWindow:
+        """A new window that also holds ``ids`` (in order), as adding them one by one would; ``self`` is
+        unchanged. The cost is one copy of the chunk list and of the newest chunk, however many ids:
+        the coordinator adds a batch's ids to a group's window at once."""
+        if not ids:
+            return self
         chunks = self.chunks
         index, seq, total = self._indexed()
         newest = len(chunks[-1]) if chunks else 0
-        if index.last != seq or index.newest != newest or envelope_id in index.chunk_of:
+        chunk_of = index.chunk_of
+        if index.last != seq or index.newest != newest or any(i in chunk_of for i in ids):
             index, seq = _ChunkIndex(chunks), len(chunks) - 1
+            chunk_of = index.chunk_of
+        out = list(chunks)
         if newest and newest < self.CHUNK:
-            chunks = (*chunks[:-1], (*chunks[-1], envelope_id))
+            tail = list(out.pop())
         else:
-            chunks = (*chunks, (envelope_id,))
-            seq += 1
-        index.chunk_of[envelope_id] = seq
-        index.last, index.newest = seq, len(chunks[-1])
-        total += 1
-        while len(chunks) > 1 and total - len(chunks[0]) >= limit:
-            total -= len(chunks[0])
-            index.drop(chunks[0])
-            chunks = chunks[1:]
+            tail, seq = [], seq + 1
+        for envelope_id in ids:
+            if len(tail) == self.CHUNK:
+                out.append(tuple(tail))
+                tail, seq = [], seq + 1
+            tail.append(envelope_id)
+            chunk_of[envelope_id] = seq
+        out.append(tuple(tail))
+        index.last, index.newest = seq, len(tail)
+        total += len(ids)
+        first = 0
+        while len(out) - first > 1 and total - len(out[first]) >= limit:
+            total -= len(out[first])
+            index.drop(out[first])
+            first += 1
         window = IdWindow.__new__(IdWindow)
-        # what pydantic's construction does, minus its generic work: this runs for every applied entry
-        _set(window, "__dict__", {"chunks": chunks})
+        # what pydantic's construction does, minus its generic work
+        _set(window, "__dict__", {"chunks": tuple(out[first:])})
         _set(window, "__pydantic_fields_set__", {"chunks"})
         _set(window, "__pydantic_extra__", None)
         _set(window, "__pydantic_private__", {"_cursor": (index, seq, total)})

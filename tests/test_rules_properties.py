@@ -24,6 +24,7 @@ from bus.results import ResultStatus
 from bus.signals import StopWork
 from coordinator.policy import Policy
 from coordinator.rules import Outcome, Target, apply, merge_findings, merged_view
+from coordinator.rules.run import Run as BatchRun
 from coordinator.state import GroupState
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -263,3 +264,42 @@ def test_an_outcome_names_every_record_it_replaced(script: list[tuple[tuple[Any,
         if outcome.findings_touched is not None:
             assert _replaced(before.findings, after.findings) <= outcome.findings_touched
         before = after
+
+
+@SETTINGS
+@given(script=script_st, data=st.data())
+def test_applying_in_runs_gives_what_applying_one_by_one_gives(
+    script: list[tuple[tuple[Any, ...], int]], data: st.DataObject
+) -> None:
+    """What the coordinator's batches rely on: the last state of a run (its ids added to the window) and
+    the emits are those of applying each entry alone, duplicates inside a run included; the state a run
+    started from is left as it was; the run names every record it replaced."""
+    played = Run()
+    played.play(script)
+    entries = list(played.envelopes)
+    for _ in range(data.draw(st.integers(0, 3)) if entries else 0):  # redeliveries, maybe in the same run
+        entries.insert(data.draw(st.integers(0, len(entries))), data.draw(st.sampled_from(entries)))
+    alone = GroupState(group_id=GROUP)
+    alone_emits: list[bytes] = []
+    for envelope in entries:
+        outcome = apply(alone, envelope, POLICY)
+        alone, alone_emits = outcome.state, alone_emits + [encode(e.envelope) for e in outcome.emits]
+
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(entries) - 1)), max_size=6)))
+    state = GroupState(group_id=GROUP)
+    emits: list[bytes] = []
+    for begin, end in zip([0, *cuts], [*cuts, len(entries)], strict=True):
+        start, stored = state, state.to_json()
+        run = BatchRun()
+        for envelope in entries[begin:end]:
+            outcome = apply(state, envelope, POLICY, run)
+            state, emits = outcome.state, emits + [encode(e.envelope) for e in outcome.emits]
+        window = state.window.extend(tuple(run.ids), POLICY.idempotency_window)
+        state = state.model_copy(update={"window": window})
+        assert start.to_json() == stored
+        if run.agents_touched is not None:
+            assert _replaced(start.agents, state.agents) <= run.agents_touched
+        if run.findings_touched is not None:
+            assert _replaced(start.findings, state.findings) <= run.findings_touched
+    assert emits == alone_emits
+    assert state.to_json() == alone.to_json()

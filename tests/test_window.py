@@ -49,6 +49,41 @@ def test_windows_extended_from_any_version_match_a_plain_list(
         assert {i for i in every if i in window} == held
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(0, 2), st.integers(1, 300), st.one_of(st.none(), st.integers(0, 10_000))),
+        min_size=1,
+        max_size=40,
+    ),
+    limit=st.sampled_from([1, 5, 130, 300]),
+)
+def test_extending_by_many_ids_is_adding_them_one_by_one(
+    steps: list[tuple[int, int, int | None]], limit: int
+) -> None:
+    versions: list[tuple[IdWindow, list[str]]] = [(IdWindow(), [])]
+    for count, (back, size, again) in enumerate(steps):
+        window, ids = versions[max(0, len(versions) - 1 - back)]
+        seen = [i for _, added in versions for i in added]
+        batch = [f"id-{count}-{n}" for n in range(size)]
+        if again is not None and seen and seen[again % len(seen)] not in window:
+            batch.insert(again % len(batch), seen[again % len(seen)])  # an id that had dropped out
+        # either goes first: the other then extends a window whose shared index has moved on
+        extended = window.extend(batch, limit) if count % 2 else None
+        one_by_one = window
+        for envelope_id in batch:
+            one_by_one = one_by_one.add(envelope_id, limit)
+        if extended is None:
+            extended = window.extend(batch, limit)
+        assert extended.chunks == one_by_one.chunks == reference_chunks([*ids, *batch], limit)
+        versions.append((extended, [*ids, *batch]))
+    every = {i for _, ids in versions for i in ids}
+    for window, ids in versions:
+        held = {i for chunk in reference_chunks(ids, limit) for i in chunk}
+        assert len(window) == len(held)
+        assert {i for i in every if i in window} == held
+
+
 def test_an_older_window_keeps_what_it_held_when_a_newer_one_moves_on() -> None:
     first = IdWindow()
     for i in range(400):

@@ -1,7 +1,8 @@
 """The coordinator's rules: pure functions from (group state, envelope, policy) to an outcome.
 
-The service loop loads a group's state, calls :func:`apply` for each entry of the group in stream order,
-and commits the final state, every emitted envelope and the acknowledgement together.
+The service loop loads a group's state, calls :func:`apply` for each entry of the group in stream order
+(the entries of one batch in one :class:`~coordinator.rules.run.Run`), and commits the final state,
+every emitted envelope and the acknowledgement together.
 """
 
 from __future__ import annotations

@@ -26,7 +26,9 @@ from bus.events import DecisionType
 from coordinator.policy import Policy
 from coordinator.rules import blockers, clarification, completion, delegation, findings, lifecycle, timeouts
 from coordinator.rules.outcome import Emit, Outcome, Target
+from coordinator.rules.run import Run
 from coordinator.rules.step import Rejected, Step
+from coordinator.rules.trusted import evolve
 from coordinator.state import GroupState
 
 __all__ = ["HANDLERS", "Emit", "Outcome", "Target", "apply"]
@@ -70,19 +72,33 @@ _FROM_AGENT: Final = frozenset(
 )
 
 
-def apply(state: GroupState, envelope: Envelope, policy: Policy) -> Outcome:
-    """Apply one entry of the group's stream to its state."""
-    if envelope.id in state.window:
+def apply(state: GroupState, envelope: Envelope, policy: Policy, run: Run | None = None) -> Outcome:
+    """Apply one entry of the group's stream to its state.
+
+    ``run`` is for applying many entries of the group in a row, each to the state the one before
+    returned (see :class:`~coordinator.rules.run.Run`): the entry's id goes into the run rather than
+    into a new window, and counting an entry changes records the run made in place, so only the last
+    state of a run is complete and unchanged from then on. The caller adds ``run.ids`` to its window.
+    """
+    alone = run is None
+    if run is None:
+        run = Run()
+    if envelope.id in state.window or envelope.id in run.ids:
         return Outcome(state, [])
-    step = Step(state, envelope, policy)
+    step = Step(state, envelope, policy, run)
     try:
         _run(step)
     except Rejected as exc:
         reason = str(exc)
-        step = Step(state, envelope, policy)
+        step = Step(state, envelope, policy, run)
         step.decide(DecisionType.REJECTED, envelope.agent_id, reason)
-        return step.finish(rejected=reason)
-    return step.finish()
+        outcome = step.finish(rejected=reason)
+    else:
+        outcome = step.finish()
+    if alone:
+        window = outcome.state.window.add(envelope.id, policy.idempotency_window)
+        outcome = outcome._replace(state=evolve(outcome.state, window=window))
+    return outcome
 
 
 def _run(step: Step) -> None:

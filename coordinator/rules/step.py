@@ -2,7 +2,9 @@
 
 A :class:`Step` lives only inside one call of :func:`~coordinator.rules.apply.apply`; the rules change it
 freely, and the call turns it into an :class:`~coordinator.rules.outcome.Outcome`. The input state is
-never mutated: every change replaces a model with an updated copy.
+never mutated: every change replaces a model with an updated copy. The one exception is counting an
+entry for an agent whose record the :class:`~coordinator.rules.run.Run` made itself, which only the
+run's own states hold.
 
 The models built here (decisions, updated records, and emitted envelopes through
 :func:`bus.envelope.new_envelope`) are built without validating them again
@@ -20,6 +22,7 @@ from bus.events import AgentState, Decision, DecisionType
 from coordinator.policy import Policy
 from coordinator.rules.ids import emitted_id
 from coordinator.rules.outcome import Emit, Outcome, Target
+from coordinator.rules.run import Run
 from coordinator.rules.trusted import construct, evolve
 from coordinator.state import AgentRecord, FindingSlot, GroupState
 
@@ -47,33 +50,27 @@ class Step:
 
     __slots__ = (
         "_agents",
-        "_agents_touched",
         "_changes",
         "_findings",
-        "_findings_touched",
-        "_own",
         "_state",
         "alive",
         "emits",
         "envelope",
         "initial",
         "policy",
+        "run",
     )
 
-    def __init__(self, state: GroupState, envelope: Envelope, policy: Policy) -> None:
+    def __init__(self, state: GroupState, envelope: Envelope, policy: Policy, run: Run) -> None:
         self.initial: Final = state
         self.envelope: Final = envelope
         self.policy: Final = policy
+        self.run: Final = run
         self.emits: list[Emit] = []
         self._agents: dict[str, AgentRecord] | None = None
         self._findings: dict[str, FindingSlot] | None = None
-        self._agents_touched: set[str] | None = set()
-        self._findings_touched: set[str] | None = set()
-        """Keys put into the working maps; None once a map was replaced as a whole."""
         self._changes: dict[str, Any] = {}
         self._state: GroupState | None = state
-        self._own: dict[int, AgentRecord] = {}
-        """The records this step made (by :meth:`update`), by id; only the step holds them."""
         self.alive = False
         """The input is a sign of life of its agent: counting it refreshes the agent's ``last_seen``."""
 
@@ -122,15 +119,15 @@ class Step:
         if self._agents is None:
             self._agents = dict(self.initial.agents)
         self._agents[record.agent_id] = record
-        if self._agents_touched is not None:
-            self._agents_touched.add(record.agent_id)
+        if self.run.agents_touched is not None:
+            self.run.agents_touched.add(record.agent_id)
         self._state = None
         return record
 
     def update(self, agent_id: str, **changes: Any) -> AgentRecord:
         """Replace fields of a known agent's record."""
         record = self.put(evolve(self.agent(agent_id), **changes))
-        self._own[id(record)] = record
+        self.run.own[id(record)] = record
         return record
 
     def finding(self, key: str) -> FindingSlot | None:
@@ -141,18 +138,18 @@ class Step:
         if self._findings is None:
             self._findings = dict(self.initial.findings)
         self._findings[key] = slot
-        if self._findings_touched is not None:
-            self._findings_touched.add(key)
+        if self.run.findings_touched is not None:
+            self.run.findings_touched.add(key)
         self._state = None
 
     def replace(self, **changes: Any) -> None:
         """Replace fields of the group state."""
         if "agents" in changes:
             self._agents = dict(changes.pop("agents"))
-            self._agents_touched = None
+            self.run.agents_touched = None
         if "findings" in changes:
             self._findings = dict(changes.pop("findings"))
-            self._findings_touched = None
+            self.run.findings_touched = None
         self._changes.update(changes)
         self._state = None
 
@@ -233,12 +230,11 @@ class Step:
     def finish(self, rejected: str | None = None) -> Outcome:
         """The outcome of the step.
 
-        The id is remembered whether the entry was applied or rejected; an applied entry also counts for
-        the group and for the agent it names (for the status view).
+        The id is remembered (in the run) whether the entry was applied or rejected; an applied entry
+        also counts for the group and for the agent it names (for the status view).
         """
-        initial, changes, envelope = self.initial, self._changes, self.envelope
-        window = changes.get("window", initial.window)
-        changes["window"] = window.add(envelope.id, self.policy.idempotency_window)
+        initial, changes, envelope, run = self.initial, self._changes, self.envelope, self.run
+        run.ids[envelope.id] = None
         if rejected is None:
             changes["applied"] = changes.get("applied", initial.applied) + 1
             record = self.find(envelope.agent_id)
@@ -249,11 +245,7 @@ class Step:
         if self._findings is not None:
             changes["findings"] = self._findings
         return Outcome(
-            evolve(initial, **changes),
-            self.emits,
-            rejected,
-            _frozen(self._agents_touched),
-            _frozen(self._findings_touched),
+            evolve(initial, **changes), self.emits, rejected, run.agents_touched, run.findings_touched
         )
 
     def _count(self, record: AgentRecord) -> None:
@@ -262,13 +254,10 @@ class Step:
         counted: dict[str, Any] = {"applied": record.applied + 1, "last_applied_id": envelope.id}
         if self.alive and envelope.ts > record.last_seen:
             counted["last_seen"] = envelope.ts
-        if id(record) in self._own:
-            # No rule runs after this and only the step holds the record: no need for another copy.
+        if id(record) in self.run.own:
+            # No rule runs after this and only the run holds the record: no need for another copy.
             record.__dict__.update(counted)
             record.__pydantic_fields_set__.update(counted)
         else:
-            self.put(evolve(record, **counted))
-
-
-def _frozen(keys: set[str] | None) -> frozenset[str] | None:
-    return frozenset(keys) if keys is not None else None
+            record = self.put(evolve(record, **counted))
+            self.run.own[id(record)] = record

@@ -1,0 +1,30 @@
+"""A run: what :func:`~coordinator.rules.apply.apply` keeps between the entries of one group applied in a
+row (a batch), so that each entry does not pay again for what the run can do once."""
+
+from __future__ import annotations
+
+from coordinator.state import AgentRecord
+
+__all__ = ["Run"]
+
+
+class Run:
+    """The ids a run applied and the records it made.
+
+    - ``ids``: the entries applied (or rejected) so far, in order, which are not yet in the state's
+      window. An entry is a duplicate when its id is in either; the caller adds them to the window at
+      once (:meth:`~coordinator.window.IdWindow.extend`), which costs about what adding one id does.
+    - ``own``: the agent records the run made (by id), which only the run's states hold: counting an
+      entry for such a record changes it in place instead of copying it again. Records of the state the
+      run started from are never changed.
+    - ``agents_touched`` / ``findings_touched``: the ids of the records the run may have replaced
+      (None: any, the whole map was replaced), so that storing the result compares only those.
+    """
+
+    __slots__ = ("agents_touched", "findings_touched", "ids", "own")
+
+    def __init__(self) -> None:
+        self.ids: dict[str, None] = {}
+        self.own: dict[int, AgentRecord] = {}
+        self.agents_touched: set[str] | None = set()
+        self.findings_touched: set[str] | None = set()
