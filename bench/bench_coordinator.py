@@ -52,7 +52,7 @@ from bus.settings import Settings
 from bus.signals import Progress
 from coordinator.policy import Policy
 from coordinator.runtime import tune_gc
-from coordinator.service import Coordinator, CoordinatorOptions
+from coordinator.service import GROUP, Coordinator, CoordinatorOptions
 
 CLI = str(Path(sys.executable).parent / "subagent-bus")
 GROUPS = 10
@@ -314,11 +314,14 @@ async def memory(url: str, count: int) -> tuple[float, float, float]:
 
 
 async def _drained(client: Client, keys: Keys) -> None:
+    """Wait until the coordinator's consumer group has read and acknowledged every entry of every shard;
+    a shard whose group does not exist yet (the process is still starting) is not drained."""
     while True:
         lag = 0
         for shard in keys.all_shards():
-            for group in await client.xinfo_groups(keys.stream(shard, StreamKind.SIGNALS)):
-                lag += int(group.get("lag") or 0) + int(group.get("pending") or 0)
+            groups = await client.xinfo_groups(keys.stream(shard, StreamKind.SIGNALS))
+            ours = [g for g in groups if g.get("name") in (GROUP, GROUP.encode())]
+            lag += sum(int(g.get("lag") or 0) + int(g.get("pending") or 0) for g in ours) if ours else 1
         if lag == 0:
             return
         await asyncio.sleep(0.1)

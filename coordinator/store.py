@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from bus.errors import DecodeError
 from bus.keys import Keys
 from coordinator.commit import Commit
+from coordinator.rules.findings import compact_slot
 from coordinator.state import AgentRecord, Delegation, FindingSlot, GroupState, IdWindow
 
 __all__ = ["GROUPS_KEY", "Touched", "load_state", "write_changes"]
@@ -137,6 +138,7 @@ def load_state(group_id: str, fields: Mapping[Any, Any], seen: list[Any]) -> Gro
             for attr, (prefix, model) in _MAPS.items():
                 if name.startswith(prefix):
                     maps[attr][name[len(prefix) :]] = model.model_validate_json(value)
+        maps["findings"] = {key: compact_slot(slot) for key, slot in maps["findings"].items()}
         ids = [_str(s) for s in seen]
         chunk = IdWindow.CHUNK
         window = IdWindow.model_construct(

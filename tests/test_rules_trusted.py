@@ -16,8 +16,9 @@ from bus.events import AgentState, Decision, DecisionType
 from bus.findings import Finding
 from bus.signals import Progress
 from coordinator.rules import apply
-from coordinator.rules.trusted import construct, evolve
+from coordinator.rules.trusted import compact, construct, evolve
 from coordinator.state import AgentRecord, FindingSlot, GroupState
+from coordinator.store import load_state
 
 
 def pydantic_encoded(envelope: Envelope) -> bytes:
@@ -106,3 +107,37 @@ def test_evolve_is_model_copy() -> None:
     finding = Finding(title="t", file="a.py", line=1)
     envelope = new_envelope(finding, agent_id="a", group_id=GROUP, ts=T0)
     assert decode(encode(evolve(envelope, agent_id="b"))).agent_id == "b"
+
+
+def test_compacted_reports_equal_their_originals_and_share_only_immutable_parts() -> None:
+    def report(title: str) -> Finding:
+        data = {"title": title, "file": "src/app.py", "line": 3, "agent": "qa-engineer"}
+        return Finding.model_validate_json(orjson.dumps(data))  # strings of its own, as decoding makes
+
+    first, second = report("one"), report("two")
+    one, two = compact(first, "file", "agent"), compact(second, "file", "agent")
+    assert one == first and two == second
+    assert one.model_dump_json() == first.model_dump_json()
+    assert one.model_fields_set == first.model_fields_set
+    assert one.file is two.file and one.agent is two.agent and first.file is not second.file
+    assert one.__pydantic_fields_set__ is two.__pydantic_fields_set__
+    # changing a copy leaves the instances that share its set as they were
+    changed = one.model_copy(update={"severity": "minor"})
+    assert "severity" in changed.model_fields_set and "severity" not in two.model_fields_set
+    assert "severity" not in evolve(two, confidence=50).model_fields_set - {"confidence"}
+    assert "confidence" not in two.model_fields_set
+
+
+def test_slots_read_back_hold_compacted_reports() -> None:
+    state = GroupState(group_id=GROUP)
+    for i, agent in enumerate(["qa-engineer", "security-auditor"]):
+        finding = Finding(title=f"t{i}", file="src/app.py", line=3, category="SEC", agent=agent)
+        state = apply(
+            state, new_envelope(finding, agent_id=agent, group_id=GROUP, id=f"f{i}", ts=T0), POLICY
+        ).state
+    (slot,) = state.findings.values()
+    fields = {"meta": b"{}", **{f"f:{k}": v.model_dump_json() for k, v in state.findings.items()}}
+    (loaded,) = load_state(GROUP, fields, []).findings.values()
+    assert loaded == slot
+    a, b = loaded.reports.values()
+    assert a.file is b.file and a.__pydantic_fields_set__ is b.__pydantic_fields_set__

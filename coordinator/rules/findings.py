@@ -35,13 +35,15 @@ from bus.findings import Finding, Severity
 from coordinator.policy import Policy, agent_key
 from coordinator.rules.outcome import Target
 from coordinator.rules.step import Step
-from coordinator.rules.trusted import construct, evolve
+from coordinator.rules.trusted import compact, construct, evolve
 from coordinator.state import FindingSlot, GroupState
 
 __all__ = ["MergedFinding", "fold", "merge_findings", "merged", "merged_view", "record_finding", "slot_key"]
 
 _agent_key = lru_cache(maxsize=4096)(agent_key)
 """Agent names repeat on every report; normalising one is a regular expression substitution."""
+_REPEATED: Final = ("file", "category", "agent")
+"""The fields of a report whose values recur across the reports a group keeps (see ``compact``)."""
 
 
 class MergedFinding(Model):
@@ -116,7 +118,13 @@ def fold(slot: FindingSlot | None, finding: Finding) -> FindingSlot:
     best = slot.reports.get(agent)
     if best is not None and not _outranks(finding, best):
         return slot
-    return evolve(slot, reports={**slot.reports, agent: finding})
+    return evolve(slot, reports={**slot.reports, agent: compact(finding, *_REPEATED)})
+
+
+def compact_slot(slot: FindingSlot) -> FindingSlot:
+    """``slot`` with its reports held the way :func:`fold` holds them (read back from storage, a slot's
+    reports are validated anew, each with copies of its own)."""
+    return evolve(slot, reports={agent: compact(f, *_REPEATED) for agent, f in slot.reports.items()})
 
 
 def merged(slot: FindingSlot, policy: Policy) -> MergedFinding:
