@@ -261,11 +261,21 @@ class Script:
     async def __call__(self, pipe: Pipe, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
         """The script's reply for ``keys`` and ``args``, run through ``pipe`` (whose key is in the slot
         of ``keys``)."""
+        reply, _ = await self.run(pipe, keys, args)
+        return reply
+
+    async def run(
+        self, pipe: Pipe, keys: Sequence[bytes], args: Sequence[bytes], then: Sequence[Command] = ()
+    ) -> tuple[Any, list[Any] | None]:
+        """The script's reply, and the replies of the commands ``then`` sent right behind it in the same
+        write (the server runs them after the script). Those replies are None when the server did not
+        know the script: the commands ran, but their replies were read with the failed batch."""
         command = (b"EVALSHA", self.sha, b"%d" % len(keys), *keys, *args)
         try:
-            (reply,) = await pipe.execute([command])
+            reply, *after = await pipe.execute([command, *then])
         except CommandFailed as exc:
             if not isinstance(exc.__cause__, rex.NoScriptError):
                 raise
             _, reply = await pipe.execute([(b"SCRIPT", b"LOAD", self.source), command])
-        return reply
+            return reply, None if then else []
+        return reply, after

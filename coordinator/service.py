@@ -89,6 +89,9 @@ class _Shard:
     """The shard's commit counter that ``groups`` correspond to (see :mod:`coordinator.commit`)."""
     groups: dict[str, GroupState] = field(default_factory=dict)
     last_tick: float = 0.0
+    ahead: list[Entry] | None = None
+    """Entries read behind the last commit, in the same write (see :meth:`Coordinator._run_commit`):
+    the next batch, or ``[]`` when none came within the block time; None when nothing was read ahead."""
 
 
 class Coordinator:
@@ -320,16 +323,21 @@ class Coordinator:
     async def _read(self, shard: _Shard, block_ms: int | None) -> list[Entry]:
         # through bus.wire, as the commit: at a batch or two per step (a steady trickle of signals),
         # redis-py's packing and reply callbacks were a third of the step
-        stream, head = shard.signals.encode(), self._read_head
-        if shard.need_pending:
-            (reply,) = await shard.pipe.execute([(*head, b"STREAMS", stream, b"0")])
+        ahead, shard.ahead = shard.ahead, None
+        if shard.need_pending:  # what was read ahead is pending too, and comes again in order
+            (reply,) = await shard.pipe.execute([self._read_command(shard, None, b"0")])
             entries = entries_of(reply)
             if entries:
                 return entries
             shard.need_pending = False
-        block = () if block_ms is None else (b"BLOCK", b"%d" % block_ms)
-        (reply,) = await shard.pipe.execute([(*head, *block, b"STREAMS", stream, b">")])
+        elif ahead is not None:
+            return ahead
+        (reply,) = await shard.pipe.execute([self._read_command(shard, block_ms, b">")])
         return entries_of(reply)
+
+    def _read_command(self, shard: _Shard, block_ms: int | None, start: bytes) -> wire.Command:
+        block = () if block_ms is None else (b"BLOCK", b"%d" % block_ms)
+        return (*self._read_head, *block, b"STREAMS", shard.signals.encode(), start)
 
     async def _step(self, shard: _Shard, *, block_ms: int | None) -> bool:
         """Read, apply and commit one batch; False when there was nothing to read."""
@@ -358,7 +366,7 @@ class Coordinator:
         for entry_id, data in entries:
             batch.add(entry_id, data, counts.get(entry_id, 1), self.options.max_deliveries)
         batch.write(shard.groups)
-        result = await self._run_commit(shard, batch.commit)
+        result = await self._run_commit(shard, batch.commit, block_ms)
         if result is CommitResult.OK:
             shard.groups = batch.groups
             shard.version += 1
@@ -416,9 +424,26 @@ class Coordinator:
                     summary = await self.client.xpending(shard.signals, GROUP)
                 self.metrics.pending.labels(str(shard.index)).set(int(summary["pending"]))
 
-    async def _run_commit(self, shard: _Shard, commit: Commit) -> CommitResult:
+    async def _run_commit(self, shard: _Shard, commit: Commit, block_ms: int | None) -> CommitResult:
+        """Run the commit script; a following shard loop (``block_ms``) sends its next read in the same
+        write, right behind it: one write and one wake-up per batch instead of two, and the read already
+        waits in the server when the next entry arrives. Whatever the script decides, the entries read
+        are the group's next ones, delivered to this process: used if the commit went through, pending
+        here otherwise (and then read again from the pending list, or claimed by the shard's owner)."""
         keys, argv = commit.script_args(shard.token, GROUP, self.options.lease_ttl_ms, shard.version)
-        return parse_result(await self._commit(shard.pipe, keys, argv))
+        if block_ms is None or shard.need_pending:
+            return parse_result(await self._commit(shard.pipe, keys, argv))
+        read = self._read_command(shard, block_ms, b">")
+        try:
+            reply, after = await self._commit.run(shard.pipe, keys, argv, [read])
+        except BaseException:
+            shard.need_pending = True  # the read may have delivered entries whose reply is lost
+            raise
+        if after is None:
+            shard.need_pending = True
+        else:
+            shard.ahead = entries_of(after[0])
+        return parse_result(reply)
 
     async def _delivery_counts(self, shard: _Shard, entries: list[Entry]) -> dict[bytes, int]:
         stream = shard.signals

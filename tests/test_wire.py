@@ -157,6 +157,22 @@ async def test_a_script_is_loaded_where_the_server_does_not_know_it(bus_url: str
             await failing(pipe, [STREAM], [])
 
 
+async def test_commands_sent_behind_a_script_run_after_it_and_are_reported_lost_on_noscript(
+    bus_url: str,
+) -> None:
+    script = wire.Script("return redis.call('XLEN', KEYS[1])")
+    async with connected(bus_url) as client:
+        await client.script_flush()
+        pipe = wire.Pipe(client, STREAM)
+        await client.delete(STREAM)
+        # NOSCRIPT: the XADD behind it ran (the script, loaded and run again, sees it); its reply is lost
+        assert await script.run(pipe, [STREAM], [], [xadd(b"a")]) == (1, None)
+        reply, after = await script.run(pipe, [STREAM], [], [xadd(b"b")])
+        assert reply == 1 and after is not None and len(after) == 1  # the XADD ran after the script
+        assert await client.xlen(STREAM) == 2
+        assert await script.run(pipe, [STREAM], []) == (2, [])
+
+
 async def test_a_held_connection_serves_batch_after_batch_until_closed(redis_url: str) -> None:
     async with connected(redis_url) as client:
         assert isinstance(client, redis.asyncio.Redis)
