@@ -123,6 +123,12 @@ class Coordinator:
         ]
         self._share = keys.shards
         self._commit = wire.Script(COMMIT_SCRIPT)
+        self._renew = wire.Script(RENEW_SCRIPT)
+        self._release = wire.Script(RELEASE_SCRIPT)
+        self._members = wire.Script(MEMBERS_SCRIPT)
+        self._claim = wire.Script(CLAIM_SCRIPT)
+        self._prune = wire.Script(PRUNE_SCRIPT)
+        self._members_key = f"{keys.namespace}:coordinators"
         self._read_head = (
             b"XREADGROUP",
             b"GROUP",
@@ -131,11 +137,6 @@ class Coordinator:
             b"COUNT",
             b"%d" % options.batch,
         )
-        self._renew = client.register_script(RENEW_SCRIPT)
-        self._release = client.register_script(RELEASE_SCRIPT)
-        self._members = client.register_script(MEMBERS_SCRIPT)
-        self._claim = client.register_script(CLAIM_SCRIPT)
-        self._prune = client.register_script(PRUNE_SCRIPT)
 
     @property
     def owned(self) -> list[int]:
@@ -214,13 +215,11 @@ class Coordinator:
         return self.keys.state(shard.index, "version")
 
     async def _membership(self, stop: asyncio.Event) -> None:
-        key = f"{self.keys.namespace}:coordinators"
         while not stop.is_set():
             try:
-                with translated():
-                    live = await self._members(
-                        keys=[key], args=[self.options.name, self.options.lease_ttl_ms]
-                    )
+                live = await self._script(
+                    self._members, None, self._members_key, self.options.name, self.options.lease_ttl_ms
+                )
                 self._share = fair_share(self.keys.shards, live)
                 await self._shed()
                 await self._gauge_pending()
@@ -229,10 +228,8 @@ class Coordinator:
             await _wait(stop, self.options.lease_ttl_ms / 3000)
 
     async def _leave(self) -> None:
-        with contextlib.suppress(BusError), translated():
-            await self._members(
-                keys=[f"{self.keys.namespace}:coordinators"], args=[self.options.name, 0, "leave"]
-            )
+        with contextlib.suppress(BusError):
+            await self._script(self._members, None, self._members_key, self.options.name, 0, "leave")
 
     async def _shed(self) -> None:
         """Give back shards above the fair share, so a newly started process gets some."""
@@ -243,8 +240,8 @@ class Coordinator:
 
     async def _give_back(self, shard: _Shard) -> None:
         if shard.owned:
-            with contextlib.suppress(BusError), translated():
-                await self._release(keys=[self._lease_key(shard)], args=[shard.token])
+            with contextlib.suppress(BusError):  # also called by the membership task: not the shard's pipe
+                await self._script(self._release, None, self._lease_key(shard), shard.token)
             shard.owned = False
             shard.groups = {}
             self._gauge_lease(shard)
@@ -266,8 +263,7 @@ class Coordinator:
     async def _take_over(self, shard: _Shard) -> None:
         """Claim every pending entry of the group (from dead or stalled owners) and reload the state."""
         await self._claim_pending(shard, idle_ms=0, count=1000, until_done=True)
-        with translated():
-            pruned = await self._prune(keys=[shard.signals], args=[GROUP, self.options.prune_idle_ms])
+        pruned = await self._script(self._prune, shard.pipe, shard.signals, GROUP, self.options.prune_idle_ms)
         if pruned:
             log.info("shard %d: removed %d idle consumers", shard.index, pruned, extra={"shard": shard.index})
         with translated():
@@ -288,19 +284,20 @@ class Coordinator:
         self, shard: _Shard, *, idle_ms: int, count: int, until_done: bool = False
     ) -> int:
         """Claim pending entries for this process (dead-lettering deleted ones); how many were claimed."""
-        cursor: Any = "0-0"
+        cursor: bytes = b"0-0"
         claimed = 0
-        with translated():
-            while True:
-                reply = await self._claim(
-                    keys=[self._lease_key(shard), shard.signals, shard.dead],
-                    args=[shard.token, GROUP, self.options.name, idle_ms, cursor, count, DELETED_REASON],
-                )
-                if reply is None:  # the lease expired meanwhile: the next commit finds out
-                    return claimed
-                cursor, claimed = reply[0], claimed + int(reply[1])
-                if not until_done or _text(cursor) == "0-0":
-                    return claimed
+        while True:
+            reply = await self._script(
+                self._claim,
+                shard.pipe,
+                [self._lease_key(shard), shard.signals, shard.dead],
+                *(shard.token, GROUP, self.options.name, idle_ms, cursor, count, DELETED_REASON),
+            )
+            if reply is None:  # the lease expired meanwhile: the next commit finds out
+                return claimed
+            cursor, claimed = reply[0], claimed + int(reply[1])
+            if not until_done or cursor == b"0-0":
+                return claimed
 
     async def _ensure_group(self, index: int) -> None:
         stream = self.keys.stream(index, StreamKind.SIGNALS)
@@ -343,10 +340,9 @@ class Coordinator:
         """Read, apply and commit one batch; False when there was nothing to read."""
         entries = await self._read(shard, block_ms)
         if not entries:
-            with translated():
-                renewed = await self._renew(
-                    keys=[self._lease_key(shard)], args=[shard.token, self.options.lease_ttl_ms]
-                )
+            renewed = await self._script(
+                self._renew, shard.pipe, self._lease_key(shard), shard.token, self.options.lease_ttl_ms
+            )
             if not renewed:
                 self._lost(shard)
             elif await self._claim_stale(shard):
@@ -445,6 +441,17 @@ class Coordinator:
             shard.ahead = entries_of(after[0])
         return parse_result(reply)
 
+    async def _script(
+        self, script: wire.Script, pipe: wire.Pipe | None, keys: str | list[str], *args: str | bytes | int
+    ) -> Any:
+        """Run one of the lease scripts on ``pipe`` (a shard loop's own), or on a pipe of its own for
+        callers outside a shard loop."""
+        keys = [keys] if isinstance(keys, str) else keys
+        if pipe is None:
+            pipe = wire.Pipe(self.client, keys[0])
+        argv = [a if isinstance(a, bytes) else str(a).encode() for a in args]
+        return await script(pipe, [key.encode() for key in keys], argv)
+
     async def _delivery_counts(self, shard: _Shard, entries: list[Entry]) -> dict[bytes, int]:
         stream = shard.signals
         with translated():
@@ -456,10 +463,6 @@ class Coordinator:
 
 def _bytes(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 async def _wait(stop: asyncio.Event, seconds: float) -> None:
