@@ -39,10 +39,9 @@ from enum import Enum, auto
 from typing import Final
 
 from agents.blocks import SIGNAL_TYPES, BlockError, SignalPayload, decode_body, describe_errors
+from agents.items import ErrorItem, Item, ResultItem, SignalItem, signal_item
 from agents.report import ReportError, parse_report
 from bus.envelope import EnvelopeType
-from bus.fields import Model
-from bus.results import ResultReport
 
 __all__ = [
     "DEFAULT_MAX_BLOCK_BYTES",
@@ -64,37 +63,6 @@ MAX_TAG_LINE: Final = 4096
 
 _T = EnvelopeType
 
-
-class SignalItem(Model):
-    """A valid signal block; ``line``/``offset`` locate its opening tag."""
-
-    type: EnvelopeType
-    payload: SignalPayload
-    line: int
-    offset: int
-
-
-class ResultItem(Model):
-    """A valid result report; ``line``/``offset`` locate its ``## ... Result`` heading."""
-
-    report: ResultReport
-    line: int
-    offset: int
-
-
-class ErrorItem(Model):
-    """A malformed block or report (or transcript line); ``type`` names the block when known."""
-
-    line: int
-    offset: int
-    message: str
-    type: EnvelopeType | None = None
-
-
-Item = SignalItem | ResultItem | ErrorItem
-
-_set: Final = object.__setattr__
-_SIGNAL_FIELDS: Final = frozenset(SignalItem.model_fields)
 
 _TAGS: Final = b"|".join(t.value.encode() for t in SIGNAL_TYPES)
 _TYPE_OF_TAG: Final = {t.value.encode(): t for t in SIGNAL_TYPES}
@@ -459,7 +427,7 @@ class Parser:
         except BlockError as exc:
             self._error(exc.message)
             return
-        self._out.append(_signal_item(self._type, payload, self._start_line, self._start_offset))
+        self._out.append(signal_item(self._type, payload, self._start_line, self._start_offset))
 
     def _emit_report(self, content: bytes) -> None:
         try:
@@ -475,17 +443,6 @@ class Parser:
             self._error(f"{exc.message}{at}")
             return
         self._out.append(ResultItem(report=report, line=self._start_line, offset=self._start_offset))
-
-
-def _signal_item(kind: EnvelopeType, payload: SignalPayload, line: int, offset: int) -> SignalItem:
-    """``SignalItem(type=kind, payload=payload, line=line, offset=offset)`` without validating again
-    values that are valid: the payload was just validated by its model, the rest is the parser's own."""
-    item = SignalItem.__new__(SignalItem)
-    _set(item, "__dict__", {"type": kind, "payload": payload, "line": line, "offset": offset})
-    _set(item, "__pydantic_fields_set__", set(_SIGNAL_FIELDS))
-    _set(item, "__pydantic_extra__", None)
-    _set(item, "__pydantic_private__", None)
-    return item
 
 
 def parse_text(text: str | bytes, *, max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> list[Item]:
