@@ -51,10 +51,10 @@ def _meta(state: GroupState) -> bytes:
 
 
 class Touched(NamedTuple):
-    """The agent and finding ids whose records may differ between two states; None: any of them."""
+    """The agent and finding ids whose records may differ between two states."""
 
-    agents: AbstractSet[str] | None
-    findings: AbstractSet[str] | None
+    agents: AbstractSet[str]
+    findings: AbstractSet[str]
 
 
 def write_changes(
@@ -64,19 +64,20 @@ def write_changes(
     old: GroupState | None,
     new: GroupState,
     limit: int,
-    touched: Touched | None = None,
+    touched: Touched,
 ) -> None:
     """Add to ``commit`` the writes that turn the stored ``old`` state into ``new``.
 
-    With ``touched``, only those agent and finding records are compared: a group's findings grow into
-    the thousands, and a batch of one entry should not cost a walk over all of them.
+    Only the ``touched`` agent and finding records are compared (every record of a group not stored
+    before): a group's findings grow into the thousands, and a batch of one entry should not cost a
+    walk over all of them.
     """
     key = group_key(keys, shard, new.group_id)
     if old is None:
         commit.sadd(keys.state(shard, GROUPS_KEY), new.group_id)
     if old is None or old.applied != new.applied or _meta(old) != _meta(new):
         commit.hset(key, "meta", _meta(new))
-    only = {"agents": touched.agents, "findings": touched.findings} if touched and old else {}
+    only = {"agents": touched.agents, "findings": touched.findings} if old else {}
     for name, (prefix, _) in _MAPS.items():
         before: dict[str, Any] = getattr(old, name) if old else {}
         after: dict[str, Any] = getattr(new, name)

@@ -12,9 +12,10 @@ from bus.envelope import EnvelopeType
 from bus.events import AgentStarted, AgentState, DecisionType
 from bus.signals import DelegateWork, Priority
 from coordinator.policy import Policy
-from coordinator.rules import Target, Verdict, evaluate, summarize
+from coordinator.rules import Target, Verdict, apply, evaluate, summarize
 from coordinator.rules.delegation import Check
 from coordinator.rules.ids import delegate_agent_id
+from coordinator.rules.run import Run
 from coordinator.state import AgentRecord, DelegationStatus, GroupState
 
 REQUESTER = "bg-task-jkl012"
@@ -162,6 +163,18 @@ def test_the_same_request_twice_is_rejected() -> None:
     again = feed.send(delegate(), REQUESTER)  # same signal re-published under another entry id
     assert again.rejected is not None and "already received" in again.rejected
     assert of_type(again, EnvelopeType.LAUNCH) == []
+
+
+@pytest.mark.parametrize("in_a_run", [False, True])
+def test_a_rejected_request_takes_back_its_sender_s_registration(in_a_run: bool) -> None:
+    """The sender of a signal is registered before its rule runs; a rejection takes that back too."""
+    feed = Feed()
+    feed.send(delegate(), REQUESTER)
+    run = Run() if in_a_run else None
+    outcome = apply(feed.state, feed.envelope(delegate(), "newcomer"), feed.policy, run)
+    assert outcome.rejected is not None and "already received" in outcome.rejected
+    assert "newcomer" not in outcome.state.agents and outcome.state.agents == feed.state.agents
+    assert [d.decision for d in decisions(outcome)] == [DecisionType.REJECTED]
 
 
 def test_p2_waits_for_a_human_then_launches_on_approve() -> None:

@@ -12,19 +12,22 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rules_kit import GROUP, T0, answers, clarification, completion, delegate, result
 
 from bus.directives import HumanApprove, HumanDeny, HumanRecover, HumanResolve, RecoveryOption
-from bus.envelope import Envelope, Payload, encode, new_envelope
+from bus.envelope import Envelope, EnvelopeType, Payload, encode, new_envelope
 from bus.events import AgentExited, AgentStarted, Heartbeat, Tick
 from bus.findings import Finding
 from bus.results import ResultStatus
 from bus.signals import StopWork
 from coordinator.policy import Policy
 from coordinator.rules import Outcome, Target, apply, merge_findings, merged_view
+from coordinator.rules.apply import HANDLERS
 from coordinator.rules.run import Run as BatchRun
+from coordinator.rules.step import Step
 from coordinator.state import GroupState
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -259,10 +262,8 @@ def test_an_outcome_names_every_record_it_replaced(script: list[tuple[tuple[Any,
     before = GroupState(group_id=GROUP)
     for outcome in run.outcomes:
         after = outcome.state
-        if outcome.agents_touched is not None:
-            assert _replaced(before.agents, after.agents) <= outcome.agents_touched
-        if outcome.findings_touched is not None:
-            assert _replaced(before.findings, after.findings) <= outcome.findings_touched
+        assert _replaced(before.agents, after.agents) <= outcome.agents_touched
+        assert _replaced(before.findings, after.findings) <= outcome.findings_touched
         before = after
 
 
@@ -297,9 +298,39 @@ def test_applying_in_runs_gives_what_applying_one_by_one_gives(
         window = state.window.extend(tuple(run.ids), POLICY.idempotency_window)
         state = state.model_copy(update={"window": window})
         assert start.to_json() == stored
-        if run.agents_touched is not None:
-            assert _replaced(start.agents, state.agents) <= run.agents_touched
-        if run.findings_touched is not None:
-            assert _replaced(start.findings, state.findings) <= run.findings_touched
+        assert _replaced(start.agents, state.agents) <= run.agents_touched
+        assert _replaced(start.findings, state.findings) <= run.findings_touched
     assert emits == alone_emits
     assert state.to_json() == alone.to_json()
+
+
+@SETTINGS
+@given(script=script_st)
+def test_a_rejected_entry_changes_nothing_but_the_window(script: list[tuple[tuple[Any, ...], int]]) -> None:
+    """Rules may change records before they reject an entry (an agent's sign of life is recorded before
+    its signal is looked at): all of it is taken back."""
+    run = Run()
+    run.play(script)
+    before = GroupState(group_id=GROUP)
+    for outcome in run.outcomes:
+        if outcome.rejected is not None:
+            assert outcome.state.model_copy(update={"window": before.window}) == before
+        before = outcome.state
+
+
+def test_a_rule_that_fails_midway_leaves_the_run_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule bug (any exception) propagates, and what the rule changed before it is taken back."""
+    started = new_envelope(AgentStarted(task="scan"), agent_id="a", group_id=GROUP, id="in-0", ts=T0)
+    run = BatchRun()
+    state = apply(GroupState(group_id=GROUP), started, POLICY, run).state
+    stored = state.to_json()
+
+    def failing(step: Step) -> None:
+        step.update("a", task="changed")
+        raise RuntimeError("a bug")
+
+    monkeypatch.setitem(HANDLERS, EnvelopeType.HEARTBEAT, failing)
+    beat = new_envelope(Heartbeat(), agent_id="a", group_id=GROUP, id="in-1", ts=T0 + timedelta(seconds=5))
+    with pytest.raises(RuntimeError, match="a bug"):
+        apply(state, beat, POLICY, run)
+    assert state.to_json() == stored and "in-1" not in run.ids

@@ -77,7 +77,7 @@ def apply(state: GroupState, envelope: Envelope, policy: Policy, run: Run | None
 
     ``run`` is for applying many entries of the group in a row, each to the state the one before
     returned (see :class:`~coordinator.rules.run.Run`): the entry's id goes into the run rather than
-    into a new window, and counting an entry changes records the run made in place, so only the last
+    into a new window, and the records and maps the run made are changed in place, so only the last
     state of a run is complete and unchanged from then on. The caller adds ``run.ids`` to its window.
     """
     alone = run is None
@@ -89,10 +89,14 @@ def apply(state: GroupState, envelope: Envelope, policy: Policy, run: Run | None
     try:
         _run(step)
     except Rejected as exc:
+        step.undo()
         reason = str(exc)
         step = Step(state, envelope, policy, run)
         step.decide(DecisionType.REJECTED, envelope.agent_id, reason)
         outcome = step.finish(rejected=reason)
+    except BaseException:  # a rule bug: the caller dead-letters the entry, which changed nothing
+        step.undo()
+        raise
     else:
         outcome = step.finish()
     if alone:

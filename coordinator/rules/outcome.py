@@ -42,13 +42,13 @@ class Outcome(NamedTuple):
     the entry's id, so a redelivery is dropped like any duplicate.
 
     ``agents_touched`` and ``findings_touched`` name the records of ``state.agents`` / ``state.findings``
-    the step (or, applied in a :class:`~coordinator.rules.run.Run`, the run so far) may have replaced
-    (the others are the input's own objects); ``None`` means any of them (the whole map was replaced).
-    They let the store write what changed without comparing whole maps.
+    the step (or, applied in a :class:`~coordinator.rules.run.Run`, the run so far) may have replaced;
+    the others are the input's own objects. They let the store write what changed without comparing
+    whole maps.
     """
 
     state: GroupState
     emits: list[Emit]
     rejected: str | None = None
-    agents_touched: AbstractSet[str] | None = frozenset()
-    findings_touched: AbstractSet[str] | None = frozenset()
+    agents_touched: AbstractSet[str] = frozenset()
+    findings_touched: AbstractSet[str] = frozenset()

@@ -3,7 +3,7 @@ row (a batch), so that each entry does not pay again for what the run can do onc
 
 from __future__ import annotations
 
-from coordinator.state import AgentRecord
+from coordinator.state import AgentRecord, FindingSlot
 
 __all__ = ["Run"]
 
@@ -17,14 +17,19 @@ class Run:
     - ``own``: the agent records the run made (by id), which only the run's states hold: counting an
       entry for such a record changes it in place instead of copying it again. Records of the state the
       run started from are never changed.
-    - ``agents_touched`` / ``findings_touched``: the ids of the records the run may have replaced
-      (None: any, the whole map was replaced), so that storing the result compares only those.
+    - ``agents`` / ``findings``: the run's own copies of the group's maps, made on its first change to
+      each and changed in place from then on (a step copies nothing, however many findings the group
+      has); None until then.
+    - ``agents_touched`` / ``findings_touched``: the ids of the records the run may have replaced, so
+      that storing the result compares only those.
     """
 
-    __slots__ = ("agents_touched", "findings_touched", "ids", "own")
+    __slots__ = ("agents", "agents_touched", "findings", "findings_touched", "ids", "own")
 
     def __init__(self) -> None:
         self.ids: dict[str, None] = {}
         self.own: dict[int, AgentRecord] = {}
-        self.agents_touched: set[str] | None = set()
-        self.findings_touched: set[str] | None = set()
+        self.agents: dict[str, AgentRecord] | None = None
+        self.findings: dict[str, FindingSlot] | None = None
+        self.agents_touched: set[str] = set()
+        self.findings_touched: set[str] = set()

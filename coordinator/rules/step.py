@@ -1,10 +1,10 @@
 """The work of applying one envelope: the state as the rules change it, and what they emit.
 
 A :class:`Step` lives only inside one call of :func:`~coordinator.rules.apply.apply`; the rules change it
-freely, and the call turns it into an :class:`~coordinator.rules.outcome.Outcome`. The input state is
-never mutated: every change replaces a model with an updated copy. The one exception is counting an
-entry for an agent whose record the :class:`~coordinator.rules.run.Run` made itself, which only the
-run's own states hold.
+freely, and the call turns it into an :class:`~coordinator.rules.outcome.Outcome`. A state the run did
+not make is never mutated: every change replaces a model with an updated copy, in maps the
+:class:`~coordinator.rules.run.Run` copied for itself; what the run made (its maps, and the records it
+counts entries for) it changes in place, since only the run's own states hold them.
 
 The models built here (decisions, updated records, and emitted envelopes through
 :func:`bus.envelope.new_envelope`) are built without validating them again
@@ -43,34 +43,24 @@ class Rejected(BusError):
 class Step:
     """The state being built for one envelope and the envelopes emitted so far.
 
-    Changed agents and findings go into working copies of the input's dicts (made on the first change),
-    other changed fields into ``_changes``; :attr:`state` builds the group state they describe when a rule
-    asks for it, and :meth:`finish` builds the final one once.
+    Changed agents and findings go into the run's own copies of the group's maps (made on the run's first
+    change), each change logged so that :meth:`undo` takes back a step whose rule failed; other changed
+    fields go into ``_changes``. :attr:`state` and :attr:`initial` build the group state after and before
+    the step's changes when a rule asks for them, and :meth:`finish` builds the final one once.
     """
 
-    __slots__ = (
-        "_agents",
-        "_changes",
-        "_findings",
-        "_state",
-        "alive",
-        "emits",
-        "envelope",
-        "initial",
-        "policy",
-        "run",
-    )
+    __slots__ = ("_changes", "_input", "_state", "_undo", "alive", "emits", "envelope", "policy", "run")
 
     def __init__(self, state: GroupState, envelope: Envelope, policy: Policy, run: Run) -> None:
-        self.initial: Final = state
+        self._input: Final = state
         self.envelope: Final = envelope
         self.policy: Final = policy
         self.run: Final = run
         self.emits: list[Emit] = []
-        self._agents: dict[str, AgentRecord] | None = None
-        self._findings: dict[str, FindingSlot] | None = None
         self._changes: dict[str, Any] = {}
         self._state: GroupState | None = state
+        self._undo: list[tuple[dict[str, Any], str, Any]] = []
+        """(map, key, the value it had or _MISSING) for every change to the run's maps, in order."""
         self.alive = False
         """The input is a sign of life of its agent: counting it refreshes the agent's ``last_seen``."""
 
@@ -81,18 +71,33 @@ class Step:
 
     @property
     def group_id(self) -> str:
-        return self.initial.group_id
+        return self._input.group_id
+
+    @property
+    def initial(self) -> GroupState:
+        """The group state before this step's changes."""
+        if not self._undo:
+            return self._input
+        maps: dict[str, Any] = {}
+        for name, current in (("agents", self.run.agents), ("findings", self.run.findings)):
+            if current is not None:
+                before = dict(current)
+                for changed, key, old in reversed(self._undo):
+                    if changed is current:
+                        _restore(before, key, old)
+                maps[name] = before
+        return evolve(self._input, **maps)
 
     @property
     def state(self) -> GroupState:
         """The group state as changed so far (a snapshot: the rules' later changes do not alter it)."""
         if self._state is None:
             changes = dict(self._changes)
-            if self._agents is not None:
-                changes["agents"] = dict(self._agents)
-            if self._findings is not None:
-                changes["findings"] = dict(self._findings)
-            self._state = evolve(self.initial, **changes) if changes else self.initial
+            if self.run.agents is not None:
+                changes["agents"] = dict(self.run.agents)
+            if self.run.findings is not None:
+                changes["findings"] = dict(self.run.findings)
+            self._state = evolve(self._input, **changes) if changes else self._input
         return self._state
 
     def payload(self, model: type[P]) -> P:
@@ -105,8 +110,8 @@ class Step:
     # -- agents and findings -------------------------------------------------------------------------
 
     def find(self, agent_id: str) -> AgentRecord | None:
-        agents = self._agents if self._agents is not None else self.initial.agents
-        return agents.get(agent_id)
+        agents = self.run.agents
+        return (agents if agents is not None else self._input.agents).get(agent_id)
 
     def agent(self, agent_id: str) -> AgentRecord:
         """A known agent; an unknown one rejects the entry."""
@@ -116,12 +121,11 @@ class Step:
         return record
 
     def put(self, record: AgentRecord) -> AgentRecord:
-        if self._agents is None:
-            self._agents = dict(self.initial.agents)
-        self._agents[record.agent_id] = record
-        if self.run.agents_touched is not None:
-            self.run.agents_touched.add(record.agent_id)
-        self._state = None
+        run = self.run
+        if run.agents is None:
+            run.agents = dict(self._input.agents)
+        self._set(run.agents, record.agent_id, record)
+        run.agents_touched.add(record.agent_id)
         return record
 
     def update(self, agent_id: str, **changes: Any) -> AgentRecord:
@@ -131,26 +135,34 @@ class Step:
         return record
 
     def finding(self, key: str) -> FindingSlot | None:
-        findings = self._findings if self._findings is not None else self.initial.findings
-        return findings.get(key)
+        findings = self.run.findings
+        return (findings if findings is not None else self._input.findings).get(key)
 
     def put_finding(self, key: str, slot: FindingSlot) -> None:
-        if self._findings is None:
-            self._findings = dict(self.initial.findings)
-        self._findings[key] = slot
-        if self.run.findings_touched is not None:
-            self.run.findings_touched.add(key)
-        self._state = None
+        run = self.run
+        if run.findings is None:
+            run.findings = dict(self._input.findings)
+        self._set(run.findings, key, slot)
+        run.findings_touched.add(key)
 
     def replace(self, **changes: Any) -> None:
-        """Replace fields of the group state."""
-        if "agents" in changes:
-            self._agents = dict(changes.pop("agents"))
-            self.run.agents_touched = None
-        if "findings" in changes:
-            self._findings = dict(changes.pop("findings"))
-            self.run.findings_touched = None
+        """Replace fields of the group state (agents and findings change through :meth:`put` and
+        :meth:`put_finding`)."""
+        if changes.keys() & {"agents", "findings"}:
+            raise ValueError("agents and findings change one record at a time")
         self._changes.update(changes)
+        self._state = None
+
+    def undo(self) -> None:
+        """Take back this step's changes to the run's maps (its rule failed)."""
+        for changed, key, old in reversed(self._undo):
+            _restore(changed, key, old)
+        self._undo.clear()
+        self._state = None
+
+    def _set(self, changed: dict[str, Any], key: str, value: Any) -> None:
+        self._undo.append((changed, key, changed.get(key, _MISSING)))
+        changed[key] = value
         self._state = None
 
     # -- emitting -----------------------------------------------------------------------------------
@@ -159,7 +171,7 @@ class Step:
         envelope = new_envelope(
             payload,
             agent_id=agent_id,
-            group_id=self.initial.group_id,
+            group_id=self._input.group_id,
             source=SOURCE,
             id=emitted_id(self.envelope.id, len(self.emits)),
             ts=self.envelope.ts,
@@ -233,19 +245,19 @@ class Step:
         The id is remembered (in the run) whether the entry was applied or rejected; an applied entry
         also counts for the group and for the agent it names (for the status view).
         """
-        initial, changes, envelope, run = self.initial, self._changes, self.envelope, self.run
+        changes, envelope, run = self._changes, self.envelope, self.run
         run.ids[envelope.id] = None
         if rejected is None:
-            changes["applied"] = changes.get("applied", initial.applied) + 1
+            changes["applied"] = changes.get("applied", self._input.applied) + 1
             record = self.find(envelope.agent_id)
             if record is not None:
                 self._count(record)
-        if self._agents is not None:
-            changes["agents"] = self._agents
-        if self._findings is not None:
-            changes["findings"] = self._findings
+        if run.agents is not None:
+            changes["agents"] = run.agents
+        if run.findings is not None:
+            changes["findings"] = run.findings
         return Outcome(
-            evolve(initial, **changes), self.emits, rejected, run.agents_touched, run.findings_touched
+            evolve(self._input, **changes), self.emits, rejected, run.agents_touched, run.findings_touched
         )
 
     def _count(self, record: AgentRecord) -> None:
@@ -261,3 +273,14 @@ class Step:
         else:
             record = self.put(evolve(record, **counted))
             self.run.own[id(record)] = record
+
+
+_MISSING: Final = object()
+"""The value of a key a map did not have (in the undo log)."""
+
+
+def _restore(changed: dict[str, Any], key: str, old: Any) -> None:
+    if old is _MISSING:
+        changed.pop(key, None)
+    else:
+        changed[key] = old
