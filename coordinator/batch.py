@@ -1,7 +1,8 @@
 """One batch of a shard's signals in the making: decoded, applied, and turned into one commit.
 
-The entries are applied in stream order to working copies of the shard's group states; everything the
-batch writes (emitted envelopes, dead letters, changed state fields) goes into one
+The entries are applied in stream order to the shard's group states, each group's as one run of the
+rules (the shard's committed states stay as they are until the commit succeeds); everything the batch
+writes (emitted envelopes, dead letters, changed state fields) goes into one
 :class:`~coordinator.commit.Commit`, which the service runs only after the whole batch is applied. No I/O
 happens here.
 """
@@ -60,7 +61,8 @@ def _data(fields: list[bytes] | None) -> bytes | None:
 
 @dataclass
 class Batch:
-    """The working copy of a shard's group states, and the commit that stores what the batch did."""
+    """The group states a batch changed, over the shard's committed ones, and the commit that stores
+    what the batch did."""
 
     shard: int
     keys: Keys
@@ -69,8 +71,10 @@ class Batch:
     """The stream key of each target but the inbox (whose key depends on the agent)."""
     dead_stream: str
     commit: Commit
-    groups: dict[str, GroupState]
-    changed: set[str] = field(default_factory=set)
+    stored: Mapping[str, GroupState]
+    """The shard's committed states (read only: the batch may yet fail to commit)."""
+    groups: dict[str, GroupState] = field(default_factory=dict)
+    """The states of the groups the batch changed (not a copy of the shard's: a shard holds thousands)."""
     runs: dict[str, Run] = field(default_factory=dict)
     """Per group, what applying its entries in a row keeps (see :class:`~coordinator.rules.run.Run`):
     the ids :meth:`write` adds to its window at once, and the records the batch may have replaced."""
@@ -94,18 +98,16 @@ class Batch:
             self.commit.xadd(self.dead_stream, fields)
             log.warning("dead-lettered %s: %s", _text(entry_id), reason, extra={"shard": self.shard})
 
-    def write(self, stored: dict[str, GroupState]) -> None:
-        """Complete the batch's states and add to the commit the writes that turn the ``stored`` states
-        into them."""
+    def write(self) -> None:
+        """Complete the batch's states and add to the commit the writes that turn the stored states into
+        them."""
         limit = self.policy.idempotency_window
-        for gid in self.changed:
+        for gid, applied in self.groups.items():  # replacing values, not keys, while iterating
             run = self.runs[gid]
-            state = self.groups[gid]
-            state = self.groups[gid] = state.model_copy(
-                update={"window": state.window.extend(tuple(run.ids), limit)}
-            )
+            window = applied.window.extend(tuple(run.ids), limit)
+            state = self.groups[gid] = applied.model_copy(update={"window": window})
             touched = Touched(run.agents_touched, run.findings_touched)
-            write_changes(self.commit, self.keys, self.shard, stored.get(gid), state, limit, touched)
+            write_changes(self.commit, self.keys, self.shard, self.stored.get(gid), state, limit, touched)
 
     def _apply_entry(self, data: bytes | None, deliveries: int, max_deliveries: int) -> str | None:
         """Apply one entry to the working copy; the dead-letter reason when it cannot be applied."""
@@ -122,7 +124,7 @@ class Batch:
         type_ = envelope.type
         self.types_in[type_] = self.types_in.get(type_, 0) + 1
         if type_ is EnvelopeType.TICK:
-            for gid in list(self.groups):
+            for gid in [*self.stored, *(g for g in self.groups if g not in self.stored)]:
                 reason = self._apply_to(gid, envelope)
                 if reason:  # one group's rule bug must not stop the clock of the others
                     log.error("tick skipped group %s: %s", gid, reason, extra={"group_id": gid})
@@ -131,6 +133,8 @@ class Batch:
 
     def _apply_to(self, gid: str, envelope: Envelope) -> str | None:
         state = self.groups.get(gid)
+        if state is None:
+            state = self.stored.get(gid)
         if state is None:
             state = GroupState(group_id=gid)
         run = self.runs.get(gid)
@@ -141,9 +145,8 @@ class Batch:
         except Exception as exc:  # a rule bug must not stop the shard: dead-letter the entry
             log.exception("rule failed on %s", envelope.id, extra={"group_id": gid})
             return f"rule failed: {type(exc).__name__}: {exc}"
-        if outcome.state is not state or gid not in self.groups:
+        if outcome.state is not state or (gid not in self.groups and gid not in self.stored):
             self.groups[gid] = outcome.state
-            self.changed.add(gid)
         for emit in outcome.emits:
             key = self.targets.get(emit.target) or self.keys.inbox(self.shard, emit.envelope.agent_id)
             self.commit.xadd_data(key, encode(emit.envelope))

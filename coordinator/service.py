@@ -356,15 +356,15 @@ class Coordinator:
             shard.targets,
             shard.dead,
             Commit(self._lease_key(shard), shard.signals, self._version_key(shard)),
-            dict(shard.groups),
+            shard.groups,
         )
         counts = await self._delivery_counts(shard, entries) if shard.need_pending else {}
         for entry_id, data in entries:
             batch.add(entry_id, data, counts.get(entry_id, 1), self.options.max_deliveries)
-        batch.write(shard.groups)
+        batch.write()
         result = await self._run_commit(shard, batch.commit, block_ms)
         if result is CommitResult.OK:
-            shard.groups = batch.groups
+            shard.groups.update(batch.groups)
             shard.version += 1
             self.applied += len(entries)
             self._committed(shard, batch, time.perf_counter() - started)
