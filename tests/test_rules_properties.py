@@ -334,3 +334,18 @@ def test_a_rule_that_fails_midway_leaves_the_run_as_it_was(monkeypatch: pytest.M
     with pytest.raises(RuntimeError, match="a bug"):
         apply(state, beat, POLICY, run)
     assert state.to_json() == stored and "in-1" not in run.ids
+
+
+def test_snapshots_of_a_step_in_a_run_stay_as_they_were_taken() -> None:
+    """In a run the step changes the run's maps in place; what a rule read as ``state`` or ``initial``
+    does not change under it."""
+    run = BatchRun()
+    started = new_envelope(AgentStarted(task="scan"), agent_id="a", group_id=GROUP, id="in-0", ts=T0)
+    state = apply(GroupState(group_id=GROUP), started, POLICY, run).state
+    assert run.agents is state.agents  # the run's own map, changed in place from here on
+    beat = new_envelope(Heartbeat(), agent_id="a", group_id=GROUP, id="in-1", ts=T0)
+    step = Step(state, beat, POLICY, run)
+    taken = step.state
+    step.update("a", task="changed")
+    assert taken.agents["a"].task == "scan" and step.initial.agents["a"].task == "scan"
+    assert step.state.agents["a"].task == "changed"

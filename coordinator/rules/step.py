@@ -58,7 +58,8 @@ class Step:
         self.run: Final = run
         self.emits: list[Emit] = []
         self._changes: dict[str, Any] = {}
-        self._state: GroupState | None = state
+        self._state: GroupState | None = None
+        """The last snapshot :attr:`state` built (None: build one; the input's maps may be the run's)."""
         self._undo: list[tuple[dict[str, Any], str, Any]] = []
         """(map, key, the value it had or _MISSING) for every change to the run's maps, in order."""
         self.alive = False
