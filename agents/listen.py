@@ -47,7 +47,7 @@ import click
 
 from agents.adapter import AgentBus, connect_bus, stderr_log
 from agents.delivery import GROUP, Directive, as_directive
-from bus.connection import Client, redis_options, translated
+from bus.connection import Client, as_text, redis_options, translated
 from bus.consumer import DELETED_REASON, Ack, Consumer, Delivery, stream_entries
 from bus.envelope import decode, encode
 from bus.errors import BusError, CommandFailed, ConnectionFailed, DecodeError
@@ -160,7 +160,7 @@ class InboxListener:
                 self.inbox, GROUP, min="-", max="+", count=10, consumername=CONSUMER, idle=self.claim_idle_ms
             )
         for record in pending:
-            entry_id = _text(record["message_id"])
+            entry_id = as_text(record["message_id"])
             with translated():
                 claimed: list[Any] = await self.client.xclaim(
                     self.inbox, GROUP, CONSUMER, self.claim_idle_ms, [entry_id]
@@ -180,7 +180,7 @@ class InboxListener:
         with translated():
             reply = await self.client.xreadgroup(GROUP, CONSUMER, {self.inbox: ">"}, count=1, block=block_ms)
         for entry_id, fields in stream_entries(reply):
-            found = await self._take(_text(entry_id), fields, 1)
+            found = await self._take(as_text(entry_id), fields, 1)
             if found is not None:
                 return found
         return None
@@ -220,10 +220,6 @@ def _block_ms(remaining: float | None, claim_idle_ms: int) -> int | None:
     if remaining <= 0:
         return None
     return max(1, min(poll, int(remaining * 1000)))
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def render(received: Received, as_json: bool) -> bytes:

@@ -27,6 +27,7 @@ from bus.settings import Settings, parse_sentinel_url
 
 __all__ = [
     "Client",
+    "as_text",
     "connect",
     "default_url",
     "redis_options",
@@ -76,6 +77,12 @@ def translated() -> Iterator[None]:
         raise ConnectionFailed(f"Redis unavailable ({type(exc).__name__}): {exc}") from exc
     except rex.RedisError as exc:
         raise CommandFailed(f"Redis refused the command ({type(exc).__name__}): {exc}") from exc
+
+
+def as_text(value: bytes | str) -> str:
+    """A value of a Redis reply as text: the clients here return bytes, a client made with
+    ``decode_responses`` returns str."""
+    return value.decode() if isinstance(value, bytes) else value
 
 
 async def connect(settings: Settings) -> Client:

@@ -19,7 +19,7 @@ from typing import Any, Final, NamedTuple
 import redis.asyncio
 from redis.crc import key_slot
 
-from bus.connection import Client, translated
+from bus.connection import Client, as_text, translated
 from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, decode
 from bus.errors import CommandFailed, ConfigError, DecodeError
 from bus.keys import dead_stream_for
@@ -104,15 +104,15 @@ def parse_autoclaim(reply: Sequence[Any]) -> tuple[str, list[_Entry], list[str],
     which stays pending: those are only counted here, and found by id when the consumer re-reads its
     own pending entries (where they come back with no fields).
     """
-    cursor = _text(reply[0])
+    cursor = as_text(reply[0])
     entries: list[_Entry] = []
     unnamed = 0
     for item in reply[1] or ():
         if item is None or item[0] is None:
             unnamed += 1
         else:
-            entries.append((_text(item[0]), item[1] or {}))
-    deleted = [_text(entry_id) for entry_id in reply[2]] if len(reply) > 2 and reply[2] else []
+            entries.append((as_text(item[0]), item[1] or {}))
+    deleted = [as_text(entry_id) for entry_id in reply[2]] if len(reply) > 2 and reply[2] else []
     return cursor, entries, deleted, unnamed
 
 
@@ -252,7 +252,7 @@ class Consumer:
             reply = await self.client.xreadgroup(
                 self.group, self.name, {self.stream: cursor}, count=self.batch
             )
-        entries = [(_text(entry_id), fields) for entry_id, fields in stream_entries(reply)]
+        entries = [(as_text(entry_id), fields) for entry_id, fields in stream_entries(reply)]
         self._own_cursor = entries[-1][0] if entries else None
         return await self._counted(entries)
 
@@ -309,7 +309,7 @@ class Consumer:
         try:
             envelope: Envelope | None = decode(raw)
         except DecodeError as exc:
-            names = ", ".join(sorted(_text(name) for name in fields))
+            names = ", ".join(sorted(as_text(name) for name in fields))
             error = f"{exc} (fields: {names})" if raw is None else str(exc)
             return Delivery(entry, raw, None, error, deliveries)
         if deliveries > self.max_deliveries:
@@ -375,7 +375,3 @@ def stream_entries(reply: Any) -> list[tuple[Any, Mapping[Any, Any]]]:
     if entries and isinstance(entries[0], list):  # RESP3 legacy shape wraps the list once more
         entries = entries[0]
     return entries  # (id, fields) pairs; redis-py gives {} for the fields of a deleted entry
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import click
 import orjson
 
-from bus.connection import Client, connect, redis_options, translated
+from bus.connection import Client, as_text, connect, redis_options, translated
 from bus.consumer import Ack, Consumer, Delivery, stream_entries
 from bus.envelope import decode
 from bus.errors import BusError, DecodeError
@@ -71,12 +71,12 @@ class _Cursor:
                 last = stream_entries(
                     [[self.stream, await self.client.xrevrange(self.stream, "+", "-", count=1)]]
                 )
-            self.cursor = _text(last[0][0]) if last else "0-0"
+            self.cursor = as_text(last[0][0]) if last else "0-0"
 
     async def fetch(self, block_ms: int | None) -> list[Item]:
         with translated():
             reply = await self.client.xread({self.stream: self.cursor}, count=_BATCH, block=block_ms)
-        items = [Item(self.shard, _text(entry_id), fields) for entry_id, fields in stream_entries(reply)]
+        items = [Item(self.shard, as_text(entry_id), fields) for entry_id, fields in stream_entries(reply)]
         if items:
             self.cursor = items[-1].entry_id
         return items
@@ -117,7 +117,7 @@ class _Grouped:
             pipe.xrange(self.stream, entry_id, entry_id)
         with translated():
             replies = await pipe.execute()
-        return {_text(reply[0][0]): reply[0][1] for reply in replies if reply}
+        return {as_text(reply[0][0]): reply[0][1] for reply in replies if reply}
 
     async def done(self, items: Sequence[Item]) -> None:
         if items:
@@ -363,7 +363,3 @@ def tail(
         return
     except BusError as exc:
         raise click.ClickException(str(exc)) from None
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

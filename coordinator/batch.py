@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from bus.connection import as_text
 from bus.consumer import DELETED_REASON, dead_letter_fields
 from bus.envelope import Envelope, EnvelopeType, decode, encode
 from bus.errors import DecodeError
@@ -90,13 +91,13 @@ class Batch:
             self.dead += 1
             fields = dead_letter_fields(
                 stream=self.commit.stream_key,
-                entry_id=_text(entry_id),
+                entry_id=as_text(entry_id),
                 raw=None if data is NO_DATA else data,
                 reason=reason,
                 deliveries=deliveries,
             )
             self.commit.xadd(self.dead_stream, fields)
-            log.warning("dead-lettered %s: %s", _text(entry_id), reason, extra={"shard": self.shard})
+            log.warning("dead-lettered %s: %s", as_text(entry_id), reason, extra={"shard": self.shard})
 
     def write(self) -> None:
         """Complete the batch's states and add to the commit the writes that turn the stored states into
@@ -152,7 +153,3 @@ class Batch:
             self.commit.xadd_data(key, encode(emit.envelope))
             self.emitted.append(emit.envelope)
         return None
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else value

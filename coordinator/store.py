@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 import orjson
 from pydantic import ValidationError
 
+from bus.connection import as_text
 from bus.errors import DecodeError
 from bus.keys import Keys
 from coordinator.commit import Commit
@@ -131,7 +132,7 @@ def _appended(old: IdWindow, new: IdWindow) -> list[str]:
 def load_state(group_id: str, fields: Mapping[Any, Any], seen: list[Any]) -> GroupState:
     """A group's state from its hash fields and its window list; :class:`DecodeError` if corrupt."""
     try:
-        fields = {_str(name): value for name, value in fields.items()}
+        fields = {as_text(name): value for name, value in fields.items()}
         data: dict[str, Any] = orjson.loads(fields.get("meta", b"{}"))
         data["group_id"] = group_id
         maps: dict[str, dict[str, Any]] = {name: {} for name in _MAPS}
@@ -140,7 +141,7 @@ def load_state(group_id: str, fields: Mapping[Any, Any], seen: list[Any]) -> Gro
                 if name.startswith(prefix):
                     maps[attr][name[len(prefix) :]] = model.model_validate_json(value)
         maps["findings"] = {key: compact_slot(slot) for key, slot in maps["findings"].items()}
-        ids = [_str(s) for s in seen]
+        ids = [as_text(s) for s in seen]
         chunk = IdWindow.CHUNK
         window = IdWindow.model_construct(
             chunks=tuple(tuple(ids[i : i + chunk]) for i in range(0, len(ids), chunk))
@@ -148,7 +149,3 @@ def load_state(group_id: str, fields: Mapping[Any, Any], seen: list[Any]) -> Gro
         return GroupState.model_validate({**data, **maps, "window": window})
     except (orjson.JSONDecodeError, ValidationError, UnicodeDecodeError) as exc:
         raise DecodeError(f"invalid stored state of group {group_id}: {exc}") from None
-
-
-def _str(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
