@@ -42,8 +42,6 @@ __all__ = ["MergedFinding", "fold", "merge_findings", "merged", "merged_view", "
 
 _agent_key = lru_cache(maxsize=4096)(agent_key)
 """Agent names repeat on every report; normalising one is a regular expression substitution."""
-_REPEATED: Final = ("file", "category", "agent")
-"""The fields of a report whose values recur across the reports a group keeps (see ``compact``)."""
 
 
 class MergedFinding(Model):
@@ -118,13 +116,25 @@ def fold(slot: FindingSlot | None, finding: Finding) -> FindingSlot:
     best = slot.reports.get(agent)
     if best is not None and not _outranks(finding, best):
         return slot
-    return evolve(slot, reports={**slot.reports, agent: compact(finding, *_REPEATED)})
+    return evolve(slot, reports={**slot.reports, agent: _kept(finding, agent, slot.reports)})
 
 
 def compact_slot(slot: FindingSlot) -> FindingSlot:
     """``slot`` with its reports held the way :func:`fold` holds them (read back from storage, a slot's
     reports are validated anew, each with copies of its own)."""
-    return evolve(slot, reports={agent: compact(f, *_REPEATED) for agent, f in slot.reports.items()})
+    reports: dict[str, Finding] = {}
+    for agent, finding in slot.reports.items():
+        reports[agent] = _kept(finding, _agent_key(finding.agent), reports)
+    return evolve(slot, reports=reports)
+
+
+def _kept(finding: Finding, agent: str, others: dict[str, Finding]) -> Finding:
+    """The report as a slot keeps it: with the file and category strings of the slot's other reports
+    (equal ones: same place), the agent name normalising gave (cached), and a shared fields-set."""
+    peer = next(iter(others.values()), None)
+    if peer is None:
+        return compact(finding, agent=agent)
+    return compact(finding, agent=agent, file=peer.file, category=peer.category)
 
 
 def merged(slot: FindingSlot, policy: Policy) -> MergedFinding:

@@ -11,7 +11,6 @@ here; anything else falls back to pydantic's own constructors.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any, Final, TypeVar, cast
 
@@ -99,22 +98,21 @@ _FIELDS_SETS: dict[frozenset[str], set[str]] = {}
 """One set per combination of fields given; a model has at most a few hundred (each field in or out)."""
 
 
-def compact(model: M, /, *repeated: str) -> M:
+def compact(model: M, /, **shared: Any) -> M:
     """``model`` as a state that keeps thousands of its kind holds it, e.g. finding reports.
 
-    The values of the ``repeated`` fields (strings that recur across instances, such as a file name or
-    an agent's kind) are interned, and pydantic's record of the fields given (a set per instance, more
-    than half of a small model's memory) is one set shared by every instance that gave the same fields.
-    Sharing it is safe: the models are frozen, pydantic copies the set before it changes one
-    (``model_copy``), and :func:`evolve` makes a new one.
+    Each ``shared`` value that equals the model's own replaces it (a string other instances hold
+    already, such as the file name of the other reports of a finding), and pydantic's record of the
+    fields given (a set per instance, more than half of a small model's memory) is one set shared by
+    every instance that gave the same fields. Sharing it is safe: the models are frozen, pydantic copies
+    the set before it changes one (``model_copy``), and :func:`evolve` makes a new one.
     """
     if model.__pydantic_extra__ or model.__pydantic_private__:
         return model
     data = model.__dict__.copy()
-    for name in repeated:
-        value = data[name]
-        if type(value) is str:
-            data[name] = sys.intern(value)
+    for name, value in shared.items():
+        if data[name] == value:
+            data[name] = value
     given = frozenset(model.__pydantic_fields_set__)
     fields_set = _FIELDS_SETS.get(given)
     if fields_set is None:
