@@ -52,12 +52,7 @@ def construct(cls: type[M], /, **values: Any) -> M:
         data = {name: values[name] for name in names}
     else:
         data = _with_defaults(cls, fields, values)
-    model = cls.__new__(cls)
-    _set(model, "__dict__", data)
-    _set(model, "__pydantic_fields_set__", set(values))
-    _set(model, "__pydantic_extra__", None)
-    _set(model, "__pydantic_private__", None)
-    return model
+    return _made(cls, data, set(values))
 
 
 def _with_defaults(
@@ -84,14 +79,9 @@ def evolve(model: M, /, **changes: Any) -> M:
     """``model.model_copy(update=changes)``, minus the generic work pydantic does for any model."""
     if model.__pydantic_extra__ or model.__pydantic_private__:
         return model.model_copy(update=changes)
-    copied = model.__class__.__new__(model.__class__)
     data = model.__dict__.copy()
     data.update(changes)
-    _set(copied, "__dict__", data)
-    _set(copied, "__pydantic_fields_set__", model.__pydantic_fields_set__ | changes.keys())
-    _set(copied, "__pydantic_extra__", None)
-    _set(copied, "__pydantic_private__", None)
-    return copied
+    return _made(model.__class__, data, model.__pydantic_fields_set__ | changes.keys())
 
 
 _FIELDS_SETS: dict[frozenset[str], set[str]] = {}
@@ -117,9 +107,14 @@ def compact(model: M, /, **shared: Any) -> M:
     fields_set = _FIELDS_SETS.get(given)
     if fields_set is None:
         fields_set = _FIELDS_SETS[given] = set(given)
-    copied = model.__class__.__new__(model.__class__)
-    _set(copied, "__dict__", data)
-    _set(copied, "__pydantic_fields_set__", fields_set)
-    _set(copied, "__pydantic_extra__", None)
-    _set(copied, "__pydantic_private__", None)
-    return copied
+    return _made(model.__class__, data, fields_set)
+
+
+def _made(cls: type[M], data: dict[str, Any], fields_set: set[str]) -> M:
+    """What pydantic's construction leaves in an instance of a closed model, without its generic work."""
+    model = cls.__new__(cls)
+    _set(model, "__dict__", data)
+    _set(model, "__pydantic_fields_set__", fields_set)
+    _set(model, "__pydantic_extra__", None)
+    _set(model, "__pydantic_private__", None)
+    return model
