@@ -146,7 +146,7 @@ class Batch:
         except Exception as exc:  # a rule bug must not stop the shard: dead-letter the entry
             log.exception("rule failed on %s", envelope.id, extra={"group_id": gid})
             return f"rule failed: {type(exc).__name__}: {exc}"
-        if outcome.state is not state or (gid not in self.groups and gid not in self.stored):
+        if outcome.state is not state:  # a new group's first entry always makes a new state
             self.groups[gid] = outcome.state
         for emit in outcome.emits:
             key = self.targets.get(emit.target) or self.keys.inbox(self.shard, emit.envelope.agent_id)
