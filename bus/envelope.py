@@ -304,6 +304,9 @@ def decode(data: bytes | str | None) -> Envelope:
         raise DecodeError("entry has no 'data' field")
     if len(data) > MAX_ENVELOPE_BYTES:
         raise DecodeError(f"entry is {len(data)} bytes, over the {MAX_ENVELOPE_BYTES}-byte limit")
+    envelope = _decoded_json(data)
+    if envelope is not None:
+        return envelope
     try:
         raw = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -338,13 +341,27 @@ def _by_type() -> TypeAdapter[Any]:
     return TypeAdapter(cast("Any", Annotated[Union[variants], Field(discriminator="type")]))  # noqa: UP007
 
 
+def _decoded_json(data: bytes | str) -> Envelope | None:
+    """:func:`_decoded` of the parsed JSON in one pass of pydantic's core, which parses the bytes straight
+    into the models (no Python dict of them first); None for anything else, which the path through
+    orjson then looks at (the same JSON is refused by both: NaN, lone surrogates, invalid UTF-8,
+    trailing data), so its errors, and verdicts, stay the canonical ones."""
+    try:
+        return _trusted_variant(_by_type().validate_json(data))
+    except ValidationError:
+        return None
+
+
 def _decoded(raw: Any) -> Envelope | None:
     """``Envelope.model_validate(raw)`` for a valid envelope (the same model, fields and field order);
     None for anything the canonical validation has to look at."""
     try:
-        variant = _by_type().validate_python(raw)
+        return _trusted_variant(_by_type().validate_python(raw))
     except ValidationError:
         return None
+
+
+def _trusted_variant(variant: Any) -> Envelope | None:
     data = variant.__dict__
     if data["v"] != SCHEMA_VERSION or data["kind"] is not PAYLOADS[data["type"]][0]:
         return None

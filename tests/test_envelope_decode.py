@@ -30,7 +30,7 @@ from rules_kit import (
 )
 
 from bus.directives import HumanApprove, HumanDeny, HumanRecover, HumanResolve, RecoveryOption
-from bus.envelope import PAYLOADS, Envelope, Kind, _decoded, decode, encode
+from bus.envelope import PAYLOADS, Envelope, Kind, _decoded, decode, encode, new_envelope
 from bus.errors import DecodeError
 from bus.events import AgentExited, AgentStarted, Heartbeat, Tick
 from bus.results import ResultStatus
@@ -144,3 +144,32 @@ def test_payload_fields_broken(data: st.DataObject, index: int, value: Any) -> N
     else:
         raw["payload"][key] = value
     _agree(raw)
+
+
+def test_an_integer_beyond_64_bits_keeps_its_value_through_a_round_trip() -> None:
+    """JSON is parsed straight into the models, where an integer stays exact (a parse into Python values
+    first would have made it a float)."""
+    big = 2**100 + 1
+    envelope = new_envelope(Progress(agent_id="a", percent=5, files=big), agent_id="a", group_id="g")
+    decoded = decode(encode(envelope))
+    assert decoded == envelope
+    assert decoded.payload.model_extra == {"files": big}
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"id":"x","v":1,"kind":"event","type":"HEARTBEAT","agent_id":"a","group_id":"g",'
+        b'"ts":"2026-01-01T00:00:00Z","payload":{"pid":NaN}}',
+        b'{"id":"\\ud800","v":1,"kind":"event","type":"HEARTBEAT","agent_id":"a","group_id":"g",'
+        b'"ts":"2026-01-01T00:00:00Z","payload":{"pid":1}}',
+        b'{"id":"\xff","v":1,"kind":"event","type":"HEARTBEAT","agent_id":"a","group_id":"g",'
+        b'"ts":"2026-01-01T00:00:00Z","payload":{"pid":1}}',
+        b'{"id":"x","v":1,"kind":"event","type":"HEARTBEAT","agent_id":"a","group_id":"g",'
+        b'"ts":"2026-01-01T00:00:00Z","payload":{"pid":1}} trailing',
+    ],
+    ids=["nan", "lone-surrogate", "invalid-utf8", "trailing-data"],
+)
+def test_json_that_is_not_strictly_valid_is_refused_as_not_json(data: bytes) -> None:
+    with pytest.raises(DecodeError, match="not JSON"):
+        decode(data)
