@@ -62,10 +62,20 @@ def test_emitted_envelopes_are_derived_from_the_input() -> None:
         assert emit.envelope.group_id == GROUP
         assert emit.envelope.source == SOURCE
     assert emitted_id("x", 0) != emitted_id("x", 1) != emitted_id("y", 0)
+    assert emitted_id(envelope.id, 3) == f"{envelope.id}.3"  # names its cause
     for emit in outcome.emits:
         if emit.target is Target.EVENTS:
             assert isinstance(emit.envelope.payload, Decision)
             assert emit.envelope.payload.cause == envelope.id
+
+
+def test_an_emitted_id_that_would_be_too_long_is_a_hash() -> None:
+    longest = "i" * 128
+    ids = {emitted_id(longest, n) for n in range(1000)}
+    assert len(ids) == 1000
+    assert all(len(i) == 32 and "." not in i for i in ids)  # never one of the dotted ids
+    assert emitted_id("i" * 126, 9) == "i" * 126 + ".9"  # 128 characters: still fits
+    assert len(emitted_id("i" * 126, 10)) == 32
 
 
 def test_the_same_entry_twice_changes_nothing() -> None:

@@ -8,6 +8,7 @@ entries again yields byte-identical output.
 from __future__ import annotations
 
 import hashlib
+from typing import Final
 
 __all__ = [
     "delegate_agent_id",
@@ -23,8 +24,20 @@ def _digest(*parts: str, length: int = 16) -> str:
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:length]
 
 
+_MAX_ID: Final = 128
+"""The longest envelope id (:class:`bus.envelope.Envelope`)."""
+
+
 def emitted_id(input_id: str, n: int) -> str:
-    """The id of the ``n``-th envelope (from 0) emitted while applying envelope ``input_id``."""
+    """The id of the ``n``-th envelope (from 0) emitted while applying envelope ``input_id``:
+    ``<input_id>.<n>``, which names its cause, or a hash of the two when that would be too long.
+
+    Distinct inputs and positions give distinct ids: ``n`` has no dot, so cutting an id at its last dot
+    gives back both, and a hash (hex digits only) is never one of those (which all hold a dot).
+    """
+    emitted = f"{input_id}.{n}"
+    if len(emitted) <= _MAX_ID:
+        return emitted
     return hashlib.sha256(f"{input_id}:{n}".encode()).hexdigest()[:32]
 
 
