@@ -23,6 +23,7 @@ from coordinator.commit import Commit
 from coordinator.policy import Policy
 from coordinator.rules import Target, apply
 from coordinator.rules.run import Run
+from coordinator.rules.trusted import evolve
 from coordinator.state import GroupState
 from coordinator.store import Touched, write_changes
 
@@ -106,7 +107,7 @@ class Batch:
         for gid, applied in self.groups.items():  # replacing values, not keys, while iterating
             run = self.runs[gid]
             window = applied.window.extend(tuple(run.ids), limit)
-            state = self.groups[gid] = applied.model_copy(update={"window": window})
+            state = self.groups[gid] = evolve(applied, window=window)
             touched = Touched(run.agents_touched, run.findings_touched)
             write_changes(self.commit, self.keys, self.shard, self.stored.get(gid), state, limit, touched)
 

@@ -3,7 +3,7 @@ row (a batch), so that each entry does not pay again for what the run can do onc
 
 from __future__ import annotations
 
-from coordinator.state import AgentRecord, FindingSlot
+from coordinator.state import AgentRecord, FindingSlot, GroupState
 
 __all__ = ["Run"]
 
@@ -22,9 +22,11 @@ class Run:
       has); None until then.
     - ``agents_touched`` / ``findings_touched``: the ids of the records the run may have replaced, so
       that storing the result compares only those.
+    - ``state``: the last group state the run made, which only the run holds until it ends: the next
+      entry's changes go into it in place instead of into another copy.
     """
 
-    __slots__ = ("agents", "agents_touched", "findings", "findings_touched", "ids", "own")
+    __slots__ = ("agents", "agents_touched", "findings", "findings_touched", "ids", "own", "state")
 
     def __init__(self) -> None:
         self.ids: dict[str, None] = {}
@@ -33,3 +35,4 @@ class Run:
         self.findings: dict[str, FindingSlot] | None = None
         self.agents_touched: set[str] = set()
         self.findings_touched: set[str] = set()
+        self.state: GroupState | None = None

@@ -257,9 +257,13 @@ class Step:
             changes["agents"] = run.agents
         if run.findings is not None:
             changes["findings"] = run.findings
-        return Outcome(
-            evolve(self._input, **changes), self.emits, rejected, run.agents_touched, run.findings_touched
-        )
+        state = self._input
+        if state is run.state:  # only the run holds it (the entry before made it): no need for a copy
+            state.__dict__.update(changes)
+            state.__pydantic_fields_set__.update(changes)
+        else:
+            state = run.state = evolve(state, **changes)
+        return Outcome(state, self.emits, rejected, run.agents_touched, run.findings_touched)
 
     def _count(self, record: AgentRecord) -> None:
         """One more entry applied for ``record``'s agent, the input being the last (and a sign of life)."""
