@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Any
+from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -69,12 +69,19 @@ class Finding(Model):
     def _lower(cls, value: Any) -> Any:
         return value.strip().lower() if isinstance(value, str) else value
 
-    @model_validator(mode="before")
+    @field_validator("category", mode="before")
     @classmethod
-    def _default_category(cls, data: Any) -> Any:
-        if isinstance(data, dict) and not data.get("category"):
-            return {**data, "category": derive_category(data.get("id"), str(data.get("title", "")))}
-        return data
+    def _no_category(cls, value: Any) -> Any:
+        return "" if value is None else value
+
+    # After validation, not before: a model validator that runs first makes pydantic hand it the input
+    # as a Python dict, a third of the cost of decoding a finding from JSON.
+    @model_validator(mode="after")
+    def _default_category(self) -> Self:
+        if not self.category:
+            self.__dict__["category"] = derive_category(self.id, self.title)
+            self.__pydantic_fields_set__.add("category")
+        return self
 
     @property
     def location(self) -> str:

@@ -97,6 +97,14 @@ def test_finding_category_defaults_from_the_id_prefix() -> None:
     assert Finding(title="x", severity="Critical").severity is Severity.CRITICAL
 
 
+@pytest.mark.parametrize("given", [{}, {"category": None}, {"category": ""}])
+def test_a_finding_without_a_category_takes_its_id_prefix_from_json_too(given: dict[str, object]) -> None:
+    finding = Finding.model_validate_json(orjson.dumps({"id": "qa-7", "title": "t", **given}))
+    assert finding.category == "QA"
+    assert "category" in finding.model_fields_set  # written out like a given one
+    assert Finding.model_validate_json(b'{"title": "t", "category": "PERF"}').category == "PERF"
+
+
 def test_envelope_model_is_closed() -> None:
     raw = orjson.loads(encode(new_envelope(STOP, agent_id="a1", group_id="g1")))
     raw["extra"] = 1
