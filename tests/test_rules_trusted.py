@@ -111,8 +111,14 @@ def test_evolve_is_model_copy() -> None:
 
 def test_compacted_reports_equal_their_originals_and_share_only_immutable_parts() -> None:
     def report(title: str) -> Finding:
-        data = {"title": title, "file": "src/app.py", "line": 3, "agent": "qa-engineer"}
-        return Finding.model_validate_json(orjson.dumps(data))  # strings of its own, as decoding makes
+        # strings of its own, as reports read back from storage have
+        data = {
+            "title": title,
+            "file": "".join(("src/", "app.py")),
+            "line": 3,
+            "agent": "-".join(("qa", "engineer")),
+        }
+        return Finding.model_validate(data)
 
     first, second = report("one"), report("two")
     one = compact(first)
