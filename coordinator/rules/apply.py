@@ -28,7 +28,7 @@ from coordinator.rules import blockers, clarification, completion, delegation, f
 from coordinator.rules.outcome import Emit, Outcome, Target
 from coordinator.rules.run import Run
 from coordinator.rules.step import Rejected, Step
-from coordinator.rules.trusted import evolve
+from coordinator.rules.trusted import change
 from coordinator.state import GroupState
 
 __all__ = ["HANDLERS", "Emit", "Outcome", "Target", "apply"]
@@ -99,9 +99,8 @@ def apply(state: GroupState, envelope: Envelope, policy: Policy, run: Run | None
         raise
     else:
         outcome = step.finish()
-    if alone:
-        window = outcome.state.window.add(envelope.id, policy.idempotency_window)
-        outcome = outcome._replace(state=evolve(outcome.state, window=window))
+    if alone:  # the state is the run's own (finish made it), and the run ends here
+        change(outcome.state, window=outcome.state.window.add(envelope.id, policy.idempotency_window))
     return outcome
 
 

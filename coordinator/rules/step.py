@@ -23,7 +23,7 @@ from coordinator.policy import Policy
 from coordinator.rules.ids import emitted_id
 from coordinator.rules.outcome import Emit, Outcome, Target
 from coordinator.rules.run import Run
-from coordinator.rules.trusted import construct, evolve
+from coordinator.rules.trusted import change, construct, evolve
 from coordinator.state import AgentRecord, FindingSlot, GroupState
 
 __all__ = ["MAX_DETAIL", "SOURCE", "Rejected", "Step"]
@@ -259,8 +259,7 @@ class Step:
             changes["findings"] = run.findings
         state = self._input
         if state is run.state:  # only the run holds it (the entry before made it): no need for a copy
-            state.__dict__.update(changes)
-            state.__pydantic_fields_set__.update(changes)
+            change(state, **changes)
         else:
             state = run.state = evolve(state, **changes)
         return Outcome(state, self.emits, rejected, run.agents_touched, run.findings_touched)
@@ -273,8 +272,7 @@ class Step:
             counted["last_seen"] = envelope.ts
         if id(record) in self.run.own:
             # No rule runs after this and only the run holds the record: no need for another copy.
-            record.__dict__.update(counted)
-            record.__pydantic_fields_set__.update(counted)
+            change(record, **counted)
         else:
             record = self.put(evolve(record, **counted))
             self.run.own[id(record)] = record

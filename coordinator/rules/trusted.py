@@ -17,7 +17,7 @@ from typing import Any, Final, TypeVar, cast
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-__all__ = ["compact", "construct", "evolve"]
+__all__ = ["change", "compact", "construct", "evolve"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -82,6 +82,13 @@ def evolve(model: M, /, **changes: Any) -> M:
     data = model.__dict__.copy()
     data.update(changes)
     return _made(model.__class__, data, model.__pydantic_fields_set__ | changes.keys())
+
+
+def change(model: BaseModel, /, **changes: Any) -> None:
+    """Change fields of ``model`` in place, as :func:`evolve` would in a copy. Only for a model its maker
+    still holds alone (the records and states a run made for itself), which no one else sees change."""
+    model.__dict__.update(changes)
+    model.__pydantic_fields_set__.update(changes)
 
 
 _FIELDS_SETS: dict[frozenset[str], set[str]] = {}
