@@ -100,7 +100,7 @@ def apply(state: GroupState, envelope: Envelope, policy: Policy, run: Run | None
     else:
         outcome = step.finish()
     if alone:  # the state is the run's own (finish made it), and the run ends here
-        change(outcome.state, window=outcome.state.window.add(envelope.id, policy.idempotency_window))
+        change(outcome.state, {"window": outcome.state.window.add(envelope.id, policy.idempotency_window)})
     return outcome
 
 

@@ -259,7 +259,7 @@ class Step:
             changes["findings"] = run.findings
         state = self._input
         if state is run.state:  # only the run holds it (the entry before made it): no need for a copy
-            change(state, **changes)
+            change(state, changes)
         else:
             state = run.state = evolve(state, **changes)
         return Outcome(state, self.emits, rejected, run.agents_touched, run.findings_touched)
@@ -272,7 +272,7 @@ class Step:
             counted["last_seen"] = envelope.ts
         if id(record) in self.run.own:
             # No rule runs after this and only the run holds the record: no need for another copy.
-            change(record, **counted)
+            change(record, counted)
         else:
             record = self.put(evolve(record, **counted))
             self.run.own[id(record)] = record

@@ -84,9 +84,10 @@ def evolve(model: M, /, **changes: Any) -> M:
     return _made(model.__class__, data, model.__pydantic_fields_set__ | changes.keys())
 
 
-def change(model: BaseModel, /, **changes: Any) -> None:
+def change(model: BaseModel, changes: dict[str, Any], /) -> None:
     """Change fields of ``model`` in place, as :func:`evolve` would in a copy. Only for a model its maker
-    still holds alone (the records and states a run made for itself), which no one else sees change."""
+    still holds alone (the records and states a run made for itself), which no one else sees change.
+    (The changes come as a dict: the rules' hottest path has one at hand already.)"""
     model.__dict__.update(changes)
     model.__pydantic_fields_set__.update(changes)
 
