@@ -62,6 +62,14 @@ def _dump(value: object) -> str:
 @click.option("--batch", default=100, show_default=True, help="Entries per read and commit.")
 @click.option("--lease-ttl", "lease_ttl_ms", default=5000, show_default=True, help="Shard lease TTL in ms.")
 @click.option("--tick", "tick_s", default=5.0, show_default=True, help="Seconds between timeout checks.")
+@click.option(
+    "--max-deliveries",
+    type=click.IntRange(min=1),
+    default=CoordinatorOptions.max_deliveries,
+    show_default=True,
+    help="An entry read more often than this without being committed (one that takes down or stalls "
+    "every coordinator that reads it) goes to the dead-letter stream instead of being applied.",
+)
 @click.option("--metrics-port", type=int, help="Serve Prometheus metrics on this port (127.0.0.1).")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
 @click.option(
@@ -77,6 +85,7 @@ def run_coordinator(
     batch: int,
     lease_ttl_ms: int,
     tick_s: float,
+    max_deliveries: int,
     metrics_port: int | None,
     metrics_host: str,
     log_json: bool,
@@ -91,7 +100,9 @@ def run_coordinator(
     """
     setup_logging(json=log_json, level=log_level)
     policy = _policy(policy_path)
-    options = CoordinatorOptions(batch=batch, lease_ttl_ms=lease_ttl_ms, tick_interval_s=tick_s)
+    options = CoordinatorOptions(
+        batch=batch, lease_ttl_ms=lease_ttl_ms, tick_interval_s=tick_s, max_deliveries=max_deliveries
+    )
     if name:
         options = replace(options, name=name)
     metrics = Metrics("coordinator") if metrics_port else None

@@ -174,6 +174,7 @@ class Fleet:
         burst: bool = False,
         prefix: Sequence[str] = (),
         tick_s: float = 3600,
+        max_deliveries: int | None = None,
     ) -> CoordinatorProcess:
         """A coordinator on ``url``; no ``name`` gives a random consumer name, as in production.
 
@@ -186,6 +187,8 @@ class Fleet:
             args += ["--name", name]
         if burst:
             args.append("--burst")
+        if max_deliveries is not None:
+            args += ["--max-deliveries", str(max_deliveries)]
         log = self.log_dir / f"coordinator-{len(self.processes)}-{name or 'random'}.log"
         with log.open("wb") as sink:
             popen = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=sink)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from checker import numbered_findings, state_mismatches
 from workers.kit import connected, progresses
 
@@ -91,9 +92,19 @@ async def test_undecodable_entries_are_dead_lettered_and_the_rest_applied(
         assert await state_mismatches(bus.client, bus.keys) == {}
 
 
+@pytest.mark.parametrize(
+    ("limit", "earlier"),
+    [
+        pytest.param(None, 5, id="default-limit"),
+        pytest.param(2, 2, id="limit-2"),
+        pytest.param(10, 5, id="limit-10"),
+    ],
+)
 async def test_an_entry_over_the_delivery_limit_is_dead_lettered(
-    redis_url: str, fleet: Fleet, fault_report: Recorder
+    redis_url: str, fleet: Fleet, fault_report: Recorder, limit: int | None, earlier: int
 ) -> None:
+    """``earlier`` coordinators read the entry and died before committing; the next one reads it once
+    more and dead-letters it when that is over its ``--max-deliveries`` (5 by default)."""
     published = numbered_findings(agents=4, per_agent=25, groups=1)
     async with open_bus(redis_url) as bus:
         shard = bus.keys.shard_of("group-0")
@@ -102,19 +113,23 @@ async def test_an_entry_over_the_delivery_limit_is_dead_lettered(
         await bus.publish(published)
         first: Any = await bus.client.xreadgroup(GROUP, "crashed-0", {stream: ">"}, count=1)
         poison_id = first[0][1][0][0].decode()
-        for n in range(1, 5):  # four more coordinators took it over and died before committing
+        for n in range(1, earlier):  # more coordinators took it over and died before committing
             await bus.client.xclaim(stream, GROUP, f"crashed-{n}", 0, [poison_id])
-        fleet.start(redis_url, name="coord-a")
-        await _applied_all(bus, len(published) - 1)
-        report = await bus.check(published[1:])
+        fleet.start(redis_url, name="coord-a", max_deliveries=limit)
+        over = earlier + 1 > (limit or 5)
+        await _applied_all(bus, len(published) - over)
+        report = await bus.check(published[over:])
         dead = await _dead(bus, shard)
         fault_report(report, dead_lettered=len(dead))
         assert report.clean, report
+        if not over:
+            assert dead == []
+            return
         assert len(dead) == 1
         fields = dead[0][1]
         assert fields[b"entry_id"].decode() == poison_id
-        assert fields[b"deliveries"] == b"6"
-        assert fields[b"reason"] == b"delivered 6 times without being committed"
+        assert fields[b"deliveries"] == str(earlier + 1).encode()
+        assert fields[b"reason"] == f"delivered {earlier + 1} times without being committed".encode()
         assert fields[b"data"] == encode(published[0])
 
 
