@@ -264,6 +264,11 @@ class Script:
         reply, _ = await self.run(pipe, keys, args)
         return reply
 
+    async def load(self, pipe: Pipe) -> None:
+        """Make sure the server ``pipe`` talks to knows the script (SCRIPT LOAD), so that a :meth:`run`
+        with commands behind it gets their replies from then on."""
+        await pipe.execute([(b"SCRIPT", b"LOAD", self.source)])
+
     async def run(
         self, pipe: Pipe, keys: Sequence[bytes], args: Sequence[bytes], then: Sequence[Command] = ()
     ) -> tuple[Any, list[Any] | None]:

@@ -262,6 +262,9 @@ class Coordinator:
 
     async def _take_over(self, shard: _Shard) -> None:
         """Claim every pending entry of the group (from dead or stalled owners) and reload the state."""
+        # A commit the server cannot run (NOSCRIPT) loses the replies of the read sent behind it, and
+        # those entries come again from the pending list, counted as delivered twice.
+        await self._commit.load(shard.pipe)
         await self._claim_pending(shard, idle_ms=0, count=1000, until_done=True)
         pruned = await self._script(self._prune, shard.pipe, shard.signals, GROUP, self.options.prune_idle_ms)
         if pruned:
