@@ -362,6 +362,7 @@ def _decoded(raw: Any) -> Envelope | None:
 
 
 def _trusted_variant(variant: Any) -> Envelope | None:
+    """The envelope a validated variant holds; None when its ``v`` or ``kind`` is not the one expected."""
     data = variant.__dict__
     if data["v"] != SCHEMA_VERSION or data["kind"] is not PAYLOADS[data["type"]][0]:
         return None

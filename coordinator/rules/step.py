@@ -3,8 +3,9 @@
 A :class:`Step` lives only inside one call of :func:`~coordinator.rules.apply.apply`; the rules change it
 freely, and the call turns it into an :class:`~coordinator.rules.outcome.Outcome`. A state the run did
 not make is never mutated: every change replaces a model with an updated copy, in maps the
-:class:`~coordinator.rules.run.Run` copied for itself; what the run made (its maps, and the records it
-counts entries for) it changes in place, since only the run's own states hold them.
+:class:`~coordinator.rules.run.Run` copied for itself; what the run made (its maps, the records it
+counts entries for, and the group state of its last entry) it changes in place, since only the run's own
+states hold them.
 
 The models built here (decisions, updated records, and emitted envelopes through
 :func:`bus.envelope.new_envelope`) are built without validating them again
