@@ -7,7 +7,7 @@ from datetime import timedelta
 from rules_kit import T0, Feed, answers, clarification, decisions, kinds, one
 
 from bus.directives import LaunchReason
-from bus.envelope import EnvelopeType
+from bus.envelope import EnvelopeType, new_envelope
 from bus.events import AgentStarted, AgentState, DecisionType, Heartbeat, Tick
 from coordinator.policy import Policy
 from coordinator.rules.ids import retry_agent_id
@@ -79,3 +79,17 @@ def test_a_timed_out_or_lost_agent_heard_from_again_runs_again() -> None:
     assert feed.state.agents[AGENT].state is AgentState.LOST
     feed.send(Heartbeat(), AGENT, at=2010)
     assert feed.state.agents[AGENT].state is AgentState.RUNNING
+
+
+def test_one_tick_gives_each_group_its_own_emitted_ids() -> None:
+    """A TICK is applied to every group of its shard, whose decisions share the shard's events stream."""
+    at = T0 + timedelta(seconds=121)
+    tick = new_envelope(Tick(now=at), agent_id=TICKER, group_id="*", source="tick", id="tick-1", ts=at)
+    ids: list[str] = []
+    for group in ("group-a", "group-b"):
+        feed = Feed(POLICY, group=group)
+        feed.send(AgentStarted(task="scan"), AGENT, at=0)
+        outcome = feed.apply(tick)
+        assert kinds(outcome) == [DecisionType.TIMED_OUT]
+        ids += [emit.envelope.id for emit in outcome.emits]
+    assert len(ids) == len(set(ids)) == 2

@@ -170,12 +170,15 @@ class Step:
     # -- emitting -----------------------------------------------------------------------------------
 
     def emit(self, target: Target, payload: Payload, agent_id: str) -> Envelope:
+        group_id, cause = self._input.group_id, self.envelope.id
+        if self.envelope.group_id != group_id:  # a TICK, applied to every group of its shard: one id each
+            cause = f"{cause}@{group_id}"
         envelope = new_envelope(
             payload,
             agent_id=agent_id,
-            group_id=self._input.group_id,
+            group_id=group_id,
             source=SOURCE,
-            id=emitted_id(self.envelope.id, len(self.emits)),
+            id=emitted_id(cause, len(self.emits)),
             ts=self.envelope.ts,
         )
         self.emits.append(Emit(target, envelope))
