@@ -6,7 +6,7 @@ from typing import Final
 
 from agents.blocks import SignalPayload
 from bus.envelope import EnvelopeType
-from bus.fields import Model
+from bus.fields import Model, trusted_instance
 from bus.results import ResultReport
 
 __all__ = ["ErrorItem", "Item", "ResultItem", "SignalItem", "signal_item"]
@@ -40,16 +40,11 @@ class ErrorItem(Model):
 
 Item = SignalItem | ResultItem | ErrorItem
 
-_set: Final = object.__setattr__
 _SIGNAL_FIELDS: Final = frozenset(SignalItem.model_fields)
 
 
 def signal_item(kind: EnvelopeType, payload: SignalPayload, line: int, offset: int) -> SignalItem:
     """``SignalItem(type=kind, payload=payload, line=line, offset=offset)`` without validating again
     values that are valid: the payload was just validated by its model, the rest is the parser's own."""
-    item = SignalItem.__new__(SignalItem)
-    _set(item, "__dict__", {"type": kind, "payload": payload, "line": line, "offset": offset})
-    _set(item, "__pydantic_fields_set__", set(_SIGNAL_FIELDS))
-    _set(item, "__pydantic_extra__", None)
-    _set(item, "__pydantic_private__", None)
-    return item
+    data = {"type": kind, "payload": payload, "line": line, "offset": offset}
+    return trusted_instance(SignalItem, data, set(_SIGNAL_FIELDS))

@@ -29,7 +29,7 @@ from bus import directives as d
 from bus import events as e
 from bus import signals as s
 from bus.errors import DecodeError
-from bus.fields import Model, Timestamp
+from bus.fields import Model, Timestamp, trusted_instance
 from bus.findings import Finding
 from bus.results import ResultReport
 
@@ -184,7 +184,6 @@ class Envelope(Model):
         return self
 
 
-_set: Final = object.__setattr__
 _GIVEN: Final = frozenset(Envelope.model_fields) - {"v"}  # the fields new_envelope() passes
 
 
@@ -250,18 +249,7 @@ def new_envelope(
         "source": source,
         "payload": payload,
     }
-    return _trusted(data, set(_GIVEN))
-
-
-def _trusted(data: dict[str, Any], fields_set: set[str]) -> Envelope:
-    """What ``Envelope(**data)`` makes of values already valid, in field order, without validating them
-    again; ``fields_set`` as validation would record it."""
-    envelope = Envelope.__new__(Envelope)
-    _set(envelope, "__dict__", data)
-    _set(envelope, "__pydantic_fields_set__", fields_set)
-    _set(envelope, "__pydantic_extra__", None)
-    _set(envelope, "__pydantic_private__", None)
-    return envelope
+    return trusted_instance(Envelope, data, set(_GIVEN))
 
 
 def encode(envelope: Envelope) -> bytes:
@@ -366,7 +354,7 @@ def _trusted_variant(variant: Any) -> Envelope | None:
     data = variant.__dict__
     if data["v"] != SCHEMA_VERSION or data["kind"] is not PAYLOADS[data["type"]][0]:
         return None
-    return _trusted(data, variant.__pydantic_fields_set__)
+    return trusted_instance(Envelope, data, variant.__pydantic_fields_set__)
 
 
 def _first_errors(exc: ValidationError, limit: int = 3) -> str:

@@ -9,11 +9,11 @@ time zone is rejected, because ordering signals from several machines needs an a
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Final, Self, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-__all__ = ["Confidence", "Model", "OpenModel", "Text", "Timestamp"]
+__all__ = ["Confidence", "Model", "OpenModel", "Text", "Timestamp", "trusted_instance"]
 
 
 def _to_text(value: Any) -> Any:
@@ -62,3 +62,21 @@ class OpenModel(BaseModel):
             for name in [name for name, value in extra.items() if value is None]:
                 del extra[name]
         return self
+
+
+M = TypeVar("M", bound=BaseModel)
+_set: Final = object.__setattr__
+
+
+def trusted_instance(
+    cls: type[M], data: dict[str, Any], fields_set: set[str], private: dict[str, Any] | None = None
+) -> M:
+    """What pydantic's construction leaves in an instance of a model without extra fields, built from
+    values that are valid already (``data`` in field order, ``fields_set`` as validation would record
+    it), without validating them again: for the hot paths that build models from validated parts."""
+    model = cls.__new__(cls)
+    _set(model, "__dict__", data)
+    _set(model, "__pydantic_fields_set__", fields_set)
+    _set(model, "__pydantic_extra__", None)
+    _set(model, "__pydantic_private__", private)
+    return model

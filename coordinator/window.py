@@ -7,7 +7,7 @@ from typing import ClassVar, Final
 
 from pydantic import PrivateAttr
 
-from bus.fields import Model
+from bus.fields import Model, trusted_instance
 
 __all__ = ["IdWindow"]
 
@@ -128,13 +128,8 @@ class IdWindow(Model):
             total -= len(out[first])
             index.drop(out[first])
             first += 1
-        window = IdWindow.__new__(IdWindow)
-        # what pydantic's construction does, minus its generic work
-        _set(window, "__dict__", {"chunks": tuple(out[first:])})
-        _set(window, "__pydantic_fields_set__", {"chunks"})
-        _set(window, "__pydantic_extra__", None)
-        _set(window, "__pydantic_private__", {"_cursor": (index, seq, total)})
-        return window
+        cursor = {"_cursor": (index, seq, total)}
+        return trusted_instance(IdWindow, {"chunks": tuple(out[first:])}, {"chunks"}, cursor)
 
     def _indexed(self) -> tuple[_ChunkIndex, int, int]:
         """The shared index, this window's newest chunk number in it, and the window's size."""

@@ -12,16 +12,17 @@ here; anything else falls back to pydantic's own constructors.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
+
+from bus.fields import trusted_instance
 
 __all__ = ["change", "compact", "construct", "evolve"]
 
 M = TypeVar("M", bound=BaseModel)
 
-_set: Final = object.__setattr__
 _FieldSpec = tuple[str, Any, Callable[[], Any] | None]
 _Spec = tuple[tuple[str, ...], frozenset[str], tuple[_FieldSpec, ...]]
 _SPECS: dict[type[BaseModel], _Spec] = {}
@@ -52,7 +53,7 @@ def construct(cls: type[M], /, **values: Any) -> M:
         data = {name: values[name] for name in names}
     else:
         data = _with_defaults(cls, fields, values)
-    return _made(cls, data, set(values))
+    return trusted_instance(cls, data, set(values))
 
 
 def _with_defaults(
@@ -81,7 +82,7 @@ def evolve(model: M, /, **changes: Any) -> M:
         return model.model_copy(update=changes)
     data = model.__dict__.copy()
     data.update(changes)
-    return _made(model.__class__, data, model.__pydantic_fields_set__ | changes.keys())
+    return trusted_instance(model.__class__, data, model.__pydantic_fields_set__ | changes.keys())
 
 
 def change(model: BaseModel, changes: dict[str, Any], /) -> None:
@@ -115,14 +116,4 @@ def compact(model: M, /, **shared: Any) -> M:
     fields_set = _FIELDS_SETS.get(given)
     if fields_set is None:
         fields_set = _FIELDS_SETS[given] = set(given)
-    return _made(model.__class__, data, fields_set)
-
-
-def _made(cls: type[M], data: dict[str, Any], fields_set: set[str]) -> M:
-    """What pydantic's construction leaves in an instance of a closed model, without its generic work."""
-    model = cls.__new__(cls)
-    _set(model, "__dict__", data)
-    _set(model, "__pydantic_fields_set__", fields_set)
-    _set(model, "__pydantic_extra__", None)
-    _set(model, "__pydantic_private__", None)
-    return model
+    return trusted_instance(model.__class__, data, fields_set)
