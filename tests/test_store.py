@@ -1,0 +1,91 @@
+"""The stored form of group states: what a batch writes reads back as the state the rules made."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+from rules_kit import GROUP, Feed, clarification, delegate, stop_dependency
+from test_rules_properties import POLICY, SETTINGS, Run, script_st
+
+from bus.events import AgentStarted
+from bus.keys import Keys
+from bus.signals import ClarificationNeeded
+from coordinator.commit import Commit
+from coordinator.rules import apply
+from coordinator.rules.run import Run as BatchRun
+from coordinator.state import GroupState
+from coordinator.store import Touched, load_state, write_changes
+
+KEYS = Keys("store", 4)
+LIMIT = 1000
+
+
+def _write(fields: dict[str, bytes], old: GroupState | None, new: GroupState, touched: Touched) -> None:
+    """Play the hash writes of one batch's commit (HSET, HDEL of the group's hash) onto ``fields``.
+
+    They are read from what the commit script unpacks: a MessagePack ``array 32`` of ``str 32`` items, the
+    ops laid out as :data:`coordinator.commit.COMMIT_SCRIPT` reads them.
+    """
+    commit = Commit("lease", "signals", "version")
+    write_changes(commit, KEYS, 0, old, new, LIMIT, touched)
+    data = commit.script_args("token", "coordinator", 5000, 0)[1][-1]
+    assert data[0] == 0xDD
+    items, at = [], 5
+    for _ in range(int.from_bytes(data[1:5], "big")):
+        assert data[at] == 0xDB
+        size = int.from_bytes(data[at + 1 : at + 5], "big")
+        items.append(data[at + 5 : at + 5 + size])
+        at += 5 + size
+    i = 0
+    while i < len(items):
+        op = items[i].decode()
+        if op == "H":
+            fields[items[i + 2].decode()] = items[i + 3]
+        elif op == "D":
+            del fields[items[i + 2].decode()]
+        i += {"H": 4, "D": 3, "S": 3, "X": 3, "L": 4}[op] + (int(items[i + 2]) if op in "XL" else 0)
+
+
+def _read(fields: dict[str, bytes], state: GroupState) -> GroupState:
+    """The state read back from ``fields``, with the ids of ``state``'s window as its stored list."""
+    return load_state(GROUP, fields, [i for chunk in state.window.chunks for i in chunk])
+
+
+@SETTINGS
+@given(script=script_st, data=st.data())
+def test_the_writes_of_each_batch_read_back_as_its_state(
+    script: list[tuple[tuple[Any, ...], int]], data: st.DataObject
+) -> None:
+    played = Run()
+    played.play(script)
+    entries = played.envelopes
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(entries) - 1)), max_size=6)))
+    fields: dict[str, bytes] = {}
+    stored: GroupState | None = None
+    state = GroupState(group_id=GROUP)
+    for begin, end in zip([0, *cuts], [*cuts, len(entries)], strict=True):
+        run = BatchRun()
+        for envelope in entries[begin:end]:
+            state = apply(state, envelope, POLICY, run).state
+        state = state.model_copy(update={"window": state.window.extend(tuple(run.ids), LIMIT)})
+        _write(fields, stored, state, Touched(run.agents_touched, run.findings_touched))
+        assert _read(fields, state) == state
+        stored = state
+
+
+def test_values_orjson_cannot_write_are_stored_by_pydantic() -> None:
+    """An agent's signal may carry extra fields of its own, which orjson cannot always write (an integer
+    beyond 64 bits): such records are stored as pydantic writes them."""
+    feed = Feed()
+    feed.send(AgentStarted(task="scan", name="security-auditor"), "a")
+    asked = clarification("a").model_dump()
+    feed.send(ClarificationNeeded.model_validate({**asked, "ticket": 2**70}), "a")
+    feed.send(stop_dependency("b"), "b")
+    feed.send(delegate("c", priority="P2"), "c")
+    questions = feed.state.agents["a"].questions
+    assert questions is not None and questions.model_extra == {"ticket": 2**70}
+    fields: dict[str, bytes] = {}
+    _write(fields, None, feed.state, Touched(set(), set()))
+    assert _read(fields, feed.state) == feed.state
