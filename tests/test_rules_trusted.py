@@ -8,13 +8,16 @@ from typing import Any
 import orjson
 import pytest
 from hypothesis import given
+from pydantic import BaseModel
 from rules_kit import GROUP, T0
 from test_rules_properties import POLICY, SETTINGS, Run, script_st
 
-from bus.envelope import Envelope, decode, encode, new_envelope
+from bus.envelope import PAYLOADS, Envelope, decode, encode, new_envelope
 from bus.events import AgentState, Decision, DecisionType
+from bus.fields import Model
 from bus.findings import Finding
 from bus.signals import Progress
+from coordinator import state as state_module
 from coordinator.rules import apply
 from coordinator.rules.trusted import compact, construct, evolve
 from coordinator.state import AgentRecord, FindingSlot, GroupState
@@ -84,6 +87,10 @@ def test_construct_equals_validation_field_for_field_and_byte_for_byte() -> None
     assert built.model_fields_set == validated.model_fields_set
     slot = construct(FindingSlot, location="a.py:1", category="SEC")
     assert slot.reports == {} and slot.reports is not construct(FindingSlot, location="", category="").reports
+    # the instance is made by object.__new__: no model (nor pydantic's base) may have a __new__ of its own
+    models: list[type[BaseModel]] = [Envelope, GroupState, *(model for _, model in PAYLOADS.values())]
+    models += [v for v in vars(state_module).values() if isinstance(v, type) and issubclass(v, Model)]
+    assert all(model.__new__ is object.__new__ for model in models)
 
 
 def test_construct_refuses_missing_and_unknown_fields_and_open_models() -> None:
