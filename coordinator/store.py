@@ -55,8 +55,8 @@ def _json(record: BaseModel) -> bytes:
     """A record's stored JSON: every field, as validation reads it back into an equal record.
 
     orjson writes it from the record's own values (:func:`_fields`) in half of pydantic's time or less,
-    which is most of a batch's writes; whatever orjson refuses (an integer beyond 64 bits, a lone
-    surrogate, a set, in the extra fields of an agent's signal) is written by pydantic.
+    which is most of a batch's writes; whatever orjson refuses (an integer beyond 64 bits in the extra
+    fields of an agent's signal) is written by pydantic.
     """
     try:
         return orjson.dumps(record, default=_fields, option=orjson.OPT_UTC_Z)

@@ -267,6 +267,12 @@ def test_an_outcome_names_every_record_it_replaced(script: list[tuple[tuple[Any,
         before = after
 
 
+def batches(entries: list[Envelope], data: st.DataObject) -> list[list[Envelope]]:
+    """``entries`` cut at up to six drawn places: the batches a coordinator might read them in."""
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(entries) - 1)), max_size=6)))
+    return [entries[begin:end] for begin, end in zip([0, *cuts], [*cuts, len(entries)], strict=True)]
+
+
 @SETTINGS
 @given(script=script_st, data=st.data())
 def test_applying_in_runs_gives_what_applying_one_by_one_gives(
@@ -286,13 +292,12 @@ def test_applying_in_runs_gives_what_applying_one_by_one_gives(
         outcome = apply(alone, envelope, POLICY)
         alone, alone_emits = outcome.state, alone_emits + [encode(e.envelope) for e in outcome.emits]
 
-    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(entries) - 1)), max_size=6)))
     state = GroupState(group_id=GROUP)
     emits: list[bytes] = []
-    for begin, end in zip([0, *cuts], [*cuts, len(entries)], strict=True):
+    for batch in batches(entries, data):
         start, stored = state, state.to_json()
         run = BatchRun()
-        for envelope in entries[begin:end]:
+        for envelope in batch:
             outcome = apply(state, envelope, POLICY, run)
             state, emits = outcome.state, emits + [encode(e.envelope) for e in outcome.emits]
         window = state.window.extend(tuple(run.ids), POLICY.idempotency_window)

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 from rules_kit import GROUP, Feed, clarification, delegate, stop_dependency
-from test_rules_properties import POLICY, SETTINGS, Run, script_st
+from test_rules_properties import POLICY, SETTINGS, Run, batches, script_st
 
 from bus.events import AgentStarted
 from bus.keys import Keys
@@ -60,14 +60,12 @@ def test_the_writes_of_each_batch_read_back_as_its_state(
 ) -> None:
     played = Run()
     played.play(script)
-    entries = played.envelopes
-    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(entries) - 1)), max_size=6)))
     fields: dict[str, bytes] = {}
     stored: GroupState | None = None
     state = GroupState(group_id=GROUP)
-    for begin, end in zip([0, *cuts], [*cuts, len(entries)], strict=True):
+    for batch in batches(played.envelopes, data):
         run = BatchRun()
-        for envelope in entries[begin:end]:
+        for envelope in batch:
             state = apply(state, envelope, POLICY, run).state
         state = state.model_copy(update={"window": state.window.extend(tuple(run.ids), LIMIT)})
         _write(fields, stored, state, Touched(run.agents_touched, run.findings_touched))
