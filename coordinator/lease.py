@@ -8,10 +8,26 @@ of different machines never matter); each process takes at most its fair share o
 
 from __future__ import annotations
 
+import contextlib
 import math
+import uuid
 from typing import Any
 
-__all__ = ["CLAIM_SCRIPT", "MEMBERS_SCRIPT", "PRUNE_SCRIPT", "RELEASE_SCRIPT", "RENEW_SCRIPT", "fair_share"]
+from bus import wire
+from bus.connection import Client, translated
+from bus.consumer import DELETED_REASON
+from bus.errors import BusError
+from bus.keys import Keys, StreamKind
+
+__all__ = [
+    "CLAIM_SCRIPT",
+    "MEMBERS_SCRIPT",
+    "PRUNE_SCRIPT",
+    "RELEASE_SCRIPT",
+    "RENEW_SCRIPT",
+    "Leases",
+    "fair_share",
+]
 
 RENEW_SCRIPT = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -76,3 +92,94 @@ return redis.call('ZCARD', KEYS[1])
 def fair_share(shards: int, members: Any) -> int:
     """How many shards one of ``members`` live coordinators should own at most."""
     return math.ceil(shards / max(1, int(members)))
+
+
+class Leases:
+    """The lease and membership operations of one coordinator process (``name``) on its shards.
+
+    An operation that takes a ``pipe`` runs on it (a shard loop's own connection, in order with the
+    shard's reads and commits); the others, called from outside a shard loop, use a pipe of their own.
+    """
+
+    def __init__(self, client: Client, keys: Keys, *, name: str, ttl_ms: int, prune_idle_ms: int) -> None:
+        self.client = client
+        self.keys = keys
+        self.name = name
+        self.ttl_ms = ttl_ms
+        self.prune_idle_ms = prune_idle_ms
+        self._renew = wire.Script(RENEW_SCRIPT)
+        self._release = wire.Script(RELEASE_SCRIPT)
+        self._members = wire.Script(MEMBERS_SCRIPT)
+        self._claim = wire.Script(CLAIM_SCRIPT)
+        self._prune = wire.Script(PRUNE_SCRIPT)
+        self._members_key = f"{keys.namespace}:coordinators"
+
+    def key(self, shard: int) -> str:
+        """The shard's lease key."""
+        return self.keys.state(shard, "lease")
+
+    async def take(self, shard: int) -> str | None:
+        """The token of a lease newly taken on the shard, or None when another process holds it."""
+        token = uuid.uuid4().hex
+        with translated():
+            got = await self.client.set(self.key(shard), token, nx=True, px=self.ttl_ms)
+        return token if got else None
+
+    async def renew(self, pipe: wire.Pipe, shard: int, token: str) -> bool:
+        """Extend the lease by its TTL; False when it is no longer ``token``'s."""
+        return bool(await self._run(self._renew, pipe, [self.key(shard)], token, self.ttl_ms))
+
+    async def release(self, shard: int, token: str) -> None:
+        """Give the lease up at once (if it is still ``token``'s), so another process need not wait."""
+        with contextlib.suppress(BusError):
+            await self._run(self._release, None, [self.key(shard)], token)
+
+    async def claim(
+        self,
+        pipe: wire.Pipe,
+        shard: int,
+        token: str,
+        group: str,
+        *,
+        idle_ms: int,
+        count: int,
+        until_done: bool,
+    ) -> int:
+        """Claim the group's entries pending for at least ``idle_ms`` for this process (dead-lettering
+        deleted ones): one round of ``count``, or every round ``until_done``; how many were claimed."""
+        keys = [
+            self.key(shard),
+            self.keys.stream(shard, StreamKind.SIGNALS),
+            self.keys.stream(shard, StreamKind.DEAD),
+        ]
+        cursor: bytes = b"0-0"
+        claimed = 0
+        while True:
+            args = (token, group, self.name, idle_ms, cursor, count, DELETED_REASON)
+            reply = await self._run(self._claim, pipe, keys, *args)
+            if reply is None:  # the lease expired meanwhile: the next commit finds out
+                return claimed
+            cursor, claimed = reply[0], claimed + int(reply[1])
+            if not until_done or cursor == b"0-0":
+                return claimed
+
+    async def prune(self, pipe: wire.Pipe, shard: int, group: str) -> int:
+        """Remove the group's consumers idle past ``prune_idle_ms`` with nothing pending; how many."""
+        stream = self.keys.stream(shard, StreamKind.SIGNALS)
+        return int(await self._run(self._prune, pipe, [stream], group, self.prune_idle_ms))
+
+    async def heartbeat(self) -> int:
+        """Register this process as live for a TTL; the number of live coordinators."""
+        return int(await self._run(self._members, None, [self._members_key], self.name, self.ttl_ms))
+
+    async def leave(self) -> None:
+        """Unregister this process, so the others take their larger share at once."""
+        with contextlib.suppress(BusError):
+            await self._run(self._members, None, [self._members_key], self.name, 0, "leave")
+
+    async def _run(
+        self, script: wire.Script, pipe: wire.Pipe | None, keys: list[str], *args: str | bytes | int
+    ) -> Any:
+        pipe = pipe or wire.Pipe(self.client, keys[0])
+        argv = [a if isinstance(a, bytes) else str(a).encode() for a in args]
+        return await script(pipe, [key.encode() for key in keys], argv)

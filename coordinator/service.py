@@ -19,7 +19,6 @@ from typing import Any
 
 from bus import wire
 from bus.connection import Client, translated
-from bus.consumer import DELETED_REASON
 from bus.envelope import EnvelopeType, encode, new_envelope
 from bus.errors import BusError
 from bus.events import Decision, Tick
@@ -27,14 +26,7 @@ from bus.keys import Keys, StreamKind
 from bus.metrics import Metrics
 from coordinator.batch import Batch, Entry, entries_of
 from coordinator.commit import COMMIT_SCRIPT, Commit, CommitResult, parse_result
-from coordinator.lease import (
-    CLAIM_SCRIPT,
-    MEMBERS_SCRIPT,
-    PRUNE_SCRIPT,
-    RELEASE_SCRIPT,
-    RENEW_SCRIPT,
-    fair_share,
-)
+from coordinator.lease import Leases, fair_share
 from coordinator.policy import Policy
 from coordinator.rules import Target
 from coordinator.state import GroupState
@@ -123,12 +115,13 @@ class Coordinator:
         ]
         self._share = keys.shards
         self._commit = wire.Script(COMMIT_SCRIPT)
-        self._renew = wire.Script(RENEW_SCRIPT)
-        self._release = wire.Script(RELEASE_SCRIPT)
-        self._members = wire.Script(MEMBERS_SCRIPT)
-        self._claim = wire.Script(CLAIM_SCRIPT)
-        self._prune = wire.Script(PRUNE_SCRIPT)
-        self._members_key = f"{keys.namespace}:coordinators"
+        self._leases = Leases(
+            client,
+            keys,
+            name=options.name,
+            ttl_ms=options.lease_ttl_ms,
+            prune_idle_ms=options.prune_idle_ms,
+        )
         self._read_head = (
             b"XREADGROUP",
             b"GROUP",
@@ -153,7 +146,7 @@ class Coordinator:
             else:
                 await asyncio.gather(self._membership(stop), *(self._loop(s, stop) for s in self._shards))
         finally:
-            await self._leave()
+            await self._leases.leave()
         return self.applied
 
     async def _burst(self, stop: asyncio.Event) -> None:
@@ -201,15 +194,12 @@ class Coordinator:
         pending entry behind, and nothing at all when it is the last process to stop."""
         if not shard.owned:
             return
-        await self._claim_pending(shard, idle_ms=0, count=1000, until_done=True)
+        await self._claim(shard, idle_ms=0, count=1000, until_done=True)
         shard.need_pending = True
         while shard.owned and shard.need_pending and await self._step(shard, block_ms=None):
             pass
 
     # -- ownership -----------------------------------------------------------------------------
-
-    def _lease_key(self, shard: _Shard) -> str:
-        return self.keys.state(shard.index, "lease")
 
     def _version_key(self, shard: _Shard) -> str:
         return self.keys.state(shard.index, "version")
@@ -217,19 +207,12 @@ class Coordinator:
     async def _membership(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
-                live = await self._script(
-                    self._members, None, self._members_key, self.options.name, self.options.lease_ttl_ms
-                )
-                self._share = fair_share(self.keys.shards, live)
+                self._share = fair_share(self.keys.shards, await self._leases.heartbeat())
                 await self._shed()
                 await self._gauge_pending()
             except BusError as exc:  # Redis restarting or unreachable: keep trying, like the shard loops
                 log.warning("membership: %s; retrying", exc)
             await _wait(stop, self.options.lease_ttl_ms / 3000)
-
-    async def _leave(self) -> None:
-        with contextlib.suppress(BusError):
-            await self._script(self._members, None, self._members_key, self.options.name, 0, "leave")
 
     async def _shed(self) -> None:
         """Give back shards above the fair share, so a newly started process gets some."""
@@ -240,8 +223,7 @@ class Coordinator:
 
     async def _give_back(self, shard: _Shard) -> None:
         if shard.owned:
-            with contextlib.suppress(BusError):  # also called by the membership task: not the shard's pipe
-                await self._script(self._release, None, self._lease_key(shard), shard.token)
+            await self._leases.release(shard.index, shard.token)
             shard.owned = False
             shard.groups = {}
             self._gauge_lease(shard)
@@ -249,10 +231,8 @@ class Coordinator:
     async def _acquire(self, shard: _Shard) -> bool:
         if len(self.owned) >= self._share:
             return False
-        token = uuid.uuid4().hex
-        with translated():
-            got = await self.client.set(self._lease_key(shard), token, nx=True, px=self.options.lease_ttl_ms)
-        if not got:
+        token = await self._leases.take(shard.index)
+        if token is None:
             return False
         shard.token, shard.owned, shard.need_pending = token, True, True
         self._gauge_lease(shard)
@@ -265,8 +245,8 @@ class Coordinator:
         # A commit the server cannot run (NOSCRIPT) loses the replies of the read sent behind it, and
         # those entries come again from the pending list, counted as delivered twice.
         await self._commit.load(shard.pipe)
-        await self._claim_pending(shard, idle_ms=0, count=1000, until_done=True)
-        pruned = await self._script(self._prune, shard.pipe, shard.signals, GROUP, self.options.prune_idle_ms)
+        await self._claim(shard, idle_ms=0, count=1000, until_done=True)
+        pruned = await self._leases.prune(shard.pipe, shard.index, GROUP)
         if pruned:
             log.info("shard %d: removed %d idle consumers", shard.index, pruned, extra={"shard": shard.index})
         with translated():
@@ -281,26 +261,12 @@ class Coordinator:
         Such an owner can never commit them (its lease is gone), and they would otherwise wait for the
         shard's next entry to trip the order check.
         """
-        return await self._claim_pending(shard, idle_ms=self.options.lease_ttl_ms, count=100) > 0
+        return await self._claim(shard, idle_ms=self.options.lease_ttl_ms, count=100) > 0
 
-    async def _claim_pending(
-        self, shard: _Shard, *, idle_ms: int, count: int, until_done: bool = False
-    ) -> int:
-        """Claim pending entries for this process (dead-lettering deleted ones); how many were claimed."""
-        cursor: bytes = b"0-0"
-        claimed = 0
-        while True:
-            reply = await self._script(
-                self._claim,
-                shard.pipe,
-                [self._lease_key(shard), shard.signals, shard.dead],
-                *(shard.token, GROUP, self.options.name, idle_ms, cursor, count, DELETED_REASON),
-            )
-            if reply is None:  # the lease expired meanwhile: the next commit finds out
-                return claimed
-            cursor, claimed = reply[0], claimed + int(reply[1])
-            if not until_done or cursor == b"0-0":
-                return claimed
+    async def _claim(self, shard: _Shard, *, idle_ms: int, count: int, until_done: bool = False) -> int:
+        return await self._leases.claim(
+            shard.pipe, shard.index, shard.token, GROUP, idle_ms=idle_ms, count=count, until_done=until_done
+        )
 
     async def _ensure_group(self, index: int) -> None:
         stream = self.keys.stream(index, StreamKind.SIGNALS)
@@ -343,10 +309,7 @@ class Coordinator:
         """Read, apply and commit one batch; False when there was nothing to read."""
         entries = await self._read(shard, block_ms)
         if not entries:
-            renewed = await self._script(
-                self._renew, shard.pipe, self._lease_key(shard), shard.token, self.options.lease_ttl_ms
-            )
-            if not renewed:
+            if not await self._leases.renew(shard.pipe, shard.index, shard.token):
                 self._lost(shard)
             elif await self._claim_stale(shard):
                 shard.need_pending = True
@@ -358,7 +321,7 @@ class Coordinator:
             self.policy,
             shard.targets,
             shard.dead,
-            Commit(self._lease_key(shard), shard.signals, self._version_key(shard)),
+            Commit(self._leases.key(shard.index), shard.signals, self._version_key(shard)),
             shard.groups,
         )
         counts = await self._delivery_counts(shard, entries) if shard.need_pending else {}
@@ -443,17 +406,6 @@ class Coordinator:
         else:
             shard.ahead = entries_of(after[0])
         return parse_result(reply)
-
-    async def _script(
-        self, script: wire.Script, pipe: wire.Pipe | None, keys: str | list[str], *args: str | bytes | int
-    ) -> Any:
-        """Run one of the lease scripts on ``pipe`` (a shard loop's own), or on a pipe of its own for
-        callers outside a shard loop."""
-        keys = [keys] if isinstance(keys, str) else keys
-        if pipe is None:
-            pipe = wire.Pipe(self.client, keys[0])
-        argv = [a if isinstance(a, bytes) else str(a).encode() for a in args]
-        return await script(pipe, [key.encode() for key in keys], argv)
 
     async def _delivery_counts(self, shard: _Shard, entries: list[Entry]) -> dict[bytes, int]:
         stream = shard.signals
