@@ -38,6 +38,7 @@ from bus.events import AgentExited, AgentStarted, Heartbeat
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.metrics import AdapterMetrics
 from bus.settings import Settings
+from bus.waits import wait_for
 
 __all__ = [
     "COMPLETING",
@@ -47,7 +48,6 @@ __all__ = [
     "connect_bus",
     "heartbeat_loop",
     "stderr_log",
-    "wait_for",
 ]
 
 COMPLETING: Final = frozenset({EnvelopeType.COMPLETION_REPORT, EnvelopeType.RESULT})
@@ -61,14 +61,6 @@ _RETRY_MAX_S: Final = 5.0
 def stderr_log(message: str) -> None:
     """Where adapters report what they cannot publish: the adapter's own stderr, one line each."""
     print(f"subagent-bus: {message}", file=sys.stderr, flush=True)
-
-
-async def wait_for(event: asyncio.Event, seconds: float) -> bool:
-    """Wait until ``event`` is set or ``seconds`` pass; whether it is set."""
-    if not event.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), seconds)
-    return event.is_set()
 
 
 class AgentBus:

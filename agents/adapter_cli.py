@@ -14,7 +14,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import click
 
-from agents.adapter import AgentBus, connect_bus, wait_for
+from agents.adapter import AgentBus, connect_bus
 from agents.delivery import (
     GROUP,
     CommandDelivery,
@@ -35,6 +35,7 @@ from bus.consumer import Consumer
 from bus.metrics import AdapterMetrics
 from bus.ops import Ops, ops_options
 from bus.settings import Settings
+from bus.waits import wait_for
 
 __all__ = ["Common", "adapter", "commands"]
 
@@ -284,10 +285,21 @@ def _check_until_complete(until_complete: bool, common: Common) -> None:
         )
 
 
-async def _until_complete(bus: AgentBus, session: Session, stop: asyncio.Event) -> None:
-    while not bus.completed and not stop.is_set():
-        await wait_for(bus.completion, 0.2)
-    await session.finished()
+def _session(bus: AgentBus, common: Common, options: ProcessOptions) -> tuple[Session, Deliverer | None]:
+    """The agent's session (SIGTERM and SIGINT passed on to it) and what delivers its directives."""
+    session = Session(bus, options, asyncio.Event())
+    _on_signals(session.forward)
+    return session, _deliverer(common, _values(common, lambda: session.session_id), session.resume, bus)
+
+
+async def _end(bus: AgentBus, session: Session, until_complete: bool) -> None:
+    """With ``until_complete``, wait while the inbox resumes the agent until it completes; then let no
+    resume command start any more."""
+    if until_complete:
+        while not bus.completed and not session.stop.is_set():
+            await wait_for(bus.completion, 0.2)
+        await session.finished()
+    session.stop.set()
 
 
 @adapter.command("run", context_settings={"ignore_unknown_options": True})
@@ -324,16 +336,11 @@ def run(
     )
 
     async def body(bus: AgentBus) -> int:
-        stop = asyncio.Event()
-        session = Session(bus, options, stop)
-        _on_signals(session.forward)
-        deliverer = _deliverer(common, _values(common, lambda: session.session_id), session.resume, bus)
+        session, deliverer = _session(bus, common, options)
 
         async def work() -> int:
             code = await session.run(list(argv))
-            if until_complete:
-                await _until_complete(bus, session, stop)
-            stop.set()  # no resume command starts from here on
+            await _end(bus, session, until_complete)
             return code
 
         code = await _with_inbox(bus, common, deliverer, work())
@@ -360,23 +367,18 @@ def stdin(settings: Settings, common: Common, until_complete: bool, quiet: bool)
     )
 
     async def body(bus: AgentBus) -> int:
-        stop = asyncio.Event()
-        session = Session(bus, options, stop)
-        _on_signals(session.forward)
-        deliverer = _deliverer(common, _values(common, lambda: session.session_id), session.resume, bus)
+        session, deliverer = _session(bus, common, options)
 
         async def work() -> int:
             piped = asyncio.create_task(session.pipe(await stdin_chunks()))
-            stopped = asyncio.create_task(stop.wait())
+            stopped = asyncio.create_task(session.stop.wait())
             await asyncio.wait({piped, stopped}, return_when=asyncio.FIRST_COMPLETED)
             stopped.cancel()
             if not piped.done():
                 piped.cancel()
                 return 143
             piped.result()  # a failure of the pipe's publishing is this command's failure
-            if until_complete:
-                await _until_complete(bus, session, stop)
-            stop.set()  # no resume command starts from here on
+            await _end(bus, session, until_complete)
             return 0
 
         code = await _with_inbox(bus, common, deliverer, work())

@@ -30,12 +30,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO, Final, Protocol
 
-from agents.adapter import wait_for
 from bus import directives as d
 from bus.consumer import Ack, Consumer, Delivery
 from bus.envelope import Envelope, EnvelopeType
 from bus.errors import BusError
 from bus.metrics import AdapterMetrics
+from bus.waits import wait_for
 
 __all__ = [
     "GROUP",

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from agents.adapter import wait_for
 from agents.delivery import fill, split_template
 from agents.identity import build_prompt
 from bus.connection import Client
@@ -38,6 +37,7 @@ from bus.keys import Keys, StreamKind
 from bus.metrics import LauncherMetrics
 from bus.ops import METRICS_PORT_ENV
 from bus.settings import Settings
+from bus.waits import wait_for
 
 __all__ = ["GROUP", "PLACEHOLDERS", "Launcher", "LauncherOptions", "adapter_command"]
 

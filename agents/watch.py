@@ -25,11 +25,12 @@ from typing import Final
 
 from pydantic import ValidationError
 
-from agents.adapter import COMPLETING, AgentBus, OutputStream, heartbeat_loop, wait_for
+from agents.adapter import COMPLETING, AgentBus, OutputStream, heartbeat_loop
 from agents.transcript import Format
 from bus.connection import translated
 from bus.envelope import Envelope, deterministic_id
 from bus.fields import Model
+from bus.waits import wait_for
 
 __all__ = ["Checkpoint", "FileWatch", "WatchOptions", "checkpoint_key", "fingerprints", "source_of"]
 

@@ -16,9 +16,10 @@ at the cost of one short stall a minute.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 from typing import Final
+
+from bus.waits import wait_for
 
 __all__ = ["GC_INTERVAL_S", "collect_garbage", "tune_gc"]
 
@@ -37,9 +38,5 @@ def tune_gc() -> None:
 
 async def collect_garbage(stop: asyncio.Event, interval_s: float = GC_INTERVAL_S) -> None:
     """A full collection every ``interval_s`` seconds until ``stop`` is set."""
-    while True:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval_s)
-        if stop.is_set():
-            return
+    while not await wait_for(stop, interval_s):
         gc.collect()

@@ -24,6 +24,7 @@ from bus.errors import BusError
 from bus.events import Decision, Tick
 from bus.keys import Keys, StreamKind
 from bus.metrics import Metrics
+from bus.waits import wait_for
 from coordinator.batch import Batch, Entry, entries_of
 from coordinator.commit import COMMIT_SCRIPT, Commit, CommitResult, parse_result
 from coordinator.lease import Leases, fair_share
@@ -173,14 +174,14 @@ class Coordinator:
         while not stop.is_set():
             try:
                 if not shard.owned and not await self._acquire(shard):
-                    await _wait(stop, self.options.lease_ttl_ms / 2000)
+                    await wait_for(stop, self.options.lease_ttl_ms / 2000)
                     continue
                 await self._maybe_tick(shard)
                 await self._step(shard, block_ms=self.options.block_ms)
             except BusError as exc:
                 log.warning("shard %d: %s; retrying", shard.index, exc)
                 shard.owned = False
-                await _wait(stop, 1.0)
+                await wait_for(stop, 1.0)
                 if "NOGROUP" in str(exc):  # the server lost the stream or its group (data loss, failover)
                     await self._ensure_group(shard.index)
         with contextlib.suppress(BusError):
@@ -212,7 +213,7 @@ class Coordinator:
                 await self._gauge_pending()
             except BusError as exc:  # Redis restarting or unreachable: keep trying, like the shard loops
                 log.warning("membership: %s; retrying", exc)
-            await _wait(stop, self.options.lease_ttl_ms / 3000)
+            await wait_for(stop, self.options.lease_ttl_ms / 3000)
 
     async def _shed(self) -> None:
         """Give back shards above the fair share, so a newly started process gets some."""
@@ -418,8 +419,3 @@ class Coordinator:
 
 def _bytes(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
-
-
-async def _wait(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
