@@ -10,7 +10,9 @@
    ``--rounds`` rounds (the best round's rates, the median and range of the per-round ratios);
 2. latency: a coordinator process (``subagent-bus coordinator``) while a publisher sends 2 000 signals/s;
    a subscriber follows the findings stream, where each applied signal shows up, and measures
-   publish -> decision visible (p50/p99), after two seconds of the same load that are not recorded;
+   publish -> decision visible (p50/p99), after two seconds of the same load that are not recorded; then
+   the same for the raw relay (:mod:`bench.raw_relay`: read, validate, copy to the findings stream, ack)
+   in place of the coordinator, the floor that the machine and the measuring process set;
 3. memory: the coordinator process's RSS before and after applying ``--rss-signals`` signals.
 
 The workload (:func:`workload`) is what a team of agents sends: 10 groups of 5 agents; each agent first
@@ -35,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -211,11 +214,19 @@ async def throughput(url: str, envelopes: list[Envelope]) -> tuple[float, float,
 
 
 def start_coordinator(url: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [CLI, "coordinator", "--redis-url", url, "--namespace", "bench", "--tick", "3600", "--name", "bench"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    return _start(
+        [CLI, "coordinator", "--redis-url", url, "--namespace", "bench", "--tick", "3600", "--name", "bench"]
     )
+
+
+def start_relay(url: str) -> subprocess.Popen[bytes]:
+    """The latency baseline, :mod:`bench.raw_relay`."""
+    return _start([sys.executable, "-m", "bench.raw_relay", url, "--namespace", "bench"])
+
+
+def _start(argv: list[str]) -> subprocess.Popen[bytes]:
+    root = Path(__file__).resolve().parent.parent
+    return subprocess.Popen(argv, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 async def follow_findings(
@@ -250,13 +261,16 @@ async def _paced(publisher: Publisher, envelopes: list[Envelope], rate: int, sen
         await publisher.publish(envelope)
 
 
-async def latency(url: str, seconds: float, rate: int) -> tuple[float, float, int]:
-    """p50 and p99 publish -> decision, in ms, over ``seconds`` at ``rate`` signals/s, after two seconds
-    of the same load that are not recorded (every process and the server warm up first)."""
+async def latency(
+    url: str, seconds: float, rate: int, start: Callable[[str], subprocess.Popen[bytes]]
+) -> tuple[float, float, int]:
+    """p50 and p99 publish -> decision, in ms, of the process ``start`` starts (a coordinator, or the
+    raw relay), over ``seconds`` at ``rate`` signals/s, after two seconds of the same load that are not
+    recorded (every process and the server warm up first)."""
     client = await connect(Settings.from_url(url))
     await client.flushall()
     keys = await open_namespace(client, "bench", 8)
-    coordinator = start_coordinator(url)
+    coordinator = start(url)
     try:
         publisher = Publisher(client, keys)
         await publish_all(client, keys, findings_only(200, start=10**8))  # leases, groups
@@ -341,9 +355,11 @@ async def main(args: argparse.Namespace) -> None:
             ):
                 rounds = [await throughput(server.url, envelopes) for _ in range(args.rounds)]
                 _report(name, rounds)
-            p50, p99, n = await latency(server.url, args.latency_seconds, 2000)
-            print(f"{'publish->decision p50 ms at 2000/s':44} {p50:>10.2f}")
-            print(f"{'publish->decision p99 ms at 2000/s':44} {p99:>10.2f}   ({n} signals)")
+            for name, start in (("coordinator", start_coordinator), ("raw redis-py relay", start_relay)):
+                p50, p99, n = await latency(server.url, args.latency_seconds, 2000, start)
+                print(f"{name} publish->decision at 2000/s:")
+                print(f"{'  p50 ms':44} {p50:>10.2f}")
+                print(f"{'  p99 ms':44} {p99:>10.2f}   ({n} signals)")
             before, fifth, after = await memory(server.url, args.rss_signals)
             rest = args.rss_signals - args.rss_signals // 5
             print(
