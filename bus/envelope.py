@@ -35,6 +35,7 @@ from bus.results import ResultReport
 
 __all__ = [
     "MAX_ENVELOPE_BYTES",
+    "MAX_ID_CHARS",
     "PAYLOADS",
     "SCHEMA_VERSION",
     "Envelope",
@@ -50,6 +51,8 @@ __all__ = [
 SCHEMA_VERSION: Final = 1
 MAX_ENVELOPE_BYTES: Final = 4 * 1024 * 1024
 """Entries larger than this are refused on publish and dead-lettered on read."""
+MAX_ID_CHARS: Final = 128
+"""The longest envelope id."""
 
 
 class Kind(StrEnum):
@@ -153,7 +156,7 @@ _TYPE_OF: Final[dict[type[Any], EnvelopeType]] = {model: t for t, (_, model) in 
 class Envelope(Model):
     """One message on the bus."""
 
-    id: str = Field(min_length=1, max_length=128)
+    id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
     v: int = SCHEMA_VERSION
     kind: Kind
     type: EnvelopeType
@@ -221,7 +224,7 @@ def new_envelope(
     if not (
         aware
         and type(id) is str
-        and len(id) <= 128
+        and len(id) <= MAX_ID_CHARS
         and type(agent_id) is str
         and 0 < len(agent_id) <= 256
         and type(group_id) is str

@@ -8,7 +8,8 @@ entries again yields byte-identical output.
 from __future__ import annotations
 
 import hashlib
-from typing import Final
+
+from bus.envelope import MAX_ID_CHARS
 
 __all__ = [
     "delegate_agent_id",
@@ -24,10 +25,6 @@ def _digest(*parts: str, length: int = 16) -> str:
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:length]
 
 
-_MAX_ID: Final = 128
-"""The longest envelope id (:class:`bus.envelope.Envelope`)."""
-
-
 def emitted_id(input_id: str, n: int) -> str:
     """The id of the ``n``-th envelope (from 0) emitted while applying envelope ``input_id``:
     ``<input_id>.<n>``, which names its cause, or a hash of the two when that would be too long.
@@ -36,7 +33,7 @@ def emitted_id(input_id: str, n: int) -> str:
     gives back both, and a hash (hex digits only) is never one of those (which all hold a dot).
     """
     emitted = f"{input_id}.{n}"
-    if len(emitted) <= _MAX_ID:
+    if len(emitted) <= MAX_ID_CHARS:
         return emitted
     return hashlib.sha256(f"{input_id}:{n}".encode()).hexdigest()[:32]
 
