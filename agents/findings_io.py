@@ -33,6 +33,7 @@ from agents.watch import Checkpoint, fingerprints
 from bus.connection import redis_options, run_command, translated
 from bus.envelope import Envelope, deterministic_id
 from bus.findings import Finding
+from bus.progress import Progress
 from bus.settings import Settings
 
 __all__ = ["MAX_INPUT_BYTES", "ImportReport", "add", "import_file", "import_findings", "parse_findings"]
@@ -175,16 +176,23 @@ class _Import:
     path: Path
     agent_field: str
     default_agent: str | None
+    on_batch: Callable[[int, int], None] | None
 
 
 async def import_file(
-    bus: AgentBus, path: Path, *, agent_field: str = "agent", default_agent: str | None = None
+    bus: AgentBus,
+    path: Path,
+    *,
+    agent_field: str = "agent",
+    default_agent: str | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
 ) -> ImportReport:
     """Import the complete lines of a findings JSONL file into ``bus``'s group, from the checkpoint.
 
-    ``path`` names the file in the envelope ids and the checkpoint key: pass it absolute.
+    ``path`` names the file in the envelope ids and the checkpoint key: pass it absolute. ``on_batch``
+    is told the byte offset and line number reached after each batch published.
     """
-    spec = _Import(path, agent_field, default_agent)
+    spec = _Import(path, agent_field, default_agent, on_batch)
     key = bus.state_key(f"import:{hashlib.sha256(str(spec.path).encode()).hexdigest()[:16]}")
     with translated():
         raw = await bus.client.get(key)
@@ -225,7 +233,7 @@ async def _import_from(
             offset += len(text) + 1
             line += 1
             if len(batch) >= _BATCH:
-                await _commit(bus, key, checkpoint, fd, offset, line, batch)
+                await _commit(bus, spec, key, checkpoint, fd, offset, line, batch)
         if len(pending) > MAX_LINE_BYTES:
             report.bad.append(f"{spec.path}:{line}: longer than {MAX_LINE_BYTES} bytes")
             return
@@ -237,7 +245,7 @@ async def _import_from(
         else:
             _line(bus, spec, source, pending, offset, line, batch, report)
             offset, line = offset + len(pending), line + 1
-    await _commit(bus, key, checkpoint, fd, offset, line, batch)
+    await _commit(bus, spec, key, checkpoint, fd, offset, line, batch)
 
 
 def _line(
@@ -280,7 +288,14 @@ def _agent_of(value: Any, spec: _Import) -> str:
 
 
 async def _commit(
-    bus: AgentBus, key: str, checkpoint: Checkpoint, fd: int, offset: int, line: int, batch: list[Envelope]
+    bus: AgentBus,
+    spec: _Import,
+    key: str,
+    checkpoint: Checkpoint,
+    fd: int,
+    offset: int,
+    line: int,
+    batch: list[Envelope],
 ) -> None:
     head, tail = fingerprints(fd, offset)
     state = checkpoint.model_copy(
@@ -288,6 +303,8 @@ async def _commit(
     )
     await bus.publish(batch, state={key: state.model_dump_json().encode()})
     batch.clear()
+    if spec.on_batch is not None:
+        spec.on_batch(offset, line)
 
 
 @click.command("import-findings")
@@ -321,7 +338,15 @@ def import_findings(
     async def main() -> ImportReport:
         bus = await connect_bus(settings, default_agent or "findings-import", group_id, workdir=workdir)
         try:
-            return await import_file(bus, absolute, agent_field=agent_field, default_agent=default_agent)
+            size = max(1, absolute.stat().st_size)
+            with Progress() as progress:
+
+                def shown(offset: int, line: int) -> None:
+                    progress.update(f"importing {path}: {100 * offset // size}% ({line - 1:,} lines)")
+
+                return await import_file(
+                    bus, absolute, agent_field=agent_field, default_agent=default_agent, on_batch=shown
+                )
         finally:
             await bus.client.aclose()
 

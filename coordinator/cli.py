@@ -17,6 +17,7 @@ from bus.findings import Finding
 from bus.keys import Keys, open_namespace
 from bus.logs import setup_logging
 from bus.metrics import Metrics, serve
+from bus.progress import Progress
 from bus.settings import Settings
 from coordinator.console import render
 from coordinator.demo import demo
@@ -289,6 +290,24 @@ def _merged_rows(merged: list[MergedFinding]) -> list[str]:
     return rows
 
 
+def _read_findings(settings: Settings, group_id: str | None) -> list[Finding]:
+    """Every finding in the findings stream (of one group, or of all), with progress on a terminal."""
+
+    async def main() -> list[Finding]:
+        client, keys = await _open(settings)
+        try:
+            with Progress() as progress:
+
+                def shown(read: int) -> None:
+                    progress.update(f"reading the findings stream: {read:,} entries")
+
+                return [f async for _, f, _, _ in iter_findings(client, keys, group_id, on_page=shown)]
+        finally:
+            await client.aclose()
+
+    return run_command(main())
+
+
 @click.group("findings", invoke_without_command=True)
 @click.option("--group", "group_id", help="Only this task group.")
 @click.option("--merged", is_flag=True, help="The deduplicated view with combined confidence.")
@@ -309,15 +328,7 @@ def findings(
     if ctx.invoked_subcommand is not None:
         return
     policy = _policy(policy_path)
-
-    async def main() -> list[Finding]:
-        client, keys = await _open(settings)
-        try:
-            return [f async for _, f, _, _ in iter_findings(client, keys, group_id)]
-        finally:
-            await client.aclose()
-
-    items = run_command(main())
+    items = _read_findings(settings, group_id)
     if merged:
         view = merge_findings(items, policy)
         records = [m.model_dump(mode="json") for m in view]
@@ -350,15 +361,7 @@ def replay(settings: Settings, group_id: str, policy_path: Path | None, as_json:
     Live state is not touched: this reads the append-only stream and prints the result.
     """
     policy = _policy(policy_path)
-
-    async def main() -> list[MergedFinding]:
-        client, keys = await _open(settings)
-        try:
-            return merge_findings([f async for _, f, _, _ in iter_findings(client, keys, group_id)], policy)
-        finally:
-            await client.aclose()
-
-    view = run_command(main())
+    view = merge_findings(_read_findings(settings, group_id), policy)
     if as_json:
         click.echo(_dump([m.model_dump(mode="json") for m in view]))
         return

@@ -6,7 +6,7 @@ agent or of a delegation request). Nothing here writes.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from bus.connection import Client, translated
@@ -69,19 +69,30 @@ def find_request(groups: list[GroupState], request_id: str) -> GroupState:
 
 
 async def iter_findings(
-    client: Client, keys: Keys, group_id: str | None = None, *, page: int = 1000
+    client: Client,
+    keys: Keys,
+    group_id: str | None = None,
+    *,
+    page: int = 1000,
+    on_page: Callable[[int], None] | None = None,
 ) -> AsyncIterator[tuple[str, Finding, str, str]]:
     """``(entry_id, finding, agent_id, group_id)`` from the append-only findings stream, from id 0.
 
-    Shards are read one after another; within a shard, in stream order.
+    Shards are read one after another; within a shard, in stream order. ``on_page`` is told, after each
+    page read, how many stream entries were read so far (of every group: a group's findings share their
+    shard's stream with other groups).
     """
     shards = [keys.shard_of(group_id)] if group_id is not None else list(keys.all_shards())
+    read = 0
     for shard in shards:
         stream = keys.stream(shard, StreamKind.FINDINGS)
         cursor = "-"
         while True:
             with translated():
                 rows: list[Any] = await client.xrange(stream, min=cursor, max="+", count=page) or []
+            read += len(rows)
+            if on_page is not None:
+                on_page(read)
             for entry_id, fields in rows:
                 eid = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
                 try:

@@ -1,0 +1,100 @@
+"""Progress on long work: the line itself (pure), and what the long commands feed it (real Redis)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import orjson
+
+from agents.adapter import connect_bus
+from agents.findings_io import import_file
+from bus.envelope import encode, new_envelope
+from bus.findings import Finding
+from bus.keys import StreamKind
+from bus.progress import Progress
+from bus.settings import Settings
+from coordinator.view import iter_findings
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_line_appears_after_the_delay_is_rate_limited_and_erased_at_the_end() -> None:
+    terminal, clock = Terminal(), Clock()
+    with Progress(stream=terminal, delay=1.0, interval=0.5, clock=clock) as progress:
+        progress.update("quick")
+        assert terminal.getvalue() == ""  # a short run prints nothing
+        clock.now += 1.0
+        progress.update("1 of 3")
+        clock.now += 0.2
+        progress.update("too soon")
+        clock.now += 0.3
+        progress.update("2 of 3")
+    assert terminal.getvalue() == "\r\x1b[K1 of 3\r\x1b[K2 of 3\r\x1b[K"
+
+
+def test_nothing_is_written_when_the_stream_is_not_a_terminal() -> None:
+    stream, clock = io.StringIO(), Clock()
+    with Progress(stream=stream, delay=0, clock=clock) as progress:
+        for n in range(3):
+            clock.now += 10
+            progress.update(f"{n}")
+    assert stream.getvalue() == ""
+
+
+def test_a_run_that_showed_nothing_erases_nothing() -> None:
+    terminal = Terminal()
+    with Progress(stream=terminal, delay=60) as progress:
+        progress.update("never shown")
+    assert terminal.getvalue() == ""
+
+
+async def test_iter_findings_reports_every_entry_read_of_the_shard(redis_url: str) -> None:
+    bus = await connect_bus(Settings.from_url(redis_url), "reader", "g-progress")
+    shard = bus.keys.shard_of("g-progress")
+    other = next(g for g in (f"other-{i}" for i in range(1000)) if bus.keys.shard_of(g) == shard)
+    pages: list[int] = []
+    try:
+        for n in range(25):  # one in five of another group that shares the shard's stream
+            envelope = new_envelope(
+                Finding(title=f"f{n}"), agent_id="a", group_id=other if n % 5 == 0 else "g-progress"
+            )
+            await bus.client.xadd(bus.keys.stream(shard, StreamKind.FINDINGS), {"data": encode(envelope)})
+        read = iter_findings(bus.client, bus.keys, "g-progress", page=10, on_page=pages.append)
+        titles = [finding.title async for _, finding, _, _ in read]
+    finally:
+        await bus.client.aclose()
+    assert titles == [f"f{n}" for n in range(25) if n % 5]
+    assert pages == [10, 20, 25]
+
+
+async def test_import_file_reports_each_batch_up_to_the_end_of_the_file(
+    redis_url: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "findings.jsonl"
+    lines = [orjson.dumps({"agent": "sec", "title": f"t{n}"}) + b"\n" for n in range(1200)]
+    path.write_bytes(b"".join(lines))
+    reached: list[tuple[int, int]] = []
+    bus = await connect_bus(Settings.from_url(redis_url), "importer", "g-import")
+    try:
+        report = await import_file(bus, path, on_batch=lambda offset, line: reached.append((offset, line)))
+    finally:
+        await bus.client.aclose()
+    assert report.published == 1200
+    size = path.stat().st_size
+    assert reached == [
+        (sum(map(len, lines[:500])), 501),
+        (sum(map(len, lines[:1000])), 1001),
+        (size, 1201),
+    ]
