@@ -338,11 +338,12 @@ def import_findings(
     async def main() -> ImportReport:
         bus = await connect_bus(settings, default_agent or "findings-import", group_id, workdir=workdir)
         try:
-            size = max(1, absolute.stat().st_size)
+            size = max(1, absolute.stat().st_size)  # lines appended meanwhile are imported too: cap at 100%
             with Progress() as progress:
 
                 def shown(offset: int, line: int) -> None:
-                    progress.update(f"importing {path}: {100 * offset // size}% ({line - 1:,} lines)")
+                    done = min(100, 100 * offset // size)
+                    progress.update(f"importing {path}: {done}% ({line - 1:,} lines)")
 
                 return await import_file(
                     bus, absolute, agent_field=agent_field, default_agent=default_agent, on_batch=shown
