@@ -29,18 +29,11 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from bench.bench_coordinator import findings_only, workload
 from bus.envelope import encode
 from bus.keys import Keys, StreamKind
-from coordinator.batch import Batch
+from coordinator.batch import Batch, target_streams
 from coordinator.commit import Commit
 from coordinator.policy import Policy
-from coordinator.rules import Target
 from coordinator.runtime import tune_gc
 from coordinator.state import GroupState
-
-TARGETS = {
-    Target.EVENTS: StreamKind.EVENTS,
-    Target.TASKS: StreamKind.TASKS,
-    Target.FINDINGS: StreamKind.FINDINGS,
-}
 
 
 def entries(kind: str, signals: int, keys: Keys) -> dict[int, list[bytes]]:
@@ -57,7 +50,7 @@ def one_round(by_shard: dict[int, list[bytes]], keys: Keys, policy: Policy, batc
     started = time.perf_counter()
     for shard, datas in by_shard.items():
         states: dict[str, GroupState] = {}
-        targets = {target: keys.stream(shard, kind) for target, kind in TARGETS.items()}
+        targets = target_streams(keys, shard)
         for start in range(0, len(datas), batch):
             commit = Commit("lease", keys.stream(shard, StreamKind.SIGNALS), "version")
             work = Batch(shard, keys, policy, targets, keys.stream(shard, StreamKind.DEAD), commit, states)

@@ -18,7 +18,7 @@ from bus.connection import as_text
 from bus.consumer import DELETED_REASON, dead_letter_fields
 from bus.envelope import Envelope, EnvelopeType, decode, encode
 from bus.errors import DecodeError
-from bus.keys import Keys
+from bus.keys import Keys, StreamKind
 from coordinator.commit import Commit
 from coordinator.policy import Policy
 from coordinator.rules import Target, apply
@@ -27,7 +27,7 @@ from coordinator.rules.trusted import evolve
 from coordinator.state import GroupState
 from coordinator.store import Touched, write_changes
 
-__all__ = ["NO_DATA", "Batch", "Entry", "entries_of"]
+__all__ = ["NO_DATA", "Batch", "Entry", "entries_of", "target_streams"]
 
 log = logging.getLogger("subagent_bus.coordinator")
 
@@ -61,6 +61,18 @@ def _data(fields: list[bytes] | None) -> bytes | None:
     return NO_DATA
 
 
+_TARGET_STREAM: Final = {
+    Target.EVENTS: StreamKind.EVENTS,
+    Target.TASKS: StreamKind.TASKS,
+    Target.FINDINGS: StreamKind.FINDINGS,
+}
+
+
+def target_streams(keys: Keys, shard: int) -> dict[Target, str]:
+    """The shard's stream key of each target but the inbox (whose key depends on the agent)."""
+    return {target: keys.stream(shard, kind) for target, kind in _TARGET_STREAM.items()}
+
+
 @dataclass
 class Batch:
     """The group states a batch changed, over the shard's committed ones, and the commit that stores
@@ -70,7 +82,7 @@ class Batch:
     keys: Keys
     policy: Policy
     targets: dict[Target, str]
-    """The stream key of each target but the inbox (whose key depends on the agent)."""
+    """:func:`target_streams` of the shard."""
     dead_stream: str
     commit: Commit
     stored: Mapping[str, GroupState]

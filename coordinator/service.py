@@ -25,7 +25,7 @@ from bus.events import Decision, Tick
 from bus.keys import Keys, StreamKind
 from bus.metrics import Metrics
 from bus.waits import wait_for
-from coordinator.batch import Batch, Entry, entries_of
+from coordinator.batch import Batch, Entry, entries_of, target_streams
 from coordinator.commit import COMMIT_SCRIPT, Commit, CommitResult, parse_result
 from coordinator.lease import Leases, fair_share
 from coordinator.policy import Policy
@@ -42,12 +42,6 @@ GROUP = "coordinator"
 _GROUP = GROUP.encode()
 TICK_GROUP = "*"
 """The group id of a TICK envelope: it applies to every group of its shard."""
-
-_TARGET_STREAM = {
-    Target.EVENTS: StreamKind.EVENTS,
-    Target.TASKS: StreamKind.TASKS,
-    Target.FINDINGS: StreamKind.FINDINGS,
-}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,7 +103,7 @@ class Coordinator:
                 i,
                 signals=keys.stream(i, StreamKind.SIGNALS),
                 dead=keys.stream(i, StreamKind.DEAD),
-                targets={target: keys.stream(i, kind) for target, kind in _TARGET_STREAM.items()},
+                targets=target_streams(keys, i),
                 pipe=wire.Pipe(client, keys.stream(i, StreamKind.SIGNALS), hold=True),
             )
             for i in keys.all_shards()
