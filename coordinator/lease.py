@@ -1,6 +1,6 @@
 """Shard leases and coordinator membership.
 
-A lease is a key holding a random token with a TTL. Only the holder may commit to the shard (the commit
+A lease is a key holding a token (the holder's name and a random part) with a TTL. Only the holder may commit to the shard (the commit
 script checks the token), so a process that stalls past its TTL and comes back cannot write anything
 stale. Membership is a sorted set of live coordinators scored by expiry (Redis server time, so clocks
 of different machines never matter); each process takes at most its fair share of the shards.
@@ -119,8 +119,11 @@ class Leases:
         return self.keys.state(shard, "lease")
 
     async def take(self, shard: int) -> str | None:
-        """The token of a lease newly taken on the shard, or None when another process holds it."""
-        token = uuid.uuid4().hex
+        """The token of a lease newly taken on the shard, or None when another process holds it.
+
+        The token is this process's name and a random part: unique per taking (the commit script's
+        fencing check), and ``GET`` on a lease key shows who holds the shard."""
+        token = f"{self.name}:{uuid.uuid4().hex}"
         with translated():
             got = await self.client.set(self.key(shard), token, nx=True, px=self.ttl_ms)
         return token if got else None

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from checker import applied_titles, check, numbered_findings
 
-from bus.connection import Client, connect
+from bus.connection import Client, as_text, connect
 from bus.keys import Keys, open_namespace
 from bus.publisher import Publisher
 from bus.settings import Settings
@@ -63,9 +63,10 @@ async def bus(url: str) -> AsyncIterator[tuple[Client, Keys]]:
         await client.aclose()
 
 
-async def run_with_fault(
-    url: str, tmp_path: Path, fault: Callable[[subprocess.Popen[bytes]], Awaitable[None]]
-) -> None:
+Fault = Callable[[subprocess.Popen[bytes], Client, Keys], Awaitable[None]]
+
+
+async def run_with_fault(url: str, tmp_path: Path, fault: Fault) -> None:
     published = numbered_findings(agents=20, per_agent=500)
     a = start_coordinator(url, "coord-a", tmp_path / "a.log")
     b = start_coordinator(url, "coord-b", tmp_path / "b.log")
@@ -80,7 +81,7 @@ async def run_with_fault(
             for i in range(0, half, 100):
                 await publisher.publish_many(published[i : i + 100])
             await wait_until(lambda: _at_least(applied, half // 2), 60, "a quarter applied")
-            await fault(a)
+            await fault(a, client, keys)
             for i in range(half, len(published), 100):
                 await publisher.publish_many(published[i : i + 100])
             await wait_until(lambda: _at_least(applied, len(published)), 120, "everything applied")
@@ -100,7 +101,7 @@ async def _at_least(count: Callable[[], Awaitable[int]], n: int) -> bool:
 
 @pytest.mark.timeout(300)
 async def test_coordinator_killed_mid_run_loses_and_repeats_nothing(redis_url: str, tmp_path: Path) -> None:
-    async def kill(process: subprocess.Popen[bytes]) -> None:
+    async def kill(process: subprocess.Popen[bytes], client: Client, keys: Keys) -> None:
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
 
@@ -111,10 +112,16 @@ async def test_coordinator_killed_mid_run_loses_and_repeats_nothing(redis_url: s
 async def test_coordinator_paused_past_its_lease_commits_nothing_stale(
     redis_url: str, tmp_path: Path
 ) -> None:
-    async def pause(process: subprocess.Popen[bytes]) -> None:
+    async def pause(process: subprocess.Popen[bytes], client: Client, keys: Keys) -> None:
         process.send_signal(signal.SIGSTOP)
-        # Stay frozen well past the lease: the other coordinator takes the shards over meanwhile.
-        await asyncio.sleep(3 * LEASE_MS / 1000)
+
+        async def taken_over() -> bool:
+            # every lease of the frozen process has expired and the other holds every shard (a lease
+            # token is its holder's name, ":", a random part)
+            leases = [await client.get(keys.state(shard, "lease")) for shard in keys.all_shards()]
+            return all(lease is not None and as_text(lease).startswith("coord-b:") for lease in leases)
+
+        await wait_until(taken_over, 60, "the other coordinator to take every shard over")
         process.send_signal(signal.SIGCONT)
 
     await run_with_fault(redis_url, tmp_path, pause)

@@ -312,6 +312,11 @@ class Bus:
         value: Any = await self.client.get(self.keys.state(shard, "lease"))
         return bytes(value) if value is not None else None
 
+    async def lease_holders(self) -> list[str | None]:
+        """The name of each shard's lease holder (a token is the holder's name, ``:``, a random part)."""
+        leases = [await self.lease(shard) for shard in self.keys.all_shards()]
+        return [lease.decode().rpartition(":")[0] if lease else None for lease in leases]
+
     async def _xpending(self, stream: str) -> dict[str, Any] | None:
         try:
             summary: dict[str, Any] = await self.client.xpending(stream, GROUP)
