@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from agents.adapter import COMPLETING, AgentBus, OutputStream, heartbeat_loop
 from agents.transcript import Format
 from bus.connection import translated
+from bus.embedded import pid_alive
 from bus.envelope import Envelope, deterministic_id
 from bus.fields import Model
 from bus.waits import wait_for
@@ -207,7 +208,7 @@ class FileWatch:
             await self.bus.flush()  # at the end of the file: everything read is on the server
             if await self._rotated():
                 continue
-            if options.pid is not None and not _alive(options.pid):
+            if options.pid is not None and not pid_alive(options.pid):
                 await self._publish(self.stream.close(), force=True)
                 await self._exited()
                 break
@@ -311,16 +312,6 @@ class FileWatch:
     def _alive_now(self) -> bool:
         """With a pid: whether it runs. Without: whether the file grew since the last beat."""
         if self.options.pid is not None:
-            return _alive(self.options.pid)
+            return pid_alive(self.options.pid)
         grew, self._grew = self._grew, False
         return grew
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

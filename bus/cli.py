@@ -12,6 +12,7 @@ from importlib.metadata import entry_points
 import click
 
 from bus.acl import acl
+from bus.connection import down
 from bus.retention import trim_command
 from bus.schema import schema
 from bus.tail import tail
@@ -32,6 +33,7 @@ def main() -> None:
 main.add_command(schema)
 main.add_command(tail)
 main.add_command(acl)
+main.add_command(down)
 main.add_command(trim_command)
 
 

@@ -21,7 +21,7 @@ import redis.asyncio
 import redis.exceptions as rex
 from redis.asyncio.sentinel import Sentinel
 
-from bus.embedded import ensure_local_server
+from bus.embedded import ensure_local_server, stop_local_server
 from bus.errors import BusError, CommandFailed, ConfigError, ConnectionFailed
 from bus.settings import Settings, parse_sentinel_url
 
@@ -30,6 +30,7 @@ __all__ = [
     "as_text",
     "connect",
     "default_url",
+    "down",
     "redis_options",
     "run_command",
     "settings_from_options",
@@ -197,8 +198,22 @@ def settings_from_options(redis_url: str | None, namespace: str, cluster: bool |
     """Settings from the shared command-line options; no URL starts (or joins) the embedded server."""
     if redis_url is None:
         redis_url = default_url()
-        click.echo(f"using local Redis at {redis_url}", err=True)
+        click.echo(f"using local Redis at {redis_url} (`subagent-bus down` stops it)", err=True)
     return Settings.from_url(redis_url, namespace=namespace, cluster=cluster)
+
+
+@click.command()
+def down() -> None:
+    """Stop the local Redis that commands run without --redis-url started in ./.subagent-bus.
+
+    That server outlives the command that started it, so that adapters, coordinators and `status` in
+    other terminals share it; its data stays in ./.subagent-bus and the next such command starts it
+    again.
+    """
+    if stop_local_server(DEFAULT_DATA_DIR):
+        click.echo(f"stopped the local Redis in {DEFAULT_DATA_DIR}/ (its data stays)", err=True)
+    else:
+        click.echo(f"no local Redis running in {DEFAULT_DATA_DIR}/", err=True)
 
 
 def redis_options(command: Callable[P, R]) -> Callable[..., R]:

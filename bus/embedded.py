@@ -32,6 +32,7 @@ __all__ = [
     "ensure_local_server",
     "find_binary",
     "free_port",
+    "pid_alive",
     "stop_local_server",
 ]
 
@@ -274,15 +275,35 @@ def ensure_local_server(directory: Path) -> str:
         return url
 
 
-def stop_local_server(directory: Path) -> bool:
-    """Shut the local server in ``directory`` down (its data stays); False if none was running."""
+def stop_local_server(directory: Path, timeout: float = 10.0) -> bool:
+    """Shut the local server in ``directory`` down and wait until its process has exited (its data
+    stays); False if none was running."""
     url = _running_url(Path(directory).resolve())
     if url is None:
         return False
     client = redis.Redis.from_url(url)
-    with contextlib.suppress(redis.ConnectionError):
-        client.shutdown(nosave=True)
-    client.close()
+    try:
+        pid = int(client.info("server")["process_id"])
+        with contextlib.suppress(redis.ConnectionError):
+            client.shutdown(nosave=True)
+    finally:
+        client.close()
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            raise EmbeddedRedisError(f"the local server (pid {pid}) did not exit within {timeout:.0f}s")
+        time.sleep(0.02)  # a daemonised server is not our child: nothing to wait() on
+    return True
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
     return True
 
 

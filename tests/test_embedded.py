@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import redis
 
 from bus.embedded import RedisCluster, RedisProcess, ensure_local_server, stop_local_server
@@ -27,6 +31,30 @@ def test_local_server_is_started_reused_and_keeps_its_data(tmp_path: Path) -> No
     finally:
         stop_local_server(tmp_path / "data")
     assert not stop_local_server(tmp_path / "data")
+
+
+def test_down_stops_the_local_server_and_waits_for_it_to_exit(tmp_path: Path) -> None:
+    url = ensure_local_server(tmp_path / ".subagent-bus")
+    client = redis.Redis.from_url(url)
+    pid = int(client.info("server")["process_id"])
+    client.close()
+    cli = str(Path(sys.executable).parent / "subagent-bus")
+
+    def down() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [cli, "down"], check=False, cwd=tmp_path, capture_output=True, text=True, timeout=60
+        )
+
+    try:
+        done = down()
+    finally:
+        stop_local_server(tmp_path / ".subagent-bus")
+    assert done.returncode == 0, done.stderr
+    assert "stopped the local Redis in .subagent-bus/" in done.stderr
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    again = down()
+    assert again.returncode == 0 and "no local Redis running" in again.stderr
 
 
 def test_killed_server_restarts_with_its_append_only_file(fresh_redis: RedisProcess) -> None:
