@@ -217,3 +217,34 @@ def test_signal_items_have_offsets() -> None:
     items = parse_text(b"prose\n[PROGRESS]\nagent_id: a\npercent: 5\n[/PROGRESS]\n")
     assert isinstance(items[0], SignalItem)
     assert items[0].offset == 6
+
+
+async def test_with_a_pid_it_beats_while_the_agent_lives_and_reports_its_exit(
+    redis_url: str, tmp_path: Path
+) -> None:
+    out, go = tmp_path / "agent.out", tmp_path / "go"
+    agent = spawn(fake("many:3", f"wait-file:{go}", "many:2", out=out, agent_id="a1", pace=0.01))
+    log = tmp_path / "adapter.log"
+    args = watch_args(out, "a1", "--pid", str(agent.pid), "--heartbeat", "0.2")
+    watcher = start(args, redis_url, log)
+    try:
+        async with open_bus(redis_url) as bus:
+
+            async def beating() -> bool:
+                return await bus.count(GROUP, T.PROGRESS) >= 3 and await bus.has(GROUP, T.HEARTBEAT, 2)
+
+            await wait_until(beating, 30, "three signals and two heartbeats")
+            assert await bus.count(GROUP, T.AGENT_EXITED) == 0  # the agent still runs
+            go.touch()
+            assert await exited(agent, 30) == 0  # reaped: a zombie would still count as running
+            assert await exited(watcher, 30) == 0, log.read_text()
+            envelopes = await bus.envelopes(GROUP)
+    finally:
+        for process in (agent, watcher):
+            if process.poll() is None:
+                process.kill()
+    beats = [e.payload for e in envelopes if e.type is T.HEARTBEAT]
+    assert beats and all(beat.pid == agent.pid for beat in beats)  # type: ignore[union-attr]
+    assert [e.type for e in envelopes if e.type is not T.HEARTBEAT] == [
+        T.AGENT_STARTED, *[T.PROGRESS] * 5, T.AGENT_EXITED,
+    ]  # fmt: skip
