@@ -8,8 +8,10 @@ exits); humans act through the CLI; what the agents receive is read back from th
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -259,6 +261,7 @@ def test_failed_agent_is_retried_once_then_escalated(redis_url: str) -> None:
     assert len(tasks(redis_url)) == 1, "only one retry"
     escalations = orjson.loads(sb(redis_url, "inbox", "--json"))["escalations"]
     assert [e["agent_id"] for e in escalations] == [second]
+    assert f"escalated {second}: " in sb(redis_url, "inbox")
 
 
 def _report(agent_name: str, confidence: int, severity: str) -> str:
@@ -300,3 +303,117 @@ def test_overlapping_findings_of_three_agents_merge_by_the_seed_rules(redis_url:
     assert len(raw) == 3
     replayed = orjson.loads(sb(redis_url, "replay", "--group", GROUP, "--json"))
     assert replayed == merged
+
+    # the same views as text
+    raw_lines = sb(redis_url, "findings").splitlines()
+    assert raw_lines[-1] == "3 findings"
+    assert "src/config/jwt.ts:8 critical Hardcoded JWT secret (security-auditor)" in raw_lines
+    merged_lines = sb(redis_url, "findings", "--merged").splitlines()
+    assert merged_lines[-1] == "2 merged findings"
+    [sec_line] = [line for line in merged_lines if line.startswith("src/config/jwt.ts:8")]
+    assert sec_line.split() == [
+        "src/config/jwt.ts:8", "SEC", "critical", "96.5", "qa-engineer,", "security-auditor",
+        "Hardcoded", "JWT", "secret",
+    ]  # fmt: skip
+    replay_lines = sb(redis_url, "replay", "--group", GROUP).splitlines()
+    assert replay_lines == [*merged_lines[:-1], f"2 merged findings recomputed for group {GROUP}"]
+
+
+def test_the_text_views_show_what_waits_and_the_commands_that_act_on_it(redis_url: str) -> None:
+    emit(redis_url, "bg-task-abc123", CLARIFY)
+    emit(redis_url, "bg-task-def456", STOP)
+    task = "Document every deprecated endpoint in the public API and propose removal dates"
+    emit(redis_url, "bg-task-jkl012", delegate("bg-task-jkl012", "optional", "P2", task))
+    coordinate(redis_url)
+    [pending] = orjson.loads(sb(redis_url, "inbox", "--json"))["delegations"]
+    request = pending["request_id"]
+
+    view = sb(redis_url, "status").splitlines()
+    assert view[0] == f"group {GROUP}: 0/3 completed, 0 failed, 3 active; 0 merged findings"
+    states = {line.split()[0]: line.split()[1] for line in view[1:4]}
+    assert states == {
+        "bg-task-abc123": "awaiting_clarification",
+        "bg-task-def456": "blocked",
+        "bg-task-jkl012": "running",  # an optional delegation does not hold its requester up
+    }
+    assert "  ? bg-task-abc123 Q1: Should I analyze OAuth2, JWT, or both authentication strategies?" in view
+    assert "  ! bg-task-def456 blocked (external_dependency): Security analysis requires running npm audit, " \
+        "but node_modules is missing" in view  # fmt: skip
+    assert f"  > delegation {request} from bg-task-jkl012 (P2) awaits approval" in view
+
+    lines = sb(redis_url, "inbox").splitlines()
+    stripped = [line.strip() for line in lines]
+    assert 'answer: subagent-bus answer bg-task-abc123 Q1="..."' in stripped
+    assert 'resolve: subagent-bus resolve bg-task-def456 --resolution "..."' in stripped
+    [approve] = [line for line in lines if f"subagent-bus approve {request}" in line]
+    # the command the inbox suggests is one that works
+    command = approve.split("|")[0].split()
+    assert command == ["subagent-bus", "approve", request]
+    sb(redis_url, *command[1:])
+    coordinate(redis_url)
+    [launch] = tasks(redis_url)
+    assert task in launch["payload"]["task"]
+    assert "delegate" not in sb(redis_url, "inbox")
+
+
+def test_status_watch_refreshes_until_interrupted(redis_url: str) -> None:
+    emit(redis_url, "bg-task-def456", STOP)
+    coordinate(redis_url)
+    watch = subprocess.Popen(
+        [CLI, "status", "--watch", "0.2", "--redis-url", redis_url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert watch.stdout is not None
+        heads = 0
+        for line in watch.stdout:  # blocks until a refresh prints; two refreshes, then Ctrl-C
+            heads += line.startswith("subagent-bus status  (every 0.2s, Ctrl-C to quit)")
+            if line.startswith("  ! bg-task-def456 blocked") and heads == 2:
+                break
+        watch.send_signal(signal.SIGINT)
+        assert watch.wait(timeout=30) == 0
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+
+
+def test_a_bad_policy_file_is_a_usage_error(tmp_path: Path, redis_url: str) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text('max_parallel = "x"\n')
+    done = subprocess.run(
+        [CLI, "coordinator", "--burst", "--policy", str(policy), "--redis-url", redis_url],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert f"Invalid value for --policy: policy file {policy}: unknown setting 'max_parallel'" in done.stderr
+
+
+def test_up_runs_a_coordinator_until_interrupted(tmp_path: Path, redis_url: str) -> None:
+    log = tmp_path / "up.log"
+    with log.open("wb") as stderr:
+        up = subprocess.Popen([CLI, "up", "--redis-url", redis_url], stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        emit(redis_url, "bg-task-def456", STOP)
+        deadline = time.monotonic() + 60
+        while not any(a["agent_id"] == "bg-task-def456" for g in _groups(redis_url) for a in g["agents"]):
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)  # polling a separate process's effect; it has no other signal
+        assert agent(redis_url, "bg-task-def456")["state"] == "blocked"
+        up.send_signal(signal.SIGINT)
+        assert up.wait(timeout=30) == 0, log.read_text()
+    finally:
+        if up.poll() is None:
+            up.kill()
+    text = log.read_text()
+    assert f"export SUBAGENT_BUS_REDIS_URL={redis_url}" in text
+    assert "subagent-bus adapter watch OUTPUT_FILE --agent-id ID --group GROUP" in text
+
+
+def _groups(url: str) -> list[dict[str, Any]]:
+    groups: list[dict[str, Any]] = orjson.loads(sb(url, "status", "--json"))
+    return groups
