@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jsonschema  # type: ignore[import-untyped]
 import orjson
 import pytest
 from click.testing import CliRunner
 
 from bus.cli import main
-from bus.envelope import EnvelopeType, encode, new_envelope
+from bus.envelope import PAYLOADS, EnvelopeType, encode, new_envelope
 from bus.schema import SCHEMA_DIR, _render
 from bus.signals import Progress
 
@@ -37,3 +39,25 @@ def test_schema_command_prints_one_type_and_rejects_unknown() -> None:
     bad = runner.invoke(main, ["schema", "NOPE"])
     assert bad.exit_code == 2
     assert "unknown type" in bad.output
+
+
+def test_schema_command_lists_prints_all_and_writes_the_shipped_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = CliRunner()
+    listed = runner.invoke(main, ["schema", "--list"])
+    assert listed.exit_code == 0
+    rows = dict(line.split() for line in listed.output.splitlines())
+    assert rows == {t.value: kind.value for t, (kind, _) in PAYLOADS.items()}
+    everything = runner.invoke(main, ["schema"])
+    assert everything.exit_code == 0
+    assert orjson.loads(everything.output) == {
+        t.value: orjson.loads((SCHEMA_DIR / f"{t.value}.json").read_bytes()) for t in EnvelopeType
+    }
+    monkeypatch.setattr("bus.schema.SCHEMA_DIR", tmp_path / "schemas")
+    written = runner.invoke(main, ["schema", "--write"])
+    assert written.exit_code == 0
+    assert f"wrote {len(EnvelopeType)} schemas" in written.stderr
+    for type_ in EnvelopeType:
+        name = f"{type_.value}.json"
+        assert (tmp_path / "schemas" / name).read_bytes() == (SCHEMA_DIR / name).read_bytes()
