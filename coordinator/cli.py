@@ -12,6 +12,7 @@ import click
 import orjson
 
 from bus.connection import Client, connect, redis_options, run_command
+from bus.directives import RecoveryOption
 from bus.errors import BusError
 from bus.findings import Finding
 from bus.keys import Keys, open_namespace
@@ -267,6 +268,9 @@ def inbox(settings: Settings, as_json: bool) -> None:
     for b in items["blockers"]:
         click.echo(f"blocker   {b['agent_id']} ({b['blocker_type']}): {str(b['details']).strip()}")
         click.echo(f'          resolve: subagent-bus resolve {b["agent_id"]} --resolution "..."')
+        if "error" in (b["stop_reason"], b["blocker_type"]):  # seed 003's recovery patterns apply
+            options = "|".join(o.value for o in RecoveryOption)
+            click.echo(f"          or recover: subagent-bus recover {b['agent_id']} --option {options}")
     for d in items["delegations"]:
         click.echo(
             f"delegate  {d['request_id']} from {d['requester_id']} ({d['priority']}): {d['task'][:80]}"

@@ -417,3 +417,40 @@ def test_up_runs_a_coordinator_until_interrupted(tmp_path: Path, redis_url: str)
 def _groups(url: str) -> list[dict[str, Any]]:
     groups: list[dict[str, Any]] = orjson.loads(sb(url, "status", "--json"))
     return groups
+
+
+ERROR_STOP = """[STOP_WORK]
+agent_id: bg-task-err789
+timestamp: 2026-01-11T11:00:00-05:00
+stop_reason: error
+blocker_type: error
+details: TypeError in analyze.py line 142 while parsing src/legacy/
+completed_work: |
+  ✓ Analyzed src/api/ and src/auth/
+blocked_work: |
+  ✗ Analysis of src/legacy/ (23 files)
+state_snapshot: |
+  Files analyzed: 60/120
+resume_requirements: |
+  A decision on how to continue past the error
+[/STOP_WORK]
+"""
+
+
+def test_an_error_stop_is_recovered_by_delegating_the_failing_work(redis_url: str) -> None:
+    emit(redis_url, "bg-task-err789", ERROR_STOP)
+    coordinate(redis_url)
+    lines = [line.strip() for line in sb(redis_url, "inbox").splitlines()]
+    suggestion = "or recover: subagent-bus recover bg-task-err789 --option retry_from_checkpoint|skip_and_continue|delegate"
+    assert suggestion in lines
+    sb(redis_url, "recover", "bg-task-err789", "--option", "delegate")
+    coordinate(redis_url)
+    [launch] = tasks(redis_url)
+    assert "Analysis of src/legacy/ (23 files)" in launch["payload"]["task"]
+    assert "Files analyzed: 60/120" in launch["payload"]["context"]
+    [directive] = inbox(redis_url, "bg-task-err789")
+    assert directive["type"] == "ERROR_RECOVERY"
+    assert directive["payload"]["option"] == "delegate"
+    assert launch["payload"]["new_agent_id"] in directive["payload"]["instructions"]
+    assert agent(redis_url, "bg-task-err789")["state"] == "running"
+    assert "recover" not in sb(redis_url, "inbox")
