@@ -454,3 +454,28 @@ def test_an_error_stop_is_recovered_by_delegating_the_failing_work(redis_url: st
     assert launch["payload"]["new_agent_id"] in directive["payload"]["instructions"]
     assert agent(redis_url, "bg-task-err789")["state"] == "running"
     assert "recover" not in sb(redis_url, "inbox")
+
+
+def test_human_commands_that_cannot_apply_are_refused_and_publish_nothing(redis_url: str) -> None:
+    emit(redis_url, "bg-task-def456", STOP)
+    coordinate(redis_url)
+
+    def refused(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [CLI, *args, "--redis-url", redis_url], check=False, capture_output=True, text=True, timeout=60
+        )
+
+    malformed = refused("answer", "bg-task-def456", "Q1")
+    assert malformed.returncode == 2 and "'Q1' is not QUESTION_ID=answer" in malformed.stderr
+    no_questions = refused("answer", "bg-task-def456", "Q1=yes")
+    assert (
+        no_questions.returncode == 1 and "agent bg-task-def456 has no open questions" in no_questions.stderr
+    )
+    sb(redis_url, "resolve", "bg-task-def456", "--resolution", "Ran npm install")
+    coordinate(redis_url)
+    no_blocker = refused("resolve", "bg-task-def456", "--resolution", "again")
+    assert no_blocker.returncode == 1 and "agent bg-task-def456 has no open blocker" in no_blocker.stderr
+    unknown = refused("resolve", "nobody", "--resolution", "x")
+    assert unknown.returncode == 1 and "no agent 'nobody' is known to the coordinators" in unknown.stderr
+    signals = sb(redis_url, "tail", "--stream", "signals", "--from", "0", "--timeout", "0.5", "--json")
+    assert [orjson.loads(line)["type"] for line in signals.splitlines()] == ["STOP_WORK", "RESOLVE"]
