@@ -29,10 +29,12 @@ def directive(agent: str, answer: str = "Use JWT") -> Envelope:
     return new_envelope(payload, agent_id=agent, group_id=GROUP_ID, source="coordinator")
 
 
-def listener(url: str, agent: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def listener(
+    url: str, agent: str, *args: str, env: dict[str, str] | None = None, stdout: int = subprocess.PIPE
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [CLI, "listen", "--agent-id", agent, "--group", GROUP_ID, *args],
-        stdout=subprocess.PIPE,
+        stdout=stdout,
         stderr=subprocess.PIPE,
         env={**os.environ, "SUBAGENT_BUS_REDIS_URL": url, **(env or {})},
     )
@@ -249,3 +251,20 @@ def test_block_ms() -> None:
 
 def test_listeners_share_the_adapters_group() -> None:
     assert (GROUP, CONSUMER) == ("adapter", "listen")
+
+
+async def test_a_directive_that_cannot_be_printed_stays_for_the_next_listener(redis_url: str) -> None:
+    async with open_bus(redis_url) as bus:
+        sent = directive("a1")
+        await Publisher(bus.client, bus.keys).send_directive(sent)
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # nobody reads: printing fails with a broken pipe
+        broken = listener(redis_url, "a1", stdout=write_end)
+        os.close(write_end)
+        assert await exited(broken, 20) == EXIT_ERROR
+        assert broken.stderr is not None
+        assert b"it stays in the inbox for the next listener" in broken.stderr.read()
+        code, out, err = await finish(listener(redis_url, "a1", "--claim-idle-ms", "200", "--timeout", "15"))
+        assert code == EXIT_RECEIVED, err
+        assert out.decode() == sent.payload.render() + "\n"  # type: ignore[union-attr]
+        assert await pending(bus, "a1") == 0
