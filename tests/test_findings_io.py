@@ -10,7 +10,7 @@ import pytest
 import redis
 from click.testing import CliRunner, Result
 
-from agents.findings_io import add, import_findings, parse_findings
+from agents.findings_io import MAX_INPUT_BYTES, add, import_findings, parse_findings
 from bus.envelope import Envelope, EnvelopeType, decode, deterministic_id
 from bus.findings import Finding, Severity
 from bus.keys import Keys, StreamKind
@@ -100,6 +100,23 @@ def test_add_validates_everything_before_publishing(redis_url: str) -> None:
     assert run_add(redis_url, line(title="inline JSON argument")).exit_code == 0
     assert run_add(redis_url, input="").exit_code == 2
     assert "no findings" in run_add(redis_url, input="\n").output
+
+
+def test_add_refuses_unreadable_oversized_and_non_utf8_input(redis_url: str, tmp_path: Path) -> None:
+    missing = run_add(redis_url, str(tmp_path / "nope.jsonl"))
+    assert missing.exit_code == 2
+    assert f"Error: cannot read {tmp_path / 'nope.jsonl'}: No such file or directory" in missing.output
+    huge = tmp_path / "huge.jsonl"
+    huge.write_bytes(b" " * (MAX_INPUT_BYTES + 1))
+    too_large = run_add(redis_url, str(huge))
+    assert too_large.exit_code == 2
+    assert f"Error: the input is larger than {MAX_INPUT_BYTES} bytes" in too_large.output
+    latin = tmp_path / "latin1.jsonl"
+    latin.write_bytes(line(title="caf").encode()[:-2] + b"\xe9" + b'"}')
+    not_utf8 = run_add(redis_url, str(latin))
+    assert not_utf8.exit_code == 2
+    assert "Error: the input is not UTF-8 (byte 13)" in not_utf8.output
+    assert published(redis_url) == []
 
 
 def test_import_streams_a_jsonl_file_resumably(redis_url: str, tmp_path: Path) -> None:
