@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -170,3 +171,32 @@ async def test_until_complete_needs_a_resume_command(redis_url: str, tmp_path: P
     )
     assert await exited(adapter, 20) == 2
     assert "--until-complete needs --deliver command" in log.read_text()
+
+
+async def test_stdin_reads_a_saved_output_file(redis_url: str, tmp_path: Path) -> None:
+    saved = tmp_path / "agent.out"
+    producer = spawn(fake("progress:40", "complete", out=saved, agent_id="r9"))
+    assert producer.wait(timeout=30) == 0
+    log = tmp_path / "adapter.log"
+    with saved.open("rb") as stdin:
+        adapter = start(
+            ["adapter", "stdin", "--agent-id", "r9", "--group", GROUP, "--quiet"], redis_url, log, stdin=stdin
+        )
+        assert await exited(adapter, 30) == 0, log.read_text()
+    async with open_bus(redis_url) as bus:
+        types = [e.type for e in await bus.envelopes(GROUP)]
+    assert types == [T.AGENT_STARTED, T.PROGRESS, T.COMPLETION_REPORT, T.AGENT_EXITED]
+
+
+async def test_a_closed_stdout_stops_the_copying_not_the_adapter(redis_url: str, tmp_path: Path) -> None:
+    log = tmp_path / "adapter.log"
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # whoever watched the adapter's stdout went away
+    steps = fake("say:hello there", "progress:50", "complete", agent_id="r10")
+    adapter = start([*run_args("r10"), *steps], redis_url, log, stdout=write_end)
+    os.close(write_end)
+    assert await exited(adapter, 30) == 0, log.read_text()
+    assert "stopped copying the agent's output to stdout" in log.read_text()
+    async with open_bus(redis_url) as bus:
+        types = [e.type for e in await bus.envelopes(GROUP)]
+    assert types == [T.AGENT_STARTED, T.PROGRESS, T.COMPLETION_REPORT, T.AGENT_EXITED]
