@@ -10,8 +10,8 @@ from adapter_kit import CLI, Bus, exited, fake, open_bus, run_ok, start, stream_
 
 from bus.directives import DelegationApproved, LaunchReason, LaunchRequest
 from bus.envelope import EnvelopeType, decode, new_envelope
-from bus.events import AgentStarted
-from bus.keys import StreamKind
+from bus.events import AgentStarted, Heartbeat
+from bus.keys import StreamKind, dead_stream_for
 from bus.publisher import Publisher
 
 T = EnvelopeType
@@ -190,3 +190,35 @@ def test_a_bad_template_is_a_usage_error(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert b"unknown placeholder {agentid}" in done.stderr
+
+
+async def test_requests_that_cannot_start_or_are_not_requests_are_dead_lettered(
+    redis_url: str, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    async with open_bus(redis_url) as bus:
+        agent = await request(bus, 0)
+        tasks = bus.stream(GROUP, StreamKind.TASKS)
+        await Publisher(bus.client, bus.keys).publish(
+            new_envelope(Heartbeat(pid=1), agent_id="x", group_id=GROUP), StreamKind.TASKS
+        )
+        await bus.client.xadd(tasks, {"data": b"{not json"})
+        log = tmp_path / "launcher.log"
+        # the prompt directory cannot be made: every start attempt fails
+        args = [
+            "launcher", "--command", template("complete"), "--prompt-dir", str(blocker / "prompts"),
+            "--log-dir", str(tmp_path / "logs"), "--max-attempts", "2", "--reclaim-ms", "50", "--burst",
+        ]  # fmt: skip
+        launcher = start(args, redis_url, log)
+        assert await exited(launcher, 60) == 0, log.read_text()
+        dead = await stream_fields(bus.client, dead_stream_for(tasks))
+        [info] = await bus.client.xinfo_groups(tasks)
+    reasons = sorted(fields[b"reason"].decode() for fields in dead)
+    assert len(reasons) == 3, reasons
+    assert reasons[0] == "HEARTBEAT is not a launch request"
+    assert reasons[1].startswith(f"cannot start agent {agent}: ") and "Not a directory" in reasons[1]
+    assert reasons[2].startswith("not JSON: ")
+    assert {int(fields[b"deliveries"]) for fields in dead if b"cannot start" in fields[b"reason"]} == {2}
+    assert info["pending"] == 0
+    assert log.read_text().count(f"cannot start agent {agent}") == 2  # one warning per attempt
