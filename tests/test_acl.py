@@ -29,7 +29,7 @@ from bus.consumer import Ack, Consumer
 from bus.directives import BlockerResolved, LaunchReason, LaunchRequest
 from bus.embedded import RedisProcess
 from bus.envelope import decode, encode, new_envelope
-from bus.errors import CommandFailed
+from bus.errors import CommandFailed, ConfigError
 from bus.findings import Finding
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.metrics import Metrics
@@ -563,3 +563,21 @@ def test_roles_on_a_cluster(cluster_url: str) -> None:
                 await client.aclose()
 
     assert [state.group_id for state in asyncio.run(scenario())] == ["g1", "g2", "g3"]
+
+
+def test_bad_password_specs_and_user_names_say_what_is_wrong() -> None:
+    runner = CliRunner()
+    env = {"X": "secret-1", "Y": "secret-2"}
+    not_a_role = runner.invoke(acl, ["--role", "adapter", "--password-env", "admin=X"], env=env)
+    assert not_a_role.exit_code == 2
+    assert "'admin' is not a role (adapter, coordinator, launcher, observer)" in not_a_role.output
+    unnamed = runner.invoke(
+        acl, ["--role", "adapter", "--role", "observer", "--password-env", "adapter=X"], env=env
+    )
+    assert unnamed.exit_code == 2 and "no variable names the observer password" in unnamed.output
+    empty = runner.invoke(acl, ["--role", "adapter", "--password-env", "E"], env={"E": ""})
+    assert empty.exit_code == 2 and "$E is not set or empty" in empty.output
+    spaced = runner.invoke(acl, ["--role", "adapter", "--generate", "--user-prefix", "my team"])
+    assert spaced.exit_code == 2 and "'my team-adapter' is not a valid ACL user name" in spaced.output
+    with pytest.raises(ConfigError, match="must not be empty"):
+        password_hash("")
