@@ -26,6 +26,7 @@ def workdir(tmp_path: Path) -> Path:
     (root / "reports").mkdir()
     (tmp_path / "secret.txt").write_text("outside\n" * 100)
     os.symlink(tmp_path / "secret.txt", root / "link.txt")
+    os.symlink(root / "loop", root / "loop")
     return root
 
 
@@ -48,10 +49,17 @@ def workdir(tmp_path: Path) -> Path:
         ("link.txt", 1, False),  # a symlink pointing out
         ("/etc/passwd", 1, False),
         ("src/\x00evil", 1, False),
+        ("loop", 1, False),  # a symlink to itself
+        ("loop/x.py", 1, False),
     ],
 )
 def test_references(workdir: Path, file: str, line: int | None, verified: bool) -> None:
     assert Verifier(workdir).check(file, line) is verified
+
+
+def test_a_workdir_that_is_no_directory_is_refused(workdir: Path) -> None:
+    with pytest.raises(ValueError, match="is not a directory"):
+        Verifier(workdir / "SECURITY_ANALYSIS.md")
 
 
 def test_an_absolute_path_inside_the_workdir_is_fine(workdir: Path) -> None:
