@@ -200,3 +200,20 @@ async def test_a_closed_stdout_stops_the_copying_not_the_adapter(redis_url: str,
     async with open_bus(redis_url) as bus:
         types = [e.type for e in await bus.envelopes(GROUP)]
     assert types == [T.AGENT_STARTED, T.PROGRESS, T.COMPLETION_REPORT, T.AGENT_EXITED]
+
+
+async def test_a_bad_deliver_spec_or_task_file_is_a_usage_error(redis_url: str, tmp_path: Path) -> None:
+    log = tmp_path / "adapter.log"
+    bad_spec = start([*run_args("r11", "--deliver", "carrier-pigeon"), *fake("complete")], redis_url, log)
+    assert await exited(bad_spec, 20) == 2
+    missing = tmp_path / "no-such-task.md"
+    no_task = start([*run_args("r11", "--task-file", str(missing)), *fake("complete")], redis_url, log)
+    assert await exited(no_task, 20) == 2
+    text = log.read_text()
+    assert (
+        "Invalid value for '--deliver': 'carrier-pigeon' is not print, file:PATH or command:'TEMPLATE'"
+        in text
+    )
+    assert f"Invalid value for --task-file: cannot read {missing}: No such file or directory" in text
+    async with open_bus(redis_url) as bus:
+        assert await bus.envelopes(GROUP) == []  # refused before anything was published

@@ -476,6 +476,10 @@ def test_human_commands_that_cannot_apply_are_refused_and_publish_nothing(redis_
     no_blocker = refused("resolve", "bg-task-def456", "--resolution", "again")
     assert no_blocker.returncode == 1 and "agent bg-task-def456 has no open blocker" in no_blocker.stderr
     unknown = refused("resolve", "nobody", "--resolution", "x")
-    assert unknown.returncode == 1 and "no agent 'nobody' is known to the coordinators" in unknown.stderr
+    assert unknown.returncode == 1
+    assert "no agent 'nobody' is known to the coordinators (known: bg-task-def456)" in unknown.stderr
+    no_request = refused("approve", "req-nope")
+    assert no_request.returncode == 1
+    assert "no delegation request 'req-nope' (see `subagent-bus inbox`)" in no_request.stderr
     signals = sb(redis_url, "tail", "--stream", "signals", "--from", "0", "--timeout", "0.5", "--json")
     assert [orjson.loads(line)["type"] for line in signals.splitlines()] == ["STOP_WORK", "RESOLVE"]
