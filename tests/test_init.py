@@ -151,6 +151,20 @@ def test_damaged_markers_and_invalid_json_are_refused_even_with_force(tmp_path: 
     assert snapshot(tmp_path) == before
 
 
+def test_files_of_another_shape_or_encoding_are_refused_and_left_alone(tmp_path: Path) -> None:
+    (tmp_path / ".mcp.json").write_text('["a list, not an object"]')
+    (tmp_path / ".claude").mkdir()
+    (tmp_path / ".claude/settings.json").write_text('{"hooks": ["not", "an", "object"]}')
+    (tmp_path / "CLAUDE.md").write_bytes(b"# Notes\n\xff\xfe not UTF-8\n")
+    before = snapshot(tmp_path)
+    result = run_init(tmp_path, "--force")
+    assert result.exit_code == 1
+    assert "it is not a JSON object of" in result.output
+    assert "its 'hooks' is not a JSON object" in result.output
+    assert "CLAUDE.md" in result.output and "cannot be read" in result.output
+    assert snapshot(tmp_path) == before
+
+
 def test_a_url_with_a_password_is_never_written(tmp_path: Path) -> None:
     result = run_init(tmp_path, "--url", "redis://agent:s3cret@redis.internal:6379/0")
     assert result.exit_code == 0, result.output
