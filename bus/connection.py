@@ -210,7 +210,11 @@ def down() -> None:
     other terminals share it; its data stays in ./.subagent-bus and the next such command starts it
     again.
     """
-    if stop_local_server(DEFAULT_DATA_DIR):
+    try:
+        stopped = stop_local_server(DEFAULT_DATA_DIR)
+    except BusError as exc:
+        raise click.ClickException(str(exc)) from None
+    if stopped:
         click.echo(f"stopped the local Redis in {DEFAULT_DATA_DIR}/ (its data stays)", err=True)
     else:
         click.echo(f"no local Redis running in {DEFAULT_DATA_DIR}/", err=True)

@@ -284,8 +284,10 @@ def stop_local_server(directory: Path, timeout: float = 10.0) -> bool:
     client = redis.Redis.from_url(url)
     try:
         pid = int(client.info("server")["process_id"])
-        with contextlib.suppress(redis.ConnectionError):
+        with contextlib.suppress(redis.ConnectionError):  # the server closing the connection: done
             client.shutdown(nosave=True)
+    except redis.RedisError as exc:
+        raise EmbeddedRedisError(f"cannot stop the local server at {url}: {exc}") from None
     finally:
         client.close()
     deadline = time.monotonic() + timeout
