@@ -66,12 +66,14 @@ def _adapter_args(
     default=".subagent-bus/prompts",
     show_default=True,
     type=click.Path(file_okay=False, path_type=Path),
+    help="Where each agent's prompt file is written ({prompt_file}; also the adapter's --task-file).",
 )
 @click.option(
     "--log-dir",
     default=".subagent-bus/logs",
     show_default=True,
     type=click.Path(file_okay=False, path_type=Path),
+    help="Where each agent's adapter writes its log (AGENT_ID.log).",
 )
 @click.option("--deliver", help="Passed to each agent's adapter (print, file:PATH, command:TEMPLATE).")
 @click.option(
