@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -182,3 +186,33 @@ def test_a_changed_file_is_imported_as_a_new_generation(redis_url: str, tmp_path
     envelopes = published(redis_url)
     assert envelopes[2].source == f"findings:{path}#1"
     assert envelopes[2].id != envelopes[0].id
+
+
+def test_an_import_killed_mid_way_and_run_again_publishes_each_line_once(
+    redis_url: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "SECURITY_FINDINGS.jsonl"
+    rows = [line(agent=f"agent-{n % 5}", id=f"SEC-{n}", title=f"finding {n}", file="a.py", line=1 + n) for n in
+            range(40_000)]  # fmt: skip
+    path.write_text("\n".join(rows) + "\n")
+    expected, offset = [], 0
+    for n, row in enumerate(rows):
+        expected.append(deterministic_id(f"agent-{n % 5}", f"findings:{path}", offset))
+        offset += len(row) + 1
+    client = redis.Redis.from_url(redis_url)
+    cli = str(Path(sys.executable).parent / "subagent-bus")
+    command = [cli, "adapter", "import-findings", str(path), "--group", GROUP, "--redis-url", redis_url]
+    try:
+        first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while client.exists(STREAM) == 0 or client.xlen(STREAM) < 2_000:
+            assert time.monotonic() < deadline and first.poll() is None, "the import made no progress"
+            time.sleep(0.01)  # polling another process's progress: it has no other signal
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+        assert client.xlen(STREAM) < len(rows), "killed too late to prove anything"
+        again = subprocess.run(command, check=False, capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stderr
+    finally:
+        client.close()
+    assert [e.id for e in published(redis_url)] == expected  # every line once, in the file's order
