@@ -40,6 +40,7 @@ from typing import Final
 
 from agents.blocks import SIGNAL_TYPES, BlockError, SignalPayload, decode_body, describe_errors
 from agents.items import ErrorItem, Item, ResultItem, SignalItem, signal_item
+from agents.lines import HIT, RESULT_HEADING, TAG_GROUP, TAG_LINE, TYPE_OF_TAG, Fence, Hit
 from agents.report import ReportError, parse_report
 from bus.envelope import EnvelopeType
 
@@ -62,19 +63,6 @@ MAX_TAG_LINE: Final = 4096
 """The longest line that can be a tag, heading or fence line; also the most kept of a prose line."""
 
 _T = EnvelopeType
-
-
-_TAGS: Final = b"|".join(t.value.encode() for t in SIGNAL_TYPES)
-_TYPE_OF_TAG: Final = {t.value.encode(): t for t in SIGNAL_TYPES}
-# Anchored on the newline before a line (each scanned region starts with one), so the regex engine
-# only tries line starts; the groups: indent, "/", tag | fence marker, info | hashes, heading text.
-_HIT: Final = re.compile(
-    rb"\n([ \t]*)(?:\[(/?)(" + _TAGS + rb")\][ \t]*(?=\r?\n)|(`{3,}|~{3,})([^\n]*)|(#{1,2})[ \t]([^\n]*))"
-)
-_TAG_GROUP: Final = 3  # the group of _HIT a tag line ends with (``m.lastindex``)
-_TAG_LINE: Final = re.compile(rb"\n[ \t]*\[(/?)(" + _TAGS + rb")\][ \t]*(?=\r?\n)")  # the tag lines of _HIT
-_RESULT_HEADING: Final = re.compile(rb"(.+?)[ \t]+[Rr]esult[ \t#]*\r?")
-_Fence = tuple[int, int]  # marker byte, run length
 _Rewind = tuple[bytes, int]  # a region to scan again, and the stream offset of its first line
 
 
@@ -82,42 +70,6 @@ class _State(Enum):
     OUTSIDE = auto()
     BLOCK = auto()
     REPORT = auto()
-
-
-class _Hit:
-    """A candidate line found by :data:`_HIT` in a region (``start``/``end``: its bounds there)."""
-
-    __slots__ = ("at", "close", "end", "fence", "hashes", "heading", "indent", "info", "line", "start", "tag")
-
-    def __init__(self, m: re.Match[bytes], base: int, end: int, line: int) -> None:
-        self.start = m.start() + 1
-        self.end = end
-        self.at = base + self.start - 1  # stream offset of the line
-        self.line = line
-        self.indent, slash, self.tag, fence, info, hashes, self.heading = m.groups()
-        self.close = slash == b"/"
-        self.fence: bytes | None = fence
-        self.info = (info or b"").strip()
-        if fence is not None and fence[0] == 0x60 and b"`" in self.info:
-            self.fence = None  # ```inline``` code, not a fence
-        self.hashes = len(hashes or b"")
-
-    @property
-    def next_at(self) -> int:
-        return self.at + self.end - self.start + 1
-
-    @property
-    def is_heading(self) -> bool:
-        return self.hashes > 0 and len(self.indent) <= 3 and b"\t" not in self.indent
-
-    def closes(self, fence: _Fence | None) -> bool:
-        return (
-            fence is not None
-            and self.fence is not None
-            and self.fence[0] == fence[0]
-            and len(self.fence) >= fence[1]
-            and not self.info
-        )
 
 
 class Parser:
@@ -136,7 +88,7 @@ class Parser:
         self._skipping = False  # the partial line was too long and dropped; skip to its end
         self._closed = False
         self._state = _State.OUTSIDE
-        self._fence: _Fence | None = None  # a code fence open in the prose
+        self._fence: Fence | None = None  # a code fence open in the prose
         # the open block or report
         self._type = _T.STOP_WORK
         self._agent = b""
@@ -148,8 +100,8 @@ class Parser:
         self._region = b""  # the region being scanned
         self._seg = 1  # where the open body's bytes begin in it
         self._discard = False
-        self._rep_fence: _Fence | None = None  # a fence open inside the report
-        self._rep_outer: _Fence | None = None  # the fence the report started in
+        self._rep_fence: Fence | None = None  # a fence open inside the report
+        self._rep_outer: Fence | None = None  # the fence the report started in
         self._cand: tuple[int, int, int] | None = None  # bare fence that may end it: at, next_at, line
 
     def feed(self, chunk: bytes) -> list[Item]:
@@ -210,9 +162,9 @@ class Parser:
         self._seg = 1
         pos, line = 1, self._line
         resume = 0
-        while (m := _HIT.search(region, resume)) is not None:
+        while (m := HIT.search(region, resume)) is not None:
             resume = m.end()
-            is_tag = m.lastindex == _TAG_GROUP
+            is_tag = m.lastindex == TAG_GROUP
             if not is_tag and self._state is _State.BLOCK:
                 continue  # fences and headings mean nothing inside a block
             start = m.start()
@@ -222,9 +174,9 @@ class Parser:
             line += region.count(b"\n", pos, start + 1)
             pos = start + 1
             if is_tag and self._state is not _State.REPORT:
-                resume = self._tag(m, base + start, end, line)  # the usual hit, taken without a _Hit
+                resume = self._tag(m, base + start, end, line)  # the usual hit, taken without a Hit
                 continue
-            rewind = self._hit(_Hit(m, base, end, line))
+            rewind = self._hit(Hit(m, base, end, line))
             if rewind is not None:
                 return rewind
         self._line = line + region.count(b"\n", pos)
@@ -256,7 +208,7 @@ class Parser:
             self._partial = bytearray()
             self._skipping = True
 
-    def _hit(self, hit: _Hit) -> _Rewind | None:
+    def _hit(self, hit: Hit) -> _Rewind | None:
         """A fence or heading line outside a block, or any line in a report."""
         if self._state is _State.REPORT:
             rewind = self._report_hit(hit)
@@ -270,7 +222,7 @@ class Parser:
         elif hit.fence is not None:
             self._fence = None if hit.closes(self._fence) else self._fence or (hit.fence[0], len(hit.fence))
         elif hit.hashes == 2 and hit.is_heading:
-            name = _RESULT_HEADING.fullmatch(hit.heading)
+            name = RESULT_HEADING.fullmatch(hit.heading)
             if name is not None:
                 self._open_report(hit, name.group(1).strip())
         return None
@@ -284,7 +236,7 @@ class Parser:
                 self._check_size(at)
             if self._discard:
                 pass
-            elif slash and _TYPE_OF_TAG[tag] is not self._type:
+            elif slash and TYPE_OF_TAG[tag] is not self._type:
                 self._error(f"closed by [/{tag.decode()}] at line {line}")
             elif slash:
                 self._emit_block(bytes(self._body) + self._region[self._seg : m.start() + 1])
@@ -303,7 +255,7 @@ class Parser:
         tag line of the region: emitted at once, and the scan goes on after that tag (the lines between
         are nothing to a block). ``None`` leaves the block to the scan."""
         region = self._region
-        close = _TAG_LINE.search(region, end)
+        close = TAG_LINE.search(region, end)
         if (
             close is None
             or not close.group(1)
@@ -320,12 +272,12 @@ class Parser:
         """Open a block at the tag line at stream offset ``at``; its body starts at ``body_start``
         (``seg`` in the region)."""
         self._state = _State.BLOCK
-        self._type = _TYPE_OF_TAG[tag]
+        self._type = TYPE_OF_TAG[tag]
         self._open(line, body_start, seg)
         self._start_offset = at + indent
         self._indent = indent
 
-    def _open_report(self, hit: _Hit, agent: bytes) -> None:
+    def _open_report(self, hit: Hit, agent: bytes) -> None:
         self._state = _State.REPORT
         self._agent = agent
         self._open(hit.line, hit.at, hit.start)
@@ -341,7 +293,7 @@ class Parser:
         self._seg = seg
         self._discard = False
 
-    def _report_hit(self, hit: _Hit) -> _Rewind | None:
+    def _report_hit(self, hit: Hit) -> _Rewind | None:
         """Track a report's end; leaves the REPORT state when the hit ends it."""
         if self._cand is not None and hit.at - self._body_start > self.max_block_bytes:
             return self._resolve(self._region, self._seg)
@@ -361,7 +313,7 @@ class Parser:
                 return self._resolve(self._region, self._seg)
         return None
 
-    def _report_fence(self, hit: _Hit) -> _Rewind | None:
+    def _report_fence(self, hit: Hit) -> _Rewind | None:
         if self._rep_fence is not None:
             if hit.closes(self._rep_fence):
                 self._rep_fence = self._cand = None
@@ -376,7 +328,7 @@ class Parser:
         self._rep_fence = (hit.fence[0], len(hit.fence)) if hit.fence else None
         return None
 
-    def _end_report(self, hit: _Hit, fence: _Fence | None) -> None:
+    def _end_report(self, hit: Hit, fence: Fence | None) -> None:
         if not self._discard:
             self._emit_report(self._before(hit))
         self._state = _State.OUTSIDE
@@ -394,7 +346,7 @@ class Parser:
         self._line = line
         return b"\n" + kept[next_at - self._body_start :], next_at
 
-    def _before(self, hit: _Hit) -> bytes:
+    def _before(self, hit: Hit) -> bytes:
         """The open body's bytes up to the hit's line."""
         return bytes(self._body) + self._region[self._seg : hit.start]
 

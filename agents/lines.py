@@ -1,0 +1,65 @@
+"""The lines the parser acts on: signal tags, code fences and level-1/2 headings, found by one regex.
+
+Every region the parser scans starts with a newline, so the expressions are anchored on it and the regex
+engine tries line starts only. A :class:`Hit` is one such line, with what the parser needs to know of it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from agents.blocks import SIGNAL_TYPES
+
+__all__ = ["HIT", "RESULT_HEADING", "TAG_GROUP", "TAG_LINE", "TYPE_OF_TAG", "Fence", "Hit"]
+
+_TAGS: Final = b"|".join(t.value.encode() for t in SIGNAL_TYPES)
+TYPE_OF_TAG: Final = {t.value.encode(): t for t in SIGNAL_TYPES}
+"""The signal type a tag names (``b"STOP_WORK"`` -> ``EnvelopeType.STOP_WORK``)."""
+# Anchored on the newline before a line (each scanned region starts with one), so the regex engine
+# only tries line starts; the groups: indent, "/", tag | fence marker, info | hashes, heading text.
+HIT: Final = re.compile(
+    rb"\n([ \t]*)(?:\[(/?)(" + _TAGS + rb")\][ \t]*(?=\r?\n)|(`{3,}|~{3,})([^\n]*)|(#{1,2})[ \t]([^\n]*))"
+)
+TAG_GROUP: Final = 3  # the group of HIT a tag line ends with (``m.lastindex``)
+TAG_LINE: Final = re.compile(rb"\n[ \t]*\[(/?)(" + _TAGS + rb")\][ \t]*(?=\r?\n)")  # the tag lines of HIT
+RESULT_HEADING: Final = re.compile(rb"(.+?)[ \t]+[Rr]esult[ \t#]*\r?")
+"""The text of a ``## <Agent> Result`` heading (the agent's name in group 1)."""
+Fence = tuple[int, int]
+"""A code fence: its marker byte (a backtick or a tilde) and the length of its run."""
+
+
+class Hit:
+    """A candidate line found by :data:`HIT` in a region (``start``/``end``: its bounds there)."""
+
+    __slots__ = ("at", "close", "end", "fence", "hashes", "heading", "indent", "info", "line", "start", "tag")
+
+    def __init__(self, m: re.Match[bytes], base: int, end: int, line: int) -> None:
+        self.start = m.start() + 1
+        self.end = end
+        self.at = base + self.start - 1  # stream offset of the line
+        self.line = line
+        self.indent, slash, self.tag, fence, info, hashes, self.heading = m.groups()
+        self.close = slash == b"/"
+        self.fence: bytes | None = fence
+        self.info = (info or b"").strip()
+        if fence is not None and fence[0] == 0x60 and b"`" in self.info:
+            self.fence = None  # ```inline``` code, not a fence
+        self.hashes = len(hashes or b"")
+
+    @property
+    def next_at(self) -> int:
+        return self.at + self.end - self.start + 1
+
+    @property
+    def is_heading(self) -> bool:
+        return self.hashes > 0 and len(self.indent) <= 3 and b"\t" not in self.indent
+
+    def closes(self, fence: Fence | None) -> bool:
+        return (
+            fence is not None
+            and self.fence is not None
+            and self.fence[0] == fence[0]
+            and len(self.fence) >= fence[1]
+            and not self.info
+        )
