@@ -270,7 +270,7 @@ async def latency(
     client = await connect(Settings.from_url(url))
     await client.flushall()
     keys = await open_namespace(client, "bench", 8)
-    coordinator = start(url)
+    process = start(url)
     try:
         publisher = Publisher(client, keys)
         await publish_all(client, keys, findings_only(200, start=10**8))  # leases, groups
@@ -288,8 +288,8 @@ async def latency(
         seen.sort()
         return seen[len(seen) // 2] * 1000, seen[int(len(seen) * 0.99)] * 1000, len(seen)
     finally:
-        coordinator.terminate()
-        coordinator.wait()
+        process.terminate()
+        process.wait()
         await client.aclose()
 
 

@@ -1,9 +1,10 @@
 """Shard leases and coordinator membership.
 
-A lease is a key holding a token (the holder's name and a random part) with a TTL. Only the holder may commit to the shard (the commit
-script checks the token), so a process that stalls past its TTL and comes back cannot write anything
-stale. Membership is a sorted set of live coordinators scored by expiry (Redis server time, so clocks
-of different machines never matter); each process takes at most its fair share of the shards.
+A lease is a key holding a token (the holder's name and a random part) with a TTL. Only the holder may
+commit to the shard (the commit script checks the token), so a process that stalls past its TTL and
+comes back cannot write anything stale. Membership is a sorted set of live coordinators scored by expiry
+(Redis server time, so clocks of different machines never matter); each process takes at most its fair
+share of the shards.
 """
 
 from __future__ import annotations

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import redis
+from adapter_kit import CLI
 
 from bus.embedded import RedisCluster, RedisProcess, ensure_local_server, stop_local_server
 
@@ -38,11 +38,10 @@ def test_down_stops_the_local_server_and_waits_for_it_to_exit(tmp_path: Path) ->
     client = redis.Redis.from_url(url)
     pid = int(client.info("server")["process_id"])
     client.close()
-    cli = str(Path(sys.executable).parent / "subagent-bus")
 
     def down() -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [cli, "down"], check=False, cwd=tmp_path, capture_output=True, text=True, timeout=60
+            [CLI, "down"], check=False, cwd=tmp_path, capture_output=True, text=True, timeout=60
         )
 
     try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import orjson
 import pytest
 import redis
+from adapter_kit import CLI
 from click.testing import CliRunner, Result
 
 from agents.findings_io import MAX_INPUT_BYTES, add, import_findings, parse_findings
@@ -200,8 +200,7 @@ def test_an_import_killed_mid_way_and_run_again_publishes_each_line_once(
         expected.append(deterministic_id(f"agent-{n % 5}", f"findings:{path}", offset))
         offset += len(row) + 1
     client = redis.Redis.from_url(redis_url)
-    cli = str(Path(sys.executable).parent / "subagent-bus")
-    command = [cli, "adapter", "import-findings", str(path), "--group", GROUP, "--redis-url", redis_url]
+    command = [CLI, "adapter", "import-findings", str(path), "--group", GROUP, "--redis-url", redis_url]
     try:
         first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
