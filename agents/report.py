@@ -4,8 +4,8 @@ The report is split into ``###`` sections and those into ``####`` sub-sections; 
 fences are content. The contract's sections fill the fields of :class:`~bus.results.ResultReport`;
 any other section, and each sub-section of ``### Findings``, is kept as a :class:`Section` with its
 Markdown tables. Every table with a ``File:Line`` (or ``Location``) column and a severity or issue
-column becomes :class:`Finding` rows, with the evidence paragraph that starts with the finding's id in
-bold (``**SEC-001: ...**``) when the report has one.
+column becomes :class:`~bus.findings.Finding` rows (:mod:`agents.cells`), with the evidence paragraph
+that starts with the finding's id in bold (``**SEC-001: ...**``) when the report has one.
 
 Only a missing or unknown status and a missing summary make a report invalid (:class:`ReportError`).
 Lesser defects (a confidence that is not a number, an unknown severity, ``Recoverable`` neither true nor
@@ -19,9 +19,9 @@ from typing import Final
 
 from pydantic import ValidationError
 
+from agents.cells import NONE, cell, column, findings, number, severity, split_location
 from agents.markdown import HEADING, Line, Part, list_items, parse_tables, split_cells, split_sections
 from bus.errors import ProtocolError
-from bus.findings import Finding, Severity
 from bus.results import (
     ConfidenceJustification,
     ConfidenceReport,
@@ -35,10 +35,9 @@ from bus.results import (
     Table,
 )
 
-__all__ = ["ReportError", "parse_report", "split_location"]
+__all__ = ["ReportError", "parse_report"]
 
 _REPORT_HEADING: Final = re.compile(r" {0,3}##[ \t]+(.+?)[ \t]+[Rr]esult[ \t#]*")
-_LOCATION: Final = re.compile(r"(\S+?):(\d+)(?:[-:]\d+)?\b.*")
 _STATUS: Final = re.compile(r"(SUCCESS|PARTIAL|FAILED)\b", re.IGNORECASE)
 _SCORE: Final = re.compile(
     r"(?:(?:overall\s+)?(?:confidence|score)\s*[:=]\s*)?(\d{1,3}(?:\.\d+)?)\s*(?:%|/\s*100)?\s*(?:[-–—:|]\s*(.*))?",
@@ -52,7 +51,6 @@ _JUSTIFICATION: Final = re.compile(
     re.IGNORECASE,
 )
 _EVIDENCE_START: Final = re.compile(r"\s*\*\*([A-Za-z]+[-_]?\d+)\b")
-_NONE: Final = frozenset({"none", "n/a", "na", "nothing", "no issues", "no blockers", "-"})
 _TRUE: Final = frozenset({"true", "yes", "y"})
 _FALSE: Final = frozenset({"false", "no", "n"})
 
@@ -81,18 +79,6 @@ def parse_report(text: str) -> ResultReport:
     return builder.build()
 
 
-def split_location(location: str) -> tuple[str | None, int | None]:
-    """``src/a.ts:45`` -> (``src/a.ts``, 45); a bare path has no line; a word or prose has neither."""
-    location = location.replace("`", "").strip()
-    match = _LOCATION.fullmatch(location)
-    if match is not None and int(match.group(2)) >= 1:
-        return match.group(1), int(match.group(2))
-    path = match.group(1) if match else location
-    if path and " " not in path and path.lower() not in _NONE and ("/" in path or "." in path.strip(".")):
-        return path, None
-    return None, None
-
-
 def _section(part: Part) -> Section:
     return Section(title=part.title, text=part.text, tables=parse_tables(part.lines))
 
@@ -104,18 +90,11 @@ def _key(title: str) -> str:
 
 def _items(lines: list[Line]) -> list[tuple[int, list[str]]]:
     """The list items of a section, without the "None" placeholders of empty sections."""
-    return [(n, texts) for n, texts in list_items(lines) if texts[0].lower().strip(" .*") not in _NONE]
+    return [(n, texts) for n, texts in list_items(lines) if texts[0].lower().strip(" .*") not in NONE]
 
 
 def _is_resolution(line: str) -> bool:
     return line.strip().lower().startswith("resolution:")
-
-
-def _number(text: str) -> float | None:
-    try:
-        return float(text.strip().rstrip("%").strip())
-    except ValueError:
-        return None
 
 
 class _Builder:
@@ -190,17 +169,17 @@ class _Builder:
 
     def references_(self, part: Part) -> None:
         for table in parse_tables(part.lines):
-            item = _find(table.headers, ("item", "name"))
-            where = _find(table.headers, ("location", "fileline", "file"))
-            why = _find(table.headers, ("relevance", "why", "notes", "description"))
+            item = column(table.headers, ("item", "name"))
+            where = column(table.headers, ("location", "fileline", "file"))
+            why = column(table.headers, ("relevance", "why", "notes", "description"))
             for row in table.rows:
-                location = _cell(row, where if where is not None else 1)
+                location = cell(row, where if where is not None else 1)
                 file, line = split_location(location)
                 self.references.append(
                     Reference(
-                        item=_cell(row, item if item is not None else 0),
+                        item=cell(row, item if item is not None else 0),
                         location=location,
-                        relevance=_cell(row, why if why is not None else 2),
+                        relevance=cell(row, why if why is not None else 2),
                         file=file,
                         line=line,
                     )
@@ -230,7 +209,7 @@ class _Builder:
             match = _JUSTIFICATION.fullmatch(line.replace("**", "").rstrip())
             if match is not None:
                 values[match.group(1).lower().removeprefix("potential ")] = match.group(2).strip()
-        score = _number(values.get("score", ""))
+        score = number(values.get("score", ""))
         if "score" in values and (score is None or not 0 <= score <= 100):
             self.violations.append(f"Confidence Justification score '{values['score']}' is not 0-100")
             score = None
@@ -248,8 +227,8 @@ class _Builder:
             title, _, description = head.partition(": ")
             raw = next((f.split(":", 1)[1] for f in fields if f.lower().startswith("severity:")), "")
             description = "\n".join([description.strip(), *texts[1:]]).strip()
-            severity = self._severity(raw, f"issue '{title}'")
-            self.issues.append(Issue(title=title.strip("*` "), description=description, severity=severity))
+            level = severity(raw, f"issue '{title}'", self.violations)
+            self.issues.append(Issue(title=title.strip("*` "), description=description, severity=level))
 
     def next_steps_(self, part: Part) -> None:
         self.next_steps = [" ".join(texts) for _, texts in _items(part.lines)]
@@ -267,7 +246,7 @@ class _Builder:
             )
 
     def error_details_(self, part: Part) -> None:
-        pairs = [(_cell(row, 0), _cell(row, 1)) for table in parse_tables(part.lines) for row in table.rows]
+        pairs = [(cell(row, 0), cell(row, 1)) for table in parse_tables(part.lines) for row in table.rows]
         for _, texts in _items(part.lines):  # or "- Type: X" lines
             aspect, colon, value = texts[0].partition(":")
             if colon:
@@ -294,56 +273,6 @@ class _Builder:
 
     def recovery_(self, part: Part) -> None:
         self.recovery = [" ".join(texts) for _, texts in _items(part.lines)]
-
-    def _severity(self, raw: str, what: str) -> Severity | None:
-        raw = raw.strip().strip("*`").lower()
-        if not raw:
-            return None
-        try:
-            return Severity(raw)
-        except ValueError:
-            self.violations.append(f"{what}: unknown severity '{raw}'")
-            return None
-
-    def _findings(self) -> list[Finding]:
-        findings: list[Finding] = []
-        for table in self.tables:
-            for row in _finding_rows(table):
-                finding = self._finding(table, row)
-                if finding is not None:
-                    findings.append(finding)
-        return findings
-
-    def _finding(self, table: Table, row: list[str]) -> Finding | None:
-        id_ = _find(table.headers, ("id",))
-        where = _find(table.headers, ("fileline", "location", "file", "path"))
-        title = _find(table.headers, ("issue", "finding", "title", "description", "problem"))
-        if title is None:
-            title = next(i for i in range(len(table.headers)) if i not in (id_, where))
-        ident = _cell(row, id_) or None
-        name = f"finding '{ident or _cell(row, title)}'"
-        file, line = split_location(_cell(row, where))
-        severity = self._severity(_cell(row, _find(table.headers, ("severity",))), name)
-        raw = _cell(row, _find(table.headers, ("confidence", "conf")))
-        confidence = _number(raw) if raw else None
-        if raw and (confidence is None or not 0 <= confidence <= 100):
-            self.violations.append(f"{name}: confidence '{raw}' is not 0-100")
-            confidence = None
-        evidence = self.evidence.get(ident or "", "").strip() or None
-        try:
-            return Finding(
-                id=ident,
-                title=_cell(row, title),
-                file=file,
-                line=line,
-                severity=severity,
-                confidence=confidence,
-                agent=self.agent,
-                evidence=evidence,
-            )
-        except ValidationError as exc:
-            self.violations.append(f"{name}: {exc.errors()[0]['msg']}")
-            return None
 
     def _confidence(self) -> ConfidenceReport | None:
         score = self.score or ((self.detailed.score, "") if self.detailed and self.detailed.score else None)
@@ -373,7 +302,7 @@ class _Builder:
             status=self.status,
             summary=self.summary,
             sections=self.sections,
-            findings=self._findings(),
+            findings=findings(self.tables, self.agent, self.evidence, self.violations),
             key_references=self.references,
             confidence=confidence,
             issues=self.issues,
@@ -403,25 +332,3 @@ _HANDLERS: Final = {
     "root cause": _Builder.root_cause_,
     "recovery options": _Builder.recovery_,
 }
-
-
-def _norm(header: str) -> str:
-    return re.sub(r"[^a-z]", "", header.lower())
-
-
-def _find(headers: list[str], names: tuple[str, ...]) -> int | None:
-    normalized = [_norm(h) for h in headers]
-    return next((normalized.index(n) for n in names if n in normalized), None)
-
-
-def _cell(row: list[str], index: int | None) -> str:
-    return row[index] if index is not None and index < len(row) else ""
-
-
-def _finding_rows(table: Table) -> list[list[str]]:
-    """The rows of an issue table: a location column and a severity or issue column."""
-    headers = table.headers
-    has_location = _find(headers, ("fileline", "location")) is not None
-    if not has_location or _find(headers, ("severity", "issue", "finding")) is None:
-        return []
-    return table.rows

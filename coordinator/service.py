@@ -19,9 +19,9 @@ from typing import Any
 
 from bus import wire
 from bus.connection import Client, translated
-from bus.envelope import EnvelopeType, encode, new_envelope
+from bus.envelope import encode, new_envelope
 from bus.errors import BusError
-from bus.events import Decision, Tick
+from bus.events import Tick
 from bus.keys import Keys, StreamKind
 from bus.metrics import Metrics
 from bus.waits import wait_for
@@ -31,6 +31,7 @@ from coordinator.lease import Leases, fair_share
 from coordinator.policy import Policy
 from coordinator.rules import Target
 from coordinator.state import GroupState
+from coordinator.telemetry import committed
 from coordinator.view import load_shard
 
 __all__ = ["GROUP", "TICK_GROUP", "Coordinator", "CoordinatorOptions"]
@@ -328,7 +329,7 @@ class Coordinator:
             shard.groups.update(batch.groups)
             shard.version += 1
             self.applied += len(entries)
-            self._committed(shard, batch, time.perf_counter() - started)
+            committed(batch, time.perf_counter() - started, self.metrics)
         elif result is CommitResult.LEASE_LOST:
             self._lost(shard)
         elif result is CommitResult.STALE:
@@ -338,29 +339,6 @@ class Coordinator:
             log.warning("shard %d: older entries pending elsewhere; claiming them first", shard.index)
             await self._take_over(shard)
         return True
-
-    def _committed(self, shard: _Shard, batch: Batch, seconds: float) -> None:
-        """Metrics and one log line per decision, only once the batch is durably committed."""
-        for envelope in batch.emitted:
-            # the type first: an isinstance() that fails on a pydantic model class costs a Python call
-            if envelope.type is EnvelopeType.DECISION and isinstance(envelope.payload, Decision):
-                log.info(
-                    envelope.payload.detail.split("\n", 1)[0],
-                    extra={
-                        "decision": envelope.payload.decision.value,
-                        "agent_id": envelope.agent_id,
-                        "group_id": envelope.group_id,
-                        "shard": shard.index,
-                    },
-                )
-        if self.metrics:
-            self.metrics.commit_seconds.observe(seconds)
-            for type_, count in batch.types_in.items():
-                self.metrics.read(type_.value, count)
-            for envelope in batch.emitted:
-                self.metrics.wrote(envelope.type.value)
-            if batch.dead:
-                self.metrics.dead_letters.labels(self.metrics.role, str(shard.index)).inc(batch.dead)
 
     def _lost(self, shard: _Shard) -> None:
         log.warning("shard %d: lease lost; nothing from the last batch was committed", shard.index)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents.report import ReportError, parse_report, split_location
+from agents.cells import split_location
+from agents.report import ReportError, parse_report
 from bus.findings import Severity
 from bus.results import ResultStatus
 

@@ -1,0 +1,121 @@
+"""The cells of a result report's Markdown tables: columns found by their header, locations, numbers and
+severities read leniently, and the rows of an issue table turned into :class:`~bus.findings.Finding`.
+
+Lenient means a cell that cannot be read leaves its value unset and adds a line to the report's
+``violations``, so that a report is never dropped for one bad cell.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from pydantic import ValidationError
+
+from bus.findings import Finding, Severity
+from bus.results import Table
+
+__all__ = ["NONE", "cell", "column", "findings", "number", "severity", "split_location"]
+
+NONE: Final = frozenset({"none", "n/a", "na", "nothing", "no issues", "no blockers", "-"})
+"""What an empty section or cell says instead of being empty."""
+
+_LOCATION: Final = re.compile(r"(\S+?):(\d+)(?:[-:]\d+)?\b.*")
+
+
+def split_location(location: str) -> tuple[str | None, int | None]:
+    """``src/a.ts:45`` -> (``src/a.ts``, 45); a bare path has no line; a word or prose has neither."""
+    location = location.replace("`", "").strip()
+    match = _LOCATION.fullmatch(location)
+    if match is not None and int(match.group(2)) >= 1:
+        return match.group(1), int(match.group(2))
+    path = match.group(1) if match else location
+    if path and " " not in path and path.lower() not in NONE and ("/" in path or "." in path.strip(".")):
+        return path, None
+    return None, None
+
+
+def number(text: str) -> float | None:
+    """``87``, ``87.5`` or ``87%``; None for anything else."""
+    try:
+        return float(text.strip().rstrip("%").strip())
+    except ValueError:
+        return None
+
+
+def _norm(header: str) -> str:
+    return re.sub(r"[^a-z]", "", header.lower())
+
+
+def column(headers: list[str], names: tuple[str, ...]) -> int | None:
+    """The index of the first of ``names`` among the headers (compared in lower case, letters only)."""
+    normalized = [_norm(h) for h in headers]
+    return next((normalized.index(n) for n in names if n in normalized), None)
+
+
+def cell(row: list[str], index: int | None) -> str:
+    """The cell at ``index``; empty when there is no such column or the row is short."""
+    return row[index] if index is not None and index < len(row) else ""
+
+
+def severity(raw: str, what: str, violations: list[str]) -> Severity | None:
+    """The severity a cell names; an unknown one is a violation of ``what`` and reads as none."""
+    raw = raw.strip().strip("*`").lower()
+    if not raw:
+        return None
+    try:
+        return Severity(raw)
+    except ValueError:
+        violations.append(f"{what}: unknown severity '{raw}'")
+        return None
+
+
+def findings(
+    tables: list[Table], agent: str, evidence: dict[str, str], violations: list[str]
+) -> list[Finding]:
+    """The findings of every issue table (a location column and a severity or issue column), each with
+    the evidence paragraph that starts with its id, when there is one."""
+    found: list[Finding] = []
+    for table in tables:
+        if column(table.headers, ("fileline", "location")) is None:
+            continue
+        if column(table.headers, ("severity", "issue", "finding")) is None:
+            continue
+        for row in table.rows:
+            finding = _finding(table.headers, row, agent, evidence, violations)
+            if finding is not None:
+                found.append(finding)
+    return found
+
+
+def _finding(
+    headers: list[str], row: list[str], agent: str, evidence: dict[str, str], violations: list[str]
+) -> Finding | None:
+    id_ = column(headers, ("id",))
+    where = column(headers, ("fileline", "location", "file", "path"))
+    title = column(headers, ("issue", "finding", "title", "description", "problem"))
+    if title is None:
+        title = next(i for i in range(len(headers)) if i not in (id_, where))
+    ident = cell(row, id_) or None
+    name = f"finding '{ident or cell(row, title)}'"
+    file, line = split_location(cell(row, where))
+    level = severity(cell(row, column(headers, ("severity",))), name, violations)
+    raw = cell(row, column(headers, ("confidence", "conf")))
+    confidence = number(raw) if raw else None
+    if raw and (confidence is None or not 0 <= confidence <= 100):
+        violations.append(f"{name}: confidence '{raw}' is not 0-100")
+        confidence = None
+    try:
+        return Finding(
+            id=ident,
+            title=cell(row, title),
+            file=file,
+            line=line,
+            severity=level,
+            confidence=confidence,
+            agent=agent,
+            evidence=evidence.get(ident or "", "").strip() or None,
+        )
+    except ValidationError as exc:
+        violations.append(f"{name}: {exc.errors()[0]['msg']}")
+        return None

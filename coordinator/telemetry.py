@@ -1,0 +1,42 @@
+"""What a committed batch tells the operator: a log line per decision, and the metrics it counts.
+
+Called only once a batch is durably committed, so neither the log nor a counter shows a decision that
+a lost lease or a crash took back.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from bus.envelope import EnvelopeType
+from bus.events import Decision
+from bus.metrics import Metrics
+from coordinator.batch import Batch
+
+__all__ = ["committed"]
+
+log = logging.getLogger("subagent_bus.coordinator")
+
+
+def committed(batch: Batch, seconds: float, metrics: Metrics | None) -> None:
+    """Log the decisions of ``batch`` (committed in ``seconds``) and count what it read and wrote."""
+    for envelope in batch.emitted:
+        # the type first: an isinstance() that fails on a pydantic model class costs a Python call
+        if envelope.type is EnvelopeType.DECISION and isinstance(envelope.payload, Decision):
+            log.info(
+                envelope.payload.detail.split("\n", 1)[0],
+                extra={
+                    "decision": envelope.payload.decision.value,
+                    "agent_id": envelope.agent_id,
+                    "group_id": envelope.group_id,
+                    "shard": batch.shard,
+                },
+            )
+    if metrics:
+        metrics.commit_seconds.observe(seconds)
+        for type_, count in batch.types_in.items():
+            metrics.read(type_.value, count)
+        for envelope in batch.emitted:
+            metrics.wrote(envelope.type.value)
+        if batch.dead:
+            metrics.dead_letters.labels(metrics.role, str(batch.shard)).inc(batch.dead)
