@@ -78,7 +78,8 @@ import redis.asyncio
 
 from bus.connection import Client, connect, settings_from_options, translated
 from bus.errors import BusError, CommandFailed, ConfigError
-from bus.keys import MAX_SHARDS, Keys, meta_key
+from bus.keys import Keys, meta_key
+from bus.settings import MAX_SHARDS
 
 __all__ = [
     "AclFormat",

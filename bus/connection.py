@@ -23,7 +23,7 @@ from redis.asyncio.sentinel import Sentinel
 
 from bus.embedded import ensure_local_server, stop_local_server
 from bus.errors import BusError, CommandFailed, ConfigError, ConnectionFailed
-from bus.settings import Settings, parse_sentinel_url
+from bus.settings import MAX_SHARDS, Settings, parse_sentinel_url
 
 __all__ = [
     "Client",
@@ -194,12 +194,14 @@ def default_url(data_dir: Path | None = None) -> str:
     return ensure_local_server(data_dir or DEFAULT_DATA_DIR)
 
 
-def settings_from_options(redis_url: str | None, namespace: str, cluster: bool | None) -> Settings:
+def settings_from_options(
+    redis_url: str | None, namespace: str, cluster: bool | None, shards: int | None = None
+) -> Settings:
     """Settings from the shared command-line options; no URL starts (or joins) the embedded server."""
     if redis_url is None:
         redis_url = default_url()
         click.echo(f"using local Redis at {redis_url} (`subagent-bus down` stops it)", err=True)
-    return Settings.from_url(redis_url, namespace=namespace, cluster=cluster)
+    return Settings.from_url(redis_url, namespace=namespace, cluster=cluster, shards=shards)
 
 
 @click.command()
@@ -221,9 +223,10 @@ def down() -> None:
 
 
 def redis_options(command: Callable[P, R]) -> Callable[..., R]:
-    """Add ``--redis-url``, ``--namespace`` and ``--cluster/--no-cluster`` to a click command.
+    """Add ``--redis-url``, ``--namespace``, ``--shards`` and ``--cluster/--no-cluster`` to a click
+    command.
 
-    The command receives one ``settings: Settings`` keyword instead of the three options. A bad value
+    The command receives one ``settings: Settings`` keyword instead of the four options. A bad value
     is a usage error (exit code 2).
     """
 
@@ -243,19 +246,35 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
         help="Key prefix of this bus.",
     )
     @click.option(
+        "--shards",
+        envvar="SUBAGENT_BUS_SHARDS",
+        type=click.IntRange(1, MAX_SHARDS),
+        default=None,
+        metavar="N",
+        help="Shards of a namespace this command creates (default 8). Fixed at creation: a namespace "
+        "keeps its count, and a different N is refused.",
+    )
+    @click.option(
         "--cluster/--no-cluster",
         default=None,
         help="Force the Redis Cluster client on or off. Default: ask the server.",
     )
     @functools.wraps(command)
-    def wrapper(*args: Any, redis_url: str | None, namespace: str, cluster: bool | None, **kwargs: Any) -> R:
+    def wrapper(
+        *args: Any,
+        redis_url: str | None,
+        namespace: str,
+        shards: int | None,
+        cluster: bool | None,
+        **kwargs: Any,
+    ) -> R:
         ctx = click.get_current_context(silent=True)
         if ctx is not None and ctx.invoked_subcommand is not None:
             # A group running one of its subcommands does not use its own connection options; resolving
             # them would start the embedded server for nothing (`findings add --help`).
             return None  # type: ignore[return-value]
         try:
-            settings = settings_from_options(redis_url, namespace, cluster)
+            settings = settings_from_options(redis_url, namespace, cluster, shards)
         except ConfigError as exc:
             raise click.UsageError(str(exc)) from None
         except BusError as exc:

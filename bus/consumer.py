@@ -83,12 +83,21 @@ _DEAD: Final = Ack.DEAD
 
 
 def dead_letter_fields(
-    *, stream: str, entry_id: str, raw: bytes | None, reason: str, deliveries: int
-) -> dict[str, bytes | str]:
-    """The fields of a dead-letter entry: the original ``data`` bytes untouched, and why it died."""
-    fields: dict[str, bytes | str] = {}
+    *,
+    stream: str,
+    entry_id: str,
+    raw: bytes | None,
+    reason: str,
+    deliveries: int,
+    others: Sequence[tuple[bytes, bytes]] = (),
+) -> dict[str | bytes, bytes | str]:
+    """The fields of a dead-letter entry: the original ``data`` bytes untouched, the entry's other fields
+    (``others``: name and value) as ``field:<name>``, and why it died."""
+    fields: dict[str | bytes, bytes | str] = {}
     if raw is not None:
         fields["data"] = raw
+    for name, value in others:
+        fields[b"field:" + name] = value
     fields["reason"] = reason[:_MAX_REASON]
     fields["stream"] = stream
     fields["entry_id"] = entry_id
@@ -176,7 +185,7 @@ class Consumer:
         writes it to the dead-letter stream (reason: the given one, else the delivery's error) and
         acknowledges it in the same transaction."""
         done: list[bytes] = []
-        dead: list[dict[str, bytes | str]] = []
+        dead: list[dict[str | bytes, bytes | str]] = []
         for delivery, ack, reason in decisions:
             if ack is _ACK:
                 done.append(delivery.entry_id.encode())  # bytes: the client's fastest argument type
@@ -356,7 +365,7 @@ class Consumer:
             )
         return delivery, ack, reason
 
-    def _dead_fields(self, delivery: Delivery, reason: str) -> dict[str, bytes | str]:
+    def _dead_fields(self, delivery: Delivery, reason: str) -> dict[str | bytes, bytes | str]:
         return dead_letter_fields(
             stream=self.stream,
             entry_id=delivery.entry_id,

@@ -12,7 +12,6 @@ and state keys sit in one slot and one transaction can touch them all, on a clus
 
 from __future__ import annotations
 
-import logging
 import re
 import zlib
 from dataclasses import dataclass
@@ -21,14 +20,12 @@ from typing import Final
 
 from bus.connection import Client, translated
 from bus.errors import ConfigError
-from bus.settings import NAMESPACE_PATTERN
+from bus.settings import MAX_SHARDS, NAMESPACE_PATTERN
 
 __all__ = ["Keys", "StreamKind", "dead_stream_for", "meta_key", "open_namespace"]
 
-log = logging.getLogger(__name__)
-
 _NAMESPACE: Final = re.compile(NAMESPACE_PATTERN)
-MAX_SHARDS: Final = 16384
+DEFAULT_SHARDS: Final = 8
 
 
 class StreamKind(StrEnum):
@@ -104,29 +101,27 @@ def dead_stream_for(stream: str) -> str:
     return f"{stream}:{StreamKind.DEAD.value}"
 
 
-async def open_namespace(client: Client, namespace: str, shards: int = 8) -> Keys:
-    """The keys of ``namespace``, creating it with ``shards`` shards if it does not exist yet.
+async def open_namespace(client: Client, namespace: str, shards: int | None = None) -> Keys:
+    """The keys of ``namespace``, creating it with ``shards`` shards (8 when none) if it does not exist.
 
-    The shard count is fixed at creation (``SET {ns}:meta <shards> NX``). When the namespace already
-    exists its stored count wins over ``shards``, since moving every key to new shards is not something
-    a connecting process may do; the difference is logged.
+    The shard count is fixed at creation (``SET {ns}:meta <shards> NX``): moving every key to new shards
+    is not something a connecting process may do. So asking for a count that differs from an existing
+    namespace's is a :class:`ConfigError`; ``shards=None`` takes whatever the namespace has.
     """
-    requested = Keys(namespace, shards)
     key = meta_key(namespace)
+    Keys(namespace, shards or DEFAULT_SHARDS)  # validates the name before anything is written
     with translated():
         # Read first: read-only roles (adapters, observers) may GET the meta key but not SET it.
         stored = await client.get(key)
         if stored is None:
-            await client.set(key, str(shards), nx=True)
+            await client.set(key, str(shards or DEFAULT_SHARDS), nx=True)
             stored = await client.get(key)
     text = stored.decode(errors="replace") if isinstance(stored, bytes) else str(stored)
     if not text.isdigit() or not 1 <= int(text) <= MAX_SHARDS:
         raise ConfigError(f"{key} holds {text[:40]!r}, not a shard count: the namespace is damaged")
-    if int(text) != shards:
-        log.info(
-            "namespace %s has %s shards (stored); %d requested, the stored count wins",
-            namespace,
-            text,
-            shards,
+    if shards is not None and int(text) != shards:
+        raise ConfigError(
+            f"namespace {namespace!r} has {text} shards, not {shards}: the count is fixed when a namespace "
+            "is created (leave --shards out to use it as it is, or choose another --namespace)"
         )
-    return requested if int(text) == shards else Keys(namespace, int(text))
+    return Keys(namespace, int(text))

@@ -20,9 +20,19 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from bus.errors import ConfigError
 
-__all__ = ["NAMESPACE_PATTERN", "SentinelTarget", "Settings", "check_url", "parse_sentinel_url", "redact"]
+__all__ = [
+    "MAX_SHARDS",
+    "NAMESPACE_PATTERN",
+    "SentinelTarget",
+    "Settings",
+    "check_url",
+    "parse_sentinel_url",
+    "redact",
+]
 
 NAMESPACE_PATTERN: Final = r"^[A-Za-z0-9_.-]+$"
+MAX_SHARDS: Final = 16384
+"""One shard per Redis Cluster hash slot at most."""
 _SCHEMES: Final = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
 _SENTINEL_PORT: Final = 26379
 _SENTINEL_QUERY: Final = frozenset({"sentinel_password", "sentinel_username"})
@@ -47,8 +57,9 @@ class Settings(BaseModel, extra="forbid", frozen=True):
 
     url: str
     namespace: str = Field(default="sbus", pattern=NAMESPACE_PATTERN, max_length=64)
-    shards: int = Field(default=8, ge=1, le=16384)
-    """Used only when the namespace is first created; afterwards the count stored in Redis wins."""
+    shards: int | None = Field(default=None, ge=1, le=MAX_SHARDS)
+    """The shard count of a namespace this process creates; ``None``: 8. A namespace that exists keeps
+    the count it was created with, and a different number here is an error (:func:`bus.keys.open_namespace`)."""
     cluster: bool | None = None
     """``None``: ask the server (``INFO cluster``); ``True``/``False``: force the client type."""
     socket_timeout: float | None = Field(default=None, gt=0)

@@ -27,17 +27,30 @@ from coordinator.rules.trusted import evolve
 from coordinator.state import GroupState
 from coordinator.store import Touched, write_changes
 
-__all__ = ["NO_DATA", "Batch", "Entry", "entries_of", "target_streams"]
+__all__ = ["Batch", "Entry", "Fields", "entries_of", "target_streams"]
 
 log = logging.getLogger("subagent_bus.coordinator")
 
-Entry = tuple[bytes, bytes | None]
-"""``(entry_id, data)`` of a stream entry: ``data`` is ``None`` for a deleted entry, :data:`NO_DATA` for
-one without a ``data`` field."""
 
-NO_DATA: Final = b"\x00subagent-bus: no data field"
-"""Stands for the missing ``data`` field of an entry that has other fields; compared by identity, so no
-value read from Redis (a new object every time) is ever taken for it."""
+class Fields(tuple[bytes, ...]):
+    """The flat field list of an entry that has fields besides ``data``, or no ``data`` at all: a
+    foreign producer's. Its ``data`` is applied as any entry's; a dead letter keeps every field."""
+
+    __slots__ = ()
+
+    @property
+    def data(self) -> bytes | None:
+        """The ``data`` value, None when the entry has none."""
+        return next((self[i + 1] for i in range(0, len(self) - 1, 2) if self[i] == b"data"), None)
+
+    def others(self) -> list[tuple[bytes, bytes]]:
+        """The fields but ``data``, as (name, value)."""
+        return [(self[i], self[i + 1]) for i in range(0, len(self) - 1, 2) if self[i] != b"data"]
+
+
+Entry = tuple[bytes, bytes | Fields | None]
+"""``(entry_id, data)`` of a stream entry: ``data`` is ``None`` for a deleted entry, :class:`Fields` for
+one whose fields are not exactly ``data``."""
 
 
 def entries_of(reply: Any) -> list[Entry]:
@@ -50,15 +63,14 @@ def entries_of(reply: Any) -> list[Entry]:
     return [(entry_id, _data(fields)) for entry_id, fields in rows or ()]
 
 
-def _data(fields: list[bytes] | None) -> bytes | None:
+def _data(fields: list[bytes] | None) -> bytes | Fields | None:
     """The ``data`` value of an entry's flat field list; None for an entry deleted while pending (the
-    server sends no fields), :data:`NO_DATA` for one without that field."""
+    server sends no fields), all its fields for one that has others."""
     if fields is None:
         return None
-    for i in range(0, len(fields) - 1, 2):
-        if fields[i] == b"data":
-            return fields[i + 1]
-    return NO_DATA
+    if len(fields) == 2 and fields[0] == b"data":
+        return fields[1]
+    return Fields(fields)
 
 
 _TARGET_STREAM: Final = {
@@ -96,20 +108,29 @@ class Batch:
     types_in: dict[EnvelopeType, int] = field(default_factory=dict)
     dead: int = 0
 
-    def add(self, entry_id: bytes, data: bytes | None, deliveries: int, max_deliveries: int) -> None:
+    def add(self, entry_id: bytes, data: bytes | Fields | None, deliveries: int, max_deliveries: int) -> None:
         """Apply one entry (the next in stream order), or dead-letter it when it cannot be applied."""
         self.commit.entry_ids.append(entry_id)
-        reason = self._apply_entry(data, deliveries, max_deliveries)
+        others: list[tuple[bytes, bytes]] = []
+        if isinstance(data, Fields):
+            fields = data
+            data, others = fields.data, fields.others()
+        if data is None and others:
+            names = ", ".join(sorted(as_text(name) for name, _ in others))
+            reason: str | None = f"entry has no 'data' field (fields: {names})"
+        else:
+            reason = self._apply_entry(data, deliveries, max_deliveries)
         if reason:
             self.dead += 1
-            fields = dead_letter_fields(
+            letter = dead_letter_fields(
                 stream=self.commit.stream_key,
                 entry_id=as_text(entry_id),
-                raw=None if data is NO_DATA else data,
+                raw=data,
                 reason=reason,
                 deliveries=deliveries,
+                others=others,
             )
-            self.commit.xadd(self.dead_stream, fields)
+            self.commit.xadd(self.dead_stream, letter)
             log.warning("dead-lettered %s: %s", as_text(entry_id), reason, extra={"shard": self.shard})
 
     def write(self) -> None:
@@ -129,8 +150,6 @@ class Batch:
             return f"delivered {deliveries} times without being committed"
         if data is None:
             return DELETED_REASON
-        if data is NO_DATA:
-            return "entry has no 'data' field"
         try:
             envelope = decode(data)
         except DecodeError as exc:

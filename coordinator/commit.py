@@ -124,7 +124,7 @@ class Commit:
             index = self._keys[key] = _item(str(len(self._keys) + 1))
         return index
 
-    def xadd(self, key: str, fields: Mapping[str, bytes | str]) -> None:
+    def xadd(self, key: str, fields: Mapping[str | bytes, bytes | str]) -> None:
         self._ops += (_X, self._key(key), _item(str(2 * len(fields))))
         for name, value in fields.items():
             self._ops += (_item(name), _item(value))

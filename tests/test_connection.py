@@ -14,6 +14,7 @@ import redis.asyncio
 from click.testing import CliRunner
 
 from bus import wire
+from bus.cli import main
 from bus.connection import connect, default_url, redis_options, translated
 from bus.embedded import RedisCluster, RedisProcess, find_binary, free_port, stop_local_server
 from bus.errors import CommandFailed, ConfigError, ConnectionFailed
@@ -173,3 +174,19 @@ def test_shared_options_build_settings(redis_url: str) -> None:
     result = runner.invoke(_show, ["--redis-url", "http://nope"])
     assert result.exit_code == 2
     assert "unsupported URL scheme" in result.output
+
+
+def test_shards_option_creates_a_namespace_and_refuses_another_count(redis_url: str) -> None:
+    runner = CliRunner()
+    base = ["status", "--json", "--redis-url", redis_url, "--namespace", "sharded"]
+    result = runner.invoke(main, [*base, "--shards", "4"])
+    assert result.exit_code == 0, result.output
+    assert redis.Redis.from_url(redis_url).get("{sharded}:meta") == b"4"
+    assert runner.invoke(main, base).exit_code == 0  # without --shards: the namespace as it is
+    result = runner.invoke(main, base, env={"SUBAGENT_BUS_SHARDS": "16"})
+    assert result.exit_code == 1
+    assert "'sharded' has 4 shards, not 16" in result.output
+    result = runner.invoke(main, [*base, "--shards", "0"])
+    assert result.exit_code == 2
+    assert "--shards" in result.output
+    assert redis.Redis.from_url(redis_url).get("{sharded}:meta") == b"4"

@@ -60,7 +60,8 @@ def doc(**changes: Any) -> bytes:
 
 # Each hostile entry (its fields) and a fragment of the reason it must be dead-lettered with.
 HOSTILE: list[tuple[str, dict[str, bytes], str]] = [
-    ("no data field", {"junk": b"x", "payload": progress("a1", 1)}, "entry has no 'data' field"),
+    ("no data field", {"junk": b"x", "payload": progress("a1", 1)}, "entry has no 'data' field (fields: junk, payload)"),
+    ("bad data and another field", {"data": b"{", "trace": b"\xff\x00t"}, "not JSON"),
     ("invalid JSON", {"data": b'{"id": "x", '}, "not JSON"),
     ("empty data", {"data": b""}, "not JSON: Input is a zero-length"),
     ("binary garbage", {"data": bytes(range(256))}, "not JSON"),
@@ -109,6 +110,8 @@ def test_hostile_entries_are_dead_lettered_and_valid_ones_applied(redis_url: str
         assert reason in reasons[name], (name, reasons[name][:300])
         assert fields[b"stream"] == stream.encode() and fields[b"deliveries"] == b"1", name
         assert fields.get(b"data") == original.get("data"), f"{name}: the original bytes are kept"
+        kept = {k[len(b"field:") :].decode(): v for k, v in fields.items() if k.startswith(b"field:")}
+        assert kept == {k: v for k, v in original.items() if k != "data"}, f"{name}: its other fields too"
 
     # Nothing lost: every entry is still in the stream, acknowledged, and the valid ones are applied.
     assert admin.xlen(stream) == total

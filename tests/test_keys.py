@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import zlib
 
 import pytest
@@ -64,18 +63,18 @@ def test_dead_stream_shares_the_hash_tag() -> None:
     assert dead_stream_for("{}odd") == "{}odd:dead"
 
 
-async def test_namespace_is_created_once_and_its_stored_count_wins(
-    bus_url: str, caplog: pytest.LogCaptureFixture
-) -> None:
+async def test_namespace_is_created_once_and_keeps_its_count(bus_url: str) -> None:
     async with connected(bus_url) as client:
         created = await open_namespace(client, "ns", 4)
         assert created == Keys("ns", 4)
         assert await client.get("{ns}:meta") == b"4"
-        with caplog.at_level(logging.INFO, logger="bus.keys"):
-            again = await open_namespace(client, "ns", 16)
-        assert again == Keys("ns", 4)
-        assert "stored count wins" in caplog.text
-        assert await open_namespace(client, "other", 2) == Keys("other", 2)
+        assert await open_namespace(client, "ns") == Keys("ns", 4)
+        assert await open_namespace(client, "ns", 4) == Keys("ns", 4)
+        with pytest.raises(ConfigError, match="'ns' has 4 shards, not 16"):
+            await open_namespace(client, "ns", 16)
+        assert await client.get("{ns}:meta") == b"4"
+        assert await open_namespace(client, "other") == Keys("other", 8)
+        assert await open_namespace(client, "third", 2) == Keys("third", 2)
 
 
 async def test_a_damaged_meta_key_is_a_config_error(redis_url: str) -> None:

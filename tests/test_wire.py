@@ -17,7 +17,7 @@ from bus.connection import connect
 from bus.embedded import RedisProcess
 from bus.errors import CommandFailed, ConnectionFailed
 from bus.settings import Settings
-from coordinator.batch import NO_DATA, entries_of
+from coordinator.batch import Fields, entries_of
 
 STREAM = b"{wire}:stream"
 
@@ -199,13 +199,18 @@ async def test_xreadgroup_replies_as_the_coordinator_reads_them(bus_url: str) ->
         await client.xgroup_create(STREAM, "g", id="0", mkstream=True)
         first = await client.xadd(STREAM, {"data": b"one"})
         await client.xadd(STREAM, {"other": b"field"})
-        await client.xadd(STREAM, {"data": b"three"})
+        await client.xadd(STREAM, {"data": b"three", "trace": b"t1"})
         read = (b"XREADGROUP", b"GROUP", b"g", b"c", b"COUNT", b"10", b"STREAMS", STREAM)
         (reply,) = await wire.execute(client, STREAM, [(*read, b">")])
-        assert [data for _, data in entries_of(reply)] == [b"one", NO_DATA, b"three"]
+        datas = [data for _, data in entries_of(reply)]
+        assert datas == [b"one", (b"other", b"field"), (b"data", b"three", b"trace", b"t1")]
+        no_data, more = datas[1], datas[2]
+        assert isinstance(no_data, Fields) and isinstance(more, Fields)
+        assert (no_data.data, no_data.others()) == (None, [(b"other", b"field")])
+        assert (more.data, more.others()) == (b"three", [(b"trace", b"t1")])
         await client.xdel(STREAM, first)
         (pending,) = await wire.execute(client, STREAM, [(*read, b"0")])
-        assert [data for _, data in entries_of(pending)] == [None, NO_DATA, b"three"]  # one deleted
+        assert [data for _, data in entries_of(pending)] == [None, *datas[1:]]  # one deleted
         blocked = (b"XREADGROUP", b"GROUP", b"g", b"c", b"BLOCK", b"10", b"STREAMS", STREAM, b">")
         (nothing,) = await wire.execute(client, STREAM, [blocked])
         assert entries_of(nothing) == []
