@@ -106,7 +106,8 @@ class Batch:
     the ids :meth:`write` adds to its window at once, and the records the batch may have replaced."""
     emitted: list[Envelope] = field(default_factory=list)
     types_in: dict[EnvelopeType, int] = field(default_factory=dict)
-    dead: int = 0
+    dead: list[tuple[str, str]] = field(default_factory=list)
+    """``(entry id, reason)`` of each entry the batch dead-letters (logged once it is committed)."""
 
     def add(self, entry_id: bytes, data: bytes | Fields | None, deliveries: int, max_deliveries: int) -> None:
         """Apply one entry (the next in stream order), or dead-letter it when it cannot be applied."""
@@ -121,7 +122,7 @@ class Batch:
         else:
             reason = self._apply_entry(data, deliveries, max_deliveries)
         if reason:
-            self.dead += 1
+            self.dead.append((as_text(entry_id), reason))
             letter = dead_letter_fields(
                 stream=self.commit.stream_key,
                 entry_id=as_text(entry_id),
@@ -131,7 +132,6 @@ class Batch:
                 others=others,
             )
             self.commit.xadd(self.dead_stream, letter)
-            log.warning("dead-lettered %s: %s", as_text(entry_id), reason, extra={"shard": self.shard})
 
     def write(self) -> None:
         """Complete the batch's states and add to the commit the writes that turn the stored states into

@@ -30,9 +30,16 @@ __all__ = [
     "fair_share",
 ]
 
+# KEYS[1]: a lease; ARGV: token, ttl in ms, and 'retake' to take the lease again when it expired and
+# nobody else took it. Returns 1 when the lease is (again) the token's.
 RENEW_SCRIPT = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if not holder and ARGV[3] == 'retake' then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
 end
 return 0
 """
@@ -129,9 +136,16 @@ class Leases:
             got = await self.client.set(self.key(shard), token, nx=True, px=self.ttl_ms)
         return token if got else None
 
-    async def renew(self, pipe: wire.Pipe, shard: int, token: str) -> bool:
-        """Extend the lease by its TTL; False when it is no longer ``token``'s."""
-        return bool(await self._run(self._renew, pipe, [self.key(shard)], token, self.ttl_ms))
+    async def renew(self, pipe: wire.Pipe, shard: int, token: str, *, retake: bool = False) -> bool:
+        """Extend the lease by its TTL; False when it is no longer ``token``'s.
+
+        ``retake``: when the lease expired and nobody took it since, take it again with the same token.
+        Safe only where nothing was committed on the strength of the lease since it was taken (a
+        take-over still loading): whoever held the shard in between and committed changed its version
+        counter, which the next commit checks.
+        """
+        mode = "retake" if retake else "renew"
+        return bool(await self._run(self._renew, pipe, [self.key(shard)], token, self.ttl_ms, mode))
 
     async def release(self, shard: int, token: str) -> None:
         """Give the lease up at once (if it is still ``token``'s), so another process need not wait."""

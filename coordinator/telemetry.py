@@ -19,7 +19,10 @@ log = logging.getLogger("subagent_bus.coordinator")
 
 
 def committed(batch: Batch, seconds: float, metrics: Metrics | None) -> None:
-    """Log the decisions of ``batch`` (committed in ``seconds``) and count what it read and wrote."""
+    """Log the decisions and dead letters of ``batch`` (committed in ``seconds``) and count what it read
+    and wrote."""
+    for entry_id, reason in batch.dead:
+        log.warning("dead-lettered %s: %s", entry_id, reason, extra={"shard": batch.shard})
     for envelope in batch.emitted:
         # the type first: an isinstance() that fails on a pydantic model class costs a Python call
         if envelope.type is EnvelopeType.DECISION and isinstance(envelope.payload, Decision):
@@ -39,4 +42,4 @@ def committed(batch: Batch, seconds: float, metrics: Metrics | None) -> None:
         for envelope in batch.emitted:
             metrics.wrote(envelope.type.value)
         if batch.dead:
-            metrics.dead_letters.labels(metrics.role, str(batch.shard)).inc(batch.dead)
+            metrics.dead_letters.labels(metrics.role, str(batch.shard)).inc(len(batch.dead))

@@ -6,6 +6,7 @@ agent or of a delegation request). Nothing here writes.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -20,20 +21,30 @@ from coordinator.store import GROUPS_KEY, group_key, load_state, seen_key
 __all__ = ["find_agent", "find_request", "iter_findings", "load_groups", "load_shard"]
 
 
-async def load_shard(client: Client, keys: Keys, shard: int, *, window: bool = True) -> dict[str, GroupState]:
-    """Every group state of one shard, by group id (``window=False`` skips the idempotency windows)."""
+async def load_shard(
+    client: Client, keys: Keys, shard: int, *, window: bool = True, in_thread: bool = False
+) -> dict[str, GroupState]:
+    """Every group state of one shard, by group id (``window=False`` skips the idempotency windows).
+
+    ``in_thread`` decodes each group in a worker thread, so that the event loop goes on meanwhile (a
+    group with hundreds of thousands of merged findings takes seconds to decode).
+    """
     with translated():
         members = await client.smembers(keys.state(shard, GROUPS_KEY))
         groups: dict[str, GroupState] = {}
         for raw in sorted(members):
             gid = raw.decode() if isinstance(raw, bytes) else str(raw)
-            groups[gid] = await _load(client, keys, shard, gid, window=window)
+            groups[gid] = await _load(client, keys, shard, gid, window=window, in_thread=in_thread)
     return groups
 
 
-async def _load(client: Client, keys: Keys, shard: int, group_id: str, *, window: bool) -> GroupState:
+async def _load(
+    client: Client, keys: Keys, shard: int, group_id: str, *, window: bool, in_thread: bool = False
+) -> GroupState:
     fields = await client.hgetall(group_key(keys, shard, group_id))
     seen = await client.lrange(seen_key(keys, shard, group_id), 0, -1) if window else []
+    if in_thread:
+        return await asyncio.to_thread(load_state, group_id, fields, seen)
     return load_state(group_id, fields, seen)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from workers.kit import connected
 
 from bus.keys import Keys, StreamKind
-from coordinator.lease import CLAIM_SCRIPT, PRUNE_SCRIPT
+from coordinator.lease import CLAIM_SCRIPT, PRUNE_SCRIPT, RENEW_SCRIPT
 
 KEYS = Keys("lease", 8)
 SHARD = 3
@@ -63,3 +63,20 @@ async def test_claim_dead_letters_entries_deleted_while_pending_in_the_same_step
         assert [_text(f[b"entry_id"]) for f in dead] == [ids[1], ids[3]]
         assert {_text(f[b"reason"]) for f in dead} == {"gone"}
         assert {_text(f[b"stream"]) for f in dead} == {STREAM}
+
+
+async def test_renew_extends_only_its_own_lease_and_retakes_only_a_free_one(bus_url: str) -> None:
+    async with connected(bus_url) as client:
+        renew = client.register_script(RENEW_SCRIPT)
+        await client.set(LEASE, "mine", px=1000)
+        assert await renew(keys=[LEASE], args=["mine", 60_000, "renew"]) == 1
+        assert await client.pttl(LEASE) > 1000
+        assert await renew(keys=[LEASE], args=["other", 60_000, "retake"]) == 0  # held: never taken
+        assert await client.get(LEASE) == b"mine"
+
+        await client.delete(LEASE)  # expired
+        assert await renew(keys=[LEASE], args=["mine", 60_000, "renew"]) == 0
+        assert await client.get(LEASE) is None  # a plain renewal does not bring it back
+        assert await renew(keys=[LEASE], args=["mine", 60_000, "retake"]) == 1
+        assert await client.get(LEASE) == b"mine"
+        assert 0 < await client.pttl(LEASE) <= 60_000
