@@ -26,7 +26,8 @@ from bus.errors import BusError
 from bus.keys import open_namespace
 from bus.publisher import Publisher
 from bus.settings import Settings
-from coordinator.state import GroupState
+from coordinator.rules.blockers import is_error
+from coordinator.state import DelegationStatus, GroupState
 from coordinator.view import find_agent, find_request, load_groups
 
 __all__ = ["commands"]
@@ -53,13 +54,15 @@ def _run(settings: Settings, build: Build, source: str) -> None:
 
 
 def _split_answers(pairs: tuple[str, ...]) -> list[tuple[str, str]]:
-    out = []
+    out: dict[str, str] = {}
     for pair in pairs:
         qid, sep, answer = pair.partition("=")
         if not sep or not qid.strip() or not answer.strip():
             raise click.BadParameter(f"{pair!r} is not QUESTION_ID=answer", param_hint="ANSWERS")
-        out.append((qid.strip(), answer.strip()))
-    return out
+        if qid.strip() in out:
+            raise click.BadParameter(f"{qid.strip()} is answered twice", param_hint="ANSWERS")
+        out[qid.strip()] = answer.strip()
+    return list(out.items())
 
 
 @click.command()
@@ -121,6 +124,11 @@ def recover(settings: Settings, agent_id: str, option: str, instructions: str | 
 
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
         group = find_agent(groups, agent_id)
+        blocker = group.agents[agent_id].blocker
+        if blocker is None:
+            raise BusError(f"agent {agent_id} has no open blocker")
+        if not is_error(blocker):
+            raise BusError(f"agent {agent_id} is blocked, not stopped by an error; resolve it instead")
         payload = HumanRecover(option=RecoveryOption(option), instructions=instructions)
         return payload, agent_id, group.group_id
 
@@ -131,7 +139,10 @@ def _delegation_command(approve: bool) -> Callable[..., None]:
     def build_for(request_id: str, reason: str | None, alternative: str | None) -> Build:
         def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
             group = find_request(groups, request_id)
-            requester = group.delegations[request_id].requester_id
+            delegation = group.delegations[request_id]
+            if delegation.status is not DelegationStatus.PENDING_HUMAN:
+                raise BusError(f"delegation request {request_id} is already {delegation.status.value}")
+            requester = delegation.requester_id
             payload: Payload = (
                 HumanApprove(request_id=request_id, reason=reason)
                 if approve

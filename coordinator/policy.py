@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -26,7 +26,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from bus.errors import ConfigError
 from bus.signals import Priority
 
-__all__ = ["Policy", "agent_key"]
+__all__ = ["MAX_POLICY_BYTES", "Policy", "agent_key"]
+
+MAX_POLICY_BYTES: Final = 1 << 20
+"""A policy file is read only up to this size: it holds a few settings and a table of weights."""
 
 _SEPARATORS = re.compile(r"[\s_]+")
 
@@ -114,6 +117,8 @@ class Policy(BaseModel):
             return cls.model_validate(raw)
         except ValidationError as exc:
             raise ConfigError(f"policy file {file}: {_describe(exc)}") from None
+        except RecursionError:
+            raise ConfigError(f"policy file {file}: nested too deeply") from None
 
 
 def _read_mapping(file: Path) -> dict[str, Any]:
@@ -123,13 +128,19 @@ def _read_mapping(file: Path) -> dict[str, Any]:
             f"policy file {file}: unknown format {suffix or '(none)'!r}; use .toml, .yaml or .yml"
         )
     try:
-        text = file.read_text(encoding="utf-8")
+        with file.open("rb") as handle:
+            data = handle.read(MAX_POLICY_BYTES + 1)
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"policy file {file}: cannot read it: {exc}") from None
+    if len(data) > MAX_POLICY_BYTES:
+        raise ConfigError(f"policy file {file}: over {MAX_POLICY_BYTES} bytes; a policy is a few settings")
     try:
         raw = tomllib.loads(text) if suffix == ".toml" else yaml.safe_load(text)
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"policy file {file}: not valid {suffix[1:].upper()}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"policy file {file}: nested too deeply") from None
     if raw is None:
         return {}
     if not isinstance(raw, dict):

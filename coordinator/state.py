@@ -122,6 +122,9 @@ class AgentRecord(Model):
     exited: bool = False
     exit_code: int | None = None
     escalated: bool = False
+    watched: bool = True
+    """Whether timeouts apply to it: not while it has sent nothing but findings (a script's `findings
+    add` or `import-findings` is no process to watch, and would be declared lost and retried)."""
 
     @property
     def timeout_reference(self) -> datetime:

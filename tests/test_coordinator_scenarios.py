@@ -215,6 +215,11 @@ def test_p2_delegation_waits_for_a_human_who_denies_it(redis_url: str) -> None:
     assert directive["payload"]["reason"] == "Refactoring should be deferred"
     assert directive["payload"]["alternative"] == "Document refactoring recommendations in final report"
     assert tasks(redis_url) == []
+    for command in (["approve", pending["request_id"]], ["deny", pending["request_id"], "--reason", "x"]):
+        late = subprocess.run([CLI, *command, "--redis-url", redis_url], check=False, capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+        assert late.returncode == 1, late.stderr
+        assert f"delegation request {pending['request_id']} is already denied" in late.stderr
 
 
 def completion(agent_id: str, status: str) -> str:
@@ -467,6 +472,13 @@ def test_human_commands_that_cannot_apply_are_refused_and_publish_nothing(redis_
 
     malformed = refused("answer", "bg-task-def456", "Q1")
     assert malformed.returncode == 2 and "'Q1' is not QUESTION_ID=answer" in malformed.stderr
+    twice = refused("answer", "bg-task-def456", "Q1=yes", "Q1=no")
+    assert twice.returncode == 2 and "Q1 is answered twice" in twice.stderr
+    not_an_error = refused("recover", "bg-task-def456", "--option", "skip_and_continue")
+    assert not_an_error.returncode == 1
+    assert (
+        "agent bg-task-def456 is blocked, not stopped by an error; resolve it instead" in not_an_error.stderr
+    )
     no_questions = refused("answer", "bg-task-def456", "Q1=yes")
     assert (
         no_questions.returncode == 1 and "agent bg-task-def456 has no open questions" in no_questions.stderr
@@ -475,6 +487,8 @@ def test_human_commands_that_cannot_apply_are_refused_and_publish_nothing(redis_
     coordinate(redis_url)
     no_blocker = refused("resolve", "bg-task-def456", "--resolution", "again")
     assert no_blocker.returncode == 1 and "agent bg-task-def456 has no open blocker" in no_blocker.stderr
+    no_error = refused("recover", "bg-task-def456", "--option", "skip_and_continue")
+    assert no_error.returncode == 1 and "agent bg-task-def456 has no open blocker" in no_error.stderr
     unknown = refused("resolve", "nobody", "--resolution", "x")
     assert unknown.returncode == 1
     assert "no agent 'nobody' is known to the coordinators (known: bg-task-def456)" in unknown.stderr

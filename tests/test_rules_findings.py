@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
-from rules_kit import Feed, decisions, finding, kinds, of_type, one, payloads, result
+from rules_kit import T0, Feed, decisions, finding, kinds, of_type, one, payloads, result
 
 from bus.envelope import EnvelopeType
-from bus.events import DecisionType
+from bus.events import AgentState, DecisionType, Heartbeat, Tick
 from bus.findings import Finding, Severity
 from bus.results import ResultStatus
 from coordinator.policy import Policy
@@ -131,6 +133,22 @@ def test_finding_envelope_names_its_agent_by_id_when_its_kind_is_unknown() -> No
     (published,) = of_type(outcome, EnvelopeType.FINDING, Target.FINDINGS)
     assert one(outcome, EnvelopeType.FINDING).agent == "bg-task-x"
     assert published.id == emitted_id("in-00001", 1)  # the registration decision came first
+
+
+def test_findings_from_a_script_register_an_agent_that_never_times_out() -> None:
+    policy = Policy(heartbeat_timeout_seconds=10, lost_timeout_seconds=20)
+    feed = Feed(policy)
+    feed.send(finding("scanner", id="SEC-001"), "scanner-script", at=0)
+    assert not feed.state.agents["scanner-script"].watched
+    assert len(feed.state.findings) == 1
+    tick = feed.send(Tick(now=T0 + timedelta(seconds=3600)), "coordinator", at=3600)
+    assert decisions(tick) == [] and tick.emits == []
+    assert feed.state.agents["scanner-script"].state is AgentState.RUNNING
+    # once the sender shows it is a process (any other envelope), it is watched like any agent
+    feed.send(Heartbeat(), "scanner-script", at=3600)
+    assert feed.state.agents["scanner-script"].watched
+    tick = feed.send(Tick(now=T0 + timedelta(seconds=3700)), "coordinator", at=3700)
+    assert kinds(tick)[0] is DecisionType.LOST
 
 
 def test_three_agents_with_overlapping_findings() -> None:

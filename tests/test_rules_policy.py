@@ -65,6 +65,9 @@ def test_load_yaml(tmp_path: Path) -> None:
         ("p.yaml", "- a list\n", "the top level must be a table"),
         ("p.yaml", "a: [unclosed\n", "not valid YAML"),
         ("p.json", "{}", "unknown format '.json'"),
+        ("deep.yaml", "expertise: " + "[" * 100_000, "nested too deeply"),
+        ("deep.toml", "expertise = " + "[" * 100_000, "nested too deeply"),
+        ("big.yaml", "# padding\n" * 200_000, "over 1048576 bytes"),
     ],
 )
 def test_bad_files_are_config_errors(tmp_path: Path, name: str, text: str, message: str) -> None:

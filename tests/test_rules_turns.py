@@ -22,6 +22,16 @@ def test_a_clean_exit_while_running_ends_a_turn_not_the_agent() -> None:
     assert feed.state.agents[A].exited
 
 
+def test_an_end_with_an_unknown_exit_code_ends_a_turn() -> None:
+    """The end of a piped output (`adapter stdin`) or of a watched process: nobody knows how it ended."""
+    feed = Feed()
+    feed.send(AgentStarted(task="audit"), A)
+    outcome = feed.send(AgentExited(exit_code=None), A)
+    assert kinds(outcome) == []
+    assert feed.state.agents[A].state is AgentState.RUNNING
+    assert feed.state.agents[A].exited
+
+
 def test_a_failing_exit_while_running_fails_the_agent() -> None:
     feed = Feed()
     feed.send(AgentStarted(task="audit"), A)

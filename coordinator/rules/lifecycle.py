@@ -36,11 +36,16 @@ def touch(step: Step) -> AgentRecord:
     """
     agent_id = step.envelope.agent_id
     step.alive = True
+    watched = step.envelope.type is not EnvelopeType.FINDING
     record = step.find(agent_id)
     if record is None:
-        record = step.put(AgentRecord(agent_id=agent_id, registered_at=step.ts, last_seen=step.ts))
+        record = step.put(
+            AgentRecord(agent_id=agent_id, registered_at=step.ts, last_seen=step.ts, watched=watched)
+        )
         step.decide(DecisionType.STATE_CHANGED, agent_id, "registered on its first envelope")
         return record
+    if watched and not record.watched:
+        record = step.update(agent_id, watched=True)
     if record.state in _REVIVABLE:
         step.transition(
             agent_id,
@@ -71,12 +76,13 @@ def on_exited(step: Step) -> None:
     event = step.payload(AgentExited)
     record = step.update(step.envelope.agent_id, exited=True, exit_code=event.exit_code)
     # A clean exit without a completion report ends a turn: turn-based agents (claude -p, codex exec)
-    # exit after every answer and are resumed by their adapter. If nothing resumes the agent, the
-    # heartbeat timeout marks it timed_out and then lost, which is retried like a failure.
-    if record.state not in _EXIT_FAILS or event.exit_code == 0:
+    # exit after every answer and are resumed by their adapter. So does an end whose exit code nobody
+    # knows (the end of a piped output, a watched process gone): failing it would retry an agent that
+    # may be done. If nothing resumes the agent, the heartbeat timeout marks it timed_out and then
+    # lost, which is retried like a failure.
+    if record.state not in _EXIT_FAILS or event.exit_code in (0, None):
         return
-    how = f"exit code {event.exit_code}" if event.exit_code is not None else "unknown exit code"
-    summary = f"exited ({how}) without a completion report"
+    summary = f"exited (exit code {event.exit_code}) without a completion report"
     if event.completed:
         summary += " reaching the coordinator (its adapter saw one)"
     if event.stderr_tail and event.stderr_tail.strip():

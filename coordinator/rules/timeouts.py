@@ -5,6 +5,7 @@ A ``running`` agent silent for longer than ``heartbeat_timeout_seconds`` becomes
 is handled as a failure (retried once, then escalated). Silence counts from the agent's last envelope or
 its last resume, whichever is later. Agents waiting for a human or a delegate (``awaiting_clarification``,
 ``blocked``, ``delegating``) do not time out: their silence is expected, and the wait is on someone else.
+Nor do senders of nothing but findings (scripts, see :attr:`AgentRecord.watched`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def on_tick(step: Step) -> None:
     lost = timedelta(seconds=step.policy.lost_timeout_seconds)
     for agent_id in list(step.state.agents):
         record = step.agent(agent_id)
-        if record.state not in {AgentState.RUNNING, AgentState.TIMED_OUT}:
+        if record.state not in {AgentState.RUNNING, AgentState.TIMED_OUT} or not record.watched:
             continue
         silent = now - record.timeout_reference
         if silent > lost:
