@@ -20,7 +20,20 @@ from bus.tail import tail
 __all__ = ["main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _Root(click.Group):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # An argument that is not UTF-8 reaches Python with surrogates in place of its bad bytes, and
+        # would fail wherever it is first encoded (a key, a JSON document): refuse it here, by name.
+        for arg in args:
+            try:
+                arg.encode()
+            except UnicodeEncodeError:
+                shown = arg.encode(errors="surrogateescape").decode(errors="backslashreplace")
+                raise click.UsageError(f"argument '{shown}' is not valid UTF-8", ctx) from None
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="subagent-bus")
 def main() -> None:
     """Coordinate AI subagents over Redis Streams.

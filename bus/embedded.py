@@ -260,27 +260,75 @@ def ensure_local_server(directory: Path) -> str:
     url = _running_url(directory)
     if url:
         return url
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EmbeddedRedisError(f"cannot keep the local Redis in {directory}: {exc}") from None
     with _exclusive(directory / "start.lock"):
         url = _running_url(directory)
         if url:
             return url
+        _refuse_a_second_server(directory)
         port = free_port()
         args = RedisProcess(directory, port=port, appendfsync="everysec")._args()
         args += ["--daemonize", "yes", "--pidfile", str(directory / "server.pid")]
         subprocess.run(args, check=True, cwd=directory, capture_output=True)
         url = f"redis://127.0.0.1:{port}/0"
         _wait_for_ping(url, 15.0, None, directory / "server.log")
-        (directory / _STATE_FILE).write_bytes(orjson.dumps({"url": url, "port": port}))
+        state = directory / _STATE_FILE
+        partial = state.with_suffix(".tmp")  # renamed into place: a reader never sees half of it
+        partial.write_bytes(orjson.dumps({"url": url, "port": port}))
+        partial.replace(state)
         return url
+
+
+def _refuse_a_second_server(directory: Path) -> None:
+    """Two servers on one data directory would both write its append-only file: refuse to start one
+    while the server of the pid file runs unreachable through ``server.json`` (damaged or removed)."""
+    pid = _unreachable_pid(directory)
+    if pid is not None:
+        raise EmbeddedRedisError(
+            f"a local Redis (pid {pid}) still runs in {directory}, but {_STATE_FILE} there does not say "
+            "how to reach it; `subagent-bus down` stops it"
+        )
+
+
+def _unreachable_pid(directory: Path) -> int | None:
+    """The pid in the server's pid file, if that process is still a server."""
+    try:
+        pid = int((directory / "server.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        command = b"server" if pid_alive(pid) else b""  # no /proc: trust the pid
+    return pid if b"server" in command else None
 
 
 def stop_local_server(directory: Path, timeout: float = 10.0) -> bool:
     """Shut the local server in ``directory`` down and wait until its process has exited (its data
     stays); False if none was running."""
-    url = _running_url(Path(directory).resolve())
+    directory = Path(directory).resolve()
+    url = _running_url(directory)
     if url is None:
-        return False
+        pid = _unreachable_pid(directory)
+        if pid is None:
+            return False
+        with contextlib.suppress(ProcessLookupError):  # it may have exited in between
+            os.kill(pid, signal.SIGTERM)  # a server shuts down on SIGTERM as on SHUTDOWN
+    else:
+        pid = _shut_down(url)
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            raise EmbeddedRedisError(f"the local server (pid {pid}) did not exit within {timeout:.0f}s")
+        time.sleep(0.02)  # a daemonised server is not our child: nothing to wait() on
+    return True
+
+
+def _shut_down(url: str) -> int:
+    """Ask the server at ``url`` to shut down; its pid."""
     client = redis.Redis.from_url(url)
     try:
         pid = int(client.info("server")["process_id"])
@@ -290,12 +338,7 @@ def stop_local_server(directory: Path, timeout: float = 10.0) -> bool:
         raise EmbeddedRedisError(f"cannot stop the local server at {url}: {exc}") from None
     finally:
         client.close()
-    deadline = time.monotonic() + timeout
-    while pid_alive(pid):
-        if time.monotonic() > deadline:
-            raise EmbeddedRedisError(f"the local server (pid {pid}) did not exit within {timeout:.0f}s")
-        time.sleep(0.02)  # a daemonised server is not our child: nothing to wait() on
-    return True
+    return pid
 
 
 def pid_alive(pid: int) -> bool:

@@ -190,3 +190,12 @@ def test_shards_option_creates_a_namespace_and_refuses_another_count(redis_url: 
     assert result.exit_code == 2
     assert "--shards" in result.output
     assert redis.Redis.from_url(redis_url).get("{sharded}:meta") == b"4"
+
+
+def test_an_argument_that_is_not_utf8_is_a_usage_error(redis_url: str) -> None:
+    bad = b"\xff".decode(errors="surrogateescape")  # what Python makes of such a byte in argv
+    for args in (["status", "--group", bad], ["answer", "agent", f"Q1={bad}"], ["findings", "add", bad]):
+        result = CliRunner().invoke(main, [*args, "--redis-url", redis_url])
+        assert result.exit_code == 2, (args, result.output)
+        assert "is not valid UTF-8" in result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit)

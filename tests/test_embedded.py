@@ -11,6 +11,7 @@ import redis
 from adapter_kit import CLI
 
 from bus.embedded import RedisCluster, RedisProcess, ensure_local_server, stop_local_server
+from bus.errors import EmbeddedRedisError
 
 
 def test_local_server_is_started_reused_and_keeps_its_data(tmp_path: Path) -> None:
@@ -54,6 +55,37 @@ def test_down_stops_the_local_server_and_waits_for_it_to_exit(tmp_path: Path) ->
         os.kill(pid, 0)
     again = down()
     assert again.returncode == 0 and "no local Redis running" in again.stderr
+
+
+def test_a_server_whose_state_file_is_damaged_is_stopped_not_doubled(tmp_path: Path) -> None:
+    data = tmp_path / ".subagent-bus"
+    url = ensure_local_server(data)
+    client = redis.Redis.from_url(url)
+    pid = int(client.info("server")["process_id"])
+    client.close()
+    (data / "server.json").write_text("garbage{")
+    try:
+        with pytest.raises(EmbeddedRedisError, match=f"pid {pid}.*`subagent-bus down` stops it"):
+            ensure_local_server(data)
+        done = subprocess.run(
+            [CLI, "down"], check=False, cwd=tmp_path, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0 and "stopped the local Redis" in done.stderr, done.stderr
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+        url = ensure_local_server(data)  # now a new one starts, on the same data
+    finally:
+        stop_local_server(data)
+    assert url.startswith("redis://")
+
+
+def test_a_data_directory_that_is_a_file_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / ".subagent-bus").write_text("not a directory")
+    done = subprocess.run(
+        [CLI, "status"], check=False, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1, done.stderr
+    assert "cannot keep the local Redis in" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_killed_server_restarts_with_its_append_only_file(fresh_redis: RedisProcess) -> None:
