@@ -47,6 +47,7 @@ __all__ = [
     "OutputStream",
     "connect_bus",
     "heartbeat_loop",
+    "oversize",
     "stderr_log",
 ]
 
@@ -56,6 +57,17 @@ MAX_TASK_CHARS: Final = 256 * 1024
 """A task longer than this is cut in AGENT_STARTED (the prompt itself is not touched)."""
 _RETRY_FIRST_S: Final = 0.2
 _RETRY_MAX_S: Final = 5.0
+
+
+def oversize(envelope: Envelope) -> str | None:
+    """Why :meth:`AgentBus.publish` would leave ``envelope`` out (its encoded size), or None if it fits.
+
+    For callers that must refuse or report such an envelope themselves, before anything is published.
+    """
+    size = len(encode(envelope))
+    if size <= MAX_ENVELOPE_BYTES:
+        return None
+    return f"{size} bytes encoded, over the {MAX_ENVELOPE_BYTES}-byte limit of an envelope"
 
 
 def stderr_log(message: str) -> None:
@@ -118,6 +130,7 @@ class AgentBus:
     ) -> None:
         """Append ``envelopes`` to the signals stream, in order, in one round trip.
 
+        An envelope over ``MAX_ENVELOPE_BYTES`` encoded is logged and left out (see :func:`oversize`).
         With ``state`` (a checkpoint) everything goes in one MULTI/EXEC: the entries and the state
         that accounts for them are written together or not at all. An unreachable server is retried
         with backoff, for ever (agent output is never dropped); the batch is sent again with the same

@@ -10,6 +10,7 @@ from typing import IO, Any, Final
 
 import click
 import orjson
+import pydantic_core
 
 from agents.identity import build_prompt
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, ResultItem, SignalItem
@@ -160,10 +161,19 @@ def _write(out: IO[bytes], items: list[Item], as_json: bool, counts: Counter[str
         counts[
             "error" if isinstance(item, ErrorItem) else "signal" if isinstance(item, SignalItem) else "result"
         ] += 1
-        line = orjson.dumps(item_json(item)) if as_json else item_summary(item).encode()
+        line = _json_line(item) if as_json else item_summary(item).encode()
         out.write(line + b"\n")
     if items:
         out.flush()
+
+
+def _json_line(item: Item) -> bytes:
+    value = item_json(item)
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        # orjson writes no integer beyond 64 bits, which an extra field of a signal can hold
+        return pydantic_core.to_json(value)
 
 
 def _write_totals(out: IO[bytes], parser: AnyParser, counts: Counter[str]) -> None:

@@ -27,7 +27,7 @@ import click
 import orjson
 from pydantic import ValidationError
 
-from agents.adapter import AgentBus, connect_bus
+from agents.adapter import AgentBus, connect_bus, oversize
 from agents.parser import describe_errors
 from agents.watch import Checkpoint, fingerprints
 from bus.connection import redis_options, run_command, translated
@@ -61,6 +61,12 @@ def _finding(value: Any, agent: str) -> Finding:
 
 def parse_findings(text: str, agent: str) -> tuple[list[Finding], list[str]]:
     """The findings in ``text`` (an object, an array, or JSON lines) and the errors, by line."""
+    found, errors = _located_findings(text, agent)
+    return [finding for _, finding in found], errors
+
+
+def _located_findings(text: str, agent: str) -> tuple[list[tuple[str, Finding]], list[str]]:
+    """:func:`parse_findings`, each finding with where it is in ``text`` (``finding 2``, ``line 3``)."""
     try:
         whole = orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -68,29 +74,29 @@ def parse_findings(text: str, agent: str) -> tuple[list[Finding], list[str]]:
     else:
         values = whole if isinstance(whole, list) else [whole]
         return _validated([(f"finding {i + 1}", value) for i, value in enumerate(values)], agent)
-    findings: list[Finding] = []
+    found: list[tuple[str, Finding]] = []
     errors: list[str] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            findings.append(_finding(orjson.loads(line), agent))
+            found.append((f"line {number}", _finding(orjson.loads(line), agent)))
         except orjson.JSONDecodeError as exc:
             errors.append(f"line {number}: not JSON ({exc})")
         except ValueError as exc:
             errors.append(f"line {number}: {exc}")
-    return findings, errors
+    return found, errors
 
 
-def _validated(pairs: list[tuple[str, Any]], agent: str) -> tuple[list[Finding], list[str]]:
-    findings: list[Finding] = []
+def _validated(pairs: list[tuple[str, Any]], agent: str) -> tuple[list[tuple[str, Finding]], list[str]]:
+    found: list[tuple[str, Finding]] = []
     errors: list[str] = []
     for where, value in pairs:
         try:
-            findings.append(_finding(value, agent))
+            found.append((where, _finding(value, agent)))
         except ValueError as exc:
             errors.append(f"{where}: {exc}")
-    return findings, errors
+    return found, errors
 
 
 def _content_id(agent_id: str, finding: Finding) -> str:
@@ -143,24 +149,35 @@ def add(settings: Settings, source: str, agent_id: str, group_id: str, workdir: 
         text = _read_input(source)
     except ValueError as exc:
         _fail([str(exc)])
-    findings, errors = parse_findings(text, agent_id)
+    found, errors = _located_findings(text, agent_id)
     if errors:
         _fail(errors)
-    if not findings:
+    if not found:
         _fail(["no findings in the input"])
 
-    async def main() -> None:
+    async def main() -> list[str]:
+        """The findings too large to publish; nothing is published unless there are none."""
         bus = await connect_bus(settings, agent_id, group_id, workdir=workdir)
         try:
             envelopes = [
-                bus.envelope(f, source="findings-add", id=_content_id(agent_id, f)) for f in findings
+                bus.envelope(f, source="findings-add", id=_content_id(agent_id, f)) for _, f in found
             ]
-            await bus.publish(envelopes)
+            # checked on the envelopes themselves: verification with --workdir changes their size
+            too_large = [
+                f"{where}: {why}"
+                for (where, _), envelope in zip(found, envelopes, strict=True)
+                if (why := oversize(envelope)) is not None
+            ]
+            if not too_large:
+                await bus.publish(envelopes)
+            return too_large
         finally:
             await bus.client.aclose()
 
-    run_command(main(), also=(ValueError,))
-    click.echo(f"published {len(findings)} finding(s) of {agent_id} in group {group_id}")
+    too_large = run_command(main(), also=(ValueError,))
+    if too_large:
+        _fail([*too_large, "nothing was published"])
+    click.echo(f"published {len(found)} finding(s) of {agent_id} in group {group_id}")
 
 
 @dataclass
@@ -236,15 +253,18 @@ async def _import_from(
                 await _commit(bus, spec, key, checkpoint, fd, offset, line, batch)
         if len(pending) > MAX_LINE_BYTES:
             report.bad.append(f"{spec.path}:{line}: longer than {MAX_LINE_BYTES} bytes")
-            return
-    if pending.strip():
-        try:
-            orjson.loads(pending)
-        except orjson.JSONDecodeError:
-            report.bad.append(f"{spec.path}:{line}: incomplete last line (no newline); left for the next run")
-        else:
-            _line(bus, spec, source, pending, offset, line, batch, report)
-            offset, line = offset + len(pending), line + 1
+            break  # the lines before it are in the batch: still published and checkpointed below
+    else:
+        if pending.strip():
+            try:
+                orjson.loads(pending)
+            except orjson.JSONDecodeError:
+                report.bad.append(
+                    f"{spec.path}:{line}: incomplete last line (no newline); left for the next run"
+                )
+            else:
+                _line(bus, spec, source, pending, offset, line, batch, report)
+                offset, line = offset + len(pending), line + 1
     await _commit(bus, spec, key, checkpoint, fd, offset, line, batch)
 
 
@@ -271,8 +291,14 @@ def _line(
     except ValueError as exc:
         report.bad.append(f"{spec.path}:{line}: {exc}")
         return
-    envelope_id = deterministic_id(agent, source, offset)
-    batch.append(bus.envelope(finding, source=source, id=envelope_id, agent_id=agent))
+    envelope = bus.envelope(
+        finding, source=source, id=deterministic_id(agent, source, offset), agent_id=agent
+    )
+    why = oversize(envelope)
+    if why is not None:
+        report.bad.append(f"{spec.path}:{line}: {why}")
+        return
+    batch.append(envelope)
     report.published += 1
 
 

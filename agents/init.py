@@ -212,6 +212,8 @@ def _json_object(existing: str | None, what: str) -> dict[str, Any]:
         value = json.loads(existing)
     except json.JSONDecodeError as exc:
         raise Conflict(f"it is not valid JSON ({exc}); fix it by hand") from None
+    except RecursionError:
+        raise Conflict("it is nested too deeply to be read as JSON; fix it by hand") from None
     if not isinstance(value, dict):
         raise Conflict(f"it is not a JSON object of {what}")
     return value

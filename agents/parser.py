@@ -26,6 +26,10 @@ Recognition rules:
   after it show it (a heading or a fence with an info string inside the supposed code block, a signal,
   the end of input, or the size limit); the bytes after it are then scanned again.
 
+A UTF-8 byte order mark at the very start of the output (some editors and Windows tools write one) is
+skipped, so the first line can still be a tag line; offsets still count its three bytes, as they are
+offsets in the output as it is (a file adapter's read offsets are the same). Anywhere else it is prose.
+
 Limits: a block or report body over ``max_block_bytes`` is reported once and its bytes are dropped as
 they arrive. A line longer than :data:`MAX_TAG_LINE` is never a tag, heading or fence line, so outside
 blocks at most that much of a partial line is kept. Only block bodies and reports are decoded; invalid
@@ -61,6 +65,7 @@ __all__ = [
 DEFAULT_MAX_BLOCK_BYTES: Final = 1 << 20
 MAX_TAG_LINE: Final = 4096
 """The longest line that can be a tag, heading or fence line; also the most kept of a prose line."""
+_BOM: Final = b"\xef\xbb\xbf"
 
 _T = EnvelopeType
 _Rewind = tuple[bytes, int]  # a region to scan again, and the stream offset of its first line
@@ -87,6 +92,7 @@ class Parser:
         self._line = 1  # its line number
         self._skipping = False  # the partial line was too long and dropped; skip to its end
         self._closed = False
+        self._head: bytes | None = b""  # the output's first bytes while they may be a split BOM
         self._state = _State.OUTSIDE
         self._fence: Fence | None = None  # a code fence open in the prose
         # the open block or report
@@ -108,6 +114,16 @@ class Parser:
         """Consume the next bytes of output; returns the items completed by them."""
         if self._closed:
             raise ValueError("feed() after close()")
+        if self._head is not None:
+            head = self._head + chunk
+            if len(head) < len(_BOM) and _BOM.startswith(head):
+                self._head = head
+                return []
+            self._head = None
+            chunk = head
+            if head.startswith(_BOM):
+                chunk = head[len(_BOM) :]
+                self._pos = len(_BOM)
         start = 0
         if self._skipping:
             start = chunk.find(b"\n") + 1

@@ -119,6 +119,7 @@ class Session:
             task = await self._start(argv, source, first=True)
         except DeliveryFailed as exc:
             code = 127 if isinstance(exc.__cause__, FileNotFoundError) else 126
+            self.bus.log(str(exc))  # no agent ran, so nothing else would tell the terminal why
             await self._report_end(source, code, str(exc))
             self.last_code = code
             self.idle.set()
@@ -166,7 +167,8 @@ class Session:
             )
         except (OSError, ValueError) as exc:
             self.idle.set()
-            raise DeliveryFailed(f"cannot start {argv[0]}: {exc}") from exc
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise DeliveryFailed(f"cannot start {argv[0]}: {why}") from exc
         self.process = process
         task = asyncio.create_task(self._supervise(process, argv, source, first=first))
         self._runs.add(task)

@@ -43,6 +43,7 @@ DEFAULT_MAX_LINE_BYTES: Final = 16 << 20
 """JSONL lines longer than this are skipped with an error (a transcript line holds one message)."""
 DETECT_LIMIT: Final = 1 << 20
 """Bytes :class:`AnyParser` buffers at most before it settles on a format."""
+_BOM: Final = b"\xef\xbb\xbf"
 
 
 class Format(StrEnum):
@@ -58,7 +59,7 @@ def detect_format(first_bytes: bytes, *, final: bool = False) -> Format:
     ``type`` key; anything else is text. ``final`` says no more bytes will come (end of input, or
     enough buffered): then a first line still incomplete is judged on what there is.
     """
-    data = first_bytes.removeprefix(b"\xef\xbb\xbf").lstrip()
+    data = first_bytes.removeprefix(_BOM).lstrip()
     if not data:
         return Format.TEXT if final else Format.AUTO
     if data[:1] != b"{":
@@ -137,6 +138,8 @@ class TranscriptReader:
         self._length = 0
         self._partial = bytearray()
         self._skipping = False
+        if offset == 0:
+            data = data.removeprefix(_BOM)  # orjson refuses one; offsets still count it
         if skipped or not data.strip():
             return
         try:

@@ -100,8 +100,10 @@ async def test_sigterm_is_passed_to_the_agent(redis_url: str, tmp_path: Path) ->
 
 async def test_a_command_that_cannot_start(redis_url: str, tmp_path: Path) -> None:
     log = tmp_path / "adapter.log"
-    adapter = start([*run_args("r5"), str(tmp_path / "no-such-agent")], redis_url, log)
+    missing = tmp_path / "no-such-agent"
+    adapter = start([*run_args("r5"), str(missing)], redis_url, log)
     assert await exited(adapter, 20) == 127
+    assert f"subagent-bus: cannot start {missing}: No such file or directory\n" in log.read_text()
     async with open_bus(redis_url) as bus:
         envelopes = await bus.envelopes(GROUP)
     assert [e.type for e in envelopes] == [T.STOP_WORK, T.AGENT_EXITED]

@@ -14,8 +14,8 @@ import redis
 from adapter_kit import CLI
 from click.testing import CliRunner, Result
 
-from agents.findings_io import MAX_INPUT_BYTES, add, import_findings, parse_findings
-from bus.envelope import Envelope, EnvelopeType, decode, deterministic_id
+from agents.findings_io import MAX_INPUT_BYTES, MAX_LINE_BYTES, add, import_findings, parse_findings
+from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeType, decode, deterministic_id
 from bus.findings import Finding, Severity
 from bus.keys import Keys, StreamKind
 
@@ -121,6 +121,45 @@ def test_add_refuses_unreadable_oversized_and_non_utf8_input(redis_url: str, tmp
     assert not_utf8.exit_code == 2
     assert "Error: the input is not UTF-8 (byte 13)" in not_utf8.output
     assert published(redis_url) == []
+
+
+def test_add_refuses_a_finding_too_large_to_publish_and_publishes_none(
+    redis_url: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "o.json"
+    path.write_bytes(orjson.dumps([{"title": "small"}, {"title": "x" * (MAX_ENVELOPE_BYTES + 1)}]))
+    result = run_add(redis_url, str(path))
+    assert result.exit_code == 2, result.output
+    assert "Error: finding 2: " in result.output
+    assert f"bytes encoded, over the {MAX_ENVELOPE_BYTES}-byte limit" in result.output
+    assert result.stdout == ""
+    assert published(redis_url) == []
+
+
+def test_import_counts_a_line_too_large_to_publish_as_bad(redis_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "findings.jsonl"
+    huge = line(agent="a", title="x" * (MAX_LINE_BYTES - 100))  # only its envelope is over a limit
+    path.write_text("\n".join([line(agent="a", title="before"), huge, line(agent="a", title="after")]) + "\n")
+    result = run_import(redis_url, path)
+    assert result.exit_code == 2
+    assert f"{path}:2: " in result.output and "bytes encoded, over the" in result.output
+    assert "imported 2 finding(s); 1 bad line(s)" in result.output
+    titles = [e.payload.title for e in published(redis_url) if isinstance(e.payload, Finding)]
+    assert titles == ["before", "after"]
+    assert (
+        "imported 0 finding(s); 0 bad line(s); 3 line(s) imported before"
+        in run_import(redis_url, path).output
+    )
+
+
+def test_lines_before_an_overlong_line_are_published_as_counted(redis_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "findings.jsonl"
+    path.write_text(line(agent="a", title="before") + "\n" + line(agent="a", title="x" * (6 << 20)))
+    result = run_import(redis_url, path)
+    assert result.exit_code == 2
+    assert f"{path}:2: longer than" in result.output
+    assert "imported 1 finding(s); 1 bad line(s)" in result.output
+    assert [e.payload.title for e in published(redis_url) if isinstance(e.payload, Finding)] == ["before"]
 
 
 def test_import_streams_a_jsonl_file_resumably(redis_url: str, tmp_path: Path) -> None:

@@ -165,6 +165,15 @@ def test_files_of_another_shape_or_encoding_are_refused_and_left_alone(tmp_path:
     assert snapshot(tmp_path) == before
 
 
+def test_json_nested_too_deeply_is_refused_and_left_alone(tmp_path: Path) -> None:
+    (tmp_path / ".mcp.json").write_text("[" * 100_000)
+    before = snapshot(tmp_path)
+    result = run_init(tmp_path)
+    assert result.exit_code == 1
+    assert ".mcp.json: it is nested too deeply to be read as JSON; fix it by hand" in result.output
+    assert snapshot(tmp_path) == before
+
+
 def test_a_url_with_a_password_is_never_written(tmp_path: Path) -> None:
     result = run_init(tmp_path, "--url", "redis://agent:s3cret@redis.internal:6379/0")
     assert result.exit_code == 0, result.output

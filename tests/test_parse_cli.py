@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import orjson
@@ -151,6 +152,35 @@ def test_transcripts_are_detected_and_report_their_session() -> None:
     assert [orjson.loads(line)["line"] for line in out_json.splitlines()] == [7, 10, 10, 10]
     as_text = run(transcript, "--format", "text")
     assert as_text == (0, "0 signals, 0 results, 0 errors\n", "")
+
+
+def test_a_leading_byte_order_mark_is_ignored_in_text_and_in_transcripts(tmp_path: Path) -> None:
+    bom = b"\xef\xbb\xbf"
+    text = tmp_path / "bom.log"
+    text.write_bytes(bom + STOP.encode())
+    code, out, _ = run(str(text), "--json")
+    assert code == 0
+    assert [(item["type"], item["offset"]) for item in map(orjson.loads, out.splitlines())] == [
+        ("STOP_WORK", len(bom))
+    ]
+    transcript = tmp_path / "bom.jsonl"
+    entry = {"type": "assistant", "sessionId": "s-1", "message": {"content": STOP}}
+    transcript.write_bytes(bom + orjson.dumps(entry) + b"\n")
+    assert run(str(transcript)) == (
+        0,
+        f"{1:>6}  {'STOP_WORK':<20} {'bg-task-def456':<20} stop_reason=blocker blocker_type=external_dependency\n"
+        "transcript: session s-1, agent -\n1 signal, 0 results, 0 errors\n",
+        "",
+    )
+
+
+def test_json_output_of_an_integer_beyond_64_bits(tmp_path: Path) -> None:
+    path = tmp_path / "big.log"
+    big = 10**200
+    path.write_text(STOP.replace("[/STOP_WORK]", f"big: {big}\n[/STOP_WORK]"))
+    code, out, _ = run(str(path), "--json")
+    assert code == 0
+    assert json.loads(out)["payload"]["big"] == big  # orjson would read it as a float
 
 
 def test_max_block_bytes(output: Path) -> None:

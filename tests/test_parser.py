@@ -115,6 +115,21 @@ def test_offsets_count_bytes_of_unicode_prose() -> None:
     assert item.line == 2
 
 
+@pytest.mark.parametrize("cuts", [[], [1], [2], [3], [1, 2], list(range(1, 8))], ids=str)
+def test_a_byte_order_mark_at_the_start_is_skipped_and_counted_in_offsets(cuts: list[int]) -> None:
+    bom = b"\xef\xbb\xbf"
+    data = bom + stop("a").encode() + stop("b").encode()
+    items = feed_split(data, cuts)
+    assert [(i.line, i.offset) for i in items] == [(1, len(bom)), (8, len(bom) + len(stop("a")))]
+    assert all(isinstance(i, SignalItem) for i in items)
+
+
+def test_a_byte_order_mark_elsewhere_or_cut_short_is_prose() -> None:
+    assert parse_text(b"intro\n\xef\xbb\xbf" + stop().encode()) == []
+    assert parse_text(b"\xef\xbb" + stop().encode()) == []
+    assert feed_split(b"\xef\xbb", [1]) == []
+
+
 def test_several_blocks_keep_their_order_lines_and_offsets() -> None:
     progress = "[PROGRESS]\nagent_id: bg-1\npercent: 45\nmessage: halfway\neta: 20m\n[/PROGRESS]\n"
     text = "intro\n" + stop("a") + "middle\n\n" + progress + stop("b") + "outro"
