@@ -15,6 +15,7 @@ SUITE = (
     ("transport: publish and consume+ack vs raw redis-py", "bench.bench_bus"),
     ("adapters: parser MB/s, adapter publish vs raw XADD", "bench.bench_adapter"),
     ("coordinator: end to end, latency at 2 000/s, RSS", "bench.bench_coordinator"),
+    ("scaling: 1, 2, 3 coordinator processes vs as many raw relays", "bench.bench_scaling"),
 )
 
 

@@ -1,9 +1,9 @@
 """The latency baseline: a hand-written redis-py relay, about the least a process can do per signal.
 
-    python -m bench.raw_relay REDIS_URL [--namespace bench]
+    python -m bench.raw_relay REDIS_URL [--namespace bench] [--consumer NAME]
 
-It reads every shard's signals stream in one consumer group (XREADGROUP COUNT 100 BLOCK, all shards on one
-connection), validates each envelope as the raw consume loop of :mod:`bench.bench_coordinator` does,
+It reads every shard's signals stream in the consumer group ``relay`` (XREADGROUP COUNT 100 BLOCK, all
+shards on one connection; several relays with different ``--consumer`` names share the entries), validates each envelope as the raw consume loop of :mod:`bench.bench_coordinator` does,
 appends the entry's bytes to the shard's findings stream and acknowledges it, one pipeline per read: no
 rules, no state, no lease, no exactly-once commit. The coordinator benchmark measures its publish ->
 visible latency with the same publisher and subscriber as the coordinator's, in the same run: what this
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from bus.keys import Keys, StreamKind, meta_key
 GROUP = "relay"
 
 
-async def relay(url: str, namespace: str) -> None:
+async def relay(url: str, namespace: str, consumer: str) -> None:
     """Relay until killed."""
     client: Any = redis.from_url(url)
     keys = Keys(namespace, int(await client.get(meta_key(namespace))))
@@ -38,10 +39,11 @@ async def relay(url: str, namespace: str) -> None:
     for shard in keys.all_shards():
         signals = keys.stream(shard, StreamKind.SIGNALS)
         findings[signals.encode()] = keys.stream(shard, StreamKind.FINDINGS)
-        await client.xgroup_create(signals, GROUP, id="0", mkstream=True)
+        with contextlib.suppress(redis.ResponseError):  # BUSYGROUP: another relay (or the benchmark) made it
+            await client.xgroup_create(signals, GROUP, id="0", mkstream=True)
     streams = {stream: ">" for stream in findings}
     while True:
-        reply = await client.xreadgroup(GROUP, "relay-1", streams, count=100, block=1000)
+        reply = await client.xreadgroup(GROUP, consumer, streams, count=100, block=1000)
         for stream, entries in reply or []:
             pipe = client.pipeline(transaction=False)
             for _, fields in entries:
@@ -58,8 +60,9 @@ def cli() -> None:
     )
     parser.add_argument("url")
     parser.add_argument("--namespace", default="bench")
+    parser.add_argument("--consumer", default="relay-1")
     args = parser.parse_args()
-    asyncio.run(relay(args.url, args.namespace))
+    asyncio.run(relay(args.url, args.namespace, args.consumer))
 
 
 if __name__ == "__main__":
