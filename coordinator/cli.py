@@ -203,7 +203,7 @@ def _status_lines(summaries: list[GroupSummary], group_id: str | None) -> list[s
 @click.option(
     "--watch",
     "watch",
-    type=float,
+    type=click.FloatRange(min=0.1),
     is_flag=False,
     flag_value=1.0,
     default=None,

@@ -199,3 +199,8 @@ def test_an_argument_that_is_not_utf8_is_a_usage_error(redis_url: str) -> None:
         assert result.exit_code == 2, (args, result.output)
         assert "is not valid UTF-8" in result.output
         assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_status_watch_needs_a_positive_interval(redis_url: str) -> None:
+    result = CliRunner().invoke(main, ["status", "--watch", "0", "--redis-url", redis_url])
+    assert result.exit_code == 2 and "--watch" in result.output
