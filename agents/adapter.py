@@ -59,15 +59,15 @@ _RETRY_FIRST_S: Final = 0.2
 _RETRY_MAX_S: Final = 5.0
 
 
-def oversize(envelope: Envelope) -> str | None:
-    """Why :meth:`AgentBus.publish` would leave ``envelope`` out (its encoded size), or None if it fits.
+def oversize(data: bytes) -> str | None:
+    """Why :meth:`AgentBus.publish` would leave an envelope encoded as ``data`` out, or None if it fits.
 
-    For callers that must refuse or report such an envelope themselves, before anything is published.
+    For callers that must refuse or report such an envelope themselves, before anything is published
+    (they pass the bytes on to :meth:`AgentBus.publish` as ``encoded``).
     """
-    size = len(encode(envelope))
-    if size <= MAX_ENVELOPE_BYTES:
+    if len(data) <= MAX_ENVELOPE_BYTES:
         return None
-    return f"{size} bytes encoded, over the {MAX_ENVELOPE_BYTES}-byte limit of an envelope"
+    return f"{len(data)} bytes encoded, over the {MAX_ENVELOPE_BYTES}-byte limit of an envelope"
 
 
 def stderr_log(message: str) -> None:
@@ -126,11 +126,17 @@ class AgentBus:
         )
 
     async def publish(
-        self, envelopes: Sequence[Envelope], *, state: Mapping[str, bytes] | None = None, wait: bool = True
+        self,
+        envelopes: Sequence[Envelope],
+        *,
+        encoded: Sequence[bytes] | None = None,
+        state: Mapping[str, bytes] | None = None,
+        wait: bool = True,
     ) -> None:
         """Append ``envelopes`` to the signals stream, in order, in one round trip.
 
-        An envelope over ``MAX_ENVELOPE_BYTES`` encoded is logged and left out (see :func:`oversize`).
+        ``encoded``: the envelopes' bytes, when the caller has encoded them already. An envelope over
+        ``MAX_ENVELOPE_BYTES`` encoded is logged and left out (see :func:`oversize`).
         With ``state`` (a checkpoint) everything goes in one MULTI/EXEC: the entries and the state
         that accounts for them are written together or not at all. An unreachable server is retried
         with backoff, for ever (agent output is never dropped); the batch is sent again with the same
@@ -143,8 +149,8 @@ class AgentBus:
         batch: list[bytes] = []
         sent: list[Envelope] = []
         completing = False
-        for envelope in envelopes:
-            data = encode(envelope)
+        datas = encoded if encoded is not None else [encode(envelope) for envelope in envelopes]
+        for envelope, data in zip(envelopes, datas, strict=True):
             if len(data) > MAX_ENVELOPE_BYTES:
                 self.log(f"{envelope.type.value} {envelope.id} is {len(data)} bytes encoded; not published")
                 if self.metrics is not None:

@@ -31,7 +31,7 @@ from agents.adapter import AgentBus, connect_bus, oversize
 from agents.parser import describe_errors
 from agents.watch import Checkpoint, fingerprints
 from bus.connection import redis_options, run_command, translated
-from bus.envelope import Envelope, deterministic_id
+from bus.envelope import Envelope, deterministic_id, encode
 from bus.findings import Finding
 from bus.progress import Progress
 from bus.settings import Settings
@@ -163,13 +163,14 @@ def add(settings: Settings, source: str, agent_id: str, group_id: str, workdir: 
                 bus.envelope(f, source="findings-add", id=_content_id(agent_id, f)) for _, f in found
             ]
             # checked on the envelopes themselves: verification with --workdir changes their size
+            datas = [encode(envelope) for envelope in envelopes]
             too_large = [
                 f"{where}: {why}"
-                for (where, _), envelope in zip(found, envelopes, strict=True)
-                if (why := oversize(envelope)) is not None
+                for (where, _), data in zip(found, datas, strict=True)
+                if (why := oversize(data)) is not None
             ]
             if not too_large:
-                await bus.publish(envelopes)
+                await bus.publish(envelopes, encoded=datas)
             return too_large
         finally:
             await bus.client.aclose()
@@ -240,7 +241,7 @@ async def _import_from(
     offset, line = checkpoint.read, checkpoint.resume_line
     report.skipped = line - 1
     pending = b""
-    batch: list[Envelope] = []
+    batch: list[tuple[Envelope, bytes]] = []
     while chunk := os.pread(fd, _CHUNK, offset + len(pending)):
         pending += chunk
         lines = pending.split(b"\n")
@@ -275,7 +276,7 @@ def _line(
     text: bytes,
     offset: int,
     line: int,
-    batch: list[Envelope],
+    batch: list[tuple[Envelope, bytes]],
     report: ImportReport,
 ) -> None:
     if not text.strip():
@@ -294,11 +295,12 @@ def _line(
     envelope = bus.envelope(
         finding, source=source, id=deterministic_id(agent, source, offset), agent_id=agent
     )
-    why = oversize(envelope)
+    data = encode(envelope)
+    why = oversize(data)
     if why is not None:
         report.bad.append(f"{spec.path}:{line}: {why}")
         return
-    batch.append(envelope)
+    batch.append((envelope, data))
     report.published += 1
 
 
@@ -321,13 +323,17 @@ async def _commit(
     fd: int,
     offset: int,
     line: int,
-    batch: list[Envelope],
+    batch: list[tuple[Envelope, bytes]],
 ) -> None:
     head, tail = fingerprints(fd, offset)
     state = checkpoint.model_copy(
         update={"read": offset, "resume": offset, "resume_line": line, "head": head, "tail": tail}
     )
-    await bus.publish(batch, state={key: state.model_dump_json().encode()})
+    await bus.publish(
+        [envelope for envelope, _ in batch],
+        encoded=[data for _, data in batch],
+        state={key: state.model_dump_json().encode()},
+    )
     batch.clear()
     if spec.on_batch is not None:
         spec.on_batch(offset, line)

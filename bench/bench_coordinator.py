@@ -214,17 +214,18 @@ async def throughput(url: str, envelopes: list[Envelope]) -> tuple[float, float,
 
 
 def start_coordinator(url: str) -> subprocess.Popen[bytes]:
-    return _start(
+    return start_process(
         [CLI, "coordinator", "--redis-url", url, "--namespace", "bench", "--tick", "3600", "--name", "bench"]
     )
 
 
 def start_relay(url: str) -> subprocess.Popen[bytes]:
     """The latency baseline, :mod:`bench.raw_relay`."""
-    return _start([sys.executable, "-m", "bench.raw_relay", url, "--namespace", "bench"])
+    return start_process([sys.executable, "-m", "bench.raw_relay", url, "--namespace", "bench"])
 
 
-def _start(argv: list[str]) -> subprocess.Popen[bytes]:
+def start_process(argv: list[str]) -> subprocess.Popen[bytes]:
+    """A benchmarked process, run from the repository root, its output discarded."""
     root = Path(__file__).resolve().parent.parent
     return subprocess.Popen(argv, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

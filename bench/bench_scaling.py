@@ -32,7 +32,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_coordinator import CLI, publish_all, workload
+from bench.bench_coordinator import CLI, publish_all, start_process, workload
 from bus.connection import Client, connect
 from bus.embedded import RedisProcess
 from bus.envelope import encode, new_envelope
@@ -58,18 +58,13 @@ def coordinator(url: str, n: int) -> subprocess.Popen[bytes]:
         "--name",
         f"c{n}",
     ]
-    return _start(argv)
+    return start_process(argv)
 
 
 def relay(url: str, n: int) -> subprocess.Popen[bytes]:
-    return _start(
+    return start_process(
         [sys.executable, "-m", "bench.raw_relay", url, "--namespace", "bench", "--consumer", f"r{n}"]
     )
-
-
-def _start(argv: list[str]) -> subprocess.Popen[bytes]:
-    root = Path(__file__).resolve().parent.parent
-    return subprocess.Popen(argv, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 async def _leases_split(client: Client, keys: Keys, n: int) -> bool:

@@ -10,7 +10,7 @@ happens here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -112,7 +112,7 @@ class Batch:
     def add(self, entry_id: bytes, data: bytes | Fields | None, deliveries: int, max_deliveries: int) -> None:
         """Apply one entry (the next in stream order), or dead-letter it when it cannot be applied."""
         self.commit.entry_ids.append(entry_id)
-        others: list[tuple[bytes, bytes]] = []
+        others: Sequence[tuple[bytes, bytes]] = ()  # not a list: no allocation for the common entry
         if isinstance(data, Fields):
             fields = data
             data, others = fields.data, fields.others()
