@@ -13,13 +13,13 @@ HEARTBEAT, AGENT_EXITED) come from here too.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, SignalItem
+from agents.sending import GaveUp, Sender
 from agents.transcript import AnyParser, Format
 from agents.verify import Verifier
 from bus import wire
@@ -33,7 +33,6 @@ from bus.envelope import (
     encode,
     new_envelope,
 )
-from bus.errors import ConnectionFailed
 from bus.events import AgentExited, AgentStarted, Heartbeat
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.metrics import AdapterMetrics
@@ -44,6 +43,7 @@ __all__ = [
     "COMPLETING",
     "MAX_TASK_CHARS",
     "AgentBus",
+    "GaveUp",
     "OutputStream",
     "connect_bus",
     "heartbeat_loop",
@@ -55,8 +55,6 @@ COMPLETING: Final = frozenset({EnvelopeType.COMPLETION_REPORT, EnvelopeType.RESU
 """Envelope types that mean the agent finished its work."""
 MAX_TASK_CHARS: Final = 256 * 1024
 """A task longer than this is cut in AGENT_STARTED (the prompt itself is not touched)."""
-_RETRY_FIRST_S: Final = 0.2
-_RETRY_MAX_S: Final = 5.0
 
 
 def oversize(data: bytes) -> str | None:
@@ -102,13 +100,26 @@ class AgentBus:
         self.shard = keys.shard_of(group_id)
         self.signals = keys.stream(self.shard, StreamKind.SIGNALS)
         self._signals = self.signals.encode()
-        self._pipe = wire.Pipe(client, self._signals)
-        self._sending = asyncio.Lock()  # one batch in flight, in the order publish() was called
+        # self.log may be replaced later (the CLI routes it to logging): look it up at each call
+        self.sender = Sender(client, self.signals, lambda message: self.log(message))  # noqa: PLW0108
+        """Where batches go, one at a time, in the order :meth:`publish` was called."""
+        self._foreign_id_seen = False
         self.inbox = keys.inbox(self.shard, agent_id)
         self.completed = False
         """A COMPLETION_REPORT or RESULT of this agent has been published."""
         self.completion = asyncio.Event()
         """Set once :attr:`completed` is."""
+
+    def foreign_id(self, claimed: str, source: str) -> None:
+        """A signal in this agent's output names another agent id: it is published as this agent's
+        all the same (the envelope's ``agent_id``; the payload keeps what the agent wrote), and the
+        first such mismatch is logged."""
+        if not self._foreign_id_seen:
+            self._foreign_id_seen = True
+            self.log(
+                f"{source}: a signal says agent_id {claimed!r}; it is published as agent {self.agent_id!r} "
+                "(--agent-id); further mismatches are not reported"
+            )
 
     def state_key(self, name: str) -> str:
         """A state key in the group's shard (one hash slot with the streams)."""
@@ -139,8 +150,9 @@ class AgentBus:
         ``MAX_ENVELOPE_BYTES`` encoded is logged and left out (see :func:`oversize`).
         With ``state`` (a checkpoint) everything goes in one MULTI/EXEC: the entries and the state
         that accounts for them are written together or not at all. An unreachable server is retried
-        with backoff, for ever (agent output is never dropped); the batch is sent again with the same
-        ids, so an entry written twice is recognised downstream.
+        with backoff until it answers (agent output is not dropped while it is briefly away) or until a
+        stop signal gives up (:meth:`Sender.give_up`: :class:`GaveUp` is raised); the batch is sent
+        again with the same ids, so an entry written twice is recognised downstream.
 
         ``wait=False`` returns once the batch is written, before the server's replies: they are read
         by the next call or by :meth:`flush`, and the caller parses its next output meanwhile. A batch
@@ -163,12 +175,8 @@ class AgentBus:
             # a state write must land with the entries it accounts for; plain batches need no MULTI
             commands: list[wire.Command] = [(b"XADD", self._signals, b"*", b"data", data) for data in batch]
             commands += [(b"SET", key.encode(), value) for key, value in (state or {}).items()]
-            async with self._sending:
-                await self._settle()
-                with contextlib.suppress(ConnectionFailed):  # the batch stays in flight, settled later
-                    await self._pipe.send(commands, transaction=bool(state))
-                if wait or completing:
-                    await self._settle()
+            types = [envelope.type for envelope in sent]
+            await self.sender.send(commands, types, state or {}, wait=wait or completing)
         if self.metrics is not None:
             for envelope in sent:
                 self.metrics.published(envelope)
@@ -177,24 +185,12 @@ class AgentBus:
 
     async def flush(self) -> None:
         """Wait until what :meth:`publish` sent without waiting is on the server."""
-        async with self._sending:
-            await self._settle()
+        await self.sender.flush()
 
     def mark_completed(self) -> None:
         """Record that the agent completed (a completion report or result was published)."""
         self.completed = True
         self.completion.set()
-
-    async def _settle(self) -> None:
-        delay = _RETRY_FIRST_S
-        while True:
-            try:
-                await self._pipe.settle()
-                return
-            except ConnectionFailed as exc:
-                self.log(f"publishing to {self.signals} failed ({exc}); retrying in {delay:.1f}s")
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RETRY_MAX_S)
 
     async def started(
         self,
@@ -349,6 +345,8 @@ class OutputStream:
                     self.bus.metrics.rejected.labels("parse_error").inc()
                 continue
             payload: Payload = item.payload if isinstance(item, SignalItem) else item.report
+            if isinstance(item, SignalItem) and item.payload.agent_id != self.bus.agent_id:
+                self.bus.foreign_id(item.payload.agent_id, self.source)
             envelope_id = deterministic_id(self.bus.agent_id, self.source, offset)
             out.append(self.bus.envelope(payload, source=self.source, id=envelope_id))
         return out

@@ -3,149 +3,37 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import signal
-import sys
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
 
 import click
 
-from agents.adapter import AgentBus, connect_bus
+from agents.adapter import AgentBus, GaveUp, connect_bus
 from agents.delivery import (
     GROUP,
     CommandDelivery,
     Deliverer,
     DeliveryKind,
-    DeliverySpec,
     FileDelivery,
     InboxFollower,
     PrintDelivery,
 )
 from agents.delivery import Runner as DeliveryRunner
 from agents.findings_io import import_findings
+from agents.options import Common, common_options
 from agents.process import ProcessOptions, Session, stdin_chunks
-from agents.transcript import Format
 from agents.watch import FileWatch, WatchOptions
 from bus.connection import redis_options, run_command
 from bus.consumer import Consumer
 from bus.metrics import AdapterMetrics
-from bus.ops import Ops, ops_options
 from bus.settings import Settings
 from bus.waits import wait_for
 
 __all__ = ["Common", "adapter", "commands"]
 
-P = ParamSpec("P")
-R = TypeVar("R")
 Values = Callable[[], Mapping[str, str | None]]
-
-
-@dataclass(frozen=True)
-class Common:
-    """The options every adapter command shares."""
-
-    agent_id: str
-    group_id: str
-    workdir: Path | None
-    deliver: DeliverySpec | None
-    retry_ms: int
-    max_attempts: int
-    heartbeat_s: float
-    name: str | None
-    task: str | None
-    session_id: str | None
-    fmt: Format
-    ops: Ops
-
-
-_OPTION_FIELDS = tuple(f.name for f in fields(Common) if f.name not in ("task", "fmt", "ops"))
-
-
-def _deliver_option(ctx: click.Context, param: click.Parameter, value: str | None) -> DeliverySpec | None:
-    if value is None:
-        return None
-    try:
-        return DeliverySpec.parse(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
-def _read_task(path: str | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        if path == "-":
-            return sys.stdin.read()
-        return Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise click.BadParameter(
-            f"cannot read {path}: {exc.strerror or exc}", param_hint="--task-file"
-        ) from None
-
-
-def common_options(command: Callable[P, R]) -> Callable[..., R]:
-    """The shared adapter options (with :func:`bus.ops.ops_options`); the command receives them as one
-    ``common: Common`` keyword."""
-
-    @click.option("--agent-id", required=True, help="The agent's id on the bus.")
-    @click.option("--group", "group_id", required=True, help="The agent's task group.")
-    @click.option(
-        "--workdir",
-        type=click.Path(exists=True, file_okay=False, path_type=Path),
-        help="Verify file:line references, findings and deliverables under this directory.",
-    )
-    @click.option(
-        "--deliver",
-        metavar="print|file:PATH|command:TEMPLATE",
-        callback=_deliver_option,
-        help="How directives reach the agent. Placeholders in TEMPLATE: {prompt} {agent_id} {group_id} "
-        "{session_id} {type} {directive_id}; it is split like a shell line but run without a shell.",
-    )
-    @click.option(
-        "--retry-ms",
-        default=5000,
-        show_default=True,
-        type=click.IntRange(min=1),
-        help="Delay before a failed delivery is retried.",
-    )
-    @click.option(
-        "--max-attempts",
-        default=5,
-        show_default=True,
-        type=click.IntRange(min=1),
-        help="Deliveries of one directive before it is dead-lettered.",
-    )
-    @click.option(
-        "--heartbeat",
-        "heartbeat_s",
-        default=30.0,
-        show_default=True,
-        type=click.FloatRange(min=0.01),
-        help="Seconds between heartbeats.",
-    )
-    @click.option("--name", help="The agent's name (its kind, e.g. security-auditor) for AGENT_STARTED.")
-    @click.option("--task-file", metavar="PATH|-", help="The agent's task prompt, reported in AGENT_STARTED.")
-    @click.option("--session-id", help="Session id for {session_id} when the output does not carry one.")
-    @click.option(
-        "--format",
-        "fmt",
-        type=click.Choice([f.value for f in Format]),
-        default=Format.AUTO.value,
-        show_default=True,
-        help="Plain text, a Claude Code JSONL transcript, or detect from the first line.",
-    )
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> R:
-        values = {name: kwargs.pop(name) for name in _OPTION_FIELDS}
-        task, fmt = _read_task(kwargs.pop("task_file")), Format(kwargs.pop("fmt"))
-        common = Common(**values, task=task, fmt=fmt, ops=kwargs.pop("ops"))
-        return command(*args, common=common, **kwargs)  # type: ignore[arg-type]
-
-    return ops_options(wrapper)
 
 
 def _deliverer(
@@ -210,10 +98,23 @@ def _serve(settings: Settings, common: Common, body: Callable[[AgentBus], Awaita
         bus.log = logging.getLogger("subagent_bus.adapter").info
         try:
             return await body(bus)
+        except GaveUp as exc:
+            bus.log(_gave_up(bus, exc))
+            return exc.exit_status
         finally:
             await bus.client.aclose()
 
     return run_command(main(), also=(OSError, ValueError))
+
+
+def _gave_up(bus: AgentBus, exc: GaveUp) -> str:
+    """What a stop signal left unpublished, and where it is (if anywhere)."""
+    fate = "they are lost" if exc.kept is None else exc.kept
+    notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
+    return (
+        f"{signal.Signals(exc.signal).name}: gave up publishing: {bus.sender.unpublished()} of agent "
+        f"{bus.agent_id} in group {bus.group_id} were not published: {fate}{notes} ({exc})"
+    )
 
 
 @click.group("adapter")
@@ -253,7 +154,12 @@ def watch(
 
     async def body(bus: AgentBus) -> int:
         stop = asyncio.Event()
-        _on_signals(lambda _: stop.set())
+
+        def on_signal(sig: int) -> None:
+            stop.set()
+            bus.sender.give_up(sig)  # what is unpublished stays in the file: the next watch takes it
+
+        _on_signals(on_signal)
         options = WatchOptions(
             path,
             common.fmt,
@@ -270,7 +176,11 @@ def watch(
         )
 
         async def work() -> int:
-            await follower.run()
+            try:
+                await follower.run()
+            except GaveUp as exc:
+                exc.kept = follower.kept()
+                raise
             return 0
 
         return await _with_inbox(bus, common, deliverer, work())
@@ -328,7 +238,10 @@ def run(
     """Run an agent command and publish what it prints; exit with its exit status.
 
     SIGTERM and SIGINT are passed on to the agent. A non-zero exit without a completion report is
-    published as a STOP_WORK error with the end of its stderr.
+    published as a STOP_WORK error with the end of its stderr. While Redis is unreachable, what the
+    agent printed is kept and sent again until it is taken; a signal once the agent has exited (or a
+    second signal, which also kills it) gives up instead: the adapter says on stderr what was not
+    published and exits with 130 (SIGINT) or 143 (SIGTERM).
     """
     _check_until_complete(until_complete, common)
     options = ProcessOptions(
@@ -376,7 +289,11 @@ def stdin(settings: Settings, common: Common, until_complete: bool, quiet: bool)
             stopped.cancel()
             if not piped.done():
                 piped.cancel()
-                return 143
+                await asyncio.wait({piped})
+                if not piped.cancelled():
+                    piped.result()  # it gave up publishing first
+                await bus.flush()  # once more: on the server now, or given up and reported
+                return 128 + (session.signalled or signal.SIGTERM)
             piped.result()  # a failure of the pipe's publishing is this command's failure
             await _end(bus, session, until_complete)
             return 0

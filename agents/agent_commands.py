@@ -13,6 +13,7 @@ import click
 
 from agents.init import init
 from agents.listen import DEFAULT_CLAIM_IDLE_MS, listen
+from agents.options import check_id
 from bus.connection import redis_options
 from bus.errors import BusError
 from bus.settings import Settings
@@ -21,8 +22,12 @@ __all__ = ["commands", "mcp"]
 
 
 @click.command("mcp")
-@click.option("--agent-id", envvar="SUBAGENT_BUS_AGENT_ID", help="The agent this server speaks for.")
-@click.option("--group", "group_id", envvar="SUBAGENT_BUS_GROUP", help="The agent's task group.")
+@click.option(
+    "--agent-id", envvar="SUBAGENT_BUS_AGENT_ID", callback=check_id, help="The agent this server speaks for."
+)
+@click.option(
+    "--group", "group_id", envvar="SUBAGENT_BUS_GROUP", callback=check_id, help="The agent's task group."
+)
 @click.option(
     "--workdir",
     type=click.Path(exists=True, file_okay=False, path_type=Path),

@@ -13,6 +13,7 @@ import orjson
 import pydantic_core
 
 from agents.identity import build_prompt
+from agents.options import check_id, format_option
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, ResultItem, SignalItem
 from agents.transcript import AnyParser, Format
 from bus.envelope import EnvelopeType
@@ -104,14 +105,7 @@ def _plural(count: int, word: str) -> str:
 
 @click.command("parse", cls=_Command)
 @click.argument("path", required=False, default="-")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice([f.value for f in Format]),
-    default=Format.AUTO.value,
-    show_default=True,
-    help="Plain text, a Claude Code JSONL transcript, or detect from the first line.",
-)
+@format_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per item and line.")
 @click.option(
     "--max-block-bytes",
@@ -188,7 +182,9 @@ def _write_totals(out: IO[bytes], parser: AnyParser, counts: Counter[str]) -> No
 
 @click.command("prompt")
 @click.argument("taskfile", metavar="[TASKFILE|-]", required=False, default="-")
-@click.option("--agent-id", required=True, help="The id the agent is told to use in its signals.")
+@click.option(
+    "--agent-id", required=True, callback=check_id, help="The id the agent is told to use in its signals."
+)
 def prompt(taskfile: str, agent_id: str) -> None:
     """Print a task prompt with the identity statement and the signal templates (protocol 1)."""
     try:

@@ -10,7 +10,9 @@ append-only findings stream exactly once.
 - ``import-findings`` streams an existing JSONL file (the seed's shared ``SECURITY_FINDINGS.jsonl``).
   Ids derive from the file and each line's byte offset, and the read offset is checkpointed with every
   batch, so an interrupted or repeated import publishes each line once; lines appended later are
-  imported by the next run. Bad lines are reported with their line numbers and skipped.
+  imported by the next run. Bad lines are reported with their line numbers and skipped, once: a line
+  over ``MAX_LINE_BYTES`` too, even when its end is not written yet (the checkpoint then records how far
+  into it the import read, and the next run goes on looking for its end from there).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ import orjson
 from pydantic import ValidationError
 
 from agents.adapter import AgentBus, connect_bus, oversize
-from agents.parser import describe_errors
+from agents.findings_parse import finding_of, located_findings, parse_findings
+from agents.options import check_id
 from agents.watch import Checkpoint, fingerprints
 from bus.connection import redis_options, run_command, translated
 from bus.envelope import Envelope, deterministic_id, encode
@@ -47,61 +50,12 @@ _CHUNK: Final = 1 << 20
 EXIT_INVALID: Final = 2
 
 
-def _finding(value: Any, agent: str) -> Finding:
-    """A finding from one decoded JSON value; ``ValueError`` with a readable reason otherwise."""
-    if not isinstance(value, dict):
-        raise ValueError(f"not a JSON object but {type(value).__name__}")
-    if not value.get("agent"):
-        value = {**value, "agent": agent}
-    try:
-        return Finding.model_validate(value)
-    except ValidationError as exc:
-        raise ValueError(describe_errors(exc)) from None
-
-
-def parse_findings(text: str, agent: str) -> tuple[list[Finding], list[str]]:
-    """The findings in ``text`` (an object, an array, or JSON lines) and the errors, by line."""
-    found, errors = _located_findings(text, agent)
-    return [finding for _, finding in found], errors
-
-
-def _located_findings(text: str, agent: str) -> tuple[list[tuple[str, Finding]], list[str]]:
-    """:func:`parse_findings`, each finding with where it is in ``text`` (``finding 2``, ``line 3``)."""
-    try:
-        whole = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        whole = None
-    else:
-        values = whole if isinstance(whole, list) else [whole]
-        return _validated([(f"finding {i + 1}", value) for i, value in enumerate(values)], agent)
-    found: list[tuple[str, Finding]] = []
-    errors: list[str] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            found.append((f"line {number}", _finding(orjson.loads(line), agent)))
-        except orjson.JSONDecodeError as exc:
-            errors.append(f"line {number}: not JSON ({exc})")
-        except ValueError as exc:
-            errors.append(f"line {number}: {exc}")
-    return found, errors
-
-
-def _validated(pairs: list[tuple[str, Any]], agent: str) -> tuple[list[tuple[str, Finding]], list[str]]:
-    found: list[tuple[str, Finding]] = []
-    errors: list[str] = []
-    for where, value in pairs:
-        try:
-            found.append((where, _finding(value, agent)))
-        except ValueError as exc:
-            errors.append(f"{where}: {exc}")
-    return found, errors
-
-
 def _content_id(agent_id: str, finding: Finding) -> str:
     canonical = orjson.dumps(finding.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
     return deterministic_id(agent_id, f"finding:{hashlib.sha256(canonical).hexdigest()}", 0)
+
+
+_SOURCE_HINT: Final = " (SOURCE is a file name unless it is - for stdin or starts with { or [ for JSON)"
 
 
 def _read_input(source: str) -> str:
@@ -114,7 +68,8 @@ def _read_input(source: str) -> str:
             with open(source, "rb") as stream:
                 data = stream.read(MAX_INPUT_BYTES + 1)
     except OSError as exc:
-        raise ValueError(f"cannot read {source}: {exc.strerror or exc}") from None
+        hint = _SOURCE_HINT if isinstance(exc, FileNotFoundError) else ""
+        raise ValueError(f"cannot read {source}: {exc.strerror or exc}{hint}") from None
     if len(data) > MAX_INPUT_BYTES:
         raise ValueError(f"the input is larger than {MAX_INPUT_BYTES} bytes")
     try:
@@ -131,8 +86,13 @@ def _fail(messages: list[str]) -> None:
 
 @click.command("add")
 @click.argument("source", metavar="[JSON|FILE|-]", required=False, default="-")
-@click.option("--agent-id", required=True, help="The reporting agent (also the default 'agent' field).")
-@click.option("--group", "group_id", required=True, help="The task group.")
+@click.option(
+    "--agent-id",
+    required=True,
+    callback=check_id,
+    help="The reporting agent (also the default 'agent' field).",
+)
+@click.option("--group", "group_id", required=True, callback=check_id, help="The task group.")
 @click.option(
     "--workdir",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -142,14 +102,16 @@ def _fail(messages: list[str]) -> None:
 def add(settings: Settings, source: str, agent_id: str, group_id: str, workdir: Path | None) -> None:
     """Publish findings: a JSON object, a JSON array, or JSON lines of finding fields.
 
-    SOURCE is the JSON itself, a file holding it, or - (the default) for stdin. Nothing is published
-    unless every finding is valid (exit status 2 otherwise, with the line of each error).
+    SOURCE is - (the default) for stdin; the JSON itself when it starts with { or [; anything else is
+    the name of a file holding it (so `findings add 42` looks for a file named 42; a file whose name
+    starts with { or [ is given as ./NAME). Nothing is published unless every finding is valid (exit
+    status 2 otherwise, with the line of each error).
     """
     try:
         text = _read_input(source)
     except ValueError as exc:
         _fail([str(exc)])
-    found, errors = _located_findings(text, agent_id)
+    found, errors = located_findings(text, agent_id)
     if errors:
         _fail(errors)
     if not found:
@@ -238,11 +200,20 @@ async def _import_from(
     bus: AgentBus, spec: _Import, fd: int, key: str, checkpoint: Checkpoint, report: ImportReport
 ) -> None:
     source = f"findings:{spec.path}" + (f"#{checkpoint.generation}" if checkpoint.generation else "")
-    offset, line = checkpoint.read, checkpoint.resume_line
+    offset, line = checkpoint.resume, checkpoint.resume_line  # the start of the next line
+    read = checkpoint.read  # past ``offset`` only inside an over-long line, reported already
     report.skipped = line - 1
+    overlong = read > offset
     pending = b""
     batch: list[tuple[Envelope, bytes]] = []
-    while chunk := os.pread(fd, _CHUNK, offset + len(pending)):
+    while chunk := os.pread(fd, _CHUNK, read):
+        read += len(chunk)
+        if overlong:
+            end = chunk.find(b"\n")
+            if end < 0:
+                continue
+            overlong, chunk = False, chunk[end + 1 :]
+            offset, line = read - len(chunk), line + 1
         pending += chunk
         lines = pending.split(b"\n")
         pending = lines.pop()
@@ -251,22 +222,19 @@ async def _import_from(
             offset += len(text) + 1
             line += 1
             if len(batch) >= _BATCH:
-                await _commit(bus, spec, key, checkpoint, fd, offset, line, batch)
+                await _commit(bus, spec, key, checkpoint, fd, (offset, offset, line), batch)
         if len(pending) > MAX_LINE_BYTES:
-            report.bad.append(f"{spec.path}:{line}: longer than {MAX_LINE_BYTES} bytes")
-            break  # the lines before it are in the batch: still published and checkpointed below
-    else:
-        if pending.strip():
-            try:
-                orjson.loads(pending)
-            except orjson.JSONDecodeError:
-                report.bad.append(
-                    f"{spec.path}:{line}: incomplete last line (no newline); left for the next run"
-                )
-            else:
-                _line(bus, spec, source, pending, offset, line, batch, report)
-                offset, line = offset + len(pending), line + 1
-    await _commit(bus, spec, key, checkpoint, fd, offset, line, batch)
+            report.bad.append(f"{spec.path}:{line}: longer than {MAX_LINE_BYTES} bytes; skipped")
+            overlong, pending = True, b""
+    if not overlong and pending.strip():
+        try:
+            orjson.loads(pending)
+        except orjson.JSONDecodeError:
+            report.bad.append(f"{spec.path}:{line}: incomplete last line (no newline); left for the next run")
+        else:
+            _line(bus, spec, source, pending, offset, line, batch, report)
+            offset, line = offset + len(pending), line + 1
+    await _commit(bus, spec, key, checkpoint, fd, (read if overlong else offset, offset, line), batch)
 
 
 def _line(
@@ -281,6 +249,9 @@ def _line(
 ) -> None:
     if not text.strip():
         return
+    if len(text) > MAX_LINE_BYTES:  # one that ended within the chunk that took it over the limit
+        report.bad.append(f"{spec.path}:{line}: longer than {MAX_LINE_BYTES} bytes; skipped")
+        return
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -288,7 +259,7 @@ def _line(
         return
     try:
         agent = _agent_of(value, spec)
-        finding = _finding(value, agent)
+        finding = finding_of(value, agent)
     except ValueError as exc:
         report.bad.append(f"{spec.path}:{line}: {exc}")
         return
@@ -321,13 +292,14 @@ async def _commit(
     key: str,
     checkpoint: Checkpoint,
     fd: int,
-    offset: int,
-    line: int,
+    where: tuple[int, int, int],
     batch: list[tuple[Envelope, bytes]],
 ) -> None:
-    head, tail = fingerprints(fd, offset)
+    """Publish ``batch`` with the checkpoint ``where``: (bytes read, start of the next line, its number)."""
+    read, offset, line = where
+    head, tail = fingerprints(fd, read)
     state = checkpoint.model_copy(
-        update={"read": offset, "resume": offset, "resume_line": line, "head": head, "tail": tail}
+        update={"read": read, "resume": offset, "resume_line": line, "head": head, "tail": tail}
     )
     await bus.publish(
         [envelope for envelope, _ in batch],
@@ -336,16 +308,18 @@ async def _commit(
     )
     batch.clear()
     if spec.on_batch is not None:
-        spec.on_batch(offset, line)
+        spec.on_batch(read, line)
 
 
 @click.command("import-findings")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--group", "group_id", required=True, help="The task group the findings belong to.")
+@click.option(
+    "--group", "group_id", required=True, callback=check_id, help="The task group the findings belong to."
+)
 @click.option(
     "--agent-id-field", "agent_field", default="agent", show_default=True, help="Field naming the agent."
 )
-@click.option("--agent-id", "default_agent", help="Agent id for lines without that field.")
+@click.option("--agent-id", "default_agent", callback=check_id, help="Agent id for lines without that field.")
 @click.option(
     "--workdir",
     type=click.Path(exists=True, file_okay=False, path_type=Path),

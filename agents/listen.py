@@ -47,6 +47,7 @@ import click
 
 from agents.adapter import AgentBus, connect_bus, stderr_log
 from agents.delivery import GROUP, Directive, as_directive
+from agents.options import check_id
 from bus.connection import Client, as_text, redis_options, translated
 from bus.consumer import DELETED_REASON, Ack, Consumer, Delivery, stream_entries
 from bus.envelope import decode, encode
@@ -272,10 +273,19 @@ async def _listen(bus: AgentBus, timeout_s: float | None, as_json: bool, claim_i
 
 @click.command("listen")
 @click.option(
-    "--agent-id", envvar="SUBAGENT_BUS_AGENT_ID", required=True, help="The agent whose inbox to wait on."
+    "--agent-id",
+    envvar="SUBAGENT_BUS_AGENT_ID",
+    required=True,
+    callback=check_id,
+    help="The agent whose inbox to wait on.",
 )
 @click.option(
-    "--group", "group_id", envvar="SUBAGENT_BUS_GROUP", required=True, help="The agent's task group."
+    "--group",
+    "group_id",
+    envvar="SUBAGENT_BUS_GROUP",
+    required=True,
+    callback=check_id,
+    help="The agent's task group.",
 )
 @click.option(
     "--timeout",

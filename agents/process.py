@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Final
 
-from agents.adapter import AgentBus, OutputStream, heartbeat_loop
+from agents.adapter import AgentBus, GaveUp, OutputStream, heartbeat_loop
 from agents.delivery import DeliveryFailed, Directive
 from agents.transcript import Format
 from bus.envelope import deterministic_id
@@ -97,6 +97,9 @@ class Session:
         self._session_id: str | None = None
         self._tee = options.tee
         self._signals = 0
+        self.signalled: int | None = None
+        """The last stop signal received."""
+        self._gave_up: GaveUp | None = None
 
     @property
     def session_id(self) -> str | None:
@@ -106,11 +109,20 @@ class Session:
         return self._session_id or self.options.session_id
 
     def forward(self, sig: int) -> None:
-        """Pass a signal on to the running process (a second one kills it); no resume starts after."""
+        """Pass a signal on to the running process (a second one kills it); no resume starts after.
+
+        A signal that finds no process to pass it to, or a second one, also gives up publishing (see
+        :meth:`agents.sending.Sender.give_up`): only the agent being stopped is waited for.
+        """
         self._signals += 1
+        self.signalled = sig
         self.stop.set()
-        if self.process is not None and self.process.returncode is None:
-            self.process.send_signal(signal.SIGKILL if self._signals > 1 else sig)
+        process = self.process
+        if process is not None and process.returncode is None:
+            process.send_signal(signal.SIGKILL if self._signals > 1 else sig)
+            if self._signals == 1:
+                return
+        self.bus.sender.give_up(sig)
 
     async def run(self, argv: list[str]) -> int:
         """Run the agent's command to its end; its exit status (127/126 when it cannot start)."""
@@ -151,9 +163,11 @@ class Session:
         self.idle.set()
 
     async def finished(self) -> None:
-        """Wait for every process started so far."""
+        """Wait for every process started so far; a resumed one's :class:`GaveUp` is raised here."""
         while self._runs:
             await asyncio.gather(*list(self._runs), return_exceptions=True)
+        if self._gave_up is not None:
+            raise self._gave_up
 
     async def _start(self, argv: list[str], source: str, *, first: bool) -> asyncio.Task[int]:
         self.idle.clear()
@@ -211,6 +225,11 @@ class Session:
             await self._report_end(source, code, tail.text())
             self.last_code = code
             return code
+        except GaveUp as exc:
+            if process.returncode is not None:
+                exc.add_note(f"the agent exited with status {exit_status(process.returncode)}")
+            self._gave_up = exc
+            raise
         finally:
             if process.returncode is None:
                 process.kill()

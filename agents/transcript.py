@@ -55,25 +55,65 @@ class Format(StrEnum):
 def detect_format(first_bytes: bytes, *, final: bool = False) -> Format:
     """The format of an output from its first bytes; :attr:`Format.AUTO` while they do not decide.
 
-    A transcript's first non-blank character is ``{`` and its first line is a JSON object with a
-    ``type`` key; anything else is text. ``final`` says no more bytes will come (end of input, or
-    enough buffered): then a first line still incomplete is judged on what there is.
+    A transcript's first non-blank character is ``{``: anything else is text at once. Then its first
+    non-empty lines are looked at, each a transcript entry (a JSON object with a ``type`` key) or not:
+    a first line that is an entry decides for a transcript; otherwise (a damaged or cut first line, a
+    JSON object of something else) two entries among the first three lines do, and two lines that are
+    not entries decide for text. ``final`` says no more bytes will come (end of input, or enough
+    buffered): a last line still incomplete is judged on what there is, and with fewer lines than that
+    an entry wins a tie.
     """
-    data = first_bytes.removeprefix(_BOM).lstrip()
-    if not data:
-        return Format.TEXT if final else Format.AUTO
-    if data[:1] != b"{":
-        return Format.TEXT
-    end = data.find(b"\n")
-    if end < 0 and not final:
+    return _Detector().decide(first_bytes, final=final)
+
+
+class _Detector:
+    """:func:`detect_format` over a buffer that only grows: lines judged once are not read again."""
+
+    _LINES: Final = 3
+
+    def __init__(self) -> None:
+        self._pos = 0  # the start of the first line not judged yet
+        self._entries = 0
+        self._others = 0
+
+    def decide(self, head: bytes, *, final: bool) -> Format:
+        while True:
+            end = head.find(b"\n", self._pos)
+            line = head[self._pos : len(head) if end < 0 else end]
+            text = (line.removeprefix(_BOM) if self._pos == 0 else line).strip()
+            if not (self._entries or self._others) and text[:1] not in (b"", b"{"):
+                return Format.TEXT
+            if end < 0 and not (final and text):
+                break
+            self._pos = len(head) if end < 0 else end + 1
+            if text and (found := self._count(_is_entry(text, complete=end >= 0))) is not Format.AUTO:
+                return found
+        if not final:
+            return Format.AUTO
+        return Format.CLAUDE_JSONL if self._entries and self._entries >= self._others else Format.TEXT
+
+    def _count(self, entry: bool) -> Format:
+        if entry and not (self._entries or self._others):
+            return Format.CLAUDE_JSONL  # a first line that is an entry decides at once
+        if entry:
+            self._entries += 1
+        else:
+            self._others += 1
+        if 2 * self._entries > self._LINES:
+            return Format.CLAUDE_JSONL
+        if 2 * self._others > self._LINES:
+            return Format.TEXT
         return Format.AUTO
-    line = data if end < 0 else data[:end]
+
+
+def _is_entry(line: bytes, *, complete: bool) -> bool:
+    """Whether a (stripped) line is a transcript entry; an incomplete one (cut by the buffering limit)
+    is judged by its start."""
     try:
         value = orjson.loads(line)
     except orjson.JSONDecodeError:
-        # a first line cut short by the buffering limit: judge by its start
-        return Format.CLAUDE_JSONL if end < 0 and b'"type"' in line else Format.TEXT
-    return Format.CLAUDE_JSONL if isinstance(value, dict) and "type" in value else Format.TEXT
+        return not complete and line[:1] == b"{" and b'"type"' in line
+    return isinstance(value, dict) and "type" in value
 
 
 class AssistantText(Model):
@@ -222,14 +262,16 @@ class TranscriptParser:
 
 
 class AnyParser:
-    """A parser for either format; with :attr:`Format.AUTO` it buffers the first line to decide."""
+    """A parser for either format; with :attr:`Format.AUTO` it buffers the first lines to decide (see
+    :func:`detect_format`)."""
 
     def __init__(self, fmt: Format = Format.AUTO, *, max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> None:
         self.format = fmt
         """The format being parsed; :attr:`Format.AUTO` until the first bytes decide it."""
         self.max_block_bytes = max_block_bytes
         self._head = bytearray()
-        self._first_line_started = False
+        self._detector = _Detector()
+        self._started = False  # a non-blank byte was buffered: only a newline can decide now
         self._parser: Parser | TranscriptParser | None = None
         if fmt is not Format.AUTO:
             self._start(fmt)
@@ -246,19 +288,19 @@ class AnyParser:
         if self._parser is not None:
             return self._parser.feed(chunk)
         self._head += chunk
-        # nothing can change while the first line is still incomplete (or all blank): skip the work
-        waiting = self._first_line_started or not chunk.strip()
+        # nothing can change while a line is still incomplete (or all is blank): skip the work
+        waiting = self._started or not chunk.strip()
         if waiting and b"\n" not in chunk and len(self._head) < DETECT_LIMIT:
             return []
-        found = detect_format(bytes(self._head), final=len(self._head) >= DETECT_LIMIT)
+        self._started = self._started or bool(chunk.strip())
+        found = self._detector.decide(bytes(self._head), final=len(self._head) >= DETECT_LIMIT)
         if found is Format.AUTO:
-            self._first_line_started = bool(self._head.strip())
             return []
         return self._start(found)
 
     def close(self) -> list[Item]:
         if self._parser is None:
-            items = self._start(detect_format(bytes(self._head), final=True))
+            items = self._start(self._detector.decide(bytes(self._head), final=True))
             assert self._parser is not None
             return items + self._parser.close()
         return self._parser.close()

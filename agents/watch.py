@@ -104,6 +104,7 @@ class FileWatch:
         self.stream: OutputStream | None = None
         self._fd: int | None = None
         self._saved: Checkpoint | None = None
+        self._loaded = Checkpoint()
         self._grew = False
 
     @property
@@ -112,7 +113,7 @@ class FileWatch:
 
     async def run(self) -> bool:
         """Follow the file; whether the agent completed."""
-        self.checkpoint = self._saved = await self._load()
+        self.checkpoint = self._saved = self._loaded = await self._load()
         if self.checkpoint.completed:
             self.bus.mark_completed()  # published by an earlier run of the adapter
         fd = await self._open()
@@ -132,6 +133,17 @@ class FileWatch:
         finally:
             if self._fd is not None:
                 os.close(self._fd)
+
+    def kept(self) -> str:
+        """Where output that was not published is: still in the file, after the last checkpoint the
+        server took (for a message when publishing was given up)."""
+        raw = self.bus.sender.confirmed.get(self.key)
+        cp = Checkpoint.model_validate_json(raw) if raw is not None else self._loaded
+        read = cp.read if cp.generation == self.checkpoint.generation else 0
+        return (
+            f"they are still in {self.path}, after byte {read} (the checkpoint on the server), and the "
+            "next `adapter watch` of that file publishes them"
+        )
 
     async def _load(self) -> Checkpoint:
         with translated():

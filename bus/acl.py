@@ -325,6 +325,17 @@ async def _apply(
     return settings.display_url()
 
 
+def _install(redis_url: str | None, namespace: str, cluster: bool | None, users: Sequence[AclUser]) -> str:
+    try:
+        return asyncio.run(_apply(redis_url, namespace, cluster, users))
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    except CommandFailed as exc:
+        raise click.ClickException(f"{exc} (the role rules need Redis 7.0+ or Valkey 7.2+)") from None
+    except BusError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 @click.command("acl")
 @click.option("--namespace", envvar="SUBAGENT_BUS_NAMESPACE", default="sbus", show_default=True,
               help="The namespace the users may use.")  # fmt: skip
@@ -374,19 +385,12 @@ def acl(
         users = [user_for(role, namespace, passwords[role], prefix=user_prefix) for role in selected]
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    # installed first: a generated password printed for users that never got installed is only a leak
+    where = _install(redis_url, namespace, cluster, users) if apply_ else None
     for user in users:
         click.echo(user.line(AclFormat(fmt)))
     if generate:
         for user in users:
             click.echo(f"password of {user.name}: {passwords[user.role]}", err=True)
-    if not apply_:
-        return
-    try:
-        where = asyncio.run(_apply(redis_url, namespace, cluster, users))
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
-    except CommandFailed as exc:
-        raise click.ClickException(f"{exc} (the role rules need Redis 7.0+ or Valkey 7.2+)") from None
-    except BusError as exc:
-        raise click.ClickException(str(exc)) from None
-    click.echo(f"installed {', '.join(u.name for u in users)} on {where}", err=True)
+    if where is not None:
+        click.echo(f"installed {', '.join(u.name for u in users)} on {where}", err=True)

@@ -17,7 +17,10 @@ from bus.retention import trim_command
 from bus.schema import schema
 from bus.tail import tail
 
-__all__ = ["main"]
+__all__ = ["EXIT_INTERRUPTED", "main"]
+
+EXIT_INTERRUPTED = 130
+"""Exit status of a command interrupted by Ctrl-C (SIGINT): 128 + 2."""
 
 
 class _Root(click.Group):
@@ -31,6 +34,19 @@ class _Root(click.Group):
                 shown = arg.encode(errors="surrogateescape").decode(errors="backslashreplace")
                 raise click.UsageError(f"argument '{shown}' is not valid UTF-8", ctx) from None
         return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> object:
+        # Ctrl-C exits 128 + SIGINT, as shells and other tools do, not click's "Aborted!" and 1. Commands
+        # that stop gracefully on SIGINT (coordinator, launcher, adapters) install their own handlers.
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            pass
+        except click.Abort as exc:  # a prompt interrupted; an Abort for end of input stays an error
+            if not isinstance(exc.__context__, KeyboardInterrupt):
+                raise
+        click.echo(err=True)  # ends the line of the terminal's ^C
+        ctx.exit(EXIT_INTERRUPTED)
 
 
 @click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,11 +20,13 @@ from urllib.parse import urlsplit
 import click
 import redis.asyncio
 import redis.exceptions as rex
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import MasterNotFoundError, Sentinel
+from redis.backoff import NoBackoff
 
 from bus.embedded import ensure_local_server, stop_local_server
 from bus.errors import BusError, CommandFailed, ConfigError, ConnectionFailed
-from bus.settings import MAX_SHARDS, Settings, parse_sentinel_url
+from bus.settings import DEFAULT_SOCKET_TIMEOUT, MAX_SHARDS, MIN_SOCKET_TIMEOUT, Settings, parse_sentinel_url
 
 __all__ = [
     "Client",
@@ -75,7 +78,9 @@ def translated() -> Iterator[None]:
     except rex.CrossSlotTransactionError as exc:
         raise CommandFailed(f"keys of one transaction are in different cluster slots: {exc}") from exc
     except _UNAVAILABLE as exc:
-        raise ConnectionFailed(f"Redis unavailable ({type(exc).__name__}): {exc}") from exc
+        # bus.wire's own read timeout is a TimeoutError without a message
+        detail = str(exc) or "no reply within the socket timeout"
+        raise ConnectionFailed(f"Redis unavailable ({type(exc).__name__}): {detail}") from exc
     except rex.RedisError as exc:
         raise CommandFailed(f"Redis refused the command ({type(exc).__name__}): {exc}") from exc
 
@@ -161,17 +166,58 @@ def _sentinel_client(settings: Settings) -> redis.asyncio.Redis:
         "socket_timeout": settings.socket_timeout,
         "socket_connect_timeout": settings.socket_connect_timeout,
     }
-    sentinel_kwargs: dict[str, Any] = dict(timeouts)
+    # No retries per Sentinel: the next one in the list is the retry. With redis-py's default (ten, with
+    # backoff) each dead Sentinel cost seconds, and a stalled one ten socket timeouts, before the next.
+    sentinel_kwargs: dict[str, Any] = {**timeouts, "retry": Retry(NoBackoff(), 0)}
     if target.sentinel_password is not None:
         sentinel_kwargs["password"] = target.sentinel_password
     if target.sentinel_username is not None:
         sentinel_kwargs["username"] = target.sentinel_username
     if target.ssl:
         sentinel_kwargs["ssl"] = True
-    sentinel = Sentinel(list(target.hosts), sentinel_kwargs=sentinel_kwargs, **timeouts)  # type: ignore[no-untyped-call]
+    sentinel = _Sentinel(list(target.hosts), sentinel_kwargs=sentinel_kwargs, **timeouts)  # type: ignore[no-untyped-call]
     master_options = _options(settings)
     master_options.update(db=target.db, username=target.username, password=target.password, ssl=target.ssl)
     return cast(redis.asyncio.Redis, sentinel.master_for(target.master, **master_options))
+
+
+class _Sentinel(Sentinel):
+    """redis-py's Sentinel client, whose failure to find the master says which Sentinels were asked and
+    what each answered (redis-py's own message is the repr of every Sentinel's connection pool)."""
+
+    async def discover_master(self, service_name: str) -> tuple[str, int]:
+        reasons: list[str] = []
+        for i, sentinel in enumerate(self.sentinels):
+            kwargs = sentinel.connection_pool.connection_kwargs
+            where = f"{kwargs.get('host')}:{kwargs.get('port')}"
+            try:
+                masters: Any = await sentinel.sentinel_masters()
+            except (rex.ConnectionError, rex.TimeoutError) as exc:
+                reasons.append(f"{where} {_why(exc, kwargs.get('socket_timeout'))}")
+                continue
+            state = masters.get(service_name)
+            if state is None:
+                reasons.append(f"{where} does not monitor it")
+            elif not self.check_master_state(state, service_name):
+                reasons.append(f"{where} reports it down")
+            else:
+                self.sentinels[0], self.sentinels[i] = sentinel, self.sentinels[0]  # ask this one first
+                return state["ip"], state["port"]
+        raise MasterNotFoundError(
+            f"no Sentinel gives the address of master {service_name!r}: {'; '.join(reasons)}"
+        )
+
+
+def _why(exc: Exception, timeout: float | None) -> str:
+    """Why a Sentinel gave no answer, in a few words."""
+    if isinstance(exc, rex.TimeoutError):
+        return f"did not answer within {timeout:g}s" if timeout else "did not answer"
+    if isinstance(exc, rex.AuthenticationError):
+        return f"refused the credentials ({exc})"
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, OSError) and cause.errno and cause.errno > 0:
+        return f"is unreachable ({os.strerror(cause.errno)})"
+    return f"is unreachable ({exc})"
 
 
 def _options(settings: Settings) -> dict[str, Any]:
@@ -195,13 +241,19 @@ def default_url(data_dir: Path | None = None) -> str:
 
 
 def settings_from_options(
-    redis_url: str | None, namespace: str, cluster: bool | None, shards: int | None = None
+    redis_url: str | None,
+    namespace: str,
+    cluster: bool | None,
+    shards: int | None = None,
+    socket_timeout: float = DEFAULT_SOCKET_TIMEOUT,
 ) -> Settings:
     """Settings from the shared command-line options; no URL starts (or joins) the embedded server."""
     if redis_url is None:
         redis_url = default_url()
         click.echo(f"using local Redis at {redis_url} (`subagent-bus down` stops it)", err=True)
-    return Settings.from_url(redis_url, namespace=namespace, cluster=cluster, shards=shards)
+    return Settings.from_url(
+        redis_url, namespace=namespace, cluster=cluster, shards=shards, socket_timeout=socket_timeout
+    )
 
 
 @click.command()
@@ -223,10 +275,10 @@ def down() -> None:
 
 
 def redis_options(command: Callable[P, R]) -> Callable[..., R]:
-    """Add ``--redis-url``, ``--namespace``, ``--shards`` and ``--cluster/--no-cluster`` to a click
-    command.
+    """Add ``--redis-url``, ``--namespace``, ``--shards``, ``--cluster/--no-cluster`` and
+    ``--socket-timeout`` to a click command.
 
-    The command receives one ``settings: Settings`` keyword instead of the four options. A bad value
+    The command receives one ``settings: Settings`` keyword instead of the five options. A bad value
     is a usage error (exit code 2).
     """
 
@@ -259,6 +311,16 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
         default=None,
         help="Force the Redis Cluster client on or off. Default: ask the server.",
     )
+    @click.option(
+        "--socket-timeout",
+        envvar="SUBAGENT_BUS_SOCKET_TIMEOUT",
+        type=click.FloatRange(min=MIN_SOCKET_TIMEOUT),
+        default=DEFAULT_SOCKET_TIMEOUT,
+        show_default=True,
+        metavar="SECONDS",
+        help="Give up on a Redis reply after SECONDS: a server that stops answering is an error, not a "
+        "hang. Blocking reads wait at most 1 s, so an idle stream never reaches it.",
+    )
     @functools.wraps(command)
     def wrapper(
         *args: Any,
@@ -266,6 +328,7 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
         namespace: str,
         shards: int | None,
         cluster: bool | None,
+        socket_timeout: float,
         **kwargs: Any,
     ) -> R:
         ctx = click.get_current_context(silent=True)
@@ -274,7 +337,7 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
             # them would start the embedded server for nothing (`findings add --help`).
             return None  # type: ignore[return-value]
         try:
-            settings = settings_from_options(redis_url, namespace, cluster, shards)
+            settings = settings_from_options(redis_url, namespace, cluster, shards, socket_timeout)
         except ConfigError as exc:
             raise click.UsageError(str(exc)) from None
         except BusError as exc:

@@ -21,7 +21,7 @@ from redis.crc import key_slot
 
 from bus.connection import Client, as_text, translated
 from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, decode
-from bus.errors import CommandFailed, ConfigError, DecodeError
+from bus.errors import CommandFailed, ConfigError, ConnectionFailed, DecodeError
 from bus.keys import dead_stream_for
 
 __all__ = [
@@ -130,7 +130,7 @@ class Consumer:
 
     :meth:`read` returns, in this order: the consumer's own pending entries (after a restart), entries
     of other consumers idle for ``reclaim_idle_ms`` (checked every ``reclaim_idle_ms / 2``), then new
-    entries, waiting up to ``block_ms`` for them (keep it below the client's socket timeout).
+    entries, waiting up to ``block_ms`` for them (below the client's socket timeout, or it is refused).
     """
 
     def __init__(
@@ -148,6 +148,9 @@ class Consumer:
     ) -> None:
         if batch < 1 or block_ms < 0 or reclaim_idle_ms < 0 or max_deliveries < 1:
             raise ConfigError("batch and max_deliveries must be >= 1, block_ms and reclaim_idle_ms >= 0")
+        timeout = _socket_timeout(client)
+        if timeout is not None and block_ms >= timeout * 1000:
+            raise ConfigError(f"block_ms {block_ms} is not below the client's socket timeout ({timeout:g}s)")
         if not (stream and group and name):
             raise ConfigError("a consumer needs a stream, a group and a name")
         self.client = client
@@ -250,10 +253,15 @@ class Consumer:
             claimed = await self._reclaim()
             if claimed:
                 return claimed
-        with translated():
-            reply = await self.client.xreadgroup(
-                self.group, self.name, {self.stream: ">"}, count=self.batch, block=block_ms
-            )
+        try:
+            with translated():
+                reply = await self.client.xreadgroup(
+                    self.group, self.name, {self.stream: ">"}, count=self.batch, block=block_ms
+                )
+        except ConnectionFailed:
+            # A lost reply may have delivered entries: the next read takes them from the pending list.
+            self._own_cursor = "0"
+            raise
         return [self._delivery(entry_id, fields, 1) for entry_id, fields in stream_entries(reply)]
 
     async def _read_own(self, cursor: str) -> list[Delivery]:
@@ -373,6 +381,14 @@ class Consumer:
             reason=reason,
             deliveries=delivery.deliveries,
         )
+
+
+def _socket_timeout(client: Client) -> float | None:
+    if isinstance(client, redis.asyncio.RedisCluster):
+        timeout = client.connection_kwargs.get("socket_timeout")
+    else:
+        timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+    return float(timeout) if isinstance(timeout, int | float) else None
 
 
 def stream_entries(reply: Any) -> list[tuple[Any, Mapping[Any, Any]]]:

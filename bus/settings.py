@@ -21,7 +21,10 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from bus.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_SOCKET_TIMEOUT",
+    "LONGEST_BLOCK_MS",
     "MAX_SHARDS",
+    "MIN_SOCKET_TIMEOUT",
     "NAMESPACE_PATTERN",
     "SentinelTarget",
     "Settings",
@@ -33,6 +36,17 @@ __all__ = [
 NAMESPACE_PATTERN: Final = r"^[A-Za-z0-9_.-]+$"
 MAX_SHARDS: Final = 16384
 """One shard per Redis Cluster hash slot at most."""
+LONGEST_BLOCK_MS: Final = 1000
+"""The longest any blocking read of the project waits (``XREAD``/``XREADGROUP ... BLOCK``): a consumer's
+default ``block_ms``, ``tail``'s follow, ``listen``'s polls; the coordinators block 500 ms. The reply to
+a blocked read counts against the socket timeout, so every socket timeout must stay above this."""
+DEFAULT_SOCKET_TIMEOUT: Final = 30.0
+"""Seconds to wait for any reply. Without a limit, a server that accepts connections and never answers
+(stalled, or not Redis at all) hangs every command for ever; 30 s is far above ``LONGEST_BLOCK_MS``, so
+a follower or a coordinator never times out on an idle stream, and a server slower than that is
+treated as unreachable: the long-running loops retry, one-shot commands fail with the error."""
+MIN_SOCKET_TIMEOUT: Final = 2.0
+"""The smallest ``--socket-timeout``: the longest block plus a second for the round trip."""
 _SCHEMES: Final = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
 _SENTINEL_PORT: Final = 26379
 _SENTINEL_QUERY: Final = frozenset({"sentinel_password", "sentinel_username"})
@@ -62,8 +76,9 @@ class Settings(BaseModel, extra="forbid", frozen=True):
     the count it was created with, and a different number here is an error (:func:`bus.keys.open_namespace`)."""
     cluster: bool | None = None
     """``None``: ask the server (``INFO cluster``); ``True``/``False``: force the client type."""
-    socket_timeout: float | None = Field(default=None, gt=0)
-    """Seconds to wait for a reply; keep it above the consumers' ``block_ms``. ``None``: no limit."""
+    socket_timeout: float | None = Field(default=DEFAULT_SOCKET_TIMEOUT, gt=0)
+    """Seconds to wait for a reply; keep it above every ``block_ms`` of the client's blocking reads (a
+    :class:`~bus.consumer.Consumer` refuses one that is not). ``None``: no limit."""
     socket_connect_timeout: float = Field(default=5.0, gt=0)
     max_connections: int | None = Field(default=None, ge=1)
     """Per server (per node on a cluster); ``None``: redis-py's default (unbounded)."""

@@ -349,16 +349,14 @@ def tail(
 ) -> None:
     """Print the entries of a stream across all shards, oldest first, then follow.
 
-    Without --count or --timeout it follows until Ctrl-C. Entries that are not valid envelopes are
-    reported on stderr and skipped. With --json, dead letters print as one JSON object each: the
-    dead-letter fields plus the original data (parsed when it is JSON).
+    Without --count or --timeout it follows until Ctrl-C (exit status 130). Entries that are not valid
+    envelopes are reported on stderr and skipped. With --json, dead letters print as one JSON object
+    each: the dead-letter fields plus the original data (parsed when it is JSON).
     """
     dead = stream == StreamKind.DEAD.value
     options = TailOptions(start=start, count=count, timeout=timeout, group=group, all_fields=dead)
     try:
         asyncio.run(_tail(settings, stream, group_id, options, as_json))
-    except KeyboardInterrupt:
-        return
     except BrokenPipeError:
         return
     except BusError as exc:

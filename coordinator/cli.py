@@ -12,15 +12,15 @@ import click
 import orjson
 
 from bus.connection import Client, connect, redis_options, run_command
-from bus.directives import RecoveryOption
 from bus.errors import BusError
+from bus.fields import Model
 from bus.findings import Finding
 from bus.keys import Keys, open_namespace
 from bus.logs import setup_logging
 from bus.metrics import Metrics, serve
 from bus.progress import Progress
 from bus.settings import Settings
-from coordinator.console import render
+from coordinator.console import inbox_lines, render
 from coordinator.demo import demo
 from coordinator.human import commands as human_commands
 from coordinator.policy import Policy
@@ -225,14 +225,11 @@ def status(settings: Settings, group_id: str | None, as_json: bool, watch: float
         else:
             click.echo("\n".join(_status_lines(summaries, group_id)))
         return
-    try:
-        while True:
-            lines = _status_lines(run_command(_summaries(settings, group_id)), group_id)
-            click.clear()
-            click.echo(f"subagent-bus status  (every {watch:g}s, Ctrl-C to quit)\n" + "\n".join(lines))
-            time.sleep(watch)  # a refresh interval the user asked for, not a wait for an event
-    except KeyboardInterrupt:
-        return
+    while True:  # until Ctrl-C, which exits 130 like any other command's
+        lines = _status_lines(run_command(_summaries(settings, group_id)), group_id)
+        click.clear()
+        click.echo(f"subagent-bus status  (every {watch:g}s, Ctrl-C to quit)\n" + "\n".join(lines))
+        time.sleep(watch)  # a refresh interval the user asked for, not a wait for an event
 
 
 @click.command()
@@ -249,37 +246,18 @@ def inbox(settings: Settings, as_json: bool) -> None:
             await client.aclose()
 
     summaries = run_command(main())
-    items = {
-        "questions": [
-            q.model_dump(mode="json") for s in summaries for q in s.open_questions if not q.answered
-        ],
-        "blockers": [b.model_dump(mode="json") for s in summaries for b in s.blockers],
-        "delegations": [d.model_dump(mode="json") for s in summaries for d in s.pending_delegations],
-        "escalations": [e.model_dump(mode="json") for s in summaries for e in s.escalations],
-    }
     if as_json:
-        click.echo(_dump(items))
+        items: dict[str, list[Model]] = {
+            "questions": [q for s in summaries for q in s.open_questions if not q.answered],
+            "blockers": [b for s in summaries for b in s.blockers],
+            "delegations": [d for s in summaries for d in s.pending_delegations],
+            "escalations": [e for s in summaries for e in s.escalations],
+        }
+        click.echo(
+            _dump({name: [m.model_dump(mode="json") for m in models] for name, models in items.items()})
+        )
         return
-    if not any(items.values()):
-        click.echo("nothing waits for a human")
-    for q in items["questions"]:
-        click.echo(f"question  {q['agent_id']} {q['question_id']}: {q['text']}")
-        click.echo(f'          answer: subagent-bus answer {q["agent_id"]} {q["question_id"]}="..."')
-    for b in items["blockers"]:
-        click.echo(f"blocker   {b['agent_id']} ({b['blocker_type']}): {str(b['details']).strip()}")
-        click.echo(f'          resolve: subagent-bus resolve {b["agent_id"]} --resolution "..."')
-        if "error" in (b["stop_reason"], b["blocker_type"]):  # seed 003's recovery patterns apply
-            options = "|".join(o.value for o in RecoveryOption)
-            click.echo(f"          or recover: subagent-bus recover {b['agent_id']} --option {options}")
-    for d in items["delegations"]:
-        click.echo(
-            f"delegate  {d['request_id']} from {d['requester_id']} ({d['priority']}): {d['task'][:80]}"
-        )
-        click.echo(
-            f"          subagent-bus approve {d['request_id']}  |  subagent-bus deny {d['request_id']} --reason ..."
-        )
-    for e in items["escalations"]:
-        click.echo(f"escalated {e['agent_id']}: {e['reason']}")
+    click.echo("\n".join(inbox_lines(summaries)))
 
 
 def _merged_rows(merged: list[MergedFinding]) -> list[str]:
@@ -315,8 +293,8 @@ def _read_findings(settings: Settings, group_id: str | None) -> list[Finding]:
 @click.group("findings", invoke_without_command=True)
 @click.option("--group", "group_id", help="Only this task group.")
 @click.option("--merged", is_flag=True, help="The deduplicated view with combined confidence.")
-@click.option("--json", "fmt", flag_value="json", help="One JSON array.")
-@click.option("--jsonl", "fmt", flag_value="jsonl", help="One JSON object per line.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array.")
+@click.option("--jsonl", "as_jsonl", is_flag=True, help="One JSON object per line.")
 @_POLICY
 @redis_options
 @click.pass_context
@@ -325,12 +303,15 @@ def findings(
     settings: Settings,
     group_id: str | None,
     merged: bool,
-    fmt: str | None,
+    as_json: bool,
+    as_jsonl: bool,
     policy_path: Path | None,
 ) -> None:
     """The append-only findings stream, or (--merged) its deduplicated view."""
     if ctx.invoked_subcommand is not None:
         return
+    if as_json and as_jsonl:
+        raise click.UsageError("--json and --jsonl exclude each other")
     policy = _policy(policy_path)
     items = _read_findings(settings, group_id)
     if merged:
@@ -343,9 +324,9 @@ def findings(
             f"{r.get('file', '-')}:{r.get('line', '-')} {r.get('severity', '-')} {r['title']} ({r['agent']})"
             for r in records
         ]
-    if fmt == "json":
+    if as_json:
         click.echo(_dump(records))
-    elif fmt == "jsonl":
+    elif as_jsonl:
         for record in records:
             click.echo(orjson.dumps(record).decode())
     else:

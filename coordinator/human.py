@@ -1,8 +1,9 @@
 """The human-in-the-loop commands: answer, resolve, recover, approve, deny.
 
-Each one checks what it can against the committed state (so a typo is an immediate, clear error), then
-publishes a ``human`` envelope onto the group's shard stream: the coordinator applies it in order and
-exactly once, like any signal, and the directive it produces reaches the agent's inbox.
+Each one checks what it can against the committed state with the rules' own checks (so a typo is an
+immediate, clear error, worded as the coordinator would refuse it), then publishes a ``human`` envelope
+onto the group's shard stream: the coordinator applies it in order and exactly once, like any signal,
+and the directive it produces reaches the agent's inbox.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from bus.directives import (
     RecoveryOption,
 )
 from bus.envelope import Payload, new_envelope
-from bus.errors import BusError
 from bus.keys import open_namespace
 from bus.publisher import Publisher
 from bus.settings import Settings
-from coordinator.rules.blockers import is_error
-from coordinator.state import DelegationStatus, GroupState
+from coordinator.rules.blockers import error_stop, open_blocker
+from coordinator.rules.clarification import answerable
+from coordinator.rules.delegation import pending
+from coordinator.state import GroupState
 from coordinator.view import find_agent, find_request, load_groups
 
 __all__ = ["commands"]
@@ -76,15 +78,7 @@ def answer(settings: Settings, agent_id: str, answers: tuple[str, ...], next_ste
 
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
         group = find_agent(groups, agent_id)
-        asked = group.agents[agent_id].questions
-        if asked is None:
-            raise BusError(f"agent {agent_id} has no open questions")
-        known = {q.question_id for q in asked.questions}
-        unknown = [qid for qid, _ in pairs if qid not in known]
-        if unknown:
-            raise BusError(
-                f"agent {agent_id} did not ask {', '.join(unknown)} (asked: {', '.join(sorted(known))})"
-            )
+        answerable(group.agents[agent_id], [qid for qid, _ in pairs])
         items = [AnswerItem(question_id=qid, answer=text) for qid, text in pairs]
         return HumanAnswer(answers=items, next_step=next_step), agent_id, group.group_id
 
@@ -101,8 +95,7 @@ def resolve(settings: Settings, agent_id: str, resolution: str, instructions: st
 
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
         group = find_agent(groups, agent_id)
-        if group.agents[agent_id].blocker is None:
-            raise BusError(f"agent {agent_id} has no open blocker")
+        open_blocker(group.agents[agent_id])
         return HumanResolve(resolution=resolution, instructions=instructions), agent_id, group.group_id
 
     _run(settings, build, "resolve")
@@ -124,11 +117,7 @@ def recover(settings: Settings, agent_id: str, option: str, instructions: str | 
 
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
         group = find_agent(groups, agent_id)
-        blocker = group.agents[agent_id].blocker
-        if blocker is None:
-            raise BusError(f"agent {agent_id} has no open blocker")
-        if not is_error(blocker):
-            raise BusError(f"agent {agent_id} is blocked, not stopped by an error; resolve it instead")
+        error_stop(group.agents[agent_id])
         payload = HumanRecover(option=RecoveryOption(option), instructions=instructions)
         return payload, agent_id, group.group_id
 
@@ -139,9 +128,7 @@ def _delegation_command(approve: bool) -> Callable[..., None]:
     def build_for(request_id: str, reason: str | None, alternative: str | None) -> Build:
         def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
             group = find_request(groups, request_id)
-            delegation = group.delegations[request_id]
-            if delegation.status is not DelegationStatus.PENDING_HUMAN:
-                raise BusError(f"delegation request {request_id} is already {delegation.status.value}")
+            delegation = pending(group, request_id)
             requester = delegation.requester_id
             payload: Payload = (
                 HumanApprove(request_id=request_id, reason=reason)

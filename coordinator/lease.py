@@ -9,16 +9,19 @@ share of the shards.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import uuid
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from bus import wire
 from bus.connection import Client, translated
 from bus.consumer import DELETED_REASON
 from bus.errors import BusError
 from bus.keys import Keys, StreamKind
+from bus.waits import wait_for
 
 __all__ = [
     "CLAIM_SCRIPT",
@@ -97,6 +100,9 @@ return redis.call('ZCARD', KEYS[1])
 """
 
 
+T = TypeVar("T")
+
+
 def fair_share(shards: int, members: Any) -> int:
     """How many shards one of ``members`` live coordinators should own at most."""
     return math.ceil(shards / max(1, int(members)))
@@ -146,6 +152,29 @@ class Leases:
         """
         mode = "retake" if retake else "renew"
         return bool(await self._run(self._renew, pipe, [self.key(shard)], token, self.ttl_ms, mode))
+
+    async def hold(self, pipe: wire.Pipe, shard: int, token: str, work: Awaitable[T]) -> tuple[T, bool]:
+        """``work``'s result, awaited while the lease is renewed beside it; and whether it is still held.
+
+        For a take-over's load, which can take longer than a lease lasts: a lease lost to every load
+        would keep the shard from ever being applied again. Should it expire all the same (the load
+        holds the interpreter for a while), it is taken again if nobody else did (see :meth:`renew`).
+        """
+        done = asyncio.Event()
+
+        async def keep() -> None:
+            while not await wait_for(done, self.ttl_ms / 3000) and await self.renew(
+                pipe, shard, token, retake=True
+            ):
+                pass
+
+        keeping = asyncio.create_task(keep())
+        try:
+            result = await work
+        finally:
+            done.set()
+            await keeping  # not cancelled: a renewal cut short would leave its reply on the held pipe
+        return result, await self.renew(pipe, shard, token, retake=True)
 
     async def release(self, shard: int, token: str) -> None:
         """Give the lease up at once (if it is still ``token``'s), so another process need not wait."""

@@ -136,7 +136,7 @@ def _read_mapping(file: Path) -> dict[str, Any]:
     if len(data) > MAX_POLICY_BYTES:
         raise ConfigError(f"policy file {file}: over {MAX_POLICY_BYTES} bytes; a policy is a few settings")
     try:
-        raw = tomllib.loads(text) if suffix == ".toml" else yaml.safe_load(text)
+        raw = tomllib.loads(text) if suffix == ".toml" else _yaml(file, text)
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"policy file {file}: not valid {suffix[1:].upper()}: {exc}") from None
     except RecursionError:
@@ -148,12 +148,35 @@ def _read_mapping(file: Path) -> dict[str, Any]:
     return raw
 
 
+def _yaml(file: Path, text: str) -> Any:
+    # An alias repeats what it names without copying it: a few lines of them ("billion laughs") make a
+    # list of 10^8 items that validation would walk for minutes. A policy is a few settings and needs none.
+    loader = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
+    depth = 0
+    for event in yaml.parse(text, Loader=loader):
+        if isinstance(event, yaml.AliasEvent):
+            line = event.start_mark.line + 1 if event.start_mark else "?"
+            raise ConfigError(f"policy file {file}: line {line}: aliases (*{event.anchor}) are not allowed")
+        depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
+        if depth > _MAX_DEPTH:
+            raise ConfigError(f"policy file {file}: nested too deeply")
+    return yaml.load(text, Loader=loader)
+
+
+_MAX_DEPTH: Final = 32
+_MAX_ERRORS: Final = 10
+"""Problems listed in one error message; a file with thousands of bad keys gets a line, not megabytes."""
+
+
 def _describe(exc: ValidationError) -> str:
     parts = []
-    for err in exc.errors():
+    errors = exc.errors()
+    for err in errors[:_MAX_ERRORS]:
         where = ".".join(str(p) for p in err["loc"])
         if err["type"] == "extra_forbidden":
-            parts.append(f"unknown setting {where!r}")
+            parts.append(f"unknown setting {where[:80]!r}")
         else:
-            parts.append(f"{where or 'policy'}: {err['msg']}")
+            parts.append(f"{where[:80] or 'policy'}: {err['msg']}")
+    if len(errors) > _MAX_ERRORS:
+        parts.append(f"and {len(errors) - _MAX_ERRORS} more problems")
     return "; ".join(parts)

@@ -250,33 +250,12 @@ class Coordinator:
         with translated():
             version = await self.client.get(self._version_key(shard))
         shard.version = int(version or 0)  # read before the states; only this lease holder commits
-        shard.groups = await self._load_holding(shard)
-        shard.need_pending = True
-
-    async def _load_holding(self, shard: _Shard) -> dict[str, GroupState]:
-        """The shard's states, loaded while the lease is kept: a shard whose groups hold hundreds of
-        thousands of findings takes longer to load than a lease lasts, and a lease lost to every load
-        would keep the shard from ever being applied again. The lease is renewed beside the load and,
-        should it expire all the same (the load holds the interpreter for a while), taken again if
-        nobody else did; the version check of the first commit covers anyone who held it in between."""
-        loaded = asyncio.Event()
-
-        async def kept() -> bool:
-            return await self._leases.renew(shard.pipe, shard.index, shard.token, retake=True)
-
-        async def keep() -> None:
-            while not await wait_for(loaded, self.options.lease_ttl_ms / 3000) and await kept():
-                pass
-
-        keeping = asyncio.create_task(keep())
-        try:
-            groups = await load_shard(self.client, self.keys, shard.index, in_thread=True)
-        finally:
-            loaded.set()
-            await keeping  # not cancelled: a renewal cut short would leave its reply on the held pipe
-        if not await kept():
+        # decoded in a worker thread, so that the lease is kept while a shard of huge states loads
+        load = load_shard(self.client, self.keys, shard.index, in_thread=True)
+        shard.groups, held = await self._leases.hold(shard.pipe, shard.index, shard.token, load)
+        if not held:
             self._lost(shard)
-        return groups
+        shard.need_pending = True
 
     async def _claim_stale(self, shard: _Shard) -> bool:
         """Claim entries another consumer has held longer than a lease: a deposed owner's late reads.

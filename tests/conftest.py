@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,3 +61,12 @@ def cluster_url(redis_cluster: RedisCluster) -> str:
 def bus_url(request: pytest.FixtureRequest) -> str:
     """A flushed standalone server, then the 3-master cluster: the same test runs against both."""
     return str(request.getfixturevalue("redis_url" if request.param == "standalone" else "cluster_url"))
+
+
+@pytest.fixture
+def interruptible() -> Iterator[None]:
+    """Children that Ctrl-C reaches: run as a background job, the tests (and so their children) have
+    SIGINT ignored; a handled signal is reset to the default in a child."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

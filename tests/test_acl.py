@@ -538,6 +538,16 @@ def test_apply_reports_a_server_that_refuses(acl_server: RedisProcess) -> None:
     assert done.returncode == 1 and "refused" in done.stderr and "Redis 7.0+" in done.stderr
 
 
+def test_apply_that_fails_prints_no_generated_password(acl_server: RedisProcess) -> None:
+    admin = acl_server.client()
+    admin.acl_setuser("weak", enabled=True, passwords=["+weak-pw"], keys=["*"], commands=["+@all", "-acl"])
+    admin.close()
+    url = f"redis://weak:weak-pw@127.0.0.1:{acl_server.port}/0"
+    done = CliRunner().invoke(acl, ["--namespace", NS, "--generate", "--apply", "--redis-url", url])
+    assert done.exit_code == 1 and "refused" in done.stderr
+    assert "password of" not in done.stderr and done.stdout == ""
+
+
 @pytest.mark.cluster
 def test_roles_on_a_cluster(cluster_url: str) -> None:
     done = install(cluster_url)

@@ -219,3 +219,21 @@ async def test_a_bad_deliver_spec_or_task_file_is_a_usage_error(redis_url: str, 
     assert f"Invalid value for --task-file: cannot read {missing}: No such file or directory" in text
     async with open_bus(redis_url) as bus:
         assert await bus.envelopes(GROUP) == []  # refused before anything was published
+
+
+async def test_a_signal_naming_another_agent_id_stays_the_adapters_and_is_reported_once(
+    redis_url: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "adapter.log"
+    steps = fake("progress:10", "progress:20", "complete", agent_id="bg-task-abc123")  # a copied example
+    adapter = start([*run_args("r12", "--quiet"), *steps], redis_url, log)
+    assert await exited(adapter, 30) == 0, log.read_text()
+    async with open_bus(redis_url) as bus:
+        envelopes = await bus.envelopes(GROUP)
+    signals = [e for e in envelopes if e.kind is Kind.SIGNAL]
+    assert [e.type for e in signals] == [T.PROGRESS, T.PROGRESS, T.COMPLETION_REPORT]
+    assert {e.agent_id for e in envelopes} == {"r12"}  # the coordinator knows the agent as r12
+    assert {getattr(e.payload, "agent_id", None) for e in signals} == {"bg-task-abc123"}  # as written
+    text = log.read_text()
+    assert text.count("a signal says agent_id") == 1
+    assert "a signal says agent_id 'bg-task-abc123'; it is published as agent 'r12' (--agent-id)" in text

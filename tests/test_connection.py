@@ -125,8 +125,36 @@ async def test_sentinel_url_reaches_the_master(sentinel: int, redis_server: Redi
 
 
 async def test_unknown_sentinel_master_is_connection_failed(sentinel: int) -> None:
-    with pytest.raises(ConnectionFailed, match=r"MasterNotFound|No master"):
+    with pytest.raises(ConnectionFailed) as info:
         await connect(Settings.from_url(f"redis+sentinel://127.0.0.1:{sentinel}/nope"))
+    assert str(info.value) == (
+        "Redis unavailable (MasterNotFoundError): no Sentinel gives the address of master 'nope': "
+        f"127.0.0.1:{sentinel} does not monitor it"
+    )
+
+
+def _unreachable_sentinels() -> tuple[str, str]:
+    """A Sentinel URL whose Sentinels do not listen, and the one-line error it gives."""
+    first, second = free_port(), free_port()
+    url = f"redis+sentinel://:secret@127.0.0.1:{first},127.0.0.1:{second}/main/1?sentinel_password=s3"
+    return url, (
+        "Redis unavailable (MasterNotFoundError): no Sentinel gives the address of master 'main': "
+        f"127.0.0.1:{first} is unreachable (Connection refused); "
+        f"127.0.0.1:{second} is unreachable (Connection refused)"
+    )
+
+
+async def test_unreachable_sentinels_are_named_with_the_master_and_why() -> None:
+    url, expected = _unreachable_sentinels()
+    with pytest.raises(ConnectionFailed) as info:
+        await connect(Settings.from_url(url))
+    assert str(info.value) == expected
+
+
+def test_unreachable_sentinels_are_one_line_on_the_command_line() -> None:
+    url, expected = _unreachable_sentinels()
+    result = CliRunner().invoke(main, ["status", "--redis-url", url])
+    assert (result.exit_code, result.stdout, result.stderr) == (1, "", f"Error: {expected}\n")
 
 
 async def test_refused_commands_become_command_failed_and_watch_error_passes(redis_url: str) -> None:

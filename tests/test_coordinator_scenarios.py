@@ -133,7 +133,7 @@ def test_unknown_question_is_refused_before_anything_is_published(redis_url: str
         text=True,
     )
     assert done.returncode == 1
-    assert "did not ask Q7" in done.stderr
+    assert "agent 'bg-task-abc123' has no open question Q7 (open: Q1, Q2)" in done.stderr
     assert "ANSWER" not in sb(redis_url, "tail", "--stream", "signals", "--from", "0", "--timeout", "0.5")
 
 
@@ -219,7 +219,7 @@ def test_p2_delegation_waits_for_a_human_who_denies_it(redis_url: str) -> None:
         late = subprocess.run([CLI, *command, "--redis-url", redis_url], check=False, capture_output=True,
                               text=True, timeout=60)  # fmt: skip
         assert late.returncode == 1, late.stderr
-        assert f"delegation request {pending['request_id']} is already denied" in late.stderr
+        assert f"delegation request {pending['request_id']!r} is already denied" in late.stderr
 
 
 def completion(agent_id: str, status: str) -> str:
@@ -306,6 +306,10 @@ def test_overlapping_findings_of_three_agents_merge_by_the_seed_rules(redis_url:
     assert sec["finding"]["confidence"] == 95
     raw = orjson.loads(sb(redis_url, "findings", "--json"))
     assert len(raw) == 3
+    assert [orjson.loads(line) for line in sb(redis_url, "findings", "--jsonl").splitlines()] == raw
+    both = subprocess.run([CLI, "findings", "--json", "--jsonl", "--redis-url", redis_url], check=False,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert both.returncode == 2 and "--json and --jsonl exclude each other" in both.stderr
     replayed = orjson.loads(sb(redis_url, "replay", "--group", GROUP, "--json"))
     assert replayed == merged
 
@@ -361,6 +365,7 @@ def test_the_text_views_show_what_waits_and_the_commands_that_act_on_it(redis_ur
     assert "delegate" not in sb(redis_url, "inbox")
 
 
+@pytest.mark.usefixtures("interruptible")
 def test_status_watch_refreshes_until_interrupted(redis_url: str) -> None:
     emit(redis_url, "bg-task-def456", STOP)
     coordinate(redis_url)
@@ -378,7 +383,7 @@ def test_status_watch_refreshes_until_interrupted(redis_url: str) -> None:
             if line.startswith("  ! bg-task-def456 blocked") and heads == 2:
                 break
         watch.send_signal(signal.SIGINT)
-        assert watch.wait(timeout=30) == 0
+        assert watch.wait(timeout=30) == 130
     finally:
         if watch.poll() is None:
             watch.kill()
@@ -477,18 +482,19 @@ def test_human_commands_that_cannot_apply_are_refused_and_publish_nothing(redis_
     not_an_error = refused("recover", "bg-task-def456", "--option", "skip_and_continue")
     assert not_an_error.returncode == 1
     assert (
-        "agent bg-task-def456 is blocked, not stopped by an error; resolve it instead" in not_an_error.stderr
+        "agent 'bg-task-def456' is blocked, not stopped by an error; resolve it instead"
+        in not_an_error.stderr
     )
     no_questions = refused("answer", "bg-task-def456", "Q1=yes")
     assert (
-        no_questions.returncode == 1 and "agent bg-task-def456 has no open questions" in no_questions.stderr
+        no_questions.returncode == 1 and "agent 'bg-task-def456' has no open questions" in no_questions.stderr
     )
     sb(redis_url, "resolve", "bg-task-def456", "--resolution", "Ran npm install")
     coordinate(redis_url)
     no_blocker = refused("resolve", "bg-task-def456", "--resolution", "again")
-    assert no_blocker.returncode == 1 and "agent bg-task-def456 has no open blocker" in no_blocker.stderr
+    assert no_blocker.returncode == 1 and "agent 'bg-task-def456' has no open blocker" in no_blocker.stderr
     no_error = refused("recover", "bg-task-def456", "--option", "skip_and_continue")
-    assert no_error.returncode == 1 and "agent bg-task-def456 has no open blocker" in no_error.stderr
+    assert no_error.returncode == 1 and "agent 'bg-task-def456' has no open blocker" in no_error.stderr
     unknown = refused("resolve", "nobody", "--resolution", "x")
     assert unknown.returncode == 1
     assert "no agent 'nobody' is known to the coordinators (known: bg-task-def456)" in unknown.stderr

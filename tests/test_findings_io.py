@@ -110,6 +110,12 @@ def test_add_refuses_unreadable_oversized_and_non_utf8_input(redis_url: str, tmp
     missing = run_add(redis_url, str(tmp_path / "nope.jsonl"))
     assert missing.exit_code == 2
     assert f"Error: cannot read {tmp_path / 'nope.jsonl'}: No such file or directory" in missing.output
+    number = run_add(redis_url, "42")  # a file name: only { or [ starts inline JSON
+    assert number.exit_code == 2
+    assert (
+        "Error: cannot read 42: No such file or directory (SOURCE is a file name unless it is - for stdin "
+        "or starts with { or [ for JSON)"
+    ) in number.output
     huge = tmp_path / "huge.jsonl"
     huge.write_bytes(b" " * (MAX_INPUT_BYTES + 1))
     too_large = run_add(redis_url, str(huge))
@@ -160,6 +166,54 @@ def test_lines_before_an_overlong_line_are_published_as_counted(redis_url: str, 
     assert f"{path}:2: longer than" in result.output
     assert "imported 1 finding(s); 1 bad line(s)" in result.output
     assert [e.payload.title for e in published(redis_url) if isinstance(e.payload, Finding)] == ["before"]
+
+
+@pytest.mark.parametrize("extra", [0, 3 << 20], ids=["just-over", "read-past-the-limit"])
+def test_an_overlong_line_is_skipped_once_and_the_lines_after_it_are_imported(
+    redis_url: str, tmp_path: Path, extra: int
+) -> None:
+    path = tmp_path / "findings.jsonl"
+    overlong = line(agent="a", title="x" * (MAX_LINE_BYTES + extra))
+    path.write_text(
+        "\n".join([line(agent="a", title="before"), overlong, line(agent="a", title="after")]) + "\n"
+    )
+    result = run_import(redis_url, path)
+    assert result.exit_code == 2
+    assert f"{path}:2: longer than {MAX_LINE_BYTES} bytes; skipped" in result.output
+    assert "imported 2 finding(s); 1 bad line(s); 0 line(s) imported before" in result.output
+    assert [e.payload.title for e in published(redis_url) if isinstance(e.payload, Finding)] == [
+        "before",
+        "after",
+    ]
+    again = run_import(redis_url, path)
+    assert again.exit_code == 0, again.output
+    assert again.output == "imported 0 finding(s); 0 bad line(s); 3 line(s) imported before\n"
+
+
+def test_an_overlong_line_still_being_written_is_reported_once(redis_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "findings.jsonl"
+    path.write_text(
+        line(agent="a", title="before") + "\n" + '{"agent": "a", "title": "' + "x" * MAX_LINE_BYTES
+    )
+    first = run_import(redis_url, path)
+    assert first.exit_code == 2
+    assert f"{path}:2: longer than {MAX_LINE_BYTES} bytes; skipped" in first.output
+    with path.open("a") as stream:
+        stream.write("x" * 1000)
+    second = run_import(redis_url, path)
+    assert (second.exit_code, second.output) == (
+        0,
+        "imported 0 finding(s); 0 bad line(s); 1 line(s) imported before\n",
+    )
+    with path.open("a") as stream:
+        stream.write('"}\n' + line(agent="a", title="after") + "\n")
+    third = run_import(redis_url, path)
+    assert third.exit_code == 0, third.output
+    assert "imported 1 finding(s); 0 bad line(s); 1 line(s) imported before" in third.output
+    titles = [e.payload.title for e in published(redis_url) if isinstance(e.payload, Finding)]
+    assert titles == ["before", "after"]
+    offset = path.stat().st_size - len(line(agent="a", title="after")) - 1
+    assert published(redis_url)[-1].id == deterministic_id("a", f"findings:{path}", offset)
 
 
 def test_import_streams_a_jsonl_file_resumably(redis_url: str, tmp_path: Path) -> None:

@@ -9,10 +9,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 from adapter_kit import CLI, Bus, exited, open_bus, wait_until
 
 from agents.delivery import GROUP
 from agents.listen import CONSUMER, EXIT_ERROR, EXIT_RECEIVED, EXIT_TIMEOUT, PAUSE_ENV, _block_ms
+from bus.cli import EXIT_INTERRUPTED
 from bus.directives import AnswerItem, ClarificationResponse, LaunchReason, LaunchRequest
 from bus.embedded import RedisProcess
 from bus.envelope import Envelope, decode, new_envelope
@@ -188,6 +190,40 @@ async def test_a_listener_outlives_a_server_restart(fresh_redis: RedisProcess) -
         assert code == EXIT_RECEIVED, err
         assert decode_prompt(out) == sent.payload.render()  # type: ignore[union-attr]
         assert b"retrying" in err
+
+
+async def test_a_listener_rides_out_a_server_that_stops_answering(fresh_redis: RedisProcess) -> None:
+    assert fresh_redis.process is not None
+    server = fresh_redis.process.pid
+    process = listener(fresh_redis.url, "a10", "--socket-timeout", "2", "--timeout", "120")
+    assert process.stderr is not None
+    async with open_bus(fresh_redis.url) as bus:
+        await blocked_clients(bus, 1)
+    os.kill(server, signal.SIGSTOP)  # connections are still accepted (the kernel's backlog); no reply comes
+    try:
+        line = b""
+        while b"retrying" not in line:
+            line = await asyncio.wait_for(asyncio.to_thread(process.stderr.readline), 30)
+            assert line, "the listener's stderr closed"
+        assert b"TimeoutError" in line
+    finally:
+        os.kill(server, signal.SIGCONT)
+    async with open_bus(fresh_redis.url) as bus:
+        sent = directive("a10")
+        await Publisher(bus.client, bus.keys).send_directive(sent)
+        code, out, err = await finish(process, 60)
+        assert code == EXIT_RECEIVED, err
+        assert decode_prompt(out) == sent.payload.render()  # type: ignore[union-attr]
+        assert await pending(bus, "a10") == 0
+
+
+@pytest.mark.usefixtures("interruptible")
+async def test_ctrl_c_exits_130(redis_url: str) -> None:
+    async with open_bus(redis_url) as bus:
+        process = listener(redis_url, "a11")
+        await blocked_clients(bus, 1)
+        process.send_signal(signal.SIGINT)
+        assert await finish(process) == (EXIT_INTERRUPTED, b"", b"\n")
 
 
 async def test_other_entries_are_skipped_and_bad_ones_dead_lettered(redis_url: str) -> None:

@@ -154,6 +154,24 @@ def test_transcripts_are_detected_and_report_their_session() -> None:
     assert as_text == (0, "0 signals, 0 results, 0 errors\n", "")
 
 
+@pytest.mark.parametrize("first", [b'{"type": "user", "message": {"role": "us', b'{"kind": "header"}'])
+def test_a_transcript_whose_first_line_is_not_an_entry_is_still_detected(
+    tmp_path: Path, first: bytes
+) -> None:
+    entries = (DATA / "claude_transcript.jsonl").read_bytes().splitlines(keepends=True)
+    path = tmp_path / "transcript.jsonl"
+    path.write_bytes(first + b"\n" + b"".join(entries[1:]))  # a line cut short, or of something else
+    code, out, _ = run(str(path))
+    lines = out.splitlines()
+    assert lines[-2] == "transcript: session 7c1e9a52-4b3d-4f0e-9d6a-2f8b5c3e1a90, agent a3f9c21"
+    types = [line.split()[1] for line in lines[:-2]]
+    signals = ["CLARIFICATION_NEEDED", "PROGRESS", "RESULT", "COMPLETION_REPORT"]
+    if first.startswith(b'{"type"'):  # not JSON: reported as an error item
+        assert (code, types) == (2, ["ERROR", *signals])
+    else:  # a JSON object of something else: not agent output
+        assert (code, types) == (0, signals)
+
+
 def test_a_leading_byte_order_mark_is_ignored_in_text_and_in_transcripts(tmp_path: Path) -> None:
     bom = b"\xef\xbb\xbf"
     text = tmp_path / "bom.log"

@@ -65,9 +65,20 @@ def test_load_yaml(tmp_path: Path) -> None:
         ("p.yaml", "- a list\n", "the top level must be a table"),
         ("p.yaml", "a: [unclosed\n", "not valid YAML"),
         ("p.json", "{}", "unknown format '.json'"),
-        ("deep.yaml", "expertise: " + "[" * 100_000, "nested too deeply"),
+        ("deep.yaml", "expertise: " + "[" * 100_000, "exceeded maximum nesting depth"),
+        ("deep.yml", "".join(f"{'  ' * n}k{n}:\n" for n in range(40)), "nested too deeply"),
         ("deep.toml", "expertise = " + "[" * 100_000, "nested too deeply"),
         ("big.yaml", "# padding\n" * 200_000, "over 1048576 bytes"),
+        (
+            "laughs.yaml",
+            "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+            + "".join(
+                f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n"
+                for p, n in zip("abcdefg", "bcdefgh", strict=True)
+            )
+            + "auto_approve: *h\n",
+            "line 2: aliases (*a) are not allowed",
+        ),
     ],
 )
 def test_bad_files_are_config_errors(tmp_path: Path, name: str, text: str, message: str) -> None:
@@ -77,6 +88,15 @@ def test_bad_files_are_config_errors(tmp_path: Path, name: str, text: str, messa
         Policy.load(path)
     assert message in str(caught.value)
     assert str(path) in str(caught.value)
+
+
+def test_an_error_names_ten_problems_and_counts_the_rest(tmp_path: Path) -> None:
+    path = tmp_path / "many.toml"
+    path.write_text("".join(f"bad_{n} = 1\n" for n in range(20_000)), encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        Policy.load(path)
+    message = str(caught.value)
+    assert message.count("unknown setting") == 10 and message.endswith("and 19990 more problems")
 
 
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:

@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
+from agents import listen
+from bus import tail
+from bus.consumer import Consumer
 from bus.errors import ConfigError
-from bus.settings import SentinelTarget, Settings, parse_sentinel_url, redact
+from bus.settings import (
+    DEFAULT_SOCKET_TIMEOUT,
+    LONGEST_BLOCK_MS,
+    MIN_SOCKET_TIMEOUT,
+    SentinelTarget,
+    Settings,
+    parse_sentinel_url,
+    redact,
+)
+from coordinator.service import CoordinatorOptions
 
 
 def test_defaults_and_keywords() -> None:
@@ -13,6 +27,19 @@ def test_defaults_and_keywords() -> None:
     assert (settings.namespace, settings.shards, settings.cluster) == ("team.a", 16, False)
     assert Settings.from_url("redis://h").cluster is None
     assert Settings.from_url("redis://h").namespace == "sbus"
+
+
+def test_replies_are_waited_for_30_seconds_unless_told_otherwise() -> None:
+    assert Settings.from_url("redis://h").socket_timeout == DEFAULT_SOCKET_TIMEOUT == 30.0
+    assert Settings.from_url("redis://h", socket_timeout=None).socket_timeout is None
+    assert Settings.from_url("redis://h", socket_timeout=2.5).socket_timeout == 2.5
+
+
+def test_every_socket_timeout_the_cli_allows_is_above_every_blocking_read() -> None:
+    consumer_default = inspect.signature(Consumer).parameters["block_ms"].default
+    blocks = [consumer_default, tail._FOLLOW_BLOCK_MS, listen._POLL_MS, CoordinatorOptions().block_ms]
+    assert max(blocks) <= LONGEST_BLOCK_MS
+    assert LONGEST_BLOCK_MS / 1000 < MIN_SOCKET_TIMEOUT <= DEFAULT_SOCKET_TIMEOUT
 
 
 def test_unknown_keyword_is_a_config_error_naming_it() -> None:

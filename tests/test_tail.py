@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,10 +11,11 @@ from pathlib import Path
 import orjson
 import pytest
 import redis
+from adapter_kit import wait_until
 from click.testing import CliRunner, Result
 from workers.kit import connected, progress, progresses
 
-from bus.cli import main
+from bus.cli import EXIT_INTERRUPTED, main
 from bus.consumer import dead_letter_fields
 from bus.embedded import stop_local_server
 from bus.envelope import Envelope, encode
@@ -177,6 +179,33 @@ async def test_follow_prints_entries_published_after_it_started(redis_url: str) 
                 process.kill()
         lines = [line.rstrip(b"\n") for line in early] + rest.splitlines()
         assert sorted(lines) == sorted(encode(e) for e in _spread(5))
+
+
+@pytest.mark.usefixtures("interruptible")
+async def test_ctrl_c_ends_a_follow_with_exit_130(redis_url: str) -> None:
+    async with connected(redis_url) as client:
+        await Publisher(client, await open_namespace(client, "tl", 4)).publish_many(_spread(1))
+    process = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "subagent-bus"),
+        "tail", "--redis-url", redis_url, "--namespace", "tl", "--from", "0", "--json",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        assert await asyncio.wait_for(process.stdout.readline(), 30) == encode(_spread(1)[0]) + b"\n"
+        async with connected(redis_url) as client:  # caught up: following every shard
+
+            async def following() -> bool:
+                return int((await client.info("clients"))["blocked_clients"]) >= 4
+
+            await wait_until(following, 30, "tail to block on the 4 shards")
+        process.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(process.wait(), 30) == EXIT_INTERRUPTED
+    finally:
+        if process.returncode is None:
+            process.kill()
+    assert await process.stderr.read() == b"\n"  # no "Aborted!", no traceback
 
 
 def test_without_a_url_the_local_server_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -196,9 +196,17 @@ def test_the_reader_yields_assistant_texts() -> None:
         (b'{"type": "user", "message"', True, Format.CLAUDE_JSONL),
         (b'\n{"type": "user"}\n', False, Format.CLAUDE_JSONL),
         (b'\xef\xbb\xbf{"type": "assistant"}', True, Format.CLAUDE_JSONL),
-        (b'{"kind": "user"}\n', False, Format.TEXT),
-        (b"{not json}\n", False, Format.TEXT),
+        (b'{"kind": "user"}\n', False, Format.AUTO),
+        (b'{"kind": "user"}\n', True, Format.TEXT),
+        (b"{not json}\n", False, Format.AUTO),
+        (b"{not json}\n", True, Format.TEXT),
         (b"[1, 2]\n", False, Format.TEXT),
+        # a first line that is not an entry: the next lines decide, two of three
+        (b'{"type": "user", "mess\n{"type": "user"}\n{"type": "assistant"}\n', False, Format.CLAUDE_JSONL),
+        (b'{"type": "user", "mess\n\n{"type": "user"}\n', False, Format.AUTO),
+        (b'{"type": "user", "mess\n\n{"type": "user"}\n', True, Format.CLAUDE_JSONL),
+        (b"{not json}\nWorking on it\n", False, Format.TEXT),
+        (b'{"kind": "log"}\n{"type": "x"}\nthen prose\n', False, Format.TEXT),
     ],
 )
 def test_detect_format(head: bytes, final: bool, expected: Format) -> None:
@@ -214,6 +222,20 @@ def test_any_parser_detects_a_transcript_split_across_feeds() -> None:
     assert format_of(parser) is Format.CLAUDE_JSONL
     assert items == parse(TRANSCRIPT)[0]
     assert parser.agent_id == "a3f9c21"
+
+
+@pytest.mark.parametrize("chunk", [7, 64 * 1024])
+def test_any_parser_detects_a_transcript_whose_first_line_is_damaged(chunk: int) -> None:
+    damaged = LINES[0][: len(LINES[0]) // 2] + b"\n" + b"".join(LINES[1:])  # cut short, then the rest
+    parser = AnyParser()
+    items: list[Item] = []
+    for start in range(0, len(damaged), chunk):
+        items += parser.feed(damaged[start : start + chunk])
+    items += parser.close()
+    assert parser.format is Format.CLAUDE_JSONL
+    assert items == parse(damaged)[0]
+    assert isinstance(items[0], ErrorItem) and items[0].line == 1  # the damaged line, reported
+    assert any(isinstance(item, SignalItem) for item in items)
 
 
 def test_any_parser_on_text_and_forced_formats() -> None:

@@ -32,7 +32,15 @@ from coordinator.rules.launch import Launch, launch
 from coordinator.rules.step import Rejected, Step
 from coordinator.state import AgentRecord, Completion
 
-__all__ = ["DEFAULT_RECOVERY", "is_error", "on_recover", "on_resolve", "on_stop"]
+__all__ = [
+    "DEFAULT_RECOVERY",
+    "error_stop",
+    "is_error",
+    "on_recover",
+    "on_resolve",
+    "on_stop",
+    "open_blocker",
+]
 
 DEFAULT_RECOVERY: Final = {
     RecoveryOption.RETRY_FROM_CHECKPOINT: "The cause of the error has been addressed. "
@@ -71,16 +79,25 @@ def _stop_as_completion(step: Step, stop: StopWork) -> None:
     finish(step, step.envelope.agent_id, completion)
 
 
-def _open_blocker(step: Step) -> tuple[AgentRecord, StopWork]:
-    record = step.agent(step.envelope.agent_id)
+def open_blocker(record: AgentRecord) -> StopWork:
+    """The agent's open blocker (also checked by the ``resolve`` command before it publishes)."""
     if record.blocker is None:
         raise Rejected(f"agent {record.agent_id!r} has no open blocker")
-    return record, record.blocker
+    return record.blocker
+
+
+def error_stop(record: AgentRecord) -> StopWork:
+    """The agent's open blocker if an error caused it (also checked by the ``recover`` command)."""
+    stop = open_blocker(record)
+    if not is_error(stop):
+        raise Rejected(f"agent {record.agent_id!r} is blocked, not stopped by an error; resolve it instead")
+    return stop
 
 
 def on_resolve(step: Step) -> None:
     command = step.payload(HumanResolve)
-    record, stop = _open_blocker(step)
+    record = step.agent(step.envelope.agent_id)
+    stop = open_blocker(record)
     directive = BlockerResolved(
         issue=stop.details,
         resolution=command.resolution,
@@ -106,9 +123,8 @@ def _resume_instructions(stop: StopWork) -> str:
 
 def on_recover(step: Step) -> None:
     command = step.payload(HumanRecover)
-    record, stop = _open_blocker(step)
-    if not is_error(stop):
-        raise Rejected(f"agent {record.agent_id!r} is blocked, not stopped by an error; resolve it instead")
+    record = step.agent(step.envelope.agent_id)
+    stop = error_stop(record)
     instructions = command.instructions or DEFAULT_RECOVERY[command.option]
     if command.option is RecoveryOption.DELEGATE:
         delegate = _launch_takeover(step, record, stop)

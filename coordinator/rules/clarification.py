@@ -15,7 +15,7 @@ from bus.signals import ClarificationNeeded, QuestionType
 from coordinator.rules.step import Rejected, Step
 from coordinator.state import AgentRecord
 
-__all__ = ["DEFAULT_NEXT_STEP", "on_answer", "on_clarification"]
+__all__ = ["DEFAULT_NEXT_STEP", "answerable", "on_answer", "on_clarification"]
 
 DEFAULT_NEXT_STEP = "Apply the answers above and continue the task from where you stopped."
 
@@ -37,15 +37,7 @@ def on_clarification(step: Step) -> None:
 def on_answer(step: Step) -> None:
     command = step.payload(HumanAnswer)
     record = step.agent(step.envelope.agent_id)
-    questions = record.questions
-    if questions is None:
-        raise Rejected(f"agent {record.agent_id!r} has no open questions")
-    known = [q.question_id for q in questions.questions]
-    unknown = [a.question_id for a in command.answers if a.question_id not in known]
-    if unknown:
-        raise Rejected(
-            f"agent {record.agent_id!r} has no open question {', '.join(unknown)} (open: {', '.join(known)})"
-        )
+    questions = answerable(record, [a.question_id for a in command.answers])
     answers = _merge(record, questions, command.answers)
     missing = [
         q.question_id
@@ -72,6 +64,23 @@ def on_answer(step: Step) -> None:
         questions=None,
         answers=(),
     )
+
+
+def answerable(record: AgentRecord, question_ids: list[str]) -> ClarificationNeeded:
+    """The agent's open questions, if it has them and they include every one of ``question_ids``.
+
+    Also checked by the ``answer`` command before it publishes, so that a typo is refused at once.
+    """
+    questions = record.questions
+    if questions is None:
+        raise Rejected(f"agent {record.agent_id!r} has no open questions")
+    known = [q.question_id for q in questions.questions]
+    unknown = [qid for qid in question_ids if qid not in known]
+    if unknown:
+        raise Rejected(
+            f"agent {record.agent_id!r} has no open question {', '.join(unknown)} (open: {', '.join(known)})"
+        )
+    return questions
 
 
 def _merge(

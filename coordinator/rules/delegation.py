@@ -50,6 +50,7 @@ __all__ = [
     "on_approve",
     "on_delegate",
     "on_deny",
+    "pending",
 ]
 
 
@@ -223,7 +224,7 @@ def on_delegate(step: Step) -> None:
 
 def on_approve(step: Step) -> None:
     command = step.payload(HumanApprove)
-    delegation = _pending(step, command.request_id)
+    delegation = pending(step.state, command.request_id)
     _approve(
         step, delegation, f"approved by a human{': ' + command.reason.strip() if command.reason else ''}"
     )
@@ -231,13 +232,14 @@ def on_approve(step: Step) -> None:
 
 def on_deny(step: Step) -> None:
     command = step.payload(HumanDeny)
-    delegation = _pending(step, command.request_id)
+    delegation = pending(step.state, command.request_id)
     _deny(step, delegation, command.reason, command.alternative or f"{_YOURSELF}.")
     report_group(step, delegation.requester_id)
 
 
-def _pending(step: Step, request_id: str) -> Delegation:
-    delegation = step.state.delegations.get(request_id)
+def pending(state: GroupState, request_id: str) -> Delegation:
+    """The delegation request waiting for a human (also checked by ``approve``/``deny`` before they publish)."""
+    delegation = state.delegations.get(request_id)
     if delegation is None:
         raise Rejected(f"unknown delegation request {request_id!r}")
     if delegation.status is not DelegationStatus.PENDING_HUMAN:

@@ -1,0 +1,146 @@
+"""Options shared by the agent side's commands: agent and group ids, and the adapters' common options."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Final, ParamSpec, TypeVar
+
+import click
+
+from agents.delivery import DeliverySpec
+from agents.transcript import Format
+from bus.ops import Ops, ops_options
+
+__all__ = ["MAX_ID_CHARS", "Common", "check_id", "common_options", "format_option"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+MAX_ID_CHARS: Final = 256
+"""The longest agent or group id an envelope carries."""
+
+
+def check_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Click callback for an agent or group id: 1 to 256 characters, not blank, no control characters
+    (an id is written into YAML signal templates and log lines). A bad one is a usage error."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise click.BadParameter("must not be empty")
+    if len(value) > MAX_ID_CHARS:
+        raise click.BadParameter(f"must be at most {MAX_ID_CHARS} characters")
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
+        raise click.BadParameter("must not contain control characters (a newline, a tab...)")
+    return value
+
+
+format_option = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice([f.value for f in Format]),
+    default=Format.AUTO.value,
+    show_default=True,
+    help="Plain text, a Claude Code JSONL transcript, or detect from the first lines.",
+)
+"""``--format``: how agent output is read (the command receives it as ``fmt``, a :class:`Format` value)."""
+
+
+@dataclass(frozen=True)
+class Common:
+    """The options every adapter command shares."""
+
+    agent_id: str
+    group_id: str
+    workdir: Path | None
+    deliver: DeliverySpec | None
+    retry_ms: int
+    max_attempts: int
+    heartbeat_s: float
+    name: str | None
+    task: str | None
+    session_id: str | None
+    fmt: Format
+    ops: Ops
+
+
+_OPTION_FIELDS = tuple(f.name for f in fields(Common) if f.name not in ("task", "fmt", "ops"))
+
+
+def _deliver_option(ctx: click.Context, param: click.Parameter, value: str | None) -> DeliverySpec | None:
+    if value is None:
+        return None
+    try:
+        return DeliverySpec.parse(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _read_task(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot read {path}: {exc.strerror or exc}", param_hint="--task-file"
+        ) from None
+
+
+def common_options(command: Callable[P, R]) -> Callable[..., R]:
+    """The shared adapter options (with :func:`bus.ops.ops_options`); the command receives them as one
+    ``common: Common`` keyword."""
+
+    @click.option("--agent-id", required=True, callback=check_id, help="The agent's id on the bus.")
+    @click.option("--group", "group_id", required=True, callback=check_id, help="The agent's task group.")
+    @click.option(
+        "--workdir",
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+        help="Verify file:line references, findings and deliverables under this directory.",
+    )
+    @click.option(
+        "--deliver",
+        metavar="print|file:PATH|command:TEMPLATE",
+        callback=_deliver_option,
+        help="How directives reach the agent. Placeholders in TEMPLATE: {prompt} {agent_id} {group_id} "
+        "{session_id} {type} {directive_id}; it is split like a shell line but run without a shell.",
+    )
+    @click.option(
+        "--retry-ms",
+        default=5000,
+        show_default=True,
+        type=click.IntRange(min=1),
+        help="Delay before a failed delivery is retried.",
+    )
+    @click.option(
+        "--max-attempts",
+        default=5,
+        show_default=True,
+        type=click.IntRange(min=1),
+        help="Deliveries of one directive before it is dead-lettered.",
+    )
+    @click.option(
+        "--heartbeat",
+        "heartbeat_s",
+        default=30.0,
+        show_default=True,
+        type=click.FloatRange(min=0.01),
+        help="Seconds between heartbeats.",
+    )
+    @click.option("--name", help="The agent's name (its kind, e.g. security-auditor) for AGENT_STARTED.")
+    @click.option("--task-file", metavar="PATH|-", help="The agent's task prompt, reported in AGENT_STARTED.")
+    @click.option("--session-id", help="Session id for {session_id} when the output does not carry one.")
+    @format_option
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> R:
+        values = {name: kwargs.pop(name) for name in _OPTION_FIELDS}
+        task, fmt = _read_task(kwargs.pop("task_file")), Format(kwargs.pop("fmt"))
+        common = Common(**values, task=task, fmt=fmt, ops=kwargs.pop("ops"))
+        return command(*args, common=common, **kwargs)  # type: ignore[arg-type]
+
+    return ops_options(wrapper)

@@ -1,0 +1,214 @@
+"""Stopping an adapter while Redis is down: output is kept while an agent runs, given up on a signal
+that has no agent to stop (real adapters, real redis-servers killed by the test, real signals)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from adapter_kit import exited, fake, open_bus, spawn, start, wait_until
+
+from bus.embedded import RedisProcess, pid_alive
+from bus.envelope import EnvelopeType
+from bus.events import AgentStarted
+
+T = EnvelopeType
+GROUP = "g-give-up"
+
+
+def run_args(agent: str, *extra: str) -> list[str]:
+    return ["adapter", "run", "--agent-id", agent, "--group", GROUP, *extra, "--"]
+
+
+def logged(log: Path, text: str) -> Callable[[], Awaitable[bool]]:
+    async def condition() -> bool:
+        return text in await asyncio.to_thread(log.read_text)
+
+    return condition
+
+
+def gone(pid: int) -> Callable[[], Awaitable[bool]]:
+    async def condition() -> bool:
+        return not pid_alive(pid)
+
+    return condition
+
+
+async def first_progress(url: str) -> AgentStarted:
+    """The agent's AGENT_STARTED, once the first PROGRESS is on the bus."""
+    async with open_bus(url) as bus:
+        await wait_until(lambda: bus.has(GROUP, T.PROGRESS), 20, "the first PROGRESS")
+        started = (await bus.of_type(GROUP, T.AGENT_STARTED))[0].payload
+    assert isinstance(started, AgentStarted)
+    return started
+
+
+async def agent_pid(url: str) -> int:
+    pid = (await first_progress(url)).pid
+    assert pid is not None
+    return pid
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait(timeout=10)
+
+
+async def test_sigint_after_the_agent_exited_gives_up_and_says_what_is_lost(
+    fresh_redis: RedisProcess, tmp_path: Path
+) -> None:
+    go, log = tmp_path / "go", tmp_path / "adapter.log"
+    steps = fake("progress:10", f"wait-file:{go}", "progress:50", "complete", agent_id="d1")
+    adapter = start([*run_args("d1"), *steps], fresh_redis.url, log)
+    try:
+        pid = await agent_pid(fresh_redis.url)
+        fresh_redis.kill()
+        go.touch()  # the agent prints the rest and exits while nothing can take it
+        await wait_until(logged(log, "retrying"), 20, "the adapter to retry")
+        await wait_until(gone(pid), 20, "the agent to exit")
+        adapter.send_signal(signal.SIGINT)
+        assert await exited(adapter, 20) == 128 + signal.SIGINT
+    finally:
+        stop(adapter)
+    text = log.read_text()
+    assert (
+        f"subagent-bus: SIGINT: gave up publishing: 2 envelope(s) (1 PROGRESS, 1 COMPLETION_REPORT) of "
+        f"agent d1 in group {GROUP} were not published: they are lost; the agent exited with status 0 "
+        "(the bus is unreachable: Redis unavailable"
+    ) in text
+    assert "Traceback" not in text
+
+
+async def test_a_second_signal_gives_up_while_the_agent_is_being_stopped(
+    fresh_redis: RedisProcess, tmp_path: Path
+) -> None:
+    log = tmp_path / "adapter.log"
+    adapter = start([*run_args("d2"), *fake("progress:10", "sleep:60", agent_id="d2")], fresh_redis.url, log)
+    try:
+        pid = await agent_pid(fresh_redis.url)
+        fresh_redis.kill()
+        adapter.send_signal(signal.SIGTERM)  # passed on: the agent ends, its end cannot be published
+        await wait_until(gone(pid), 20, "the agent to exit")
+        await wait_until(logged(log, "retrying"), 20, "the adapter to retry")
+        assert adapter.poll() is None  # one signal stops the agent, not the publishing
+        adapter.send_signal(signal.SIGTERM)
+        assert await exited(adapter, 20) == 128 + signal.SIGTERM
+    finally:
+        stop(adapter)
+    text = log.read_text()
+    assert (
+        f"SIGTERM: gave up publishing: 1 envelope(s) (1 STOP_WORK) of agent d2 in group {GROUP} were not "
+        f"published: they are lost; the agent exited with status {128 + signal.SIGTERM} (the bus is "
+    ) in text
+    assert "Traceback" not in text
+
+
+async def test_a_watch_stopped_while_redis_is_down_leaves_the_rest_to_the_next_watch(
+    fresh_redis: RedisProcess, tmp_path: Path
+) -> None:
+    go, log, out = tmp_path / "go", tmp_path / "adapter.log", tmp_path / "agent.out"
+    agent = spawn(fake("progress:10", f"wait-file:{go}", "progress:50", "complete", out=out, agent_id="w1"))
+    args = ["adapter", "watch", str(out), "--agent-id", "w1", "--group", GROUP, "--until-complete"]
+    watch = start(args, fresh_redis.url, log)
+    try:
+        await first_progress(fresh_redis.url)
+        read = out.stat().st_size
+        fresh_redis.kill()
+        go.touch()
+        assert agent.wait(timeout=30) == 0
+        await wait_until(logged(log, "retrying"), 20, "the adapter to retry")
+        watch.send_signal(signal.SIGTERM)
+        assert await exited(watch, 20) == 128 + signal.SIGTERM
+    finally:
+        stop(watch)
+        stop(agent)
+    text = log.read_text()
+    assert "SIGTERM: gave up publishing: " in text  # how much depends on how far it read
+    assert (
+        f"of agent w1 in group {GROUP} were not published: they are still in {out}, after byte {read} "
+        "(the checkpoint on the server), and the next `adapter watch` of that file publishes them (the "
+    ) in text
+    assert "Traceback" not in text
+    fresh_redis.start()  # its append-only file kept what it had taken
+    again = start(args, fresh_redis.url, log)
+    try:
+        assert await exited(again, 30) == 0, log.read_text()
+    finally:
+        stop(again)
+    async with open_bus(fresh_redis.url) as bus:
+        types = [e.type for e in await bus.envelopes(GROUP)]
+    assert types == [T.AGENT_STARTED, T.PROGRESS, T.PROGRESS, T.COMPLETION_REPORT, T.AGENT_EXITED]
+
+
+async def test_without_a_signal_output_waits_for_redis_to_come_back(
+    fresh_redis: RedisProcess, tmp_path: Path
+) -> None:
+    go, log = tmp_path / "go", tmp_path / "adapter.log"
+    steps = fake("progress:10", f"wait-file:{go}", "progress:50", "complete", agent_id="d3")
+    adapter = start([*run_args("d3"), *steps], fresh_redis.url, log)
+    try:
+        pid = await agent_pid(fresh_redis.url)
+        fresh_redis.kill()
+        go.touch()
+        await wait_until(gone(pid), 20, "the agent to exit")
+        await wait_until(logged(log, "retrying"), 20, "the adapter to retry")
+        fresh_redis.start()
+        assert await exited(adapter, 30) == 0, log.read_text()
+    finally:
+        stop(adapter)
+    async with open_bus(fresh_redis.url) as bus:
+        types = [e.type for e in await bus.envelopes(GROUP)]
+    assert types == [T.AGENT_STARTED, T.PROGRESS, T.PROGRESS, T.COMPLETION_REPORT, T.AGENT_EXITED]
+    assert "gave up" not in log.read_text()
+
+
+async def test_a_hung_server_does_not_hold_a_stopped_adapter(
+    fresh_redis: RedisProcess, tmp_path: Path
+) -> None:
+    go, log = tmp_path / "go", tmp_path / "adapter.log"
+    steps = fake("progress:10", f"wait-file:{go}", "progress:50", "complete", agent_id="d4")
+    adapter = start([*run_args("d4"), *steps], fresh_redis.url, log)
+    try:
+        pid = await agent_pid(fresh_redis.url)
+        assert fresh_redis.process is not None
+        fresh_redis.process.send_signal(signal.SIGSTOP)  # takes connections and requests, never answers
+        go.touch()
+        await wait_until(gone(pid), 20, "the agent to exit")
+        adapter.send_signal(signal.SIGINT)
+        assert await exited(adapter, 20) == 128 + signal.SIGINT
+    finally:
+        stop(adapter)
+        if fresh_redis.process is not None:
+            fresh_redis.process.send_signal(signal.SIGCONT)
+    text = log.read_text()
+    assert "SIGINT: gave up publishing: " in text
+    assert "(the bus is unreachable: no answer within 2s)" in text
+    assert "Traceback" not in text
+
+
+async def test_stdin_gives_up_at_the_first_signal(fresh_redis: RedisProcess, tmp_path: Path) -> None:
+    go, log = tmp_path / "go", tmp_path / "adapter.log"
+    steps = fake("progress:10", f"wait-file:{go}", "progress:50", "complete", "sleep:60", agent_id="s1")
+    producer = spawn(steps, stdout=subprocess.PIPE)
+    assert producer.stdout is not None
+    args = ["adapter", "stdin", "--agent-id", "s1", "--group", GROUP, "--quiet"]
+    adapter = start(args, fresh_redis.url, log, stdin=producer.stdout)
+    producer.stdout.close()
+    try:
+        await first_progress(fresh_redis.url)
+        fresh_redis.kill()
+        go.touch()
+        await wait_until(logged(log, "retrying"), 20, "the adapter to retry")
+        adapter.send_signal(signal.SIGINT)  # there is no agent of its own to pass it on to
+        assert await exited(adapter, 20) == 128 + signal.SIGINT
+    finally:
+        stop(adapter)
+        stop(producer)
+    text = log.read_text()
+    assert "SIGINT: gave up publishing: " in text
+    assert f"of agent s1 in group {GROUP} were not published: they are lost (the bus is unreachable" in text
+    assert "Traceback" not in text

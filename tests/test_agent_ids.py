@@ -1,0 +1,57 @@
+"""Agent and group ids on the agent side's command lines: an empty or unusable one is a usage error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from bus.cli import main
+
+DEAD_URL = "redis://127.0.0.1:1/0"  # nothing listens: a command that got past its options fails (exit 1)
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["prompt", "--agent-id", "", "-"], "--agent-id"),
+        (["prompt", "--agent-id", "   ", "-"], "--agent-id"),
+        (["adapter", "run", "--agent-id", "", "--group", "g", "--", "true"], "--agent-id"),
+        (["adapter", "stdin", "--agent-id", "a", "--group", ""], "--group"),
+        (["adapter", "watch", "out.log", "--agent-id", "", "--group", "g"], "--agent-id"),
+        (["findings", "add", "--agent-id", "", "--group", "g", '{"title": "t"}'], "--agent-id"),
+        (["findings", "add", "--agent-id", "a", "--group", "", '{"title": "t"}'], "--group"),
+        (["adapter", "import-findings", "FILE", "--group", ""], "--group"),
+        (["adapter", "import-findings", "FILE", "--group", "g", "--agent-id", ""], "--agent-id"),
+        (["mcp", "--agent-id", "", "--group", "g"], "--agent-id"),
+        (["listen", "--agent-id", "", "--group", "g"], "--agent-id"),
+        (["listen", "--agent-id", "a", "--group", " "], "--group"),
+    ],
+)
+def test_an_empty_id_is_a_usage_error(args: list[str], option: str, tmp_path: Path) -> None:
+    findings = tmp_path / "findings.jsonl"
+    findings.write_text('{"agent": "a", "title": "t"}\n')
+    args = [str(findings) if arg == "FILE" else arg for arg in args]
+    result = CliRunner().invoke(main, args, input="A task.\n", env={"SUBAGENT_BUS_REDIS_URL": DEAD_URL})
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{option}': must not be empty" in result.output
+
+
+@pytest.mark.parametrize(
+    ("agent_id", "message"),
+    [
+        ("a\nb", "must not contain control characters"),
+        ("x" * 257, "must be at most 256 characters"),
+    ],
+)
+def test_an_id_that_cannot_be_written_into_a_signal_is_a_usage_error(agent_id: str, message: str) -> None:
+    result = CliRunner().invoke(main, ["prompt", "--agent-id", agent_id, "-"], input="A task.\n")
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+def test_a_good_id_is_taken_as_it_is() -> None:
+    result = CliRunner().invoke(main, ["prompt", "--agent-id", "bg-task-abc123", "-"], input="A task.\n")
+    assert result.exit_code == 0, result.output
+    assert "agent_id: bg-task-abc123" in result.output

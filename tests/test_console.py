@@ -1,0 +1,57 @@
+"""The text views keep one item per line, whatever the agents put in their ids and texts."""
+
+from __future__ import annotations
+
+import subprocess
+
+from rules_kit import Feed, clarification, delegate, stop_error
+
+from coordinator.console import inbox_lines, render
+from coordinator.rules import summarize
+
+AGENT = "evil\nagent\x1b[31m"
+
+
+def _feed() -> Feed:
+    feed = Feed()
+    asked = clarification(AGENT)
+    asked = asked.model_copy(
+        update={"questions": [asked.questions[0].model_copy(update={"text": "Which\none?"})]}
+    )
+    feed.send(asked, AGENT)
+    stop = stop_error("it's\tbad").model_copy(update={"details": "line one\nline two"})
+    feed.send(stop, "it's\tbad")
+    feed.send(delegate("plain-agent", priority="P2"), "plain-agent")
+    return feed
+
+
+def test_status_lines_escape_control_characters_in_ids_and_flatten_texts() -> None:
+    lines = render(summarize(_feed().state))
+    assert all("\n" not in line and "\x1b" not in line and "\t" not in line for line in lines)
+    assert any(line.startswith("  evil\\nagent\\x1b[31m ") for line in lines)
+    assert any(line.endswith(": Which one?") and "evil\\nagent" in line for line in lines)
+    assert any(line.endswith("(error): line one line two") for line in lines)
+
+
+def _words(command: str) -> list[str]:
+    """How bash splits ``command`` into arguments."""
+    done = subprocess.run(
+        ["bash", "-c", f'set -- {command}; printf "%s\\0" "$@"'], capture_output=True, check=True
+    )
+    return done.stdout.decode().split("\0")[:-1]
+
+
+def test_inbox_commands_can_be_pasted_into_a_shell() -> None:
+    lines = inbox_lines([summarize(_feed().state)])
+    assert all("\n" not in line and "\x1b" not in line for line in lines)
+    commands = [line.split(": ", 1)[1] for line in lines if "answer:" in line or "resolve:" in line]
+    assert [_words(command)[:3] for command in commands] == [
+        ["subagent-bus", "answer", AGENT],
+        ["subagent-bus", "resolve", "it's\tbad"],
+    ]
+    [approve] = [line for line in lines if "subagent-bus approve" in line]
+    assert _words(approve.split("|")[0])[:2] == ["subagent-bus", "approve"]
+
+
+def test_an_empty_inbox_says_so() -> None:
+    assert inbox_lines([]) == ["nothing waits for a human"]

@@ -1,0 +1,267 @@
+"""Servers that stop answering: a command fails in bounded time with one line, Ctrl-C exits 130, and a
+consumer whose reply was lost takes its entries back at once.
+
+The silent server is a plain TCP listener that accepts and never sends a byte (a stalled server, a
+firewall that swallows traffic, a port that is not Redis); the proxy forwards to a real Redis and drops
+one reply. Neither imitates Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import redis.asyncio
+from adapter_kit import CLI
+from workers.kit import progress
+
+from bus.cli import EXIT_INTERRUPTED
+from bus.connection import as_text, connect
+from bus.consumer import Ack, Consumer
+from bus.embedded import RedisProcess
+from bus.envelope import encode
+from bus.errors import ConfigError, ConnectionFailed
+from bus.settings import MIN_SOCKET_TIMEOUT, Settings
+
+
+class Silent:
+    """Accepts every connection and reads what it is sent; answers nothing."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.listener.getsockname()[1]
+        self.asked = threading.Event()
+        """A client sent its first command: it now waits for the reply."""
+        self.connections: list[socket.socket] = []
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            self.connections.append(connection)
+            reader = threading.Thread(target=self._read, args=(connection,), daemon=True)
+            self.threads.append(reader)
+            reader.start()
+
+    def _read(self, connection: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while connection.recv(65536):
+                self.asked.set()
+
+    def close(self) -> None:
+        for sock in (self.listener, *self.connections):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked on it
+            sock.close()
+        for thread in self.threads:
+            thread.join(timeout=10)
+
+
+@pytest.fixture
+def silent() -> Iterator[Silent]:
+    server = Silent()
+    yield server
+    server.close()
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("SUBAGENT_BUS_")}
+
+
+ONE_SHOT = [
+    ["status"],
+    ["inbox"],
+    ["answer", "agent-1", "Q1=yes"],
+    ["approve", "request-1"],
+    ["findings"],
+    ["tail", "--count", "1"],
+    ["trim"],
+]
+
+
+def test_one_shot_commands_fail_in_bounded_time_against_a_server_that_never_answers(
+    silent: Silent, tmp_path: Path
+) -> None:
+    timeout = f"{MIN_SOCKET_TIMEOUT:g}"
+    runs = [
+        subprocess.Popen(
+            [CLI, *args, "--redis-url", silent.url, "--socket-timeout", timeout],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_env(),
+            cwd=tmp_path,
+        )
+        for args in ONE_SHOT
+    ]
+    runs.append(  # the same through the environment
+        subprocess.Popen(
+            [CLI, "status", "--redis-url", silent.url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**_env(), "SUBAGENT_BUS_SOCKET_TIMEOUT": timeout},
+            cwd=tmp_path,
+        )
+    )
+    try:
+        for process in runs:
+            out, err = process.communicate(timeout=60)
+            assert (process.returncode, out) == (1, b""), (process.args, err)
+            assert err.decode() == (
+                f"Error: Redis unavailable (TimeoutError): Timeout reading from 127.0.0.1:{silent.port}\n"
+            ), process.args
+    finally:
+        for process in runs:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def test_a_socket_timeout_below_the_longest_blocking_read_is_a_usage_error(silent: Silent) -> None:
+    done = subprocess.run(
+        [CLI, "status", "--redis-url", silent.url, "--socket-timeout", "1"],
+        capture_output=True,
+        env=_env(),
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert b"--socket-timeout" in done.stderr
+    assert not silent.connections
+
+
+@pytest.mark.usefixtures("interruptible")
+def test_ctrl_c_while_waiting_for_a_reply_exits_130(silent: Silent, tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [CLI, "status", "--redis-url", silent.url],  # the default socket timeout: 30 s
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+        cwd=tmp_path,
+    )
+    try:
+        # Once its command is sent: Python 3.11's asyncio.wait_for, which redis-py sends with, can
+        # swallow a cancellation that lands during the send itself (fixed in 3.12).
+        assert silent.asked.wait(timeout=30), "the command never asked anything"
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert (process.returncode, out, err) == (EXIT_INTERRUPTED, b"", b"\n")
+
+
+async def test_a_silent_sentinel_is_named_and_given_up_on_after_one_socket_timeout(silent: Silent) -> None:
+    url = f"redis+sentinel://127.0.0.1:{silent.port}/main"
+    with pytest.raises(ConnectionFailed) as info:
+        await connect(Settings.from_url(url, socket_timeout=0.3))
+    assert str(info.value) == (
+        "Redis unavailable (MasterNotFoundError): no Sentinel gives the address of master 'main': "
+        f"127.0.0.1:{silent.port} did not answer within 0.3s"
+    )
+    assert len(silent.connections) == 1  # not retried: the next Sentinel of the list is the retry
+
+
+def test_a_consumer_refuses_a_block_the_socket_timeout_would_cut() -> None:
+    client = redis.asyncio.Redis.from_url("redis://127.0.0.1:1/0", socket_timeout=2)
+    with pytest.raises(ConfigError, match=r"block_ms 2000 is not below the client's socket timeout \(2s\)"):
+        Consumer(client, "s", "g", "c", block_ms=2000)
+    Consumer(client, "s", "g", "c", block_ms=1999)
+    cluster = redis.asyncio.RedisCluster(host="127.0.0.1", port=1, socket_timeout=0.5)
+    with pytest.raises(ConfigError, match="block_ms 1000"):
+        Consumer(cluster, "{s}", "g", "c")
+    Consumer(cluster, "{s}", "g", "c", block_ms=0)  # a read that does not block
+
+
+class DroppingProxy:
+    """Forwards to a real Redis, but drops every reply on the connection that asked for new entries
+    (``XREADGROUP ... >``) first: the server delivered them, the client never hears of it."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.dropped = asyncio.Event()
+        self._armed = True
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        self.server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        drop = False
+
+        async def requests() -> None:
+            nonlocal drop
+            while data := await reader.read(65536):
+                if self._armed and b"XREADGROUP" in data and b"\r\n>\r\n" in data:
+                    self._armed, drop = False, True
+                up_writer.write(data)
+                await up_writer.drain()
+
+        async def replies() -> None:
+            while data := await up_reader.read(65536):
+                if drop:
+                    self.dropped.set()
+                    continue
+                writer.write(data)
+                await writer.drain()
+
+        tasks = {asyncio.create_task(requests()), asyncio.create_task(replies())}
+        self._tasks |= tasks
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            up_writer.close()
+            writer.close()
+
+
+async def test_entries_of_a_lost_reply_come_back_on_the_next_read(
+    redis_server: RedisProcess, redis_url: str
+) -> None:
+    direct = redis_server.client()
+    direct.xgroup_create("lost", "g", id="0", mkstream=True)
+    entry_id = as_text(direct.xadd("lost", {"data": encode(progress(1))}))
+    proxy = DroppingProxy(redis_server.port)
+    port = await proxy.start()
+    client = await connect(Settings.from_url(f"redis://127.0.0.1:{port}/0", socket_timeout=0.5))
+    try:
+        # reclaim_idle_ms far away: only the consumer's own pending list can give the entry back
+        consumer = Consumer(client, "lost", "g", "c", block_ms=100, reclaim_idle_ms=600_000)
+        with pytest.raises(ConnectionFailed, match="Timeout"):
+            await consumer.read()
+        assert proxy.dropped.is_set()
+        assert direct.xpending("lost", "g")["pending"] == 1  # delivered to "c", never seen by it
+        [delivery] = await consumer.read()
+        assert (delivery.entry_id, delivery.envelope) == (entry_id, progress(1))
+        await consumer.settle([(delivery, Ack.ACK, None)])
+        assert direct.xpending("lost", "g")["pending"] == 0
+    finally:
+        await client.aclose()
+        await proxy.close()
+        direct.close()
