@@ -10,13 +10,18 @@ nothing runs through a shell.
 At most ``max_parallel`` agents run at once. A launcher reads no more requests than it has free slots,
 so the others stay in the stream for any launcher, and it acknowledges a request only once its agent
 started: a launcher killed before that leaves the request pending, and another launcher (or its own
-restart) starts it. A request that cannot be started after ``max_attempts`` deliveries is
-dead-lettered with the reason.
+restart) starts it. So a request is started at least once: a launcher killed between starting an agent
+and acknowledging its request (one round trip) leaves an agent running and a request that is started
+again. An acknowledgement refused because Redis is unreachable is sent again, and the request is not
+started again by the same process. A request that cannot be started after ``max_attempts`` deliveries
+(at once when its command line is too long) is dead-lettered with the reason. Stopping a launcher with
+SIGTERM or SIGINT stops the adapters it started, which stop their agents.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import logging
 import os
@@ -29,6 +34,7 @@ from typing import Final
 
 from agents.delivery import fill, split_template
 from agents.identity import build_prompt
+from agents.options import id_problem
 from bus.connection import Client
 from bus.consumer import Ack, Consumer, Delivery
 from bus.directives import LaunchRequest
@@ -118,6 +124,9 @@ class Launcher:
         ]
         self._next = 0
         self._waiters: set[asyncio.Task[None]] = set()
+        # Requests whose agent this process started but whose acknowledgement failed (Redis lost):
+        # acknowledged again before anything else, and never started a second time by this process.
+        self._unacked: dict[tuple[str, str], tuple[Consumer, Delivery]] = {}
 
     async def run(self, stop: asyncio.Event) -> int:
         """Launch until ``stop`` (with ``burst``: until no request is left and every agent ended)."""
@@ -148,6 +157,7 @@ class Launcher:
 
     async def _fill_slots(self) -> bool:
         """Read and start requests while slots are free; whether any request was read."""
+        await self._acknowledge_started()
         found = False
         for _ in range(len(self._consumers)):
             free = self.options.max_parallel - len(self.running)
@@ -159,28 +169,42 @@ class Launcher:
             deliveries = await consumer.read()
             found = found or bool(deliveries)
             for delivery in deliveries:  # settled one by one: a started agent is acknowledged at once
-                ack, reason = await self._launch(delivery)
+                key = (consumer.stream, delivery.entry_id)
+                if key in self._unacked:  # read again after its acknowledgement was lost
+                    ack, reason = Ack.ACK, None
+                else:
+                    ack, reason = await self._launch(delivery)
+                if ack is Ack.ACK:
+                    self._unacked[key] = (consumer, delivery)
                 await consumer.settle([(delivery, ack, reason)])
+                self._unacked.pop(key, None)
         return found
+
+    async def _acknowledge_started(self) -> None:
+        for key, (consumer, delivery) in list(self._unacked.items()):
+            await consumer.settle([(delivery, Ack.ACK, None)])
+            del self._unacked[key]
 
     async def _launch(self, delivery: Delivery) -> tuple[Ack, str | None]:
         envelope = delivery.envelope
         self.metrics.read(envelope.type.value if envelope is not None else "undecodable")
-        if delivery.error is not None or envelope is None:
-            return Ack.DEAD, delivery.error
+        refused = _refusal(delivery)
+        if refused is not None or envelope is None or not isinstance(envelope.payload, LaunchRequest):
+            return Ack.DEAD, refused
         request = envelope.payload
-        if not isinstance(request, LaunchRequest):
-            return Ack.DEAD, f"{envelope.type.value} is not a launch request"
         if request.new_agent_id in self.running:
             return Ack.ACK, None  # a repeat of a request whose agent is already running here
         try:
             process = await self._start(request, envelope.group_id)
         except (OSError, ValueError) as exc:
             reason = f"cannot start agent {request.new_agent_id}: {exc}"
+            too_long = isinstance(exc, OSError) and exc.errno == errno.E2BIG
+            if too_long and any("{prompt}" in arg for arg in self.options.template):
+                reason += " (the task is too long for {prompt}: pass {prompt_file} instead)"
             log.warning(reason, extra=_ids(request, envelope.group_id))
             self.metrics.launch_failures.inc()
-            if delivery.deliveries >= self.options.max_attempts:
-                return Ack.DEAD, reason
+            if too_long or delivery.deliveries >= self.options.max_attempts:
+                return Ack.DEAD, reason  # the same request would be too long again
             return Ack.RETRY, reason
         self.launched += 1
         self.running[request.new_agent_id] = process
@@ -271,6 +295,19 @@ class Launcher:
                 process.terminate()
         if self._waiters:
             await asyncio.gather(*list(self._waiters), return_exceptions=True)
+
+
+def _refusal(delivery: Delivery) -> str | None:
+    """Why an entry of the tasks stream is not a request this launcher can start, if it is not."""
+    envelope = delivery.envelope
+    if delivery.error is not None or envelope is None:
+        return delivery.error or "undecodable"
+    if not isinstance(envelope.payload, LaunchRequest):
+        return f"{envelope.type.value} is not a launch request"
+    for what, value in (("agent id", envelope.payload.new_agent_id), ("group id", envelope.group_id)):
+        if (problem := id_problem(value)) is not None:  # the adapter would refuse it: do not start it
+            return f"the {what} {value!r} of the launch request {problem}"
+    return None
 
 
 def _ids(request: LaunchRequest, group_id: str) -> dict[str, str]:

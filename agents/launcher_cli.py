@@ -122,6 +122,10 @@ def launcher(
 ) -> None:
     """Start the agents of launch requests (approved delegations, retries), each under an adapter.
 
+    A request is acknowledged once its agent started, so it is started at least once: a launcher killed
+    between the start and the acknowledgement leaves a request that is started again. SIGTERM or
+    Ctrl-C stops the agents this launcher started; SIGKILL leaves them running.
+
     With --metrics-port it serves Prometheus metrics: task entries read (subagent_bus_entries_in), agents
     launched, launch failures and agents running. The adapters it starts do not inherit the port.
     """

@@ -15,7 +15,7 @@ from agents.delivery import DeliverySpec
 from agents.transcript import Format
 from bus.ops import Ops, ops_options
 
-__all__ = ["MAX_ID_CHARS", "Common", "check_id", "common_options", "format_option"]
+__all__ = ["MAX_ID_CHARS", "Common", "check_id", "common_options", "format_option", "id_problem"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -24,17 +24,23 @@ MAX_ID_CHARS: Final = 256
 """The longest agent or group id an envelope carries."""
 
 
-def check_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """Click callback for an agent or group id: 1 to 256 characters, not blank, no control characters
-    (an id is written into YAML signal templates and log lines). A bad one is a usage error."""
-    if value is None:
-        return None
+def id_problem(value: str) -> str | None:
+    """What is wrong with an agent or group id, if anything: it must have 1 to 256 characters, not
+    blank, and no control characters (an id is written into YAML signal templates and log lines)."""
     if not value.strip():
-        raise click.BadParameter("must not be empty")
+        return "must not be empty"
     if len(value) > MAX_ID_CHARS:
-        raise click.BadParameter(f"must be at most {MAX_ID_CHARS} characters")
+        return f"must be at most {MAX_ID_CHARS} characters"
     if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
-        raise click.BadParameter("must not contain control characters (a newline, a tab...)")
+        return "must not contain control characters (a newline, a tab...)"
+    return None
+
+
+def check_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Click callback for an agent or group id (see :func:`id_problem`); a bad one is a usage error."""
+    problem = None if value is None else id_problem(value)
+    if problem is not None:
+        raise click.BadParameter(problem)
     return value
 
 

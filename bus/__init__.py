@@ -18,6 +18,7 @@ from bus.errors import (
     DecodeError,
     EmbeddedRedisError,
     EnvelopeTooLarge,
+    NamespaceMissing,
     ProtocolError,
 )
 from bus.keys import Keys, StreamKind, open_namespace
@@ -40,6 +41,7 @@ __all__ = [
     "EnvelopeType",
     "Keys",
     "Kind",
+    "NamespaceMissing",
     "ProtocolError",
     "Publisher",
     "Settings",

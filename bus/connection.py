@@ -31,6 +31,7 @@ from bus.settings import DEFAULT_SOCKET_TIMEOUT, MAX_SHARDS, MIN_SOCKET_TIMEOUT,
 __all__ = [
     "Client",
     "as_text",
+    "check_block",
     "connect",
     "default_url",
     "down",
@@ -150,6 +151,17 @@ async def _cluster_client(settings: Settings) -> redis.asyncio.RedisCluster:
         await client.aclose()
         raise
     return client
+
+
+def check_block(client: Client, block_ms: int) -> None:
+    """Refuse a blocking read of ``block_ms`` that ``client``'s socket timeout would cut (a
+    :class:`ConfigError`): the wait of a blocked read counts against the timeout."""
+    if isinstance(client, redis.asyncio.RedisCluster):
+        timeout = client.connection_kwargs.get("socket_timeout")
+    else:
+        timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+    if isinstance(timeout, int | float) and block_ms >= timeout * 1000:
+        raise ConfigError(f"block_ms {block_ms} is not below the client's socket timeout ({timeout:g}s)")
 
 
 def _db_of(url: str) -> int:

@@ -19,7 +19,7 @@ from typing import Any, Final, NamedTuple
 import redis.asyncio
 from redis.crc import key_slot
 
-from bus.connection import Client, as_text, translated
+from bus.connection import Client, as_text, check_block, translated
 from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, decode
 from bus.errors import CommandFailed, ConfigError, ConnectionFailed, DecodeError
 from bus.keys import dead_stream_for
@@ -148,9 +148,7 @@ class Consumer:
     ) -> None:
         if batch < 1 or block_ms < 0 or reclaim_idle_ms < 0 or max_deliveries < 1:
             raise ConfigError("batch and max_deliveries must be >= 1, block_ms and reclaim_idle_ms >= 0")
-        timeout = _socket_timeout(client)
-        if timeout is not None and block_ms >= timeout * 1000:
-            raise ConfigError(f"block_ms {block_ms} is not below the client's socket timeout ({timeout:g}s)")
+        check_block(client, block_ms)
         if not (stream and group and name):
             raise ConfigError("a consumer needs a stream, a group and a name")
         self.client = client
@@ -245,21 +243,22 @@ class Consumer:
     # -- reading ---------------------------------------------------------------------------------------
 
     async def _read(self, block_ms: int | None) -> list[Delivery]:
-        if self._own_cursor is not None:
-            own = await self._read_own(self._own_cursor)
-            if own:
-                return own
-        if time.monotonic() >= self._next_reclaim:
-            claimed = await self._reclaim()
-            if claimed:
-                return claimed
         try:
+            if self._own_cursor is not None:
+                own = await self._read_own(self._own_cursor)
+                if own:
+                    return own
+            if time.monotonic() >= self._next_reclaim:
+                claimed = await self._reclaim()
+                if claimed:
+                    return claimed
             with translated():
                 reply = await self.client.xreadgroup(
                     self.group, self.name, {self.stream: ">"}, count=self.batch, block=block_ms
                 )
         except ConnectionFailed:
-            # A lost reply may have delivered entries: the next read takes them from the pending list.
+            # A lost reply (of a read or a claim) may have given this consumer entries: the next read
+            # takes them from its pending list.
             self._own_cursor = "0"
             raise
         return [self._delivery(entry_id, fields, 1) for entry_id, fields in stream_entries(reply)]
@@ -381,14 +380,6 @@ class Consumer:
             reason=reason,
             deliveries=delivery.deliveries,
         )
-
-
-def _socket_timeout(client: Client) -> float | None:
-    if isinstance(client, redis.asyncio.RedisCluster):
-        timeout = client.connection_kwargs.get("socket_timeout")
-    else:
-        timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
-    return float(timeout) if isinstance(timeout, int | float) else None
 
 
 def stream_entries(reply: Any) -> list[tuple[Any, Mapping[Any, Any]]]:

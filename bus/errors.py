@@ -14,6 +14,7 @@ __all__ = [
     "DecodeError",
     "EmbeddedRedisError",
     "EnvelopeTooLarge",
+    "NamespaceMissing",
     "ProtocolError",
 ]
 
@@ -24,6 +25,10 @@ class BusError(Exception):
 
 class ConfigError(BusError):
     """A setting, URL, policy file or command-line value is invalid."""
+
+
+class NamespaceMissing(ConfigError):
+    """The namespace does not exist on the server, and the caller asked not to create it."""
 
 
 class ConnectionFailed(BusError):

@@ -19,7 +19,7 @@ from enum import StrEnum
 from typing import Final
 
 from bus.connection import Client, translated
-from bus.errors import ConfigError
+from bus.errors import ConfigError, NamespaceMissing
 from bus.settings import MAX_SHARDS, NAMESPACE_PATTERN
 
 __all__ = ["Keys", "StreamKind", "dead_stream_for", "meta_key", "open_namespace"]
@@ -101,18 +101,27 @@ def dead_stream_for(stream: str) -> str:
     return f"{stream}:{StreamKind.DEAD.value}"
 
 
-async def open_namespace(client: Client, namespace: str, shards: int | None = None) -> Keys:
+async def open_namespace(
+    client: Client, namespace: str, shards: int | None = None, *, create: bool = True
+) -> Keys:
     """The keys of ``namespace``, creating it with ``shards`` shards (8 when none) if it does not exist.
 
     The shard count is fixed at creation (``SET {ns}:meta <shards> NX``): moving every key to new shards
     is not something a connecting process may do. So asking for a count that differs from an existing
     namespace's is a :class:`ConfigError`; ``shards=None`` takes whatever the namespace has.
+    ``create=False`` (readers, whose mistyped ``--namespace`` must not fix a count before the
+    coordinator does) raises :class:`NamespaceMissing` instead of creating it.
     """
     key = meta_key(namespace)
     Keys(namespace, shards or DEFAULT_SHARDS)  # validates the name before anything is written
     with translated():
         # Read first: read-only roles (adapters, observers) may GET the meta key but not SET it.
         stored = await client.get(key)
+        if stored is None and not create:
+            raise NamespaceMissing(
+                f"namespace {namespace!r} does not exist on this server (no {key}): check --namespace, "
+                "or start what creates it (a coordinator, an adapter) first"
+            )
         if stored is None:
             await client.set(key, str(shards or DEFAULT_SHARDS), nx=True)
             stored = await client.get(key)

@@ -25,7 +25,15 @@ from bus.errors import CommandFailed, ConfigError
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.settings import Settings
 
-__all__ = ["trim", "trim_command", "trim_inboxes", "trim_kind", "trim_namespace"]
+__all__ = [
+    "existing_namespace",
+    "stream_id",
+    "trim",
+    "trim_command",
+    "trim_inboxes",
+    "trim_kind",
+    "trim_namespace",
+]
 
 _STREAM_ID: Final = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
 _acked_support: weakref.WeakKeyDictionary[Client, bool] = weakref.WeakKeyDictionary()
@@ -93,10 +101,17 @@ return redis.call('XTRIM', key, 'MINID', '=', successor(cut))
 """
 
 
-def _normalise_id(minid: str) -> str:
-    match = _STREAM_ID.match(minid)
+async def existing_namespace(client: Client, settings: Settings) -> Keys:
+    """The keys of the namespace ``settings`` names, a :class:`NamespaceMissing` when it does not exist:
+    a reader or a trim that created it would fix its shard count before the coordinator meant to."""
+    return await open_namespace(client, settings.namespace, settings.shards, create=False)
+
+
+def stream_id(text: str) -> str:
+    """``ms`` or ``ms-seq`` as a full stream id; a :class:`ConfigError` for anything else."""
+    match = _STREAM_ID.match(text)
     if match is None or int(match[1]) >= 2**64 or int(match[2] or 0) >= 2**64:
-        raise ConfigError(f"{minid!r} is not a stream id (ms or ms-seq)")
+        raise ConfigError(f"{text!r} is not a stream id (ms or ms-seq)")
     return f"{int(match[1])}-{int(match[2] or 0)}"
 
 
@@ -109,7 +124,7 @@ async def trim(client: Client, stream: str, *, maxlen: int | None = None, minid:
     """
     if maxlen is not None and maxlen < 0:
         raise ConfigError("maxlen must be >= 0")
-    floor_id = _normalise_id(minid) if minid is not None else None
+    floor_id = stream_id(minid) if minid is not None else None
     # XTRIM takes one bound: ACKED serves a single bound, the script serves none or both.
     if (maxlen is None) != (floor_id is None) and _acked_support.get(client, True):
         removed = await _trim_acked(client, stream, maxlen, floor_id)
@@ -242,7 +257,7 @@ def trim_command(
     async def main() -> list[tuple[str, int]]:
         client = await connect(settings)
         try:
-            keys = await open_namespace(client, settings.namespace, settings.shards)
+            keys = await existing_namespace(client, settings)
             plan = [(StreamKind.SIGNALS, signals), (StreamKind.EVENTS, events), (StreamKind.TASKS, tasks)]
             if dead is not None:
                 plan.append((StreamKind.DEAD, dead))

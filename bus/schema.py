@@ -54,7 +54,8 @@ def _render(type_: EnvelopeType) -> bytes:
 def schema(type_name: str | None, write: bool, list_types: bool) -> None:
     """Print the JSON Schema of an envelope TYPE (e.g. STOP_WORK), or of all of them.
 
-    Every stream entry is one field `data` holding JSON that matches one of these schemas.
+    Every stream entry but a dead letter (fields reason, stream, entry_id, deliveries and the original
+    data) is one field `data` holding JSON that matches one of these schemas.
     """
     if list_types:
         for type_, (kind, _) in PAYLOADS.items():

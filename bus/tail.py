@@ -9,27 +9,39 @@ id order as it arrives.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import click
-import orjson
 
 from bus.connection import Client, as_text, connect, redis_options, translated
 from bus.consumer import Ack, Consumer, Delivery, stream_entries
-from bus.envelope import decode
-from bus.errors import BusError, DecodeError
-from bus.keys import Keys, StreamKind, open_namespace
+from bus.display import format_item
+from bus.errors import BusError, CommandFailed, ConfigError, ConnectionFailed
+from bus.keys import Keys, StreamKind
+from bus.retention import existing_namespace, stream_id
 from bus.settings import Settings
 
 __all__ = ["Item", "TailOptions", "format_item", "tail", "tail_streams"]
 
 _BATCH = 100
 _FOLLOW_BLOCK_MS = 1000
+_RETRY_FIRST_S = 0.2
+_RETRY_MAX_S = 5.0
+_RELEASE_MAX = 4 * _BATCH  # a consumer holds at most the batch in hand and one whose read was cut short
+_RELEASED_IDLE_MS = 86_400_000  # idle past any reclaim threshold, not past the server's clock
+_RELEASE_TIMEOUT_S = 5.0
+T = TypeVar("T")
+
+
+def _stderr(message: str) -> None:
+    click.echo(f"subagent-bus tail: {message}", err=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,13 +71,55 @@ class TailOptions:
     """With ``group``: fetch every field of each entry, not only ``data`` (the dead-letter streams)."""
 
 
-class _Cursor:
-    """A plain reader: XREAD from a cursor, nothing stored in Redis."""
+class _Link:
+    """How the readers meet a lost connection. A follower says so once on stderr and tries each call again
+    with backoff until the server answers; otherwise the error is the command's."""
 
-    def __init__(self, client: Client, shard: int, stream: str, cursor: str) -> None:
-        self.client, self.shard, self.stream, self.cursor = client, shard, stream, cursor
+    def __init__(self, retry: bool, log: Callable[[str], None]) -> None:
+        self.retry, self.log = retry, log
+        self._failing: set[int] = set()
+        self._down = False
+
+    async def call(self, who: int, op: Callable[[], Awaitable[T]]) -> T:
+        delay = _RETRY_FIRST_S
+        while True:
+            try:
+                result = await op()
+            except ConnectionFailed as exc:
+                if not self.retry:
+                    raise
+                if who not in self._failing and not self._down:
+                    self.log(f"lost the server: {exc}; retrying until it answers")
+                    self._down = True
+                self._failing.add(who)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RETRY_MAX_S)
+                continue
+            if who in self._failing:
+                self._failing.discard(who)
+                if self._down:
+                    self.log("reconnected to the server; resuming where the tail stopped")
+                    self._down = False
+            return result
+
+
+class _Cursor:
+    """A plain reader: XREAD from a cursor, nothing stored in Redis. Every call goes through the link; the
+    cursor moves only with a reply, so a read whose reply was lost is simply made again."""
+
+    def __init__(self, link: _Link, client: Client, shard: int, stream: str, cursor: str) -> None:
+        self.link, self.client, self.shard, self.stream, self.cursor = link, client, shard, stream, cursor
 
     async def start(self) -> None:
+        await self.link.call(self.shard, self._start)
+
+    async def fetch(self, block_ms: int | None) -> list[Item]:
+        return await self.link.call(self.shard, lambda: self._fetch(block_ms))
+
+    async def done(self, items: Sequence[Item]) -> None:
+        return None
+
+    async def _start(self) -> None:
         if self.cursor == "$":
             with translated():
                 last = stream_entries(
@@ -73,7 +127,7 @@ class _Cursor:
                 )
             self.cursor = as_text(last[0][0]) if last else "0-0"
 
-    async def fetch(self, block_ms: int | None) -> list[Item]:
+    async def _fetch(self, block_ms: int | None) -> list[Item]:
         with translated():
             reply = await self.client.xread({self.stream: self.cursor}, count=_BATCH, block=block_ms)
         items = [Item(self.shard, as_text(entry_id), fields) for entry_id, fields in stream_entries(reply)]
@@ -81,71 +135,112 @@ class _Cursor:
             self.cursor = items[-1].entry_id
         return items
 
+
+class _Grouped(_Cursor):
+    """A reader with its own consumer group: entries are acknowledged once printed, before the next read,
+    so after a lost connection this consumer's pending entries are exactly those a lost reply delivered:
+    a new Consumer object reads them first. ``cursor`` is only where the group starts."""
+
+    def __init__(self, link: _Link, client: Client, shard: int, stream: str, options: TailOptions) -> None:
+        super().__init__(link, client, shard, stream, options.start)
+        self.group, self.all_fields = options.group or "", options.all_fields
+        self.name = f"tail-{socket.gethostname()}-{os.getpid()}"
+        self.consumer = self._consumer()
+        self.last_id: str | None = None
+
+    def _consumer(self) -> Consumer:
+        return Consumer(self.client, self.stream, self.group, self.name, batch=_BATCH, block_ms=0)
+
     async def done(self, items: Sequence[Item]) -> None:
-        return None
+        if items:
+            await self.link.call(self.shard, lambda: self._done(items))
 
+    async def _start(self) -> None:
+        await self.consumer.ensure_group(self.cursor)
 
-class _Grouped:
-    """A reader with its own consumer group: entries are acknowledged once printed."""
+    async def _fetch(self, block_ms: int | None) -> list[Item]:
+        try:
+            return await self._read(block_ms)
+        except ConnectionFailed:
+            self.consumer = self._consumer()
+            raise
 
-    def __init__(
-        self, client: Client, shard: int, stream: str, group: str, start: str, *, all_fields: bool
-    ) -> None:
-        name = f"tail-{socket.gethostname()}-{os.getpid()}"
-        self.shard, self.stream, self.start_id, self.all_fields = shard, stream, start, all_fields
-        self.consumer = Consumer(client, stream, group, name, batch=_BATCH, block_ms=0)
-
-    async def start(self) -> None:
-        await self.consumer.ensure_group(self.start_id)
-
-    async def fetch(self, block_ms: int | None) -> list[Item]:
+    async def _read(self, block_ms: int | None) -> list[Item]:
         self.consumer.block_ms = block_ms or 0
-        deliveries = await self.consumer.read()
+        try:
+            deliveries = await self.consumer.read()
+        except CommandFailed as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            # The server lost the group (restarted without its data): a new one starts after the last
+            # entry printed; "$" would skip what was written since the restart.
+            await self.consumer.ensure_group(self.last_id or ("0" if self.cursor == "$" else self.cursor))
+            deliveries = await self.consumer.read()
         if not self.all_fields:
             return [
                 Item(self.shard, d.entry_id, {b"data": d.raw} if d.raw is not None else {})
                 for d in deliveries
             ]
-        fields = await self._fields([d.entry_id for d in deliveries])
+        pipe = self.client.pipeline(transaction=False)
+        for d in deliveries:
+            pipe.xrange(self.stream, d.entry_id, d.entry_id)
+        with translated():
+            replies = await pipe.execute() if deliveries else []
+        fields = {as_text(reply[0][0]): reply[0][1] for reply in replies if reply}
         return [Item(self.shard, d.entry_id, fields.get(d.entry_id, {})) for d in deliveries]
 
-    async def _fields(self, ids: list[str]) -> dict[str, Mapping[bytes, bytes]]:
-        if not ids:
-            return {}
-        pipe = self.consumer.client.pipeline(transaction=False)
-        for entry_id in ids:
-            pipe.xrange(self.stream, entry_id, entry_id)
-        with translated():
-            replies = await pipe.execute()
-        return {as_text(reply[0][0]): reply[0][1] for reply in replies if reply}
+    async def _done(self, items: Sequence[Item]) -> None:
+        await self.consumer.settle(
+            [(Delivery(i.entry_id, None, None, None, 1), Ack.ACK, None) for i in items]
+        )
+        self.last_id = items[-1].entry_id
 
-    async def done(self, items: Sequence[Item]) -> None:
-        if items:
-            settled = [(Delivery(item.entry_id, None, None, None, 1), Ack.ACK, None) for item in items]
-            await self.consumer.settle(settled)
+    async def release(self) -> None:
+        """Hand back what this consumer was delivered and did not print (a batch past ``--count``, a read
+        cut short): made long idle, it is what the group's next reader claims first, in order."""
+        with translated():
+            held = await self.client.xpending_range(
+                self.stream, self.group, "-", "+", _RELEASE_MAX, consumername=self.name
+            )
+            ids: list[Any] = [entry["message_id"] for entry in held]
+            if ids:
+                await self.client.xclaim(
+                    self.stream, self.group, self.name, 0, ids, idle=_RELEASED_IDLE_MS, justid=True
+                )
 
 
 _Reader = _Cursor | _Grouped
 
 
 async def tail_streams(
-    client: Client, streams: Sequence[tuple[int, str]], options: TailOptions, emit: Callable[[Item], bool]
+    client: Client,
+    streams: Sequence[tuple[int, str]],
+    options: TailOptions,
+    emit: Callable[[Item], bool],
+    log: Callable[[str], None] = _stderr,
 ) -> int:
     """Read ``streams`` (shard, key) and pass each entry to ``emit`` (which says whether it counted);
     returns the number counted. Stops at ``options.count``, after ``options.timeout`` seconds without
-    entries, or never."""
+    entries, or never. Without a timeout a lost connection is reported to ``log`` and retried; with one
+    it raises :class:`~bus.errors.ConnectionFailed`."""
+    link = _Link(options.timeout is None, log)
     readers: list[_Reader] = [
-        _Grouped(client, shard, key, options.group, options.start, all_fields=options.all_fields)
+        _Grouped(link, client, shard, key, options)
         if options.group
-        else _Cursor(client, shard, key, options.start)
+        else _Cursor(link, client, shard, key, options.start)
         for shard, key in streams
     ]
     for reader in readers:
         await reader.start()
     budget = _Budget(options.count, emit)
-    await _catch_up(readers, budget)
-    if not budget.full:
-        await _follow(readers, budget, options.timeout)
+    try:
+        await _catch_up(readers, budget)
+        if not budget.full:
+            await _follow(readers, budget, options.timeout)
+    finally:
+        with contextlib.suppress(BusError, TimeoutError):
+            async with asyncio.timeout(_RELEASE_TIMEOUT_S):
+                await asyncio.gather(*(r.release() for r in readers if isinstance(r, _Grouped)))
     return budget.counted
 
 
@@ -224,50 +319,6 @@ async def _emit_sorted(batch: list[tuple[Item, _Reader]], budget: _Budget) -> No
         await reader.done(items)
 
 
-# -- formatting ----------------------------------------------------------------------------------------
-
-
-def format_item(item: Item, *, as_json: bool, dead: bool) -> tuple[bytes | str | None, str | None]:
-    """(stdout line, stderr warning) for one entry; a line only for an envelope or a dead letter."""
-    raw = item.fields.get(b"data")
-    if dead:
-        return _dead_line(item, raw, as_json=as_json), None
-    try:
-        envelope = decode(raw)
-    except DecodeError as exc:
-        return None, f"skipped entry {item.entry_id} of shard {item.shard}: {exc}"
-    if as_json and raw is not None:
-        return raw, None
-    payload = orjson.dumps(envelope.payload.model_dump(mode="json", exclude_none=True)).decode()
-    text = (
-        f"{envelope.ts.isoformat()} s{item.shard} {item.entry_id} {envelope.kind.value}/{envelope.type.value} "
-        f"{envelope.agent_id}@{envelope.group_id} {_cut(payload, 160)}"
-    )
-    return text, None
-
-
-def _dead_line(item: Item, raw: bytes | None, *, as_json: bool) -> bytes | str:
-    info = {
-        key.decode(errors="replace"): value.decode(errors="replace") for key, value in item.fields.items()
-    }
-    info.pop("data", None)
-    if as_json:
-        try:
-            data: object = orjson.loads(raw) if raw is not None else None
-        except orjson.JSONDecodeError:
-            data = raw.decode(errors="replace") if raw is not None else None
-        return orjson.dumps({"dead_id": item.entry_id, "shard": item.shard, **info, "data": data})
-    where = f"{info.get('stream', '?')} {info.get('entry_id', '?')}"
-    return (
-        f"s{item.shard} {item.entry_id} dead from {where} after {info.get('deliveries', '?')} deliveries: "
-        f"{info.get('reason', '?')}"
-    )
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 # -- the command ---------------------------------------------------------------------------------------
 
 
@@ -278,6 +329,8 @@ def _streams(keys: Keys, stream: str, group_id: str | None) -> list[tuple[int, s
             raise click.BadParameter("inbox:AGENT needs an agent id", param_hint="--stream")
         shards = [keys.shard_of(group_id)] if group_id else list(keys.all_shards())
         return [(shard, keys.inbox(shard, agent)) for shard in shards]
+    if group_id is not None:
+        raise click.BadParameter("applies only to --stream inbox:AGENT", param_hint="--group-id")
     try:
         kind = StreamKind(stream)
     except ValueError:
@@ -293,7 +346,7 @@ async def _tail(
 ) -> int:
     client = await connect(settings)
     try:
-        keys = await open_namespace(client, settings.namespace, settings.shards)
+        keys = await existing_namespace(client, settings)
         streams = _streams(keys, stream, group_id)
         dead = stream == StreamKind.DEAD.value
 
@@ -349,10 +402,19 @@ def tail(
 ) -> None:
     """Print the entries of a stream across all shards, oldest first, then follow.
 
-    Without --count or --timeout it follows until Ctrl-C (exit status 130). Entries that are not valid
-    envelopes are reported on stderr and skipped. With --json, dead letters print as one JSON object
-    each: the dead-letter fields plus the original data (parsed when it is JSON).
+    Without --count or --timeout it follows until Ctrl-C (exit status 130). Without --timeout a lost
+    connection is said on stderr and retried until the server answers, resuming where it stopped; with
+    --timeout it is an error (exit status 1). With --group, what was read and not printed (past --count)
+    goes to the group's next reader first. Entries that are not valid envelopes are reported on stderr
+    and skipped. With --json, dead letters print as one JSON object each: the dead-letter fields plus the
+    original data (parsed when it is JSON).
     """
+    if group == "":
+        raise click.BadParameter("a consumer group needs a name", param_hint="--group")
+    try:
+        start = start if start == "$" else stream_id(start)
+    except ConfigError:
+        raise click.BadParameter(f"{start!r} is not 0, $, MS or MS-SEQ", param_hint="--from") from None
     dead = stream == StreamKind.DEAD.value
     options = TailOptions(start=start, count=count, timeout=timeout, group=group, all_fields=dead)
     try:

@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 import click
 import orjson
 
 from bus.connection import Client, connect, redis_options, run_command
-from bus.errors import BusError
+from bus.errors import BusError, NamespaceMissing
 from bus.fields import Model
 from bus.findings import Finding
 from bus.keys import Keys, open_namespace
@@ -32,6 +34,8 @@ from coordinator.view import iter_findings, load_groups
 __all__ = ["commands"]
 
 
+T = TypeVar("T")
+
 _POLICY = click.option(
     "--policy",
     "policy_path",
@@ -48,9 +52,18 @@ def _policy(path: Path | None) -> Policy:
         raise click.BadParameter(str(exc), param_hint="--policy") from None
 
 
-async def _open(settings: Settings) -> tuple[Client, Keys]:
+async def _read(settings: Settings, read: Callable[[Client, Keys], Awaitable[T]], nothing: T) -> T:
+    """``read`` over the namespace; ``nothing`` when it does not exist yet: a view does not create it
+    (a mistyped --namespace would fix a shard count before the coordinator meant to)."""
     client = await connect(settings)
-    return client, await open_namespace(client, settings.namespace, settings.shards)
+    try:
+        try:
+            keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
+        except NamespaceMissing:
+            return nothing
+        return await read(client, keys)
+    finally:
+        await client.aclose()
 
 
 def _dump(value: object) -> str:
@@ -113,7 +126,8 @@ def run_coordinator(
     tune_gc()
 
     async def main() -> int:
-        client, keys = await _open(settings)
+        client = await connect(settings)
+        keys = await open_namespace(client, settings.namespace, settings.shards)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -138,7 +152,7 @@ _ATTACH = """\
 subagent-bus is up: Redis at {url}, namespace {ns}, a coordinator in this terminal.
 
 From other terminals or machines (Redis must be reachable there):
-  export SUBAGENT_BUS_REDIS_URL={url}
+  export SUBAGENT_BUS_REDIS_URL={url} SUBAGENT_BUS_NAMESPACE={ns}
   subagent-bus adapter watch OUTPUT_FILE --agent-id ID --group GROUP   # a background agent's output file
   subagent-bus adapter run --agent-id ID --group GROUP -- COMMAND ...  # wrap an agent command
   subagent-bus launcher --command 'claude -p {{prompt}}'                # start approved delegations
@@ -169,7 +183,9 @@ def up(
         run_coordinator,
         redis_url=settings.url,
         namespace=settings.namespace,
+        shards=settings.shards,
         cluster=settings.cluster,
+        socket_timeout=settings.socket_timeout,
         policy_path=policy_path,
         metrics_port=metrics_port,
         log_json=log_json,
@@ -183,17 +199,16 @@ def up(
     )
 
 
-async def _summaries(settings: Settings, group_id: str | None) -> list[GroupSummary]:
-    client, keys = await _open(settings)
-    try:
+async def _summaries(settings: Settings, group_id: str | None = None) -> list[GroupSummary]:
+    async def read(client: Client, keys: Keys) -> list[GroupSummary]:
         return [summarize(state) for state in await load_groups(client, keys, group_id)]
-    finally:
-        await client.aclose()
+
+    return await _read(settings, read, [])
 
 
-def _status_lines(summaries: list[GroupSummary], group_id: str | None) -> list[str]:
+def _status_lines(summaries: list[GroupSummary], group_id: str | None, namespace: str) -> list[str]:
     if not summaries:
-        return ["no groups yet" + (f" named {group_id}" if group_id else "")]
+        return [f"no groups yet{f' named {group_id}' if group_id else ''} in namespace {namespace!r}"]
     return [line for summary in summaries for line in render(summary)]
 
 
@@ -223,10 +238,10 @@ def status(settings: Settings, group_id: str | None, as_json: bool, watch: float
         if as_json:
             click.echo(_dump([s.model_dump(mode="json") for s in summaries]))
         else:
-            click.echo("\n".join(_status_lines(summaries, group_id)))
+            click.echo("\n".join(_status_lines(summaries, group_id, settings.namespace)))
         return
     while True:  # until Ctrl-C, which exits 130 like any other command's
-        lines = _status_lines(run_command(_summaries(settings, group_id)), group_id)
+        lines = _status_lines(run_command(_summaries(settings, group_id)), group_id, settings.namespace)
         click.clear()
         click.echo(f"subagent-bus status  (every {watch:g}s, Ctrl-C to quit)\n" + "\n".join(lines))
         time.sleep(watch)  # a refresh interval the user asked for, not a wait for an event
@@ -238,14 +253,7 @@ def status(settings: Settings, group_id: str | None, as_json: bool, watch: float
 def inbox(settings: Settings, as_json: bool) -> None:
     """What waits for a human: questions, blockers, delegations to approve, escalations."""
 
-    async def main() -> list[GroupSummary]:
-        client, keys = await _open(settings)
-        try:
-            return [summarize(state) for state in await load_groups(client, keys)]
-        finally:
-            await client.aclose()
-
-    summaries = run_command(main())
+    summaries = run_command(_summaries(settings))
     if as_json:
         items: dict[str, list[Model]] = {
             "questions": [q for s in summaries for q in s.open_questions if not q.answered],
@@ -275,19 +283,15 @@ def _merged_rows(merged: list[MergedFinding]) -> list[str]:
 def _read_findings(settings: Settings, group_id: str | None) -> list[Finding]:
     """Every finding in the findings stream (of one group, or of all), with progress on a terminal."""
 
-    async def main() -> list[Finding]:
-        client, keys = await _open(settings)
-        try:
-            with Progress() as progress:
+    async def read(client: Client, keys: Keys) -> list[Finding]:
+        with Progress() as progress:
 
-                def shown(read: int) -> None:
-                    progress.update(f"reading the findings stream: {read:,} entries")
+            def shown(read: int) -> None:
+                progress.update(f"reading the findings stream: {read:,} entries")
 
-                return [f async for _, f, _, _ in iter_findings(client, keys, group_id, on_page=shown)]
-        finally:
-            await client.aclose()
+            return [f async for _, f, _, _ in iter_findings(client, keys, group_id, on_page=shown)]
 
-    return run_command(main())
+    return run_command(_read(settings, read, []))
 
 
 @click.group("findings", invoke_without_command=True)

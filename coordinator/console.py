@@ -11,32 +11,27 @@ import re
 import shlex
 
 from bus.directives import RecoveryOption
+from bus.display import one_line
 from coordinator.rules import GroupSummary
 from coordinator.rules.summary import AgentSummary
 
 __all__ = ["bar", "inbox_lines", "render"]
 
 _WIDTH = 20
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _SPACES = re.compile(r"\s+")
-
-
-def _id(text: str) -> str:
-    """An id as one line: control characters escaped (``\\n``, ``\\x1b``)."""
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def _text(text: str) -> str:
     """A text as one line: runs of white space (newlines too) become one space, other controls escaped."""
-    return _id(_SPACES.sub(" ", text).strip())
+    return one_line(_SPACES.sub(" ", text).strip())
 
 
 def _arg(text: str) -> str:
     """An id as a shell argument; one with control characters in bash's ``$'...'`` quoting."""
-    if not _CONTROL.search(text):
+    if one_line(text) == text:
         return shlex.quote(text)
     escaped = text.replace("\\", "\\\\").replace("'", "\\'")
-    return f"$'{_id(escaped)}'"
+    return f"$'{one_line(escaped)}'"
 
 
 def bar(percent: float | None, width: int = _WIDTH) -> str:
@@ -52,8 +47,8 @@ def _agent(agent: AgentSummary) -> str:
     flags = f"  violations: {_text(', '.join(agent.violations))}" if agent.violations else ""
     message = f"  {_text(agent.progress_message)}" if agent.progress_message else ""
     return (
-        f"  {_id(agent.agent_id):28} {agent.state.value:22} {bar(agent.percent)}{status}"
-        f"  applied {agent.applied} (last {_id(agent.last_applied_id or '-')}){flags}{message}"
+        f"  {one_line(agent.agent_id):28} {agent.state.value:22} {bar(agent.percent)}{status}"
+        f"  applied {agent.applied} (last {one_line(agent.last_applied_id or '-')}){flags}{message}"
     )
 
 
@@ -62,23 +57,24 @@ def render(summary: GroupSummary) -> list[str]:
     p = summary.progress
     verdict = f", verdict {summary.status.value}" if summary.status else ""
     lines = [
-        f"group {_id(summary.group_id)}: {p.completed}/{p.total} completed, {p.failed} failed, "
+        f"group {one_line(summary.group_id)}: {p.completed}/{p.total} completed, {p.failed} failed, "
         f"{p.active} active{verdict}; {summary.findings} merged findings"
     ]
     lines += [_agent(agent) for agent in summary.agents]
     lines += [
-        f"  ? {_id(q.agent_id)} {_id(q.question_id)}: {_text(q.text)}"
+        f"  ? {one_line(q.agent_id)} {one_line(q.question_id)}: {_text(q.text)}"
         for q in summary.open_questions
         if not q.answered
     ]
     lines += [
-        f"  ! {_id(b.agent_id)} blocked ({_id(b.blocker_type)}): {_text(b.details)}" for b in summary.blockers
+        f"  ! {one_line(b.agent_id)} blocked ({one_line(b.blocker_type)}): {_text(b.details)}"
+        for b in summary.blockers
     ]
     lines += [
-        f"  > delegation {_id(d.request_id)} from {_id(d.requester_id)} ({d.priority.value}) awaits approval"
+        f"  > delegation {one_line(d.request_id)} from {one_line(d.requester_id)} ({d.priority.value}) awaits approval"
         for d in summary.pending_delegations
     ]
-    lines += [f"  ^ escalated {_id(e.agent_id)}: {_text(e.reason)}" for e in summary.escalations]
+    lines += [f"  ^ escalated {one_line(e.agent_id)}: {_text(e.reason)}" for e in summary.escalations]
     return lines
 
 
@@ -86,10 +82,10 @@ def inbox_lines(summaries: list[GroupSummary]) -> list[str]:
     """What waits for a human, each item with the command that acts on it."""
     lines: list[str] = []
     for q in (q for s in summaries for q in s.open_questions if not q.answered):
-        lines.append(f"question  {_id(q.agent_id)} {_id(q.question_id)}: {_text(q.text)}")
+        lines.append(f"question  {one_line(q.agent_id)} {one_line(q.question_id)}: {_text(q.text)}")
         lines.append(f'          answer: subagent-bus answer {_arg(q.agent_id)} {_arg(q.question_id)}="..."')
     for b in (b for s in summaries for b in s.blockers):
-        lines.append(f"blocker   {_id(b.agent_id)} ({_id(b.blocker_type)}): {_text(b.details)}")
+        lines.append(f"blocker   {one_line(b.agent_id)} ({one_line(b.blocker_type)}): {_text(b.details)}")
         lines.append(f'          resolve: subagent-bus resolve {_arg(b.agent_id)} --resolution "..."')
         if "error" in (b.stop_reason, b.blocker_type):  # seed 003's recovery patterns apply
             options = "|".join(o.value for o in RecoveryOption)
@@ -97,8 +93,10 @@ def inbox_lines(summaries: list[GroupSummary]) -> list[str]:
     for d in (d for s in summaries for d in s.pending_delegations):
         request = _arg(d.request_id)
         lines.append(
-            f"delegate  {_id(d.request_id)} from {_id(d.requester_id)} ({d.priority.value}): {_text(d.task)[:80]}"
+            f"delegate  {one_line(d.request_id)} from {one_line(d.requester_id)} ({d.priority.value}): {_text(d.task)[:80]}"
         )
         lines.append(f"          subagent-bus approve {request}  |  subagent-bus deny {request} --reason ...")
-    lines += [f"escalated {_id(e.agent_id)}: {_text(e.reason)}" for s in summaries for e in s.escalations]
+    lines += [
+        f"escalated {one_line(e.agent_id)}: {_text(e.reason)}" for s in summaries for e in s.escalations
+    ]
     return lines or ["nothing waits for a human"]

@@ -15,6 +15,7 @@ import contextlib
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -33,7 +34,7 @@ from bus.envelope import decode
 from bus.errors import BusError, DecodeError
 from bus.events import Decision, DecisionType
 from bus.keys import Keys, StreamKind, open_namespace
-from bus.settings import Settings
+from bus.settings import Settings, redact
 from coordinator.policy import Policy
 from coordinator.rules import GroupSummary, MergedFinding, merge_findings, summarize
 from coordinator.view import iter_findings, load_groups
@@ -209,6 +210,11 @@ async def run_demo(
     settings: Settings, *, seconds: float, workdir: Path, say: Callable[[str], None]
 ) -> DemoResult:
     """Run the whole demo; the result lists problems instead of raising, so the summary always prints."""
+    # SIGTERM would kill only this process and orphan every process it started: cancel instead, so the
+    # `finally` below stops them (SIGINT does the same through asyncio.run).
+    task = asyncio.current_task()
+    if task is not None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     namespace = f"demo-{uuid.uuid4().hex[:6]}"
     demo = _Demo(settings.url, namespace, workdir / namespace, say)
     say(f"subagent-bus demo: Redis {settings.display_url()}, namespace {namespace}")
@@ -229,7 +235,7 @@ async def run_demo(
     return demo.result
 
 
-def _print_summary(result: DemoResult) -> None:
+def _print_summary(result: DemoResult, url_given: bool) -> None:
     echo = click.echo
     echo(f"\n== Agents (group {GROUP}, {result.seconds:.1f}s)")
     if result.summary:
@@ -258,7 +264,11 @@ def _print_summary(result: DemoResult) -> None:
     if result.problems:
         echo("\nPROBLEMS:\n  " + "\n  ".join(result.problems))
     else:
-        echo(f"\nEvery protocol played out. Explore: subagent-bus status --namespace {result.namespace}")
+        # a URL given on the command line is not what a bare `status` would reach
+        where = f"--redis-url {shlex.quote(redact(result.url))} " if url_given else ""
+        echo(
+            f"\nEvery protocol played out. Explore: subagent-bus status {where}--namespace {result.namespace}"
+        )
 
 
 @click.command()
@@ -280,10 +290,14 @@ def demo(settings: Settings, as_json: bool, timeout: float, workdir: Path) -> No
     shown as they happen; exit status 1 if any step did not happen.
     """
     say = (lambda _line: None) if as_json else click.echo
-    result = asyncio.run(run_demo(settings, seconds=timeout, workdir=workdir, say=say))
+    try:
+        result = asyncio.run(run_demo(settings, seconds=timeout, workdir=workdir, say=say))
+    except asyncio.CancelledError:  # SIGTERM: every process it started is stopped
+        sys.exit(128 + signal.SIGTERM)
     if as_json:
         click.echo(orjson.dumps(result.as_data(), option=orjson.OPT_INDENT_2).decode())
     else:
-        _print_summary(result)
+        source = click.get_current_context().get_parameter_source("redis_url")
+        _print_summary(result, url_given=source is click.core.ParameterSource.COMMANDLINE)
     if result.problems:
         sys.exit(1)

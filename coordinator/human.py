@@ -41,7 +41,7 @@ Build = Callable[[list[GroupState]], tuple[Payload, str, str]]
 async def _publish(settings: Settings, build: Build, source: str) -> str:
     client = await connect(settings)
     try:
-        keys = await open_namespace(client, settings.namespace, settings.shards)
+        keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
         payload, agent_id, group_id = build(await load_groups(client, keys))
         envelope = new_envelope(payload, agent_id=agent_id, group_id=group_id, source=source)
         await Publisher(client, keys).publish(envelope)

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bus import wire
-from bus.connection import Client, translated
+from bus.connection import Client, check_block, translated
 from bus.envelope import encode, new_envelope
 from bus.errors import BusError
 from bus.events import Tick
@@ -93,6 +93,7 @@ class Coordinator:
         options: CoordinatorOptions,
         metrics: Metrics | None = None,
     ) -> None:
+        check_block(client, options.block_ms)
         self.client = client
         self.metrics = metrics
         self.keys = keys

@@ -207,7 +207,10 @@ def test_shared_options_build_settings(redis_url: str) -> None:
 def test_shards_option_creates_a_namespace_and_refuses_another_count(redis_url: str) -> None:
     runner = CliRunner()
     base = ["status", "--json", "--redis-url", redis_url, "--namespace", "sharded"]
-    result = runner.invoke(main, [*base, "--shards", "4"])
+    assert runner.invoke(main, [*base, "--shards", "4"]).exit_code == 0  # a view creates nothing
+    assert redis.Redis.from_url(redis_url).get("{sharded}:meta") is None
+    coordinator = ["coordinator", "--burst", "--redis-url", redis_url, "--namespace", "sharded"]
+    result = runner.invoke(main, [*coordinator, "--shards", "4"])
     assert result.exit_code == 0, result.output
     assert redis.Redis.from_url(redis_url).get("{sharded}:meta") == b"4"
     assert runner.invoke(main, base).exit_code == 0  # without --shards: the namespace as it is

@@ -46,7 +46,7 @@ def coordinate(url: str) -> None:
 def publish(url: str, agent_id: str, *payloads: Payload) -> None:
     async def go() -> None:
         client = await connect(Settings.from_url(url))
-        keys = await open_namespace(client, "sbus", 8)
+        keys = await open_namespace(client, "sbus")
         envelopes = [new_envelope(p, agent_id=agent_id, group_id=GROUP, source="test") for p in payloads]
         await Publisher(client, keys).publish_many(envelopes)
         await client.aclose()
@@ -406,10 +406,15 @@ def test_a_bad_policy_file_is_a_usage_error(tmp_path: Path, redis_url: str) -> N
 def test_up_runs_a_coordinator_until_interrupted(tmp_path: Path, redis_url: str) -> None:
     log = tmp_path / "up.log"
     with log.open("wb") as stderr:
-        up = subprocess.Popen([CLI, "up", "--redis-url", redis_url], stdout=subprocess.DEVNULL, stderr=stderr)
+        up = subprocess.Popen(
+            [CLI, "up", "--redis-url", redis_url, "--shards", "3"], stdout=subprocess.DEVNULL, stderr=stderr
+        )
     try:
-        emit(redis_url, "bg-task-def456", STOP)
         deadline = time.monotonic() + 60
+        while ": 3 shards in namespace sbus" not in log.read_text():  # up passed --shards on
+            assert time.monotonic() < deadline and up.poll() is None, log.read_text()
+            time.sleep(0.05)
+        emit(redis_url, "bg-task-def456", STOP)
         while not any(a["agent_id"] == "bg-task-def456" for g in _groups(redis_url) for a in g["agents"]):
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)  # polling a separate process's effect; it has no other signal
@@ -420,7 +425,7 @@ def test_up_runs_a_coordinator_until_interrupted(tmp_path: Path, redis_url: str)
         if up.poll() is None:
             up.kill()
     text = log.read_text()
-    assert f"export SUBAGENT_BUS_REDIS_URL={redis_url}" in text
+    assert f"export SUBAGENT_BUS_REDIS_URL={redis_url} SUBAGENT_BUS_NAMESPACE=sbus" in text
     assert "subagent-bus adapter watch OUTPUT_FILE --agent-id ID --group GROUP" in text
 
 

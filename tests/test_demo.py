@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -49,4 +51,59 @@ def test_demo_text_output_ends_with_the_summary(redis_url: str, tmp_path: Path) 
     assert done.returncode == 0, done.stdout[-3000:]
     for heading in ("== Agents", "== Decisions", "== Human commands the demo typed", "== Merged findings"):
         assert heading in done.stdout
-    assert "Every protocol played out" in done.stdout
+    assert (
+        f"Every protocol played out. Explore: subagent-bus status --redis-url {redis_url} --namespace demo-"
+        in (done.stdout)
+    )
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, set[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), set()).add(int(stat.parent.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), set()) - found:
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_stops_every_process_the_demo_started(redis_url: str, tmp_path: Path) -> None:
+    demo = subprocess.Popen(
+        [CLI, "demo", "--redis-url", redis_url, "--workdir", str(tmp_path), "--timeout", "300"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    started: set[int] = set()
+    try:
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            if line.startswith("started a coordinator, a launcher"):
+                break
+        started = _descendants(demo.pid)
+        assert len(started) >= 5  # a coordinator, a launcher, three adapters
+        demo.send_signal(signal.SIGTERM)
+        demo.communicate(timeout=90)
+        assert demo.returncode == 128 + signal.SIGTERM
+        assert [pid for pid in started if _running(pid)] == []
+    finally:
+        for pid in started:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+        if demo.poll() is None:
+            demo.kill()

@@ -226,3 +226,15 @@ def test_the_trim_command_reports_what_it_removed_per_stream(redis_url: str) -> 
 
     bad = CliRunner().invoke(main, ["trim", "--redis-url", redis_url, "--signals", "-1"])
     assert bad.exit_code == 2 and "-1" in bad.output
+
+
+def test_trim_of_a_namespace_that_does_not_exist_is_an_error_and_does_not_create_it(redis_url: str) -> None:
+    result = CliRunner().invoke(main, ["trim", "--redis-url", redis_url, "--namespace", "typo"])
+    assert result.exit_code == 1
+    assert "namespace 'typo' does not exist" in result.output
+
+    async def created() -> int:
+        async with connected(redis_url) as client:
+            return int(await client.exists("{typo}:meta"))
+
+    assert asyncio.run(created()) == 0

@@ -127,6 +127,17 @@ def test_a_successful_retry_replaces_the_failed_attempt() -> None:
     assert feed.state.progress.render() == "1/1 completed, 0 failed, 0 active"
 
 
+def test_every_retry_restates_the_first_attempts_task_once() -> None:
+    feed = Feed(Policy(max_retries=2))
+    _start(feed, A)
+    feed.send(completion(A, "failed", "crashed"), A)
+    second = retry_agent_id(A, 2)
+    third = one(feed.send(completion(second, "failed", "crashed again"), second), EnvelopeType.LAUNCH)
+    assert third.new_agent_id == retry_agent_id(second, 3)
+    assert third.task.count("REDUCED SCOPE") == 1 and "(attempt 3)" in third.task
+    assert third.task.count("Original task:") == 1 and third.task.endswith(f"analyse module {A}")
+
+
 def test_no_retries_means_immediate_escalation() -> None:
     feed = Feed(Policy(max_retries=0))
     _start(feed, A)

@@ -61,3 +61,8 @@ def test_schema_command_lists_prints_all_and_writes_the_shipped_files(
     for type_ in EnvelopeType:
         name = f"{type_.value}.json"
         assert (tmp_path / "schemas" / name).read_bytes() == (SCHEMA_DIR / name).read_bytes()
+
+
+def test_schema_help_does_not_claim_dead_letters_are_envelopes() -> None:
+    help_text = " ".join(CliRunner().invoke(main, ["schema", "--help"]).output.split())
+    assert "Every stream entry but a dead letter" in help_text

@@ -153,9 +153,47 @@ def test_inbox_and_dead_streams(redis_url: str) -> None:
 
 @pytest.mark.parametrize("stream", ["nope", "inbox:"])
 def test_a_bad_stream_is_a_usage_error(redis_url: str, stream: str) -> None:
+    _publish(redis_url, _spread(1))
     result = _tail(redis_url, "--stream", stream)
     assert result.exit_code == 2
     assert "--stream" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (["--from", "abc"], "--from"),
+        (["--from", "-1"], "--from"),
+        (["--from", "18446744073709551616-0"], "--from"),
+        (["--group", ""], "--group"),
+    ],
+)
+def test_bad_start_ids_and_empty_group_names_are_usage_errors(
+    redis_url: str, args: list[str], hint: str
+) -> None:
+    _publish(redis_url, _spread(1))
+    result = _tail(redis_url, *args, "--timeout", "0.2")
+    assert result.exit_code == 2, result.output
+    assert hint in result.output
+
+
+def test_group_id_without_an_inbox_is_a_usage_error_not_ignored(redis_url: str) -> None:
+    _publish(redis_url, _spread(1))
+    result = _tail(redis_url, "--group-id", "alpha", "--from", "0", "--timeout", "0.2")
+    assert result.exit_code == 2
+    assert "--group-id" in result.output
+    assert "inbox:AGENT" in result.output
+
+
+def test_a_namespace_that_does_not_exist_is_an_error_and_is_not_created(redis_url: str) -> None:
+    result = CliRunner().invoke(
+        main, ["tail", "--redis-url", redis_url, "--namespace", "typo", "--timeout", "1"]
+    )
+    assert result.exit_code == 1
+    assert "namespace 'typo' does not exist" in result.stderr
+    raw = redis.Redis.from_url(redis_url)
+    assert raw.exists("{typo}:meta") == 0  # a later `coordinator --shards 32` can still create it
+    raw.close()
 
 
 async def test_follow_prints_entries_published_after_it_started(redis_url: str) -> None:
@@ -213,7 +251,42 @@ def test_without_a_url_the_local_server_is_used(tmp_path: Path, monkeypatch: pyt
     monkeypatch.delenv("SUBAGENT_BUS_REDIS_URL", raising=False)
     try:
         result = CliRunner().invoke(main, ["tail", "--timeout", "0.2"])
-        assert result.exit_code == 0, result.output
         assert "using local Redis at redis://127.0.0.1:" in result.stderr
+        assert "namespace 'sbus' does not exist" in result.stderr  # a fresh server: nothing created it
     finally:
         stop_local_server(tmp_path / ".subagent-bus")
+
+
+def test_control_characters_from_the_stream_cannot_break_lines_or_reach_the_terminal(redis_url: str) -> None:
+    evil = "evil\x1b[2J\nFAKE LINE\r"
+    shard = Keys("tl", 4).shard_of("alpha")
+    raw = redis.Redis.from_url(redis_url)
+    raw.xadd(f"{{tl:{shard}}}:signals", {"data": b'{"id": "\x1b[2J\n"}'})  # reported on stderr
+    _publish(redis_url, [progress(1, group_id="alpha", agent_id=evil)])
+    fields = dead_letter_fields(
+        stream=f"s\x1b]0;title\x07{evil}", entry_id="1-0", raw=b"x", reason=f"bad {evil}", deliveries=1
+    )
+    raw.xadd(f"{{tl:{shard}}}:dead", fields)  # type: ignore[arg-type]
+    raw.close()
+    for stream in ("signals", "dead"):
+        result = _tail(redis_url, "--stream", stream, "--from", "0", "--count", "1")
+        assert result.exit_code == 0, result.output
+        assert len(result.stdout.splitlines()) == 1, result.stdout
+        for text in (result.stdout, result.stderr):
+            assert not [c for c in text if (ord(c) < 32 and c != "\n") or 0x7F <= ord(c) <= 0x9F], text
+        assert "evil\\x1b[2J\\nFAKE LINE\\r" in result.stdout
+
+
+def test_json_output_is_one_line_per_envelope_even_when_stored_with_line_breaks(redis_url: str) -> None:
+    envelope = progress(1, group_id="alpha")
+    spread = orjson.dumps(orjson.loads(encode(envelope)), option=orjson.OPT_INDENT_2)
+    assert b"\n" in spread
+    _publish(redis_url, [progress(0, group_id="alpha")])
+    raw = redis.Redis.from_url(redis_url)
+    raw.xadd(f"{{tl:{Keys('tl', 4).shard_of('alpha')}}}:signals", {"data": spread})
+    raw.close()
+    result = _tail(redis_url, "--from", "0", "--count", "2", "--json")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2
+    assert orjson.loads(lines[1]) == orjson.loads(encode(envelope))

@@ -15,7 +15,7 @@ import signal
 import socket
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,10 @@ from bus.consumer import Ack, Consumer
 from bus.embedded import RedisProcess
 from bus.envelope import encode
 from bus.errors import ConfigError, ConnectionFailed
+from bus.keys import Keys
 from bus.settings import MIN_SOCKET_TIMEOUT, Settings
+from coordinator.policy import Policy
+from coordinator.service import Coordinator, CoordinatorOptions
 
 
 class Silent:
@@ -179,7 +182,7 @@ async def test_a_silent_sentinel_is_named_and_given_up_on_after_one_socket_timeo
     assert len(silent.connections) == 1  # not retried: the next Sentinel of the list is the retry
 
 
-def test_a_consumer_refuses_a_block_the_socket_timeout_would_cut() -> None:
+def test_consumers_refuse_a_block_the_socket_timeout_would_cut() -> None:
     client = redis.asyncio.Redis.from_url("redis://127.0.0.1:1/0", socket_timeout=2)
     with pytest.raises(ConfigError, match=r"block_ms 2000 is not below the client's socket timeout \(2s\)"):
         Consumer(client, "s", "g", "c", block_ms=2000)
@@ -188,14 +191,23 @@ def test_a_consumer_refuses_a_block_the_socket_timeout_would_cut() -> None:
     with pytest.raises(ConfigError, match="block_ms 1000"):
         Consumer(cluster, "{s}", "g", "c")
     Consumer(cluster, "{s}", "g", "c", block_ms=0)  # a read that does not block
+    with pytest.raises(ConfigError, match="block_ms 2000"):
+        Coordinator(client, Keys("ns", 4), Policy(), CoordinatorOptions(block_ms=2000))
+    Coordinator(client, Keys("ns", 4), Policy(), CoordinatorOptions(block_ms=1999))
+
+
+def _reads_new(request: bytes) -> bool:
+    return b"XREADGROUP" in request and b"\r\n>\r\n" in request
 
 
 class DroppingProxy:
-    """Forwards to a real Redis, but drops every reply on the connection that asked for new entries
-    (``XREADGROUP ... >``) first: the server delivered them, the client never hears of it."""
+    """Forwards to a real Redis, but drops every reply on the connection that sent a request matching
+    ``trigger`` first (by default one asking for new entries, ``XREADGROUP ... >``): the server
+    delivered them, the client never hears of it."""
 
-    def __init__(self, upstream_port: int) -> None:
+    def __init__(self, upstream_port: int, trigger: Callable[[bytes], bool] = _reads_new) -> None:
         self.upstream_port = upstream_port
+        self.trigger = trigger
         self.dropped = asyncio.Event()
         self._armed = True
         self._tasks: set[asyncio.Task[None]] = set()
@@ -217,7 +229,7 @@ class DroppingProxy:
         async def requests() -> None:
             nonlocal drop
             while data := await reader.read(65536):
-                if self._armed and b"XREADGROUP" in data and b"\r\n>\r\n" in data:
+                if self._armed and self.trigger(data):
                     self._armed, drop = False, True
                 up_writer.write(data)
                 await up_writer.drain()
@@ -261,6 +273,32 @@ async def test_entries_of_a_lost_reply_come_back_on_the_next_read(
         assert (delivery.entry_id, delivery.envelope) == (entry_id, progress(1))
         await consumer.settle([(delivery, Ack.ACK, None)])
         assert direct.xpending("lost", "g")["pending"] == 0
+    finally:
+        await client.aclose()
+        await proxy.close()
+        direct.close()
+
+
+async def test_entries_of_a_lost_claim_come_back_on_the_next_read(
+    redis_server: RedisProcess, redis_url: str
+) -> None:
+    direct = redis_server.client()
+    direct.xgroup_create("lost", "g", id="0", mkstream=True)
+    entry_id = as_text(direct.xadd("lost", {"data": encode(progress(1))}))
+    direct.xreadgroup("g", "dead", {"lost": ">"})  # a consumer that died holding the entry long ago
+    direct.xclaim("lost", "g", "dead", 0, [entry_id], idle=600_000)
+    proxy = DroppingProxy(redis_server.port, trigger=lambda request: b"XAUTOCLAIM" in request)
+    port = await proxy.start()
+    client = await connect(Settings.from_url(f"redis://127.0.0.1:{port}/0", socket_timeout=0.5))
+    try:
+        consumer = Consumer(client, "lost", "g", "c", block_ms=100, reclaim_idle_ms=60_000)
+        with pytest.raises(ConnectionFailed, match="Timeout"):
+            await consumer.read()
+        assert proxy.dropped.is_set()
+        [row] = direct.xpending_range("lost", "g", min="-", max="+", count=1)
+        assert row["consumer"] == b"c"  # claimed for "c", which never saw it; not idle enough to claim again
+        [delivery] = await consumer.read()
+        assert (delivery.entry_id, delivery.envelope) == (entry_id, progress(1))
     finally:
         await client.aclose()
         await proxy.close()

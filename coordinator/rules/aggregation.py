@@ -86,7 +86,7 @@ def _retry(step: Step, record: AgentRecord, completion: Completion) -> None:
             new_agent_id=new_id,
             request_id=retry_request_id(record.agent_id, attempt),
             reason=LaunchReason.RETRY,
-            task=_retry_task(record, attempt),
+            task=_retry_task(_first_attempt(step.state, record), attempt),
             context=previous,
             parent=parent,
             depth=record.depth,
@@ -104,8 +104,10 @@ def _retry(step: Step, record: AgentRecord, completion: Completion) -> None:
     step.decide(DecisionType.RETRY_REQUESTED, record.agent_id, detail)
 
 
-def _retry_task(record: AgentRecord, attempt: int) -> str:
-    original = record.task.strip() if record.task else f"(the task of agent {record.agent_id})"
+def _retry_task(first: AgentRecord, attempt: int) -> str:
+    """The task of a retry: the first attempt's own task (not its retry's, which would nest the preamble
+    once per attempt), under a preamble that asks for the reduced scope."""
+    original = first.task.strip() if first.task else f"(the task of agent {first.agent_id})"
     return (
         f"RETRY WITH REDUCED SCOPE (attempt {attempt}): a previous attempt at this task failed.\n"
         "Complete the critical part first and report PARTIAL rather than FAILED when some of it cannot be "
@@ -114,11 +116,11 @@ def _retry_task(record: AgentRecord, attempt: int) -> str:
     )
 
 
-def _origin_request(state: GroupState, record: AgentRecord) -> str:
-    """The request that launched the first attempt of this agent's work (retries keep its id)."""
+def _first_attempt(state: GroupState, record: AgentRecord) -> AgentRecord:
+    """The record of the first attempt at this agent's work (a retry names the attempt it replaced)."""
     while record.retry_of is not None and record.retry_of in state.agents:
         record = state.agents[record.retry_of]
-    return record.request_id or ""
+    return record
 
 
 def _notify_parent(step: Step, record: AgentRecord, completion: Completion) -> None:
@@ -130,7 +132,7 @@ def _notify_parent(step: Step, record: AgentRecord, completion: Completion) -> N
     step.update(parent.agent_id, waiting_on=waiting)
     if parent.state in FINAL_STATES:
         return
-    request_id = _origin_request(step.state, record)
+    request_id = _first_attempt(step.state, record).request_id or ""
     directive = DelegationCompleted(
         request_id=request_id,
         delegate_agent_id=record.agent_id,

@@ -1,0 +1,67 @@
+"""How entries and texts read from the streams are shown to people: one line each, and nothing an agent
+or another publisher wrote (a newline, an escape sequence) reaches the terminal as it is."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import orjson
+
+from bus.envelope import decode
+from bus.errors import DecodeError
+
+if TYPE_CHECKING:
+    from bus.tail import Item
+
+__all__ = ["cut", "format_item", "one_line"]
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def format_item(item: Item, *, as_json: bool, dead: bool) -> tuple[bytes | str | None, str | None]:
+    """(stdout line, stderr warning) for one entry; a line only for an envelope or a dead letter."""
+    raw = item.fields.get(b"data")
+    if dead:
+        return _dead_line(item, raw, as_json=as_json), None
+    try:
+        envelope = decode(raw)
+    except DecodeError as exc:
+        return None, one_line(f"skipped entry {item.entry_id} of shard {item.shard}: {exc}")
+    if as_json and raw is not None:
+        # JSON may have line breaks between its tokens; a line per envelope must not
+        return (orjson.dumps(orjson.loads(raw)) if b"\n" in raw or b"\r" in raw else raw), None
+    payload = orjson.dumps(envelope.payload.model_dump(mode="json", exclude_none=True)).decode()
+    text = (
+        f"{envelope.ts.isoformat()} s{item.shard} {item.entry_id} {envelope.kind.value}/{envelope.type.value} "
+        f"{one_line(envelope.agent_id)}@{one_line(envelope.group_id)} {cut(payload, 160)}"
+    )
+    return text, None
+
+
+def _dead_line(item: Item, raw: bytes | None, *, as_json: bool) -> bytes | str:
+    info = {
+        key.decode(errors="replace"): value.decode(errors="replace") for key, value in item.fields.items()
+    }
+    info.pop("data", None)
+    if as_json:
+        try:
+            data: object = orjson.loads(raw) if raw is not None else None
+        except orjson.JSONDecodeError:
+            data = raw.decode(errors="replace") if raw is not None else None
+        return orjson.dumps({"dead_id": item.entry_id, "shard": item.shard, **info, "data": data})
+    where = f"{info.get('stream', '?')} {info.get('entry_id', '?')}"
+    return one_line(
+        f"s{item.shard} {item.entry_id} dead from {where} after {info.get('deliveries', '?')} deliveries: "
+        f"{info.get('reason', '?')}"
+    )
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, the last one an ellipsis when anything was cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def one_line(text: str) -> str:
+    """Text from the stream as one line: control characters escaped, none reaches the terminal."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)

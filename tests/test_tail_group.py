@@ -1,0 +1,58 @@
+"""``subagent-bus tail --group``: a tail that stops (``--count``, ``--timeout``) leaves the entries it was
+delivered and did not print to the group's next reader, first and in order, not for 30 s to nobody."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+from workers.kit import connected, progress
+
+from bus.envelope import encode
+from bus.keys import Keys, open_namespace
+from bus.publisher import Publisher
+
+CLI = str(Path(sys.executable).parent / "subagent-bus")
+GROUPS = ["alpha", "beta", "gamma", "epsilon"]  # shards 2, 3, 1 and 0 of 4
+
+
+def _tail(url: str, *args: str) -> list[str]:
+    """A tail in a process of its own: its consumer is named after its pid, so each one is a new consumer."""
+    command = [CLI, "tail", "--redis-url", url, "--namespace", "tl", "--json", *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+def test_group_tails_with_count_print_every_entry_once_in_order(bus_url: str) -> None:
+    envelopes = [progress(i, group_id=GROUPS[i % len(GROUPS)]) for i in range(9)]
+
+    async def publish() -> list[str]:
+        async with connected(bus_url) as client:
+            return await Publisher(client, await open_namespace(client, "tl", 4)).publish_many(envelopes)
+
+    ids = asyncio.run(publish())
+    keys = Keys("tl", 4)
+
+    def order(pair: tuple[str, int]) -> tuple[int, int, int]:
+        ms, seq = pair[0].split("-")
+        return int(ms), int(seq), pair[1]
+
+    placed = {encode(e).decode(): (i, keys.shard_of(e.group_id)) for e, i in zip(envelopes, ids, strict=True)}
+    oldest_first = sorted(placed, key=lambda line: order(placed[line]))
+    printed = _tail(bus_url, "--group", "viewers", "--from", "0", "--count", "2")
+    while len(printed) < len(envelopes):
+        more = _tail(bus_url, "--group", "viewers", "--count", "3", "--timeout", "2")
+        assert more, f"nothing more after {len(printed)} of {len(envelopes)}"
+        printed += more
+    assert printed == oldest_first
+
+    async def pending() -> int:
+        async with connected(bus_url) as client:
+            return sum(
+                [(await client.xpending(f"{{tl:{s}}}:signals", "viewers"))["pending"] for s in range(4)]
+            )
+
+    assert asyncio.run(pending()) == 0

@@ -1,0 +1,57 @@
+"""The views and the human commands read a namespace; they never create one (a mistyped --namespace
+would otherwise fix a shard count before the coordinator that was meant to choose it)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from bus.embedded import RedisProcess
+
+CLI = str(Path(sys.executable).parent / "subagent-bus")
+
+
+def run(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [CLI, *args, "--redis-url", url, "--namespace", "typo"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_views_of_a_namespace_that_does_not_exist_are_empty_and_create_nothing(
+    redis_server: RedisProcess, redis_url: str
+) -> None:
+    status = run(redis_url, "status")
+    assert (status.returncode, status.stdout) == (0, "no groups yet in namespace 'typo'\n")
+    assert orjson.loads(run(redis_url, "status", "--json").stdout) == []
+    assert run(redis_url, "inbox").stdout == "nothing waits for a human\n"
+    assert run(redis_url, "findings").stdout == "0 findings\n"
+    assert run(redis_url, "findings", "--merged", "--json").stdout.strip() == "[]"
+    assert run(redis_url, "replay", "--group", "g").stdout == "0 merged findings recomputed for group g\n"
+    client = redis_server.client()
+    try:
+        assert client.keys("*") == []
+    finally:
+        client.close()
+
+
+def test_human_commands_name_the_missing_namespace(redis_server: RedisProcess, redis_url: str) -> None:
+    for args in (
+        ["answer", "agent-1", "Q1=yes"],
+        ["resolve", "agent-1", "--resolution", "x"],
+        ["approve", "r"],
+    ):
+        done = run(redis_url, *args)
+        assert done.returncode == 1, done.stderr
+        assert "namespace 'typo' does not exist on this server" in done.stderr
+    client = redis_server.client()
+    try:
+        assert client.keys("*") == []
+    finally:
+        client.close()
