@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import socket
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +39,7 @@ __all__ = [
     "redis_options",
     "run_command",
     "settings_from_options",
+    "tcp_options",
     "translated",
 ]
 
@@ -232,6 +234,21 @@ def _why(exc: Exception, timeout: float | None) -> str:
     return f"is unreachable ({exc})"
 
 
+def tcp_options(socket_timeout: float | None) -> dict[int, int]:
+    """TCP keepalive, and ``TCP_USER_TIMEOUT``, from the socket timeout: how a connection whose waits are
+    not timed (:class:`bus.wire.Pipe` with ``hold``) still ends when its peer is gone (unanswered probes
+    after a third of the timeout idle) or stops acknowledging what was sent (within the timeout).
+    Options the platform lacks are left out."""
+    bound = socket_timeout or DEFAULT_SOCKET_TIMEOUT
+    wanted = {
+        "TCP_KEEPIDLE": max(1, int(bound / 3)),
+        "TCP_KEEPINTVL": max(1, int(bound / 10)),
+        "TCP_KEEPCNT": 3,
+        "TCP_USER_TIMEOUT": int(bound * 1000),
+    }
+    return {getattr(socket, name): value for name, value in wanted.items() if hasattr(socket, name)}
+
+
 def _options(settings: Settings) -> dict[str, Any]:
     options: dict[str, Any] = {
         "decode_responses": False,
@@ -239,6 +256,9 @@ def _options(settings: Settings) -> dict[str, Any]:
         "socket_connect_timeout": settings.socket_connect_timeout,
         "health_check_interval": settings.health_check_interval,
     }
+    if settings.scheme != "unix":  # a Unix socket has no TCP options (and redis-py refuses them there)
+        options["socket_keepalive"] = True
+        options["socket_keepalive_options"] = tcp_options(settings.socket_timeout)
     if settings.max_connections is not None:
         options["max_connections"] = settings.max_connections
     return options

@@ -103,6 +103,13 @@ class Pipe:
     The connection comes from the client's pool for each batch, or, with ``hold``, is kept from one
     batch to the next until :meth:`close` (a loop that talks to one server all the time saves the
     pool's bookkeeping, a tenth of a small batch's cost).
+
+    The replies to a batch are waited for at most the connection's socket timeout, except on a held
+    connection: a timer around every write and every batch's replies cost the coordinator's shard loops
+    a quarter to a half of their latency (README, "The socket timeout and latency"). There TCP bounds the waits
+    instead: keepalive probes and ``TCP_USER_TIMEOUT`` (:func:`bus.connection.tcp_options`) end a
+    connection whose peer is gone or does not acknowledge what was sent within the socket timeout. A
+    server that is up but does not answer (stopped, stalled) is waited for.
     """
 
     def __init__(self, client: Client, key: str | bytes, *, hold: bool = False) -> None:
@@ -196,8 +203,14 @@ class Pipe:
 
     async def _write(self, batch: list[Command]) -> None:
         connection = await self._connection()
+        writer = getattr(connection, "_writer", None)
         try:
-            await connection.send_packed_command(pack(batch))
+            if self.hold and writer is not None:
+                # in place: redis-py bounds a write with asyncio.wait_for, a task per write in Python 3.11
+                writer.write(pack(batch))
+                await writer.drain()
+            else:
+                await connection.send_packed_command(pack(batch))
         except BaseException:
             await connection.disconnect()
             await self._release()
@@ -217,7 +230,7 @@ class Pipe:
         read = getattr(connection, "_parser", connection).read_response
         replies: list[Any] = []
         try:
-            async with asyncio.timeout(connection.socket_timeout):
+            async with asyncio.timeout(None if self.hold else connection.socket_timeout):
                 for _ in batch:
                     try:
                         replies.append(await read())

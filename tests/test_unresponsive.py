@@ -32,6 +32,7 @@ from bus.envelope import encode
 from bus.errors import ConfigError, ConnectionFailed
 from bus.keys import Keys
 from bus.settings import MIN_SOCKET_TIMEOUT, Settings
+from bus.wire import Pipe
 from coordinator.policy import Policy
 from coordinator.service import Coordinator, CoordinatorOptions
 
@@ -303,3 +304,20 @@ async def test_entries_of_a_lost_claim_come_back_on_the_next_read(
         await client.aclose()
         await proxy.close()
         direct.close()
+
+
+async def test_connections_carry_tcp_bounds_from_the_socket_timeout(redis_url: str) -> None:
+    # a held connection (the coordinator's shard loops) times no wait itself: TCP ends it instead
+    client = await connect(Settings.from_url(redis_url, socket_timeout=12))
+    try:
+        pipe = Pipe(client, "k", hold=True)
+        await pipe.execute([(b"PING",)])
+        connection, _ = pipe._held  # type: ignore[misc]
+        assert connection._writer is not None
+        sock = connection._writer.get_extra_info("socket")
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 12_000
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 4
+        await pipe.close()
+    finally:
+        await client.aclose()
