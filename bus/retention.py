@@ -26,7 +26,6 @@ from bus.keys import Keys, StreamKind, open_namespace
 from bus.settings import Settings
 
 __all__ = [
-    "existing_namespace",
     "stream_id",
     "trim",
     "trim_command",
@@ -99,12 +98,6 @@ if cut == nil then return 0 end
 if seen < excess then return redis.call('XTRIM', key, 'MINID', '=', limit) end
 return redis.call('XTRIM', key, 'MINID', '=', successor(cut))
 """
-
-
-async def existing_namespace(client: Client, settings: Settings) -> Keys:
-    """The keys of the namespace ``settings`` names, a :class:`NamespaceMissing` when it does not exist:
-    a reader or a trim that created it would fix its shard count before the coordinator meant to."""
-    return await open_namespace(client, settings.namespace, settings.shards, create=False)
 
 
 def stream_id(text: str) -> str:
@@ -257,7 +250,8 @@ def trim_command(
     async def main() -> list[tuple[str, int]]:
         client = await connect(settings)
         try:
-            keys = await existing_namespace(client, settings)
+            # not created here: a trim from cron must not fix the shard count before the coordinator does
+            keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
             plan = [(StreamKind.SIGNALS, signals), (StreamKind.EVENTS, events), (StreamKind.TASKS, tasks)]
             if dead is not None:
                 plan.append((StreamKind.DEAD, dead))

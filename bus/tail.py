@@ -24,8 +24,8 @@ from bus.connection import Client, as_text, connect, redis_options, translated
 from bus.consumer import Ack, Consumer, Delivery, stream_entries
 from bus.display import format_item
 from bus.errors import BusError, CommandFailed, ConfigError, ConnectionFailed
-from bus.keys import Keys, StreamKind
-from bus.retention import existing_namespace, stream_id
+from bus.keys import Keys, StreamKind, open_namespace
+from bus.retention import stream_id
 from bus.settings import Settings
 
 __all__ = ["Item", "TailOptions", "format_item", "tail", "tail_streams"]
@@ -346,7 +346,7 @@ async def _tail(
 ) -> int:
     client = await connect(settings)
     try:
-        keys = await existing_namespace(client, settings)
+        keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
         streams = _streams(keys, stream, group_id)
         dead = stream == StreamKind.DEAD.value
 
