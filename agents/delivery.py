@@ -60,6 +60,9 @@ GROUP: Final = "adapter"
 """The consumer group (and consumer name) adapters read their inbox with."""
 PLACEHOLDERS: Final = frozenset({"prompt", "agent_id", "group_id", "session_id", "type", "directive_id"})
 _PLACEHOLDER: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# A known name after "{" that ends its argument or a word was meant as a placeholder: "{prompt" is a typo,
+# while "{agent_id: 1}" (jq, JSON) is not.
+_UNCLOSED: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?=\s|$)")
 _TAIL_BYTES: Final = 4096
 
 _RENDERED = (
@@ -106,7 +109,7 @@ def _framed(directive: Directive) -> bytes:
 
 
 def split_template(template: str, allowed: frozenset[str] = PLACEHOLDERS) -> list[str]:
-    """``template`` split like a shell would (no expansion); unknown ``{placeholders}`` are an error."""
+    """``template`` split like a shell would (no expansion); unknown or unclosed placeholders are an error."""
     try:
         argv = shlex.split(template)
     except ValueError as exc:
@@ -118,6 +121,10 @@ def split_template(template: str, allowed: frozenset[str] = PLACEHOLDERS) -> lis
         names = ", ".join(f"{{{n}}}" for n in unknown)
         known = ", ".join(f"{{{n}}}" for n in sorted(allowed))
         raise ValueError(f"unknown placeholder {names} in the command template (known: {known})")
+    unclosed = sorted({name for arg in argv for name in _UNCLOSED.findall(arg)} & allowed)
+    if unclosed:
+        names = ", ".join(f"{{{n}" for n in unclosed)
+        raise ValueError(f"unclosed placeholder {names} in the command template (missing '}}')")
     return argv
 
 

@@ -13,6 +13,7 @@ import click
 
 from agents.delivery import DeliverySpec
 from agents.transcript import Format
+from bus.display import has_control
 from bus.ops import Ops, ops_options
 
 __all__ = ["MAX_ID_CHARS", "Common", "check_id", "common_options", "format_option", "id_problem"]
@@ -31,7 +32,7 @@ def id_problem(value: str) -> str | None:
         return "must not be empty"
     if len(value) > MAX_ID_CHARS:
         return f"must be at most {MAX_ID_CHARS} characters"
-    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
+    if has_control(value):
         return "must not contain control characters (a newline, a tab...)"
     return None
 

@@ -14,7 +14,7 @@ from bus.errors import DecodeError
 if TYPE_CHECKING:
     from bus.tail import Item
 
-__all__ = ["cut", "format_item", "one_line"]
+__all__ = ["cut", "format_item", "has_control", "one_line"]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -60,6 +60,11 @@ def _dead_line(item: Item, raw: bytes | None, *, as_json: bool) -> bytes | str:
 def cut(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters, the last one an ellipsis when anything was cut."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def has_control(text: str) -> bool:
+    """Whether ``text`` holds a control character (C0, DEL or C1): what :func:`one_line` escapes."""
+    return _CONTROL.search(text) is not None
 
 
 def one_line(text: str) -> str:

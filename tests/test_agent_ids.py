@@ -42,6 +42,8 @@ def test_an_empty_id_is_a_usage_error(args: list[str], option: str, tmp_path: Pa
     ("agent_id", "message"),
     [
         ("a\nb", "must not contain control characters"),
+        ("a\x7fb", "must not contain control characters"),
+        ("a\x9bb", "must not contain control characters"),  # C1: a terminal's CSI
         ("x" * 257, "must be at most 256 characters"),
     ],
 )

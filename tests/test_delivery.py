@@ -69,7 +69,12 @@ def test_bad_templates_are_refused() -> None:
         split_template("claude 'unbalanced")
     with pytest.raises(ValueError, match="empty"):
         split_template("   ")
+    with pytest.raises(ValueError, match="unclosed placeholder \\{prompt in"):
+        split_template("claude -p {prompt")
+    with pytest.raises(ValueError, match="unclosed placeholder \\{agent_id,"):
+        split_template("run '--tag {agent_id x' {type")
     assert split_template("""jq '{a: 1}' {"b":2}""")[1] == "{a: 1}"  # braces that are not placeholders
+    assert split_template("jq '{agent_id: .x}' {other")[1:] == ["{agent_id: .x}", "{other"]
 
 
 def test_missing_values_fail_the_delivery() -> None:
