@@ -27,6 +27,7 @@ from redis.backoff import NoBackoff
 
 from bus.embedded import ensure_local_server, stop_local_server
 from bus.errors import BusError, CommandFailed, ConfigError, ConnectionFailed
+from bus.params import FiniteFloatRange
 from bus.settings import DEFAULT_SOCKET_TIMEOUT, MAX_SHARDS, MIN_SOCKET_TIMEOUT, Settings, parse_sentinel_url
 
 __all__ = [
@@ -86,6 +87,33 @@ def translated() -> Iterator[None]:
         raise ConnectionFailed(f"Redis unavailable ({type(exc).__name__}): {detail}") from exc
     except rex.RedisError as exc:
         raise CommandFailed(f"Redis refused the command ({type(exc).__name__}): {exc}") from exc
+    except (AttributeError, TypeError) as exc:
+        if not _closed_while_writing(exc):
+            raise
+        raise ConnectionFailed(f"Redis unavailable (connection closed while writing): {exc}") from exc
+
+
+_CONNECTION_MODULE = os.path.join("redis", "asyncio", "connection.py")
+
+
+def _closed_while_writing(exc: BaseException) -> bool:
+    """Whether ``exc`` is redis-py's asyncio connection written to after it was closed under it.
+
+    redis-py 8.1 raises ``AttributeError`` (its writer is gone: a cluster client closes a lost node's
+    connections while other tasks use them) or, on Python 3.12, ``TypeError`` (the transport is torn
+    down) instead of ``ConnectionError`` (redis-py issue 4287). Only an error raised in that module, or
+    in the asyncio stream or transport it was writing to, is taken for it; any other is a bug and stays one.
+    """
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    innermost = frames[-3:]
+    raised_in = innermost[-1] if innermost else ""
+    return any(name.endswith(_CONNECTION_MODULE) for name in innermost) and (
+        raised_in.endswith(_CONNECTION_MODULE) or f"{os.sep}asyncio{os.sep}" in raised_in
+    )
 
 
 def as_text(value: bytes | str) -> str:
@@ -239,7 +267,8 @@ def tcp_options(socket_timeout: float | None) -> dict[int, int]:
     not timed (:class:`bus.wire.Pipe` with ``hold``) still ends when its peer is gone (unanswered probes
     after a third of the timeout idle) or stops acknowledging what was sent (within the timeout).
     Options the platform lacks are left out."""
-    bound = socket_timeout or DEFAULT_SOCKET_TIMEOUT
+    # Linux refuses (EINVAL) keepalive times over 32767 s and a user timeout over INT_MAX ms.
+    bound = min(socket_timeout or DEFAULT_SOCKET_TIMEOUT, 32767.0)
     wanted = {
         "TCP_KEEPIDLE": max(1, int(bound / 3)),
         "TCP_KEEPINTVL": max(1, int(bound / 10)),
@@ -346,7 +375,7 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
     @click.option(
         "--socket-timeout",
         envvar="SUBAGENT_BUS_SOCKET_TIMEOUT",
-        type=click.FloatRange(min=MIN_SOCKET_TIMEOUT),
+        type=FiniteFloatRange(min=MIN_SOCKET_TIMEOUT),
         default=DEFAULT_SOCKET_TIMEOUT,
         show_default=True,
         metavar="SECONDS",

@@ -162,13 +162,19 @@ class RedisProcess:
         return redis.Redis.from_url(self.url)
 
 
-def _wait_for_ping(url: str, timeout: float, process: subprocess.Popen[bytes] | None, log: Path) -> None:
+def _wait_for_ping(
+    url: str, timeout: float, process: subprocess.Popen[bytes] | None, log: Path, pidfile: Path | None = None
+) -> None:
+    """Return once the server at ``url`` answers PING; an error as soon as it is known to have exited
+    (``process``, or the daemon whose pid ``pidfile`` holds) or after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=1)
     try:
         while time.monotonic() < deadline:
             if process is not None and process.poll() is not None:
                 raise EmbeddedRedisError(f"redis-server exited with {process.returncode}: {_tail(log)}")
+            if pidfile is not None and _daemon_exited(pidfile):
+                raise EmbeddedRedisError(f"redis-server exited: {_tail(log)}")
             with contextlib.suppress(redis.ConnectionError, redis.BusyLoadingError):
                 if client.ping():
                     return
@@ -176,6 +182,14 @@ def _wait_for_ping(url: str, timeout: float, process: subprocess.Popen[bytes] | 
         raise EmbeddedRedisError(f"redis-server did not answer on {url} within {timeout}s: {_tail(log)}")
     finally:
         client.close()
+
+
+def _daemon_exited(pidfile: Path) -> bool:
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return False  # not written yet
+    return not pid_alive(pid)
 
 
 def _tail(log: Path, lines: int = 5) -> str:
@@ -262,24 +276,33 @@ def ensure_local_server(directory: Path) -> str:
         return url
     try:
         directory.mkdir(parents=True, exist_ok=True)
+        with _exclusive(directory / "start.lock"):
+            return _running_url(directory) or _start_local_server(directory)
     except OSError as exc:
         raise EmbeddedRedisError(f"cannot keep the local Redis in {directory}: {exc}") from None
-    with _exclusive(directory / "start.lock"):
-        url = _running_url(directory)
-        if url:
-            return url
-        _refuse_a_second_server(directory)
-        port = free_port()
-        args = RedisProcess(directory, port=port, appendfsync="everysec")._args()
-        args += ["--daemonize", "yes", "--pidfile", str(directory / "server.pid")]
-        subprocess.run(args, check=True, cwd=directory, capture_output=True)
-        url = f"redis://127.0.0.1:{port}/0"
-        _wait_for_ping(url, 15.0, None, directory / "server.log")
-        state = directory / _STATE_FILE
-        partial = state.with_suffix(".tmp")  # renamed into place: a reader never sees half of it
-        partial.write_bytes(orjson.dumps({"url": url, "port": port}))
-        partial.replace(state)
-        return url
+
+
+def _start_local_server(directory: Path) -> str:
+    _refuse_a_second_server(directory)
+    port = free_port()
+    args = RedisProcess(directory, port=port, appendfsync="everysec")._args()
+    pidfile = directory / "server.pid"
+    pidfile.unlink(missing_ok=True)  # a dead server's: a pid file is then always the new server's
+    args += ["--daemonize", "yes", "--pidfile", str(pidfile)]
+    started = subprocess.run(args, check=False, cwd=directory, capture_output=True)
+    if started.returncode != 0:
+        said = b" ".join((started.stdout + started.stderr).split()).decode(errors="replace")
+        raise EmbeddedRedisError(
+            f"the local Redis in {directory} did not start (exit status {started.returncode}): "
+            f"{said[-300:] or _tail(directory / 'server.log')}"
+        )
+    url = f"redis://127.0.0.1:{port}/0"
+    _wait_for_ping(url, 15.0, None, directory / "server.log", pidfile)
+    state = directory / _STATE_FILE
+    partial = state.with_suffix(".tmp")  # renamed into place: a reader never sees half of it
+    partial.write_bytes(orjson.dumps({"url": url, "port": port}))
+    partial.replace(state)
+    return url
 
 
 def _refuse_a_second_server(directory: Path) -> None:

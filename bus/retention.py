@@ -9,7 +9,9 @@ back (``XGROUP CREATE``/``SETID``) while a trim runs cannot slip between the com
 A group created *after* a trim at an id that was already trimmed simply starts at the oldest entry left.
 
 A stream without consumer groups is trimmed only to an explicit ``maxlen`` / ``minid``: nothing says
-which of its entries have been read (plain ``XREAD`` readers keep no state in Redis).
+which of its entries have been read (plain ``XREAD`` readers keep no state in Redis). So is a stream
+whose own reader's group does not exist yet (signals before any coordinator read them): another group
+on it, such as ``tail --group``'s, says nothing about what that reader still needs.
 """
 
 from __future__ import annotations
@@ -37,10 +39,16 @@ __all__ = [
 _STREAM_ID: Final = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
 _acked_support: weakref.WeakKeyDictionary[Client, bool] = weakref.WeakKeyDictionary()
 
-# KEYS[1] the stream; ARGV[1] maxlen or "", ARGV[2] minid ("ms-seq") or "". Returns entries removed.
+# The consumer group each stream is written for (coordinator.service, agents.launcher, agents.delivery).
+_READERS: Final = {StreamKind.SIGNALS: "coordinator", StreamKind.TASKS: "launchers"}
+_INBOX_READER: Final = "adapter"
+
+# KEYS[1] the stream; ARGV[1] maxlen or "", ARGV[2] minid ("ms-seq") or "", ARGV[3] the group the stream
+# is written for or "". Returns entries removed.
 _TRIM_SCRIPT: Final = """
 local key = KEYS[1]
 if redis.call('EXISTS', key) == 0 then return 0 end
+local explicit = ARGV[1] ~= '' or ARGV[2] ~= ''
 local function split(id) return string.match(id, '^(%d+)-(%d+)$') end
 local function num_less(a, b)
   if #a ~= #b then return #a < #b end
@@ -65,9 +73,11 @@ local function successor(id)
   return ms .. '-' .. incr(seq)
 end
 local floor = nil
+local reader_seen = ARGV[3] == ''
 for _, g in ipairs(redis.call('XINFO', 'GROUPS', key)) do
   local f = {}
   for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
+  if f['name'] == ARGV[3] then reader_seen = true end
   local candidate
   if tonumber(f['pending']) > 0 then
     candidate = redis.call('XPENDING', key, f['name'])[2]
@@ -76,6 +86,7 @@ for _, g in ipairs(redis.call('XINFO', 'GROUPS', key)) do
   end
   if floor == nil or less(candidate, floor) then floor = candidate end
 end
+if not reader_seen and not explicit then return 0 end
 local limit = floor
 if ARGV[2] ~= '' and (limit == nil or less(ARGV[2], limit)) then limit = ARGV[2] end
 if ARGV[1] == '' then
@@ -108,12 +119,20 @@ def stream_id(text: str) -> str:
     return f"{int(match[1])}-{int(match[2] or 0)}"
 
 
-async def trim(client: Client, stream: str, *, maxlen: int | None = None, minid: str | None = None) -> int:
+async def trim(
+    client: Client,
+    stream: str,
+    *,
+    maxlen: int | None = None,
+    minid: str | None = None,
+    reader: str | None = None,
+) -> int:
     """Remove old entries of ``stream`` that every consumer group has acknowledged; returns how many.
 
     ``maxlen`` keeps at least that many entries; ``minid`` keeps every entry from that id on. Without
     either, everything acknowledged by all groups goes. Entries pending in, or not yet delivered to, any
-    group are always kept, even when that leaves more than ``maxlen``.
+    group are always kept, even when that leaves more than ``maxlen``. ``reader`` names the group the
+    stream is written for: while it does not exist, only an explicit bound trims, as without groups.
     """
     if maxlen is not None and maxlen < 0:
         raise ConfigError("maxlen must be >= 0")
@@ -125,7 +144,7 @@ async def trim(client: Client, stream: str, *, maxlen: int | None = None, minid:
             return removed
     with translated():
         reply = await client.eval(
-            _TRIM_SCRIPT, 1, stream, "" if maxlen is None else str(maxlen), floor_id or ""
+            _TRIM_SCRIPT, 1, stream, "" if maxlen is None else str(maxlen), floor_id or "", reader or ""
         )
     return int(reply)
 
@@ -149,7 +168,7 @@ async def trim_kind(client: Client, keys: Keys, kind: StreamKind, *, maxlen: int
     """:func:`trim` the ``kind`` stream of every shard; returns the entries removed."""
     removed = 0
     for shard in keys.all_shards():
-        removed += await trim(client, keys.stream(shard, kind), maxlen=maxlen)
+        removed += await trim(client, keys.stream(shard, kind), maxlen=maxlen, reader=_READERS.get(kind))
     return removed
 
 
@@ -166,7 +185,8 @@ async def trim_inboxes(client: Client, keys: Keys, *, maxlen: int | None = None)
         with translated():
             names = [name async for name in client.scan_iter(match=pattern, count=1000, _type="stream")]
         for name in names:
-            removed += await trim(client, name.decode() if isinstance(name, bytes) else name, maxlen=maxlen)
+            stream = name.decode() if isinstance(name, bytes) else name
+            removed += await trim(client, stream, maxlen=maxlen, reader=_INBOX_READER)
     return removed
 
 

@@ -13,10 +13,12 @@ One URL names every deployment the bus runs on:
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, Final, Self
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from redis.asyncio.connection import URL_QUERY_ARGUMENT_PARSERS
 
 from bus.errors import ConfigError
 
@@ -50,6 +52,23 @@ MIN_SOCKET_TIMEOUT: Final = 2.0
 _SCHEMES: Final = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
 _SENTINEL_PORT: Final = 26379
 _SENTINEL_QUERY: Final = frozenset({"sentinel_password", "sentinel_username"})
+_TLS_QUERY: Final = frozenset(
+    {
+        "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname", "ssl_ca_path",
+        "ssl_ca_data", "ssl_password", "ssl_ciphers", "ssl_min_version", "ssl_include_verify_flags",
+        "ssl_exclude_verify_flags",
+    }
+)  # fmt: skip
+_TLS_FILES: Final = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+_CERT_REQS: Final = ("none", "optional", "required")
+_QUERY: Final = frozenset(
+    {name for name in URL_QUERY_ARGUMENT_PARSERS if not name.startswith("ssl_")}
+    | {"client_name", "username", "password"}
+)
+"""What redis-py takes from a redis://, rediss:// or unix:// URL's query; anything else it hands to the
+connection as a keyword, which fails at the first command with a TypeError."""
+_SECRET_QUERY = re.compile(r"([?&][^=&#]*password=)[^&#]*", re.IGNORECASE)
+_ENCODE_HINT: Final = " (write / ? # @ % in a user name or password as %2F %3F %23 %40 %25)"
 _HOST_PORT = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]+))(?::(?P<port>[^:]*))?$")
 
 
@@ -76,10 +95,10 @@ class Settings(BaseModel, extra="forbid", frozen=True):
     the count it was created with, and a different number here is an error (:func:`bus.keys.open_namespace`)."""
     cluster: bool | None = None
     """``None``: ask the server (``INFO cluster``); ``True``/``False``: force the client type."""
-    socket_timeout: float | None = Field(default=DEFAULT_SOCKET_TIMEOUT, gt=0)
+    socket_timeout: float | None = Field(default=DEFAULT_SOCKET_TIMEOUT, gt=0, allow_inf_nan=False)
     """Seconds to wait for a reply; keep it above every ``block_ms`` of the client's blocking reads (a
     :class:`~bus.consumer.Consumer` refuses one that is not). ``None``: no limit."""
-    socket_connect_timeout: float = Field(default=5.0, gt=0)
+    socket_connect_timeout: float = Field(default=5.0, gt=0, allow_inf_nan=False)
     max_connections: int | None = Field(default=None, ge=1)
     """Per server (per node on a cluster); ``None``: redis-py's default (unbounded)."""
     health_check_interval: float = Field(default=30.0, ge=0)
@@ -124,7 +143,9 @@ class Settings(BaseModel, extra="forbid", frozen=True):
 
 
 def redact(url: str) -> str:
-    """``url`` with the password (the part after ``user:`` before ``@``) replaced by ``***``."""
+    """``url`` with the password (the part after ``user:`` before ``@``) and the value of every query
+    option named ``*password`` (``sentinel_password``, ``ssl_password``) replaced by ``***``."""
+    url = _SECRET_QUERY.sub(r"\1***", url)
     scheme, sep, rest = url.partition("://")
     userinfo, at, hosts = rest.rpartition("@")
     if not sep or not at or ":" not in userinfo:
@@ -142,13 +163,42 @@ def check_url(url: str) -> None:
         raise ValueError(
             f"unsupported URL scheme {scheme or '(none)'!r} in {redact(url)!r}: use {', '.join(_SCHEMES)}"
         )
+    if scheme != "unix" and _userinfo_cut_short(url):
+        raise ValueError(f"{redact(url)!r}: the user name or password is cut short{_ENCODE_HINT}")
     if scheme.endswith("+sentinel"):
         parse_sentinel_url(url)
     elif scheme == "unix":
         if not urlsplit(url).path:
             raise ValueError(f"{redact(url)!r} names no socket path (unix:///path/to/redis.sock)")
+        _check_query(url, tls=False)
     else:
         _check_tcp(url)
+        _check_query(url, tls=scheme == "rediss")
+
+
+def _check_query(url: str, *, tls: bool) -> None:
+    """Refuse query options redis-py would pass on to the connection unchecked (a TypeError at the first
+    command), values it cannot parse, and TLS options on a connection without TLS."""
+    query = parse_qs(urlsplit(url).query, keep_blank_values=True)
+    unknown = sorted(set(query) - _QUERY - _TLS_QUERY)
+    if unknown:
+        known = ", ".join(sorted(_QUERY)) + (", ssl_*" if tls else "")
+        raise ValueError(f"{redact(url)!r}: unknown option(s) {', '.join(unknown)} (known: {known})")
+    tls_given = sorted(set(query) & _TLS_QUERY)
+    if tls_given and not tls:
+        raise ValueError(f"{redact(url)!r}: {', '.join(tls_given)} needs TLS: use rediss://")
+    for name, values in query.items():
+        value = values[-1]
+        parser = URL_QUERY_ARGUMENT_PARSERS.get(name)
+        try:
+            if parser is not None and value != "":
+                parser(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{redact(url)!r}: {name}={value!r} is not a valid value") from None
+        if name == "ssl_cert_reqs" and value not in _CERT_REQS:
+            raise ValueError(f"{redact(url)!r}: ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}")
+        if name in _TLS_FILES and not Path(value).is_file():
+            raise ValueError(f"{redact(url)!r}: {name}: no file {value!r}")
 
 
 def _check_tcp(url: str) -> None:
@@ -164,6 +214,14 @@ def _check_tcp(url: str) -> None:
     db = parts.path.strip("/")
     if db and not db.isdigit():
         raise ValueError(f"{redact(url)!r}: the path must be a database number, not {db!r}")
+
+
+def _userinfo_cut_short(url: str) -> bool:
+    """Whether a ``/``, ``?`` or ``#`` in the user name or password ended the host part before its ``@``
+    (the rest of the password would then be read as a host, a port or a path)."""
+    parts = urlsplit(url)
+    first_key = parts.query.split("&", 1)[0].split("=", 1)[0]
+    return "@" in parts.path or "@" in parts.fragment or "@" in first_key
 
 
 def parse_sentinel_url(url: str) -> SentinelTarget:
@@ -187,7 +245,7 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
     unknown = sorted(set(query) - _SENTINEL_QUERY)
     if unknown:
         raise ValueError(
-            f"{redact(url)!r}: unknown option(s) {', '.join(unknown)} (known: sentinel_password)"
+            f"{redact(url)!r}: unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(_SENTINEL_QUERY))})"
         )
     return SentinelTarget(
         hosts=hosts,

@@ -25,6 +25,7 @@ from bus.consumer import Ack, Consumer, Delivery, stream_entries
 from bus.display import format_item
 from bus.errors import BusError, CommandFailed, ConfigError, ConnectionFailed
 from bus.keys import Keys, StreamKind, open_namespace
+from bus.params import FiniteFloatRange
 from bus.retention import stream_id
 from bus.settings import Settings
 
@@ -381,7 +382,7 @@ async def _tail(
 @click.option("--count", type=click.IntRange(min=1), default=None, help="Stop after N entries.")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=None,
     help="Stop after S seconds without entries.",
 )

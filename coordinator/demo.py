@@ -34,6 +34,7 @@ from bus.envelope import decode
 from bus.errors import BusError, DecodeError
 from bus.events import Decision, DecisionType
 from bus.keys import Keys, StreamKind, open_namespace
+from bus.params import FiniteFloatRange
 from bus.settings import Settings, redact
 from coordinator.policy import Policy
 from coordinator.rules import GroupSummary, MergedFinding, merge_findings, summarize
@@ -89,7 +90,7 @@ class DemoResult:
 
     def as_data(self) -> dict[str, Any]:
         return {
-            "url": self.url,
+            "url": redact(self.url),
             "namespace": self.namespace,
             "seconds": round(self.seconds, 2),
             "ok": not self.problems,
@@ -273,7 +274,13 @@ def _print_summary(result: DemoResult, url_given: bool) -> None:
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as one JSON document.")
-@click.option("--timeout", default=120.0, show_default=True, help="Seconds before the demo gives up.")
+@click.option(
+    "--timeout",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=120.0,
+    show_default=True,
+    help="Seconds before the demo gives up.",
+)
 @click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -294,6 +301,8 @@ def demo(settings: Settings, as_json: bool, timeout: float, workdir: Path) -> No
         result = asyncio.run(run_demo(settings, seconds=timeout, workdir=workdir, say=say))
     except asyncio.CancelledError:  # SIGTERM: every process it started is stopped
         sys.exit(128 + signal.SIGTERM)
+    except BusError as exc:  # the server cannot be reached: nothing was started
+        raise click.ClickException(str(exc)) from None
     if as_json:
         click.echo(orjson.dumps(result.as_data(), option=orjson.OPT_INDENT_2).decode())
     else:

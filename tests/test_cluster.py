@@ -48,7 +48,7 @@ async def test_publish_consume_dead_letter_and_trim_across_nodes(cluster_url: st
 
         for shard in keys.all_shards():
             stream = keys.stream(shard, StreamKind.SIGNALS)
-            consumer = Consumer(client, stream, "coord", "c", batch=32)
+            consumer = Consumer(client, stream, "coordinator", "c", batch=32)  # the group trim waits for
             await consumer.ensure_group()
             await consumer.run(handler, burst=True)
         assert sorted(seen) == sorted(e.id for e in envelopes)

@@ -1,0 +1,24 @@
+"""Click parameter types shared by the commands."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import click
+
+__all__ = ["FiniteFloatRange"]
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A ``click.FloatRange`` that refuses ``nan`` and ``inf``, which Python's ``float()`` accepts and
+    which no count of seconds can be (``nan`` also slips through every range check)."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """The number, or a usage error for one that is not finite or out of the range."""
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
