@@ -26,6 +26,7 @@ __all__ = [
     "HumanAnswer",
     "HumanApprove",
     "HumanDeny",
+    "HumanDismiss",
     "HumanRecover",
     "HumanResolve",
     "LaunchReason",
@@ -249,3 +250,9 @@ class HumanDeny(Model):
     request_id: str
     reason: Text
     alternative: Text | None = None
+
+
+class HumanDismiss(Model):
+    """``subagent-bus dismiss AGENT``: the human has seen the agent's escalation and takes it from here."""
+
+    note: Text | None = None

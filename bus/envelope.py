@@ -88,6 +88,7 @@ class EnvelopeType(StrEnum):
     RECOVER = "RECOVER"
     APPROVE = "APPROVE"
     DENY = "DENY"
+    DISMISS = "DISMISS"
     # events
     HEARTBEAT = "HEARTBEAT"
     AGENT_STARTED = "AGENT_STARTED"
@@ -116,6 +117,7 @@ Payload = (
     | d.HumanRecover
     | d.HumanApprove
     | d.HumanDeny
+    | d.HumanDismiss
     | e.Heartbeat
     | e.AgentStarted
     | e.AgentExited
@@ -144,6 +146,7 @@ PAYLOADS: Final[dict[EnvelopeType, tuple[Kind, type[Payload]]]] = {
     T.RECOVER: (Kind.HUMAN, d.HumanRecover),
     T.APPROVE: (Kind.HUMAN, d.HumanApprove),
     T.DENY: (Kind.HUMAN, d.HumanDeny),
+    T.DISMISS: (Kind.HUMAN, d.HumanDismiss),
     T.HEARTBEAT: (Kind.EVENT, e.Heartbeat),
     T.AGENT_STARTED: (Kind.EVENT, e.AgentStarted),
     T.AGENT_EXITED: (Kind.EVENT, e.AgentExited),

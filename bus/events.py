@@ -72,6 +72,7 @@ class DecisionType(StrEnum):
     LAUNCH_REQUESTED = "launch_requested"
     RETRY_REQUESTED = "retry_requested"
     ESCALATED = "escalated"
+    ESCALATION_DISMISSED = "escalation_dismissed"
     GROUP_STATUS = "group_status"
     SEVERITY_CONFLICT = "severity_conflict"
     CONTRACT_VIOLATION = "contract_violation"

@@ -20,9 +20,10 @@ from bus.findings import Finding
 from bus.keys import Keys, open_namespace
 from bus.logs import setup_logging
 from bus.metrics import Metrics, serve
+from bus.params import FiniteFloatRange
 from bus.progress import Progress
 from bus.settings import Settings
-from coordinator.console import inbox_lines, render
+from coordinator.console import finding_lines, inbox_lines, merged_lines, render
 from coordinator.demo import demo
 from coordinator.human import commands as human_commands
 from coordinator.policy import Policy
@@ -74,9 +75,29 @@ def _dump(value: object) -> str:
 @click.option("--name", help="Consumer name of this process (default: random). Names may change on restart.")
 @_POLICY
 @click.option("--burst", is_flag=True, help="Apply everything pending, then exit (for scripts and tests).")
-@click.option("--batch", default=100, show_default=True, help="Entries per read and commit.")
-@click.option("--lease-ttl", "lease_ttl_ms", default=5000, show_default=True, help="Shard lease TTL in ms.")
-@click.option("--tick", "tick_s", default=5.0, show_default=True, help="Seconds between timeout checks.")
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 10_000),
+    default=100,
+    show_default=True,
+    help="Entries per read and commit.",
+)
+@click.option(
+    "--lease-ttl",
+    "lease_ttl_ms",
+    type=click.IntRange(1_000, 86_400_000),
+    default=5000,
+    show_default=True,
+    help="Shard lease TTL in ms: how long a dead coordinator's shards wait to be taken over.",
+)
+@click.option(
+    "--tick",
+    "tick_s",
+    type=FiniteFloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="Seconds between timeout checks.",
+)
 @click.option(
     "--max-deliveries",
     type=click.IntRange(min=1),
@@ -155,11 +176,15 @@ From other terminals or machines (Redis must be reachable there):
   export SUBAGENT_BUS_REDIS_URL={url} SUBAGENT_BUS_NAMESPACE={ns}
   subagent-bus adapter watch OUTPUT_FILE --agent-id ID --group GROUP   # a background agent's output file
   subagent-bus adapter run --agent-id ID --group GROUP -- COMMAND ...  # wrap an agent command
-  subagent-bus launcher --command 'claude -p {{prompt}}'                # start approved delegations
-  subagent-bus coordinator                                              # more coordinators, any machine
+  subagent-bus launcher --command 'claude -p {{prompt}}'                 # start approved delegations
+  subagent-bus coordinator                                             # more coordinators, any machine
   subagent-bus status --watch        # live view
   subagent-bus inbox                 # what waits for you: answer / resolve / approve / deny
 """
+
+
+async def _reachable(settings: Settings) -> None:
+    await (await connect(settings)).aclose()
 
 
 @click.command()
@@ -178,6 +203,8 @@ def up(
     Prints the URL and the commands that attach adapters from other terminals or machines, then runs
     the coordinator in the foreground until Ctrl-C.
     """
+    _policy(policy_path)  # a bad file or an unreachable server is an error before "is up" is printed
+    run_command(_reachable(settings))
     click.echo(_ATTACH.format(url=settings.url, ns=settings.namespace), err=True)
     ctx.invoke(
         run_coordinator,
@@ -218,7 +245,7 @@ def _status_lines(summaries: list[GroupSummary], group_id: str | None, namespace
 @click.option(
     "--watch",
     "watch",
-    type=click.FloatRange(min=0.1),
+    type=FiniteFloatRange(min=0.1, max=86_400),
     is_flag=False,
     flag_value=1.0,
     default=None,
@@ -251,47 +278,56 @@ def status(settings: Settings, group_id: str | None, as_json: bool, watch: float
 @click.option("--json", "as_json", is_flag=True, help="Print the open items as JSON.")
 @redis_options
 def inbox(settings: Settings, as_json: bool) -> None:
-    """What waits for a human: questions, blockers, delegations to approve, escalations."""
+    """What waits for a human: questions, blockers, delegations to approve, escalations.
+
+    Each item comes with the command that acts on it (with --json, each names its group_id).
+    """
 
     summaries = run_command(_summaries(settings))
     if as_json:
-        items: dict[str, list[Model]] = {
-            "questions": [q for s in summaries for q in s.open_questions if not q.answered],
-            "blockers": [b for s in summaries for b in s.blockers],
-            "delegations": [d for s in summaries for d in s.pending_delegations],
-            "escalations": [e for s in summaries for e in s.escalations],
+        items: dict[str, list[tuple[str, Model]]] = {
+            "questions": [(s.group_id, q) for s in summaries for q in s.open_questions if not q.answered],
+            "blockers": [(s.group_id, b) for s in summaries for b in s.blockers],
+            "delegations": [(s.group_id, d) for s in summaries for d in s.pending_delegations],
+            "escalations": [(s.group_id, e) for s in summaries for e in s.escalations],
         }
         click.echo(
-            _dump({name: [m.model_dump(mode="json") for m in models] for name, models in items.items()})
+            _dump(
+                {
+                    name: [{"group_id": g, **m.model_dump(mode="json")} for g, m in pairs]
+                    for name, pairs in items.items()
+                }
+            )
         )
         return
     click.echo("\n".join(inbox_lines(summaries)))
 
 
-def _merged_rows(merged: list[MergedFinding]) -> list[str]:
-    rows = []
-    for m in merged:
-        conf = f"{m.confidence:.1f}" if m.confidence is not None else "-"
-        sev = "/".join(s.value for s in m.severities) or "-"
-        flag = "  CONFLICT" if m.severity_conflict else ""
-        rows.append(
-            f"{m.location or '-':32} {m.category:8} {sev:18} {conf:>6}  {', '.join(m.agents)}  {m.finding.title}{flag}"
-        )
-    return rows
+def _read_findings(settings: Settings, group_id: str | None) -> dict[str, list[Finding]]:
+    """Every finding in the findings stream by group (of one group, or of all, in group order), with
+    progress on a terminal."""
 
-
-def _read_findings(settings: Settings, group_id: str | None) -> list[Finding]:
-    """Every finding in the findings stream (of one group, or of all), with progress on a terminal."""
-
-    async def read(client: Client, keys: Keys) -> list[Finding]:
+    async def read(client: Client, keys: Keys) -> dict[str, list[Finding]]:
+        by_group: dict[str, list[Finding]] = {}
         with Progress() as progress:
 
             def shown(read: int) -> None:
                 progress.update(f"reading the findings stream: {read:,} entries")
 
-            return [f async for _, f, _, _ in iter_findings(client, keys, group_id, on_page=shown)]
+            async for _, finding, _, group in iter_findings(client, keys, group_id, on_page=shown):
+                by_group.setdefault(group, []).append(finding)
+        return dict(sorted(by_group.items()))
 
-    return run_command(_read(settings, read, []))
+    return run_command(_read(settings, read, {}))
+
+
+def _merged(by_group: dict[str, list[Finding]], policy: Policy) -> dict[str, list[MergedFinding]]:
+    """Each group's findings merged on their own, as the coordinator merges them."""
+    return {group: merge_findings(items, policy) for group, items in by_group.items()}
+
+
+def _merged_records(view: dict[str, list[MergedFinding]]) -> list[dict[str, object]]:
+    return [{"group_id": g, **m.model_dump(mode="json")} for g, merged in view.items() for m in merged]
 
 
 @click.group("findings", invoke_without_command=True)
@@ -317,17 +353,16 @@ def findings(
     if as_json and as_jsonl:
         raise click.UsageError("--json and --jsonl exclude each other")
     policy = _policy(policy_path)
-    items = _read_findings(settings, group_id)
+    by_group = _read_findings(settings, group_id)
+    records: list[dict[str, object]]
     if merged:
-        view = merge_findings(items, policy)
-        records = [m.model_dump(mode="json") for m in view]
-        lines = _merged_rows(view)
+        view = _merged(by_group, policy)
+        records = _merged_records(view)
+        lines = merged_lines(view)
     else:
-        records = [f.model_dump(mode="json", exclude_none=True) for f in items]
-        lines = [
-            f"{r.get('file', '-')}:{r.get('line', '-')} {r.get('severity', '-')} {r['title']} ({r['agent']})"
-            for r in records
-        ]
+        # as `findings add` reads them, so that they can be published again
+        records = [f.model_dump(mode="json", exclude_none=True) for items in by_group.values() for f in items]
+        lines = finding_lines(by_group)
     if as_json:
         click.echo(_dump(records))
     elif as_jsonl:
@@ -350,13 +385,14 @@ def replay(settings: Settings, group_id: str, policy_path: Path | None, as_json:
     Live state is not touched: this reads the append-only stream and prints the result.
     """
     policy = _policy(policy_path)
-    view = merge_findings(_read_findings(settings, group_id), policy)
+    view = _merged(_read_findings(settings, group_id), policy)
     if as_json:
-        click.echo(_dump([m.model_dump(mode="json") for m in view]))
+        click.echo(_dump(_merged_records(view)))
         return
-    for line in _merged_rows(view):
+    for line in merged_lines(view):
         click.echo(line)
-    click.echo(f"{len(view)} merged findings recomputed for group {group_id}")
+    count = sum(len(merged) for merged in view.values())
+    click.echo(f"{count} merged findings recomputed for group {group_id}")
 
 
 commands: list[click.Command] = [demo, up, run_coordinator, status, inbox, findings, replay, *human_commands]

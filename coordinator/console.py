@@ -1,4 +1,5 @@
-"""The human-readable views: `status [--watch]` (one block per group, with progress bars) and `inbox`.
+"""The human-readable views: `status [--watch]` (one block per group, with progress bars), `inbox` and
+the findings (`findings [--merged]`, `replay`).
 
 Every item is one line: ids and texts are what agents sent, and a newline or another control character in
 them is shown escaped (ids) or as a space (texts) rather than breaking the table; ids in the suggested
@@ -9,13 +10,15 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections import Counter
 
 from bus.directives import RecoveryOption
 from bus.display import one_line
-from coordinator.rules import GroupSummary
+from bus.findings import Finding
+from coordinator.rules import GroupSummary, MergedFinding
 from coordinator.rules.summary import AgentSummary
 
-__all__ = ["bar", "inbox_lines", "render"]
+__all__ = ["bar", "finding_lines", "inbox_lines", "merged_lines", "render"]
 
 _WIDTH = 20
 _SPACES = re.compile(r"\s+")
@@ -78,25 +81,112 @@ def render(summary: GroupSummary) -> list[str]:
     return lines
 
 
+def _suggest(verb: str, ids: list[str], words: list[str], options: list[str]) -> str:
+    """``subagent-bus VERB WORDS OPTIONS``; when an id starts with ``-``, the options first and the words
+    after ``--``, so that the id is not read as an option."""
+    if any(i.startswith("-") for i in ids):
+        return " ".join(["subagent-bus", verb, *options, "--", *words])
+    return " ".join(["subagent-bus", verb, *words, *options])
+
+
 def inbox_lines(summaries: list[GroupSummary]) -> list[str]:
-    """What waits for a human, each item with the command that acts on it."""
+    """What waits for a human, each item with the command that acts on it.
+
+    An agent or request id known in several groups gets ``--group`` in its commands, which need it then.
+    """
+    agents = Counter(a.agent_id for s in summaries for a in s.agents)
+    requests = Counter(d.request_id for s in summaries for d in s.pending_delegations)
     lines: list[str] = []
-    for q in (q for s in summaries for q in s.open_questions if not q.answered):
-        lines.append(f"question  {one_line(q.agent_id)} {one_line(q.question_id)}: {_text(q.text)}")
-        lines.append(f'          answer: subagent-bus answer {_arg(q.agent_id)} {_arg(q.question_id)}="..."')
-    for b in (b for s in summaries for b in s.blockers):
-        lines.append(f"blocker   {one_line(b.agent_id)} ({one_line(b.blocker_type)}): {_text(b.details)}")
-        lines.append(f'          resolve: subagent-bus resolve {_arg(b.agent_id)} --resolution "..."')
-        if "error" in (b.stop_reason, b.blocker_type):  # seed 003's recovery patterns apply
-            options = "|".join(o.value for o in RecoveryOption)
-            lines.append(f"          or recover: subagent-bus recover {_arg(b.agent_id)} --option {options}")
-    for d in (d for s in summaries for d in s.pending_delegations):
-        request = _arg(d.request_id)
-        lines.append(
-            f"delegate  {one_line(d.request_id)} from {one_line(d.requester_id)} ({d.priority.value}): {_text(d.task)[:80]}"
-        )
-        lines.append(f"          subagent-bus approve {request}  |  subagent-bus deny {request} --reason ...")
-    lines += [
-        f"escalated {one_line(e.agent_id)}: {_text(e.reason)}" for s in summaries for e in s.escalations
-    ]
+    for items in (_questions, _blockers, _delegations, _escalations):
+        for s in summaries:
+            lines += items(s, requests if items is _delegations else agents)
     return lines or ["nothing waits for a human"]
+
+
+def _group(s: GroupSummary, ids: Counter[str], item_id: str) -> list[str]:
+    """``--group G`` when ``item_id`` is known in several groups."""
+    return ["--group", _arg(s.group_id)] if ids[item_id] > 1 else []
+
+
+def _questions(s: GroupSummary, agents: Counter[str]) -> list[str]:
+    lines = []
+    for q in (q for q in s.open_questions if not q.answered):
+        words = [_arg(q.agent_id), f'{_arg(q.question_id)}="..."']
+        command = _suggest("answer", [q.agent_id, q.question_id], words, _group(s, agents, q.agent_id))
+        lines.append(f"question  {one_line(q.agent_id)} {one_line(q.question_id)}: {_text(q.text)}")
+        lines.append(f"          answer: {command}")
+    return lines
+
+
+def _blockers(s: GroupSummary, agents: Counter[str]) -> list[str]:
+    lines = []
+    for b in s.blockers:
+        options = _group(s, agents, b.agent_id)
+        resolve = _suggest("resolve", [b.agent_id], [_arg(b.agent_id)], ['--resolution "..."', *options])
+        lines.append(f"blocker   {one_line(b.agent_id)} ({one_line(b.blocker_type)}): {_text(b.details)}")
+        lines.append(f"          resolve: {resolve}")
+        if "error" in (b.stop_reason, b.blocker_type):  # seed 003's recovery patterns apply
+            choice = "--option " + "|".join(o.value for o in RecoveryOption)
+            recover = _suggest("recover", [b.agent_id], [_arg(b.agent_id)], [choice, *options])
+            lines.append(f"          or recover: {recover}")
+    return lines
+
+
+def _delegations(s: GroupSummary, requests: Counter[str]) -> list[str]:
+    lines = []
+    for d in s.pending_delegations:
+        options = _group(s, requests, d.request_id)
+        ids, words = [d.request_id], [_arg(d.request_id)]
+        approve = _suggest("approve", ids, words, options)
+        deny = _suggest("deny", ids, words, ["--reason ...", *options])
+        lines.append(
+            f"delegate  {one_line(d.request_id)} from {one_line(d.requester_id)} ({d.priority.value}): "
+            f"{_text(d.task)[:80]}"
+        )
+        lines.append(f"          {approve}  |  {deny}")
+    return lines
+
+
+def _escalations(s: GroupSummary, agents: Counter[str]) -> list[str]:
+    lines = []
+    for e in s.escalations:
+        dismiss = _suggest("dismiss", [e.agent_id], [_arg(e.agent_id)], _group(s, agents, e.agent_id))
+        lines.append(f"escalated {one_line(e.agent_id)}: {_text(e.reason)}")
+        lines.append(f"          when handled: {dismiss}")
+    return lines
+
+
+def _by_group(rows: dict[str, list[str]]) -> list[str]:
+    """The rows of each group, under a ``group G:`` heading when there are several groups."""
+    if len(rows) < 2:
+        return [row for group_rows in rows.values() for row in group_rows]
+    return [line for g, group_rows in rows.items() for line in (f"group {one_line(g)}:", *group_rows)]
+
+
+def finding_lines(findings: dict[str, list[Finding]]) -> list[str]:
+    """One line per finding (``file:line severity title (agent)``), by group."""
+    rows: dict[str, list[str]] = {}
+    for group, items in findings.items():
+        rows[group] = [
+            f"{one_line(f.file or '-')}:{f.line if f.line is not None else '-'} "
+            f"{f.severity.value if f.severity else '-'} {_text(f.title)} ({one_line(f.agent)})"
+            for f in items
+        ]
+    return _by_group(rows)
+
+
+def merged_lines(merged: dict[str, list[MergedFinding]]) -> list[str]:
+    """One line per merged finding: location, category, severities, confidence, agents, title."""
+    rows: dict[str, list[str]] = {}
+    for group, items in merged.items():
+        rows[group] = []
+        for m in items:
+            conf = f"{m.confidence:.1f}" if m.confidence is not None else "-"
+            sev = "/".join(s.value for s in m.severities) or "-"
+            flag = "  CONFLICT" if m.severity_conflict else ""
+            agents = one_line(", ".join(m.agents))
+            rows[group].append(
+                f"{one_line(m.location or '-'):32} {one_line(m.category):8} {sev:18} {conf:>6}  {agents}  "
+                f"{_text(m.finding.title)}{flag}"
+            )
+    return _by_group(rows)

@@ -9,6 +9,7 @@ and the directive it produces reaches the agent's inbox.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -18,18 +19,22 @@ from bus.directives import (
     HumanAnswer,
     HumanApprove,
     HumanDeny,
+    HumanDismiss,
     HumanRecover,
     HumanResolve,
     RecoveryOption,
 )
 from bus.envelope import Payload, new_envelope
+from bus.errors import BusError
 from bus.keys import open_namespace
 from bus.publisher import Publisher
 from bus.settings import Settings
+from coordinator.rules.aggregation import open_escalation
 from coordinator.rules.blockers import error_stop, open_blocker
 from coordinator.rules.clarification import answerable
 from coordinator.rules.delegation import pending
-from coordinator.state import GroupState
+from coordinator.rules.step import Rejected
+from coordinator.state import AgentRecord, GroupState
 from coordinator.view import find_agent, find_request, load_groups
 
 __all__ = ["commands"]
@@ -38,11 +43,65 @@ Build = Callable[[list[GroupState]], tuple[Payload, str, str]]
 """From the committed groups: the payload, the target agent id and its group id."""
 
 
-async def _publish(settings: Settings, build: Build, source: str) -> str:
+_GROUP = click.option(
+    "--group",
+    "group_id",
+    help="The task group (needed only when the id is known in several groups; `inbox` then names it).",
+)
+
+
+def _not_blank(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A text option given as "" or spaces (an unset shell variable, say) is a mistake, not a message."""
+    if value is not None and not value.strip():
+        raise click.BadParameter("must not be blank")
+    return value
+
+
+def _text(*names: str, **kwargs: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    return click.option(*names, callback=_not_blank, **kwargs)
+
+
+def _only(holding: list[GroupState], what: str, check: Callable[[GroupState], object]) -> GroupState:
+    """The one group of ``holding`` where ``check`` passes; an error naming the groups otherwise."""
+    fits: list[GroupState] = []
+    errors: list[str] = []
+    for group in holding:
+        try:
+            check(group)
+        except Rejected as exc:
+            if len(holding) == 1:
+                raise
+            errors.append(f"in group {group.group_id!r}: {exc}")
+        else:
+            fits.append(group)
+    if len(fits) == 1:
+        return fits[0]
+    if not fits:
+        raise BusError("; ".join(errors))
+    names = ", ".join(repr(g.group_id) for g in fits)
+    raise BusError(f"{what} is known in groups {names}: choose one with --group")
+
+
+def _agent_group(
+    groups: list[GroupState], agent_id: str, group_id: str | None, check: Callable[[AgentRecord], object]
+) -> GroupState:
+    """The group whose agent ``agent_id`` the command applies to."""
+    holding = [g for g in groups if agent_id in g.agents]
+    if not holding and group_id is not None:
+        raise BusError(f"no agent {agent_id!r} in group {group_id!r}")
+    if not holding:
+        find_agent(groups, agent_id)  # raises, naming the known agents
+    return _only(holding, f"agent {agent_id!r}", lambda g: check(g.agents[agent_id]))
+
+
+async def _publish(settings: Settings, build: Build, source: str, group_id: str | None) -> str:
     client = await connect(settings)
     try:
         keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
-        payload, agent_id, group_id = build(await load_groups(client, keys))
+        groups = await load_groups(client, keys, group_id)
+        if group_id is not None and not groups:
+            raise BusError(f"no group {group_id!r} is known to the coordinators")
+        payload, agent_id, group_id = build(groups)
         envelope = new_envelope(payload, agent_id=agent_id, group_id=group_id, source=source)
         await Publisher(client, keys).publish(envelope)
         return envelope.id
@@ -50,8 +109,8 @@ async def _publish(settings: Settings, build: Build, source: str) -> str:
         await client.aclose()
 
 
-def _run(settings: Settings, build: Build, source: str) -> None:
-    envelope_id = run_command(_publish(settings, build, source))
+def _run(settings: Settings, build: Build, source: str, group_id: str | None) -> None:
+    envelope_id = run_command(_publish(settings, build, source, group_id))
     click.echo(f"queued {source} as {envelope_id}; the coordinator applies it in order")
 
 
@@ -70,35 +129,43 @@ def _split_answers(pairs: tuple[str, ...]) -> list[tuple[str, str]]:
 @click.command()
 @click.argument("agent_id")
 @click.argument("answers", nargs=-1, required=True)
-@click.option("--next-step", help="What the agent should do next (default: continue with the answers).")
+@_text("--next-step", help="What the agent should do next (default: continue with the answers).")
+@_GROUP
 @redis_options
-def answer(settings: Settings, agent_id: str, answers: tuple[str, ...], next_step: str | None) -> None:
-    """Answer an agent's CLARIFICATION_NEEDED: `answer AGENT_ID Q1="..." Q2="..."`."""
+def answer(
+    settings: Settings, agent_id: str, answers: tuple[str, ...], next_step: str | None, group_id: str | None
+) -> None:
+    """Answer an agent's CLARIFICATION_NEEDED: `answer AGENT_ID Q1="..." Q2="..."`.
+
+    Questions may be answered all at once or a few at a time; answering one again replaces the earlier
+    answer until the agent has them all. An id that starts with - goes after `--`.
+    """
     pairs = _split_answers(answers)
 
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
-        group = find_agent(groups, agent_id)
-        answerable(group.agents[agent_id], [qid for qid, _ in pairs])
+        group = _agent_group(groups, agent_id, group_id, lambda r: answerable(r, [q for q, _ in pairs]))
         items = [AnswerItem(question_id=qid, answer=text) for qid, text in pairs]
         return HumanAnswer(answers=items, next_step=next_step), agent_id, group.group_id
 
-    _run(settings, build, "answer")
+    _run(settings, build, "answer", group_id)
 
 
 @click.command()
 @click.argument("agent_id")
-@click.option("--resolution", required=True, help="What was done about the blocker.")
-@click.option("--instructions", help="Resume instructions (default: the agent's own resume requirements).")
+@_text("--resolution", required=True, help="What was done about the blocker.")
+@_text("--instructions", help="Resume instructions (default: the agent's own resume requirements).")
+@_GROUP
 @redis_options
-def resolve(settings: Settings, agent_id: str, resolution: str, instructions: str | None) -> None:
+def resolve(
+    settings: Settings, agent_id: str, resolution: str, instructions: str | None, group_id: str | None
+) -> None:
     """Resolve the blocker of an agent that sent STOP_WORK."""
 
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
-        group = find_agent(groups, agent_id)
-        open_blocker(group.agents[agent_id])
+        group = _agent_group(groups, agent_id, group_id, open_blocker)
         return HumanResolve(resolution=resolution, instructions=instructions), agent_id, group.group_id
 
-    _run(settings, build, "resolve")
+    _run(settings, build, "resolve", group_id)
 
 
 @click.command()
@@ -110,24 +177,39 @@ def resolve(settings: Settings, agent_id: str, resolution: str, instructions: st
     type=click.Choice([o.value for o in RecoveryOption]),
     help="The recovery pattern for an agent stopped with stop_reason: error.",
 )
-@click.option("--instructions", help="Extra instructions for the agent.")
+@_text(
+    "--instructions",
+    help="What the agent is told, instead of the option's default (with delegate, {agent} in it becomes "
+    "the id of the agent that takes the failing work over).",
+)
+@_GROUP
 @redis_options
-def recover(settings: Settings, agent_id: str, option: str, instructions: str | None) -> None:
-    """Choose how an agent that stopped on an error recovers."""
+def recover(
+    settings: Settings, agent_id: str, option: str, instructions: str | None, group_id: str | None
+) -> None:
+    """Choose how an agent that stopped on an error recovers.
+
+    \b
+    retry_from_checkpoint: the cause is fixed; retry the failed step from the checkpoint
+    skip_and_continue: skip the failing item (logged for review), do the rest
+    delegate: a new agent takes the failing work over; this one does the rest
+    """
 
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
-        group = find_agent(groups, agent_id)
-        error_stop(group.agents[agent_id])
+        group = _agent_group(groups, agent_id, group_id, error_stop)
         payload = HumanRecover(option=RecoveryOption(option), instructions=instructions)
         return payload, agent_id, group.group_id
 
-    _run(settings, build, "recover")
+    _run(settings, build, "recover", group_id)
 
 
 def _delegation_command(approve: bool) -> Callable[..., None]:
     def build_for(request_id: str, reason: str | None, alternative: str | None) -> Build:
         def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
-            group = find_request(groups, request_id)
+            holding = [g for g in groups if request_id in g.delegations]
+            if not holding:
+                find_request(groups, request_id)  # raises
+            group = _only(holding, f"delegation request {request_id!r}", lambda g: pending(g, request_id))
             delegation = pending(group, request_id)
             requester = delegation.requester_id
             payload: Payload = (
@@ -140,30 +222,61 @@ def _delegation_command(approve: bool) -> Callable[..., None]:
         return build
 
     def command(
-        settings: Settings, request_id: str, reason: str | None, alternative: str | None = None
+        settings: Settings,
+        request_id: str,
+        reason: str | None,
+        group_id: str | None,
+        alternative: str | None = None,
     ) -> None:
-        _run(settings, build_for(request_id, reason, alternative), "approve" if approve else "deny")
+        source = "approve" if approve else "deny"
+        _run(settings, build_for(request_id, reason, alternative), source, group_id)
 
     return command
 
 
 @click.command()
 @click.argument("request_id")
-@click.option("--reason", help="Why it is approved (kept in the decision event).")
+@_text("--reason", help="Why it is approved (kept in the decision event).")
+@_GROUP
 @redis_options
-def approve(settings: Settings, request_id: str, reason: str | None) -> None:
+def approve(settings: Settings, request_id: str, reason: str | None, group_id: str | None) -> None:
     """Approve a pending delegation request (ids are listed by `inbox`)."""
-    _delegation_command(True)(settings, request_id, reason)
+    _delegation_command(True)(settings, request_id, reason, group_id)
 
 
 @click.command()
 @click.argument("request_id")
-@click.option("--reason", required=True, help="Why it is denied (sent to the requesting agent).")
-@click.option("--alternative", help="What the agent should do instead.")
+@_text("--reason", required=True, help="Why it is denied (sent to the requesting agent).")
+@_text("--alternative", help="What the agent should do instead.")
+@_GROUP
 @redis_options
-def deny(settings: Settings, request_id: str, reason: str, alternative: str | None) -> None:
+def deny(
+    settings: Settings, request_id: str, reason: str, alternative: str | None, group_id: str | None
+) -> None:
     """Deny a pending delegation request."""
-    _delegation_command(False)(settings, request_id, reason, alternative)
+    _delegation_command(False)(settings, request_id, reason, group_id, alternative)
 
 
-commands: list[click.Command] = [answer, resolve, recover, approve, deny]
+@click.command()
+@click.argument("agent_id")
+@_text("--note", help="What the human does about it (kept in the decision event).")
+@_GROUP
+@redis_options
+def dismiss(settings: Settings, agent_id: str, note: str | None, group_id: str | None) -> None:
+    """Take an agent's escalation (failed after its retries) off the inbox: a human has it now.
+
+    The agent stays failed and the group's status is unchanged; the events stream keeps the escalation
+    and its dismissal.
+    """
+
+    def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
+        holding = [g for g in groups if agent_id in g.agents]
+        if not holding:
+            find_agent(groups, agent_id)  # raises, naming the known agents
+        group = _only(holding, f"agent {agent_id!r}", lambda g: open_escalation(g, agent_id))
+        return HumanDismiss(note=note), agent_id, group.group_id
+
+    _run(settings, build, "dismiss", group_id)
+
+
+commands: list[click.Command] = [answer, resolve, recover, approve, deny, dismiss]

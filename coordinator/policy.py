@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from bus.errors import ConfigError
 from bus.signals import Priority
 
-__all__ = ["MAX_POLICY_BYTES", "Policy", "agent_key"]
+__all__ = ["MAX_POLICY_BYTES", "MAX_TIMEOUT_SECONDS", "Policy", "agent_key"]
 
 MAX_POLICY_BYTES: Final = 1 << 20
 """A policy file is read only up to this size: it holds a few settings and a table of weights."""
@@ -34,6 +34,10 @@ MAX_POLICY_BYTES: Final = 1 << 20
 _SEPARATORS = re.compile(r"[\s_]+")
 
 Weight = Annotated[float, Field(gt=0, le=1000)]
+
+MAX_TIMEOUT_SECONDS: Final = 10 * 366 * 86_400
+"""Ten years: a longer timeout means none, and a much longer one does not fit a ``timedelta`` (every tick
+of the rules would fail on it)."""
 
 
 def agent_key(name: str) -> str:
@@ -72,14 +76,23 @@ class Policy(BaseModel):
     """Added once to a merged finding's confidence when distinct agents report it (capped at 100)."""
     max_retries: int = Field(default=1, ge=0, le=100)
     """Retries (with reduced scope) of a failed agent before a human is asked."""
-    heartbeat_timeout_seconds: float = Field(default=120.0, gt=0)
+    heartbeat_timeout_seconds: float = Field(default=120.0, gt=0, le=MAX_TIMEOUT_SECONDS)
     """A running agent silent for longer than this is ``timed_out``."""
-    lost_timeout_seconds: float = Field(default=900.0, gt=0)
+    lost_timeout_seconds: float = Field(default=900.0, gt=0, le=MAX_TIMEOUT_SECONDS)
     """A running or timed-out agent silent for longer than this is ``lost`` (and handled as failed)."""
     summary_token_limit: int = Field(default=500, ge=1)
     """A result summary estimated above this many tokens violates the contract."""
     idempotency_window: int = Field(default=10_000, ge=1, le=10_000_000)
     """How many recently applied envelope ids of a group are remembered to drop duplicates."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans(cls, value: Any) -> Any:
+        # pydantic reads true as 1: `max_parallel_agents = true` would silently allow one agent.
+        values = value.values() if isinstance(value, dict) else [value]
+        if any(isinstance(v, bool) for v in values):
+            raise ValueError("true/false is not a valid value here")
+        return value
 
     @field_validator("expertise")
     @classmethod

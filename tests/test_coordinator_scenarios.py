@@ -133,7 +133,7 @@ def test_unknown_question_is_refused_before_anything_is_published(redis_url: str
         text=True,
     )
     assert done.returncode == 1
-    assert "agent 'bg-task-abc123' has no open question Q7 (open: Q1, Q2)" in done.stderr
+    assert "agent 'bg-task-abc123' has no question Q7 (its questions: Q1, Q2)" in done.stderr
     assert "ANSWER" not in sb(redis_url, "tail", "--stream", "signals", "--from", "0", "--timeout", "0.5")
 
 

@@ -29,12 +29,13 @@ from rules_kit import (
     stop_error,
 )
 
-from bus.directives import HumanApprove, HumanDeny, HumanRecover, HumanResolve, RecoveryOption
+from bus.directives import HumanApprove, HumanDeny, HumanDismiss, HumanRecover, HumanResolve, RecoveryOption
 from bus.envelope import PAYLOADS, Envelope, Kind, _decoded, decode, encode, new_envelope
 from bus.errors import DecodeError
 from bus.events import AgentExited, AgentStarted, Heartbeat, Tick
 from bus.results import ResultStatus
 from bus.signals import DelegateWork, Progress
+from coordinator.policy import Policy
 
 
 def _corpus() -> list[Envelope]:
@@ -72,6 +73,10 @@ def _corpus() -> list[Envelope]:
     approved = next(e for e in envelopes if e.type.value == "DELEGATION_APPROVED" and e.agent_id == "bg-e")
     delegate_id = approved.payload.new_agent_id  # type: ignore[union-attr]
     send(blocking, completion(delegate_id), delegate_id)
+    escalating = Feed(Policy(max_retries=0))
+    send(escalating, AgentStarted(task="scan", name="qa-engineer"), "bg-f")
+    send(escalating, completion("bg-f", "failed"), "bg-f")
+    send(escalating, HumanDismiss(note="handled"), "bg-f")
     return envelopes
 
 

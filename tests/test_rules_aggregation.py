@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rules_kit import Feed, clarification, completion, decisions, delegate, kinds, of_type, one, result
 
-from bus.directives import HumanDeny, LaunchReason
+from bus.directives import HumanDeny, HumanDismiss, LaunchReason
 from bus.envelope import EnvelopeType
 from bus.events import AgentExited, AgentStarted, AgentState, DecisionType, Heartbeat
 from bus.results import ResultStatus
@@ -145,6 +145,24 @@ def test_no_retries_means_immediate_escalation() -> None:
     assert of_type(outcome, EnvelopeType.LAUNCH) == []
     assert kinds(outcome) == [DecisionType.COMPLETED, DecisionType.ESCALATED, DecisionType.GROUP_STATUS]
     assert feed.state.agents[A].escalated
+
+
+def test_dismissing_an_escalation_takes_it_off_the_list_and_nothing_else() -> None:
+    feed = Feed(Policy(max_retries=0))
+    _start(feed, A, B)
+    feed.send(completion(A, "failed"), A)
+    feed.send(completion(B, "failed"), B)
+    outcome = feed.send(HumanDismiss(note="fixed by hand"), A)
+    assert [(d.decision, d.detail) for d in decisions(outcome)] == [
+        (DecisionType.ESCALATION_DISMISSED, "dismissed: fixed by hand")
+    ]
+    assert [e.agent_id for e in feed.state.escalations] == [B]
+    record = feed.state.agents[A]
+    assert record.state is AgentState.FAILED and record.escalated
+    assert feed.state.status is GroupVerdict.ESCALATE
+    again = feed.send(HumanDismiss(), A)
+    assert again.rejected == f"agent {A!r} has no open escalation"
+    assert [e.agent_id for e in feed.state.escalations] == [B]
 
 
 def test_exit_without_completion_fails_and_is_retried() -> None:

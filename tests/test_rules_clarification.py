@@ -115,6 +115,14 @@ def test_answer_to_an_unknown_question_is_rejected_and_changes_nothing() -> None
     assert "in-00002" in outcome.state.window
 
 
+def test_a_rejected_answer_lists_the_questions_and_which_are_answered() -> None:
+    feed = Feed()
+    feed.send(clarification(), AGENT)
+    feed.send(answers(A1), AGENT)  # Q2 still open: the agent waits
+    outcome = feed.send(answers(("Q9", "what?")), AGENT)
+    assert outcome.rejected == f"agent {AGENT!r} has no question Q9 (its questions: Q1 (answered), Q2)"
+
+
 def test_answer_without_open_questions_or_for_unknown_agent_is_rejected() -> None:
     feed = Feed()
     feed.send(AgentStarted(task="Analyze the codebase", name="security-auditor"), AGENT)

@@ -9,19 +9,21 @@
 - When the group settles (every agent finished, no delegation waiting for a human), its status is reported
   once: all SUCCESS -> ``continue``; any PARTIAL -> ``review``; any failure left after retries ->
   ``escalate`` (failures take precedence over partial results).
+- An escalation waits for a human until ``dismiss`` (:func:`on_dismiss`) takes it off the list; the
+  events stream keeps both decisions.
 """
 
 from __future__ import annotations
 
-from bus.directives import DelegationCompleted, LaunchReason
+from bus.directives import DelegationCompleted, HumanDismiss, LaunchReason
 from bus.events import AgentState, DecisionType
 from bus.results import ResultStatus
 from coordinator.rules.ids import retry_agent_id, retry_request_id
 from coordinator.rules.launch import Launch, launch
-from coordinator.rules.step import Step
+from coordinator.rules.step import Rejected, Step
 from coordinator.state import FINAL_STATES, AgentRecord, Completion, Escalation, GroupState, GroupVerdict
 
-__all__ = ["finish", "report_group", "verdict"]
+__all__ = ["finish", "on_dismiss", "open_escalation", "report_group", "verdict"]
 
 
 def finish(
@@ -178,6 +180,23 @@ def report_group(step: Step, agent_id: str) -> None:
     step.replace(status=result)
     detail = f"{result.value}: {step.state.progress.render()}"
     step.decide(DecisionType.GROUP_STATUS, agent_id, detail)
+
+
+def open_escalation(state: GroupState, agent_id: str) -> Escalation:
+    """The agent's escalation that waits for a human (also checked by the ``dismiss`` command)."""
+    for escalation in state.escalations:
+        if escalation.agent_id == agent_id:
+            return escalation
+    raise Rejected(f"agent {agent_id!r} has no open escalation")
+
+
+def on_dismiss(step: Step) -> None:
+    """DISMISS: the human has seen the agent's escalation; it leaves the inbox (the agent stays failed)."""
+    note = step.payload(HumanDismiss).note
+    agent_id = step.envelope.agent_id
+    open_escalation(step.state, agent_id)
+    step.replace(escalations=tuple(e for e in step.state.escalations if e.agent_id != agent_id))
+    step.decide(DecisionType.ESCALATION_DISMISSED, agent_id, f"dismissed: {note}" if note else "dismissed")
 
 
 def _first_line(text: str) -> str:

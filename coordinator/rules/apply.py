@@ -24,7 +24,16 @@ from typing import Final
 from bus.envelope import Envelope, EnvelopeType
 from bus.events import DecisionType
 from coordinator.policy import Policy
-from coordinator.rules import blockers, clarification, completion, delegation, findings, lifecycle, timeouts
+from coordinator.rules import (
+    aggregation,
+    blockers,
+    clarification,
+    completion,
+    delegation,
+    findings,
+    lifecycle,
+    timeouts,
+)
 from coordinator.rules.outcome import Emit, Outcome, Target
 from coordinator.rules.run import Run
 from coordinator.rules.step import Rejected, Step
@@ -49,6 +58,7 @@ HANDLERS: Final[dict[EnvelopeType, Handler]] = {
     T.RECOVER: blockers.on_recover,
     T.APPROVE: delegation.on_approve,
     T.DENY: delegation.on_deny,
+    T.DISMISS: aggregation.on_dismiss,
     T.HEARTBEAT: lifecycle.on_heartbeat,
     T.AGENT_STARTED: lifecycle.on_started,
     T.AGENT_EXITED: lifecycle.on_exited,

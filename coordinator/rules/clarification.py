@@ -77,8 +77,10 @@ def answerable(record: AgentRecord, question_ids: list[str]) -> ClarificationNee
     known = [q.question_id for q in questions.questions]
     unknown = [qid for qid in question_ids if qid not in known]
     if unknown:
+        answered = {a.question_id for a in record.answers}
+        listed = ", ".join(f"{qid} (answered)" if qid in answered else qid for qid in known)
         raise Rejected(
-            f"agent {record.agent_id!r} has no open question {', '.join(unknown)} (open: {', '.join(known)})"
+            f"agent {record.agent_id!r} has no question {', '.join(unknown)} (its questions: {listed})"
         )
     return questions
 

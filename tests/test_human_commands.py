@@ -1,0 +1,351 @@
+"""The human side through the real CLI: agents publish protocol text through `adapter stdin`, a
+`coordinator --burst` applies it, and the human commands and views act on what it committed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from bus.errors import ConfigError
+from coordinator.policy import Policy
+
+CLI = str(Path(sys.executable).parent / "subagent-bus")
+
+
+@pytest.fixture(autouse=True)
+def _scratch_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # a command that missed the URL would start a server in the current dir
+
+
+def cli(url: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The command with the server's URL in the environment (arguments after `--` stay positional)."""
+    return subprocess.run(
+        [CLI, *args],
+        env={**os.environ, "SUBAGENT_BUS_REDIS_URL": url},
+        input=stdin,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def ok(url: str, *args: str, stdin: str | None = None) -> str:
+    done = cli(url, *args, stdin=stdin)
+    assert done.returncode == 0, f"{args}: {done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def agent_says(url: str, agent_id: str, group: str, text: str) -> None:
+    ok(url, "adapter", "stdin", f"--agent-id={agent_id}", "--group", group, stdin=text)
+
+
+def coordinate(url: str) -> None:
+    ok(url, "coordinator", "--burst", "--lease-ttl", "1000")
+
+
+def signals(url: str) -> list[dict[str, Any]]:
+    out = ok(url, "tail", "--stream", "signals", "--from", "0", "--timeout", "0.5", "--json")
+    return [orjson.loads(line) for line in out.splitlines()]
+
+
+def directives(url: str, agent_id: str) -> list[dict[str, Any]]:
+    out = ok(url, "tail", "--stream", f"inbox:{agent_id}", "--from", "0", "--timeout", "0.5", "--json")
+    return [orjson.loads(line) for line in out.splitlines()]
+
+
+def clarify(agent_id: str) -> str:
+    return f"""[CLARIFICATION_NEEDED]
+agent_id: {agent_id}
+timestamp: 2026-01-11T08:45:00-05:00
+blocked_at: src/auth
+reason: Two strategies found
+questions:
+  - question_id: Q1
+    text: OAuth2 or JWT?
+    context: both exist
+can_resume_with: an answer
+current_state: secrets scanned
+[/CLARIFICATION_NEEDED]
+"""
+
+
+def stop(agent_id: str, reason: str = "blocker", kind: str = "external_dependency") -> str:
+    return f"""[STOP_WORK]
+agent_id: {agent_id}
+timestamp: 2026-01-11T09:15:00-05:00
+stop_reason: {reason}
+blocker_type: {kind}
+details: node_modules is missing
+completed_work: the secrets scan
+blocked_work: the dependency scan
+state_snapshot: 47/120 files
+resume_requirements: npm install
+[/STOP_WORK]
+"""
+
+
+DELEGATE = """[DELEGATE_WORK]
+agent_id: lead
+timestamp: 2026-01-11T10:00:00-05:00
+delegation_reason: The API documentation is a separate, large job
+new_task_description: Document every deprecated endpoint in the public API and propose removal dates
+independence: optional
+priority: P2
+context_required: src/api
+coordination: none
+estimated_duration: 1h
+[/DELEGATE_WORK]
+"""
+
+
+def _suggested(url: str, verb: str) -> list[list[str]]:
+    """The commands of that verb that `inbox` suggests, split as bash splits them."""
+    lines = [line.strip() for line in ok(url, "inbox").splitlines()]
+    found = []
+    for line in lines:
+        for part in line.split("  |  "):
+            command = part.split(": ", 1)[-1].strip()
+            if command.startswith(f"subagent-bus {verb} "):
+                words = subprocess.run(
+                    ["bash", "-c", f'set -- {command}; printf "%s\\0" "$@"'], capture_output=True, check=True
+                )
+                found.append(words.stdout.decode().split("\0")[:-1])
+    return found
+
+
+def test_an_agent_id_known_in_two_groups_is_acted_on_in_the_right_one(redis_url: str) -> None:
+    agent_says(redis_url, "worker", "alpha", stop("worker"))
+    agent_says(redis_url, "worker", "beta", clarify("worker"))
+    coordinate(redis_url)
+
+    [answer] = _suggested(redis_url, "answer")
+    assert answer[:5] == ["subagent-bus", "answer", "worker", "Q1=...", "--group"] and answer[5] == "beta"
+    [resolve] = _suggested(redis_url, "resolve")
+    assert resolve[-2:] == ["--group", "alpha"]
+    questions = orjson.loads(ok(redis_url, "inbox", "--json"))["questions"]
+    assert [(q["group_id"], q["agent_id"]) for q in questions] == [("beta", "worker")]
+
+    # without --group, the one group where the command applies is chosen
+    ok(redis_url, "answer", "worker", "Q1=JWT only")
+    ok(redis_url, "resolve", "worker", "--resolution", "Ran npm install")
+    coordinate(redis_url)
+    by_group = {d["group_id"]: d for d in directives(redis_url, "worker")}
+    assert by_group["beta"]["type"] == "CLARIFICATION_RESPONSE"
+    assert by_group["alpha"]["type"] == "BLOCKER_RESOLVED"
+
+    agent_says(redis_url, "worker", "alpha", clarify("worker"))
+    agent_says(redis_url, "worker", "beta", clarify("worker"))
+    coordinate(redis_url)
+    both = cli(redis_url, "answer", "worker", "Q1=x")
+    assert both.returncode == 1
+    assert "agent 'worker' is known in groups 'alpha', 'beta': choose one with --group" in both.stderr
+    nowhere = cli(redis_url, "resolve", "worker", "--resolution", "x")
+    assert nowhere.returncode == 1
+    assert "in group 'alpha': agent 'worker' has no open blocker" in nowhere.stderr
+    missing = cli(redis_url, "answer", "worker", "Q1=x", "--group", "gamma")
+    assert missing.returncode == 1 and "no group 'gamma' is known to the coordinators" in missing.stderr
+    published = len(signals(redis_url))
+    for command in _suggested(redis_url, "answer"):
+        ok(redis_url, *command[1:])
+    assert len(signals(redis_url)) == published + 2
+
+
+def test_a_delegation_request_id_known_in_two_groups_needs_its_group(redis_url: str) -> None:
+    # the id derives from the agent, the timestamp and the task: the same signal in two groups shares it
+    agent_says(redis_url, "lead", "alpha", DELEGATE)
+    agent_says(redis_url, "lead", "beta", DELEGATE)
+    coordinate(redis_url)
+    delegations = orjson.loads(ok(redis_url, "inbox", "--json"))["delegations"]
+    assert [d["group_id"] for d in delegations] == ["alpha", "beta"]
+    request = delegations[0]["request_id"]
+    assert delegations[1]["request_id"] == request
+    both = cli(redis_url, "approve", request)
+    assert both.returncode == 1 and "choose one with --group" in both.stderr
+    approves = _suggested(redis_url, "approve")
+    assert [c[-2:] for c in approves] == [["--group", "alpha"], ["--group", "beta"]]
+    ok(redis_url, *approves[1][1:])
+    coordinate(redis_url)
+    [left] = orjson.loads(ok(redis_url, "inbox", "--json"))["delegations"]
+    assert left["group_id"] == "alpha"
+    ok(redis_url, "deny", request, "--reason", "not now")  # the only one still pending
+    coordinate(redis_url)
+    assert orjson.loads(ok(redis_url, "inbox", "--json"))["delegations"] == []
+
+
+def test_an_id_that_starts_with_a_dash_gets_commands_that_work(redis_url: str) -> None:
+    agent_says(redis_url, "-x", "g", clarify("-x"))
+    agent_says(redis_url, "-y", "g", stop("-y", "error", "error"))
+    coordinate(redis_url)
+    [answer] = _suggested(redis_url, "answer")
+    assert answer == ["subagent-bus", "answer", "--", "-x", "Q1=..."]
+    ok(redis_url, *answer[1:])
+    [recover] = [line for line in ok(redis_url, "inbox").splitlines() if "subagent-bus recover" in line]
+    assert recover.endswith("--option retry_from_checkpoint|skip_and_continue|delegate -- -y")
+    ok(redis_url, "recover", "--option", "skip_and_continue", "--", "-y")
+    coordinate(redis_url)
+    assert [d["type"] for d in directives(redis_url, "-x")] == ["CLARIFICATION_RESPONSE"]
+    assert [d["type"] for d in directives(redis_url, "-y")] == ["ERROR_RECOVERY"]
+
+
+def test_a_blank_text_is_a_usage_error_and_publishes_nothing(redis_url: str) -> None:
+    agent_says(redis_url, "worker", "g", stop("worker"))
+    agent_says(redis_url, "failing", "g", stop("failing", "error", "error"))
+    agent_says(redis_url, "asker", "g", clarify("asker"))
+    agent_says(redis_url, "lead", "g", DELEGATE)
+    coordinate(redis_url)
+    [request] = [d["request_id"] for d in orjson.loads(ok(redis_url, "inbox", "--json"))["delegations"]]
+    published = len(signals(redis_url))
+    for args, option in [
+        (["resolve", "worker", "--resolution", ""], "--resolution"),
+        (["resolve", "worker", "--resolution", "ok", "--instructions", "  "], "--instructions"),
+        (["deny", request, "--reason", ""], "--reason"),
+        (["deny", request, "--reason", "no", "--alternative", "\n"], "--alternative"),
+        (["approve", request, "--reason", " "], "--reason"),
+        (["answer", "asker", "Q1=x", "--next-step", ""], "--next-step"),
+        (["recover", "failing", "--option", "delegate", "--instructions", ""], "--instructions"),
+    ]:
+        done = cli(redis_url, *args)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert f"Invalid value for '{option}': must not be blank" in done.stderr
+    assert len(signals(redis_url)) == published
+
+
+def _finding(title: str, severity: str, confidence: int) -> str:
+    fields = {"id": "SEC-001", "title": title, "file": "src/a.ts", "line": 8, "severity": severity}
+    return orjson.dumps({**fields, "confidence": confidence}).decode()
+
+
+def test_findings_of_different_groups_are_merged_apart(redis_url: str) -> None:
+    ok(
+        redis_url,
+        "findings",
+        "add",
+        "--agent-id",
+        "auditor",
+        "--group",
+        "alpha",
+        _finding("JWT secret", "critical", 95),
+    )
+    ok(
+        redis_url,
+        "findings",
+        "add",
+        "--agent-id",
+        "qa",
+        "--group",
+        "alpha",
+        _finding("JWT secret", "critical", 78),
+    )
+    ok(redis_url, "findings", "add", "--agent-id", "other", "--group", "beta", _finding("JWT\nsecret", "minor", 10))  # fmt: skip
+    coordinate(redis_url)
+    merged = orjson.loads(ok(redis_url, "findings", "--merged", "--json"))
+    assert [(m["group_id"], m["confidence"], m["severity_conflict"]) for m in merged] == [
+        ("alpha", pytest.approx(96.5), False),
+        ("beta", 10.0, False),
+    ]
+    counts = {g["group_id"]: g["findings"] for g in orjson.loads(ok(redis_url, "status", "--json"))}
+    assert counts == {"alpha": 1, "beta": 1}  # what the coordinator merged, group by group
+    lines = ok(redis_url, "findings", "--merged").splitlines()
+    assert [line for line in lines if not line.startswith("src/")] == [
+        "group alpha:",
+        "group beta:",
+        "2 merged findings",
+    ]
+    assert lines[3].split()[-2:] == ["JWT", "secret"]  # one line per finding, whatever the title holds
+    raw = ok(redis_url, "findings").splitlines()
+    assert raw == [
+        "group alpha:",
+        "src/a.ts:8 critical JWT secret (auditor)",
+        "src/a.ts:8 critical JWT secret (qa)",
+        "group beta:",
+        "src/a.ts:8 minor JWT secret (other)",
+        "3 findings",
+    ]
+    alpha = orjson.loads(ok(redis_url, "replay", "--group", "alpha", "--json"))
+    assert alpha == merged[:1]
+    # raw findings stay what `findings add` reads, so that they can be published again
+    copied = ok(redis_url, "findings", "--jsonl", "--group", "beta")
+    ok(redis_url, "findings", "add", "--agent-id", "copier", "--group", "gamma", stdin=copied)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("max_parallel_agents = true\n", "max_parallel_agents: Value error, true/false is not a valid value"),
+        ("[expertise]\nqa = true\n", "expertise: Value error, true/false is not a valid value"),
+        ("lost_timeout_seconds = inf\n", "lost_timeout_seconds: Input should be less than or equal to"),
+        ("lost_timeout_seconds = 1e15\n", "lost_timeout_seconds: Input should be less than or equal to"),
+    ],
+)
+def test_policy_values_that_would_be_misread_are_refused(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        Policy.load(path)
+    assert message in str(caught.value)
+
+
+def test_a_policy_in_yaml_with_yes_for_a_number_is_refused(tmp_path: Path, redis_url: str) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text("max_retries: yes\n", encoding="utf-8")
+    done = cli(redis_url, "coordinator", "--burst", "--policy", str(path))
+    assert done.returncode == 2
+    assert "max_retries: Value error, true/false is not a valid value here" in done.stderr
+
+
+def test_up_says_it_is_up_only_when_it_can_be(tmp_path: Path, redis_url: str) -> None:
+    bad = tmp_path / "policy.toml"
+    bad.write_text("max_parallel = 3\n", encoding="utf-8")
+    refused = cli(redis_url, "up", "--policy", str(bad))
+    assert refused.returncode == 2 and "unknown setting 'max_parallel'" in refused.stderr
+    assert "is up" not in refused.stderr
+    down = cli("redis://127.0.0.1:1", "up")
+    assert down.returncode == 1 and "Redis unavailable" in down.stderr
+    assert "is up" not in down.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["coordinator", "--tick", "nan"], "'nan' is not a finite number"),
+        (["coordinator", "--tick", "0"], "0.0 is not in the range x>=0.1"),
+        (["coordinator", "--batch", "0"], "0 is not in the range 1<=x<=10000"),
+        (["coordinator", "--lease-ttl", "10"], "10 is not in the range 1000<=x<=86400000"),
+        (["status", "--watch", "inf"], "inf is not in the range 0.1<=x<=86400"),
+    ],
+)
+def test_numbers_no_coordinator_or_view_can_use_are_usage_errors(args: list[str], message: str) -> None:
+    done = cli("redis://127.0.0.1:1", *args)  # refused before any connection is tried
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+
+
+def test_an_escalation_leaves_the_inbox_once_dismissed(tmp_path: Path, redis_url: str) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text("max_retries = 0\n", encoding="utf-8")
+    failed = """[COMPLETION_REPORT]
+agent_id: w1
+timestamp: 2026-01-11T12:00:00-05:00
+status: failed
+summary: The scanner crashed on every file
+[/COMPLETION_REPORT]
+"""
+    agent_says(redis_url, "w1", "g1", failed)
+    ok(redis_url, "coordinator", "--burst", "--lease-ttl", "1000", "--policy", str(policy))
+    assert "escalated w1: w1 failed after 1 attempt(s)" in ok(redis_url, "inbox")
+    [command] = _suggested(redis_url, "dismiss")
+    assert command == ["subagent-bus", "dismiss", "w1"]
+    ok(redis_url, *command[1:], "--note", "rerun by hand")
+    coordinate(redis_url)
+    assert ok(redis_url, "inbox").strip() == "nothing waits for a human"
+    status = orjson.loads(ok(redis_url, "status", "--json"))
+    assert status[0]["escalations"] == [] and status[0]["status"] == "escalate"
+    again = cli(redis_url, "dismiss", "w1")
+    assert again.returncode == 1 and "agent 'w1' has no open escalation" in again.stderr
