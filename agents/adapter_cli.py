@@ -28,6 +28,7 @@ from agents.watch import FileWatch, WatchOptions
 from bus.connection import redis_options, run_command
 from bus.consumer import Consumer
 from bus.metrics import AdapterMetrics
+from bus.params import FiniteFloatRange
 from bus.settings import Settings
 from bus.waits import wait_for
 
@@ -141,7 +142,7 @@ def adapter() -> None:
     "poll_s",
     default=0.1,
     show_default=True,
-    type=click.FloatRange(min=0.01, max=5),
+    type=FiniteFloatRange(min=0.01, max=5),
     help="Seconds between checks for new bytes.",
 )
 @common_options

@@ -16,6 +16,7 @@ from agents.listen import DEFAULT_CLAIM_IDLE_MS, listen
 from agents.options import check_id
 from bus.connection import redis_options
 from bus.errors import BusError
+from bus.params import FiniteFloatRange
 from bus.settings import Settings
 
 __all__ = ["commands", "mcp"]
@@ -36,7 +37,7 @@ __all__ = ["commands", "mcp"]
 @click.option(
     "--publish-timeout",
     "publish_timeout_s",
-    type=click.FloatRange(min=0.1),
+    type=FiniteFloatRange(min=0.1),
     default=30.0,
     show_default=True,
     help="Seconds a tool call waits for an unreachable bus before it reports an error.",

@@ -332,7 +332,10 @@ class InboxFollower:
             await self.deliverer.deliver(directive)
         except DeliveryFailed as exc:
             attempt = f"attempt {delivery.deliveries} of {self.consumer.max_deliveries}"
-            self.log(f"delivering {directive.type.value} {envelope.id} failed ({attempt}): {exc}")
+            fate = ""
+            if delivery.deliveries >= self.consumer.max_deliveries:
+                fate = "; given up: it goes to the dead letters (`subagent-bus tail --stream dead`)"
+            self.log(f"delivering {directive.type.value} {envelope.id} failed ({attempt}): {exc}{fate}")
             if self.metrics is not None:
                 self.metrics.delivery_failures.labels(directive.type.value).inc()
             raise

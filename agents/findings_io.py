@@ -31,8 +31,8 @@ from pydantic import ValidationError
 
 from agents.adapter import AgentBus, connect_bus, oversize
 from agents.findings_parse import finding_of, located_findings, parse_findings
-from agents.options import check_id
-from agents.watch import Checkpoint, fingerprints
+from agents.options import check_id, id_problem
+from agents.watch import Checkpoint, fingerprints, open_file
 from bus.connection import redis_options, run_command, translated
 from bus.envelope import Envelope, deterministic_id, encode
 from bus.findings import Finding
@@ -44,7 +44,6 @@ __all__ = ["MAX_INPUT_BYTES", "ImportReport", "add", "import_file", "import_find
 MAX_INPUT_BYTES: Final = 64 << 20
 """``findings add`` refuses more input than this."""
 MAX_LINE_BYTES: Final = 4 << 20
-MAX_AGENT_ID: Final = 256
 _BATCH: Final = 500
 _CHUNK: Final = 1 << 20
 EXIT_INVALID: Final = 2
@@ -182,7 +181,7 @@ async def import_file(
         bus.log(f"checkpoint {key} is unreadable; importing {spec.path} again as a new generation")
         checkpoint = Checkpoint(generation=1)
     report = ImportReport()
-    fd = os.open(spec.path, os.O_RDONLY)
+    fd = open_file(spec.path, "a pipe cannot be imported resumably: use `subagent-bus findings add -`")
     try:
         if checkpoint.read and (
             os.fstat(fd).st_size < checkpoint.read
@@ -281,8 +280,9 @@ def _agent_of(value: Any, spec: _Import) -> str:
     agent = agent if isinstance(agent, str) and agent.strip() else spec.default_agent
     if agent is None:
         raise ValueError(f"no {spec.agent_field!r} field and no default agent id")
-    if len(agent) > MAX_AGENT_ID:
-        raise ValueError(f"agent id longer than {MAX_AGENT_ID} characters")
+    problem = id_problem(agent)
+    if problem is not None:
+        raise ValueError(f"agent id {agent!r:.80} {problem}")
     return agent
 
 

@@ -14,6 +14,7 @@ from bus.connection import connect, redis_options, run_command
 from bus.keys import open_namespace
 from bus.metrics import LauncherMetrics
 from bus.ops import Ops, ops_options
+from bus.params import FiniteFloatRange
 from bus.settings import Settings
 
 __all__ = ["launcher"]
@@ -79,7 +80,7 @@ def _adapter_args(
 @click.option(
     "--workdir", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Passed to each adapter."
 )
-@click.option("--heartbeat", "heartbeat_s", type=click.FloatRange(min=0.01), help="Passed to each adapter.")
+@click.option("--heartbeat", "heartbeat_s", type=FiniteFloatRange(min=0.01), help="Passed to each adapter.")
 @click.option("--until-complete", is_flag=True, help="Passed to each adapter (needs --deliver command:...).")
 @click.option(
     "--max-attempts",

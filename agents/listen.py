@@ -52,6 +52,7 @@ from bus.connection import Client, as_text, redis_options, translated
 from bus.consumer import DELETED_REASON, Ack, Consumer, Delivery, stream_entries
 from bus.envelope import decode, encode
 from bus.errors import BusError, CommandFailed, ConnectionFailed, DecodeError
+from bus.params import FiniteFloatRange
 from bus.settings import Settings
 
 __all__ = [
@@ -290,7 +291,7 @@ async def _listen(bus: AgentBus, timeout_s: float | None, as_json: bool, claim_i
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     default=None,
     help="Give up after this many seconds (exit status 3). Default: wait for ever.",
 )

@@ -15,6 +15,7 @@ from agents.delivery import DeliverySpec
 from agents.transcript import Format
 from bus.display import has_control
 from bus.ops import Ops, ops_options
+from bus.params import FiniteFloatRange
 
 __all__ = ["MAX_ID_CHARS", "Common", "check_id", "common_options", "format_option", "id_problem"]
 
@@ -136,7 +137,7 @@ def common_options(command: Callable[P, R]) -> Callable[..., R]:
         "heartbeat_s",
         default=30.0,
         show_default=True,
-        type=click.FloatRange(min=0.01),
+        type=FiniteFloatRange(min=0.01),
         help="Seconds between heartbeats.",
     )
     @click.option("--name", help="The agent's name (its kind, e.g. security-auditor) for AGENT_STARTED.")

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -33,7 +34,15 @@ from bus.envelope import Envelope, deterministic_id
 from bus.fields import Model
 from bus.waits import wait_for
 
-__all__ = ["Checkpoint", "FileWatch", "WatchOptions", "checkpoint_key", "fingerprints", "source_of"]
+__all__ = [
+    "Checkpoint",
+    "FileWatch",
+    "WatchOptions",
+    "checkpoint_key",
+    "fingerprints",
+    "open_file",
+    "source_of",
+]
 
 _PRINT: Final = 4096
 """Bytes hashed for each fingerprint."""
@@ -106,6 +115,7 @@ class FileWatch:
         self._saved: Checkpoint | None = None
         self._loaded = Checkpoint()
         self._grew = False
+        self._vanished = False
 
     @property
     def session_id(self) -> str | None:
@@ -118,6 +128,14 @@ class FileWatch:
             self.bus.mark_completed()  # published by an earlier run of the adapter
         fd = await self._open()
         if fd is None:
+            if self._vanished:
+                self.bus.log(
+                    f"process {self.options.pid} ended before {self.path} existed; "
+                    "publishing its end with no output"
+                )
+                if not self.checkpoint.started:
+                    await self._started()
+                await self._exited()
             return self.checkpoint.completed
         try:
             self._adopt(fd, initial=True)
@@ -157,15 +175,21 @@ class FileWatch:
             return Checkpoint(generation=1)
 
     async def _open(self) -> int | None:
-        """The file, opened once it exists; None if stopped first."""
+        """The file, opened once it exists; None if stopped first, or if the ``--pid`` process ended
+        before the file appeared (:attr:`_vanished`)."""
         while True:
             try:
-                return os.open(self.path, os.O_RDONLY)
+                return open_file(self.path)
             except FileNotFoundError:
+                pid = self.options.pid
+                if pid is not None and not pid_alive(pid):
+                    try:
+                        return open_file(self.path)  # written just before the process ended
+                    except FileNotFoundError:
+                        self._vanished = True
+                        return None
                 if await wait_for(self.stop, self.options.poll_s):
                     return None
-            except OSError as exc:
-                raise OSError(f"cannot read {self.path}: {exc.strerror or exc}") from None
 
     def _same_output(self, fd: int) -> bool:
         """Whether ``fd`` holds at least the bytes the checkpoint has read, unchanged."""
@@ -276,7 +300,7 @@ class FileWatch:
         mine = os.fstat(self._fd)
         if (at_path.st_dev, at_path.st_ino) != (mine.st_dev, mine.st_ino):
             try:
-                fd = os.open(self.path, os.O_RDONLY)
+                fd = open_file(self.path)
             except FileNotFoundError:
                 return False
         elif not self._same_output(self._fd):
@@ -327,3 +351,26 @@ class FileWatch:
             return pid_alive(self.options.pid)
         grew, self._grew = self._grew, False
         return grew
+
+
+_PIPE_HINT: Final = "pipe the agent's output into `subagent-bus adapter stdin` instead"
+
+
+def open_file(path: Path, pipe_hint: str = _PIPE_HINT) -> int:
+    """A read-only descriptor of the regular file at ``path``; anything else is an ``OSError`` that
+    says why (``pipe_hint`` says what to do with a pipe). Opened without blocking, so a FIFO with no
+    writer cannot hang the caller; ``FileNotFoundError`` is raised as it is."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise OSError(f"cannot read {path}: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISREG(mode):
+        os.set_blocking(fd, True)
+        return fd
+    os.close(fd)
+    if stat.S_ISDIR(mode):
+        raise OSError(f"cannot read {path}: it is a directory, not a file")
+    raise OSError(f"cannot read {path}: it is a pipe or a device, not a regular file ({pipe_hint})")

@@ -231,7 +231,9 @@ async def test_a_delivery_failing_every_time_is_dead_lettered(bus_url: str, tmp_
         assert await pending(bus, "d3") == 0
     adapter.send_signal(signal.SIGTERM)
     assert await exited(adapter, 20) == 0
-    assert "attempt 1 of 2" in (tmp_path / "log").read_text()
+    log = (tmp_path / "log").read_text()
+    assert "(attempt 1 of 2): " in log and "given up" not in log.split("attempt 2 of 2")[0]
+    assert "resume refused; given up: it goes to the dead letters" in log.split("attempt 2 of 2")[1]
 
 
 async def test_a_killed_adapter_redelivers_on_restart(redis_url: str, tmp_path: Path) -> None:

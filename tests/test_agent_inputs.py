@@ -1,0 +1,139 @@
+"""The agent side's commands given what a careless or unlucky user gives them: a pipe where a file is
+expected, a path that turns out to be a directory, an agent that ended before its output file existed,
+findings whose agent field is not a usable agent id, seconds that are not a number."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis
+from adapter_kit import exited, open_bus, run_ok, start, wait_until
+from click.testing import CliRunner
+
+from agents.findings_io import import_findings
+from bus.cli import main
+from bus.envelope import EnvelopeType, decode
+from bus.keys import Keys, StreamKind
+
+T = EnvelopeType
+GROUP = "g-hostile-agents"
+
+
+def watch_args(path: Path, agent: str, *extra: str) -> list[str]:
+    return ["adapter", "watch", str(path), "--agent-id", agent, "--group", GROUP, *extra]
+
+
+def published(url: str) -> list[Any]:
+    keys = Keys("sbus", 8)
+    client = redis.Redis.from_url(url)
+    try:
+        reply: Any = client.xrange(keys.stream(keys.shard_of(GROUP), StreamKind.SIGNALS))
+        return [decode(fields[b"data"]) for _, fields in reply]
+    finally:
+        client.close()
+
+
+async def test_watch_refuses_a_fifo_instead_of_hanging(redis_url: str, tmp_path: Path) -> None:
+    fifo = tmp_path / "agent.out"
+    os.mkfifo(fifo)  # nobody writes to it: opening it for reading would block for ever
+    log = tmp_path / "adapter.log"
+    adapter = start(watch_args(fifo, "w1"), redis_url, log)
+    try:
+        assert await exited(adapter, 30) == 1
+    finally:
+        if adapter.poll() is None:
+            adapter.kill()
+    message = log.read_text()
+    assert f"cannot read {fifo}: it is a pipe or a device, not a regular file" in message
+    assert "adapter stdin" in message
+    assert "Traceback" not in message
+
+
+async def test_watch_of_a_path_that_becomes_a_directory_names_it(redis_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "agent.out"
+    log = tmp_path / "adapter.log"
+    adapter = start(watch_args(path, "w2"), redis_url, log)
+    try:
+        async with open_bus(redis_url) as bus:
+
+            async def connected() -> bool:
+                return len(await bus.client.client_list()) >= 2
+
+            await wait_until(connected, 10, "the adapter to connect")
+        path.mkdir()
+        assert await exited(adapter, 30) == 1
+    finally:
+        if adapter.poll() is None:
+            adapter.kill()
+    assert f"cannot read {path}: it is a directory, not a file" in log.read_text()
+
+
+async def test_watch_of_an_agent_that_ended_before_its_file_existed(redis_url: str, tmp_path: Path) -> None:
+    pid = int(await run_ok([sys.executable, "-c", "import os; print(os.getpid())"]))  # reaped: gone
+    path = tmp_path / "never-written.out"
+    log = tmp_path / "adapter.log"
+    for _ in range(2):  # a second run publishes nothing more
+        adapter = start(watch_args(path, "w3", "--pid", str(pid)), redis_url, log)
+        try:
+            assert await exited(adapter, 30) == 0, log.read_text()
+        finally:
+            if adapter.poll() is None:
+                adapter.kill()
+    assert [e.type for e in published(redis_url)] == [T.AGENT_STARTED, T.AGENT_EXITED]
+    assert f"process {pid} ended before {path} existed" in log.read_text()
+
+
+def test_import_findings_refuses_a_pipe_with_a_clear_error(redis_url: str) -> None:
+    read, write = os.pipe()
+    try:
+        os.write(write, orjson.dumps({"agent": "a", "title": "t"}) + b"\n")
+        os.close(write)
+        result = CliRunner().invoke(
+            import_findings, ["--redis-url", redis_url, f"/dev/fd/{read}", "--group", GROUP]
+        )
+    finally:
+        os.close(read)
+    assert result.exit_code == 1
+    assert "it is a pipe or a device, not a regular file" in result.output
+    assert "findings add -" in result.output
+    assert published(redis_url) == []
+
+
+def test_import_findings_skips_agent_ids_that_are_not_usable(redis_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "findings.jsonl"
+    rows = [
+        {"agent": "a\nb", "id": "SEC-001", "title": "newline in the agent"},
+        {"agent": "\u0000", "id": "SEC-002", "title": "NUL as the agent"},
+        {"agent": "x" * 300, "id": "SEC-003", "title": "too long"},
+        {"agent": "ok", "id": "SEC-004", "title": "fine"},
+    ]
+    path.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
+    result = CliRunner().invoke(import_findings, ["--redis-url", redis_url, str(path), "--group", GROUP])
+    assert result.exit_code == 2, result.output
+    assert f"{path}:1: agent id 'a\\nb' must not contain control characters" in result.output
+    assert f"{path}:2: agent id '\\x00' must not contain control characters" in result.output
+    assert f"{path}:3: agent id " in result.output and "at most 256 characters" in result.output
+    assert "imported 1 finding(s); 3 bad line(s)" in result.output
+    assert [e.agent_id for e in published(redis_url)] == ["ok"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["listen", "--agent-id", "a", "--group", "g", "--timeout", "nan"],
+        ["listen", "--agent-id", "a", "--group", "g", "--timeout", "inf"],
+        ["adapter", "watch", "out.log", "--agent-id", "a", "--group", "g", "--poll", "nan"],
+        ["adapter", "stdin", "--agent-id", "a", "--group", "g", "--heartbeat", "inf"],
+        ["launcher", "--command", "agent {prompt_file}", "--heartbeat", "nan"],
+        ["mcp", "--agent-id", "a", "--group", "g", "--publish-timeout", "nan"],
+    ],
+)
+def test_seconds_that_are_not_a_finite_number_are_a_usage_error(args: list[str]) -> None:
+    result = CliRunner().invoke(main, [*args, "--redis-url", "redis://127.0.0.1:1/0"])
+    assert result.exit_code == 2, result.output
+    assert "is not a finite number" in result.output
