@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from bus.display import one_line
+
 __all__ = ["PLAIN_FORMAT", "JsonFormatter", "setup_logging"]
 
 _FIELDS = (
@@ -49,9 +51,22 @@ class JsonFormatter(logging.Formatter):
 
 
 class _TextFormatter(logging.Formatter):
+    """One line per record (a traceback follows on its own lines): ids and texts an agent sent may hold
+    newlines or escape sequences, which are shown escaped rather than starting a line of their own."""
+
+    def __init__(self, fmt: str, *, fields: bool) -> None:
+        super().__init__(fmt)
+        self.fields = fields
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        record.message = one_line(record.message)
+        return super().formatMessage(record)
+
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        fields = " ".join(f"{n}={getattr(record, n)}" for n in _FIELDS if hasattr(record, n))
+        if not self.fields:
+            return line
+        fields = " ".join(f"{n}={one_line(str(getattr(record, n)))}" for n in _FIELDS if hasattr(record, n))
         return f"{line} {fields}" if fields else line
 
 
@@ -79,15 +94,15 @@ def setup_logging(
     """Configure the root logger to write to stderr.
 
     ``context``: fields set on every line (ids the whole process shares). ``text_format``: without
-    ``json``, a plain :class:`logging.Formatter` format instead of timestamped lines with their fields.
+    ``json``, a :class:`logging.Formatter` format instead of timestamped lines with their fields.
     """
     handler = logging.StreamHandler(sys.stderr)
     if json:
         formatter: logging.Formatter = JsonFormatter()
     elif text_format is not None:
-        formatter = logging.Formatter(text_format)
+        formatter = _TextFormatter(text_format, fields=False)
     else:
-        formatter = _TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        formatter = _TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", fields=True)
     handler.setFormatter(formatter)
     if context:
         handler.addFilter(_Context(context))
