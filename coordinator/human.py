@@ -85,13 +85,20 @@ def _only(holding: list[GroupState], what: str, check: Callable[[GroupState], ob
 def _agent_group(
     groups: list[GroupState], agent_id: str, group_id: str | None, check: Callable[[AgentRecord], object]
 ) -> GroupState:
-    """The group whose agent ``agent_id`` the command applies to."""
+    """The group whose agent ``agent_id`` the command applies to (``check`` passes on its record)."""
+    return _group_of(groups, agent_id, group_id, lambda g: check(g.agents[agent_id]))
+
+
+def _group_of(
+    groups: list[GroupState], agent_id: str, group_id: str | None, check: Callable[[GroupState], object]
+) -> GroupState:
+    """The group of agent ``agent_id`` where ``check`` passes."""
     holding = [g for g in groups if agent_id in g.agents]
     if not holding and group_id is not None:
         raise BusError(f"no agent {agent_id!r} in group {group_id!r}")
     if not holding:
         find_agent(groups, agent_id)  # raises, naming the known agents
-    return _only(holding, f"agent {agent_id!r}", lambda g: check(g.agents[agent_id]))
+    return _only(holding, f"agent {agent_id!r}", check)
 
 
 async def _publish(settings: Settings, build: Build, source: str, group_id: str | None) -> str:
@@ -270,10 +277,7 @@ def dismiss(settings: Settings, agent_id: str, note: str | None, group_id: str |
     """
 
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
-        holding = [g for g in groups if agent_id in g.agents]
-        if not holding:
-            find_agent(groups, agent_id)  # raises, naming the known agents
-        group = _only(holding, f"agent {agent_id!r}", lambda g: open_escalation(g, agent_id))
+        group = _group_of(groups, agent_id, group_id, lambda g: open_escalation(g, agent_id))
         return HumanDismiss(note=note), agent_id, group.group_id
 
     _run(settings, build, "dismiss", group_id)
