@@ -7,5 +7,7 @@ COPY agents ./agents
 COPY coordinator ./coordinator
 RUN pip install --no-cache-dir . && useradd --create-home bus
 USER bus
+# a directory the user can write: the launcher keeps its prompts and logs under ./.subagent-bus/
+WORKDIR /home/bus
 ENTRYPOINT ["subagent-bus"]
 CMD ["--help"]

@@ -172,14 +172,15 @@ def run_coordinator(
 _ATTACH = """\
 subagent-bus is up: Redis at {url}, namespace {ns}, a coordinator in this terminal.
 
-From other terminals or machines (Redis must be reachable there):
+From other terminals, or other machines that reach this Redis (the local one in ./.subagent-bus/
+listens on 127.0.0.1 only, and may take another port once `subagent-bus down` stopped it):
   export SUBAGENT_BUS_REDIS_URL={url} SUBAGENT_BUS_NAMESPACE={ns}
   subagent-bus adapter watch OUTPUT_FILE --agent-id ID --group GROUP   # a background agent's output file
   subagent-bus adapter run --agent-id ID --group GROUP -- COMMAND ...  # wrap an agent command
   subagent-bus launcher --command 'claude -p {{prompt}}'                 # start approved delegations
   subagent-bus coordinator                                             # more coordinators, any machine
   subagent-bus status --watch        # live view
-  subagent-bus inbox                 # what waits for you: answer / resolve / approve / deny
+  subagent-bus inbox                 # what waits for you: answer / resolve / approve / deny / dismiss
 """
 
 

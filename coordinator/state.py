@@ -123,8 +123,9 @@ class AgentRecord(Model):
     exit_code: int | None = None
     escalated: bool = False
     watched: bool = True
-    """Whether timeouts apply to it: not while it has sent nothing but findings (a script's `findings
-    add` or `import-findings` is no process to watch, and would be declared lost and retried)."""
+    """Whether it is an agent the group waits for: not while it has sent nothing but findings (a
+    script's `findings add` or `import-findings` is no process to watch, would be declared lost and
+    retried, and never completes). Timeouts, progress, parallel slots and settling leave it out."""
 
     @property
     def timeout_reference(self) -> datetime:
@@ -211,7 +212,7 @@ class GroupState(Model):
 
     @property
     def progress(self) -> GroupProgress:
-        counted = [a for a in self.agents.values() if a.retried_by is None]
+        counted = [a for a in self.agents.values() if a.retried_by is None and a.watched]
         return GroupProgress(
             total=len(counted),
             completed=sum(a.state is AgentState.COMPLETED for a in counted),
@@ -222,13 +223,13 @@ class GroupState(Model):
     @property
     def active_count(self) -> int:
         """Agents holding a parallel slot."""
-        return sum(a.state in ACTIVE_STATES for a in self.agents.values())
+        return sum(a.state in ACTIVE_STATES and a.watched for a in self.agents.values())
 
     @property
     def settled(self) -> bool:
         """At least one agent, none active, and no delegation waiting for a human."""
         return (
-            bool(self.agents)
+            any(a.watched for a in self.agents.values())
             and self.active_count == 0
             and all(d.status is not DelegationStatus.PENDING_HUMAN for d in self.delegations.values())
         )

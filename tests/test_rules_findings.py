@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from rules_kit import T0, Feed, decisions, finding, kinds, of_type, one, payloads, result
+from rules_kit import T0, Feed, completion, decisions, finding, kinds, of_type, one, payloads, result
 
 from bus.envelope import EnvelopeType
-from bus.events import AgentState, DecisionType, Heartbeat, Tick
+from bus.events import AgentStarted, AgentState, DecisionType, Heartbeat, Tick
 from bus.findings import Finding, Severity
 from bus.results import ResultStatus
 from coordinator.policy import Policy
@@ -149,6 +149,20 @@ def test_findings_from_a_script_register_an_agent_that_never_times_out() -> None
     assert feed.state.agents["scanner-script"].watched
     tick = feed.send(Tick(now=T0 + timedelta(seconds=3700)), "coordinator", at=3700)
     assert kinds(tick)[0] is DecisionType.LOST
+
+
+def test_a_group_fed_by_a_script_settles_when_its_agents_finish() -> None:
+    feed = Feed(Policy(max_parallel_agents=1))
+    feed.send(finding("scanner", id="SEC-001"), "scanner-script")
+    feed.send(AgentStarted(task="review the findings", name="security-auditor"), "bg-task-a")
+    assert feed.state.progress.render() == "0/1 completed, 0 failed, 1 active"
+    assert feed.state.active_count == 1  # the script holds no parallel slot
+    outcome = feed.send(completion("bg-task-a"), "bg-task-a")
+    assert [d.detail for d in decisions(outcome) if d.decision is DecisionType.GROUP_STATUS] == [
+        "continue: 1/1 completed, 0 failed, 0 active"
+    ]
+    late = feed.send(finding("scanner", id="SEC-002", line=9), "scanner-script")
+    assert DecisionType.GROUP_STATUS not in kinds(late)  # reported once
 
 
 def test_three_agents_with_overlapping_findings() -> None:
