@@ -311,6 +311,8 @@ def plan(directory: Path, agent: AgentKind, url: str | None, force: bool) -> lis
 
 
 def _write(path: Path, content: str) -> None:
+    if path.is_symlink():  # e.g. CLAUDE.md -> AGENTS.md: update the file it names, keep the link
+        path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
