@@ -97,9 +97,14 @@ def inbox_lines(summaries: list[GroupSummary]) -> list[str]:
     agents = Counter(a.agent_id for s in summaries for a in s.agents)
     requests = Counter(d.request_id for s in summaries for d in s.pending_delegations)
     lines: list[str] = []
-    for items in (_questions, _blockers, _delegations, _escalations):
-        for s in summaries:
-            lines += items(s, requests if items is _delegations else agents)
+    for s in summaries:
+        lines += _questions(s, agents)
+    for s in summaries:
+        lines += _blockers(s, agents)
+    for s in summaries:
+        lines += _delegations(s, requests)
+    for s in summaries:
+        lines += _escalations(s, agents)
     return lines or ["nothing waits for a human"]
 
 

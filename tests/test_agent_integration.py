@@ -6,6 +6,8 @@ import json
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from adapter_kit import CLI
@@ -25,13 +27,21 @@ INITIALIZE = {
 }
 
 
-def mcp_server(url: str, *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
+@contextmanager
+def mcp_server(url: str, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+    """``subagent-bus mcp`` on pipes, killed at the end if it is still running."""
+    server = subprocess.Popen(
         [CLI, "mcp", "--redis-url", url, *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
+    try:
+        yield server
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
 
 
 def initialized(server: subprocess.Popen[bytes]) -> None:
@@ -44,22 +54,16 @@ def initialized(server: subprocess.Popen[bytes]) -> None:
 
 
 def test_ctrl_c_stops_an_mcp_server_waiting_for_its_client(redis_url: str) -> None:
-    server = mcp_server(redis_url)
-    try:
+    with mcp_server(redis_url) as server:
         initialized(server)
         server.send_signal(signal.SIGINT)
         assert server.wait(timeout=20) == 130
         assert server.stderr is not None
         assert b"Fatal" not in server.stderr.read()
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
 
 
 def test_ctrl_c_stops_an_mcp_server_inside_wait_for_directive(redis_url: str) -> None:
-    server = mcp_server(redis_url, "--agent-id", "ctrl-c", "--group", "g-ctrl-c")
-    try:
+    with mcp_server(redis_url, "--agent-id", "ctrl-c", "--group", "g-ctrl-c") as server:
         initialized(server)
         assert server.stdin is not None
         call = {
@@ -72,15 +76,10 @@ def test_ctrl_c_stops_an_mcp_server_inside_wait_for_directive(redis_url: str) ->
         server.stdin.flush()
         server.send_signal(signal.SIGINT)
         assert server.wait(timeout=20) == 130
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
 
 
 def test_a_long_message_split_across_reads_is_one_line(redis_url: str) -> None:
-    server = mcp_server(redis_url, "--agent-id", "long", "--group", "g-long")
-    try:
+    with mcp_server(redis_url, "--agent-id", "long", "--group", "g-long") as server:
         initialized(server)
         assert server.stdin is not None and server.stdout is not None
         call = {
@@ -95,10 +94,6 @@ def test_a_long_message_split_across_reads_is_one_line(redis_url: str) -> None:
         assert answer["id"] == 2 and not answer["result"]["isError"], answer
         server.stdin.close()
         assert server.wait(timeout=20) == 0
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
 
 
 def test_init_updates_the_file_a_symlinked_claude_md_names(tmp_path: Path) -> None:
