@@ -23,6 +23,7 @@ import asyncio
 import os
 import re
 import shlex
+import shutil
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ __all__ = [
     "as_directive",
     "end_marker",
     "fill",
+    "program_problem",
     "run_command",
     "split_template",
 ]
@@ -126,6 +128,21 @@ def split_template(template: str, allowed: frozenset[str] = PLACEHOLDERS) -> lis
         names = ", ".join(f"{{{n}" for n in unclosed)
         raise ValueError(f"unclosed placeholder {names} in the command template (missing '}}')")
     return argv
+
+
+def program_problem(argv: list[str]) -> str | None:
+    """Why the program of a split template cannot be started here, or None.
+
+    Checked when a command starts: a resume command that cannot run fails every delivery, and an adapter
+    that waits for its agent to complete would wait for ever once they are dead-lettered. A program
+    given by a placeholder is only known per directive and is not checked.
+    """
+    program = argv[0]
+    if _PLACEHOLDER.search(program) or shutil.which(program) is not None:
+        return None
+    if os.sep in program:
+        return f"{program} is not an executable file"
+    return f"{program!r} is not a program on PATH"
 
 
 def fill(argv: list[str], values: Mapping[str, str | None]) -> list[str]:

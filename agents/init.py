@@ -17,7 +17,7 @@ For Codex (``--agent codex``) it writes the section into ``AGENTS.md`` and print
 ``~/.codex/config.toml``, a file outside the repository that init does not touch; Codex has no hooks.
 
 Everything else in those files is kept: other servers, other hooks, the rest of the Markdown. Running init
-again changes nothing and says so. A part that differs from what init would write (a hand edit of the
+again changes nothing and says so; without ``--url`` it keeps the URL (or reference) an earlier run wrote. A part that differs from what init would write (a hand edit of the
 section, another ``subagent-bus`` server entry or hook) is left alone and reported, and nothing at all is
 written, unless ``--force`` replaces it. Files are replaced atomically.
 """
@@ -237,10 +237,21 @@ def merge_mcp(existing: str | None, entry: dict[str, Any], force: bool) -> tuple
     current = servers.get(SERVER_NAME)
     if current == entry:
         return None, f"mcpServers.{SERVER_NAME} up to date"
+    if _keeps_url(current, entry):
+        return None, f"mcpServers.{SERVER_NAME} up to date (its {URL_VARIABLE} kept)"
     if current is not None and not force:
         raise Conflict(f"its mcpServers.{SERVER_NAME} differs from what init writes; --force replaces it")
     servers[SERVER_NAME] = entry
     return _dumps(config), f"mcpServers.{SERVER_NAME} {'replaced' if current is not None else 'added'}"
+
+
+def _keeps_url(current: Any, entry: dict[str, Any]) -> bool:
+    """Whether ``current`` is ``entry`` plus the URL (or its reference) an ``init --url`` wrote: a run
+    without ``--url`` leaves it, as it leaves everything else it would write the same way."""
+    if "env" in entry or not isinstance(current, dict) or not isinstance(current.get("env"), dict):
+        return False
+    rest = {name: value for name, value in current.items() if name != "env"}
+    return rest == entry and set(current["env"]) == {URL_VARIABLE}
 
 
 def _ours(group: Any) -> bool:

@@ -79,6 +79,7 @@ PAUSE_ENV: Final = "SUBAGENT_BUS_LISTEN_PAUSE_BEFORE_PRINT"
 _POLL_MS: Final = 1000
 _RETRY_FIRST_S: Final = 0.2
 _RETRY_MAX_S: Final = 5.0
+_STALL_GRACE_S: Final = 1.0
 T = TypeVar("T")
 
 
@@ -113,9 +114,21 @@ class InboxListener:
         """The next directive, waiting up to ``timeout_s`` seconds (None: for ever); None on timeout.
 
         Entries that are not directives for an agent are acknowledged and skipped, entries that are not
-        valid envelopes are dead-lettered. A lost connection is retried until the deadline.
+        valid envelopes are dead-lettered. A lost connection is retried until the deadline; a server that
+        does not answer is given up on shortly after it. A directive being read at that instant stays
+        pending under ``listen``, for the next listener to claim.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        try:
+            # Each read blocks no longer than the deadline, but a server that stalls (or a network that
+            # swallows the reply) would hold a command until the socket timeout, 30 s by default.
+            async with asyncio.timeout(None if timeout_s is None else timeout_s + _STALL_GRACE_S):
+                return await self._wait(deadline)
+        except TimeoutError:
+            self.log(f"inbox {self.inbox}: the server did not answer within {timeout_s:g}s")
+            return None
+
+    async def _wait(self, deadline: float | None) -> Received | None:
         await self._retrying(self.consumer.ensure_group, deadline)
         while True:
             found = await self._retrying(lambda: self._step(_remaining(deadline)), deadline)
@@ -321,7 +334,12 @@ def listen(
     """
 
     async def main() -> int:
-        bus = await connect_bus(settings, agent_id, group_id)
+        try:
+            async with asyncio.timeout(timeout_s):  # a server that does not answer holds the handshake
+                bus = await connect_bus(settings, agent_id, group_id)
+        except TimeoutError:
+            stderr_log(f"no directive for {agent_id} within {timeout_s:g}s: the server did not answer")
+            return EXIT_TIMEOUT
         try:
             return await _listen(bus, timeout_s, as_json, claim_idle_ms)
         finally:

@@ -11,7 +11,7 @@ from typing import Any, Final, ParamSpec, TypeVar
 
 import click
 
-from agents.delivery import DeliverySpec
+from agents.delivery import DeliveryKind, DeliverySpec, program_problem
 from agents.transcript import Format
 from bus.display import has_control
 from bus.ops import Ops, ops_options
@@ -149,6 +149,10 @@ def common_options(command: Callable[P, R]) -> Callable[..., R]:
         values = {name: kwargs.pop(name) for name in _OPTION_FIELDS}
         task, fmt = _read_task(kwargs.pop("task_file")), Format(kwargs.pop("fmt"))
         common = Common(**values, task=task, fmt=fmt, ops=kwargs.pop("ops"))
+        if common.deliver is not None and common.deliver.kind is DeliveryKind.COMMAND:
+            problem = program_problem(list(common.deliver.argv))
+            if problem is not None:
+                raise click.BadParameter(problem, param_hint="'--deliver'")
         return command(*args, common=common, **kwargs)  # type: ignore[arg-type]
 
     return ops_options(wrapper)

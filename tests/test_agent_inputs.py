@@ -137,3 +137,50 @@ def test_seconds_that_are_not_a_finite_number_are_a_usage_error(args: list[str])
     result = CliRunner().invoke(main, [*args, "--redis-url", "redis://127.0.0.1:1/0"])
     assert result.exit_code == 2, result.output
     assert "is not a finite number" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["adapter", "run", "--agent-id", "a", "--group", "g", "--until-complete",
+             "--deliver", "command:no-such-resume-program --resume {session_id} {prompt}", "--", "touch", "ran"],
+            "Invalid value for '--deliver': 'no-such-resume-program' is not a program on PATH",
+        ),
+        (
+            ["adapter", "stdin", "--agent-id", "a", "--group", "g", "--deliver", "command:./resume.txt {prompt}"],
+            "Invalid value for '--deliver': ./resume.txt is not an executable file",
+        ),
+        (
+            ["launcher", "--command", "no-such-agent -p {prompt}"],
+            "Invalid value for '--command': 'no-such-agent' is not a program on PATH",
+        ),
+        (
+            ["launcher", "--command", "touch {prompt_file}", "--deliver", "command:./missing/resume {prompt}"],
+            "Invalid value for '--deliver': ./missing/resume is not an executable file",
+        ),
+    ],
+)  # fmt: skip
+def test_a_program_that_cannot_start_is_a_usage_error_before_anything_runs(
+    args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without the check, an adapter waiting for its agent to complete waited for ever once every
+    # delivery had failed, and a launcher failed every request.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "resume.txt").write_text("not executable")
+    result = CliRunner().invoke(main, [*args, "--redis-url", "redis://127.0.0.1:1/0"])
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert not (tmp_path / "ran").exists()
+    assert not (tmp_path / ".subagent-bus").exists()
+
+
+def test_a_program_named_by_a_placeholder_is_checked_per_directive_not_at_start(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main,
+        ["adapter", "stdin", "--agent-id", "a", "--group", "g", "--deliver", "command:{session_id} {prompt}",
+         "--redis-url", "redis://127.0.0.1:1/0"],
+        input="",
+    )  # fmt: skip
+    assert "--deliver" not in result.output, result.output
+    assert "Redis unavailable" in result.output

@@ -33,6 +33,9 @@ def test_demo_walks_through_every_protocol(redis_url: str, tmp_path: Path) -> No
     assert states["auditor"] == ("completed", "SUCCESS")
     assert states["qa"] == ("completed", "SUCCESS")
     assert states["scanner"] == ("failed", "FAILED")
+    # each agent prints a result and a COMPLETION_REPORT that agree: one completion each
+    completed = [d["agent_id"] for d in result["decisions"] if d["decision"] == "completed"]
+    assert sorted(completed) == sorted(states)
     merged = {m["location"]: m for m in result["merged_findings"]}
     jwt = merged["src/config/jwt.ts:8"]
     assert jwt["agents"] == ["dependency-scanner", "qa-engineer", "security-auditor"]

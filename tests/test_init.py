@@ -192,6 +192,25 @@ def test_a_url_with_a_password_is_never_written(tmp_path: Path) -> None:
     assert "hush" not in query.output
 
 
+def test_a_run_without_url_keeps_the_url_an_earlier_run_wrote(tmp_path: Path) -> None:
+    for url, written in (
+        ("redis://agent:s3cret@redis.internal:6379/0", URL_REFERENCE),
+        ("redis://redis.internal:6379/2", "redis://redis.internal:6379/2"),
+    ):
+        directory = tmp_path / written.replace("/", "_")
+        directory.mkdir()
+        assert run_init(directory, "--url", url).exit_code == 0
+        before = snapshot(directory)
+        again = run_init(directory)
+        assert again.exit_code == 0, again.output
+        assert "mcpServers.subagent-bus up to date (its SUBAGENT_BUS_REDIS_URL kept)" in again.output
+        assert snapshot(directory) == before
+        entry = load(directory / ".mcp.json")["mcpServers"]["subagent-bus"]
+        assert entry["env"] == {"SUBAGENT_BUS_REDIS_URL": written}
+        other = run_init(directory, "--url", "redis://elsewhere:6379/0")
+        assert other.exit_code == 1 and "--force replaces it" in other.output
+
+
 def test_a_url_without_password_is_written(tmp_path: Path) -> None:
     assert run_init(tmp_path, "--url", "redis://redis.internal:6379/2").exit_code == 0
     env = load(tmp_path / ".mcp.json")["mcpServers"]["subagent-bus"]["env"]

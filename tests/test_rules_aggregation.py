@@ -196,11 +196,20 @@ def test_a_later_report_does_not_change_the_outcome() -> None:
     later = feed.send(completion(A, "success"), A)
     assert of_type(later, EnvelopeType.LAUNCH) == []
     assert kinds(later) == [DecisionType.COMPLETED]
-    assert "outcome stays FAILED" in decisions(later)[0].detail
+    assert decisions(later)[0].detail == "a later COMPLETION_REPORT says SUCCESS; outcome stays FAILED"
     record = feed.state.agents[A]
     assert record.extra_reports == 1 and record.completion is not None
     assert record.completion.status is ResultStatus.FAILED
     assert sum(1 for a in feed.state.agents.values() if a.retry_of == A) == 1
+
+
+def test_a_later_report_that_agrees_is_counted_without_a_decision() -> None:
+    feed = Feed()
+    _start(feed, A)
+    feed.send(completion(A, "success"), A)
+    later = feed.send(completion(A, "success"), A)
+    assert later.emits == []
+    assert feed.state.agents[A].extra_reports == 1
 
 
 def test_a_pending_delegation_keeps_the_group_open() -> None:

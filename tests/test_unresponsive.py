@@ -24,6 +24,7 @@ import redis.asyncio
 from adapter_kit import CLI
 from workers.kit import progress
 
+from agents.listen import InboxListener
 from bus.cli import EXIT_INTERRUPTED
 from bus.connection import as_text, connect
 from bus.consumer import Ack, Consumer
@@ -321,3 +322,34 @@ async def test_connections_carry_tcp_bounds_from_the_socket_timeout(redis_url: s
         await pipe.close()
     finally:
         await client.aclose()
+
+
+def test_listen_gives_up_at_its_own_timeout_on_a_server_that_never_answers(silent: Silent) -> None:
+    # the socket timeout (30 s by default) is far beyond --timeout: the handshake must not hold it
+    done = subprocess.run(
+        [CLI, "listen", "--agent-id", "a", "--group", "g", "--timeout", "1", "--redis-url", silent.url],
+        capture_output=True,
+        env=_env(),
+        timeout=20,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (3, b""), done.stderr
+    assert done.stderr.decode() == "subagent-bus: no directive for a within 1s: the server did not answer\n"
+
+
+async def test_a_listener_gives_up_at_its_deadline_when_the_server_stops_answering(
+    redis_server: RedisProcess, redis_url: str
+) -> None:
+    redis_server.client().xgroup_create("inbox-stall", "adapter", id="0", mkstream=True)
+    proxy = DroppingProxy(redis_server.port)  # the first XREADGROUP's reply, and all after it, never come
+    port = await proxy.start()
+    client = await connect(Settings.from_url(f"redis://127.0.0.1:{port}/0"))  # socket timeout 30 s
+    logged: list[str] = []
+    try:
+        listener = InboxListener(client, "inbox-stall", log=logged.append)
+        assert await asyncio.wait_for(listener.next(1.0), 20) is None
+        assert proxy.dropped.is_set()
+        assert logged == ["inbox inbox-stall: the server did not answer within 1s"]
+    finally:
+        await client.aclose()
+        await proxy.close()

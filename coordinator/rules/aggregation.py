@@ -36,16 +36,18 @@ def finish(
 ) -> None:
     """Record an agent's outcome and act on it.
 
-    The first outcome is the one aggregated. A later report from an agent already finished (a result
-    after its completion report, say) is counted in ``extra_reports`` and announced, but changes neither
-    the outcome nor the group status, and never launches a second retry.
+    The first outcome is the one aggregated. A later report from an agent already finished is counted
+    in ``extra_reports`` but changes neither the outcome nor the group status, and never launches a
+    second retry. It is announced only when its status differs: the protocol has an agent print both a
+    structured result and a ``[COMPLETION_REPORT]``, and the second of an agreeing pair is no news.
     """
     record = step.agent(agent_id)
     if record.state in FINAL_STATES and record.completion is not None:
         step.update(agent_id, extra_reports=record.extra_reports + 1)
-        kept = record.completion.status.value
-        detail = f"additional {completion.source.value} ({completion.status.value}); outcome stays {kept}"
-        step.decide(DecisionType.COMPLETED, agent_id, detail)
+        kept = record.completion.status
+        if completion.status is not kept:
+            detail = f"a later {completion.source.value} says {completion.status.value}; outcome stays {kept.value}"
+            step.decide(DecisionType.COMPLETED, agent_id, detail)
         return
     if state is None:
         state = AgentState.FAILED if completion.status is ResultStatus.FAILED else AgentState.COMPLETED
