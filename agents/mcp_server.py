@@ -26,26 +26,22 @@ progress...). Reading that JSON does not need the coordinator's code, so ``agent
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import sys
-import threading
 import uuid
 from collections.abc import Mapping
-from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import anyio
 import mcp_types as types
 import orjson
 from mcp.server import Server, ServerRequestContext
-from mcp.server.stdio import stdio_server
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents.adapter import AgentBus, connect_bus
 from agents.listen import DEFAULT_CLAIM_IDLE_MS, InboxListener
+from agents.mcp_stdio import screened_stdio
 from agents.parser import describe_errors
 from bus.connection import translated
 from bus.envelope import MAX_ENVELOPE_BYTES, Payload, encode
@@ -62,7 +58,6 @@ __all__ = [
     "ProtocolServer",
     "ProtocolTool",
     "StatusInput",
-    "StdinLines",
     "ToolInputError",
     "WaitInput",
     "input_schema",
@@ -223,9 +218,8 @@ class ProtocolServer:
     async def serve_stdio(self) -> None:
         """Serve on stdin/stdout until the client closes them (or Ctrl-C)."""
         server = self.server()
-        lines = cast(Any, StdinLines(sys.stdin.fileno()))
         try:
-            async with stdio_server(stdin=lines) as (read_stream, write_stream):
+            async with screened_stdio(sys.stdin.fileno()) as (read_stream, write_stream):
                 await server.run(read_stream, write_stream, server.create_initialization_options())
         except* anyio.BrokenResourceError:
             task = asyncio.current_task()
@@ -343,49 +337,6 @@ class ProtocolServer:
                     self.settings, identity.agent_id, identity.group_id, workdir=self.workdir
                 )
             return self._bus
-
-
-class StdinLines:
-    """The lines of a file descriptor as text, read by a daemon thread with unbuffered reads.
-
-    The SDK reads stdin in a worker thread that the interpreter joins at exit, so a server waiting for
-    the client's next line ignored Ctrl-C until that line came. A daemon thread is left blocked instead;
-    it reads the descriptor itself, as one blocked in ``sys.stdin`` would hold its lock at shutdown.
-    """
-
-    def __init__(self, fd: int) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=1)
-        threading.Thread(target=self._pump, args=(fd,), name="mcp-stdin", daemon=True).start()
-
-    def _pump(self, fd: int) -> None:
-        pending = bytearray()
-        try:
-            while chunk := os.read(fd, 1 << 16):
-                *lines, rest = chunk.split(b"\n")
-                for line in lines:
-                    pending += line
-                    self._put(pending.decode("utf-8", errors="replace") + "\n")
-                    pending.clear()
-                pending += rest
-        except OSError:
-            pass  # stdin closed under us: the same as its end
-        if pending:
-            self._put(pending.decode("utf-8", errors="replace"))
-        self._put(None)
-
-    def _put(self, line: str | None) -> None:
-        with contextlib.suppress(RuntimeError, CancelledError):  # the loop is closed: nobody reads
-            asyncio.run_coroutine_threadsafe(self._queue.put(line), self._loop).result()
-
-    def __aiter__(self) -> StdinLines:
-        return self
-
-    async def __anext__(self) -> str:
-        line = await self._queue.get()
-        if line is None:
-            raise StopAsyncIteration
-        return line
 
 
 def _validated(model: type[BaseModel], arguments: Mapping[str, Any]) -> Any:

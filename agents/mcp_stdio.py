@@ -1,0 +1,276 @@
+"""The stdin of ``subagent-bus mcp``: its lines, read by a daemon thread, screened before the MCP SDK
+sees them, so that every line a client sends gets an answer and none can exhaust the server's memory.
+
+Why stdin is not left to the SDK:
+
+- It reads in a worker thread that the interpreter joins at exit, so a server waiting for the client's
+  next line ignored Ctrl-C until that line came. :class:`StdinLines` reads the descriptor in a daemon
+  thread instead, which is left blocked at exit.
+- It holds a line until its newline, however long. :class:`StdinLines` holds at most
+  :data:`MAX_LINE_BYTES`; the rest of a longer line is read and dropped as it arrives (one read's worth
+  of memory) up to its newline, and the line is answered ``-32600`` with a null id at once.
+- It answers nothing to a line it cannot take as a JSON-RPC message (not JSON, JSON nested deeper than
+  its parser goes, JSON that is not a message): it logs it at debug level and drops it, and a client
+  waiting for the answer waits for ever. :class:`ScreenedLines` validates every line with the SDK's own
+  validator (:data:`mcp_types.jsonrpc_message_adapter`), so it passes on exactly the lines the SDK takes
+  and answers the others as JSON-RPC 2.0 says: ``-32700`` (parse error, id null) for what is not JSON,
+  ``-32600`` (invalid request) for JSON that is not a message, with the message's id when it has a valid
+  one. The messages say what is wrong (the position of a JSON error, the members a message lacks).
+
+Answers go out on the SDK's own write stream, so they never interleave with its replies on stdout.
+Each rejected line is also reported on stderr. Blank lines are skipped: there is nothing to answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import CancelledError
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, cast
+
+import anyio
+import mcp_types as types
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
+from pydantic_core import from_json
+
+from agents.adapter import stderr_log
+from bus.display import cut, one_line
+from bus.envelope import MAX_ENVELOPE_BYTES
+
+if TYPE_CHECKING:  # the SDK's stream protocols live in a private module: only named for the types
+    from mcp.shared._stream_protocols import ReadStream, WriteStream
+
+__all__ = [
+    "MAX_LINE_BYTES",
+    "Overlong",
+    "ScreenedLines",
+    "StdinLines",
+    "overlong_error",
+    "rejection",
+    "screened_stdio",
+]
+
+MAX_LINE_BYTES: Final = 4 * MAX_ENVELOPE_BYTES
+"""The longest line taken, newline excluded. A tool call publishes one envelope of at most
+``MAX_ENVELOPE_BYTES``; its arguments can take three times as many bytes in the line when the client
+escapes every non-ASCII character (``\\u00e9``: 6 bytes for 2), and four times leaves room for the
+JSON-RPC frame. A longer line cannot carry a call that would be published."""
+
+_READ_BYTES: Final = 1 << 16
+_JSON_SPACE: Final = " \t\r\n"
+_MEMBERS: Final = {
+    "JSONRPCRequest": "request",
+    "JSONRPCNotification": "notification",
+    "JSONRPCResponse": "response",
+    "JSONRPCError": "error response",
+}
+
+
+@dataclass(frozen=True)
+class Overlong:
+    """Stands for a line over ``limit`` bytes, dropped as it was read."""
+
+    limit: int
+
+
+class StdinLines:
+    """The lines of a file descriptor as text (an over-long one as :class:`Overlong`), read by a daemon
+    thread with unbuffered reads: one blocked in ``sys.stdin`` would hold its lock at shutdown."""
+
+    def __init__(self, fd: int, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        self.max_line_bytes = max_line_bytes
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue[str | Overlong | None] = asyncio.Queue(maxsize=1)
+        threading.Thread(target=self._pump, args=(fd,), name="mcp-stdin", daemon=True).start()
+
+    def _pump(self, fd: int) -> None:
+        pending = bytearray()
+        skipping = False  # through the rest of an over-long line, up to its newline
+        try:
+            while chunk := os.read(fd, _READ_BYTES):
+                *ended, rest = chunk.split(b"\n")
+                for piece in ended:
+                    if not skipping and self._append(pending, piece):
+                        self._put(pending.decode("utf-8", errors="replace") + "\n")
+                    pending.clear()
+                    skipping = False
+                if not skipping:
+                    skipping = not self._append(pending, rest)
+        except OSError:
+            pass  # stdin closed under us: the same as its end
+        if pending:
+            self._put(pending.decode("utf-8", errors="replace"))
+        self._put(None)
+
+    def _append(self, pending: bytearray, piece: bytes) -> bool:
+        """Add ``piece`` to the line; False when that makes it too long (it is dropped and reported)."""
+        if len(pending) + len(piece) > self.max_line_bytes:
+            pending.clear()
+            self._put(Overlong(self.max_line_bytes))
+            return False
+        pending += piece
+        return True
+
+    def _put(self, line: str | Overlong | None) -> None:
+        with contextlib.suppress(RuntimeError, CancelledError):  # the loop is closed: nobody reads
+            asyncio.run_coroutine_threadsafe(self._queue.put(line), self._loop).result()
+
+    def __aiter__(self) -> StdinLines:
+        return self
+
+    async def __anext__(self) -> str | Overlong:
+        line = await self._queue.get()
+        if line is None:
+            raise StopAsyncIteration
+        return line
+
+
+def rejection(line: str) -> types.JSONRPCError | None:
+    """The error that answers ``line``, or None when the SDK takes it as a JSON-RPC message."""
+    try:
+        types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        if first["type"] == "json_invalid":
+            return _parse_error(str(first["msg"]).removeprefix("Invalid JSON: "))
+        return _invalid_request(line, exc)
+    return None
+
+
+def overlong_error(limit: int) -> types.JSONRPCError:
+    """The answer to a line over ``limit`` bytes (which was not read, so its id is unknown)."""
+    return _error(
+        types.INVALID_REQUEST,
+        f"Invalid Request: the line is longer than the {limit}-byte limit; it was discarded up to its "
+        "newline",
+    )
+
+
+def _error(code: int, message: str, id: types.RequestId | None = None) -> types.JSONRPCError:
+    return types.JSONRPCError(jsonrpc="2.0", id=id, error=types.ErrorData(code=code, message=message))
+
+
+def _parse_error(detail: str) -> types.JSONRPCError:
+    if "recursion limit" in detail:
+        return _error(
+            types.PARSE_ERROR,
+            f"Parse error: arrays and objects nested too deeply for the JSON parser ({detail}); "
+            "send a flatter message",
+        )
+    return _error(types.PARSE_ERROR, f"Parse error: not valid JSON: {detail}")
+
+
+def _invalid_request(line: str, exc: ValidationError) -> types.JSONRPCError:
+    try:
+        value = from_json(line)
+    except ValueError:  # the validator parsed it, so this parse does too
+        value = None
+    if isinstance(value, dict):
+        return _error(types.INVALID_REQUEST, f"Invalid Request: {_describe(value, exc)}", _request_id(value))
+    if isinstance(value, list):
+        detail = "a batch (JSON array) is not supported: send one JSON-RPC message per line"
+    else:
+        detail = f"a JSON-RPC message is a JSON object, not {_kind(value)}"
+    return _error(types.INVALID_REQUEST, f"Invalid Request: {detail}")
+
+
+def _describe(message: dict[str, Any], exc: ValidationError) -> str:
+    """What is wrong with ``message``, as the kind of message it looks like."""
+    if "method" not in message and "error" in message:
+        member = "JSONRPCError"
+    elif "method" not in message and "result" in message:
+        member = "JSONRPCResponse"
+    else:
+        member = "JSONRPCRequest" if "id" in message else "JSONRPCNotification"
+    errors = [e for e in exc.errors(include_url=False) if e["loc"][:1] == (member,)]
+    problems: dict[str, str] = {}
+    for err in errors or exc.errors(include_url=False)[:1]:
+        where = ".".join(str(part) for part in err["loc"][1:]) or "message"
+        if err["loc"][1:2] == ("id",) and err["type"] != "missing":  # one error per type of the union
+            problems.setdefault("id", '"id" must be a string or an integer')
+        elif err["type"] == "missing":
+            problems.setdefault(where, f'"{where}" is missing')
+        else:
+            problems.setdefault(where, f'"{where}": {err["msg"]}')
+    return f"not a JSON-RPC {_MEMBERS[member]}: {'; '.join(list(problems.values())[:3])}"
+
+
+def _request_id(message: dict[str, Any]) -> types.RequestId | None:
+    """The message's id, when it is one JSON-RPC allows (a string or an integer)."""
+    value = message.get("id")
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    return None
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "a string" if isinstance(value, str) else "a number"
+
+
+class ScreenedLines:
+    """The lines the SDK takes as JSON-RPC messages; every other line is answered on its write stream
+    (given by :meth:`answer_on` once it exists) and reported with ``log``."""
+
+    def __init__(
+        self, lines: AsyncIterator[str | Overlong], *, log: Callable[[str], None] = stderr_log
+    ) -> None:
+        self._lines = lines
+        self.log = log
+        self._send: Callable[[SessionMessage], Awaitable[None]] | None = None
+        self._ready = asyncio.Event()
+
+    def answer_on(self, send: Callable[[SessionMessage], Awaitable[None]]) -> None:
+        self._send = send
+        self._ready.set()
+
+    def __aiter__(self) -> ScreenedLines:
+        return self
+
+    async def __anext__(self) -> str:
+        while (line := await anext(self._lines, None)) is not None:
+            if isinstance(line, Overlong):
+                error, seen = overlong_error(line.limit), f"a line over {line.limit} bytes"
+            elif not line.strip(_JSON_SPACE):
+                continue
+            else:
+                text = line.removesuffix("\n")  # or a JSON error's position would be on a line 2
+                found = rejection(text)
+                if found is None:
+                    return line
+                error, seen = found, f"a line of {len(text.encode())} bytes: {cut(one_line(text), 80)}"
+            self.log(f"answered {error.error.code} ({error.error.message}) to {seen}")
+            if not await self._answer(error):
+                break
+        raise StopAsyncIteration
+
+    async def _answer(self, error: types.JSONRPCError) -> bool:
+        """Send ``error``; False when the write stream is closed (the server is stopping)."""
+        await self._ready.wait()
+        assert self._send is not None
+        try:
+            await self._send(SessionMessage(error))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return False
+        return True
+
+
+@asynccontextmanager
+async def screened_stdio(
+    fd: int, *, log: Callable[[str], None] = stderr_log
+) -> AsyncIterator[tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]]:
+    """The SDK's stdio transport, reading the screened lines of ``fd`` (stdout is the SDK's)."""
+    lines = ScreenedLines(StdinLines(fd), log=log)
+    async with stdio_server(stdin=cast(Any, lines)) as (read_stream, write_stream):
+        lines.answer_on(write_stream.send)
+        yield read_stream, write_stream

@@ -1,0 +1,217 @@
+"""``subagent-bus mcp`` given lines that are not JSON-RPC messages, or too long: each is answered as
+JSON-RPC 2.0 says (``-32700`` parse error, ``-32600`` invalid request), logged on stderr, and the next
+valid request is served. The server runs as a process on pipes, against a real Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import orjson
+import pytest
+from adapter_kit import CLI, open_bus
+
+from agents.mcp_stdio import MAX_LINE_BYTES, Overlong, StdinLines, rejection
+from bus.keys import StreamKind
+
+AGENT = "input-agent"
+GROUP_ID = "g-input"
+REPLY_TIMEOUT_S = 30.0
+PARSE, INVALID = types.PARSE_ERROR, types.INVALID_REQUEST
+
+# (line, error code, id of the answer, words of its message)
+HOSTILE: list[tuple[bytes, int, int | str | None, list[str]]] = [
+    (b"this is not JSON", PARSE, None, ["not valid JSON", "line 1 column 2"]),
+    (b'{"jsonrpc": "2.0", "id": 3, "method": "tools/list"', PARSE, None, ["EOF while parsing an object"]),
+    (b"[" * 1000 + b"]" * 1000, PARSE, None, ["nested too deeply"]),
+    (
+        b'{"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {"a": '
+        + b"[" * 300
+        + b"]" * 300
+        + b"}}",
+        PARSE,
+        None,
+        ["nested too deeply"],
+    ),
+    (b"\xff\xfe not UTF-8", PARSE, None, ["not valid JSON"]),
+    (b"42", INVALID, None, ["a JSON object, not a number"]),
+    (b'"tools/list"', INVALID, None, ["a JSON object, not a string"]),
+    (b"null", INVALID, None, ["a JSON object, not null"]),
+    (b'{"id": 7}', INVALID, 7, ['"jsonrpc" is missing', '"method" is missing']),
+    (b'{"id": "req-8", "params": {}}', INVALID, "req-8", ['"method" is missing']),
+    (b'{"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": [1]}', INVALID, 9, ['"params"']),
+    (b'{"jsonrpc": "1.0", "method": "ping"}', INVALID, None, ["notification", '"jsonrpc"']),
+    (b'{"jsonrpc": "2.0", "id": true}', INVALID, None, ['"id" must be a string or an integer']),
+    (b'[{"jsonrpc": "2.0", "id": 10, "method": "ping"}]', INVALID, None, ["batch"]),
+    (b'{"jsonrpc": "2.0", "id": 11, "error": {}}', INVALID, 11, ['"error.code" is missing']),
+]
+
+
+@pytest.mark.parametrize(("line", "code", "id_", "words"), HOSTILE, ids=range(len(HOSTILE)))
+def test_each_line_that_is_not_a_message_gets_its_error(
+    line: bytes, code: int, id_: int | str | None, words: list[str]
+) -> None:
+    error = rejection(line.decode("utf-8", errors="replace"))
+    assert error is not None
+    assert (error.error.code, error.id) == (code, id_)
+    for word in words:
+        assert word in error.error.message
+    prefix = "Parse error: " if code == PARSE else "Invalid Request: "
+    assert error.error.message.startswith(prefix)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"jsonrpc": "2.0", "id": 1, "method": "ping"}',
+        '{"jsonrpc": "2.0", "id": "a", "method": "tools/call", "params": {"name": "status"}}',
+        '{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+        '{"jsonrpc": "2.0", "id": 2, "result": {}}',
+        '{"jsonrpc": "2.0", "id": 3, "error": {"code": -1, "message": "no"}}',
+        '  {"jsonrpc": "2.0", "id": 4, "method": "ping"}\r',
+    ],
+)
+def test_a_message_the_sdk_takes_is_passed_on(line: str) -> None:
+    assert rejection(line) is None
+
+
+async def test_stdin_lines_drop_an_over_long_line_up_to_its_newline() -> None:
+    read_fd, write_fd = os.pipe()
+    try:
+        lines = StdinLines(read_fd, max_line_bytes=10)
+        os.write(write_fd, b"0123456789\n")  # at the limit: taken
+        assert await asyncio.wait_for(anext(lines), REPLY_TIMEOUT_S) == "0123456789\n"
+        os.write(write_fd, b"0123456789A")  # one over, no newline yet: reported at once
+        assert await asyncio.wait_for(anext(lines), REPLY_TIMEOUT_S) == Overlong(10)
+        os.write(write_fd, b'BCDEF {"the": "rest"} ' * 100)  # the rest of that line is dropped
+        os.write(write_fd, b"\nnext\nabcdefghijklmnop\nlast")
+        assert await asyncio.wait_for(anext(lines), REPLY_TIMEOUT_S) == "next\n"
+        assert await asyncio.wait_for(anext(lines), REPLY_TIMEOUT_S) == Overlong(10)
+    finally:
+        os.close(write_fd)
+    assert await asyncio.wait_for(anext(lines), REPLY_TIMEOUT_S) == "last"  # unterminated at the end
+    assert await asyncio.wait_for(anext(lines, None), REPLY_TIMEOUT_S) is None
+    os.close(read_fd)
+
+
+class RawClient:
+    """``subagent-bus mcp`` on pipes, spoken to line by line."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.ids = iter(range(1000, 10**6))
+
+    async def send(self, line: bytes) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line)
+        await self.process.stdin.drain()
+
+    async def reply(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = await asyncio.wait_for(self.process.stdout.readline(), REPLY_TIMEOUT_S)
+        assert line.endswith(b"\n"), f"the server closed its output: {line[:200]!r}"
+        answer: dict[str, Any] = orjson.loads(line)
+        return answer
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send a valid request: its answer must be the next line, with its id."""
+        id_ = next(self.ids)
+        message = {"jsonrpc": "2.0", "id": id_, "method": method, **({"params": params} if params else {})}
+        await self.send(orjson.dumps(message) + b"\n")
+        answer = await self.reply()
+        assert answer["id"] == id_ and "result" in answer, answer
+        result: dict[str, Any] = answer["result"]
+        return result
+
+    async def assert_served(self) -> None:
+        tools = (await self.request("tools/list"))["tools"]
+        assert len(tools) == 9
+        assert await self.request("ping") == {}
+
+
+@asynccontextmanager
+async def raw_server(url: str, stderr: Path) -> AsyncIterator[RawClient]:
+    with stderr.open("wb") as log:
+        process = await asyncio.create_subprocess_exec(
+            CLI,
+            *("mcp", "--redis-url", url, "--agent-id", AGENT, "--group", GROUP_ID),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log,
+            limit=1 << 20,
+        )
+    client = RawClient(process)
+    try:
+        await client.request(
+            "initialize",
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        )
+        await client.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        yield client
+        assert process.stdin is not None
+        process.stdin.close()
+        assert await asyncio.wait_for(process.wait(), REPLY_TIMEOUT_S) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def test_every_hostile_line_is_answered_and_the_server_goes_on(redis_url: str, tmp_path: Path) -> None:
+    stderr = tmp_path / "stderr"
+    async with raw_server(redis_url, stderr) as client:
+        for line, code, id_, words in HOSTILE:
+            await client.send(line + b"\n")
+            answer = await client.reply()
+            assert answer["jsonrpc"] == "2.0" and "result" not in answer, (line[:80], answer)
+            assert (answer["id"], answer["error"]["code"]) == (id_, code), (line[:80], answer)
+            for word in words:
+                assert word in answer["error"]["message"], (line[:80], answer)
+            await client.assert_served()
+        await client.send(b"\n \r\n\t\n")  # blank lines: nothing to answer
+        result = await client.request("tools/call", {"name": "report_progress", "arguments": {"percent": 7}})
+        assert not result["isError"], result
+        async with open_bus(redis_url) as bus:
+            assert await bus.client.xlen(bus.stream(GROUP_ID, StreamKind.SIGNALS)) == 1
+    logged = stderr.read_text(encoding="utf-8")
+    assert logged.count("answered -32700") == sum(code == PARSE for _, code, _, _ in HOSTILE)
+    assert logged.count("answered -32600") == sum(code == INVALID for _, code, _, _ in HOSTILE)
+    assert "to a line of 16 bytes: this is not JSON" in logged
+
+
+def peak_memory_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+async def test_an_over_long_line_is_answered_at_the_limit_and_skipped_in_bounded_memory(
+    redis_url: str, tmp_path: Path
+) -> None:
+    stderr = tmp_path / "stderr"
+    async with raw_server(redis_url, stderr) as client:
+        start = b'{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "x", "pad": "'
+        await client.send(start + b"x" * (MAX_LINE_BYTES + 1 - len(start)))  # no newline yet
+        answer = await client.reply()  # answered while the line is still unterminated
+        assert (answer["id"], answer["error"]["code"]) == (None, INVALID), answer
+        assert f"longer than the {MAX_LINE_BYTES}-byte limit" in answer["error"]["message"]
+        peak = peak_memory_kib(client.process.pid)
+        for _ in range(64):  # 64 MiB more of the same line, then its end and a request
+            await client.send(b"y" * (1 << 20))
+        await client.send(b'"}}\n{"jsonrpc": "2.0", "id": 99, "method": "ping"}\n')
+        answer = await client.reply()  # no answer to the rest of the long line: the request's is next
+        assert answer == {"jsonrpc": "2.0", "id": 99, "result": {}}
+        assert peak_memory_kib(client.process.pid) - peak < 16 << 10  # the skipped 64 MiB were not kept
+        await client.assert_served()
+    assert f"to a line over {MAX_LINE_BYTES} bytes" in stderr.read_text(encoding="utf-8")
