@@ -2,7 +2,7 @@
 
 Every denial is the server's NOPERM. Besides the hand-picked cases, ``ACL DRYRUN`` sweeps run every command
 the server knows against each role: no command reaches another namespace, none without keys goes beyond
-a short list, none can remove a finding.
+a short list, none can remove a finding, and each role can run what it needs on the keys it needs.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import orjson
 import pytest
 import redis
 from click.testing import CliRunner
@@ -26,16 +27,17 @@ from agents.launcher import GROUP as LAUNCHERS
 from bus.acl import Role, acl, password_hash
 from bus.connection import Client, connect
 from bus.consumer import Ack, Consumer
-from bus.directives import BlockerResolved, LaunchReason, LaunchRequest
+from bus.directives import BlockerResolved, HumanDismiss, LaunchReason, LaunchRequest
 from bus.embedded import RedisProcess
-from bus.envelope import decode, encode, new_envelope
+from bus.envelope import Payload, decode, encode, new_envelope
 from bus.errors import CommandFailed, ConfigError
 from bus.findings import Finding
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.metrics import Metrics
+from bus.publisher import Publisher
 from bus.retention import trim_namespace
-from bus.settings import Settings
-from bus.signals import Progress
+from bus.settings import MAX_SHARDS, Settings
+from bus.signals import BlockerType, ClarificationNeeded, Progress, Question, StopReason, StopWork
 from coordinator.policy import Policy
 from coordinator.rules import summarize
 from coordinator.service import Coordinator, CoordinatorOptions
@@ -51,7 +53,12 @@ S0 = KEYS.stream(0, StreamKind.SIGNALS)
 F0 = KEYS.stream(0, StreamKind.FINDINGS)
 T0 = KEYS.stream(0, StreamKind.TASKS)
 D0 = KEYS.stream(0, StreamKind.DEAD)
+E0 = KEYS.stream(0, StreamKind.EVENTS)
+S1 = KEYS.stream(1, StreamKind.SIGNALS)
+S_LAST = Keys(NS, MAX_SHARDS).stream(MAX_SHARDS - 1, StreamKind.SIGNALS)  # 5 digits: {team:16383}
 INBOX = KEYS.inbox(0, "agent-1")
+ODD_INBOX = KEYS.inbox(0, "x}:signals")  # an inbox whose name ends like a signals stream
+NOT_A_SHARD = f"{{{NS}}}:signals"
 META = KEYS.meta
 LEASE = KEYS.state(0, "lease")
 GROUP_KEY = KEYS.state(0, "group:g")
@@ -100,7 +107,7 @@ def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProces
     server.start()
     done = install(server.url)
     assert done.returncode == 0, done.stderr
-    assert len(done.stdout.splitlines()) == 4
+    assert [line.split()[2] for line in done.stdout.splitlines()] == [f"{NS}-{role.value}" for role in Role]
     assert not any(pw in done.stdout + done.stderr for pw in PASSWORDS.values())
     yield server
     server.stop()
@@ -355,6 +362,153 @@ def test_tail_follows_as_an_observer(bus: AclServer) -> None:
     assert decode(done.stdout.strip()) == envelope
 
 
+def test_human_reads_everything_and_appends_to_the_signals_streams_only(bus: AclServer) -> None:
+    admin = bus.server.client()
+    admin.xadd(S0, {"data": "x"})
+    admin.xgroup_create(S0, "coordinator", id="0")
+    admin.hset(GROUP_KEY, "meta", "{}")
+    admin.sadd(KEYS.state(0, "groups"), "g")
+    c = bus.sync(Role.HUMAN)
+    assert c.get(META) == b"2" and c.hgetall(GROUP_KEY) == {b"meta": b"{}"}
+    assert c.sismember(KEYS.state(0, "groups"), "g") and c.smembers(KEYS.state(0, "groups")) == {b"g"}
+    assert len(entries(c, S0)) == 1 and run(c, "XREAD", "STREAMS", S0, "0")[0][1][0][1] == {b"data": b"x"}
+    assert len(entries(c, F0)) == 1 and c.xpending(S0, "coordinator")["pending"] == 0
+    for stream in (S0, S1, S_LAST):
+        assert c.xadd(stream, {"data": "human"})
+    elsewhere = (F0, T0, D0, E0, INBOX, ODD_INBOX, NOT_A_SHARD, f"{S0}:x")
+    for args in [*[("XADD", key, "*", "data", "x") for key in elsewhere],
+                 ("XREADGROUP", "GROUP", "coordinator", "me", "STREAMS", S0, ">"), ("XACK", S0, "coordinator", "0-1"),
+                 ("XGROUP", "CREATE", S0, "mine", "0"), ("XGROUP", "DELCONSUMER", S0, "coordinator", "me"),
+                 ("XAUTOCLAIM", S0, "coordinator", "me", "0", "0"), ("XCLAIM", S0, "coordinator", "me", "0", "0-1"),
+                 ("XDEL", S0, "0-1"), ("XTRIM", S0, "MAXLEN", "0"), ("XSETID", S0, "9-9"), ("DEL", S0),
+                 ("UNLINK", S0), ("EXPIRE", S0, "1"), ("RENAME", S0, "{team:0}:x"), ("COPY", S0, "{team:0}:x"),
+                 ("SET", S0, "x"), ("SET", META, "9"), ("DEL", META), ("SET", LEASE, "mine"),
+                 ("HSET", GROUP_KEY, "a", "b"), ("SADD", KEYS.state(0, "groups"), "h"),
+                 ("SET", KEYS.state(0, "offset:agent-1:x"), "1"), ("MULTI",), ("EVAL", "return 1", "0"),
+                 ("EVAL_RO", "return 1", "0"), ("DBSIZE",), *ANYWHERE]:  # fmt: skip
+        denied(c, *args)
+    for key in other_keys():
+        denied(c, "TYPE", key)
+        denied(c, "XADD", key, "*", "data", "x")
+    assert admin.xlen(S0) == 2 and admin.xlen(S1) == 1 and admin.xlen(S_LAST) == 1 and admin.xlen(F0) == 1
+    assert admin.xinfo_groups(S0)[0]["consumers"] == 0 and admin.get(META) == b"2"
+    assert not admin.exists(*elsewhere[1:], LEASE)
+    c.close()
+    admin.close()
+
+
+async def _ask_and_block(bus: AclServer) -> None:
+    """The coordinator user creates the namespace; one agent asks a question, another is blocked, a third
+    reports a finding; the coordinator commits it all."""
+    coord, adapter = await bus.client(Role.COORDINATOR), await bus.client(Role.ADAPTER)
+    try:
+        keys = await open_namespace(coord, NS, 2)
+        question = Question(question_id="Q1", text="OAuth2 or JWT?")
+        signals: dict[str, Payload] = {
+            "asker": ClarificationNeeded(agent_id="asker", blocked_at="a", reason="b", questions=[question]),
+            "blocked": StopWork(
+                agent_id="blocked",
+                stop_reason=StopReason.BLOCKER,
+                blocker_type=BlockerType.ERROR,
+                details="c",
+            ),
+            "finder": Finding(id="SEC-1", title="Hardcoded secret", file="a.py", line=3, agent="finder"),
+        }
+        for agent_id, payload in signals.items():
+            agent = AgentBus(adapter, keys, agent_id, "g", log=lambda _: None)
+            await agent.publish([new_envelope(payload, agent_id=agent_id, group_id="g", source="t")])
+        assert await Coordinator(coord, keys, Policy(), CoordinatorOptions()).run(burst=True) == 3
+    finally:
+        await coord.aclose()
+        await adapter.aclose()
+
+
+async def _coordinate(bus: AclServer) -> int:
+    coord = await bus.client(Role.COORDINATOR)
+    try:
+        keys = await open_namespace(coord, NS, 2)
+        return await Coordinator(coord, keys, Policy(), CoordinatorOptions()).run(burst=True)
+    finally:
+        await coord.aclose()
+
+
+def test_the_human_commands_run_as_the_human_user(bus: AclServer, tmp_path: Path) -> None:
+    admin = bus.server.client()
+    admin.delete(META)
+    asyncio.run(_ask_and_block(bus))
+    signals = KEYS.stream(KEYS.shard_of("g"), StreamKind.SIGNALS)
+    published = admin.xlen(signals)
+
+    def cli(role: Role, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([CLI, *args, "--redis-url", bus.url(role), "--namespace", NS], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+
+    def human(*args: str) -> str:
+        done = cli(Role.HUMAN, *args)
+        assert done.returncode == 0, f"{args}: {done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    [group] = orjson.loads(human("status", "--json"))
+    assert group["group_id"] == "g"
+    assert {a["agent_id"] for a in group["agents"]} == {"asker", "blocked", "finder"}
+    waiting = orjson.loads(human("inbox", "--json"))
+    assert [q["question_id"] for q in waiting["questions"]] == ["Q1"]
+    assert [b["agent_id"] for b in waiting["blockers"]] == ["blocked"]
+    assert [f["title"] for f in orjson.loads(human("findings", "--json"))] == ["Hardcoded secret"]
+    assert "1 merged findings recomputed for group g" in human("replay", "--group", "g")
+    shown = human("tail", "--stream", "signals", "--from", "0", "--count", str(published), "--json")
+    assert len(shown.splitlines()) == published
+
+    # The observer reads the same state but may not publish: the grant the human role adds is the one used.
+    refused = cli(Role.OBSERVER, "answer", "asker", "Q1=JWT")
+    assert refused.returncode == 1 and "no permissions" in refused.stderr.lower(), refused.stderr
+    assert admin.xlen(signals) == published
+    assert "queued answer" in human("answer", "asker", "Q1=JWT")
+    assert "queued resolve" in human("resolve", "blocked", "--resolution", "installed")
+    not_escalated = cli(Role.HUMAN, "dismiss", "asker")  # read, checked and refused by the rules, not by ACL
+    assert not_escalated.returncode == 1 and "no permissions" not in not_escalated.stderr.lower()
+    human_types = [decode(fields[b"data"]).type.value for _, fields in entries(admin, signals)[published:]]
+    assert human_types == ["ANSWER", "RESOLVE"]
+
+    assert asyncio.run(_coordinate(bus)) == 2
+    shard = KEYS.shard_of("g")
+    inbox = {
+        a: [decode(f[b"data"]).type for _, f in entries(admin, KEYS.inbox(shard, a))]
+        for a in ("asker", "blocked")
+    }
+    assert inbox == {"asker": ["CLARIFICATION_RESPONSE"], "blocked": ["BLOCKER_RESOLVED"]}
+    assert orjson.loads(human("inbox", "--json"))["questions"] == []
+    admin.close()
+
+
+async def test_human_publishes_but_cannot_reach_the_streams_the_coordinator_writes(bus: AclServer) -> None:
+    """The human envelope goes where the publisher puts it; the same publisher aimed at any other stream
+    kind (what the coordinator or an adapter writes) is refused."""
+    client = await bus.client(Role.HUMAN)
+    try:
+        keys = await open_namespace(client, NS, create=False)
+        publisher = Publisher(client, keys)
+        envelope = new_envelope(HumanDismiss(note="mine"), agent_id="agent-1", group_id="g", source="dismiss")
+        await publisher.publish(envelope)
+        for kind in (StreamKind.FINDINGS, StreamKind.TASKS, StreamKind.EVENTS, StreamKind.DEAD):
+            with pytest.raises(CommandFailed, match=r"(?i)no permissions"):
+                await publisher.publish(envelope, kind)
+        with pytest.raises(CommandFailed, match=r"(?i)no permissions"):
+            await publisher.send_directive(envelope)
+        with pytest.raises(CommandFailed, match=r"(?i)no permissions"):
+            await Publisher(client, Keys("teamx", 2)).publish(envelope)
+    finally:
+        await client.aclose()
+    admin = bus.server.client()
+    [(_, fields)] = entries(admin, keys.stream(keys.shard_of("g"), StreamKind.SIGNALS))
+    assert decode(fields[b"data"]) == envelope
+    others = [
+        keys.stream(s, k) for s in range(2) for k in (StreamKind.TASKS, StreamKind.EVENTS, StreamKind.DEAD)
+    ]
+    assert admin.xlen(F0) == 1 and not admin.exists(*others)
+    admin.close()
+
+
 # -- sweeps over every command the server knows ----------------------------------------------------------
 
 
@@ -416,6 +570,7 @@ KEYLESS = {
     Role.LAUNCHER: BASE | {"multi", "exec", "discard"},
     Role.COORDINATOR: BASE | {"time", "script|load", "script|exists"},
     Role.OBSERVER: BASE | {"lolwut"},
+    Role.HUMAN: BASE | {"lolwut"},
 }
 
 
@@ -451,34 +606,54 @@ def test_no_command_reaches_another_namespace(table: tuple[redis.Redis, list[Com
     assert checked > 150 * len(other_keys())
 
 
-# What each role may run on a key, at most (a role may run fewer); None: anything without the write flag.
-MAY: dict[Role, dict[str, set[str] | None]] = {
+# What each role may run on a key, at most (a role may run fewer).
+MAY: dict[Role, dict[str, set[str]]] = {
     Role.ADAPTER: {F0: set(), T0: set(), LEASE: set(), META: {"get"}, S0: {"xadd"}, D0: {"xadd"},
                    INBOX: {"xgroup|create", "xreadgroup", "xautoclaim", "xpending", "xack"}},
     Role.LAUNCHER: {F0: set(), S0: set(), INBOX: set(), LEASE: set(), META: {"get"}, D0: {"xadd"},
                     T0: {"xgroup|create", "xreadgroup", "xautoclaim", "xpending", "xack"}},
-    Role.OBSERVER: {F0: None, S0: None, META: None, LEASE: None, GROUP_KEY: None},
 }  # fmt: skip
 COORDINATOR_FINDINGS_WRITES = {"xadd", "xack", "xautoclaim", "xgroup|create", "xreadgroup", "eval", "evalsha"}
+READ_ONLY: dict[str, set[str]] = {F0: set(), S0: set(), META: set(), LEASE: set(), GROUP_KEY: set()}
+# The roles that read: the commands with the write flag each may run on a key, at most.
+WRITES: dict[Role, dict[str, set[str]]] = {
+    Role.COORDINATOR: {F0: COORDINATOR_FINDINGS_WRITES},
+    Role.OBSERVER: READ_ONLY,
+    Role.HUMAN: {**READ_ONLY, T0: set(), D0: set(), E0: set(), INBOX: set(), ODD_INBOX: set(), NOT_A_SHARD: set(),
+                 f"{S0}:x": set(), S0: {"xadd"}, S1: {"xadd"}, S_LAST: {"xadd"}},
+}  # fmt: skip
+READS = {F0: {"xrange", "xrevrange"}, S0: {"xrange", "xinfo|stream"}, META: {"get"}, GROUP_KEY: {"hgetall"}}
+# What each role must be able to run on a key (the limits above hold for a role that may run nothing). XREADGROUP
+# is left out: its keys follow STREAMS, which the sweep's argument lists do not have.
+GROUP_READER = {"xgroup|create", "xautoclaim", "xpending", "xack"}
+MUST: dict[Role, dict[str, set[str]]] = {
+    Role.ADAPTER: {S0: {"xadd"}, D0: {"xadd"}, META: {"get"}, INBOX: GROUP_READER},
+    Role.LAUNCHER: {D0: {"xadd"}, META: {"get"}, T0: GROUP_READER},
+    Role.OBSERVER: READS,
+    Role.HUMAN: {**READS, S0: READS[S0] | {"xadd"}, S1: {"xadd"}, S_LAST: {"xadd"},
+                 KEYS.state(0, "groups"): {"sismember", "smembers"}},
+    Role.COORDINATOR: {F0: {"xadd", "xrange"}, S0: {"xack", "xtrim"}, META: {"get", "set"}},
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("role", list(Role))
 def test_what_a_role_may_run_on_each_key(table: tuple[redis.Redis, list[Command]], role: Role) -> None:
     admin, cmds = table
-    limits = MAY.get(role, {F0: COORDINATOR_FINDINGS_WRITES})
-    for key, limit in limits.items():
-        runs = {
+
+    def runs(key: str) -> dict[str, Command]:
+        return {
             c.name: c
             for c in cmds
             if c.keyed and keys_of(admin, tuple(c.argv(key))) and allowed(admin, role, c.argv(key))
         }
-        if limit is None:
-            assert not [n for n, c in runs.items() if "write" in c.flags], (role, key)
-            assert "xrange" in runs or key in (META, LEASE, GROUP_KEY)
-        elif role is Role.COORDINATOR:
-            assert {n for n, c in runs.items() if "write" in c.flags} <= limit, key
-        else:
-            assert set(runs) <= limit, (role, key, sorted(set(runs) - limit))
+
+    for key, limit in MAY.get(role, {}).items():
+        assert set(runs(key)) <= limit, (role, key, sorted(set(runs(key)) - limit))
+    for key, limit in WRITES.get(role, {}).items():
+        writes = {name for name, c in runs(key).items() if "write" in c.flags}
+        assert writes <= limit, (role, key, sorted(writes - limit))
+    for key, needed in MUST[role].items():
+        assert needed <= set(runs(key)), (role, key, sorted(needed - set(runs(key))))
 
 
 # -- the command line ------------------------------------------------------------------------------------
@@ -507,7 +682,7 @@ def test_passwords_are_required_distinct_and_never_printed() -> None:
     lines = generated.stdout.splitlines()
     assert [line.split()[:2] for line in lines] == [["user", f"p-{r.value}"] for r in Role]
     secrets_ = [line.rsplit(": ", 1)[1] for line in generated.stderr.splitlines()]
-    assert len(set(secrets_)) == 4
+    assert len(set(secrets_)) == len(Role)
     assert all(
         password_hash(s) in line and s not in generated.stdout
         for s, line in zip(secrets_, lines, strict=True)
@@ -559,17 +734,28 @@ def test_roles_on_a_cluster(cluster_url: str) -> None:
         coord = await connect(Settings.from_url(urls[Role.COORDINATOR]))
         adapter = await connect(Settings.from_url(urls[Role.ADAPTER]))
         observer = await connect(Settings.from_url(urls[Role.OBSERVER]))
+        human = await connect(Settings.from_url(urls[Role.HUMAN]))
         try:
             assert isinstance(coord, redis.asyncio.RedisCluster)  # found through INFO, as the role allows
+            assert isinstance(human, redis.asyncio.RedisCluster)
             keys = await open_namespace(coord, NS, 4)
             for group in ("g1", "g2", "g3"):
                 await AgentBus(adapter, keys, "agent-1", group, log=lambda _: None).publish(
                     [progress("agent-1", group, 10)]
                 )
             assert await Coordinator(coord, keys, Policy(), CoordinatorOptions()).run(burst=True) == 3
+            # the human user reads the groups and publishes to the signals stream of each one's shard
+            assert len({keys.shard_of(group) for group in ("g1", "g2", "g3")}) > 1
+            human_keys = await open_namespace(human, NS, create=False)
+            for state in await load_groups(human, human_keys):
+                envelope = new_envelope(
+                    HumanDismiss(), agent_id="agent-1", group_id=state.group_id, source="t"
+                )
+                await Publisher(human, human_keys).publish(envelope)
+            assert await Coordinator(coord, keys, Policy(), CoordinatorOptions()).run(burst=True) == 3
             return await load_groups(observer, keys)
         finally:
-            for client in (coord, adapter, observer):
+            for client in (coord, adapter, observer, human):
                 await client.aclose()
 
     assert [state.group_id for state in asyncio.run(scenario())] == ["g1", "g2", "g3"]
@@ -580,7 +766,7 @@ def test_bad_password_specs_and_user_names_say_what_is_wrong() -> None:
     env = {"X": "secret-1", "Y": "secret-2"}
     not_a_role = runner.invoke(acl, ["--role", "adapter", "--password-env", "admin=X"], env=env)
     assert not_a_role.exit_code == 2
-    assert "'admin' is not a role (adapter, coordinator, launcher, observer)" in not_a_role.output
+    assert "'admin' is not a role (adapter, coordinator, launcher, observer, human)" in not_a_role.output
     unnamed = runner.invoke(
         acl, ["--role", "adapter", "--role", "observer", "--password-env", "adapter=X"], env=env
     )
