@@ -25,7 +25,7 @@ from agents.findings_io import import_findings
 from agents.options import Common, common_options
 from agents.process import ProcessOptions, Session, stdin_chunks
 from agents.watch import FileWatch, WatchOptions
-from bus.connection import redis_options, run_command
+from bus.cli_connection import redis_options, run_command
 from bus.consumer import Consumer
 from bus.metrics import AdapterMetrics
 from bus.params import FiniteFloatRange

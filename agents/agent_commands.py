@@ -14,7 +14,7 @@ import click
 from agents.init import init
 from agents.listen import DEFAULT_CLAIM_IDLE_MS, listen
 from agents.options import check_id
-from bus.connection import redis_options
+from bus.cli_connection import redis_options
 from bus.errors import BusError
 from bus.params import FiniteFloatRange
 from bus.settings import Settings

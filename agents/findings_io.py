@@ -33,7 +33,8 @@ from agents.adapter import AgentBus, connect_bus, oversize
 from agents.findings_parse import finding_of, located_findings, parse_findings
 from agents.options import check_id, id_problem
 from agents.watch import Checkpoint, fingerprints, open_file
-from bus.connection import redis_options, run_command, translated
+from bus.cli_connection import redis_options, run_command
+from bus.connection import translated
 from bus.envelope import Envelope, deterministic_id, encode
 from bus.findings import Finding
 from bus.progress import Progress

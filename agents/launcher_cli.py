@@ -10,7 +10,8 @@ import click
 
 from agents.delivery import DeliverySpec, program_problem
 from agents.launcher import Launcher, LauncherOptions, log
-from bus.connection import connect, redis_options, run_command
+from bus.cli_connection import redis_options, run_command
+from bus.connection import connect
 from bus.keys import open_namespace
 from bus.metrics import LauncherMetrics
 from bus.ops import Ops, ops_options

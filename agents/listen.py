@@ -48,7 +48,8 @@ import click
 from agents.adapter import AgentBus, connect_bus, stderr_log
 from agents.delivery import GROUP, Directive, as_directive
 from agents.options import check_id
-from bus.connection import Client, as_text, redis_options, translated
+from bus.cli_connection import redis_options
+from bus.connection import Client, as_text, translated
 from bus.consumer import DELETED_REASON, Ack, Consumer, Delivery, stream_entries
 from bus.envelope import decode, encode
 from bus.errors import BusError, CommandFailed, ConnectionFailed, DecodeError

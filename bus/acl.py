@@ -32,7 +32,8 @@ import click
 import redis.asyncio
 
 from bus.acl_rules import Role, role_rules
-from bus.connection import Client, connect, settings_from_options, translated
+from bus.cli_connection import settings_from_options
+from bus.connection import Client, connect, translated
 from bus.errors import BusError, CommandFailed, ConfigError
 
 __all__ = [

@@ -12,10 +12,10 @@ from importlib.metadata import entry_points
 import click
 
 from bus.acl import acl
-from bus.connection import down
+from bus.cli_connection import down
 from bus.retention import trim_command
 from bus.schema import schema
-from bus.tail import tail
+from bus.tail_cli import tail
 
 __all__ = ["EXIT_INTERRUPTED", "main"]
 

@@ -22,7 +22,8 @@ from typing import Final
 
 import click
 
-from bus.connection import Client, connect, redis_options, run_command, translated
+from bus.cli_connection import redis_options, run_command
+from bus.connection import Client, connect, translated
 from bus.errors import CommandFailed, ConfigError
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.settings import Settings

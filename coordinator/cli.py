@@ -13,7 +13,8 @@ from typing import TypeVar
 import click
 import orjson
 
-from bus.connection import Client, connect, redis_options, run_command
+from bus.cli_connection import redis_options, run_command
+from bus.connection import Client, connect
 from bus.errors import BusError, NamespaceMissing
 from bus.fields import Model
 from bus.findings import Finding

@@ -28,7 +28,8 @@ from typing import Any, Final
 import click
 import orjson
 
-from bus.connection import Client, connect, redis_options, translated
+from bus.cli_connection import redis_options
+from bus.connection import Client, connect, translated
 from bus.consumer import stream_entries
 from bus.envelope import decode
 from bus.errors import BusError, DecodeError

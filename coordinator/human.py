@@ -13,7 +13,8 @@ from typing import Any
 
 import click
 
-from bus.connection import connect, redis_options, run_command
+from bus.cli_connection import redis_options, run_command
+from bus.connection import connect
 from bus.directives import (
     AnswerItem,
     HumanAnswer,

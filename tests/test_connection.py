@@ -15,9 +15,11 @@ from click.testing import CliRunner
 
 from bus import wire
 from bus.cli import main
-from bus.connection import connect, default_url, redis_options, translated
-from bus.embedded import RedisCluster, RedisProcess, find_binary, free_port, stop_local_server
+from bus.cli_connection import default_url, redis_options
+from bus.connection import connect, translated
+from bus.embedded import RedisCluster, RedisProcess, find_binary, free_port
 from bus.errors import CommandFailed, ConfigError, ConnectionFailed
+from bus.local_server import stop_local_server
 from bus.settings import Settings
 
 

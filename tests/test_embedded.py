@@ -10,8 +10,9 @@ import pytest
 import redis
 from adapter_kit import CLI
 
-from bus.embedded import RedisCluster, RedisProcess, ensure_local_server, stop_local_server
+from bus.embedded import RedisCluster, RedisProcess
 from bus.errors import EmbeddedRedisError
+from bus.local_server import ensure_local_server, stop_local_server
 
 
 def test_local_server_is_started_reused_and_keeps_its_data(tmp_path: Path) -> None:

@@ -20,9 +20,10 @@ from agents import delivery, launcher
 from bus import retention
 from bus.cli import main
 from bus.connection import tcp_options
-from bus.embedded import ensure_local_server, free_port, stop_local_server
+from bus.embedded import free_port
 from bus.errors import ConfigError, EmbeddedRedisError
 from bus.keys import Keys, StreamKind, open_namespace
+from bus.local_server import ensure_local_server, stop_local_server
 from bus.retention import trim, trim_inboxes, trim_namespace
 from bus.settings import redact
 from bus.signals import Progress

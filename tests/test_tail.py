@@ -17,9 +17,9 @@ from workers.kit import connected, progress, progresses
 
 from bus.cli import EXIT_INTERRUPTED, main
 from bus.consumer import dead_letter_fields
-from bus.embedded import stop_local_server
 from bus.envelope import Envelope, encode
 from bus.keys import Keys, StreamKind, open_namespace
+from bus.local_server import stop_local_server
 from bus.publisher import Publisher
 
 GROUPS = ["alpha", "beta", "gamma", "delta", "x", "y", "z"]

@@ -1,0 +1,160 @@
+"""How the commands reach Redis: the shared connection options, and the local server they default to.
+
+:func:`redis_options` gives a click command ``--redis-url`` and the other connection options, and hands
+it one :class:`~bus.settings.Settings`; without a URL that is the local server of
+:mod:`bus.local_server`, which ``subagent-bus down`` stops. :func:`run_command` is where a command's
+:class:`~bus.errors.BusError` becomes click's one-line error. The library side, which knows nothing of
+click, is :mod:`bus.connection`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import click
+
+from bus.errors import BusError, ConfigError
+from bus.local_server import ensure_local_server, stop_local_server
+from bus.params import FiniteFloatRange
+from bus.settings import DEFAULT_SOCKET_TIMEOUT, MAX_SHARDS, MIN_SOCKET_TIMEOUT, Settings
+
+__all__ = ["default_url", "down", "redis_options", "run_command", "settings_from_options"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_DATA_DIR = Path(".subagent-bus")
+
+
+def default_url(data_dir: Path | None = None) -> str:
+    """The URL of the embedded local server in ``data_dir`` (``.subagent-bus``), started if needed.
+
+    Prints nothing; a command that uses it tells the user (``using local Redis at URL``).
+    """
+    return ensure_local_server(data_dir or DEFAULT_DATA_DIR)
+
+
+def settings_from_options(
+    redis_url: str | None,
+    namespace: str,
+    cluster: bool | None,
+    shards: int | None = None,
+    socket_timeout: float = DEFAULT_SOCKET_TIMEOUT,
+) -> Settings:
+    """Settings from the shared command-line options; no URL starts (or joins) the embedded server."""
+    if redis_url is None:
+        redis_url = default_url()
+        click.echo(f"using local Redis at {redis_url} (`subagent-bus down` stops it)", err=True)
+    return Settings.from_url(
+        redis_url, namespace=namespace, cluster=cluster, shards=shards, socket_timeout=socket_timeout
+    )
+
+
+@click.command()
+def down() -> None:
+    """Stop the local Redis that commands run without --redis-url started in ./.subagent-bus.
+
+    That server outlives the command that started it, so that adapters, coordinators and `status` in
+    other terminals share it; its data stays in ./.subagent-bus and the next such command starts it
+    again.
+    """
+    try:
+        stopped = stop_local_server(DEFAULT_DATA_DIR)
+    except BusError as exc:
+        raise click.ClickException(str(exc)) from None
+    if stopped:
+        click.echo(f"stopped the local Redis in {DEFAULT_DATA_DIR}/ (its data stays)", err=True)
+    else:
+        click.echo(f"no local Redis running in {DEFAULT_DATA_DIR}/", err=True)
+
+
+def redis_options(command: Callable[P, R]) -> Callable[..., R]:
+    """Add ``--redis-url``, ``--namespace``, ``--shards``, ``--cluster/--no-cluster`` and
+    ``--socket-timeout`` to a click command.
+
+    The command receives one ``settings: Settings`` keyword instead of the five options. A bad value
+    is a usage error (exit code 2).
+    """
+
+    @click.option(
+        "--redis-url",
+        envvar="SUBAGENT_BUS_REDIS_URL",
+        default=None,
+        metavar="URL",
+        help="redis://, rediss://, unix://, redis+sentinel://h1:p1,h2:p2/master, or any cluster node. "
+        "Default: a local server kept in ./.subagent-bus.",
+    )
+    @click.option(
+        "--namespace",
+        envvar="SUBAGENT_BUS_NAMESPACE",
+        default="sbus",
+        show_default=True,
+        help="Key prefix of this bus.",
+    )
+    @click.option(
+        "--shards",
+        envvar="SUBAGENT_BUS_SHARDS",
+        type=click.IntRange(1, MAX_SHARDS),
+        default=None,
+        metavar="N",
+        help="Shards of a namespace this command creates (default 8). Fixed at creation: a namespace "
+        "keeps its count, and a different N is refused.",
+    )
+    @click.option(
+        "--cluster/--no-cluster",
+        default=None,
+        help="Force the Redis Cluster client on or off. Default: ask the server.",
+    )
+    @click.option(
+        "--socket-timeout",
+        envvar="SUBAGENT_BUS_SOCKET_TIMEOUT",
+        type=FiniteFloatRange(min=MIN_SOCKET_TIMEOUT),
+        default=DEFAULT_SOCKET_TIMEOUT,
+        show_default=True,
+        metavar="SECONDS",
+        help="Give up on a Redis reply after SECONDS: a server that stops answering is an error, not a "
+        "hang. Blocking reads wait at most 1 s, so an idle stream never reaches it.",
+    )
+    @functools.wraps(command)
+    def wrapper(
+        *args: Any,
+        redis_url: str | None,
+        namespace: str,
+        shards: int | None,
+        cluster: bool | None,
+        socket_timeout: float,
+        **kwargs: Any,
+    ) -> R:
+        ctx = click.get_current_context(silent=True)
+        if ctx is not None and ctx.invoked_subcommand is not None:
+            # A group running one of its subcommands does not use its own connection options; resolving
+            # them would start the embedded server for nothing (`findings add --help`).
+            return None  # type: ignore[return-value]
+        try:
+            settings = settings_from_options(redis_url, namespace, cluster, shards, socket_timeout)
+        except ConfigError as exc:
+            raise click.UsageError(str(exc)) from None
+        except BusError as exc:
+            raise click.ClickException(str(exc)) from None
+        return command(*args, settings=settings, **kwargs)  # type: ignore[arg-type]
+
+    return wrapper
+
+
+T = TypeVar("T")
+
+
+def run_command(coro: Coroutine[Any, Any, T], *, also: tuple[type[Exception], ...] = ()) -> T:
+    """Run a command's work; a :class:`BusError` (or one of ``also``) is the command's one-line error.
+
+    The seam where a CLI command turns the bus's errors into click's (exit code 1, no traceback).
+    """
+    caught: tuple[type[Exception], ...] = (BusError, *also)
+    try:
+        return asyncio.run(coro)
+    except caught as exc:
+        raise click.ClickException(str(exc)) from None

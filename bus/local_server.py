@@ -1,0 +1,157 @@
+"""The local Redis behind commands run without ``--redis-url``: one server per data directory.
+
+A command that is given no URL joins the server kept in its data directory (``./.subagent-bus``), and
+starts it if none runs there. The server is daemonised, not a child, so that adapters, coordinators and
+``status`` in other terminals share it and it outlives the command that started it; its data and
+append-only file stay in the directory. ``server.json`` there says how to reach it, and a lock file makes
+concurrent commands start one server, not two. The server processes of tests, which end with their owner,
+are :mod:`bus.embedded`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import redis
+
+from bus.embedded import RedisProcess, free_port, log_tail, pid_alive, wait_for_ping
+from bus.errors import EmbeddedRedisError
+
+__all__ = ["ensure_local_server", "stop_local_server"]
+
+_STATE_FILE = "server.json"
+
+
+def ensure_local_server(directory: Path) -> str:
+    """The URL of the local server kept in ``directory``, starting it (daemonised) if it is not running.
+
+    The server keeps its data and append-only file in ``directory`` and outlives the command that
+    started it, so other processes (adapters, coordinators, ``status``) join it through the same URL.
+    """
+    directory = Path(directory).resolve()
+    url = _running_url(directory)
+    if url:
+        return url
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with _exclusive(directory / "start.lock"):
+            return _running_url(directory) or _start_local_server(directory)
+    except OSError as exc:
+        raise EmbeddedRedisError(f"cannot keep the local Redis in {directory}: {exc}") from None
+
+
+def _start_local_server(directory: Path) -> str:
+    _refuse_a_second_server(directory)
+    port = free_port()
+    args = RedisProcess(directory, port=port, appendfsync="everysec").argv()
+    pidfile = directory / "server.pid"
+    pidfile.unlink(missing_ok=True)  # a dead server's: a pid file is then always the new server's
+    args += ["--daemonize", "yes", "--pidfile", str(pidfile)]
+    started = subprocess.run(args, check=False, cwd=directory, capture_output=True)
+    if started.returncode != 0:
+        said = b" ".join((started.stdout + started.stderr).split()).decode(errors="replace")
+        raise EmbeddedRedisError(
+            f"the local Redis in {directory} did not start (exit status {started.returncode}): "
+            f"{said[-300:] or log_tail(directory / 'server.log')}"
+        )
+    url = f"redis://127.0.0.1:{port}/0"
+    wait_for_ping(url, 15.0, None, directory / "server.log", pidfile)
+    state = directory / _STATE_FILE
+    partial = state.with_suffix(".tmp")  # renamed into place: a reader never sees half of it
+    partial.write_bytes(orjson.dumps({"url": url, "port": port}))
+    partial.replace(state)
+    return url
+
+
+def _refuse_a_second_server(directory: Path) -> None:
+    """Two servers on one data directory would both write its append-only file: refuse to start one
+    while the server of the pid file runs unreachable through ``server.json`` (damaged or removed)."""
+    pid = _unreachable_pid(directory)
+    if pid is not None:
+        raise EmbeddedRedisError(
+            f"a local Redis (pid {pid}) still runs in {directory}, but {_STATE_FILE} there does not say "
+            "how to reach it; `subagent-bus down` stops it"
+        )
+
+
+def _unreachable_pid(directory: Path) -> int | None:
+    """The pid in the server's pid file, if that process is still a server."""
+    try:
+        pid = int((directory / "server.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        command = b"server" if pid_alive(pid) else b""  # no /proc: trust the pid
+    return pid if b"server" in command else None
+
+
+def stop_local_server(directory: Path, timeout: float = 10.0) -> bool:
+    """Shut the local server in ``directory`` down and wait until its process has exited (its data
+    stays); False if none was running."""
+    directory = Path(directory).resolve()
+    url = _running_url(directory)
+    if url is None:
+        pid = _unreachable_pid(directory)
+        if pid is None:
+            return False
+        with contextlib.suppress(ProcessLookupError):  # it may have exited in between
+            os.kill(pid, signal.SIGTERM)  # a server shuts down on SIGTERM as on SHUTDOWN
+    else:
+        pid = _shut_down(url)
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            raise EmbeddedRedisError(f"the local server (pid {pid}) did not exit within {timeout:.0f}s")
+        time.sleep(0.02)  # a daemonised server is not our child: nothing to wait() on
+    return True
+
+
+def _shut_down(url: str) -> int:
+    """Ask the server at ``url`` to shut down; its pid."""
+    client = redis.Redis.from_url(url)
+    try:
+        pid = int(client.info("server")["process_id"])
+        with contextlib.suppress(redis.ConnectionError):  # the server closing the connection: done
+            client.shutdown(nosave=True)
+    except redis.RedisError as exc:
+        raise EmbeddedRedisError(f"cannot stop the local server at {url}: {exc}") from None
+    finally:
+        client.close()
+    return pid
+
+
+def _running_url(directory: Path) -> str | None:
+    try:
+        url = str(orjson.loads((directory / _STATE_FILE).read_bytes())["url"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=1)
+    try:
+        info = client.info("server")
+        # The port may have been taken by some other server since: only reuse our own.
+        same_dir = Path(str(client.config_get("dir").get("dir", ""))).resolve() == directory
+        return url if same_dir and info else None
+    except (redis.RedisError, OSError):
+        return None
+    finally:
+        client.close()
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
