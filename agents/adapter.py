@@ -216,11 +216,17 @@ class AgentBus:
         source: str,
         exit_code: int | None,
         stderr_tail: str | None = None,
+        resumable: bool | None = None,
         id: str | None = None,
         state: Mapping[str, bytes] | None = None,
     ) -> None:
         """AGENT_EXITED (published with ``state``, if any, in one transaction)."""
-        event = AgentExited(exit_code=exit_code, completed=self.completed, stderr_tail=stderr_tail or None)
+        event = AgentExited(
+            exit_code=exit_code,
+            completed=self.completed,
+            stderr_tail=stderr_tail or None,
+            resumable=resumable,
+        )
         envelope = new_envelope(event, agent_id=self.agent_id, group_id=self.group_id, source=source, id=id)
         await self.publish([envelope], state=state)
 

@@ -246,7 +246,14 @@ def run(
     """
     _check_until_complete(until_complete, common)
     options = ProcessOptions(
-        common.fmt, common.heartbeat_s, not quiet, stderr_log, common.task, common.name, common.session_id
+        common.fmt,
+        common.heartbeat_s,
+        not quiet,
+        stderr_log,
+        common.task,
+        common.name,
+        common.session_id,
+        until_complete=until_complete,
     )
 
     async def body(bus: AgentBus) -> int:
@@ -277,7 +284,14 @@ def stdin(settings: Settings, common: Common, until_complete: bool, quiet: bool)
     """Publish what arrives on stdin (an agent's output piped in) until the end of input."""
     _check_until_complete(until_complete, common)
     options = ProcessOptions(
-        common.fmt, common.heartbeat_s, not quiet, None, common.task, common.name, common.session_id
+        common.fmt,
+        common.heartbeat_s,
+        not quiet,
+        None,
+        common.task,
+        common.name,
+        common.session_id,
+        until_complete=until_complete,
     )
 
     async def body(bus: AgentBus) -> int:

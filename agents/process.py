@@ -56,6 +56,8 @@ class ProcessOptions:
     task: str | None = None
     name: str | None = None
     session_id: str | None = None
+    until_complete: bool = False
+    """The adapter resumes the agent with its directives until it completes (``--until-complete``)."""
 
 
 def exit_status(returncode: int) -> int:
@@ -159,7 +161,7 @@ class Session:
         finally:
             eof.set()
             await beats
-        await self.bus.exited(source=source, exit_code=None)
+        await self.bus.exited(source=source, exit_code=None, resumable=self._resumable())
         self.idle.set()
 
     async def finished(self) -> None:
@@ -295,7 +297,15 @@ class Session:
             )
             stop_id = deterministic_id(self.bus.agent_id, f"{source}#exit", 0)
             await self.bus.publish([self.bus.envelope(stop, source=source, id=stop_id)])
-        await self.bus.exited(source=source, exit_code=code, stderr_tail=tail or None)
+        await self.bus.exited(
+            source=source, exit_code=code, stderr_tail=tail or None, resumable=self._resumable()
+        )
+
+    def _resumable(self) -> bool:
+        """Whether this adapter goes on resuming the agent with its directives after this exit: only
+        with ``--until-complete``, and not once it was told to stop. Otherwise it ends with the agent,
+        and the coordinator has a launcher start an agent it launched again instead."""
+        return self.options.until_complete and not self.stop.is_set() and not self.bus.completed
 
 
 async def stdin_chunks() -> Chunks:

@@ -204,10 +204,14 @@ class ErrorRecovery(Model):
 class LaunchReason(StrEnum):
     DELEGATION = "delegation"
     RETRY = "retry"
+    RESUME = "resume"
+    """The agent again, in a new session: its adapter stopped reading its inbox, so the directive that
+    resumes it travels in the request's ``context``."""
 
 
 class LaunchRequest(Model):
-    """An entry of a shard's ``tasks`` stream: start this agent (an approved delegation or a retry)."""
+    """An entry of a shard's ``tasks`` stream: start this agent (an approved delegation, a retry, or an
+    agent resumed in a new session)."""
 
     request_id: str
     new_agent_id: str

@@ -46,11 +46,17 @@ class AgentStarted(Model):
 
 
 class AgentExited(Model):
-    """The agent process ended; ``completed`` tells whether it sent a completion report first."""
+    """The agent process ended; ``completed`` tells whether it sent a completion report first.
+
+    ``resumable`` says whether its adapter goes on reading the agent's inbox and resumes the agent with
+    what arrives there (``true``), or stops reading it (``false``: a directive would wait there for a
+    reader that is not coming); absent when the adapter cannot tell.
+    """
 
     exit_code: int | None = None
     completed: bool = False
     stderr_tail: Text | None = None
+    resumable: bool | None = None
 
 
 class Tick(Model):

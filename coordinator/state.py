@@ -121,6 +121,10 @@ class AgentRecord(Model):
     """Delegates this agent waits for."""
     exited: bool = False
     exit_code: int | None = None
+    unreachable: bool = False
+    """Its adapter said at the agent's exit that it stops reading the inbox (AGENT_EXITED ``resumable:
+    false``), until an adapter starts it again: a directive for it then relaunches it, when a launcher
+    started it (see :func:`coordinator.rules.launch.deliver`)."""
     escalated: bool = False
     watched: bool = True
     """Whether it is an agent the group waits for: not while it has sent nothing but findings (a

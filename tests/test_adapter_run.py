@@ -43,6 +43,7 @@ async def test_a_crashing_agent_becomes_a_stop_work_error(redis_url: str, tmp_pa
     assert isinstance(exit_, AgentExited)
     assert exit_.exit_code == 3
     assert not exit_.completed
+    assert exit_.resumable is False  # the adapter ends with its agent: nobody reads its inbox after
     assert exit_.stderr_tail is not None
     assert "TypeError" in exit_.stderr_tail
     assert "TypeError" in log.read_text()  # stderr passes through
@@ -66,7 +67,7 @@ async def test_a_completed_agent_exits_cleanly_and_its_output_is_copied(
     assert [e.type for e in envelopes] == [T.AGENT_STARTED, T.COMPLETION_REPORT, T.AGENT_EXITED]
     assert isinstance(envelopes[0].payload, AgentStarted)
     assert envelopes[0].payload.name == "Security Auditor"
-    assert envelopes[2].payload == AgentExited(exit_code=0, completed=True)
+    assert envelopes[2].payload == AgentExited(exit_code=0, completed=True, resumable=False)
 
 
 async def test_a_failure_after_completion_is_not_an_error_signal(redis_url: str, tmp_path: Path) -> None:
@@ -162,7 +163,7 @@ async def test_stdin_publishes_a_piped_output(redis_url: str, tmp_path: Path) ->
         T.AGENT_EXITED,
     ]
     assert all(e.agent_id == "r7" and e.source.startswith("stdin:") for e in envelopes)
-    assert envelopes[-1].payload == AgentExited(exit_code=None, completed=True)
+    assert envelopes[-1].payload == AgentExited(exit_code=None, completed=True, resumable=False)
     assert [e.kind for e in envelopes[1:4]] == [Kind.SIGNAL] * 3
 
 

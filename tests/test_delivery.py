@@ -34,7 +34,7 @@ from bus.directives import (
     LaunchRequest,
 )
 from bus.envelope import Envelope, EnvelopeType, Kind, new_envelope
-from bus.events import AgentState
+from bus.events import AgentExited, AgentState
 from bus.keys import StreamKind
 from bus.publisher import Publisher
 
@@ -407,11 +407,11 @@ async def test_full_loop_run_and_resume_command(redis_url: str, tmp_path: Path) 
             coord.wait(timeout=30)
     assert "- A1: Analyze both" in stdout.read_text()  # the resumed agent acknowledged the answer
     async with open_bus(redis_url) as bus:
-        said = [
-            (e.type, e.source.count(":resume:"))
-            for e in await bus.envelopes(GROUP)
-            if e.agent_id == "L2" and e.kind is not Kind.HUMAN
-        ]
+        envelopes = [e for e in await bus.envelopes(GROUP) if e.agent_id == "L2" and e.kind is not Kind.HUMAN]
+    said = [(e.type, e.source.count(":resume:")) for e in envelopes]
+    # the adapter goes on resuming the agent after its first exit, not after its completion
+    exits = [e.payload for e in envelopes if isinstance(e.payload, AgentExited)]
+    assert [(x.resumable, x.completed) for x in exits] == [(True, False), (False, True)]
     assert said == [
         (T.AGENT_STARTED, 0),
         (T.CLARIFICATION_NEEDED, 0),

@@ -19,7 +19,7 @@ from bus.directives import DelegationCompleted, HumanDismiss, LaunchReason
 from bus.events import AgentState, DecisionType
 from bus.results import ResultStatus
 from coordinator.rules.ids import retry_agent_id, retry_request_id
-from coordinator.rules.launch import Launch, launch
+from coordinator.rules.launch import Launch, deliver, launch
 from coordinator.rules.step import Rejected, Step
 from coordinator.state import FINAL_STATES, AgentRecord, Completion, Escalation, GroupState, GroupVerdict
 
@@ -145,7 +145,7 @@ def _notify_parent(step: Step, record: AgentRecord, completion: Completion) -> N
         deliverables=completion.deliverables,
         resume_instructions=_resume_after(completion.status),
     )
-    step.direct(parent.agent_id, directive)
+    deliver(step, parent.agent_id, directive)
     detail = f"delegate {record.agent_id} finished {completion.status.value}"
     if waiting or parent.state is not AgentState.DELEGATING:
         detail += (

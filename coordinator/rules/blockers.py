@@ -28,7 +28,7 @@ from bus.results import ResultStatus
 from bus.signals import BlockerType, StopReason, StopWork
 from coordinator.rules.aggregation import finish
 from coordinator.rules.ids import recovery_agent_id, recovery_request_id
-from coordinator.rules.launch import Launch, launch
+from coordinator.rules.launch import Launch, deliver, launch
 from coordinator.rules.step import Rejected, Step
 from coordinator.state import AgentRecord, Completion
 
@@ -104,7 +104,7 @@ def on_resolve(step: Step) -> None:
         state_restoration=stop.state_snapshot,
         resume_instructions=command.instructions or _resume_instructions(stop),
     )
-    step.direct(record.agent_id, directive)
+    deliver(step, record.agent_id, directive)
     step.resume(
         record.agent_id,
         DecisionType.BLOCKER_RESOLVED,
@@ -132,7 +132,7 @@ def on_recover(step: Step) -> None:
     directive = ErrorRecovery(
         option=command.option, instructions=instructions, checkpoint=stop.state_snapshot
     )
-    step.direct(record.agent_id, directive)
+    deliver(step, record.agent_id, directive)
     step.resume(
         record.agent_id, DecisionType.BLOCKER_RESOLVED, f"recovery: {command.option.value}", blocker=None
     )

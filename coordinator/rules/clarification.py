@@ -12,6 +12,7 @@ from __future__ import annotations
 from bus.directives import AnswerItem, ClarificationResponse, HumanAnswer
 from bus.events import AgentState, DecisionType
 from bus.signals import ClarificationNeeded, QuestionType
+from coordinator.rules.launch import deliver
 from coordinator.rules.step import Rejected, Step
 from coordinator.state import AgentRecord
 
@@ -56,7 +57,7 @@ def on_answer(step: Step) -> None:
         current_state=questions.current_state,
         next_step=command.next_step or DEFAULT_NEXT_STEP,
     )
-    step.direct(record.agent_id, response)
+    deliver(step, record.agent_id, response)
     step.resume(
         record.agent_id,
         DecisionType.QUESTION_ANSWERED,

@@ -30,7 +30,7 @@ from bus.signals import DelegateWork, Independence
 from coordinator.policy import Policy
 from coordinator.rules.aggregation import report_group
 from coordinator.rules.ids import delegate_agent_id
-from coordinator.rules.launch import Launch, launch
+from coordinator.rules.launch import Launch, deliver, launch
 from coordinator.rules.step import Rejected, Step
 from coordinator.state import (
     ACTIVE_STATES,
@@ -320,7 +320,7 @@ def _deny(step: Step, delegation: Delegation, reason: str, alternative: str) -> 
 def _tell(step: Step, requester: AgentRecord, directive: DelegationApproved | DelegationDenied) -> None:
     """Send the answer to the requester, unless it finished meanwhile (a directive would resume it)."""
     if requester.state not in FINAL_STATES:
-        step.direct(requester.agent_id, directive)
+        deliver(step, requester.agent_id, directive)
 
 
 def _still_waiting(state: GroupState, requester: AgentRecord) -> bool:

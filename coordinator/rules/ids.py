@@ -16,6 +16,7 @@ __all__ = [
     "emitted_id",
     "recovery_agent_id",
     "recovery_request_id",
+    "resume_request_id",
     "retry_agent_id",
     "retry_request_id",
 ]
@@ -61,3 +62,8 @@ def recovery_request_id(envelope_id: str) -> str:
 def recovery_agent_id(request_id: str) -> str:
     """The agent that takes over the failing work of an error recovery."""
     return f"agent-{_digest('recover-agent', request_id)}"
+
+
+def resume_request_id(agent_id: str, envelope_id: str) -> str:
+    """The launch request that starts ``agent_id`` again with the directive envelope ``envelope_id`` caused."""
+    return f"rsm-{_digest('resume', agent_id, envelope_id)}"

@@ -3,15 +3,41 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
-from bus.directives import LaunchReason, LaunchRequest
+from bus.directives import (
+    BlockerResolved,
+    ClarificationResponse,
+    DelegationApproved,
+    DelegationCompleted,
+    DelegationDenied,
+    ErrorRecovery,
+    LaunchReason,
+    LaunchRequest,
+)
 from bus.events import DecisionType
 from bus.signals import Priority
+from coordinator.rules.ids import resume_request_id
 from coordinator.rules.outcome import Target
 from coordinator.rules.step import Step
 from coordinator.state import AgentRecord
 
-__all__ = ["Launch", "launch"]
+__all__ = ["Directive", "Launch", "deliver", "launch"]
+
+Directive = (
+    ClarificationResponse
+    | BlockerResolved
+    | ErrorRecovery
+    | DelegationApproved
+    | DelegationDenied
+    | DelegationCompleted
+)
+"""What the rules send an agent to resume it."""
+
+_RESUMED: Final = (
+    "Your previous session ended, and nothing resumes it: this is a new session with the same agent id "
+    "and task. Continue from where the message below picks the work up.\n\n"
+)
 
 
 @dataclass(frozen=True)
@@ -69,3 +95,35 @@ def launch(step: Step, spec: Launch) -> AgentRecord:
     detail = f"{spec.reason.value} launch of {spec.new_agent_id} (attempt {spec.attempt}, depth {spec.depth})"
     step.decide(DecisionType.LAUNCH_REQUESTED, spec.new_agent_id, detail, request_id=spec.request_id)
     return record
+
+
+def deliver(step: Step, agent_id: str, directive: Directive) -> None:
+    """Send ``directive`` to the agent: into its inbox, or with the agent started again.
+
+    An adapter that stops with its agent (no ``--until-complete``, or stopped itself) says so in
+    AGENT_EXITED; a directive put in the inbox of such an agent would wait there for a reader that is
+    not coming. When a launcher started the agent (it has a launch request), a resume launch request
+    (same agent id, task and depth) carries the directive in its context instead, and the directive is
+    not put in the inbox as well: the new session's adapter would deliver it a second time. An agent
+    that was not launched by the bus keeps the inbox: whoever started it may start an adapter or
+    ``listen`` again, which reads it.
+    """
+    record = step.agent(agent_id)
+    if not record.unreachable or record.request_id is None:
+        step.direct(agent_id, directive)
+        return
+    request_id = resume_request_id(agent_id, step.envelope.id)
+    request = LaunchRequest(
+        request_id=request_id,
+        new_agent_id=agent_id,
+        parent_agent_id=record.parent_agent_id,
+        reason=LaunchReason.RESUME,
+        task=record.task or "(the task of the previous session)",
+        context=_RESUMED + directive.render(),
+        depth=record.depth,
+        attempt=record.attempt,
+    )
+    step.update(agent_id, unreachable=False)
+    step.emit(Target.TASKS, request, agent_id)
+    detail = f"resume launch of {agent_id}: its adapter stopped with it; the new session's prompt has the directive"
+    step.decide(DecisionType.LAUNCH_REQUESTED, agent_id, detail, request_id=request_id)

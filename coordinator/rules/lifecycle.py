@@ -64,7 +64,7 @@ def on_heartbeat(step: Step) -> None:
 def on_started(step: Step) -> None:
     event = step.payload(AgentStarted)
     record = step.agent(step.envelope.agent_id)
-    changes: dict[str, object] = {"exited": False, "exit_code": None}
+    changes: dict[str, object] = {"exited": False, "exit_code": None, "unreachable": False}
     if event.name and event.name.strip():
         changes["name"] = agent_key(event.name)
     if event.task and event.task.strip() and not record.task:
@@ -74,7 +74,12 @@ def on_started(step: Step) -> None:
 
 def on_exited(step: Step) -> None:
     event = step.payload(AgentExited)
-    record = step.update(step.envelope.agent_id, exited=True, exit_code=event.exit_code)
+    record = step.update(
+        step.envelope.agent_id,
+        exited=True,
+        exit_code=event.exit_code,
+        unreachable=event.resumable is False,
+    )
     # A clean exit without a completion report ends a turn: turn-based agents (claude -p, codex exec)
     # exit after every answer and are resumed by their adapter. So does an end whose exit code nobody
     # knows (the end of a piped output, a watched process gone): failing it would retry an agent that

@@ -6,7 +6,8 @@
 It prints prose and protocol blocks over time (each block in two writes, so readers see it split),
 waits for a directive by watching a response file, or is re-run with a resume prompt, and can crash.
 Steps: say:TEXT  progress:N  many:N  clarify  stop  delegate[:INDEPENDENCE]  complete[:FILE,FILE]
-result:FILE:LINE  await:PATH  wait-file:PATH  sleep:SECONDS  crash:CODE.
+result:FILE:LINE  await:PATH  wait-file:PATH  sleep:SECONDS  crash:CODE
+unless-prompt:TEXT=STEP (STEP only when the --prompt-file does not contain TEXT).
 Only the standard library is used, like any program that was never written for this project.
 """
 
@@ -77,8 +78,13 @@ def block(tag: str, body: str) -> str:
     return f"```yaml\n[{tag}]\n{body.strip()}\n[/{tag}]\n```"
 
 
-def step(out: Output, agent: str, name: str, arg: str) -> None:
-    if name == "say":
+def step(out: Output, agent: str, name: str, arg: str, prompt: str = "") -> None:
+    if name == "unless-prompt":
+        text, _, then = arg.partition("=")
+        if text not in prompt:
+            then_name, _, then_arg = then.partition(":")
+            step(out, agent, then_name, then_arg, prompt)
+    elif name == "say":
         out.text(arg)
     elif name == "progress":
         out.text(
@@ -239,6 +245,7 @@ def main() -> None:
         with open(args.record, "a") as record:
             record.write(f"start {time.time()} {args.agent_id}\n")
     try:
+        task = ""
         if args.prompt_file:
             task = Path(args.prompt_file).read_text()
             out.prompt(task)
@@ -247,7 +254,7 @@ def main() -> None:
             acknowledge(out, args.resumed)
         for item in args.steps:
             name, _, arg = item.partition(":")
-            step(out, args.agent_id, name, arg)
+            step(out, args.agent_id, name, arg, task)
     finally:
         if args.record:
             with open(args.record, "a") as record:

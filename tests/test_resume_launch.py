@@ -1,0 +1,103 @@
+"""An agent a launcher started, whose adapter ended with it, is resumed by starting it again: real
+coordinator, launcher, adapter and agent processes; the human acts through the CLI."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import time
+from pathlib import Path
+
+from adapter_kit import fake, start
+from rules_kit import delegate
+from test_coordinator_scenarios import agent, coordinate, inbox, publish, sb, tasks
+
+LEAD = "lead"
+
+
+def launch_pending(url: str, tmp_path: Path, template: str, *extra: str) -> None:
+    sb(url, "launcher", "--burst", "--command", template, "--prompt-dir", str(tmp_path / "prompts"),
+       "--log-dir", str(tmp_path / "logs"), "--heartbeat", "60", *extra)  # fmt: skip
+
+
+def test_a_recovered_delegate_whose_adapter_ended_is_launched_again_with_the_directive(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # the agent crashes unless its prompt says the error was fixed; the launcher passes no --deliver,
+    # so each adapter ends with its agent
+    argv = fake(
+        "unless-prompt:ERROR FIXED=crash:3", "complete", agent_id="{agent_id}", prompt_file="{prompt_file}"
+    )
+    template = shlex.join(argv)
+    publish(redis_url, LEAD, delegate(LEAD, priority="P1"))
+    coordinate(redis_url)
+    [request] = [t for t in tasks(redis_url) if t["type"] == "LAUNCH"]
+    delegate_id = request["payload"]["new_agent_id"]
+
+    launch_pending(redis_url, tmp_path, template)
+    coordinate(redis_url)
+    record = agent(redis_url, delegate_id)
+    assert record["state"] == "blocked", record
+
+    sb(redis_url, "recover", delegate_id, "--option", "retry_from_checkpoint")
+    coordinate(redis_url)
+    launches = [t["payload"] for t in tasks(redis_url) if t["type"] == "LAUNCH"]
+    assert [(p["new_agent_id"], p["reason"]) for p in launches] == [
+        (delegate_id, "delegation"),
+        (delegate_id, "resume"),
+    ]
+    assert inbox(redis_url, delegate_id) == []  # nobody would read it
+
+    launch_pending(redis_url, tmp_path, template)
+    coordinate(redis_url)
+    record = agent(redis_url, delegate_id)
+    assert (record["state"], record["status"]) == ("completed", "SUCCESS"), record
+    [prompt] = (tmp_path / "prompts").glob(f"*{delegate_id}*")
+    text = prompt.read_text()
+    assert "## ERROR FIXED" in text and "new session with the same agent id" in text
+
+
+def test_a_delegate_stopped_with_its_launcher_is_launched_again_when_recovered(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # adapters that resume their agents (--until-complete), but the launcher is stopped (SIGTERM):
+    # it stops its adapters, which stop their agents and read their inboxes no more
+    record = tmp_path / "record"
+    argv = fake("unless-prompt:ERROR FIXED=wait-file:/nonexistent", "complete", agent_id="{agent_id}",
+                prompt_file="{prompt_file}", record=record)  # fmt: skip
+    resume = shlex.join(fake("complete", agent_id="{agent_id}", resumed="{prompt}"))
+    extra = ["--deliver", f"command:{resume}", "--until-complete"]
+    publish(redis_url, LEAD, delegate(LEAD, priority="P1"))
+    coordinate(redis_url)
+    [request] = [t for t in tasks(redis_url) if t["type"] == "LAUNCH"]
+    delegate_id = request["payload"]["new_agent_id"]
+    launcher = start(
+        ["launcher", "--command", shlex.join(argv), "--prompt-dir", str(tmp_path / "prompts"),
+         "--log-dir", str(tmp_path / "logs"), *extra],
+        redis_url, tmp_path / "launcher.log",
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (record.exists() and "start" in record.read_text()):
+            assert time.monotonic() < deadline, "the delegate did not start"
+            time.sleep(0.05)
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(timeout=60) == 0, (tmp_path / "launcher.log").read_text()
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    coordinate(redis_url)
+    assert agent(redis_url, delegate_id)["state"] == "blocked"
+
+    sb(redis_url, "recover", delegate_id, "--option", "retry_from_checkpoint")
+    coordinate(redis_url)
+    assert [t["payload"]["reason"] for t in tasks(redis_url) if t["type"] == "LAUNCH"] == [
+        "delegation",
+        "resume",
+    ]
+    launch_pending(redis_url, tmp_path, shlex.join(argv), *extra)
+    coordinate(redis_url)
+    assert (agent(redis_url, delegate_id)["state"], agent(redis_url, delegate_id)["status"]) == (
+        "completed",
+        "SUCCESS",
+    )

@@ -1,0 +1,103 @@
+"""Resuming an agent whose adapter stopped with it: a launcher starts it again with the directive in its
+prompt (AGENT_EXITED ``resumable: false``), where an inbox directive would wait for a reader for ever."""
+
+from __future__ import annotations
+
+from rules_kit import Feed, answers, clarification, completion, decisions, delegate, of_type, one, stop_error
+
+from bus.directives import HumanRecover, LaunchReason, LaunchRequest, RecoveryOption
+from bus.envelope import EnvelopeType
+from bus.events import AgentExited, AgentStarted, AgentState, DecisionType
+from coordinator.rules import Target
+
+PARENT = "bg-task-jkl012"
+
+
+def _launched(feed: Feed) -> str:
+    """A delegate the bus launched (approved by policy); its id."""
+    outcome = feed.send(delegate(PARENT), PARENT)
+    request: LaunchRequest = one(outcome, EnvelopeType.LAUNCH, Target.TASKS)
+    return request.new_agent_id
+
+
+def _failed_and_gone(feed: Feed, agent: str, *, resumable: bool | None) -> None:
+    feed.send(AgentStarted(pid=42, task="scan"), agent)
+    feed.send(stop_error(agent), agent)
+    feed.send(AgentExited(exit_code=143, resumable=resumable), agent)
+    assert feed.state.agents[agent].state is AgentState.BLOCKED
+
+
+def test_a_recovery_for_a_launched_agent_whose_adapter_stopped_launches_it_again() -> None:
+    feed = Feed()
+    agent = _launched(feed)
+    _failed_and_gone(feed, agent, resumable=False)
+    assert feed.state.agents[agent].unreachable
+    outcome = feed.send(HumanRecover(option=RecoveryOption.RETRY_FROM_CHECKPOINT), agent)
+    assert of_type(outcome, EnvelopeType.ERROR_RECOVERY) == []  # not in the inbox as well
+    [envelope] = of_type(outcome, EnvelopeType.LAUNCH, Target.TASKS)
+    request = envelope.payload
+    assert isinstance(request, LaunchRequest)
+    first = feed.outcomes[0]
+    original: LaunchRequest = one(first, EnvelopeType.LAUNCH, Target.TASKS)
+    assert envelope.agent_id == agent and request.new_agent_id == agent
+    assert request.reason is LaunchReason.RESUME and request.request_id.startswith("rsm-")
+    assert (request.task, request.depth, request.parent_agent_id) == (original.task, 1, PARENT)
+    assert request.context is not None and "new session with the same agent id" in request.context
+    assert "## ERROR FIXED" in request.context and "checkpoint after item 50" in request.context
+    record = feed.state.agents[agent]
+    assert record.state is AgentState.RUNNING and record.blocker is None and not record.unreachable
+    assert [d.decision for d in decisions(outcome)] == [
+        DecisionType.LAUNCH_REQUESTED,
+        DecisionType.BLOCKER_RESOLVED,
+    ]
+    # the same entries applied again (a replay, a redelivery) make the same request: one launch
+    again = Feed()
+    _failed_and_gone(again, _launched(again), resumable=False)
+    replayed = again.send(HumanRecover(option=RecoveryOption.RETRY_FROM_CHECKPOINT), agent)
+    assert one(replayed, EnvelopeType.LAUNCH, Target.TASKS) == request
+
+
+def test_an_adapter_that_goes_on_reading_or_cannot_tell_gets_the_directive_in_the_inbox() -> None:
+    for resumable in (True, None):
+        feed = Feed()
+        agent = _launched(feed)
+        _failed_and_gone(feed, agent, resumable=resumable)
+        outcome = feed.send(HumanRecover(option=RecoveryOption.RETRY_FROM_CHECKPOINT), agent)
+        assert len(of_type(outcome, EnvelopeType.ERROR_RECOVERY, Target.INBOX)) == 1
+        assert of_type(outcome, EnvelopeType.LAUNCH) == []
+
+
+def test_an_agent_the_bus_did_not_launch_keeps_its_inbox() -> None:
+    feed = Feed()
+    _failed_and_gone(feed, "own-agent", resumable=False)
+    outcome = feed.send(HumanRecover(option=RecoveryOption.SKIP_AND_CONTINUE), "own-agent")
+    assert len(of_type(outcome, EnvelopeType.ERROR_RECOVERY, Target.INBOX)) == 1
+    assert of_type(outcome, EnvelopeType.LAUNCH) == []
+
+
+def test_a_new_adapter_makes_the_agent_reachable_again() -> None:
+    feed = Feed()
+    agent = _launched(feed)
+    _failed_and_gone(feed, agent, resumable=False)
+    feed.send(AgentStarted(pid=43), agent)  # someone started an adapter for it by hand
+    assert not feed.state.agents[agent].unreachable
+    outcome = feed.send(HumanRecover(option=RecoveryOption.RETRY_FROM_CHECKPOINT), agent)
+    assert len(of_type(outcome, EnvelopeType.ERROR_RECOVERY, Target.INBOX)) == 1
+
+
+def test_an_answer_to_a_turn_that_ended_relaunches_the_agent_with_the_answers() -> None:
+    feed = Feed()
+    agent = _launched(feed)
+    feed.send(clarification(agent), agent)
+    feed.send(AgentExited(exit_code=0, resumable=False), agent)  # the turn ended, its adapter with it
+    assert feed.state.agents[agent].state is AgentState.AWAITING_CLARIFICATION
+    outcome = feed.send(answers(("Q1", "Both"), ("Q2", "3.0-beta")), agent)
+    assert of_type(outcome, EnvelopeType.CLARIFICATION_RESPONSE) == []
+    request: LaunchRequest = one(outcome, EnvelopeType.LAUNCH, Target.TASKS)
+    assert request.context is not None and "## CLARIFICATION RESPONSE" in request.context
+    assert "A1: Both" in request.context
+    # the relaunched agent completes as usual
+    feed.send(AgentStarted(pid=44), agent)
+    done = feed.send(completion(agent), agent)
+    assert feed.state.agents[agent].state is AgentState.COMPLETED
+    assert decisions(done)[0].decision is DecisionType.COMPLETED
