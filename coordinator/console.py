@@ -11,12 +11,13 @@ from __future__ import annotations
 import re
 import shlex
 from collections import Counter
+from typing import Final
 
 from bus.directives import RecoveryOption
 from bus.display import one_line
 from bus.findings import Finding
 from coordinator.rules import GroupSummary, MergedFinding
-from coordinator.rules.summary import AgentSummary
+from coordinator.rules.summary import AgentSummary, ResumePath
 
 __all__ = ["bar", "finding_lines", "inbox_lines", "merged_lines", "render"]
 
@@ -120,6 +121,7 @@ def _questions(s: GroupSummary, agents: Counter[str]) -> list[str]:
         command = _suggest("answer", [q.agent_id, q.question_id], words, _group(s, agents, q.agent_id))
         lines.append(f"question  {one_line(q.agent_id)} {one_line(q.question_id)}: {_text(q.text)}")
         lines.append(f"          answer: {command}")
+        lines += _reach(s, q.agent_id)
     return lines
 
 
@@ -134,7 +136,21 @@ def _blockers(s: GroupSummary, agents: Counter[str]) -> list[str]:
             choice = "--option " + "|".join(o.value for o in RecoveryOption)
             recover = _suggest("recover", [b.agent_id], [_arg(b.agent_id)], [choice, *options])
             lines.append(f"          or recover: {recover}")
+        lines += _reach(s, b.agent_id)
     return lines
+
+
+_NOTES: Final = {
+    ResumePath.RELAUNCH: "its adapter ended with it: a launcher starts it again with the directive",
+    ResumePath.UNREAD: "its adapter ended with it: the directive waits in its inbox until an adapter "
+    "(--deliver) or `listen` runs for it",
+}
+
+
+def _reach(s: GroupSummary, agent_id: str) -> list[str]:
+    """A note when a directive for ``agent_id`` does not simply go to an adapter that reads it."""
+    path = next((a.resume for a in s.agents if a.agent_id == agent_id), ResumePath.INBOX)
+    return [f"          note: {_NOTES[path]}"] if path in _NOTES else []
 
 
 def _delegations(s: GroupSummary, requests: Counter[str]) -> list[str]:
@@ -149,6 +165,7 @@ def _delegations(s: GroupSummary, requests: Counter[str]) -> list[str]:
             f"{_text(d.task)[:80]}"
         )
         lines.append(f"          {approve}  |  {deny}")
+        lines += _reach(s, d.requester_id)
     return lines
 
 

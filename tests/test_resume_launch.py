@@ -37,7 +37,10 @@ def test_a_recovered_delegate_whose_adapter_ended_is_launched_again_with_the_dir
     launch_pending(redis_url, tmp_path, template)
     coordinate(redis_url)
     record = agent(redis_url, delegate_id)
-    assert record["state"] == "blocked", record
+    assert (record["state"], record["resume"]) == ("blocked", "relaunch"), record
+    assert "note: its adapter ended with it: a launcher starts it again with the directive" in sb(
+        redis_url, "inbox"
+    )
 
     sb(redis_url, "recover", delegate_id, "--option", "retry_from_checkpoint")
     coordinate(redis_url)

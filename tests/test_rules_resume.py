@@ -8,7 +8,9 @@ from rules_kit import Feed, answers, clarification, completion, decisions, deleg
 from bus.directives import HumanRecover, LaunchReason, LaunchRequest, RecoveryOption
 from bus.envelope import EnvelopeType
 from bus.events import AgentExited, AgentStarted, AgentState, DecisionType
-from coordinator.rules import Target
+from coordinator.console import inbox_lines
+from coordinator.rules import Target, summarize
+from coordinator.rules.summary import ResumePath
 
 PARENT = "bg-task-jkl012"
 
@@ -101,3 +103,26 @@ def test_an_answer_to_a_turn_that_ended_relaunches_the_agent_with_the_answers() 
     done = feed.send(completion(agent), agent)
     assert feed.state.agents[agent].state is AgentState.COMPLETED
     assert decisions(done)[0].decision is DecisionType.COMPLETED
+
+
+def test_the_inbox_says_what_happens_to_a_directive_for_an_agent_whose_adapter_ended() -> None:
+    feed = Feed()
+    launched = _launched(feed)
+    _failed_and_gone(feed, launched, resumable=False)
+    _failed_and_gone(feed, "own-agent", resumable=False)
+    _failed_and_gone(feed, "listening", resumable=True)
+    summary = summarize(feed.state)
+    paths = {a.agent_id: a.resume for a in summary.agents}
+    assert (paths[launched], paths["own-agent"], paths["listening"], paths[PARENT]) == (
+        ResumePath.RELAUNCH,
+        ResumePath.UNREAD,
+        ResumePath.INBOX,
+        ResumePath.INBOX,
+    )
+    lines = inbox_lines([summary])
+    notes = [(lines[i - 3], line) for i, line in enumerate(lines) if line.lstrip().startswith("note:")]
+    assert [(blocker.split()[1], note.strip()) for blocker, note in notes] == [
+        (launched, "note: its adapter ended with it: a launcher starts it again with the directive"),
+        ("own-agent", "note: its adapter ended with it: the directive waits in its inbox until an adapter "
+         "(--deliver) or `listen` runs for it"),
+    ]  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 
 from bus.events import AgentState
 from bus.fields import Model
@@ -17,7 +18,27 @@ from coordinator.state import (
     GroupVerdict,
 )
 
-__all__ = ["AgentSummary", "GroupSummary", "OpenBlocker", "OpenQuestion", "PendingDelegation", "summarize"]
+__all__ = [
+    "AgentSummary",
+    "GroupSummary",
+    "OpenBlocker",
+    "OpenQuestion",
+    "PendingDelegation",
+    "ResumePath",
+    "summarize",
+]
+
+
+class ResumePath(StrEnum):
+    """How a directive for the agent (an answer, a resolution, a decision) reaches it."""
+
+    INBOX = "inbox"
+    """Through its inbox, which its adapter (or ``listen``) reads: nothing said otherwise."""
+    RELAUNCH = "relaunch"
+    """Its adapter ended with it; a launcher started it, so a launcher starts it again with the directive."""
+    UNREAD = "unread"
+    """Its adapter ended with it and the bus did not launch it: the directive waits in its inbox until an
+    adapter or ``listen`` runs for it."""
 
 
 class AgentSummary(Model):
@@ -37,6 +58,7 @@ class AgentSummary(Model):
     violations: tuple[str, ...]
     waiting_on: tuple[str, ...]
     retried_by: str | None
+    resume: ResumePath
 
 
 class OpenQuestion(Model):
@@ -121,7 +143,14 @@ def _agent(record: AgentRecord) -> AgentSummary:
         violations=tuple(f"{v.rule.value}: {v.detail}" for v in record.violations),
         waiting_on=record.waiting_on,
         retried_by=record.retried_by,
+        resume=_resume_path(record),
     )
+
+
+def _resume_path(record: AgentRecord) -> ResumePath:
+    if not record.unreachable:
+        return ResumePath.INBOX
+    return ResumePath.UNREAD if record.request_id is None else ResumePath.RELAUNCH
 
 
 def _questions(record: AgentRecord) -> list[OpenQuestion]:
