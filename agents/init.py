@@ -17,9 +17,10 @@ For Codex (``--agent codex``) it writes the section into ``AGENTS.md`` and print
 ``~/.codex/config.toml``, a file outside the repository that init does not touch; Codex has no hooks.
 
 Everything else in those files is kept: other servers, other hooks, the rest of the Markdown. Running init
-again changes nothing and says so; without ``--url`` it keeps the URL (or reference) an earlier run wrote. A part that differs from what init would write (a hand edit of the
-section, another ``subagent-bus`` server entry or hook) is left alone and reported, and nothing at all is
-written, unless ``--force`` replaces it. Files are replaced atomically.
+again changes nothing and says so; without ``--url`` it keeps the URL (or reference) an earlier run
+wrote. A part that differs from what init would write (a hand edit of the section, another
+``subagent-bus`` server entry or hook) is left alone and reported, and nothing at all is written, unless
+``--force`` replaces it. Files are replaced atomically.
 """
 
 from __future__ import annotations

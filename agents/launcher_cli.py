@@ -130,7 +130,7 @@ def launcher(
     reclaim_ms: int,
     adapter_redis_url: str | None,
 ) -> None:
-    """Start the agents of launch requests (approved delegations, retries, resumed agents), each under an adapter.
+    """Start the agents of launch requests (delegations, retries, resumed agents), each under an adapter.
 
     A request is acknowledged once its agent started, so it is started at least once: a launcher killed
     between the start and the acknowledgement leaves a request that is started again. SIGTERM or

@@ -46,8 +46,8 @@ def finish(
         step.update(agent_id, extra_reports=record.extra_reports + 1)
         kept = record.completion.status
         if completion.status is not kept:
-            detail = f"a later {completion.source.value} says {completion.status.value}; outcome stays {kept.value}"
-            step.decide(DecisionType.COMPLETED, agent_id, detail)
+            later = f"a later {completion.source.value} says {completion.status.value}"
+            step.decide(DecisionType.COMPLETED, agent_id, f"{later}; outcome stays {kept.value}")
         return
     if state is None:
         state = AgentState.FAILED if completion.status is ResultStatus.FAILED else AgentState.COMPLETED

@@ -65,5 +65,5 @@ def recovery_agent_id(request_id: str) -> str:
 
 
 def resume_request_id(agent_id: str, envelope_id: str) -> str:
-    """The launch request that starts ``agent_id`` again with the directive envelope ``envelope_id`` caused."""
+    """The launch request that starts ``agent_id`` again with the directive that ``envelope_id`` caused."""
     return f"rsm-{_digest('resume', agent_id, envelope_id)}"

@@ -125,5 +125,5 @@ def deliver(step: Step, agent_id: str, directive: Directive) -> None:
     )
     step.update(agent_id, unreachable=False)
     step.emit(Target.TASKS, request, agent_id)
-    detail = f"resume launch of {agent_id}: its adapter stopped with it; the new session's prompt has the directive"
+    detail = f"resume launch of {agent_id}: its adapter ended with it; the directive is in the new prompt"
     step.decide(DecisionType.LAUNCH_REQUESTED, agent_id, detail, request_id=request_id)
