@@ -210,6 +210,7 @@ async def _end(bus: AgentBus, session: Session, until_complete: bool) -> None:
         while not bus.completed and not session.stop.is_set():
             await wait_for(bus.completion, 0.2)
         await session.finished()
+        await session.stopped()
     session.stop.set()
 
 

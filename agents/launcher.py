@@ -21,6 +21,7 @@ SIGTERM or SIGINT stops the adapters it started, which stop their agents.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import hashlib
 import logging
@@ -52,6 +53,7 @@ PLACEHOLDERS: Final = frozenset(
     {"agent_id", "group_id", "prompt_file", "prompt", "parent_agent_id", "request_id"}
 )
 _POLL_S: Final = 0.2
+_PREVIOUS_END_S: Final = 10.0
 log = logging.getLogger("subagent_bus.launcher")
 
 
@@ -107,6 +109,8 @@ class Launcher:
         self.metrics = metrics or LauncherMetrics()
         self.launched = 0
         self.running: dict[str, asyncio.subprocess.Process] = {}
+        self._requests: dict[str, str] = {}
+        """The request each running agent was started for."""
         self.metrics.agents.set_function(lambda: len(self.running))
         self._changed = asyncio.Event()
         self._consumers = [
@@ -192,8 +196,16 @@ class Launcher:
         if refused is not None or envelope is None or not isinstance(envelope.payload, LaunchRequest):
             return Ack.DEAD, refused
         request = envelope.payload
-        if request.new_agent_id in self.running:
-            return Ack.ACK, None  # a repeat of a request whose agent is already running here
+        previous = self.running.get(request.new_agent_id)
+        if previous is not None:
+            if self._requests.get(request.new_agent_id) == request.request_id:
+                return Ack.ACK, None  # a repeat of a request whose agent is already running here
+            # The same agent again (a resume launch) while its previous adapter is still ending: that
+            # adapter published the exit this request answers, and ends moments later.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(previous.wait(), _PREVIOUS_END_S)
+            if previous.returncode is None:
+                return Ack.RETRY, f"agent {request.new_agent_id} still runs here under another request"
         try:
             process = await self._start(request, envelope.group_id)
         except (OSError, ValueError) as exc:
@@ -208,6 +220,7 @@ class Launcher:
             return Ack.RETRY, reason
         self.launched += 1
         self.running[request.new_agent_id] = process
+        self._requests[request.new_agent_id] = request.request_id
         self.metrics.launched.inc()
         waiter = asyncio.create_task(self._reap(request.new_agent_id, envelope.group_id, process))
         self._waiters.add(waiter)
@@ -283,7 +296,9 @@ class Launcher:
 
     async def _reap(self, agent_id: str, group_id: str, process: asyncio.subprocess.Process) -> None:
         code = await process.wait()
-        self.running.pop(agent_id, None)
+        if self.running.get(agent_id) is process:  # not the same agent started again since
+            del self.running[agent_id]
+            del self._requests[agent_id]
         extra = {"agent_id": agent_id, "group_id": group_id, "exit_code": code}
         log.info(f"agent {agent_id} ended with exit status {code}", extra=extra)
         self._changed.set()

@@ -102,6 +102,8 @@ class Session:
         self.signalled: int | None = None
         """The last stop signal received."""
         self._gave_up: GaveUp | None = None
+        self._resumable = False
+        """What the last AGENT_EXITED said: the adapter goes on resuming the agent."""
 
     @property
     def session_id(self) -> str | None:
@@ -161,7 +163,7 @@ class Session:
         finally:
             eof.set()
             await beats
-        await self.bus.exited(source=source, exit_code=None, resumable=self._resumable())
+        await self.bus.exited(source=source, exit_code=None, resumable=self._resumes())
         self.idle.set()
 
     async def finished(self) -> None:
@@ -298,14 +300,22 @@ class Session:
             stop_id = deterministic_id(self.bus.agent_id, f"{source}#exit", 0)
             await self.bus.publish([self.bus.envelope(stop, source=source, id=stop_id)])
         await self.bus.exited(
-            source=source, exit_code=code, stderr_tail=tail or None, resumable=self._resumable()
+            source=source, exit_code=code, stderr_tail=tail or None, resumable=self._resumes()
         )
 
-    def _resumable(self) -> bool:
+    def _resumes(self) -> bool:
         """Whether this adapter goes on resuming the agent with its directives after this exit: only
         with ``--until-complete``, and not once it was told to stop. Otherwise it ends with the agent,
         and the coordinator has a launcher start an agent it launched again instead."""
-        return self.options.until_complete and not self.stop.is_set() and not self.bus.completed
+        self._resumable = self.options.until_complete and not self.stop.is_set() and not self.bus.completed
+        return self._resumable
+
+    async def stopped(self) -> None:
+        """The adapter stops while it waits between two turns of an agent that has not completed: its
+        last AGENT_EXITED said it would resume the agent, so it now says nobody will."""
+        if self._resumable and not self.bus.completed:
+            self._resumable = False
+            await self.bus.exited(source=f"run:{self.base}:stop", exit_code=None, resumable=False)
 
 
 async def stdin_chunks() -> Chunks:

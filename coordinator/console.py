@@ -121,7 +121,7 @@ def _questions(s: GroupSummary, agents: Counter[str]) -> list[str]:
         command = _suggest("answer", [q.agent_id, q.question_id], words, _group(s, agents, q.agent_id))
         lines.append(f"question  {one_line(q.agent_id)} {one_line(q.question_id)}: {_text(q.text)}")
         lines.append(f"          answer: {command}")
-        lines += _reach(s, q.agent_id)
+        lines += _note(q.resume)
     return lines
 
 
@@ -136,7 +136,7 @@ def _blockers(s: GroupSummary, agents: Counter[str]) -> list[str]:
             choice = "--option " + "|".join(o.value for o in RecoveryOption)
             recover = _suggest("recover", [b.agent_id], [_arg(b.agent_id)], [choice, *options])
             lines.append(f"          or recover: {recover}")
-        lines += _reach(s, b.agent_id)
+        lines += _note(b.resume)
     return lines
 
 
@@ -147,9 +147,8 @@ _NOTES: Final = {
 }
 
 
-def _reach(s: GroupSummary, agent_id: str) -> list[str]:
-    """A note when a directive for ``agent_id`` does not simply go to an adapter that reads it."""
-    path = next((a.resume for a in s.agents if a.agent_id == agent_id), ResumePath.INBOX)
+def _note(path: ResumePath) -> list[str]:
+    """A note when a directive does not simply go to an adapter that reads it."""
     return [f"          note: {_NOTES[path]}"] if path in _NOTES else []
 
 
@@ -165,7 +164,7 @@ def _delegations(s: GroupSummary, requests: Counter[str]) -> list[str]:
             f"{_text(d.task)[:80]}"
         )
         lines.append(f"          {approve}  |  {deny}")
-        lines += _reach(s, d.requester_id)
+        lines += _note(d.resume)
     return lines
 
 

@@ -125,6 +125,10 @@ class AgentRecord(Model):
     """Its adapter said at the agent's exit that it stops reading the inbox (AGENT_EXITED ``resumable:
     false``), until an adapter starts it again: a directive for it then relaunches it, when a launcher
     started it (see :func:`coordinator.rules.launch.deliver`)."""
+    context: str | None = None
+    """The context of the launch request that started it, for the requests that start it again."""
+    held: tuple[str, ...] = ()
+    """Directives (rendered) kept for its next relaunch: ones that ask it to wait for more."""
     escalated: bool = False
     watched: bool = True
     """Whether it is an agent the group waits for: not while it has sent nothing but findings (a

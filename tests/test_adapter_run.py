@@ -99,6 +99,28 @@ async def test_sigterm_is_passed_to_the_agent(redis_url: str, tmp_path: Path) ->
         assert f"killed by signal {int(signal.SIGTERM)}" in stop.details
 
 
+async def test_sigterm_between_turns_says_nobody_resumes_the_agent_any_more(
+    redis_url: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "adapter.log"
+    resume = f"command:{' '.join(fake('complete', agent_id='r12'))}"
+    args = [*run_args("r12", "--until-complete", "--deliver", resume), *fake("stop", agent_id="r12")]
+    adapter = start(args, redis_url, log)
+    async with open_bus(redis_url) as bus:
+
+        async def turn_ended() -> bool:
+            return await bus.has(GROUP, T.AGENT_EXITED)
+
+        await wait_until(turn_ended, 20, "the agent's first turn to end")
+        adapter.send_signal(signal.SIGTERM)  # it waits for a directive to resume the agent with
+        assert await exited(adapter, 20) == 0, log.read_text()
+        exits = [e.payload for e in await bus.of_type(GROUP, T.AGENT_EXITED) if e.agent_id == "r12"]
+    assert exits == [
+        AgentExited(exit_code=0, completed=False, resumable=True),
+        AgentExited(exit_code=None, completed=False, resumable=False),
+    ]
+
+
 async def test_a_command_that_cannot_start(redis_url: str, tmp_path: Path) -> None:
     log = tmp_path / "adapter.log"
     missing = tmp_path / "no-such-agent"

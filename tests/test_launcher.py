@@ -99,6 +99,32 @@ async def test_five_requests_two_at_a_time(redis_url: str, tmp_path: Path) -> No
     assert "started 5 agent(s)" in log.read_text()
 
 
+async def test_an_agent_started_again_while_its_previous_adapter_still_ends_is_started_once_it_ended(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # a resume launch request names the agent id of the previous one, whose adapter may still be ending
+    go, record = tmp_path / "go", tmp_path / "record"
+    tpl = template(f"wait-file:{go}", "complete", record=str(record))
+    async with open_bus(redis_url) as bus:
+        publisher = Publisher(bus.client, bus.keys)
+        for n in (1, 2):
+            launch = LaunchRequest(
+                request_id=f"req-again-{n}", new_agent_id="again", reason=LaunchReason.RESUME, task="t"
+            )
+            await publisher.publish(new_envelope(launch, agent_id="again", group_id=GROUP), StreamKind.TASKS)
+        log = tmp_path / "launcher.log"
+        launcher = start(launcher_args(tmp_path, tpl, "--burst"), redis_url, log)
+
+        async def first_started() -> bool:
+            return record.exists() and record.read_text().count("start") == 1
+
+        await wait_until(first_started, 30, "the first session to start")
+        go.touch()  # the first session ends, then the second starts (and passes the file at once)
+        assert await exited(launcher, 60) == 0, log.read_text()
+    assert record.read_text().count("start") == 2
+    assert "started 2 agent(s)" in log.read_text()
+
+
 async def test_requests_beyond_the_limit_stay_unread_for_any_launcher(redis_url: str, tmp_path: Path) -> None:
     go = tmp_path / "go"
     tpl = template(f"wait-file:{go}", "complete")

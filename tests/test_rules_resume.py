@@ -3,14 +3,27 @@ prompt (AGENT_EXITED ``resumable: false``), where an inbox directive would wait 
 
 from __future__ import annotations
 
-from rules_kit import Feed, answers, clarification, completion, decisions, delegate, of_type, one, stop_error
+from rules_kit import (
+    Feed,
+    answers,
+    clarification,
+    completion,
+    decisions,
+    delegate,
+    of_type,
+    one,
+    payloads,
+    stop_error,
+)
 
-from bus.directives import HumanRecover, LaunchReason, LaunchRequest, RecoveryOption
+from bus.directives import HumanApprove, HumanRecover, LaunchReason, LaunchRequest, RecoveryOption
 from bus.envelope import EnvelopeType
 from bus.events import AgentExited, AgentStarted, AgentState, DecisionType
+from bus.signals import DelegateWork
 from coordinator.console import inbox_lines
 from coordinator.rules import Target, summarize
 from coordinator.rules.summary import ResumePath
+from coordinator.state import DelegationStatus
 
 PARENT = "bg-task-jkl012"
 
@@ -126,3 +139,49 @@ def test_the_inbox_says_what_happens_to_a_directive_for_an_agent_whose_adapter_e
         ("own-agent", "note: its adapter ended with it: the directive waits in its inbox until an adapter "
          "(--deliver) or `listen` runs for it"),
     ]  # fmt: skip
+
+
+def _parent_gone(feed: Feed, *requests: DelegateWork) -> tuple[str, list[str]]:
+    """A bus-launched agent that asks for ``requests`` and ends its turn; its id and its delegates'."""
+    parent = _launched(feed)
+    children = []
+    for request in requests:
+        outcome = feed.send(request.model_copy(update={"agent_id": parent}), parent)
+        children += [p.new_agent_id for p in payloads(outcome, EnvelopeType.LAUNCH, Target.TASKS)]
+    feed.send(AgentExited(exit_code=0, resumable=False), parent)
+    return parent, children
+
+
+def test_a_parent_waiting_for_two_delegates_is_started_again_once_with_both_results() -> None:
+    feed = Feed()
+    first = delegate(independence="blocks_current_work", stamp="2026-01-11T10:00:00-05:00")
+    second = delegate(independence="blocks_current_work", stamp="2026-01-11T10:05:00-05:00")
+    parent, children = _parent_gone(feed, first, second)
+    assert len(children) == 2 and feed.state.agents[parent].state is AgentState.DELEGATING
+    one_done = feed.send(completion(children[0], summary="First half done."), children[0])
+    assert (
+        of_type(one_done, EnvelopeType.LAUNCH) == []
+        and of_type(one_done, EnvelopeType.DELEGATION_COMPLETED) == []
+    )
+    both_done = feed.send(completion(children[1], summary="Second half done."), children[1])
+    request: LaunchRequest = one(both_done, EnvelopeType.LAUNCH, Target.TASKS)
+    assert request.new_agent_id == parent and request.reason is LaunchReason.RESUME
+    assert request.context is not None
+    assert "First half done." in request.context and "Second half done." in request.context
+    assert request.context.startswith("Requested by")  # the original request's context comes first
+    assert feed.state.agents[parent].held == ()
+
+
+def test_an_approval_that_only_says_wait_starts_no_session_and_comes_with_the_results() -> None:
+    feed = Feed()
+    parent, _ = _parent_gone(feed, delegate(independence="blocks_current_work", priority="P2"))
+    [pending_request] = [
+        r for r, d in feed.state.delegations.items() if d.status is DelegationStatus.PENDING_HUMAN
+    ]
+    approved = feed.send(HumanApprove(request_id=pending_request), parent)
+    [child_launch] = payloads(approved, EnvelopeType.LAUNCH, Target.TASKS)
+    assert child_launch.new_agent_id != parent  # the delegate only, not the waiting parent
+    done = feed.send(completion(child_launch.new_agent_id, summary="Refactored."), child_launch.new_agent_id)
+    request: LaunchRequest = one(done, EnvelopeType.LAUNCH, Target.TASKS)
+    assert request.new_agent_id == parent and request.context is not None
+    assert "## DELEGATION APPROVED" in request.context and "Refactored." in request.context

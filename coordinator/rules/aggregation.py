@@ -145,7 +145,7 @@ def _notify_parent(step: Step, record: AgentRecord, completion: Completion) -> N
         deliverables=completion.deliverables,
         resume_instructions=_resume_after(completion.status),
     )
-    deliver(step, parent.agent_id, directive)
+    deliver(step, parent.agent_id, directive, hold=bool(waiting))
     detail = f"delegate {record.agent_id} finished {completion.status.value}"
     if waiting or parent.state is not AgentState.DELEGATING:
         detail += (

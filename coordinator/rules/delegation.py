@@ -282,7 +282,7 @@ def _approve(step: Step, delegation: Delegation, how: str) -> None:
             else f"Continue your own task; {new_id} works on the delegated task in parallel."
         ),
     )
-    _tell(step, requester, directive)
+    _tell(step, requester, directive, hold=blocks)
     detail = f"{how}; launched {new_id}"
     if blocks and requester.state not in FINAL_STATES:
         step.update(requester.agent_id, waiting_on=(*requester.waiting_on, new_id))
@@ -308,8 +308,9 @@ def _deny(step: Step, delegation: Delegation, reason: str, alternative: str) -> 
         alternative=alternative,
         resume_instructions="Continue your task without the delegated work.",
     )
-    _tell(step, requester, directive)
-    if requester.state is AgentState.DELEGATING and not _still_waiting(step.state, requester):
+    waits = _still_waiting(step.state, requester)
+    _tell(step, requester, directive, hold=waits)
+    if requester.state is AgentState.DELEGATING and not waits:
         step.resume(requester.agent_id, DecisionType.DELEGATION_DENIED, reason, request=delegation.request_id)
     else:
         step.decide(
@@ -317,10 +318,13 @@ def _deny(step: Step, delegation: Delegation, reason: str, alternative: str) -> 
         )
 
 
-def _tell(step: Step, requester: AgentRecord, directive: DelegationApproved | DelegationDenied) -> None:
-    """Send the answer to the requester, unless it finished meanwhile (a directive would resume it)."""
+def _tell(
+    step: Step, requester: AgentRecord, directive: DelegationApproved | DelegationDenied, *, hold: bool
+) -> None:
+    """Send the answer to the requester, unless it finished meanwhile (a directive would resume it);
+    ``hold``: it still waits for a delegate's results (see :func:`deliver`)."""
     if requester.state not in FINAL_STATES:
-        deliver(step, requester.agent_id, directive)
+        deliver(step, requester.agent_id, directive, hold=hold)
 
 
 def _still_waiting(state: GroupState, requester: AgentRecord) -> bool:

@@ -36,7 +36,7 @@ Directive = (
 
 _RESUMED: Final = (
     "Your previous session ended, and nothing resumes it: this is a new session with the same agent id "
-    "and task. Continue from where the message below picks the work up.\n\n"
+    "and task. Continue from where the messages below pick the work up.\n\n"
 )
 
 
@@ -89,6 +89,7 @@ def launch(step: Step, spec: Launch) -> AgentRecord:
             retry_of=spec.retry_of,
             request_id=spec.request_id,
             blocks_parent=spec.blocks_parent,
+            context=spec.context,
         )
     )
     step.emit(Target.TASKS, request, spec.new_agent_id)
@@ -97,33 +98,41 @@ def launch(step: Step, spec: Launch) -> AgentRecord:
     return record
 
 
-def deliver(step: Step, agent_id: str, directive: Directive) -> None:
+def deliver(step: Step, agent_id: str, directive: Directive, *, hold: bool = False) -> None:
     """Send ``directive`` to the agent: into its inbox, or with the agent started again.
 
     An adapter that stops with its agent (no ``--until-complete``, or stopped itself) says so in
     AGENT_EXITED; a directive put in the inbox of such an agent would wait there for a reader that is
     not coming. When a launcher started the agent (it has a launch request), a resume launch request
-    (same agent id, task and depth) carries the directive in its context instead, and the directive is
-    not put in the inbox as well: the new session's adapter would deliver it a second time. An agent
-    that was not launched by the bus keeps the inbox: whoever started it may start an adapter or
-    ``listen`` again, which reads it.
+    (same agent id, task and depth) carries the directive in its context instead, after the original
+    request's context, and the directive is not put in the inbox as well: the new session's adapter
+    would deliver it a second time. ``hold`` marks a directive that asks the agent to wait for more (a
+    blocking delegation approved, one of several delegates' results): it is kept for the relaunch that
+    the last of them causes, rather than paying for a session that can only wait. An agent that was not
+    launched by the bus keeps the inbox: whoever started it may start an adapter or ``listen`` again,
+    which reads it.
     """
     record = step.agent(agent_id)
     if not record.unreachable or record.request_id is None:
         step.direct(agent_id, directive)
         return
+    held = (*record.held, directive.render())
+    if hold:
+        step.update(agent_id, held=held)
+        return
     request_id = resume_request_id(agent_id, step.envelope.id)
+    before = f"{record.context.strip()}\n\n" if record.context and record.context.strip() else ""
     request = LaunchRequest(
         request_id=request_id,
         new_agent_id=agent_id,
         parent_agent_id=record.parent_agent_id,
         reason=LaunchReason.RESUME,
         task=record.task or "(the task of the previous session)",
-        context=_RESUMED + directive.render(),
+        context=before + _RESUMED + "\n\n".join(held),
         depth=record.depth,
         attempt=record.attempt,
     )
-    step.update(agent_id, unreachable=False)
+    step.update(agent_id, unreachable=False, held=())
     step.emit(Target.TASKS, request, agent_id)
     detail = f"resume launch of {agent_id}: its adapter ended with it; the directive is in the new prompt"
     step.decide(DecisionType.LAUNCH_REQUESTED, agent_id, detail, request_id=request_id)

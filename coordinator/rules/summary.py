@@ -10,6 +10,7 @@ from bus.fields import Model
 from bus.results import ResultStatus
 from bus.signals import Independence, Priority, StopWork
 from coordinator.state import (
+    FINAL_STATES,
     AgentRecord,
     DelegationStatus,
     Escalation,
@@ -67,6 +68,8 @@ class OpenQuestion(Model):
     text: str
     answered: bool
     blocked_at: str
+    resume: ResumePath
+    """How the answer reaches the agent."""
 
 
 class OpenBlocker(Model):
@@ -75,6 +78,8 @@ class OpenBlocker(Model):
     blocker_type: str
     details: str
     resume_requirements: str | None
+    resume: ResumePath
+    """How the resolution reaches the agent."""
 
 
 class PendingDelegation(Model):
@@ -83,6 +88,8 @@ class PendingDelegation(Model):
     priority: Priority
     independence: Independence
     task: str
+    resume: ResumePath
+    """How the decision reaches the requester."""
 
 
 class GroupSummary(Model):
@@ -109,7 +116,7 @@ def summarize(state: GroupState) -> GroupSummary:
         applied=state.applied,
         agents=tuple(_agent(r) for r in records),
         open_questions=tuple(q for r in records for q in _questions(r)),
-        blockers=tuple(_blocker(r.agent_id, r.blocker) for r in records if r.blocker is not None),
+        blockers=tuple(_blocker(r, r.blocker) for r in records if r.blocker is not None),
         pending_delegations=tuple(
             PendingDelegation(
                 request_id=d.request_id,
@@ -117,6 +124,7 @@ def summarize(state: GroupState) -> GroupSummary:
                 priority=d.request.priority,
                 independence=d.request.independence,
                 task=d.request.new_task_description,
+                resume=_resume_path(state.agents.get(d.requester_id)),
             )
             for d in state.delegations.values()
             if d.status is DelegationStatus.PENDING_HUMAN
@@ -147,8 +155,8 @@ def _agent(record: AgentRecord) -> AgentSummary:
     )
 
 
-def _resume_path(record: AgentRecord) -> ResumePath:
-    if not record.unreachable:
+def _resume_path(record: AgentRecord | None) -> ResumePath:
+    if record is None or not record.unreachable or record.state in FINAL_STATES:
         return ResumePath.INBOX
     return ResumePath.UNREAD if record.request_id is None else ResumePath.RELAUNCH
 
@@ -164,14 +172,16 @@ def _questions(record: AgentRecord) -> list[OpenQuestion]:
             text=q.text,
             answered=q.question_id in answered,
             blocked_at=record.questions.blocked_at,
+            resume=_resume_path(record),
         )
         for q in record.questions.questions
     ]
 
 
-def _blocker(agent_id: str, stop: StopWork) -> OpenBlocker:
+def _blocker(record: AgentRecord, stop: StopWork) -> OpenBlocker:
     return OpenBlocker(
-        agent_id=agent_id,
+        agent_id=record.agent_id,
+        resume=_resume_path(record),
         stop_reason=stop.stop_reason.value,
         blocker_type=stop.blocker_type.value,
         details=stop.details,
