@@ -60,6 +60,7 @@ class AgentSummary(Model):
     waiting_on: tuple[str, ...]
     retried_by: str | None
     resume: ResumePath
+    """How a directive for the agent reaches it."""
 
 
 class OpenQuestion(Model):
