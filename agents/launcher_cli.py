@@ -8,8 +8,9 @@ from pathlib import Path
 
 import click
 
-from agents.delivery import DeliverySpec, program_problem
+from agents.delivery import DeliverySpec
 from agents.launcher import Launcher, LauncherOptions, log
+from agents.options import check_program
 from bus.cli_connection import redis_options, run_command
 from bus.connection import connect
 from bus.keys import open_namespace
@@ -28,13 +29,6 @@ def _template(ctx: click.Context, param: click.Parameter, value: str) -> list[st
         raise click.BadParameter(str(exc)) from None
 
 
-def _check_program(argv: list[str], option: str) -> None:
-    """A program that is not here would fail every launch (or every delivery) of every request."""
-    problem = program_problem(argv) if argv else None
-    if problem is not None:
-        raise click.BadParameter(problem, param_hint=option)
-
-
 def _adapter_args(
     deliver: str | None, workdir: Path | None, heartbeat_s: float | None, until_complete: bool
 ) -> tuple[str, ...]:
@@ -44,7 +38,8 @@ def _adapter_args(
             spec = DeliverySpec.parse(deliver)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--deliver") from None
-        _check_program(list(spec.argv), "'--deliver'")
+        if spec.argv:
+            check_program(list(spec.argv), "--deliver")
         args += ["--deliver", deliver]
     if workdir is not None:
         args += ["--workdir", str(workdir.absolute())]
@@ -139,7 +134,7 @@ def launcher(
     With --metrics-port it serves Prometheus metrics: task entries read (subagent_bus_entries_in), agents
     launched, launch failures and agents running. The adapters it starts do not inherit the port.
     """
-    _check_program(template, "'--command'")
+    check_program(template, "--command")
     ops.setup_logging()
     options = LauncherOptions(
         template=template,

@@ -17,7 +17,15 @@ from bus.display import has_control
 from bus.ops import Ops, ops_options
 from bus.params import FiniteFloatRange
 
-__all__ = ["MAX_ID_CHARS", "Common", "check_id", "common_options", "format_option", "id_problem"]
+__all__ = [
+    "MAX_ID_CHARS",
+    "Common",
+    "check_id",
+    "check_program",
+    "common_options",
+    "format_option",
+    "id_problem",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -87,6 +95,14 @@ def _deliver_option(ctx: click.Context, param: click.Parameter, value: str | Non
         raise click.BadParameter(str(exc)) from None
 
 
+def check_program(argv: list[str], option: str) -> None:
+    """A usage error naming ``option`` when the template's program cannot start here: checked when a
+    command starts (not while its options are parsed), since it would fail every launch or delivery."""
+    problem = program_problem(argv)
+    if problem is not None:
+        raise click.BadParameter(problem, param_hint=f"'{option}'")
+
+
 def _read_task(path: str | None) -> str | None:
     if path is None:
         return None
@@ -150,9 +166,7 @@ def common_options(command: Callable[P, R]) -> Callable[..., R]:
         task, fmt = _read_task(kwargs.pop("task_file")), Format(kwargs.pop("fmt"))
         common = Common(**values, task=task, fmt=fmt, ops=kwargs.pop("ops"))
         if common.deliver is not None and common.deliver.kind is DeliveryKind.COMMAND:
-            problem = program_problem(list(common.deliver.argv))
-            if problem is not None:
-                raise click.BadParameter(problem, param_hint="'--deliver'")
+            check_program(list(common.deliver.argv), "--deliver")
         return command(*args, common=common, **kwargs)  # type: ignore[arg-type]
 
     return ops_options(wrapper)
