@@ -48,7 +48,7 @@ import click
 from agents.adapter import AgentBus, connect_bus, stderr_log
 from agents.delivery import GROUP, Directive, as_directive
 from agents.options import check_id
-from bus.cli_connection import redis_options
+from bus.cli_connection import redis_options, run_command
 from bus.connection import Client, as_text, translated
 from bus.consumer import DELETED_REASON, Ack, Consumer, Delivery, stream_entries
 from bus.envelope import decode, encode
@@ -346,9 +346,4 @@ def listen(
         finally:
             await bus.client.aclose()
 
-    try:
-        code = asyncio.run(main())
-    except (BusError, ValueError) as exc:
-        click.echo(f"Error: {exc}", err=True)
-        code = EXIT_ERROR
-    raise SystemExit(code)
+    raise SystemExit(run_command(main(), also=(ValueError,)))

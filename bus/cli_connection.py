@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import signal
+import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -155,6 +157,44 @@ def run_command(coro: Coroutine[Any, Any, T], *, also: tuple[type[Exception], ..
     """
     caught: tuple[type[Exception], ...] = (BusError, *also)
     try:
-        return asyncio.run(coro)
+        # As asyncio.run does: Ctrl-C is caught only where it would raise KeyboardInterrupt (not where
+        # it is ignored, as in a background job) and only in the main thread, where signals arrive.
+        catch = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        catch = catch and threading.current_thread() is threading.main_thread()
+        return asyncio.run(_interruptible(coro) if catch else coro)
     except caught as exc:
         raise click.ClickException(str(exc)) from None
+    except _Interrupted:
+        raise KeyboardInterrupt from None
+
+
+_RECANCEL_S = 0.1
+
+
+class _Interrupted(Exception):
+    """Ctrl-C ended a command's work."""
+
+
+async def _interruptible(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro``; Ctrl-C cancels it, and cancels it again until it ends.
+
+    ``asyncio.run`` cancels once, and on Python 3.11 one cancellation can be lost: redis-py sends with
+    ``asyncio.wait_for``, which returns the send's result when the send finishes as it is cancelled,
+    and the command would wait out a socket timeout.
+    """
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(coro)
+    pressed = asyncio.Event()
+    loop.add_signal_handler(signal.SIGINT, pressed.set)
+    waiting = loop.create_task(pressed.wait())
+    try:
+        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        while not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=_RECANCEL_S)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        waiting.cancel()
+    if pressed.is_set():
+        raise _Interrupted
+    return task.result()

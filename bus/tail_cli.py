@@ -7,14 +7,14 @@ is :func:`bus.tail.tail_streams`.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 
 import click
 
-from bus.cli_connection import redis_options
+from bus.cli_connection import redis_options, run_command
 from bus.connection import connect
 from bus.display import format_item
-from bus.errors import BusError, ConfigError
+from bus.errors import ConfigError
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.params import FiniteFloatRange
 from bus.retention import stream_id
@@ -119,9 +119,5 @@ def tail(
         raise click.BadParameter(f"{start!r} is not 0, $, MS or MS-SEQ", param_hint="--from") from None
     dead = stream == StreamKind.DEAD.value
     options = TailOptions(start=start, count=count, timeout=timeout, group=group, all_fields=dead)
-    try:
-        asyncio.run(_tail(settings, stream, group_id, options, as_json))
-    except BrokenPipeError:
-        return
-    except BusError as exc:
-        raise click.ClickException(str(exc)) from None
+    with contextlib.suppress(BrokenPipeError):
+        run_command(_tail(settings, stream, group_id, options, as_json))

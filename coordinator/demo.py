@@ -28,7 +28,7 @@ from typing import Any, Final
 import click
 import orjson
 
-from bus.cli_connection import redis_options
+from bus.cli_connection import redis_options, run_command
 from bus.connection import Client, connect, translated
 from bus.consumer import stream_entries
 from bus.envelope import decode
@@ -213,7 +213,7 @@ async def run_demo(
 ) -> DemoResult:
     """Run the whole demo; the result lists problems instead of raising, so the summary always prints."""
     # SIGTERM would kill only this process and orphan every process it started: cancel instead, so the
-    # `finally` below stops them (SIGINT does the same through asyncio.run).
+    # `finally` below stops them (SIGINT does the same through run_command).
     task = asyncio.current_task()
     if task is not None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
@@ -299,11 +299,9 @@ def demo(settings: Settings, as_json: bool, timeout: float, workdir: Path) -> No
     """
     say = (lambda _line: None) if as_json else click.echo
     try:
-        result = asyncio.run(run_demo(settings, seconds=timeout, workdir=workdir, say=say))
+        result = run_command(run_demo(settings, seconds=timeout, workdir=workdir, say=say))
     except asyncio.CancelledError:  # SIGTERM: every process it started is stopped
         sys.exit(128 + signal.SIGTERM)
-    except BusError as exc:  # the server cannot be reached: nothing was started
-        raise click.ClickException(str(exc)) from None
     if as_json:
         click.echo(orjson.dumps(result.as_data(), option=orjson.OPT_INDENT_2).decode())
     else:

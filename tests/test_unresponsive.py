@@ -26,6 +26,7 @@ from workers.kit import progress
 
 from agents.listen import InboxListener
 from bus.cli import EXIT_INTERRUPTED
+from bus.cli_connection import run_command
 from bus.connection import as_text, connect
 from bus.consumer import Ack, Consumer
 from bus.embedded import RedisProcess
@@ -171,6 +172,25 @@ def test_ctrl_c_while_waiting_for_a_reply_exits_130(silent: Silent, tmp_path: Pa
             process.kill()
             process.wait()
     assert (process.returncode, out, err) == (EXIT_INTERRUPTED, b"", b"\n")
+
+
+@pytest.mark.usefixtures("interruptible")
+def test_ctrl_c_cancels_again_when_a_cancellation_is_lost() -> None:
+    lost = False
+
+    async def loses_the_first_cancellation() -> None:
+        nonlocal lost
+        os.kill(os.getpid(), signal.SIGINT)
+        try:
+            await asyncio.Event().wait()  # a reply that never comes
+        except asyncio.CancelledError:
+            lost = True  # as Python 3.11's asyncio.wait_for can lose it
+        await asyncio.Event().wait()
+
+    with pytest.raises(KeyboardInterrupt):
+        run_command(loses_the_first_cancellation())
+    assert lost
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 async def test_a_silent_sentinel_is_named_and_given_up_on_after_one_socket_timeout(silent: Silent) -> None:
