@@ -128,7 +128,11 @@ class AgentRecord(Model):
     context: str | None = None
     """The context of the launch request that started it, for the requests that start it again."""
     held: tuple[str, ...] = ()
-    """Directives (rendered) kept for its next relaunch: ones that ask it to wait for more."""
+    """Directives (rendered) kept for its next relaunch: ones that ask it to wait for more, and those a
+    session that ended waiting again was sent (``sent``)."""
+    sent: tuple[str, ...] = ()
+    """Directives (rendered) put in its inbox since its adapter started, when a launcher started it: its
+    next session is given them if the adapter ends with it before they are known to be read."""
     escalated: bool = False
     watched: bool = True
     """Whether it is an agent the group waits for: not while it has sent nothing but findings (a

@@ -104,3 +104,49 @@ def test_a_delegate_stopped_with_its_launcher_is_launched_again_when_recovered(
         "completed",
         "SUCCESS",
     )
+
+
+def test_an_answer_that_reached_the_inbox_of_a_session_that_then_ended_starts_it_again(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # the delegate asks, and its session ends (exit 0, no completion) only once the answer is in its
+    # inbox, unread: its adapter (no --deliver) ends with it
+    answered = tmp_path / "answered"
+    argv = fake("unless-prompt:CLARIFICATION RESPONSE=clarify", f"wait-file:{answered}",
+                "unless-prompt:CLARIFICATION RESPONSE=crash:0", "complete",
+                agent_id="{agent_id}", prompt_file="{prompt_file}")  # fmt: skip
+    template = shlex.join(argv)
+    publish(redis_url, LEAD, delegate(LEAD, priority="P1"))
+    coordinate(redis_url)
+    [request] = [t for t in tasks(redis_url) if t["type"] == "LAUNCH"]
+    delegate_id = request["payload"]["new_agent_id"]
+    launcher = start(
+        ["launcher", "--burst", "--command", template, "--prompt-dir", str(tmp_path / "prompts"),
+         "--log-dir", str(tmp_path / "logs"), "--heartbeat", "60"],
+        redis_url, tmp_path / "launcher.log",
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while agent(redis_url, delegate_id)["state"] != "awaiting_clarification":
+            assert time.monotonic() < deadline, "the delegate did not ask"
+            coordinate(redis_url)
+        sb(redis_url, "answer", delegate_id, "Q1=Both")
+        coordinate(redis_url)
+        assert [d["type"] for d in inbox(redis_url, delegate_id)] == ["CLARIFICATION_RESPONSE"]
+        answered.touch()
+        assert launcher.wait(timeout=60) == 0, (tmp_path / "launcher.log").read_text()
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    coordinate(redis_url)
+    launches = [t["payload"] for t in tasks(redis_url) if t["type"] == "LAUNCH"]
+    assert [(p["new_agent_id"], p["reason"]) for p in launches] == [
+        (delegate_id, "delegation"),
+        (delegate_id, "resume"),
+    ]
+    assert "## CLARIFICATION RESPONSE" in launches[1]["context"]
+
+    launch_pending(redis_url, tmp_path, template)
+    coordinate(redis_url)
+    record = agent(redis_url, delegate_id)
+    assert (record["state"], record["status"]) == ("completed", "SUCCESS"), record

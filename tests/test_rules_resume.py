@@ -185,3 +185,57 @@ def test_an_approval_that_only_says_wait_starts_no_session_and_comes_with_the_re
     request: LaunchRequest = one(done, EnvelopeType.LAUNCH, Target.TASKS)
     assert request.new_agent_id == parent and request.context is not None
     assert "## DELEGATION APPROVED" in request.context and "Refactored." in request.context
+
+
+def _asked_and_answered(feed: Feed) -> str:
+    """A launched agent whose question was answered while it still ran: the answer is in its inbox."""
+    agent = _launched(feed)
+    feed.send(AgentStarted(pid=42, task="scan"), agent)
+    feed.send(clarification(agent), agent)
+    outcome = feed.send(answers(("Q1", "Both"), ("Q2", "3.0-beta")), agent)
+    assert len(of_type(outcome, EnvelopeType.CLARIFICATION_RESPONSE, Target.INBOX)) == 1
+    return agent
+
+
+def test_a_session_that_ends_after_a_directive_reached_its_inbox_is_started_again_with_it() -> None:
+    feed = Feed()
+    agent = _asked_and_answered(feed)
+    outcome = feed.send(AgentExited(exit_code=0, resumable=False), agent)
+    request: LaunchRequest = one(outcome, EnvelopeType.LAUNCH, Target.TASKS)
+    assert (request.new_agent_id, request.reason) == (agent, LaunchReason.RESUME)
+    assert request.context is not None and request.context.startswith("Requested by")
+    assert "new session with the same agent id" in request.context and "A1: Both" in request.context
+    record = feed.state.agents[agent]
+    assert (record.state, record.sent, record.held, record.unreachable) == (AgentState.RUNNING, (), (), False)
+    # the new session's adapter ends too, with nothing sent to it since: nothing more starts it
+    feed.send(AgentStarted(pid=43), agent)
+    assert of_type(feed.send(AgentExited(exit_code=0, resumable=False), agent), EnvelopeType.LAUNCH) == []
+
+
+def test_directives_a_session_was_sent_need_no_new_one_when_it_completed_or_its_adapter_reads_on() -> None:
+    done = Feed()
+    agent = _asked_and_answered(done)
+    done.send(completion(agent), agent)
+    assert of_type(done.send(AgentExited(exit_code=0, resumable=False), agent), EnvelopeType.LAUNCH) == []
+    assert done.state.agents[agent].sent == ()
+    reading = Feed()
+    agent = _asked_and_answered(reading)
+    assert of_type(reading.send(AgentExited(exit_code=0, resumable=True), agent), EnvelopeType.LAUNCH) == []
+    assert reading.state.agents[agent].sent == ()
+    not_launched = Feed()
+    not_launched.send(clarification("own-agent"), "own-agent")
+    not_launched.send(answers(("Q1", "Both"), ("Q2", "3.0-beta")), "own-agent")
+    outcome = not_launched.send(AgentExited(exit_code=0, resumable=False), "own-agent")
+    assert of_type(outcome, EnvelopeType.LAUNCH) == [] and not_launched.state.agents["own-agent"].sent == ()
+
+
+def test_a_session_that_ends_waiting_again_keeps_its_directives_for_the_one_that_starts_it() -> None:
+    feed = Feed()
+    agent = _asked_and_answered(feed)
+    feed.send(clarification(agent), agent)  # asked again
+    assert of_type(feed.send(AgentExited(exit_code=0, resumable=False), agent), EnvelopeType.LAUNCH) == []
+    assert len(feed.state.agents[agent].held) == 1
+    outcome = feed.send(answers(("Q1", "OAuth2 only"), ("Q2", "3.0-beta")), agent)
+    request: LaunchRequest = one(outcome, EnvelopeType.LAUNCH, Target.TASKS)
+    assert request.context is not None
+    assert request.context.index("A1: Both") < request.context.index("A1: OAuth2 only")

@@ -15,14 +15,14 @@ from bus.directives import (
     LaunchReason,
     LaunchRequest,
 )
-from bus.events import DecisionType
+from bus.events import AgentState, DecisionType
 from bus.signals import Priority
 from coordinator.rules.ids import resume_request_id
 from coordinator.rules.outcome import Target
 from coordinator.rules.step import Step
-from coordinator.state import AgentRecord
+from coordinator.state import FINAL_STATES, AgentRecord
 
-__all__ = ["Directive", "Launch", "deliver", "launch"]
+__all__ = ["Directive", "Launch", "after_exit", "deliver", "launch"]
 
 Directive = (
     ClarificationResponse
@@ -110,16 +110,48 @@ def deliver(step: Step, agent_id: str, directive: Directive, *, hold: bool = Fal
     blocking delegation approved, one of several delegates' results): it is kept for the relaunch that
     the last of them causes, rather than paying for a session that can only wait. An agent that was not
     launched by the bus keeps the inbox: whoever started it may start an adapter or ``listen`` again,
-    which reads it.
+    which reads it. A launched agent's inbox directives are also kept (``sent``) until its adapter
+    ends: see :func:`after_exit`.
     """
     record = step.agent(agent_id)
-    if not record.unreachable or record.request_id is None:
+    if record.request_id is None:
         step.direct(agent_id, directive)
+        return
+    if not record.unreachable:
+        step.direct(agent_id, directive)
+        step.update(agent_id, sent=(*step.agent(agent_id).sent, directive.render()))
         return
     held = (*record.held, directive.render())
     if hold:
         step.update(agent_id, held=held)
         return
+    _relaunch(step, record, held, "its adapter ended with it; the directive is in the new prompt")
+
+
+def after_exit(step: Step, record: AgentRecord) -> None:
+    """An adapter ended with its launched agent (AGENT_EXITED ``resumable: false``): its inbox directives.
+
+    A directive can reach the inbox while the agent still runs (a quick answer, a delegation approved
+    by policy) and the session end without reading it. An agent that is ``running`` again (the
+    directive resumed it) and did not complete is started again with them, as :func:`deliver` does; one
+    that waits for something more keeps them for the directive that will start it; one that is done
+    needs them no more. An agent that read them gets them again in the new session, which knows nothing
+    of the old one.
+    """
+    if not record.sent:
+        return
+    if record.state is AgentState.RUNNING:
+        why = "its adapter ended with it after directives went to its inbox; they are in the new prompt"
+        _relaunch(step, record, (*record.held, *record.sent), why)
+    elif record.state in FINAL_STATES:
+        step.update(record.agent_id, sent=())
+    else:
+        step.update(record.agent_id, held=(*record.held, *record.sent), sent=())
+
+
+def _relaunch(step: Step, record: AgentRecord, directives: tuple[str, ...], why: str) -> None:
+    """A resume launch request for ``record``'s agent with ``directives`` in its context."""
+    agent_id = record.agent_id
     request_id = resume_request_id(agent_id, step.envelope.id)
     before = f"{record.context.strip()}\n\n" if record.context and record.context.strip() else ""
     request = LaunchRequest(
@@ -128,11 +160,12 @@ def deliver(step: Step, agent_id: str, directive: Directive, *, hold: bool = Fal
         parent_agent_id=record.parent_agent_id,
         reason=LaunchReason.RESUME,
         task=record.task or "(the task of the previous session)",
-        context=before + _RESUMED + "\n\n".join(held),
+        context=before + _RESUMED + "\n\n".join(directives),
         depth=record.depth,
         attempt=record.attempt,
     )
-    step.update(agent_id, unreachable=False, held=())
+    step.update(agent_id, unreachable=False, held=(), sent=())
     step.emit(Target.TASKS, request, agent_id)
-    detail = f"resume launch of {agent_id}: its adapter ended with it; the directive is in the new prompt"
-    step.decide(DecisionType.LAUNCH_REQUESTED, agent_id, detail, request_id=request_id)
+    step.decide(
+        DecisionType.LAUNCH_REQUESTED, agent_id, f"resume launch of {agent_id}: {why}", request_id=request_id
+    )

@@ -18,6 +18,7 @@ from bus.results import ResultStatus
 from bus.signals import Progress
 from coordinator.policy import agent_key
 from coordinator.rules.aggregation import finish
+from coordinator.rules.launch import after_exit
 from coordinator.rules.step import Step
 from coordinator.rules.trusted import construct
 from coordinator.state import AgentProgress, AgentRecord, Completion
@@ -64,7 +65,7 @@ def on_heartbeat(step: Step) -> None:
 def on_started(step: Step) -> None:
     event = step.payload(AgentStarted)
     record = step.agent(step.envelope.agent_id)
-    changes: dict[str, object] = {"exited": False, "exit_code": None, "unreachable": False}
+    changes: dict[str, object] = {"exited": False, "exit_code": None, "unreachable": False, "sent": ()}
     if event.name and event.name.strip():
         changes["name"] = agent_key(event.name)
     if event.task and event.task.strip() and not record.task:
@@ -84,9 +85,17 @@ def on_exited(step: Step) -> None:
     # exit after every answer and are resumed by their adapter. So does an end whose exit code nobody
     # knows (the end of a piped output, a watched process gone): failing it would retry an agent that
     # may be done. If nothing resumes the agent, the heartbeat timeout marks it timed_out and then
-    # lost, which is retried like a failure.
-    if record.state not in _EXIT_FAILS or event.exit_code in (0, None):
-        return
+    # lost, which is retried like a failure; unless a launcher started it and a directive went to its
+    # inbox during the session (see after_exit).
+    if record.state in _EXIT_FAILS and event.exit_code not in (0, None):
+        _failed(step, record, event)
+    if event.resumable is False:
+        after_exit(step, step.agent(record.agent_id))
+    elif event.resumable and record.sent:
+        step.update(record.agent_id, sent=())  # its adapter goes on reading the inbox
+
+
+def _failed(step: Step, record: AgentRecord, event: AgentExited) -> None:
     summary = f"exited (exit code {event.exit_code}) without a completion report"
     if event.completed:
         summary += " reaching the coordinator (its adapter saw one)"
