@@ -14,7 +14,9 @@ restart) starts it. So a request is started at least once: a launcher killed bet
 and acknowledging its request (one round trip) leaves an agent running and a request that is started
 again. An acknowledgement refused because Redis is unreachable is sent again, and the request is not
 started again by the same process. A request that cannot be started after ``max_attempts`` deliveries
-(at once when its command line is too long) is dead-lettered with the reason. Stopping a launcher with
+(at once when its command line is too long) is dead-lettered with the reason, and so is one read after
+it expired (``expires_at``, which the coordinator sets to when it will declare the agent lost and retry
+it: started then, the agent would run twice). Stopping a launcher with
 SIGTERM or SIGINT stops the adapters it started, which stop their agents.
 """
 
@@ -30,6 +32,7 @@ import shutil
 import socket
 import sys
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
@@ -192,8 +195,9 @@ class Launcher:
     async def _launch(self, delivery: Delivery) -> tuple[Ack, str | None]:
         envelope = delivery.envelope
         self.metrics.read(envelope.type.value if envelope is not None else "undecodable")
-        refused = _refusal(delivery)
+        refused = _refusal(delivery, datetime.now(UTC))
         if refused is not None or envelope is None or not isinstance(envelope.payload, LaunchRequest):
+            log.warning("not started, dead-lettered: %s (entry %s)", refused, delivery.entry_id)
             return Ack.DEAD, refused
         request = envelope.payload
         previous = self.running.get(request.new_agent_id)
@@ -312,16 +316,22 @@ class Launcher:
             await asyncio.gather(*list(self._waiters), return_exceptions=True)
 
 
-def _refusal(delivery: Delivery) -> str | None:
+def _refusal(delivery: Delivery, now: datetime) -> str | None:
     """Why an entry of the tasks stream is not a request this launcher can start, if it is not."""
     envelope = delivery.envelope
     if delivery.error is not None or envelope is None:
         return delivery.error or "undecodable"
-    if not isinstance(envelope.payload, LaunchRequest):
+    request = envelope.payload
+    if not isinstance(request, LaunchRequest):
         return f"{envelope.type.value} is not a launch request"
-    for what, value in (("agent id", envelope.payload.new_agent_id), ("group id", envelope.group_id)):
+    for what, value in (("agent id", request.new_agent_id), ("group id", envelope.group_id)):
         if (problem := id_problem(value)) is not None:  # the adapter would refuse it: do not start it
             return f"the {what} {value!r} of the launch request {problem}"
+    if request.expires_at is not None and now > request.expires_at:
+        return (
+            f"launch request {request.request_id} expired at {request.expires_at.isoformat()}: its agent "
+            f"{request.new_agent_id} was not started in time, and the coordinator declares it lost"
+        )
     return None
 
 

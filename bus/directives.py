@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from bus.fields import Model, Text
+from bus.fields import Model, Text, Timestamp
 from bus.signals import Priority
 
 __all__ = [
@@ -222,6 +222,9 @@ class LaunchRequest(Model):
     priority: Priority = Priority.P1
     depth: int = Field(default=1, ge=0)
     attempt: int = Field(default=1, ge=1)
+    expires_at: Timestamp | None = None
+    """Not started after this instant: by then the coordinator, which has not heard from the agent,
+    declares it lost (and retries or escalates it), and a late start would run it twice."""
 
 
 class HumanAnswer(Model):

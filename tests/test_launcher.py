@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from adapter_kit import CLI, Bus, exited, fake, open_bus, run_ok, start, stream_fields, wait_until
@@ -18,7 +19,7 @@ T = EnvelopeType
 GROUP = "g-launch"
 
 
-async def request(bus: Bus, n: int, group: str = GROUP) -> str:
+async def request(bus: Bus, n: int, group: str = GROUP, expires_at: datetime | None = None) -> str:
     agent = f"agent-{n}"
     launch = LaunchRequest(
         request_id=f"req-{n}",
@@ -26,6 +27,7 @@ async def request(bus: Bus, n: int, group: str = GROUP) -> str:
         reason=LaunchReason.DELEGATION,
         task=f"Task number {n}: scan module {n} for secrets",
         context="See AUTH_ANALYSIS.md",
+        expires_at=expires_at,
     )
     await Publisher(bus.client, bus.keys).publish(
         new_envelope(launch, agent_id=agent, group_id=group), StreamKind.TASKS
@@ -248,3 +250,31 @@ async def test_requests_that_cannot_start_or_are_not_requests_are_dead_lettered(
     assert {int(fields[b"deliveries"]) for fields in dead if b"cannot start" in fields[b"reason"]} == {2}
     assert info["pending"] == 0
     assert log.read_text().count(f"cannot start agent {agent}") == 2  # one warning per attempt
+
+
+async def test_a_request_read_after_it_expired_is_dead_lettered_and_not_started(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # the coordinator declares a launched agent that it has not heard from lost when the request
+    # expires, and retries it: started later, it would run beside its retry
+    now = datetime.now(UTC)
+    record = tmp_path / "record"
+    async with open_bus(redis_url) as bus:
+        stale = await request(bus, 1, expires_at=now - timedelta(seconds=1))
+        fresh = await request(bus, 2, expires_at=now + timedelta(hours=1))
+        log = tmp_path / "launcher.log"
+        launcher = start(
+            launcher_args(tmp_path, template("complete", record=str(record)), "--burst"), redis_url, log
+        )
+        assert await exited(launcher, 60) == 0, log.read_text()
+        tasks = bus.stream(GROUP, StreamKind.TASKS)
+        [dead] = await stream_fields(bus.client, dead_stream_for(tasks))
+        started = {e.agent_id for e in await bus.of_type(GROUP, T.AGENT_STARTED)}
+    assert started == {fresh}
+    assert len(record.read_text().splitlines()) == 2  # one start and one end: the fresh request's only
+    reason = dead[b"reason"].decode()
+    assert (
+        reason.startswith("launch request req-1 expired at ")
+        and f"its agent {stale} was not started" in reason
+    )
+    assert reason in log.read_text()

@@ -111,6 +111,7 @@ def test_approved_parallel_delegation_launches_and_acknowledges() -> None:
         "priority": Priority.P1,
         "depth": 1,
         "attempt": 1,
+        "expires_at": launched.ts + timedelta(seconds=feed.policy.lost_timeout_seconds),
     }
     assert "AUTH_ANALYSIS.md" in (launch.context or "")
     assert "Continue security analysis of remaining modules" in (launch.context or "")

@@ -3,6 +3,8 @@ prompt (AGENT_EXITED ``resumable: false``), where an inbox directive would wait 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from rules_kit import (
     Feed,
     answers,
@@ -21,6 +23,7 @@ from bus.envelope import EnvelopeType
 from bus.events import AgentExited, AgentStarted, AgentState, DecisionType
 from bus.signals import DelegateWork
 from coordinator.console import inbox_lines
+from coordinator.policy import Policy
 from coordinator.rules import Target, summarize
 from coordinator.rules.summary import ResumePath
 from coordinator.state import DelegationStatus
@@ -239,3 +242,17 @@ def test_a_session_that_ends_waiting_again_keeps_its_directives_for_the_one_that
     request: LaunchRequest = one(outcome, EnvelopeType.LAUNCH, Target.TASKS)
     assert request.context is not None
     assert request.context.index("A1: Both") < request.context.index("A1: OAuth2 only")
+
+
+def test_launch_requests_expire_when_their_agent_would_be_declared_lost() -> None:
+    feed = Feed(Policy(lost_timeout_seconds=1800))
+    agent = _asked_and_answered(feed)
+    feed.send(AgentExited(exit_code=0, resumable=False), agent)
+    for outcome, reason in (
+        (feed.outcomes[0], LaunchReason.DELEGATION),
+        (feed.outcomes[-1], LaunchReason.RESUME),
+    ):
+        [envelope] = of_type(outcome, EnvelopeType.LAUNCH, Target.TASKS)
+        request = envelope.payload
+        assert isinstance(request, LaunchRequest) and request.reason is reason
+        assert request.expires_at == envelope.ts + timedelta(seconds=1800)

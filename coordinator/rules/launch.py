@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Final
 
 from bus.directives import (
@@ -75,6 +76,7 @@ def launch(step: Step, spec: Launch) -> AgentRecord:
         priority=spec.priority,
         depth=spec.depth,
         attempt=spec.attempt,
+        expires_at=_expiry(step),
     )
     record = step.put(
         AgentRecord(
@@ -163,9 +165,18 @@ def _relaunch(step: Step, record: AgentRecord, directives: tuple[str, ...], why:
         context=before + _RESUMED + "\n\n".join(directives),
         depth=record.depth,
         attempt=record.attempt,
+        expires_at=_expiry(step),
     )
     step.update(agent_id, unreachable=False, held=(), sent=())
     step.emit(Target.TASKS, request, agent_id)
     step.decide(
         DecisionType.LAUNCH_REQUESTED, agent_id, f"resume launch of {agent_id}: {why}", request_id=request_id
     )
+
+
+def _expiry(step: Step) -> datetime | None:
+    """When a launch request made now goes stale: the agent, running from now, is lost if still unheard."""
+    try:
+        return step.ts + timedelta(seconds=step.policy.lost_timeout_seconds)
+    except OverflowError:  # past the year 9999: never
+        return None
