@@ -111,6 +111,8 @@ def _serve(settings: Settings, common: Common, body: Callable[[AgentBus], Awaita
 def _gave_up(bus: AgentBus, exc: GaveUp) -> str:
     """What a stop signal left unpublished, and where it is (if anywhere)."""
     fate = "they are lost" if exc.kept is None else exc.kept
+    if exc.unanswered:  # its request may sit in the server's socket buffer, applied once it runs again
+        fate += f" (the server, which did not answer, may still apply the {exc.unanswered} it was sent last)"
     notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
     return (
         f"{signal.Signals(exc.signal).name}: gave up publishing: {bus.sender.unpublished()} of agent "

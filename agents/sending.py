@@ -34,11 +34,14 @@ answers in far less, a hung one (no socket timeout) would hold the adapter for e
 class GaveUp(Exception):
     """Publishing was given up after a stop signal while the server did not take a batch."""
 
-    def __init__(self, message: str, sig: int) -> None:
+    def __init__(self, message: str, sig: int, unanswered: str = "") -> None:
         super().__init__(message)
         self.signal = sig
         self.kept: str | None = None
         """Where the unpublished output still is, when it is not lost (a watched file)."""
+        self.unanswered = unanswered
+        """The envelopes (``1 PROGRESS``; heartbeats aside) of the batch a server that did not answer was
+        sent last: it may still apply them, when it runs again."""
 
     @property
     def exit_status(self) -> int:
@@ -109,7 +112,7 @@ class Sender:
         """What was dropped or is still unconfirmed, heartbeats aside: ``2 envelope(s) (1 PROGRESS,
         1 AGENT_EXITED)``."""
         counts = self.unsent + Counter(t for t in self._in_flight[0] if t is not EnvelopeType.HEARTBEAT)
-        kinds = ", ".join(f"{n} {kind.value}" for kind, n in counts.items())
+        kinds = _kinds(counts)
         return f"{counts.total()} envelope(s)" + (f" ({kinds})" if kinds else "")
 
     def _drop(self, types: list[EnvelopeType]) -> None:
@@ -130,11 +133,13 @@ class Sender:
                         self._attempt = None  # a finished Timeout cannot be rescheduled
             except (ConnectionFailed, TimeoutError) as exc:
                 if self._stop_signal is not None:
+                    sent = _kinds(Counter(t for t in self._in_flight[0] if t is not EnvelopeType.HEARTBEAT))
                     self._drop(self._in_flight[0])
                     self._in_flight = ([], {})
                     await self._pipe.close()  # drops the batch
                     why = str(exc) or f"no answer within {GIVE_UP_GRACE_S:g}s"
-                    raise GaveUp(f"the bus is unreachable: {why}", self._stop_signal) from exc
+                    unanswered = sent if isinstance(exc, TimeoutError) else ""
+                    raise GaveUp(f"the bus is unreachable: {why}", self._stop_signal, unanswered) from exc
                 self.log(f"publishing to {self.key} failed ({exc}); retrying in {delay:.1f}s")
                 await wait_for(self._given_up, delay)
                 delay = min(delay * 2, _RETRY_MAX_S)
@@ -142,3 +147,8 @@ class Sender:
                 self.confirmed.update(self._in_flight[1])
                 self._in_flight = ([], {})
                 return
+
+
+def _kinds(counts: Counter[EnvelopeType]) -> str:
+    """``1 PROGRESS, 1 AGENT_EXITED``."""
+    return ", ".join(f"{n} {kind.value}" for kind, n in counts.items())

@@ -4,6 +4,7 @@ that has no agent to stop (real adapters, real redis-servers killed by the test,
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import subprocess
 from collections.abc import Awaitable, Callable
@@ -186,8 +187,26 @@ async def test_a_hung_server_does_not_hold_a_stopped_adapter(
             fresh_redis.process.send_signal(signal.SIGCONT)
     text = log.read_text()
     assert "SIGINT: gave up publishing: " in text
+    unanswered = re.search(
+        r"\(the server, which did not answer, may still apply the (.+) it was sent last\)", text
+    )
+    assert unanswered is not None, text
     assert "(the bus is unreachable: no answer within 2s)" in text
     assert "Traceback" not in text
+    # and it does: the batch waited in its socket buffer
+    sent = [
+        T(kind)
+        for n, kind in (item.split() for item in unanswered.group(1).split(", "))
+        for _ in range(int(n))
+    ]
+    printed_last = [T.PROGRESS, T.COMPLETION_REPORT, T.AGENT_EXITED]
+    assert sent and sent == printed_last[: len(sent)], sent  # how far the first batch got varies
+
+    async def applied() -> bool:
+        async with open_bus(fresh_redis.url) as bus:
+            return [e.type for e in await bus.envelopes(GROUP)] == [T.AGENT_STARTED, T.PROGRESS, *sent]
+
+    await wait_until(applied, 20, "the resumed server to apply the batch")
 
 
 async def test_stdin_gives_up_at_the_first_signal(fresh_redis: RedisProcess, tmp_path: Path) -> None:
