@@ -16,8 +16,8 @@ again. An acknowledgement refused because Redis is unreachable is sent again, an
 started again by the same process. A request that cannot be started after ``max_attempts`` deliveries
 (at once when its command line is too long) is dead-lettered with the reason, and so is one read after
 it expired (``expires_at``, which the coordinator sets to when it will declare the agent lost and retry
-it: started then, the agent would run twice). Stopping a launcher with
-SIGTERM or SIGINT stops the adapters it started, which stop their agents.
+it: started then, the agent would run twice). Stopping a launcher with SIGTERM or SIGINT stops the
+adapters it started, which stop their agents.
 """
 
 from __future__ import annotations

@@ -3,10 +3,12 @@
 - Any envelope from an agent the group does not know registers it (``running``, depth 0).
 - Any envelope from an agent refreshes ``last_seen`` (never backwards); one from a ``timed_out`` or
   ``lost`` agent brings it back to ``running``: it was slow, not gone.
-- AGENT_STARTED names the agent and its task. AGENT_EXITED of a ``running`` agent that sent no completion
-  makes it ``failed`` (and feeds status aggregation). An agent that exits while it waits for an answer, a
-  resolution or a delegate keeps its state: background agents end their run after such a signal and are
-  resumed later. An exit after a completion changes nothing.
+- AGENT_STARTED names the agent and its task. AGENT_EXITED with a non-zero exit code of a ``running``
+  agent that sent no completion makes it ``failed`` (and feeds status aggregation); a clean exit ends a
+  turn. An agent that exits while it waits for an answer, a resolution or a delegate keeps its state:
+  background agents end their run after such a signal and are resumed later. An exit after a completion
+  changes nothing. An exit whose adapter stops reading the inbox may start the agent again
+  (:func:`coordinator.rules.launch.after_exit`).
 - PROGRESS records the percentage and message; it is not a decision and emits nothing.
 """
 
