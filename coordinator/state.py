@@ -131,8 +131,9 @@ class AgentRecord(Model):
     """Directives (rendered) kept for its next relaunch: ones that ask it to wait for more, and those a
     session that ended waiting again was sent (``sent``)."""
     sent: tuple[str, ...] = ()
-    """Directives (rendered) put in its inbox since its adapter started, when a launcher started it: its
-    next session is given them if the adapter ends with it before they are known to be read."""
+    """Directives (rendered) put in its inbox since its adapter started, when a launcher started it (the
+    latest :data:`~coordinator.rules.launch.SENT_KEPT`): its next session is given them if the adapter
+    ends with it before they are known to be read."""
     escalated: bool = False
     watched: bool = True
     """Whether it is an agent the group waits for: not while it has sent nothing but findings (a

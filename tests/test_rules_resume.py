@@ -25,6 +25,7 @@ from bus.signals import DelegateWork
 from coordinator.console import inbox_lines
 from coordinator.policy import Policy
 from coordinator.rules import Target, summarize
+from coordinator.rules.launch import SENT_KEPT
 from coordinator.rules.summary import ResumePath
 from coordinator.state import DelegationStatus
 
@@ -256,3 +257,14 @@ def test_launch_requests_expire_when_their_agent_would_be_declared_lost() -> Non
         request = envelope.payload
         assert isinstance(request, LaunchRequest) and request.reason is reason
         assert request.expires_at == envelope.ts + timedelta(seconds=1800)
+
+
+def test_a_session_keeps_its_latest_directives_only() -> None:
+    feed = Feed()
+    agent = _asked_and_answered(feed)
+    for n in range(SENT_KEPT + 4):
+        feed.send(clarification(agent), agent)
+        feed.send(answers(("Q1", f"answer {n}"), ("Q2", "3.0-beta")), agent)
+    sent = feed.state.agents[agent].sent
+    assert len(sent) == SENT_KEPT
+    assert "A1: answer 4\n" in sent[0] and f"A1: answer {SENT_KEPT + 3}\n" in sent[-1]

@@ -23,7 +23,7 @@ from coordinator.rules.outcome import Target
 from coordinator.rules.step import Step
 from coordinator.state import FINAL_STATES, AgentRecord
 
-__all__ = ["Directive", "Launch", "after_exit", "deliver", "launch"]
+__all__ = ["SENT_KEPT", "Directive", "Launch", "after_exit", "deliver", "launch"]
 
 Directive = (
     ClarificationResponse
@@ -39,6 +39,11 @@ _RESUMED: Final = (
     "Your previous session ended, and nothing resumes it: this is a new session with the same agent id "
     "and task. Continue from where the messages below pick the work up.\n\n"
 )
+
+
+SENT_KEPT: Final = 20
+"""The most directives of one session an agent's record keeps for a new session (the latest): the record
+is written again with every batch of the agent's entries."""
 
 
 @dataclass(frozen=True)
@@ -121,7 +126,7 @@ def deliver(step: Step, agent_id: str, directive: Directive, *, hold: bool = Fal
         return
     if not record.unreachable:
         step.direct(agent_id, directive)
-        step.update(agent_id, sent=(*step.agent(agent_id).sent, directive.render()))
+        step.update(agent_id, sent=(*step.agent(agent_id).sent, directive.render())[-SENT_KEPT:])
         return
     held = (*record.held, directive.render())
     if hold:
