@@ -2,9 +2,10 @@
 
 :func:`connect` returns redis-py's own asyncio client for the deployment the URL names: a plain client
 for a standalone server or a unix socket, a Sentinel-managed client that follows failovers for
-``redis+sentinel://``, and a cluster client when the server says ``cluster_enabled:1`` (or when
-``Settings.cluster`` forces it). Every other module runs its Redis calls inside :func:`translated`.
-Nothing here knows of click: the commands' connection options are :mod:`bus.cli_connection`'s.
+``redis+sentinel://`` (:mod:`bus.sentinel`), and a cluster client when the server says
+``cluster_enabled:1`` (or when ``Settings.cluster`` forces it). Every other module runs its Redis calls
+inside :func:`translated`. Nothing here knows of click: the commands' connection options are
+:mod:`bus.cli_connection`'s.
 """
 
 from __future__ import annotations
@@ -13,17 +14,15 @@ import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeAlias, cast
+from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
 import redis.asyncio
 import redis.exceptions as rex
-from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import MasterNotFoundError, Sentinel
-from redis.backoff import NoBackoff
 
 from bus.errors import BusError, CommandFailed, ConfigError, ConnectionFailed
-from bus.settings import DEFAULT_SOCKET_TIMEOUT, Settings, parse_sentinel_url
+from bus.sentinel import sentinel_client
+from bus.settings import DEFAULT_SOCKET_TIMEOUT, Settings
 
 __all__ = ["Client", "as_text", "check_block", "connect", "tcp_options", "translated"]
 
@@ -104,7 +103,7 @@ async def connect(settings: Settings) -> Client:
     """A connected client for ``settings`` (the server has answered once); errors are translated."""
     with translated():
         if settings.is_sentinel:
-            return await _checked(_sentinel_client(settings))
+            return await _checked(sentinel_client(settings, _options(settings)))
         if settings.scheme == "unix":
             return await _checked(redis.asyncio.Redis.from_url(settings.url, **_options(settings)))
         single = redis.asyncio.Redis.from_url(settings.url, **_options(settings))
@@ -175,69 +174,6 @@ def check_block(client: Client, block_ms: int) -> None:
 def _db_of(url: str) -> int:
     path = urlsplit(url).path.strip("/")
     return int(path) if path.isdigit() else 0
-
-
-def _sentinel_client(settings: Settings) -> redis.asyncio.Redis:
-    try:
-        target = parse_sentinel_url(settings.url)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    timeouts = {
-        "socket_timeout": settings.socket_timeout,
-        "socket_connect_timeout": settings.socket_connect_timeout,
-    }
-    # No retries per Sentinel: the next one in the list is the retry. With redis-py's default (ten, with
-    # backoff) each dead Sentinel cost seconds, and a stalled one ten socket timeouts, before the next.
-    sentinel_kwargs: dict[str, Any] = {**timeouts, "retry": Retry(NoBackoff(), 0)}
-    if target.sentinel_password is not None:
-        sentinel_kwargs["password"] = target.sentinel_password
-    if target.sentinel_username is not None:
-        sentinel_kwargs["username"] = target.sentinel_username
-    if target.ssl:
-        sentinel_kwargs["ssl"] = True
-    sentinel = _Sentinel(list(target.hosts), sentinel_kwargs=sentinel_kwargs, **timeouts)  # type: ignore[no-untyped-call]
-    master_options = _options(settings)
-    master_options.update(db=target.db, username=target.username, password=target.password, ssl=target.ssl)
-    return cast(redis.asyncio.Redis, sentinel.master_for(target.master, **master_options))
-
-
-class _Sentinel(Sentinel):
-    """redis-py's Sentinel client, whose failure to find the master says which Sentinels were asked and
-    what each answered (redis-py's own message is the repr of every Sentinel's connection pool)."""
-
-    async def discover_master(self, service_name: str) -> tuple[str, int]:
-        reasons: list[str] = []
-        for i, sentinel in enumerate(self.sentinels):
-            kwargs = sentinel.connection_pool.connection_kwargs
-            where = f"{kwargs.get('host')}:{kwargs.get('port')}"
-            try:
-                masters: Any = await sentinel.sentinel_masters()
-            except (rex.ConnectionError, rex.TimeoutError) as exc:
-                reasons.append(f"{where} {_why(exc, kwargs.get('socket_timeout'))}")
-                continue
-            state = masters.get(service_name)
-            if state is None:
-                reasons.append(f"{where} does not monitor it")
-            elif not self.check_master_state(state, service_name):
-                reasons.append(f"{where} reports it down")
-            else:
-                self.sentinels[0], self.sentinels[i] = sentinel, self.sentinels[0]  # ask this one first
-                return state["ip"], state["port"]
-        raise MasterNotFoundError(
-            f"no Sentinel gives the address of master {service_name!r}: {'; '.join(reasons)}"
-        )
-
-
-def _why(exc: Exception, timeout: float | None) -> str:
-    """Why a Sentinel gave no answer, in a few words."""
-    if isinstance(exc, rex.TimeoutError):
-        return f"did not answer within {timeout:g}s" if timeout else "did not answer"
-    if isinstance(exc, rex.AuthenticationError):
-        return f"refused the credentials ({exc})"
-    cause = exc.__cause__ or exc.__context__
-    if isinstance(cause, OSError) and cause.errno and cause.errno > 0:
-        return f"is unreachable ({os.strerror(cause.errno)})"
-    return f"is unreachable ({exc})"
 
 
 def tcp_options(socket_timeout: float | None) -> dict[int, int]:
