@@ -17,7 +17,7 @@ import click
 from bus.logs import PLAIN_FORMAT, setup_logging
 from bus.metrics import RoleMetrics, serve
 
-__all__ = ["LOG_JSON_ENV", "METRICS_HOST_ENV", "METRICS_PORT_ENV", "Ops", "ops_options"]
+__all__ = ["LOG_JSON_ENV", "METRICS_HOST_ENV", "METRICS_PORT_ENV", "Ops", "ops_options", "serve_metrics"]
 
 METRICS_PORT_ENV: Final = "SUBAGENT_BUS_METRICS_PORT"
 METRICS_HOST_ENV: Final = "SUBAGENT_BUS_METRICS_HOST"
@@ -48,13 +48,18 @@ class Ops:
         if self.metrics_port is None:
             return None
         metrics = make()
-        where = f"{self.metrics_host}:{self.metrics_port}"
-        try:
-            serve(metrics, self.metrics_port, self.metrics_host)
-        except OSError as exc:
-            raise click.ClickException(f"cannot serve metrics on {where}: {exc.strerror or exc}") from None
-        logging.getLogger("subagent_bus.metrics").info("metrics on http://%s/metrics", where)
+        serve_metrics(metrics, self.metrics_port, self.metrics_host)
         return metrics
+
+
+def serve_metrics(metrics: RoleMetrics, port: int, host: str) -> None:
+    """Serve ``metrics`` on ``host:port``; one that cannot be bound is the command's one-line error."""
+    where = f"{host}:{port}"
+    try:
+        serve(metrics, port, host)
+    except OSError as exc:  # socket.gaierror (an unknown host) is one too
+        raise click.ClickException(f"cannot serve metrics on {where}: {exc.strerror or exc}") from None
+    logging.getLogger("subagent_bus.metrics").info("metrics on http://%s/metrics", where)
 
 
 def ops_options(command: Callable[P, R]) -> Callable[..., R]:

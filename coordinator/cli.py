@@ -20,7 +20,8 @@ from bus.fields import Model
 from bus.findings import Finding
 from bus.keys import Keys, open_namespace
 from bus.logs import setup_logging
-from bus.metrics import Metrics, serve
+from bus.metrics import Metrics
+from bus.ops import serve_metrics
 from bus.params import FiniteFloatRange
 from bus.progress import Progress
 from bus.settings import Settings
@@ -44,6 +45,12 @@ _POLICY = click.option(
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     envvar="SUBAGENT_BUS_POLICY",
     help="Policy file (TOML or YAML): delegation limits, expertise weights, timeouts.",
+)
+_METRICS_PORT = click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    metavar="PORT",
+    help="Serve Prometheus metrics on this port.",
 )
 
 
@@ -107,7 +114,7 @@ def _dump(value: object) -> str:
     help="An entry read more often than this without being committed (one that takes down or stalls "
     "every coordinator that reads it) goes to the dead-letter stream instead of being applied.",
 )
-@click.option("--metrics-port", type=int, help="Serve Prometheus metrics on this port (127.0.0.1).")
+@_METRICS_PORT
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
 @click.option(
     "--log-json", is_flag=True, envvar="SUBAGENT_BUS_LOG_JSON", help="Log one JSON object per line."
@@ -144,7 +151,7 @@ def run_coordinator(
         options = replace(options, name=name)
     metrics = Metrics("coordinator") if metrics_port else None
     if metrics and metrics_port:
-        serve(metrics, metrics_port, metrics_host)
+        serve_metrics(metrics, metrics_port, metrics_host)
     tune_gc()
 
     async def main() -> int:
@@ -192,7 +199,7 @@ async def _reachable(settings: Settings) -> None:
 @click.command()
 @click.pass_context
 @_POLICY
-@click.option("--metrics-port", type=int, help="Serve Prometheus metrics on this port (127.0.0.1).")
+@_METRICS_PORT
 @click.option(
     "--log-json", is_flag=True, envvar="SUBAGENT_BUS_LOG_JSON", help="Log one JSON object per line."
 )

@@ -232,6 +232,7 @@ def test_a_metrics_port_in_use_is_an_error_before_anything_starts(tmp_path: Path
         for command in (
             ["adapter", "run", "--agent-id", "x", "--group", GROUP, *ops, "--", "touch", str(marker)],
             ["launcher", "--command", f"touch {marker}", *ops],
+            ["coordinator", "--burst", *ops],
         ):
             done = subprocess.run([CLI, *command], capture_output=True, check=False, timeout=60, cwd=tmp_path)
             assert done.returncode == 1, done.stderr
