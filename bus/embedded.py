@@ -32,6 +32,7 @@ __all__ = [
     "free_port",
     "log_tail",
     "pid_alive",
+    "port_free",
     "wait_for_ping",
 ]
 
@@ -69,13 +70,16 @@ def free_port(*, cluster: bool = False) -> int:
             except OSError:
                 continue  # that random port is taken: draw another
             port = int(sock.getsockname()[1])
-        if not cluster or _bindable(port + 10000):
+        if not cluster or port_free(port + 10000):
             return port
     raise EmbeddedRedisError("no free port pair for a cluster node")
 
 
-def _bindable(port: int) -> bool:
+def port_free(port: int) -> bool:
+    """Whether a server could listen on ``port`` of 127.0.0.1 now (as servers bind: with SO_REUSEADDR,
+    so the connections of a server just stopped, waiting out TIME_WAIT, do not count)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:

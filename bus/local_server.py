@@ -1,7 +1,7 @@
 """The local Redis behind commands run without ``--redis-url``: one server per data directory.
 
 A command that is given no URL joins the server kept in its data directory (``./.subagent-bus``), and
-starts it if none runs there. The server is daemonised, not a child, so that adapters, coordinators and
+starts it if none runs there, on the port it had before when that is free. The server is daemonised, not a child, so that adapters, coordinators and
 ``status`` in other terminals share it and it outlives the command that started it; its data and
 append-only file stay in the directory. ``server.json`` there says how to reach it, and a lock file makes
 concurrent commands start one server, not two. The server processes of tests, which end with their owner,
@@ -22,7 +22,7 @@ from pathlib import Path
 import orjson
 import redis
 
-from bus.embedded import RedisProcess, free_port, log_tail, pid_alive, wait_for_ping
+from bus.embedded import RedisProcess, free_port, log_tail, pid_alive, port_free, wait_for_ping
 from bus.errors import EmbeddedRedisError
 
 __all__ = ["ensure_local_server", "stop_local_server"]
@@ -50,7 +50,7 @@ def ensure_local_server(directory: Path) -> str:
 
 def _start_local_server(directory: Path) -> str:
     _refuse_a_second_server(directory)
-    port = free_port()
+    port = _previous_port(directory) or free_port()
     args = RedisProcess(directory, port=port, appendfsync="everysec").argv()
     pidfile = directory / "server.pid"
     pidfile.unlink(missing_ok=True)  # a dead server's: a pid file is then always the new server's
@@ -69,6 +69,16 @@ def _start_local_server(directory: Path) -> str:
     partial.write_bytes(orjson.dumps({"url": url, "port": port}))
     partial.replace(state)
     return url
+
+
+def _previous_port(directory: Path) -> int | None:
+    """The port of the directory's last server, when it is free: the commands that follow a server
+    (``tail``, adapters, coordinators, ``listen``) reconnect to the one started after ``down``."""
+    try:
+        port = orjson.loads((directory / _STATE_FILE).read_bytes())["port"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return port if type(port) is int and 0 < port < 65536 and port_free(port) else None
 
 
 def _refuse_a_second_server(directory: Path) -> None:

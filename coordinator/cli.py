@@ -181,7 +181,8 @@ _ATTACH = """\
 subagent-bus is up: Redis at {url}, namespace {ns}, a coordinator in this terminal.
 
 From other terminals, or other machines that reach this Redis (the local one in ./.subagent-bus/
-listens on 127.0.0.1 only, and may take another port once `subagent-bus down` stopped it):
+listens on 127.0.0.1 only, and comes back on another port after `subagent-bus down` only when that one
+was taken meanwhile):
   export SUBAGENT_BUS_REDIS_URL={url} SUBAGENT_BUS_NAMESPACE={ns}
   subagent-bus adapter watch OUTPUT_FILE --agent-id ID --group GROUP   # a background agent's output file
   subagent-bus adapter run --agent-id ID --group GROUP -- COMMAND ...  # wrap an agent command

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -26,6 +27,7 @@ def test_local_server_is_started_reused_and_keeps_its_data(tmp_path: Path) -> No
         assert stop_local_server(tmp_path / "data")
     assert (tmp_path / "data" / "appendonlydir").is_dir() or (tmp_path / "data" / "appendonly.aof").exists()
     url2 = ensure_local_server(tmp_path / "data")
+    assert url2 == url  # on its port of before: whoever followed the server finds it again
     try:
         client = redis.Redis.from_url(url2)
         assert client.get("kept") == b"yes"
@@ -33,6 +35,21 @@ def test_local_server_is_started_reused_and_keeps_its_data(tmp_path: Path) -> No
     finally:
         stop_local_server(tmp_path / "data")
     assert not stop_local_server(tmp_path / "data")
+
+
+def test_a_local_server_whose_port_was_taken_meanwhile_starts_on_another(tmp_path: Path) -> None:
+    url = ensure_local_server(tmp_path / "data")
+    stop_local_server(tmp_path / "data")
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        try:
+            other = ensure_local_server(tmp_path / "data")
+        finally:
+            stop_local_server(tmp_path / "data")
+    assert other != url and other.startswith("redis://127.0.0.1:")
 
 
 def test_down_stops_the_local_server_and_waits_for_it_to_exit(tmp_path: Path) -> None:

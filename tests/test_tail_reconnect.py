@@ -4,6 +4,7 @@ printing every entry exactly once; a tail with ``--timeout`` fails fast with the
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -18,6 +19,7 @@ from workers.kit import connected, progress
 from bus.embedded import RedisProcess
 from bus.envelope import Envelope, encode
 from bus.keys import open_namespace
+from bus.local_server import ensure_local_server, stop_local_server
 from bus.publisher import Publisher
 
 CLI = str(Path(sys.executable).parent / "subagent-bus")
@@ -143,3 +145,32 @@ async def test_a_tail_with_a_timeout_fails_fast(fresh_redis: RedisProcess) -> No
         assert await asyncio.wait_for(process.wait(), 60) == 1
         assert process.stderr is not None
         assert "Redis unavailable" in (await process.stderr.read()).decode()
+
+
+async def test_a_follower_of_the_local_server_rides_out_down_and_the_next_start(tmp_path: Path) -> None:
+    # without --redis-url: the server of ./.subagent-bus, stopped by `down` and started again by the next
+    # command, on its port of before
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUBAGENT_BUS_")}
+    url = ensure_local_server(tmp_path / ".subagent-bus")
+    try:
+        await _publish(url, _spread(1))
+        process = await asyncio.create_subprocess_exec(
+            CLI, "tail", "--namespace", "tl", "--from", "0", "--count", "2", "--json",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=tmp_path, env=env,
+        )  # fmt: skip
+        try:
+            assert await _lines(process, 1) == [encode(_spread(1)[0])]
+            await _following(url)
+            down = await asyncio.create_subprocess_exec(CLI, "down", cwd=tmp_path, env=env)
+            assert await asyncio.wait_for(down.wait(), 60) == 0
+            await _stderr_until(process, "lost the server")
+            assert ensure_local_server(tmp_path / ".subagent-bus") == url  # as the next command would
+            await _publish(url, _spread(1, start=1))
+            assert await _lines(process, 1) == [encode(_spread(1, start=1)[0])]
+            assert await asyncio.wait_for(process.wait(), 60) == 0
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    finally:
+        stop_local_server(tmp_path / ".subagent-bus")
