@@ -242,13 +242,15 @@ async def connect_bus(
     *,
     workdir: Path | None = None,
     metrics: AdapterMetrics | None = None,
+    create: bool = True,
 ) -> AgentBus:
     """An :class:`AgentBus` on a new connection (close it with ``bus.client.aclose()``); what it
-    publishes is counted in ``metrics``."""
+    publishes is counted in ``metrics``. ``create=False`` refuses a namespace that does not exist
+    (:class:`~bus.errors.NamespaceMissing`) instead of creating it."""
     verifier = Verifier(workdir) if workdir is not None else None
     client = await connect(settings)
     try:
-        keys = await open_namespace(client, settings.namespace, settings.shards)
+        keys = await open_namespace(client, settings.namespace, settings.shards, create=create)
         return AgentBus(client, keys, agent_id, group_id, verifier=verifier, metrics=metrics)
     except BaseException:
         await client.aclose()

@@ -337,7 +337,8 @@ def listen(
     async def main() -> int:
         try:
             async with asyncio.timeout(timeout_s):  # a server that does not answer holds the handshake
-                bus = await connect_bus(settings, agent_id, group_id)
+                # nothing can be waiting in a namespace that does not exist: a mistyped --namespace
+                bus = await connect_bus(settings, agent_id, group_id, create=False)
         except TimeoutError:
             stderr_log(f"no directive for {agent_id} within {timeout_s:g}s: the server did not answer")
             return EXIT_TIMEOUT

@@ -113,9 +113,19 @@ async def test_json_prints_the_envelope(bus_url: str) -> None:
 
 
 async def test_timeout_exits_3_without_output(redis_url: str) -> None:
+    async with open_bus(redis_url):  # the namespace exists: something has used it
+        pass
     code, out, err = await finish(listener(redis_url, "a3", "--timeout", "0.3"))
     assert (code, out) == (EXIT_TIMEOUT, b"")
     assert b"no directive" in err
+
+
+async def test_a_namespace_that_does_not_exist_is_an_error_and_stays_absent(redis_url: str) -> None:
+    code, out, err = await finish(listener(redis_url, "a5", "--namespace", "typo", "--timeout", "30"))
+    assert (code, out) == (EXIT_ERROR, b"")
+    assert b"Error: namespace 'typo' does not exist on this server" in err
+    async with open_bus(redis_url) as bus:
+        assert await bus.client.keys("*typo*") == []
 
 
 async def test_unreachable_server_is_exit_1(tmp_path: Path) -> None:
