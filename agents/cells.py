@@ -97,6 +97,9 @@ def _finding(
     if title is None:
         title = next(i for i in range(len(headers)) if i not in (id_, where))
     ident = cell(row, id_) or None
+    if not cell(row, title).strip():
+        violations.append(f"finding '{ident or cell(row, where)}' has no title: left out")
+        return None
     name = f"finding '{ident or cell(row, title)}'"
     file, line = split_location(cell(row, where))
     level = severity(cell(row, column(headers, ("severity",))), name, violations)

@@ -11,9 +11,18 @@ from __future__ import annotations
 from datetime import date, datetime
 from typing import Annotated, Any, Final, Self, TypeVar
 
-from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
-__all__ = ["Confidence", "Model", "OpenModel", "Text", "Timestamp", "trusted_instance"]
+__all__ = ["Confidence", "Model", "NonBlankText", "OpenModel", "Text", "Timestamp", "trusted_instance"]
 
 
 def _to_text(value: Any) -> Any:
@@ -32,6 +41,16 @@ def _to_text(value: Any) -> Any:
 
 Text = Annotated[str, BeforeValidator(_to_text)]
 """A free-text field; YAML lists and scalars are folded into text."""
+
+
+def _not_blank(value: str) -> str:
+    if value.isspace() or not value:
+        raise PydanticCustomError("blank", "must not be blank")
+    return value
+
+
+NonBlankText = Annotated[Text, AfterValidator(_not_blank)]
+"""A free-text field that must say something (not empty, not only white space)."""
 
 Timestamp = AwareDatetime
 """An ISO-8601 instant that must carry a time zone."""

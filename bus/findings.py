@@ -8,7 +8,7 @@ from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from bus.fields import Confidence, Model, Text
+from bus.fields import Confidence, Model, NonBlankText, Text
 
 __all__ = ["Finding", "Severity", "derive_category"]
 
@@ -54,7 +54,7 @@ class Finding(Model):
     """One reported issue; the unit of the append-only findings stream and of deduplication."""
 
     id: str | None = None
-    title: Text
+    title: NonBlankText
     file: str | None = None
     line: int | None = Field(default=None, ge=1)
     category: str = ""

@@ -101,6 +101,10 @@ def test_add_validates_everything_before_publishing(redis_url: str) -> None:
     assert "line 2: field 'line': Input should be greater than or equal to 1" in result.output
     assert "line 3: not JSON" in result.output
     assert published(redis_url) == []
+    blank = run_add(redis_url, input=f"{good}\n{line(title='   ')}\n")
+    assert blank.exit_code == 2
+    assert "line 2: field 'title': must not be blank" in blank.output
+    assert published(redis_url) == []
     assert run_add(redis_url, line(title="inline JSON argument")).exit_code == 0
     assert run_add(redis_url, input="").exit_code == 2
     assert "no findings" in run_add(redis_url, input="\n").output

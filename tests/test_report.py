@@ -146,7 +146,8 @@ def test_issue_tables_become_findings_anywhere() -> None:
         report(
             "### Review\n| Issue | Location | Severity |\n|---|:---:|---|\n"
             "| SQL built by concatenation | `src/db/query.ts:12-18` | High |\n"
-            "| Odd \\| pipe | `src/x.ts` | catastrophic |\n",
+            "| Odd \\| pipe | `src/x.ts` | catastrophic |\n"
+            "|  | `src/y.ts:3` | Low |\n",
             agent="Security Auditor",
         )
     )
@@ -161,7 +162,10 @@ def test_issue_tables_become_findings_anywhere() -> None:
     assert first.category == "general"
     assert first.agent == "Security Auditor"
     assert (second.title, second.file, second.line, second.severity) == ("Odd | pipe", "src/x.ts", None, None)
-    assert parsed.violations == ["finding 'Odd | pipe': unknown severity 'catastrophic'"]
+    assert parsed.violations == [
+        "finding 'Odd | pipe': unknown severity 'catastrophic'",
+        "finding 'src/y.ts:3' has no title: left out",
+    ]
     assert parsed.sections[0].title == "Review"
 
 
