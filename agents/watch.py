@@ -177,10 +177,15 @@ class FileWatch:
     async def _open(self) -> int | None:
         """The file, opened once it exists; None if stopped first, or if the ``--pid`` process ended
         before the file appeared (:attr:`_vanished`)."""
+        said = False
         while True:
             try:
                 return open_file(self.path)
             except FileNotFoundError:
+                if not said:  # once: a mistyped path would otherwise wait in silence
+                    missing = "" if self.path.parent.is_dir() else f" (nor its directory {self.path.parent})"
+                    self.bus.log(f"waiting for {self.path}: it does not exist yet{missing}")
+                    said = True
                 pid = self.options.pid
                 if pid is not None and not pid_alive(pid):
                     try:

@@ -117,6 +117,8 @@ async def test_waits_for_a_file_that_does_not_exist_yet(redis_url: str, tmp_path
             T.PROGRESS,
             T.COMPLETION_REPORT,
         ]
+    said = log.read_text()
+    assert said.count(f"waiting for {out}: it does not exist yet (nor its directory {out.parent})") == 1
 
 
 @pytest.mark.parametrize("how", ["truncate", "replace"])
