@@ -38,7 +38,7 @@ def id_problem(value: str) -> str | None:
     """What is wrong with an agent or group id, if anything: it must have 1 to 256 characters, not
     blank, and no control characters (an id is written into YAML signal templates and log lines)."""
     if not value.strip():
-        return "must not be empty"
+        return "must not be blank"
     if len(value) > MAX_ID_CHARS:
         return f"must be at most {MAX_ID_CHARS} characters"
     if has_control(value):

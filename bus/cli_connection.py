@@ -85,6 +85,7 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
     @click.option(
         "--redis-url",
         envvar="SUBAGENT_BUS_REDIS_URL",
+        show_envvar=True,
         default=None,
         metavar="URL",
         help="redis://, rediss://, unix://, redis+sentinel://h1:p1,h2:p2/master, or any cluster node. "
@@ -93,6 +94,7 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
     @click.option(
         "--namespace",
         envvar="SUBAGENT_BUS_NAMESPACE",
+        show_envvar=True,
         default="sbus",
         show_default=True,
         help="Key prefix of this bus.",
@@ -100,6 +102,7 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
     @click.option(
         "--shards",
         envvar="SUBAGENT_BUS_SHARDS",
+        show_envvar=True,
         type=click.IntRange(1, MAX_SHARDS),
         default=None,
         metavar="N",
@@ -114,6 +117,7 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
     @click.option(
         "--socket-timeout",
         envvar="SUBAGENT_BUS_SOCKET_TIMEOUT",
+        show_envvar=True,
         type=FiniteFloatRange(min=MIN_SOCKET_TIMEOUT),
         default=DEFAULT_SOCKET_TIMEOUT,
         show_default=True,

@@ -14,7 +14,7 @@ class FiniteFloatRange(click.FloatRange):
     """A ``click.FloatRange`` that refuses ``nan`` and ``inf``, which Python's ``float()`` accepts and
     which no count of seconds can be (``nan`` also slips through every range check)."""
 
-    name = "finite float range"
+    name = "number"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         """The number, or a usage error for one that is not finite or out of the range."""

@@ -174,7 +174,8 @@ def run_coordinator(
             await client.aclose()
 
     applied = run_command(main())
-    click.echo(f"coordinator {options.name} stopped after applying {applied} entries", err=True)
+    entries = "entry" if applied == 1 else "entries"
+    click.echo(f"coordinator {options.name} stopped after applying {applied} {entries}", err=True)
 
 
 _ATTACH = """\

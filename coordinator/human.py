@@ -126,8 +126,10 @@ def _split_answers(pairs: tuple[str, ...]) -> list[tuple[str, str]]:
     out: dict[str, str] = {}
     for pair in pairs:
         qid, sep, answer = pair.partition("=")
-        if not sep or not qid.strip() or not answer.strip():
+        if not sep or not qid.strip():
             raise click.BadParameter(f"{pair!r} is not QUESTION_ID=answer", param_hint="ANSWERS")
+        if not answer.strip():
+            raise click.BadParameter(f"the answer to {qid.strip()} is blank", param_hint="ANSWERS")
         if qid.strip() in out:
             raise click.BadParameter(f"{qid.strip()} is answered twice", param_hint="ANSWERS")
         out[qid.strip()] = answer.strip()

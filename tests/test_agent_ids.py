@@ -29,13 +29,13 @@ DEAD_URL = "redis://127.0.0.1:1/0"  # nothing listens: a command that got past i
         (["listen", "--agent-id", "a", "--group", " "], "--group"),
     ],
 )
-def test_an_empty_id_is_a_usage_error(args: list[str], option: str, tmp_path: Path) -> None:
+def test_an_empty_or_blank_id_is_a_usage_error(args: list[str], option: str, tmp_path: Path) -> None:
     findings = tmp_path / "findings.jsonl"
     findings.write_text('{"agent": "a", "title": "t"}\n')
     args = [str(findings) if arg == "FILE" else arg for arg in args]
     result = CliRunner().invoke(main, args, input="A task.\n", env={"SUBAGENT_BUS_REDIS_URL": DEAD_URL})
     assert result.exit_code == 2, result.output
-    assert f"Invalid value for '{option}': must not be empty" in result.output
+    assert f"Invalid value for '{option}': must not be blank" in result.output
 
 
 @pytest.mark.parametrize(

@@ -214,6 +214,8 @@ def test_a_blank_text_is_a_usage_error_and_publishes_nothing(redis_url: str) -> 
         done = cli(redis_url, *args)
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         assert f"Invalid value for '{option}': must not be blank" in done.stderr
+    blank_answer = cli(redis_url, "answer", "asker", "Q1=   ")
+    assert blank_answer.returncode == 2 and "the answer to Q1 is blank" in blank_answer.stderr
     assert len(signals(redis_url)) == published
 
 

@@ -49,4 +49,4 @@ def _lose(step: Step, record: AgentRecord, silent: timedelta) -> None:
 
 
 def _seconds(delta: timedelta) -> str:
-    return f"{delta.total_seconds():g}"
+    return f"{round(delta.total_seconds(), 1):g}"  # 8.8, not 8.77085
