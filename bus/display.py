@@ -49,7 +49,10 @@ def _dead_line(item: Item, raw: bytes | None, *, as_json: bool) -> bytes | str:
             data: object = orjson.loads(raw) if raw is not None else None
         except orjson.JSONDecodeError:
             data = raw.decode(errors="replace") if raw is not None else None
-        return orjson.dumps({"dead_id": item.entry_id, "shard": item.shard, **info, "data": data})
+        shown: dict[str, object] = {"dead_id": item.entry_id, "shard": item.shard, **info, "data": data}
+        if info.get("deliveries", "").isdigit():  # a count, as a number (the stream keeps text)
+            shown["deliveries"] = int(info["deliveries"])
+        return orjson.dumps(shown)
     where = f"{info.get('stream', '?')} {info.get('entry_id', '?')}"
     return one_line(
         f"s{item.shard} {item.entry_id} dead from {where} after {info.get('deliveries', '?')} deliveries: "

@@ -144,7 +144,7 @@ def test_inbox_and_dead_streams(redis_url: str) -> None:
     assert (record["reason"], record["entry_id"], record["deliveries"], record["data"]) == (
         "not JSON",
         "1-0",
-        "2",
+        2,
         "\x00bad",
     )
     result = _tail(redis_url, "--stream", "dead", "--group", "g", "--from", "0", "--count", "1")
