@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -38,6 +39,8 @@ __all__ = ["commands"]
 
 
 T = TypeVar("T")
+
+log = logging.getLogger("subagent_bus.coordinator")
 
 _POLICY = click.option(
     "--policy",
@@ -162,9 +165,7 @@ def run_coordinator(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         coordinator = Coordinator(client, keys, policy, options, metrics)
-        click.echo(
-            f"coordinator {options.name}: {keys.shards} shards in namespace {keys.namespace}", err=True
-        )
+        log.info("coordinator %s: %d shards in namespace %s", options.name, keys.shards, keys.namespace)
         collector = asyncio.create_task(collect_garbage(stop))
         try:
             return await coordinator.run(stop=stop, burst=burst)
@@ -175,7 +176,7 @@ def run_coordinator(
 
     applied = run_command(main())
     entries = "entry" if applied == 1 else "entries"
-    click.echo(f"coordinator {options.name} stopped after applying {applied} {entries}", err=True)
+    log.info("coordinator %s stopped after applying %d %s", options.name, applied, entries)
 
 
 _ATTACH = """\
