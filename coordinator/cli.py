@@ -32,8 +32,8 @@ from coordinator.human import commands as human_commands
 from coordinator.policy import Policy
 from coordinator.rules import GroupSummary, MergedFinding, merge_findings, summarize
 from coordinator.runtime import collect_garbage, tune_gc
-from coordinator.service import Coordinator, CoordinatorOptions
-from coordinator.view import iter_findings, load_groups
+from coordinator.service import GROUP, Coordinator, CoordinatorOptions
+from coordinator.view import iter_findings, load_groups, unread_signals
 
 __all__ = ["commands"]
 
@@ -245,10 +245,15 @@ async def _summaries(settings: Settings, group_id: str | None = None) -> list[Gr
     return await _read(settings, read, [])
 
 
-def _status_lines(summaries: list[GroupSummary], group_id: str | None, namespace: str) -> list[str]:
-    if not summaries:
-        return [f"no groups yet{f' named {group_id}' if group_id else ''} in namespace {namespace!r}"]
-    return [line for summary in summaries for line in render(summary)]
+async def _status_lines(settings: Settings, group_id: str | None) -> list[str]:
+    summaries = await _summaries(settings, group_id)
+    if summaries:
+        return [line for summary in summaries for line in render(summary)]
+    line = f"no groups yet{f' named {group_id}' if group_id else ''} in namespace {settings.namespace!r}"
+    waiting = 0 if group_id else await _read(settings, lambda c, k: unread_signals(c, k, GROUP), 0)
+    if waiting:
+        line += f" ({waiting} signal(s) wait for a coordinator: start one, `subagent-bus coordinator`)"
+    return [line]
 
 
 @click.command()
@@ -273,14 +278,14 @@ def status(settings: Settings, group_id: str | None, as_json: bool, watch: float
     if watch is not None and as_json:
         raise click.UsageError("--watch and --json do not go together")
     if watch is None:
-        summaries = run_command(_summaries(settings, group_id))
         if as_json:
+            summaries = run_command(_summaries(settings, group_id))
             click.echo(_dump([s.model_dump(mode="json") for s in summaries]))
         else:
-            click.echo("\n".join(_status_lines(summaries, group_id, settings.namespace)))
+            click.echo("\n".join(run_command(_status_lines(settings, group_id))))
         return
     while True:  # until Ctrl-C, which exits 130 like any other command's
-        lines = _status_lines(run_command(_summaries(settings, group_id)), group_id, settings.namespace)
+        lines = run_command(_status_lines(settings, group_id))
         click.clear()
         click.echo(f"subagent-bus status  (every {watch:g}s, Ctrl-C to quit)\n" + "\n".join(lines))
         time.sleep(watch)  # a refresh interval the user asked for, not a wait for an event

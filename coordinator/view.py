@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from bus.connection import Client, translated
+from bus.connection import Client, as_text, translated
 from bus.envelope import decode
 from bus.errors import BusError, DecodeError
 from bus.findings import Finding
@@ -18,7 +18,7 @@ from bus.keys import Keys, StreamKind
 from coordinator.state import GroupState
 from coordinator.store import GROUPS_KEY, group_key, load_state, seen_key
 
-__all__ = ["find_agent", "find_request", "iter_findings", "load_groups", "load_shard"]
+__all__ = ["find_agent", "find_request", "iter_findings", "load_groups", "load_shard", "unread_signals"]
 
 
 async def load_shard(
@@ -116,3 +116,17 @@ async def iter_findings(
                 break
             last = rows[-1][0]
             cursor = "(" + (last.decode() if isinstance(last, bytes) else str(last))
+
+
+async def unread_signals(client: Client, keys: Keys, group: str) -> int:
+    """The entries on the namespace's signal streams when no coordinator has read them yet (none has
+    created its consumer group ``group`` on any shard); 0 once one has."""
+    total = 0
+    with translated():
+        for shard in range(keys.shards):
+            stream = keys.stream(shard, StreamKind.SIGNALS)
+            length = await client.xlen(stream)
+            if length and any(as_text(g["name"]) == group for g in await client.xinfo_groups(stream)):
+                return 0
+            total += length
+    return total

@@ -55,3 +55,16 @@ def test_human_commands_name_the_missing_namespace(redis_server: RedisProcess, r
         assert client.keys("*") == []
     finally:
         client.close()
+
+
+def test_an_empty_status_says_when_signals_wait_for_a_coordinator(redis_url: str) -> None:
+    added = run(redis_url, "findings", "add", '{"title": "t"}', "--agent-id", "a", "--group", "g")
+    assert added.returncode == 0, added.stderr
+    waiting = run(redis_url, "status")
+    assert waiting.stdout == (
+        "no groups yet in namespace 'typo' (1 signal(s) wait for a coordinator: start one, "
+        "`subagent-bus coordinator`)\n"
+    )
+    assert run(redis_url, "status", "--group", "g").stdout == "no groups yet named g in namespace 'typo'\n"
+    assert run(redis_url, "coordinator", "--burst").returncode == 0
+    assert run(redis_url, "status").stdout.startswith("group g: ")
