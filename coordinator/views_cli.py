@@ -1,0 +1,245 @@
+"""The views of the coordinators' state: status, inbox, findings (raw and merged) and replay.
+
+They read a namespace and never create one: a mistyped --namespace would otherwise fix a shard count
+before the coordinator meant to choose it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import click
+import orjson
+
+from bus.cli_connection import redis_options, run_command
+from bus.connection import Client, connect
+from bus.errors import BusError, NamespaceMissing
+from bus.fields import Model
+from bus.findings import Finding
+from bus.keys import Keys, open_namespace
+from bus.params import FiniteFloatRange
+from bus.progress import Progress
+from bus.settings import Settings
+from coordinator.console import finding_lines, inbox_lines, merged_lines, render
+from coordinator.policy import Policy
+from coordinator.rules import GroupSummary, MergedFinding, merge_findings, summarize
+from coordinator.service import GROUP
+from coordinator.view import iter_findings, load_groups, unread_signals
+
+__all__ = ["POLICY_OPTION", "commands", "load_policy"]
+
+T = TypeVar("T")
+
+POLICY_OPTION = click.option(
+    "--policy",
+    "policy_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="SUBAGENT_BUS_POLICY",
+    help="Policy file (TOML or YAML): delegation limits, expertise weights, timeouts.",
+)
+
+
+def load_policy(path: Path | None) -> Policy:
+    """The policy of ``--policy`` (defaults without one); a bad file is a usage error naming it."""
+    try:
+        return Policy.load(path) if path else Policy()
+    except BusError as exc:
+        raise click.BadParameter(str(exc), param_hint="--policy") from None
+
+
+async def _read(settings: Settings, read: Callable[[Client, Keys], Awaitable[T]], nothing: T) -> T:
+    """``read`` over the namespace; ``nothing`` when it does not exist yet: a view does not create it
+    (a mistyped --namespace would fix a shard count before the coordinator meant to)."""
+    client = await connect(settings)
+    try:
+        try:
+            keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
+        except NamespaceMissing:
+            return nothing
+        return await read(client, keys)
+    finally:
+        await client.aclose()
+
+
+def _dump(value: object) -> str:
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+
+
+async def _summaries(settings: Settings, group_id: str | None = None) -> list[GroupSummary]:
+    async def read(client: Client, keys: Keys) -> list[GroupSummary]:
+        return [summarize(state) for state in await load_groups(client, keys, group_id)]
+
+    return await _read(settings, read, [])
+
+
+async def _status_lines(settings: Settings, group_id: str | None) -> list[str]:
+    summaries = await _summaries(settings, group_id)
+    if summaries:
+        return [line for summary in summaries for line in render(summary)]
+    line = f"no groups yet{f' named {group_id}' if group_id else ''} in namespace {settings.namespace!r}"
+    waiting = 0 if group_id else await _read(settings, lambda c, k: unread_signals(c, k, GROUP), 0)
+    if waiting:
+        line += f" ({waiting} signal(s) wait for a coordinator: start one, `subagent-bus coordinator`)"
+    return [line]
+
+
+@click.command()
+@click.option("--group", "group_id", help="Only this task group.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summaries as JSON.")
+@click.option(
+    "--watch",
+    "watch",
+    type=FiniteFloatRange(min=0.1, max=86_400),
+    is_flag=False,
+    flag_value=1.0,
+    default=None,
+    metavar="[SECONDS]",
+    help="Refresh a live view every SECONDS (default 1) until Ctrl-C.",
+)
+@redis_options
+def status(settings: Settings, group_id: str | None, as_json: bool, watch: float | None) -> None:
+    """Agents, states, progress bars, open questions, blockers, pending delegations and violations.
+
+    Per agent it also shows how many envelopes the coordinators applied and the id of the last one.
+    """
+    if watch is not None and as_json:
+        raise click.UsageError("--watch and --json do not go together")
+    if watch is None:
+        if as_json:
+            summaries = run_command(_summaries(settings, group_id))
+            click.echo(_dump([s.model_dump(mode="json") for s in summaries]))
+        else:
+            click.echo("\n".join(run_command(_status_lines(settings, group_id))))
+        return
+    while True:  # until Ctrl-C, which exits 130 like any other command's
+        lines = run_command(_status_lines(settings, group_id))
+        click.clear()
+        click.echo(f"subagent-bus status  (every {watch:g}s, Ctrl-C to quit)\n" + "\n".join(lines))
+        time.sleep(watch)  # a refresh interval the user asked for, not a wait for an event
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the open items as JSON.")
+@redis_options
+def inbox(settings: Settings, as_json: bool) -> None:
+    """What waits for a human: questions, blockers, delegations to approve, escalations.
+
+    Each item comes with the command that acts on it (with --json, each names its group_id).
+    """
+
+    summaries = run_command(_summaries(settings))
+    if as_json:
+        items: dict[str, list[tuple[str, Model]]] = {
+            "questions": [(s.group_id, q) for s in summaries for q in s.open_questions if not q.answered],
+            "blockers": [(s.group_id, b) for s in summaries for b in s.blockers],
+            "delegations": [(s.group_id, d) for s in summaries for d in s.pending_delegations],
+            "escalations": [(s.group_id, e) for s in summaries for e in s.escalations],
+        }
+        click.echo(
+            _dump(
+                {
+                    name: [{"group_id": g, **m.model_dump(mode="json")} for g, m in pairs]
+                    for name, pairs in items.items()
+                }
+            )
+        )
+        return
+    click.echo("\n".join(inbox_lines(summaries)))
+
+
+def _read_findings(settings: Settings, group_id: str | None) -> dict[str, list[Finding]]:
+    """Every finding in the findings stream by group (of one group, or of all, in group order), with
+    progress on a terminal."""
+
+    async def read(client: Client, keys: Keys) -> dict[str, list[Finding]]:
+        by_group: dict[str, list[Finding]] = {}
+        with Progress() as progress:
+
+            def shown(read: int) -> None:
+                progress.update(f"reading the findings stream: {read:,} entries")
+
+            async for _, finding, _, group in iter_findings(client, keys, group_id, on_page=shown):
+                by_group.setdefault(group, []).append(finding)
+        return dict(sorted(by_group.items()))
+
+    return run_command(_read(settings, read, {}))
+
+
+def _merged(by_group: dict[str, list[Finding]], policy: Policy) -> dict[str, list[MergedFinding]]:
+    """Each group's findings merged on their own, as the coordinator merges them."""
+    return {group: merge_findings(items, policy) for group, items in by_group.items()}
+
+
+def _merged_records(view: dict[str, list[MergedFinding]]) -> list[dict[str, object]]:
+    return [{"group_id": g, **m.model_dump(mode="json")} for g, merged in view.items() for m in merged]
+
+
+@click.group("findings", invoke_without_command=True)
+@click.option("--group", "group_id", help="Only this task group.")
+@click.option("--merged", is_flag=True, help="The deduplicated view with combined confidence.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array.")
+@click.option("--jsonl", "as_jsonl", is_flag=True, help="One JSON object per line.")
+@POLICY_OPTION
+@redis_options
+@click.pass_context
+def findings(
+    ctx: click.Context,
+    settings: Settings,
+    group_id: str | None,
+    merged: bool,
+    as_json: bool,
+    as_jsonl: bool,
+    policy_path: Path | None,
+) -> None:
+    """The append-only findings stream, or (--merged) its deduplicated view."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if as_json and as_jsonl:
+        raise click.UsageError("--json and --jsonl exclude each other")
+    policy = load_policy(policy_path)
+    by_group = _read_findings(settings, group_id)
+    records: list[dict[str, object]]
+    if merged:
+        view = _merged(by_group, policy)
+        records = _merged_records(view)
+        lines = merged_lines(view)
+    else:
+        # as `findings add` reads them, so that they can be published again
+        records = [f.model_dump(mode="json", exclude_none=True) for items in by_group.values() for f in items]
+        lines = finding_lines(by_group)
+    if as_json:
+        click.echo(_dump(records))
+    elif as_jsonl:
+        for record in records:
+            click.echo(orjson.dumps(record).decode())
+    else:
+        for line in lines:
+            click.echo(line)
+        click.echo(f"{len(records)} {'merged ' if merged else ''}findings")
+
+
+@click.command()
+@click.option("--group", "group_id", required=True, help="The task group to recompute.")
+@POLICY_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print the merged view as JSON.")
+@redis_options
+def replay(settings: Settings, group_id: str, policy_path: Path | None, as_json: bool) -> None:
+    """Recompute a group's merged findings from the findings stream from id 0 (e.g. under new weights).
+
+    Live state is not touched: this reads the append-only stream and prints the result.
+    """
+    policy = load_policy(policy_path)
+    view = _merged(_read_findings(settings, group_id), policy)
+    if as_json:
+        click.echo(_dump(_merged_records(view)))
+        return
+    for line in merged_lines(view):
+        click.echo(line)
+    count = sum(len(merged) for merged in view.values())
+    click.echo(f"{count} merged findings recomputed for group {group_id}")
+
+
+commands: list[click.Command] = [status, inbox, findings, replay]
