@@ -7,7 +7,6 @@ import asyncio
 import logging
 import signal
 from dataclasses import replace
-from pathlib import Path
 
 import click
 
@@ -21,9 +20,10 @@ from bus.params import FiniteFloatRange
 from bus.settings import Settings
 from coordinator.demo import demo
 from coordinator.human import commands as human_commands
+from coordinator.policy import Policy
 from coordinator.runtime import collect_garbage, tune_gc
 from coordinator.service import Coordinator, CoordinatorOptions
-from coordinator.views_cli import POLICY_OPTION, load_policy
+from coordinator.views_cli import POLICY_OPTION
 from coordinator.views_cli import commands as view_commands
 
 __all__ = ["commands"]
@@ -84,7 +84,7 @@ _METRICS_PORT = click.option(
 def run_coordinator(
     settings: Settings,
     name: str | None,
-    policy_path: Path | None,
+    policy: Policy,
     burst: bool,
     batch: int,
     lease_ttl_ms: int,
@@ -103,7 +103,6 @@ def run_coordinator(
     leases.
     """
     setup_logging(json=log_json, level=log_level)
-    policy = load_policy(policy_path)
     options = CoordinatorOptions(
         batch=batch, lease_ttl_ms=lease_ttl_ms, tick_interval_s=tick_s, max_deliveries=max_deliveries
     )
@@ -165,14 +164,14 @@ async def _reachable(settings: Settings) -> None:
 )
 @redis_options
 def up(
-    ctx: click.Context, settings: Settings, policy_path: Path | None, metrics_port: int | None, log_json: bool
+    ctx: click.Context, settings: Settings, policy: Policy, metrics_port: int | None, log_json: bool
 ) -> None:
     """Start everything a single machine needs: Redis (embedded unless --redis-url) and a coordinator.
 
     Prints the URL and the commands that attach adapters from other terminals or machines, then runs
     the coordinator in the foreground until Ctrl-C.
     """
-    load_policy(policy_path)  # a bad file or an unreachable server is an error before "is up" is printed
+    # an unreachable server is an error before "is up" is printed (a bad policy file is one before that)
     run_command(_reachable(settings))
     click.echo(_ATTACH.format(url=settings.url, ns=settings.namespace), err=True)
     ctx.invoke(
@@ -182,7 +181,7 @@ def up(
         shards=settings.shards,
         cluster=settings.cluster,
         socket_timeout=settings.socket_timeout,
-        policy_path=policy_path,
+        policy=policy,
         metrics_port=metrics_port,
         log_json=log_json,
         name=None,

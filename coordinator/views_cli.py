@@ -29,25 +29,27 @@ from coordinator.rules import GroupSummary, MergedFinding, merge_findings, summa
 from coordinator.service import GROUP
 from coordinator.view import iter_findings, load_groups, unread_signals
 
-__all__ = ["POLICY_OPTION", "commands", "load_policy"]
+__all__ = ["POLICY_OPTION", "commands"]
 
 T = TypeVar("T")
 
-POLICY_OPTION = click.option(
-    "--policy",
-    "policy_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    envvar="SUBAGENT_BUS_POLICY",
-    help="Policy file (TOML or YAML): delegation limits, expertise weights, timeouts.",
-)
 
-
-def load_policy(path: Path | None) -> Policy:
-    """The policy of ``--policy`` (defaults without one); a bad file is a usage error naming it."""
+def _load_policy(_ctx: click.Context, _param: click.Parameter, path: Path | None) -> Policy:
+    """The policy of ``--policy`` (defaults without one), read while the options are parsed: a bad
+    file is a usage error naming it before the command does anything (or starts a local server)."""
     try:
         return Policy.load(path) if path else Policy()
     except BusError as exc:
-        raise click.BadParameter(str(exc), param_hint="--policy") from None
+        raise click.BadParameter(str(exc)) from None
+
+
+POLICY_OPTION = click.option(
+    "--policy",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="SUBAGENT_BUS_POLICY",
+    callback=_load_policy,
+    help="Policy file (TOML or YAML): delegation limits, expertise weights, timeouts.",
+)
 
 
 async def _read(settings: Settings, read: Callable[[Client, Keys], Awaitable[T]], nothing: T) -> T:
@@ -192,14 +194,13 @@ def findings(
     merged: bool,
     as_json: bool,
     as_jsonl: bool,
-    policy_path: Path | None,
+    policy: Policy,
 ) -> None:
     """The append-only findings stream, or (--merged) its deduplicated view."""
     if ctx.invoked_subcommand is not None:
         return
     if as_json and as_jsonl:
         raise click.UsageError("--json and --jsonl exclude each other")
-    policy = load_policy(policy_path)
     by_group = _read_findings(settings, group_id)
     records: list[dict[str, object]]
     if merged:
@@ -226,12 +227,11 @@ def findings(
 @POLICY_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the merged view as JSON.")
 @redis_options
-def replay(settings: Settings, group_id: str, policy_path: Path | None, as_json: bool) -> None:
+def replay(settings: Settings, group_id: str, policy: Policy, as_json: bool) -> None:
     """Recompute a group's merged findings from the findings stream from id 0 (e.g. under new weights).
 
     Live state is not touched: this reads the append-only stream and prints the result.
     """
-    policy = load_policy(policy_path)
     view = _merged(_read_findings(settings, group_id), policy)
     if as_json:
         click.echo(_dump(_merged_records(view)))

@@ -8,6 +8,7 @@ exits); humans act through the CLI; what the agents receive is read back from th
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -400,7 +401,17 @@ def test_a_bad_policy_file_is_a_usage_error(tmp_path: Path, redis_url: str) -> N
         timeout=60,
     )
     assert done.returncode == 2
-    assert f"Invalid value for --policy: policy file {policy}: unknown setting 'max_parallel'" in done.stderr
+    assert (
+        f"Invalid value for '--policy': policy file {policy}: unknown setting 'max_parallel'" in done.stderr
+    )
+    # refused while the options are read: before a command without a URL starts the local server
+    env = {k: v for k, v in os.environ.items() if k != "SUBAGENT_BUS_REDIS_URL"}
+    for command in (["replay", "--group", "g"], ["findings", "--merged"], ["up"]):
+        refused = subprocess.run([CLI, *command, "--policy", str(policy)], check=False, capture_output=True,
+                                 text=True, timeout=60, cwd=tmp_path, env=env)  # fmt: skip
+        assert refused.returncode == 2 and "unknown setting 'max_parallel'" in refused.stderr, command
+        assert "using local Redis" not in refused.stderr
+    assert not (tmp_path / ".subagent-bus").exists()
 
 
 def test_up_runs_a_coordinator_until_interrupted(tmp_path: Path, redis_url: str) -> None:
