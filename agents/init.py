@@ -92,12 +92,13 @@ class Change:
 
 
 def has_secret(url: str) -> bool:
-    """Whether a Redis URL carries a password (in its user info or as a query option)."""
+    """Whether a Redis URL carries a password: in its user info, or as a query option whose name ends
+    in ``password`` (``password``, ``sentinel_password``, ``ssl_password``: those the messages mask)."""
     parts = urlsplit(url)
     if parts.password:
         return True
     query = parse_qs(parts.query, keep_blank_values=True)
-    return any(name in query for name in ("password", "sentinel_password"))
+    return any(name.lower().endswith("password") for name in query)
 
 
 def server_entry(url: str | None) -> dict[str, Any]:
@@ -146,7 +147,7 @@ not guess: wait for your parent's directive, then continue exactly as its resume
 """
 
 _PARENT: Final = """\
-## When you launch background agents
+## When you launch background agents (Claude Code)
 
 The `PostToolUse` hook in `.claude/settings.json` puts every background Task agent on the bus (its output
 file is followed by `subagent-bus adapter watch`, in the group of this session). Their signals reach the
@@ -155,8 +156,12 @@ coordinator; see them with `subagent-bus status` and `subagent-bus inbox`, and a
 """
 
 
-def protocol_section(agent: AgentKind) -> str:
-    """The marked section init writes into the agent's instructions file (ends with a newline)."""
+def protocol_section() -> str:
+    """The marked section init writes into the agent's instructions file (ends with a newline).
+
+    The same for every agent kind: one file may serve both (``CLAUDE.md`` a link to ``AGENTS.md``), and
+    two sections for it would each be an edit of the other.
+    """
     templates = "\n\n".join(f"```yaml\n{template}\n```" for template in SIGNAL_TEMPLATES)
     parts = [
         MARK_START,
@@ -176,10 +181,9 @@ def protocol_section(agent: AgentKind) -> str:
         "ISO-8601 timestamp with a time zone (never the <placeholders>).\n",
         templates + "\n",
         _WAITING,
+        _PARENT,
+        MARK_END,
     ]
-    if agent is AgentKind.CLAUDE_CODE:
-        parts.append(_PARENT)
-    parts.append(MARK_END)
     return "\n".join(parts) + "\n"
 
 
@@ -297,7 +301,7 @@ Merge = Callable[[str | None], tuple[str | None, str]]
 
 def plan(directory: Path, agent: AgentKind, url: str | None, force: bool) -> list[Change]:
     """What init would write, file by file; :class:`Conflict` lists every file it must not touch."""
-    section = protocol_section(agent)
+    section = protocol_section()
     targets: list[tuple[Path, Merge]] = [
         (Path("AGENTS.md"), lambda text: merge_section(text, section, force))
     ]
@@ -345,7 +349,8 @@ def _write(path: Path, content: str) -> None:
 def _codex_snippet(url: str | None) -> str:
     lines = ["[mcp_servers.subagent-bus]", 'command = "subagent-bus"', 'args = ["mcp"]']
     if url is not None and not has_secret(url):
-        lines.append(f'env = {{ {URL_VARIABLE} = "{url}" }}')
+        # a JSON string is a TOML basic string: quotes, backslashes and control characters escaped
+        lines.append(f"env = {{ {URL_VARIABLE} = {json.dumps(url)} }}")
     return "\n".join(lines)
 
 
@@ -401,13 +406,16 @@ def init(ctx: click.Context, agent: str, url: str | None, force: bool, directory
         click.echo(f"{'updated' if change.existed else 'created'} {change.path} ({change.detail})")
     if all(change.content is None for change in changes):
         click.echo("nothing to change: already set up")
-    if url is not None and has_secret(url):
+    secret = url is not None and has_secret(url)
+    if secret and kind is AgentKind.CLAUDE_CODE:
         click.echo(
             "the URL holds a password, which is not written into any file: the MCP server reads the URL from "
             f"${URL_VARIABLE}; export it before starting the agent."
         )
     if kind is AgentKind.CODEX:
         click.echo(f"add this to ~/.codex/config.toml:\n\n{_codex_snippet(url)}")
+        if secret:  # Codex hands an MCP server only a few variables of its own environment, not this one
+            click.echo(f'\nand the URL, password included, in its env: {{ {URL_VARIABLE} = "..." }}')
 
 
 init.add_command(hook_task)

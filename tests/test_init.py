@@ -183,13 +183,17 @@ def test_a_url_with_a_password_is_never_written(tmp_path: Path) -> None:
     assert "s3cret" not in result.output
     assert "export it" in result.output
 
-    other = tmp_path / "other"
-    other.mkdir()
-    query = run_init(other, "--url", "redis+sentinel://s1:26379/mymaster?sentinel_password=hush")
-    assert load(other / ".mcp.json")["mcpServers"]["subagent-bus"]["env"] == {
-        "SUBAGENT_BUS_REDIS_URL": URL_REFERENCE
-    }
-    assert "hush" not in query.output
+    for n, url in enumerate(
+        ("redis+sentinel://s1:26379/mymaster?sentinel_password=hush", "rediss://h:6379/0?ssl_password=hush")
+    ):
+        other = tmp_path / f"other-{n}"
+        other.mkdir()
+        query = run_init(other, "--url", url)
+        assert query.exit_code == 0, query.output
+        assert load(other / ".mcp.json")["mcpServers"]["subagent-bus"]["env"] == {
+            "SUBAGENT_BUS_REDIS_URL": URL_REFERENCE
+        }
+        assert "hush" not in query.output
 
 
 def test_a_run_without_url_keeps_the_url_an_earlier_run_wrote(tmp_path: Path) -> None:
@@ -225,8 +229,23 @@ def test_codex_gets_agents_md_and_a_config_snippet(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert sorted(snapshot(tmp_path)) == ["AGENTS.md"]
     agents = (tmp_path / "AGENTS.md").read_text()
-    assert IDENTITY_STATEMENT in agents and "PostToolUse" not in agents
+    assert IDENTITY_STATEMENT in agents
     assert "[mcp_servers.subagent-bus]" in result.output
+    (tmp_path / "q").mkdir()
+    (tmp_path / "s").mkdir()
+    quoted = run_init(tmp_path / "q", "--agent", "codex", "--url", 'unix:///tmp/x y"z.sock')
+    assert 'env = { SUBAGENT_BUS_REDIS_URL = "unix:///tmp/x y\\"z.sock" }' in quoted.output  # valid TOML
+    secret = run_init(tmp_path / "s", "--agent", "codex", "--url", "redis://u:hush@h:6379/0")
+    assert "hush" not in secret.output and 'in its env: { SUBAGENT_BUS_REDIS_URL = "..." }' in secret.output
+
+
+def test_one_instructions_file_serves_claude_code_and_codex(tmp_path: Path) -> None:
+    (tmp_path / "AGENTS.md").write_text("# Team rules\n")
+    (tmp_path / "CLAUDE.md").symlink_to("AGENTS.md")
+    for kind in ("claude-code", "codex", "claude-code"):
+        done = run_init(tmp_path, "--agent", kind)
+        assert done.exit_code == 0, (kind, done.output)
+    assert (tmp_path / "AGENTS.md").read_text().count(IDENTITY_STATEMENT) == 1
 
 
 # -- the Task hook ------------------------------------------------------------------------------------
