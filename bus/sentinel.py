@@ -61,6 +61,9 @@ class _Sentinel(Sentinel):
             except (rex.ConnectionError, rex.TimeoutError) as exc:
                 reasons.append(f"{where} {_why(exc, kwargs.get('socket_timeout'))}")
                 continue
+            except rex.ResponseError as exc:  # a Redis server that is no Sentinel, listed by mistake
+                reasons.append(f"{where} is not a Sentinel ({exc})")
+                continue
             state = masters.get(service_name)
             if state is None:
                 reasons.append(f"{where} does not monitor it")

@@ -135,6 +135,18 @@ async def test_unknown_sentinel_master_is_connection_failed(sentinel: int) -> No
     )
 
 
+async def test_a_server_listed_as_a_sentinel_by_mistake_is_skipped(
+    sentinel: int, redis_server: RedisProcess
+) -> None:
+    # the master itself first in the list: it answers SENTINEL with an error, and the next is asked
+    url = f"redis+sentinel://127.0.0.1:{redis_server.port},127.0.0.1:{sentinel}/main"
+    client = await connect(Settings.from_url(url))
+    await client.aclose()
+    with pytest.raises(ConnectionFailed) as info:
+        await connect(Settings.from_url(f"redis+sentinel://127.0.0.1:{redis_server.port}/main"))
+    assert f"127.0.0.1:{redis_server.port} is not a Sentinel (unknown command" in str(info.value)
+
+
 def _unreachable_sentinels() -> tuple[str, str]:
     """A Sentinel URL whose Sentinels do not listen, and the one-line error it gives."""
     first, second = free_port(), free_port()
