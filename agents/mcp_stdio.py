@@ -135,12 +135,16 @@ class StdinLines:
 def rejection(line: str) -> types.JSONRPCError | None:
     """The error that answers ``line``, or None when the SDK takes it as a JSON-RPC message."""
     try:
-        types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         if first["type"] == "json_invalid":
             return _parse_error(str(first["msg"]).removeprefix("Invalid JSON: "))
         return _invalid_request(line, exc)
+    # A request whose id is no string or integer passes as a notification (its id ignored), which gets
+    # no answer: its sender would wait for ever.
+    if isinstance(message, types.JSONRPCNotification) and "id" in from_json(line):
+        return _error(types.INVALID_REQUEST, 'Invalid Request: "id" must be a string or an integer')
     return None
 
 

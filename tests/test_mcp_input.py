@@ -48,6 +48,24 @@ HOSTILE: list[tuple[bytes, int, int | str | None, list[str]]] = [
     (b'{"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": [1]}', INVALID, 9, ['"params"']),
     (b'{"jsonrpc": "1.0", "method": "ping"}', INVALID, None, ["notification", '"jsonrpc"']),
     (b'{"jsonrpc": "2.0", "id": true}', INVALID, None, ['"id" must be a string or an integer']),
+    (
+        b'{"jsonrpc": "2.0", "id": [1], "method": "ping"}',
+        INVALID,
+        None,
+        ['"id" must be a string or an integer'],
+    ),
+    (
+        b'{"jsonrpc": "2.0", "id": 1.5, "method": "ping"}',
+        INVALID,
+        None,
+        ['"id" must be a string or an integer'],
+    ),
+    (
+        b'{"jsonrpc": "2.0", "id": null, "method": "ping"}',
+        INVALID,
+        None,
+        ['"id" must be a string or an integer'],
+    ),
     (b'[{"jsonrpc": "2.0", "id": 10, "method": "ping"}]', INVALID, None, ["batch"]),
     (b'{"jsonrpc": "2.0", "id": 11, "error": {}}', INVALID, 11, ['"error.code" is missing']),
 ]
