@@ -61,8 +61,14 @@ _TLS_QUERY: Final = frozenset(
 )  # fmt: skip
 _TLS_FILES: Final = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 _CERT_REQS: Final = ("none", "optional", "required")
+_MANAGED: Final = {
+    "socket_timeout": "use --socket-timeout (SUBAGENT_BUS_SOCKET_TIMEOUT), which the blocking reads are checked against",
+    "timeout": "use --socket-timeout (SUBAGENT_BUS_SOCKET_TIMEOUT), which the blocking reads are checked against",
+    "max_connections": "the bus needs a connection per shard loop and sizes its pools itself",
+}
+"""Query options redis-py takes that would undo what the bus relies on, and why they are refused."""
 _QUERY: Final = frozenset(
-    {name for name in URL_QUERY_ARGUMENT_PARSERS if not name.startswith("ssl_")}
+    {name for name in URL_QUERY_ARGUMENT_PARSERS if not name.startswith("ssl_")} - set(_MANAGED)
     | {"client_name", "username", "password"}
 )
 """What redis-py takes from a redis://, rediss:// or unix:// URL's query; anything else it hands to the
@@ -180,6 +186,9 @@ def _check_query(url: str, *, tls: bool) -> None:
     """Refuse query options redis-py would pass on to the connection unchecked (a TypeError at the first
     command), values it cannot parse, and TLS options on a connection without TLS."""
     query = parse_qs(urlsplit(url).query, keep_blank_values=True)
+    managed = sorted(set(query) & set(_MANAGED))
+    if managed:
+        raise ValueError(f"{redact(url)!r}: {managed[0]} is not taken from the URL: {_MANAGED[managed[0]]}")
     unknown = sorted(set(query) - _QUERY - _TLS_QUERY)
     if unknown:
         known = ", ".join(sorted(_QUERY)) + (", ssl_*" if tls else "")

@@ -35,7 +35,12 @@ from coordinator.demo import DemoResult
     ("url", "message"),
     [
         ("redis://h:6379/0?foo=bar", r"unknown option\(s\) foo \(known: client_name, db"),
-        ("redis://h:6379/0?socket_timeout=abc", "socket_timeout='abc' is not a valid value"),
+        ("redis://h:6379/0?socket_connect_timeout=abc", "socket_connect_timeout='abc' is not a valid value"),
+        (
+            "redis://h:6379/0?socket_timeout=0.5",
+            "socket_timeout is not taken from the URL: use --socket-timeout",
+        ),
+        ("redis://h:6379/0?max_connections=1", "max_connections is not taken from the URL: the bus needs"),
         ("unix:///tmp/r.sock?db=x", "db='x' is not a valid value"),
         ("redis://h:6379/0?decode_responses=true", "unknown option"),
         ("redis://h:6379/0?ssl_ca_certs=/etc/hosts", "ssl_ca_certs needs TLS: use rediss://"),
