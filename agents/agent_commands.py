@@ -24,10 +24,19 @@ __all__ = ["commands", "mcp"]
 
 @click.command("mcp")
 @click.option(
-    "--agent-id", envvar="SUBAGENT_BUS_AGENT_ID", callback=check_id, help="The agent this server speaks for."
+    "--agent-id",
+    envvar="SUBAGENT_BUS_AGENT_ID",
+    show_envvar=True,
+    callback=check_id,
+    help="The agent this server speaks for.",
 )
 @click.option(
-    "--group", "group_id", envvar="SUBAGENT_BUS_GROUP", callback=check_id, help="The agent's task group."
+    "--group",
+    "group_id",
+    envvar="SUBAGENT_BUS_GROUP",
+    show_envvar=True,
+    callback=check_id,
+    help="The agent's task group.",
 )
 @click.option(
     "--workdir",

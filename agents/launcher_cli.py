@@ -103,6 +103,7 @@ def _adapter_args(
 @click.option(
     "--adapter-redis-url",
     envvar="SUBAGENT_BUS_ADAPTER_REDIS_URL",
+    show_envvar=True,
     metavar="URL",
     help="URL for the adapters the launcher starts (e.g. with the adapter ACL user); default: the launcher's.",
 )

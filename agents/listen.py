@@ -290,6 +290,7 @@ async def _listen(bus: AgentBus, timeout_s: float | None, as_json: bool, claim_i
 @click.option(
     "--agent-id",
     envvar="SUBAGENT_BUS_AGENT_ID",
+    show_envvar=True,
     required=True,
     callback=check_id,
     help="The agent whose inbox to wait on.",
@@ -298,6 +299,7 @@ async def _listen(bus: AgentBus, timeout_s: float | None, as_json: bool, claim_i
     "--group",
     "group_id",
     envvar="SUBAGENT_BUS_GROUP",
+    show_envvar=True,
     required=True,
     callback=check_id,
     help="The agent's task group.",

@@ -127,6 +127,7 @@ def _start(launch: TaskLaunch, group_id: str, log_dir: Path) -> Path:
     "--group",
     "group_id",
     envvar="SUBAGENT_BUS_GROUP",
+    show_envvar=True,
     help="Task group of the launched agents (default: the Claude Code session id).",
 )
 @click.option(

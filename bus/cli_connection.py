@@ -106,8 +106,8 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
         type=click.IntRange(1, MAX_SHARDS),
         default=None,
         metavar="N",
-        help="Shards of a namespace this command creates (default 8). Fixed at creation: a namespace "
-        "keeps its count, and a different N is refused.",
+        help="Shards of the namespace, when this command is the first to write to it (default 8). Fixed at "
+        "creation: a namespace keeps its count, and a different N is refused.",
     )
     @click.option(
         "--cluster/--no-cluster",

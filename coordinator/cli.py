@@ -77,7 +77,11 @@ _METRICS_PORT = click.option(
 @_METRICS_PORT
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
 @click.option(
-    "--log-json", is_flag=True, envvar="SUBAGENT_BUS_LOG_JSON", help="Log one JSON object per line."
+    "--log-json",
+    is_flag=True,
+    envvar="SUBAGENT_BUS_LOG_JSON",
+    show_envvar=True,
+    help="Log one JSON object per line.",
 )
 @click.option("--log-level", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR.")
 @redis_options
@@ -160,7 +164,11 @@ async def _reachable(settings: Settings) -> None:
 @POLICY_OPTION
 @_METRICS_PORT
 @click.option(
-    "--log-json", is_flag=True, envvar="SUBAGENT_BUS_LOG_JSON", help="Log one JSON object per line."
+    "--log-json",
+    is_flag=True,
+    envvar="SUBAGENT_BUS_LOG_JSON",
+    show_envvar=True,
+    help="Log one JSON object per line.",
 )
 @redis_options
 def up(

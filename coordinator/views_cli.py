@@ -47,6 +47,7 @@ POLICY_OPTION = click.option(
     "--policy",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     envvar="SUBAGENT_BUS_POLICY",
+    show_envvar=True,
     callback=_load_policy,
     help="Policy file (TOML or YAML): delegation limits, expertise weights, timeouts.",
 )
