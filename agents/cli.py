@@ -115,7 +115,7 @@ def _plural(count: int, word: str) -> str:
     help="Larger signal blocks and reports are reported as errors and skipped.",
 )
 def parse(path: str, fmt: str, as_json: bool, max_block_bytes: int) -> None:
-    """Parse agent output from PATH (or - for stdin) into signals, results and errors.
+    """Parse agent output from PATH (stdin without one, or with -) into signals, results and errors.
 
     The input is read as a stream, so a growing file or a pipe is parsed as it arrives.
 
@@ -186,7 +186,10 @@ def _write_totals(out: IO[bytes], parser: AnyParser, counts: Counter[str]) -> No
     "--agent-id", required=True, callback=check_id, help="The id the agent is told to use in its signals."
 )
 def prompt(taskfile: str, agent_id: str) -> None:
-    """Print a task prompt with the identity statement and the signal templates (protocol 1)."""
+    """Print a task prompt with the identity statement and the signal templates (protocol 1).
+
+    The task is read from TASKFILE, or from stdin without one (or with -).
+    """
     try:
         task = sys.stdin.read() if taskfile == "-" else Path(taskfile).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -30,6 +30,7 @@ import sys
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Final
 
@@ -209,6 +210,7 @@ class ProtocolServer:
         )
         return Server(
             "subagent-bus",
+            version=version("subagent-bus"),
             instructions=f"{who}These tools are the subagent communication protocol: signal your parent "
             "with them instead of printing signal blocks, then wait_for_directive for its answer.",
             on_list_tools=self.list_tools,

@@ -12,6 +12,7 @@ import os
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib.metadata import version
 from typing import Any
 
 import mcp_types as types
@@ -250,7 +251,8 @@ async def test_a_server_without_identity_explains_itself(redis_url: str) -> None
     params = server(redis_url)
     params.env = {**(params.env or {}), "SUBAGENT_BUS_AGENT_ID": "", "SUBAGENT_BUS_GROUP": ""}
     async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
-        await client.initialize()
+        initialized = await client.initialize()
+        assert initialized.server_info.version == version("subagent-bus")
         assert len((await client.list_tools()).tools) == 9
         result = await call(client, "report_progress", {"percent": 5})
     assert result.is_error
