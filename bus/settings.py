@@ -18,7 +18,7 @@ from typing import Any, Final, Self
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
-from redis.asyncio.connection import URL_QUERY_ARGUMENT_PARSERS
+from redis.asyncio.connection import URL_QUERY_ARGUMENT_PARSERS, to_bool
 
 from bus.errors import ConfigError
 
@@ -61,6 +61,7 @@ _TLS_QUERY: Final = frozenset(
 )  # fmt: skip
 _TLS_FILES: Final = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 _CERT_REQS: Final = ("none", "optional", "required")
+_BOOLEANS: Final = frozenset({"", "true", "false", "1", "0", "yes", "no", "t", "f", "y", "n"})
 _MANAGED: Final = {
     "socket_timeout": "use --socket-timeout (SUBAGENT_BUS_SOCKET_TIMEOUT), which the blocking reads are checked against",
     "timeout": "use --socket-timeout (SUBAGENT_BUS_SOCKET_TIMEOUT), which the blocking reads are checked against",
@@ -204,6 +205,8 @@ def _check_query(url: str, *, tls: bool) -> None:
                 parser(value)
         except (TypeError, ValueError):
             raise ValueError(f"{redact(url)!r}: {name}={value!r} is not a valid value") from None
+        if parser is to_bool and value.lower() not in _BOOLEANS:  # redis-py takes any other text as true
+            raise ValueError(f"{redact(url)!r}: {name}={value!r} is not true or false")
         if name == "ssl_cert_reqs" and value not in _CERT_REQS:
             raise ValueError(f"{redact(url)!r}: ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}")
         if name in _TLS_FILES and not Path(value).is_file():
@@ -292,7 +295,9 @@ def _host_port(item: str, url: str) -> tuple[str, int]:
 def _describe(exc: ValidationError) -> str:
     messages = []
     for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "settings"
+        where = ".".join(str(p) for p in err["loc"])
         message = str(err["msg"]).removeprefix("Value error, ")
-        messages.append(f"{where}: {message}")
+        if err["type"] == "string_pattern_mismatch" and where == "namespace":
+            message = f"{err['input']!r} may hold only letters, digits, '_', '.' and '-'"
+        messages.append(f"{where}: {message}" if where else message)
     return "invalid settings: " + "; ".join(messages)

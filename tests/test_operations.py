@@ -41,6 +41,7 @@ from coordinator.demo import DemoResult
             "socket_timeout is not taken from the URL: use --socket-timeout",
         ),
         ("redis://h:6379/0?max_connections=1", "max_connections is not taken from the URL: the bus needs"),
+        ("rediss://h:6379/0?ssl_check_hostname=maybe", "ssl_check_hostname='maybe' is not true or false"),
         ("unix:///tmp/r.sock?db=x", "db='x' is not a valid value"),
         ("redis://h:6379/0?decode_responses=true", "unknown option"),
         ("redis://h:6379/0?ssl_ca_certs=/etc/hosts", "ssl_ca_certs needs TLS: use rediss://"),
@@ -52,6 +53,13 @@ from coordinator.demo import DemoResult
 def test_url_options_redis_py_cannot_use_are_config_errors(url: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         bus.Settings.from_url(url)
+
+
+def test_a_namespace_of_other_characters_is_named_in_plain_words() -> None:
+    with pytest.raises(
+        ConfigError, match=r"namespace: 'bad ns' may hold only letters, digits, '_', '\.' and '-'"
+    ):
+        bus.Settings.from_url("redis://h", namespace="bad ns")
 
 
 @pytest.mark.parametrize(
