@@ -79,14 +79,17 @@ async def _summaries(settings: Settings, group_id: str | None = None) -> list[Gr
 
 
 async def _status_lines(settings: Settings, group_id: str | None) -> list[str]:
-    summaries = await _summaries(settings, group_id)
-    if summaries:
-        return [line for summary in summaries for line in render(summary)]
-    line = f"no groups yet{f' named {group_id}' if group_id else ''} in namespace {settings.namespace!r}"
-    waiting = 0 if group_id else await _read(settings, lambda c, k: unread_signals(c, k, GROUP), 0)
-    if waiting:
-        line += f" ({waiting} signal(s) wait for a coordinator: start one, `subagent-bus coordinator`)"
-    return [line]
+    none = f"no groups yet{f' named {group_id}' if group_id else ''} in namespace {settings.namespace!r}"
+
+    async def read(client: Client, keys: Keys) -> list[str]:  # one connection: a slow server is met once
+        summaries = [summarize(state) for state in await load_groups(client, keys, group_id)]
+        if summaries:
+            return [line for summary in summaries for line in render(summary)]
+        waiting = 0 if group_id else await unread_signals(client, keys, GROUP)
+        hint = f" ({waiting} signal(s) wait for a coordinator: start one, `subagent-bus coordinator`)"
+        return [none + (hint if waiting else "")]
+
+    return await _read(settings, read, [none])
 
 
 @click.command()
