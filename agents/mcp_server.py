@@ -273,16 +273,19 @@ class ProtocolServer:
         """Validate a call, then publish its envelope exactly as an adapter would."""
         identity = self._identity()
         payload = payload_of(tool, arguments, identity.agent_id)
-        bus = await self._connected()
-        envelope = bus.envelope(payload, source=self.source)
-        size = len(encode(envelope))
-        if size > MAX_ENVELOPE_BYTES:
-            raise ToolInputError(f"the {tool.name} call is {size} bytes encoded, over {MAX_ENVELOPE_BYTES}")
         try:
-            await asyncio.wait_for(bus.publish([envelope]), self.publish_timeout_s)
+            async with asyncio.timeout(self.publish_timeout_s):  # connecting included
+                bus = await self._connected()
+                envelope = bus.envelope(payload, source=self.source)
+                size = len(encode(envelope))
+                if size > MAX_ENVELOPE_BYTES:
+                    raise ToolInputError(
+                        f"the {tool.name} call is {size} bytes encoded, over {MAX_ENVELOPE_BYTES}"
+                    )
+                await bus.publish([envelope])
         except TimeoutError:
             return _text(
-                f"the bus did not answer within {self.publish_timeout_s:g}s; the {envelope.type.value} "
+                f"the bus did not answer within {self.publish_timeout_s:g}s; the {tool.name} call "
                 "may or may not have been published",
                 error=True,
             )

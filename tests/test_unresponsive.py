@@ -22,6 +22,7 @@ import pytest
 import redis
 import redis.asyncio
 from adapter_kit import CLI
+from test_mcp import call, session, text_of
 from workers.kit import progress
 
 from agents.listen import InboxListener
@@ -373,3 +374,12 @@ async def test_a_listener_gives_up_at_its_deadline_when_the_server_stops_answeri
     finally:
         await client.aclose()
         await proxy.close()
+
+
+async def test_an_mcp_tool_call_gives_up_at_its_publish_timeout_connecting_included(silent: Silent) -> None:
+    started = asyncio.get_running_loop().time()
+    async with session(silent.url, "--publish-timeout", "1", "--socket-timeout", "20") as client:
+        result = await call(client, "report_progress", {"percent": 5})
+    assert result.is_error
+    assert "the bus did not answer within 1s; the report_progress call" in text_of(result)
+    assert asyncio.get_running_loop().time() - started < 15  # the socket timeout was 20 s
