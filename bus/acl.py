@@ -169,6 +169,8 @@ def _install(redis_url: str | None, namespace: str, cluster: bool | None, users:
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     except CommandFailed as exc:
+        if "NoPermission" in str(exc) or "NOPERM" in str(exc):  # the user of the URL may not run ACL SETUSER
+            raise click.ClickException(f"{exc} (--apply needs an administrator's URL)") from None
         raise click.ClickException(f"{exc} (the role rules need Redis 7.0+ or Valkey 7.2+)") from None
     except BusError as exc:
         raise click.ClickException(str(exc)) from None
