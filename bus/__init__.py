@@ -19,6 +19,7 @@ from bus.errors import (
     EmbeddedRedisError,
     EnvelopeTooLarge,
     NamespaceMissing,
+    PermissionDenied,
     ProtocolError,
 )
 from bus.keys import Keys, StreamKind, open_namespace
@@ -42,6 +43,7 @@ __all__ = [
     "Keys",
     "Kind",
     "NamespaceMissing",
+    "PermissionDenied",
     "ProtocolError",
     "Publisher",
     "Settings",

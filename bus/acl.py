@@ -34,7 +34,7 @@ import redis.asyncio
 from bus.acl_rules import Role, role_rules
 from bus.cli_connection import settings_from_options
 from bus.connection import Client, connect, translated
-from bus.errors import BusError, CommandFailed, ConfigError
+from bus.errors import BusError, CommandFailed, ConfigError, PermissionDenied
 
 __all__ = [
     "AclFormat",
@@ -168,9 +168,9 @@ def _install(redis_url: str | None, namespace: str, cluster: bool | None, users:
         return asyncio.run(_apply(redis_url, namespace, cluster, users))
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    except PermissionDenied as exc:  # the user of the URL may not run ACL SETUSER
+        raise click.ClickException(f"{exc} (--apply needs an administrator's URL)") from None
     except CommandFailed as exc:
-        if "NoPermission" in str(exc) or "NOPERM" in str(exc):  # the user of the URL may not run ACL SETUSER
-            raise click.ClickException(f"{exc} (--apply needs an administrator's URL)") from None
         raise click.ClickException(f"{exc} (the role rules need Redis 7.0+ or Valkey 7.2+)") from None
     except BusError as exc:
         raise click.ClickException(str(exc)) from None

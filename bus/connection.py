@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import redis.asyncio
 import redis.exceptions as rex
 
-from bus.errors import BusError, CommandFailed, ConfigError, ConnectionFailed
+from bus.errors import BusError, CommandFailed, ConfigError, ConnectionFailed, PermissionDenied
 from bus.sentinel import sentinel_client
 from bus.settings import DEFAULT_SOCKET_TIMEOUT, Settings
 
@@ -62,6 +62,8 @@ def translated() -> Iterator[None]:
         # bus.wire's own read timeout is a TimeoutError without a message
         detail = str(exc) or "no reply within the socket timeout"
         raise ConnectionFailed(f"Redis unavailable ({type(exc).__name__}): {detail}") from exc
+    except rex.NoPermissionError as exc:
+        raise PermissionDenied(f"Redis refused the command ({type(exc).__name__}): {exc}") from exc
     except rex.RedisError as exc:
         raise CommandFailed(f"Redis refused the command ({type(exc).__name__}): {exc}") from exc
     except (AttributeError, TypeError) as exc:

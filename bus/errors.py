@@ -15,6 +15,7 @@ __all__ = [
     "EmbeddedRedisError",
     "EnvelopeTooLarge",
     "NamespaceMissing",
+    "PermissionDenied",
     "ProtocolError",
 ]
 
@@ -37,6 +38,10 @@ class ConnectionFailed(BusError):
 
 class CommandFailed(BusError):
     """The Redis server refused a command (wrong key type, missing consumer group, script error...)."""
+
+
+class PermissionDenied(CommandFailed):
+    """The server's ACL refused a command to the connection's user (``NOPERM``)."""
 
 
 class EnvelopeTooLarge(BusError):

@@ -19,7 +19,7 @@ from enum import StrEnum
 from typing import Final
 
 from bus.connection import Client, translated
-from bus.errors import ConfigError, NamespaceMissing
+from bus.errors import ConfigError, NamespaceMissing, PermissionDenied
 from bus.settings import MAX_SHARDS, NAMESPACE_PATTERN
 
 __all__ = ["Keys", "StreamKind", "dead_stream_for", "meta_key", "open_namespace"]
@@ -123,7 +123,14 @@ async def open_namespace(
                 "or start what creates it (a coordinator, an adapter) first"
             )
         if stored is None:
-            await client.set(key, str(shards or DEFAULT_SHARDS), nx=True)
+            try:
+                with translated():
+                    await client.set(key, str(shards or DEFAULT_SHARDS), nx=True)
+            except PermissionDenied:
+                raise NamespaceMissing(
+                    f"namespace {namespace!r} does not exist on this server (no {key}), and this user may "
+                    "not create it: under ACLs a coordinator creates it; start one first"
+                ) from None
             stored = await client.get(key)
     text = stored.decode(errors="replace") if isinstance(stored, bytes) else str(stored)
     if not text.isdigit() or not 1 <= int(text) <= MAX_SHARDS:

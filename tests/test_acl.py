@@ -30,7 +30,7 @@ from bus.consumer import Ack, Consumer
 from bus.directives import BlockerResolved, HumanDismiss, LaunchReason, LaunchRequest
 from bus.embedded import RedisProcess
 from bus.envelope import Payload, decode, encode, new_envelope
-from bus.errors import CommandFailed, ConfigError
+from bus.errors import CommandFailed, ConfigError, NamespaceMissing
 from bus.findings import Finding
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.metrics import Metrics
@@ -248,6 +248,18 @@ async def test_coordinator_runs_end_to_end_on_its_own_permissions(bus: AclServer
     finally:
         for client in (adapter, coord, observer):
             await client.aclose()
+
+
+async def test_an_adapter_before_any_coordinator_is_told_to_start_one(bus: AclServer) -> None:
+    admin = bus.server.client()
+    admin.delete(META)  # no coordinator has created the namespace yet
+    admin.close()
+    client = await bus.client(Role.ADAPTER)
+    try:
+        with pytest.raises(NamespaceMissing, match="this user may not create it: under ACLs a coordinator"):
+            await open_namespace(client, NS)
+    finally:
+        await client.aclose()
 
 
 def test_coordinator_has_no_admin_command_and_no_other_namespace(bus: AclServer) -> None:

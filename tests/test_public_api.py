@@ -15,7 +15,7 @@ import coordinator
 EXPECTED_BUS_API = {
     "Ack", "BusError", "Client", "CommandFailed", "ConfigError", "ConnectionFailed", "Consumer",
     "DecodeError", "Delivery", "EmbeddedRedisError", "Envelope", "EnvelopeTooLarge", "EnvelopeType",
-    "Keys", "Kind", "NamespaceMissing", "ProtocolError", "Publisher", "Settings", "StreamKind", "connect", "decode",
+    "Keys", "Kind", "NamespaceMissing", "PermissionDenied", "ProtocolError", "Publisher", "Settings", "StreamKind", "connect", "decode",
     "deterministic_id", "encode", "new_envelope", "open_namespace",
 }  # fmt: skip
 
