@@ -43,6 +43,7 @@ from bus.settings import check_url
 
 __all__ = [
     "HOOK_MATCHER",
+    "LOCAL_DATA",
     "MARK_END",
     "MARK_START",
     "SERVER_NAME",
@@ -54,6 +55,7 @@ __all__ = [
     "has_secret",
     "hook_entry",
     "init",
+    "merge_gitignore",
     "merge_hooks",
     "merge_mcp",
     "merge_section",
@@ -68,6 +70,7 @@ SERVER_NAME: Final = "subagent-bus"
 URL_VARIABLE: Final = "SUBAGENT_BUS_REDIS_URL"
 URL_REFERENCE: Final = "${SUBAGENT_BUS_REDIS_URL}"
 HOOK_MATCHER: Final = "^(Task|Agent)$"
+LOCAL_DATA: Final = ".subagent-bus"
 """The Task tool (called Agent by newer Claude Code versions); anchored, as a matcher is a regex."""
 _HOOK_TIMEOUT_S: Final = 30
 
@@ -286,6 +289,18 @@ def merge_hooks(existing: str | None, entry: dict[str, Any], force: bool) -> tup
     return _dumps(settings), f"PostToolUse hook {'replaced' if found else 'added'}"
 
 
+def merge_gitignore(existing: str | None) -> tuple[str | None, str]:
+    """``.gitignore`` with the local server's data directory in it: commands run without a URL (the MCP
+    server, the hook's adapters) keep a Redis and its data in ``.subagent-bus/`` of the repository."""
+    lines = (existing or "").splitlines()
+    if any(line.strip().strip("/") == LOCAL_DATA for line in lines):
+        return None, f"{LOCAL_DATA}/ already ignored"
+    before = existing or ""
+    if before and not before.endswith("\n"):
+        before += "\n"
+    return f"{before}{LOCAL_DATA}/\n", f"{LOCAL_DATA}/ ignored (the local Redis's data)"
+
+
 def _read(path: Path) -> str | None:
     try:
         return path.read_text(encoding="utf-8")
@@ -311,6 +326,7 @@ def plan(directory: Path, agent: AgentKind, url: str | None, force: bool) -> lis
             (Path("CLAUDE.md"), lambda text: merge_section(text, section, force)),
             (Path(".claude/settings.json"), lambda text: merge_hooks(text, hook_entry(), force)),
         ]
+    targets.append((Path(".gitignore"), merge_gitignore))
     changes: list[Change] = []
     problems: list[str] = []
     for relative, merge in targets:

@@ -115,7 +115,7 @@ def test_a_hand_edited_section_is_refused_without_force_and_replaced_with_it(tmp
     assert text.startswith("Intro kept.\n\n" + MARK_START)
     assert text.endswith(MARK_END + "\n\nOutro kept.\n")
     assert (tmp_path / ".mcp.json").exists()
-    assert run_init(tmp_path).output.count("unchanged") == 3
+    assert run_init(tmp_path).output.count("unchanged") == 4
 
 
 def test_another_subagent_bus_server_or_hook_needs_force(tmp_path: Path) -> None:
@@ -227,7 +227,7 @@ def test_a_url_without_password_is_written(tmp_path: Path) -> None:
 def test_codex_gets_agents_md_and_a_config_snippet(tmp_path: Path) -> None:
     result = run_init(tmp_path, "--agent", "codex")
     assert result.exit_code == 0, result.output
-    assert sorted(snapshot(tmp_path)) == ["AGENTS.md"]
+    assert sorted(snapshot(tmp_path)) == [".gitignore", "AGENTS.md"]
     agents = (tmp_path / "AGENTS.md").read_text()
     assert IDENTITY_STATEMENT in agents
     assert "[mcp_servers.subagent-bus]" in result.output
@@ -237,6 +237,15 @@ def test_codex_gets_agents_md_and_a_config_snippet(tmp_path: Path) -> None:
     assert 'env = { SUBAGENT_BUS_REDIS_URL = "unix:///tmp/x y\\"z.sock" }' in quoted.output  # valid TOML
     secret = run_init(tmp_path / "s", "--agent", "codex", "--url", "redis://u:hush@h:6379/0")
     assert "hush" not in secret.output and 'in its env: { SUBAGENT_BUS_REDIS_URL = "..." }' in secret.output
+
+
+def test_the_local_servers_data_is_ignored_by_git(tmp_path: Path) -> None:
+    (tmp_path / ".gitignore").write_text("node_modules/")  # no newline at its end
+    assert run_init(tmp_path).exit_code == 0
+    assert (tmp_path / ".gitignore").read_text() == "node_modules/\n.subagent-bus/\n"
+    again = run_init(tmp_path)
+    assert "unchanged .gitignore (.subagent-bus/ already ignored)" in again.output
+    assert (tmp_path / ".gitignore").read_text() == "node_modules/\n.subagent-bus/\n"
 
 
 def test_one_instructions_file_serves_claude_code_and_codex(tmp_path: Path) -> None:
