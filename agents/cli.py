@@ -85,7 +85,8 @@ def item_summary(item: Item) -> str:
         return f"{item.line:>6}  {'ERROR':<20} {item.message}"
     if isinstance(item, SignalItem):
         payload = item.payload
-        fields = [f"{name}={_clip(getattr(payload, name))}" for name in _KEY_FIELDS[item.type]]
+        values = ((name, getattr(payload, name)) for name in _KEY_FIELDS[item.type])
+        fields = [f"{name}={_clip(value)}" for name, value in values if value is not None]
         if isinstance(payload, ClarificationNeeded):
             fields.insert(0, f"questions={len(payload.questions)}")
         return f"{item.line:>6}  {item.type.value:<20} {_clip(payload.agent_id, 20):<20} {' '.join(fields)}"

@@ -56,6 +56,13 @@ def test_readable_summary_and_exit_2_on_errors(output: Path) -> None:
     assert lines[-1] == "1 signal, 1 result, 1 error"
 
 
+def test_a_field_that_is_not_set_is_left_out_of_the_line() -> None:
+    progress = b"[PROGRESS]\nagent_id: a\ntimestamp: 2026-01-01T00:00:00Z\npercent: 5\n[/PROGRESS]\n"
+    code, out, _ = run("-", stdin=progress)
+    assert code == 0
+    assert out.splitlines()[0].split() == ["1", "PROGRESS", "a", "percent=5.0"]
+
+
 def test_json_lines(output: Path) -> None:
     code, out, _ = run(str(output), "--json")
     assert code == 2
