@@ -55,7 +55,7 @@ NonBlankText = Annotated[Text, AfterValidator(_not_blank)]
 Timestamp = AwareDatetime
 """An ISO-8601 instant that must carry a time zone."""
 
-Confidence = Annotated[float, Field(ge=0, le=100)]
+Confidence = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
 """A confidence score on the protocol's 0-100 scale."""
 
 

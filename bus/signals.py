@@ -153,6 +153,6 @@ class Progress(OpenModel):
 
     agent_id: str
     timestamp: Timestamp | None = None
-    percent: float = Field(ge=0, le=100)
+    percent: float = Field(ge=0, le=100, allow_inf_nan=False)
     message: Text | None = None
     eta: Text | None = None

@@ -270,3 +270,10 @@ def test_arbitrary_bytes_never_break_the_parser(data: bytes, cuts: list[int]) ->
             previous = cut
         items += parser.close()
         assert items == parse_text(document, max_block_bytes=300)
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf"])
+def test_a_percent_or_confidence_that_is_no_finite_number_says_so(value: str) -> None:
+    progress = f"[PROGRESS]\nagent_id: a\ntimestamp: 2026-01-01T00:00:00Z\npercent: {value}\n[/PROGRESS]\n"
+    [error] = parse_text(progress)
+    assert isinstance(error, ErrorItem) and "finite number" in error.message
