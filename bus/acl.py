@@ -80,6 +80,8 @@ def user_for(role: Role, namespace: str, password: str, *, prefix: str | None = 
     password's hash, then the role's rules. The name is ``<prefix>-<role>``, the prefix defaulting to
     the namespace."""
     rules = role_rules(role, namespace)
+    if prefix is not None and not prefix.strip():
+        raise ConfigError("an empty user prefix: leave --user-prefix out to name users after the namespace")
     name = f"{prefix or namespace}-{role.value}"
     if not name or any(c.isspace() for c in name):
         raise ConfigError(f"{name!r} is not a valid ACL user name")

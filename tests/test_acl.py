@@ -791,5 +791,7 @@ def test_bad_password_specs_and_user_names_say_what_is_wrong() -> None:
     assert empty.exit_code == 2 and "$E is not set or empty" in empty.output
     spaced = runner.invoke(acl, ["--role", "adapter", "--generate", "--user-prefix", "my team"])
     assert spaced.exit_code == 2 and "'my team-adapter' is not a valid ACL user name" in spaced.output
+    blank = runner.invoke(acl, ["--role", "adapter", "--generate", "--user-prefix", ""])
+    assert blank.exit_code == 2 and "an empty user prefix" in blank.output
     with pytest.raises(ConfigError, match="must not be empty"):
         password_hash("")
