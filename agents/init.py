@@ -11,16 +11,18 @@ For Claude Code (``--agent claude-code``, the default) it writes or merges:
   (:mod:`agents.identity`), the MCP tools, and how to wait for an answer with ``listen``;
 - ``.claude/settings.json``: a ``PostToolUse`` hook on the Task tool running ``subagent-bus init
   hook-task`` (:mod:`agents.task_hook`), which puts each background agent's output file under
-  ``subagent-bus adapter watch``.
+  ``subagent-bus adapter watch``;
+- ``.gitignore``: ``.subagent-bus/``, where commands run without a URL keep the local Redis.
 
-For Codex (``--agent codex``) it writes the section into ``AGENTS.md`` and prints the MCP server entry for
-``~/.codex/config.toml``, a file outside the repository that init does not touch; Codex has no hooks.
+For Codex (``--agent codex``) it writes the section into ``AGENTS.md`` (the same section: one file may
+serve both) and ``.gitignore``, and prints the MCP server entry for ``~/.codex/config.toml``, a file
+outside the repository that init does not touch; Codex has no hooks.
 
 Everything else in those files is kept: other servers, other hooks, the rest of the Markdown. Running init
 again changes nothing and says so; without ``--url`` it keeps the URL (or reference) an earlier run
 wrote. A part that differs from what init would write (a hand edit of the section, another
 ``subagent-bus`` server entry or hook) is left alone and reported, and nothing at all is written, unless
-``--force`` replaces it. Files are replaced atomically.
+``--force`` replaces it (the merges are :mod:`agents.init_merge`'s). Files are replaced atomically.
 """
 
 from __future__ import annotations
@@ -38,39 +40,35 @@ from urllib.parse import parse_qs, urlsplit
 import click
 
 from agents.identity import IDENTITY_STATEMENT, SIGNAL_TEMPLATES
+from agents.init_merge import (
+    MARK_END,
+    MARK_START,
+    URL_VARIABLE,
+    Conflict,
+    merge_gitignore,
+    merge_hooks,
+    merge_mcp,
+    merge_section,
+)
 from agents.task_hook import HOOK_COMMAND, hook_task
 from bus.settings import check_url
 
 __all__ = [
     "HOOK_MATCHER",
-    "LOCAL_DATA",
-    "MARK_END",
-    "MARK_START",
-    "SERVER_NAME",
     "URL_REFERENCE",
     "AgentKind",
     "Change",
-    "Conflict",
     "Merge",
     "has_secret",
     "hook_entry",
     "init",
-    "merge_gitignore",
-    "merge_hooks",
-    "merge_mcp",
-    "merge_section",
     "plan",
     "protocol_section",
     "server_entry",
 ]
 
-MARK_START: Final = "<!-- subagent-bus:start -->"
-MARK_END: Final = "<!-- subagent-bus:end -->"
-SERVER_NAME: Final = "subagent-bus"
-URL_VARIABLE: Final = "SUBAGENT_BUS_REDIS_URL"
 URL_REFERENCE: Final = "${SUBAGENT_BUS_REDIS_URL}"
 HOOK_MATCHER: Final = "^(Task|Agent)$"
-LOCAL_DATA: Final = ".subagent-bus"
 """The Task tool (called Agent by newer Claude Code versions); anchored, as a matcher is a regex."""
 _HOOK_TIMEOUT_S: Final = 30
 
@@ -78,10 +76,6 @@ _HOOK_TIMEOUT_S: Final = 30
 class AgentKind(StrEnum):
     CLAUDE_CODE = "claude-code"
     CODEX = "codex"
-
-
-class Conflict(Exception):
-    """A file holds a part that differs from what init writes (or cannot be read as expected)."""
 
 
 @dataclass(frozen=True)
@@ -188,117 +182,6 @@ def protocol_section() -> str:
         MARK_END,
     ]
     return "\n".join(parts) + "\n"
-
-
-def merge_section(existing: str | None, section: str, force: bool) -> tuple[str | None, str]:
-    """The file with the section added or replaced (None: unchanged) and what was done."""
-    if existing is None or not existing.strip():
-        return section, "protocol section written"
-    starts, ends = existing.count(MARK_START), existing.count(MARK_END)
-    if starts == 0 and ends == 0:
-        return existing.rstrip("\n") + "\n\n" + section, "protocol section added"
-    start, end = existing.find(MARK_START), existing.find(MARK_END)
-    if starts != 1 or ends != 1 or end < start:
-        raise Conflict(
-            f"its {MARK_START} / {MARK_END} markers are damaged ({starts} start, {ends} end); "
-            "fix or remove them by hand"
-        )
-    end += len(MARK_END)
-    if end < len(existing) and existing[end] == "\n":
-        end += 1
-    if existing[start:end] == section:
-        return None, "protocol section up to date"
-    if not force:
-        raise Conflict("its protocol section was edited (or written by another version); --force replaces it")
-    return existing[:start] + section + existing[end:], "protocol section replaced"
-
-
-def _json_object(existing: str | None, what: str) -> dict[str, Any]:
-    if existing is None or not existing.strip():
-        return {}
-    try:
-        value = json.loads(existing)
-    except json.JSONDecodeError as exc:
-        raise Conflict(f"it is not valid JSON ({exc}); fix it by hand") from None
-    except RecursionError:
-        raise Conflict("it is nested too deeply to be read as JSON; fix it by hand") from None
-    if not isinstance(value, dict):
-        raise Conflict(f"it is not a JSON object of {what}")
-    return value
-
-
-def _member(parent: dict[str, Any], name: str, kind: type[dict[str, Any]] | type[list[Any]]) -> Any:
-    value = parent.setdefault(name, kind())
-    if not isinstance(value, kind):
-        raise Conflict(f"its {name!r} is not a JSON {'object' if kind is dict else 'array'}")
-    return value
-
-
-def _dumps(value: dict[str, Any]) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
-
-
-def merge_mcp(existing: str | None, entry: dict[str, Any], force: bool) -> tuple[str | None, str]:
-    """``.mcp.json`` with the ``subagent-bus`` server (None: unchanged) and what was done."""
-    config = _json_object(existing, "MCP servers")
-    servers = _member(config, "mcpServers", dict)
-    current = servers.get(SERVER_NAME)
-    if current == entry:
-        return None, f"mcpServers.{SERVER_NAME} up to date"
-    if _keeps_url(current, entry):
-        return None, f"mcpServers.{SERVER_NAME} up to date (its {URL_VARIABLE} kept)"
-    if current is not None and not force:
-        raise Conflict(f"its mcpServers.{SERVER_NAME} differs from what init writes; --force replaces it")
-    servers[SERVER_NAME] = entry
-    return _dumps(config), f"mcpServers.{SERVER_NAME} {'replaced' if current is not None else 'added'}"
-
-
-def _keeps_url(current: Any, entry: dict[str, Any]) -> bool:
-    """Whether ``current`` is ``entry`` plus the URL (or its reference) an ``init --url`` wrote: a run
-    without ``--url`` leaves it, as it leaves everything else it would write the same way."""
-    if "env" in entry or not isinstance(current, dict) or not isinstance(current.get("env"), dict):
-        return False
-    rest = {name: value for name, value in current.items() if name != "env"}
-    return rest == entry and set(current["env"]) == {URL_VARIABLE}
-
-
-def _ours(group: Any) -> bool:
-    hooks = group.get("hooks") if isinstance(group, dict) else None
-    return isinstance(hooks, list) and any(
-        isinstance(hook, dict) and str(hook.get("command", "")).startswith(HOOK_COMMAND) for hook in hooks
-    )
-
-
-def merge_hooks(existing: str | None, entry: dict[str, Any], force: bool) -> tuple[str | None, str]:
-    """``.claude/settings.json`` with the Task hook (None: unchanged) and what was done."""
-    settings = _json_object(existing, "settings")
-    events = _member(settings, "hooks", dict)
-    groups = _member(events, "PostToolUse", list)
-    found = [group for group in groups if _ours(group)]
-    if found == [entry]:
-        return None, "PostToolUse hook up to date"
-    if found and not force:
-        raise Conflict(
-            "its PostToolUse hook running subagent-bus differs from what init writes; --force replaces it"
-        )
-    for group in found:
-        group["hooks"] = [hook for hook in group["hooks"] if not _ours({"hooks": [hook]})]
-    emptied = {id(group) for group in found if not group["hooks"]}
-    groups[:] = [group for group in groups if id(group) not in emptied]
-    groups.append(entry)
-    return _dumps(settings), f"PostToolUse hook {'replaced' if found else 'added'}"
-
-
-def merge_gitignore(existing: str | None) -> tuple[str | None, str]:
-    """``.gitignore`` with the local server's data directory in it: commands run without a URL (the MCP
-    server, the hook's adapters) keep a Redis and its data in ``.subagent-bus/`` of the repository."""
-    lines = (existing or "").splitlines()
-    if any(line.strip().strip("/") == LOCAL_DATA for line in lines):
-        return None, f"{LOCAL_DATA}/ already ignored"
-    before = existing or ""
-    if before and not before.endswith("\n"):
-        before += "\n"
-    return f"{before}{LOCAL_DATA}/\n", f"{LOCAL_DATA}/ ignored (the local Redis's data)"
 
 
 def _read(path: Path) -> str | None:

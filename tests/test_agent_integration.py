@@ -13,7 +13,8 @@ from pathlib import Path
 from adapter_kit import CLI
 from click.testing import CliRunner
 
-from agents.init import MARK_START, init
+from agents.init import init
+from agents.init_merge import MARK_START
 
 INITIALIZE = {
     "jsonrpc": "2.0",

@@ -13,7 +13,8 @@ from adapter_kit import CLI, open_bus, wait_until
 from click.testing import CliRunner, Result
 
 from agents.identity import IDENTITY_STATEMENT, SIGNAL_TEMPLATES
-from agents.init import HOOK_MATCHER, MARK_END, MARK_START, URL_REFERENCE, hook_entry, init, server_entry
+from agents.init import HOOK_MATCHER, URL_REFERENCE, hook_entry, init, server_entry
+from agents.init_merge import MARK_END, MARK_START
 from agents.parser import SignalItem, parse_text
 from agents.task_hook import HOOK_COMMAND
 from bus.envelope import EnvelopeType
