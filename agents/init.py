@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import parse_qs, urlsplit
 
 import click
 
@@ -51,7 +50,7 @@ from agents.init_merge import (
     merge_section,
 )
 from agents.task_hook import HOOK_COMMAND, hook_task
-from bus.settings import check_url
+from bus.settings import check_url, redact
 
 __all__ = [
     "HOOK_MATCHER",
@@ -89,13 +88,9 @@ class Change:
 
 
 def has_secret(url: str) -> bool:
-    """Whether a Redis URL carries a password: in its user info, or as a query option whose name ends
-    in ``password`` (``password``, ``sentinel_password``, ``ssl_password``: those the messages mask)."""
-    parts = urlsplit(url)
-    if parts.password:
-        return True
-    query = parse_qs(parts.query, keep_blank_values=True)
-    return any(name.lower().endswith("password") for name in query)
+    """Whether a Redis URL carries a password: what :func:`bus.settings.redact` masks (the user info's
+    password, and every query option named ``*password``)."""
+    return redact(url) != url
 
 
 def server_entry(url: str | None) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import json
 from typing import Any, Final
 
 from agents.task_hook import HOOK_COMMAND
+from bus.cli_connection import DEFAULT_DATA_DIR
 
 __all__ = [
     "LOCAL_DATA",
@@ -29,7 +30,7 @@ MARK_START: Final = "<!-- subagent-bus:start -->"
 MARK_END: Final = "<!-- subagent-bus:end -->"
 SERVER_NAME: Final = "subagent-bus"
 URL_VARIABLE: Final = "SUBAGENT_BUS_REDIS_URL"
-LOCAL_DATA: Final = ".subagent-bus"
+LOCAL_DATA: Final = str(DEFAULT_DATA_DIR)
 """Where commands run without a URL keep the local Redis and its data."""
 
 

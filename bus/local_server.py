@@ -74,10 +74,7 @@ def _start_local_server(directory: Path) -> str:
 def _previous_port(directory: Path) -> int | None:
     """The port of the directory's last server, when it is free: the commands that follow a server
     (``tail``, adapters, coordinators, ``listen``) reconnect to the one started after ``down``."""
-    try:
-        port = orjson.loads((directory / _STATE_FILE).read_bytes())["port"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    port = _recorded(directory, "port")
     return port if type(port) is int and 0 < port < 65536 and port_free(port) else None
 
 
@@ -140,10 +137,17 @@ def _shut_down(url: str) -> int:
     return pid
 
 
-def _running_url(directory: Path) -> str | None:
+def _recorded(directory: Path, field: str) -> object:
+    """A field of the directory's ``server.json``; None when the file or the field is missing or damaged."""
     try:
-        url = str(orjson.loads((directory / _STATE_FILE).read_bytes())["url"])
+        return orjson.loads((directory / _STATE_FILE).read_bytes())[field]
     except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _running_url(directory: Path) -> str | None:
+    url = _recorded(directory, "url")
+    if not isinstance(url, str):
         return None
     client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=1)
     try:
