@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import signal
 import threading
 from collections.abc import Callable, Coroutine
@@ -21,6 +22,7 @@ import click
 
 from bus.errors import BusError, ConfigError
 from bus.local_server import ensure_local_server, stop_local_server
+from bus.logs import JsonFormatter
 from bus.params import FiniteFloatRange
 from bus.settings import DEFAULT_SOCKET_TIMEOUT, MAX_SHARDS, MIN_SOCKET_TIMEOUT, Settings
 
@@ -50,10 +52,25 @@ def settings_from_options(
     """Settings from the shared command-line options; no URL starts (or joins) the embedded server."""
     if redis_url is None:
         redis_url = default_url()
-        click.echo(f"using local Redis at {redis_url} (`subagent-bus down` stops it)", err=True)
+        _tell(f"using local Redis at {redis_url} (`subagent-bus down` stops it)")
     return Settings.from_url(
         redis_url, namespace=namespace, cluster=cluster, shards=shards, socket_timeout=socket_timeout
     )
+
+
+def _tell(message: str) -> None:
+    """A line for the user on stderr; a JSON log line when the command logs JSON (``--log-json``), whose
+    logging is not set up yet: the connection options are resolved before the command runs."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.params.get("log_json"):
+        fields = {
+            "name": "subagent_bus.connection",
+            "msg": message,
+            "levelname": "INFO",
+            "levelno": logging.INFO,
+        }
+        message = JsonFormatter().format(logging.makeLogRecord(fields))
+    click.echo(message, err=True)
 
 
 @click.command()

@@ -174,6 +174,7 @@ async def _follow(demo: _Demo, client: Client, keys: Keys, deadline: float) -> G
     stream = keys.stream(keys.shard_of(GROUP), StreamKind.EVENTS)
     cursor = "0"
     settled: GroupSummary | None = None
+    done_at: float | None = None
     while time.monotonic() < deadline:
         with translated():
             reply = await client.xread({stream: cursor}, count=100, block=None if settled else 250)
@@ -186,17 +187,29 @@ async def _follow(demo: _Demo, client: Client, keys: Keys, deadline: float) -> G
                 envelope = decode(fields.get(b"data"))
                 if isinstance(envelope.payload, Decision):
                     await asyncio.to_thread(demo.on_decision, envelope.agent_id, envelope.payload)
-        settled = settled or await _settled(client, keys)
+        if settled is None and (found := await _settled(client, keys)) is not None:
+            # The last agents' exits (AGENT_EXITED, no decision) follow their completion: wait for them,
+            # so that the summary's applied counts are the final ones, unless one takes too long.
+            summary, exited = found
+            done_at = done_at or time.monotonic()
+            if exited or time.monotonic() - done_at > _EXIT_GRACE_S:
+                settled = summary
     return None
 
 
-async def _settled(client: Client, keys: Keys) -> GroupSummary | None:
+_EXIT_GRACE_S = 5.0
+
+
+async def _settled(client: Client, keys: Keys) -> tuple[GroupSummary, bool] | None:
+    """The group's summary once its work is done, and whether every agent's exit has been applied."""
     states = await load_groups(client, keys, GROUP)
     if not states:
         return None
     summary = summarize(states[0])
     done = summary.status is not None and summary.progress.active == 0 and not summary.pending_delegations
-    return summary if done and summary.progress.total > len(AGENTS) else None
+    if not done or summary.progress.total <= len(AGENTS):
+        return None
+    return summary, all(record.exited for record in states[0].agents.values())
 
 
 def _check(result: DemoResult) -> None:

@@ -92,9 +92,18 @@ async def _status_lines(settings: Settings, group_id: str | None) -> list[str]:
     return await _read(settings, read, [none])
 
 
+def _not_both(ctx: click.Context, param: click.Parameter, value: T) -> T:
+    """``--watch`` and ``--json`` refused together while the options are parsed (before the connection
+    options start a local server): whichever of the two click handles second sees the other."""
+    other = {"as_json": "watch", "watch": "as_json"}[param.name or ""]
+    if value not in (None, False) and ctx.params.get(other) not in (None, False):
+        raise click.UsageError("--watch and --json do not go together")
+    return value
+
+
 @click.command()
 @click.option("--group", "group_id", help="Only this task group.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summaries as JSON.")
+@click.option("--json", "as_json", is_flag=True, callback=_not_both, help="Print the summaries as JSON.")
 @click.option(
     "--watch",
     "watch",
@@ -103,6 +112,7 @@ async def _status_lines(settings: Settings, group_id: str | None) -> list[str]:
     flag_value=1.0,
     default=None,
     metavar="[SECONDS]",
+    callback=_not_both,
     help="Refresh a live view every SECONDS (default 1) until Ctrl-C.",
 )
 @redis_options
@@ -111,8 +121,6 @@ def status(settings: Settings, group_id: str | None, as_json: bool, watch: float
 
     Per agent it also shows how many envelopes the coordinators applied and the id of the last one.
     """
-    if watch is not None and as_json:
-        raise click.UsageError("--watch and --json do not go together")
     if watch is None:
         if as_json:
             summaries = run_command(_summaries(settings, group_id))

@@ -36,6 +36,15 @@ def test_demo_walks_through_every_protocol(redis_url: str, tmp_path: Path) -> No
     # each agent prints a result and a COMPLETION_REPORT that agree: one completion each
     completed = [d["agent_id"] for d in result["decisions"] if d["decision"] == "completed"]
     assert sorted(completed) == sorted(states)
+    # the summary waits for the agents' exits: its counts are the final ones that status shows
+    status = subprocess.run(
+        [CLI, "status", "--json", "--redis-url", redis_url, "--namespace", result["namespace"]],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    final = {a["agent_id"]: a["applied"] for group in orjson.loads(status.stdout) for a in group["agents"]}
+    assert {a["agent_id"]: a["applied"] for a in result["group"]["agents"]} == final
     merged = {m["location"]: m for m in result["merged_findings"]}
     jwt = merged["src/config/jwt.ts:8"]
     assert jwt["agents"] == ["dependency-scanner", "qa-engineer", "security-auditor"]

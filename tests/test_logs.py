@@ -4,12 +4,18 @@ as they are in JSON."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import orjson
 import pytest
 
+from bus.local_server import stop_local_server
 from bus.logs import PLAIN_FORMAT, setup_logging
+
+CLI = str(Path(sys.executable).parent / "subagent-bus")
 
 HOSTILE = "a\nb\x1b[2J"
 
@@ -47,3 +53,23 @@ def test_json_keeps_the_values(capsys: pytest.CaptureFixture[str]) -> None:
     logging.getLogger("t").warning("registered %s", HOSTILE, extra={"agent_id": HOSTILE})
     record = orjson.loads(capsys.readouterr().err)
     assert record["message"] == f"registered {HOSTILE}" and record["agent_id"] == HOSTILE
+
+
+@pytest.mark.parametrize(
+    "command", [["coordinator", "--burst"], ["launcher", "--burst", "--command", "true"]]
+)
+def test_with_log_json_the_local_server_line_is_json_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SUBAGENT_BUS_REDIS_URL", raising=False)
+    try:
+        done = subprocess.run(
+            [CLI, *command, "--log-json"], check=False, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        lines = [orjson.loads(line) for line in done.stderr.splitlines()]  # every line is JSON
+        assert lines[0]["message"].startswith("using local Redis at redis://127.0.0.1:")
+        assert lines[0]["level"] == "info" and lines[0]["logger"] == "subagent_bus.connection"
+    finally:
+        stop_local_server(tmp_path / ".subagent-bus")

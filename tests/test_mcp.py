@@ -8,19 +8,16 @@ a tool call has none) and so do ``source`` and ``ts`` (the moment of publishing)
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from importlib.metadata import version
 from typing import Any
 
-import mcp_types as types
 import orjson
 import yaml
 from adapter_kit import CLI, Bus, open_bus, wait_until
 from mcp.client import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import stdio_client
+from mcp_kit import AGENT, GROUP_ID, call, server, session, text_of
 
 from agents.adapter import AgentBus, OutputStream
 from agents.findings_io import parse_findings
@@ -29,8 +26,6 @@ from bus.envelope import Envelope, EnvelopeType, new_envelope
 from bus.keys import StreamKind
 from bus.publisher import Publisher
 
-AGENT = "mcp-agent"
-GROUP_ID = "g-mcp"
 TS = "2026-01-11T08:45:00-05:00"
 
 SIGNALS: dict[str, tuple[EnvelopeType, dict[str, Any]]] = {
@@ -112,32 +107,6 @@ def signal_text(type_: EnvelopeType, fields: dict[str, Any]) -> str:
     """The signal as an agent prints it: the tag lines around the YAML fields."""
     body = yaml.safe_dump({"agent_id": AGENT, **fields}, sort_keys=False, allow_unicode=True)
     return f"Some prose first.\n[{type_.value}]\n{body}[/{type_.value}]\n"
-
-
-def server(url: str, *args: str) -> StdioServerParameters:
-    env = {"SUBAGENT_BUS_REDIS_URL": url, **{k: v for k, v in os.environ.items() if k.startswith("PYTHON")}}
-    return StdioServerParameters(command=CLI, args=["mcp", *args], env=env)
-
-
-@asynccontextmanager
-async def session(url: str, *args: str) -> AsyncIterator[ClientSession]:
-    identity = ("--agent-id", AGENT, "--group", GROUP_ID)
-    async with (
-        stdio_client(server(url, *identity, *args)) as (read, write),
-        ClientSession(read, write) as client,
-    ):
-        await client.initialize()
-        yield client
-
-
-async def call(client: ClientSession, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-    result = await client.call_tool(name, arguments)
-    assert isinstance(result, types.CallToolResult)
-    return result
-
-
-def text_of(result: types.CallToolResult) -> str:
-    return "".join(block.text for block in result.content if isinstance(block, types.TextContent))
 
 
 async def signals(bus: Bus) -> list[Envelope]:

@@ -22,7 +22,7 @@ import pytest
 import redis
 import redis.asyncio
 from adapter_kit import CLI
-from test_mcp import call, session, text_of
+from mcp_kit import call, session, text_of
 from workers.kit import progress
 
 from agents.listen import InboxListener

@@ -3,6 +3,7 @@ would otherwise fix a shard count before the coordinator that was meant to choos
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +69,13 @@ def test_an_empty_status_says_when_signals_wait_for_a_coordinator(redis_url: str
     assert run(redis_url, "status", "--group", "g").stdout == "no groups yet named g in namespace 'typo'\n"
     assert run(redis_url, "coordinator", "--burst").returncode == 0
     assert run(redis_url, "status").stdout.startswith("group g: ")
+
+
+def test_status_refuses_watch_with_json_before_starting_a_local_server(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SUBAGENT_BUS_REDIS_URL"}
+    for options in (["--watch", "--json"], ["--json", "--watch", "2"]):
+        done = subprocess.run([CLI, "status", *options], check=False, capture_output=True, text=True,
+                              timeout=60, cwd=tmp_path, env=env)  # fmt: skip
+        assert done.returncode == 2 and "--watch and --json do not go together" in done.stderr, options
+        assert "using local Redis" not in done.stderr
+    assert not (tmp_path / ".subagent-bus").exists()
