@@ -23,9 +23,37 @@ NONE: Final = frozenset({"none", "n/a", "na", "nothing", "no issues", "no blocke
 _LOCATION: Final = re.compile(r"(\S+?):(\d+)(?:[-:]\d+)?\b.*")
 
 
+_LINK: Final = re.compile(r"\[([^\]]*)\]\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
+_ANCHOR: Final = re.compile(r"#L(\d+)(?:-L?\d+)?$")
+
+
 def split_location(location: str) -> tuple[str | None, int | None]:
-    """``src/a.ts:45`` -> (``src/a.ts``, 45); a bare path has no line; a word or prose has neither."""
+    """``src/a.ts:45`` -> (``src/a.ts``, 45); a bare path has no line; a word or prose has neither.
+
+    A Markdown link names its place twice: ``[src/a.ts:45](src/a.ts#L45)`` and ``[a.ts](src/a.ts#L45)``
+    are both ``src/a.ts``, 45. A relative target is the path (the text may be a short name); a URL's is
+    not (``https://host/repo/blob/main/src/a.ts``), so then the text's path is; the line is the target's
+    ``#L45`` anchor, else the text's.
+    """
     location = location.replace("`", "").strip()
+    link = _LINK.fullmatch(location)
+    if link is not None:
+        return _linked(link.group(1), link.group(2))
+    return _located(location)
+
+
+def _linked(text: str, target: str) -> tuple[str | None, int | None]:
+    file, line = _located(text.strip())
+    anchor = _ANCHOR.search(target)
+    path, _, _ = target.partition("#")
+    if path and "://" not in path:
+        file = _located(path)[0] or file
+    if anchor is not None and int(anchor.group(1)) >= 1:
+        line = int(anchor.group(1))
+    return file, line if file is not None else None
+
+
+def _located(location: str) -> tuple[str | None, int | None]:
     match = _LOCATION.fullmatch(location)
     if match is not None and int(match.group(2)) >= 1:
         return match.group(1), int(match.group(2))

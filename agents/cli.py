@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 import click
-import orjson
-import pydantic_core
 
 from agents.identity import build_prompt
 from agents.options import check_id, format_option
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, ResultItem, SignalItem
 from agents.transcript import AnyParser, Format
+from bus.display import json_bytes
 from bus.envelope import EnvelopeType
 from bus.signals import ClarificationNeeded
 
@@ -163,12 +162,7 @@ def _write(out: IO[bytes], items: list[Item], as_json: bool, counts: Counter[str
 
 
 def _json_line(item: Item) -> bytes:
-    value = item_json(item)
-    try:
-        return orjson.dumps(value)
-    except orjson.JSONEncodeError:
-        # orjson writes no integer beyond 64 bits, which an extra field of a signal can hold
-        return pydantic_core.to_json(value)
+    return json_bytes(item_json(item))
 
 
 def _write_totals(out: IO[bytes], parser: AnyParser, counts: Counter[str]) -> None:

@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable
 from typing import Final
 
-__all__ = ["Value", "plain", "read"]
+__all__ = ["Value", "WrittenFloat", "WrittenInt", "plain", "read", "resolve"]
 
 Value = str | int | float | bool | None | list["Value"] | dict["Value", "Value"]
 
@@ -60,8 +60,43 @@ _FLAT_LINE: Final = re.compile(
 )
 
 
+class WrittenInt(int):
+    """An integer read from a plain scalar, which remembers how it was written: ``str()`` gives that
+    text (``0755``, ``0x1f``, ``1234567``), so a text or id field keeps what the author wrote (an agent id
+    of digits stays a string, ``0755`` keeps its zero). Everywhere else it is the number."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class WrittenFloat(float):
+    """A float read from a plain scalar, which remembers how it was written (``1.10``, ``8e12345``);
+    see :class:`WrittenInt`."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
 def plain(value: str) -> Value:
-    """Resolve a plain (unquoted, untagged) scalar by the YAML 1.2 core schema."""
+    """Resolve a plain (unquoted, untagged) scalar by the YAML 1.2 core schema; a number remembers its
+    text (:class:`WrittenInt`, :class:`WrittenFloat`)."""
+    resolved = resolve(value)
+    if type(resolved) is int:
+        written: WrittenInt | WrittenFloat = WrittenInt(resolved)
+    elif type(resolved) is float:
+        written = WrittenFloat(resolved)
+    else:
+        return resolved
+    written.text = value
+    return written
+
+
+def resolve(value: str) -> Value:
+    """What the YAML 1.2 core schema reads a plain scalar as, in Python's own types."""
     if (value and value[0] not in _SPECIAL_START) or ":" in value or " " in value:
         return value  # what the schema reads as anything but text starts otherwise and has neither
     try:

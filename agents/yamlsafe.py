@@ -44,6 +44,7 @@ from yaml.events import (
 from agents import yamlfast
 from agents.yamlfast import Value
 from agents.yamlfast import plain as _plain
+from agents.yamlfast import resolve as _resolve
 from bus.errors import ProtocolError
 
 __all__ = [
@@ -133,7 +134,7 @@ def _tagged(tag: str, value: str, line: int) -> Value:
         return value
     if name not in _SCALAR_TAGS:
         raise YamlError(f"unsupported tag {tag!r}", line)
-    resolved = _plain(value)
+    resolved = _resolve(value)  # the tag asked for a number: no text to keep
     if name == "float" and isinstance(resolved, int) and not isinstance(resolved, bool):
         resolved = float(resolved)
     if type(resolved) is not _SCALAR_TAGS[name]:

@@ -7,6 +7,7 @@ import re
 from typing import TYPE_CHECKING
 
 import orjson
+import pydantic_core
 
 from bus.envelope import decode
 from bus.errors import DecodeError
@@ -14,7 +15,7 @@ from bus.errors import DecodeError
 if TYPE_CHECKING:
     from bus.tail import Item
 
-__all__ = ["cut", "format_item", "has_control", "one_line"]
+__all__ = ["cut", "format_item", "has_control", "json_bytes", "one_line"]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -31,7 +32,7 @@ def format_item(item: Item, *, as_json: bool, dead: bool) -> tuple[bytes | str |
     if as_json and raw is not None:
         # JSON may have line breaks between its tokens; a line per envelope must not
         return (orjson.dumps(orjson.loads(raw)) if b"\n" in raw or b"\r" in raw else raw), None
-    payload = orjson.dumps(envelope.payload.model_dump(mode="json", exclude_none=True)).decode()
+    payload = json_bytes(envelope.payload.model_dump(mode="json", exclude_none=True)).decode()
     text = (
         f"{envelope.ts.isoformat()} s{item.shard} {item.entry_id} {envelope.kind.value}/{envelope.type.value} "
         f"{one_line(envelope.agent_id)}@{one_line(envelope.group_id)} {cut(payload, 160)}"
@@ -52,12 +53,21 @@ def _dead_line(item: Item, raw: bytes | None, *, as_json: bool) -> bytes | str:
         shown: dict[str, object] = {"dead_id": item.entry_id, "shard": item.shard, **info, "data": data}
         if info.get("deliveries", "").isdigit():  # a count, as a number (the stream keeps text)
             shown["deliveries"] = int(info["deliveries"])
-        return orjson.dumps(shown)
+        return json_bytes(shown)
     where = f"{info.get('stream', '?')} {info.get('entry_id', '?')}"
     return one_line(
         f"s{item.shard} {item.entry_id} dead from {where} after {info.get('deliveries', '?')} deliveries: "
         f"{info.get('reason', '?')}"
     )
+
+
+def json_bytes(value: object, *, indent: bool = False) -> bytes:
+    """``value`` as JSON, by orjson; by pydantic where orjson refuses: an integer beyond 64 bits, which a
+    signal's extra field can hold (a view that crashed on one entry would show no entry after it)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2 if indent else None)
+    except orjson.JSONEncodeError:
+        return pydantic_core.to_json(value, indent=2 if indent else None)
 
 
 def cut(text: str, limit: int) -> str:

@@ -2,7 +2,7 @@
 
 Agents write their signals as hand-typed YAML, so a few lenient conversions are applied at the edge of
 the model (never deeper): a multi-line field written as a YAML list becomes one line per item, a scalar
-that YAML resolved to a number becomes its text. Timestamps are the one strict field: one without a
+that YAML resolved to a number becomes its text (as written: ``0755``, ``1.10``, an id of digits). Timestamps are the one strict field: one without a
 time zone is rejected, because ordering signals from several machines needs an absolute instant.
 """
 
@@ -72,15 +72,36 @@ class OpenModel(BaseModel):
     every optional field), so keeping one would make a decoded payload differ from its own round trip.
     """
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, coerce_numbers_to_str=True)
 
     @model_validator(mode="after")
-    def _no_null_extras(self) -> Self:
+    def _plain_extras(self) -> Self:
         extra = self.__pydantic_extra__
-        if extra and None in extra.values():
-            for name in [name for name, value in extra.items() if value is None]:
-                del extra[name]
+        if extra:
+            for name, value in list(extra.items()):
+                if value is None:
+                    del extra[name]
+                else:
+                    extra[name] = _plain(value)
         return self
+
+
+def _plain(value: Any) -> Any:
+    """An extra field's value in JSON's types. A number whose ``str()`` is not its own (a YAML scalar
+    that remembers how it was written, such as ``0755`` or ``1.10``) is that text, so nothing the author
+    wrote is lost; any other number is a plain number."""
+    kind = type(value)
+    if kind is str or kind is int or kind is float or kind is bool:
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        base = int if isinstance(value, int) else float
+        text = str(value)
+        return base(value) if text == base.__repr__(value) else text
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Any, Self
+from typing import Any, Final, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -50,13 +50,18 @@ def derive_category(finding_id: str | None, title: str) -> str:
     return "general"
 
 
+MAX_LINE: Final = 2**31 - 1
+"""The highest line number a finding may name: more than any file has, and within every JSON reader's
+integers."""
+
+
 class Finding(Model):
     """One reported issue; the unit of the append-only findings stream and of deduplication."""
 
     id: str | None = None
     title: NonBlankText
     file: str | None = None
-    line: int | None = Field(default=None, ge=1)
+    line: int | None = Field(default=None, ge=1, le=MAX_LINE)
     category: str = ""
     severity: Severity | None = None
     confidence: Confidence | None = None

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TypeVar
 
 import click
-import orjson
 
 from bus.cli_connection import redis_options, run_command
 from bus.connection import Client, connect
+from bus.display import json_bytes
 from bus.errors import BusError, NamespaceMissing
 from bus.fields import Model
 from bus.findings import Finding
@@ -68,7 +68,7 @@ async def _read(settings: Settings, read: Callable[[Client, Keys], Awaitable[T]]
 
 
 def _dump(value: object) -> str:
-    return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+    return json_bytes(value, indent=True).decode()
 
 
 async def _summaries(settings: Settings, group_id: str | None = None) -> list[GroupSummary]:
@@ -227,7 +227,7 @@ def findings(
         click.echo(_dump(records))
     elif as_jsonl:
         for record in records:
-            click.echo(orjson.dumps(record).decode())
+            click.echo(json_bytes(record).decode())
     else:
         for line in lines:
             click.echo(line)

@@ -202,6 +202,33 @@ def test_the_body_must_be_a_mapping(body: str, message: str) -> None:
     assert item.message == f"STOP_WORK block at line 1: {message}"
 
 
+def test_numbers_keep_their_text_where_a_text_is_wanted() -> None:
+    # An agent id of digits (a Claude Code id: 7 hex characters) is a YAML number; text fields and ids
+    # take what the author wrote, extra fields a number only when it says exactly what was written.
+    body = (
+        "agent_id: 1234567\nstop_reason: blocker\nblocker_type: missing_info\ndetails: 1.10\n"
+        "state_snapshot: 0755\ncommit: 0755\nrun: 0x1f\nratio: 1.5\ntests: 42\nhuge: 8e12345\n"
+    )
+    item = only(parse_text(f"[STOP_WORK]\n{body}[/STOP_WORK]\n"))
+    assert isinstance(item, SignalItem) and isinstance(item.payload, StopWork)
+    stop = item.payload
+    assert (stop.agent_id, stop.details, stop.state_snapshot) == ("1234567", "1.10", "0755")
+    extra = stop.model_dump(mode="json", exclude_none=True)
+    assert {k: extra[k] for k in ("commit", "run", "ratio", "tests", "huge")} == {
+        "commit": "0755",
+        "run": "0x1f",
+        "ratio": 1.5,
+        "tests": 42,
+        "huge": "8e12345",
+    }
+    assert [type(extra[k]) for k in ("ratio", "tests")] == [float, int]  # plain numbers on the wire
+    question = "questions:\n  - question_id: 1\n    text: which?\n"
+    asked = only(parse_text(f"[CLARIFICATION_NEEDED]\nagent_id: 0042\nblocked_at: x\nreason: r\n{question}"
+                            "[/CLARIFICATION_NEEDED]\n"))  # fmt: skip
+    assert isinstance(asked, SignalItem) and isinstance(asked.payload, ClarificationNeeded)
+    assert (asked.payload.agent_id, asked.payload.questions[0].question_id) == ("0042", "1")
+
+
 def test_yaml_follows_the_1_2_core_schema() -> None:
     loaded = yamlsafe.load(
         "a: no\nb: yes\nc: on\nd: off\ne: true\nf: False\ng: 1:30\nh: 0o17\ni: 010\nj: ~\n"

@@ -250,6 +250,14 @@ def test_key_references_split_file_and_line() -> None:
         ("Makefile.am", ("Makefile.am", None)),
         ("step 3 of the build", (None, None)),
         ("", (None, None)),
+        # Markdown links, as Claude writes references: the relative target is the path, #L the line
+        ("[src/auth.ts:42](src/auth.ts#L42)", ("src/auth.ts", 42)),
+        ("[auth.ts](src/auth.ts#L42)", ("src/auth.ts", 42)),
+        ("[auth.ts](src/auth.ts#L42-L50)", ("src/auth.ts", 42)),
+        ("[src/a.ts:7](src/a.ts)", ("src/a.ts", 7)),
+        ("`[src/a.ts:45](https://github.com/o/r/blob/main/src/a.ts#L45)`", ("src/a.ts", 45)),
+        ("[docs](README.md)", ("README.md", None)),
+        ("[here](https://example.com)", (None, None)),
     ],
 )
 def test_split_location(location: str, expected: tuple[str | None, int | None]) -> None:

@@ -17,10 +17,11 @@ from workers.kit import connected, progress, progresses
 
 from bus.cli import EXIT_INTERRUPTED, main
 from bus.consumer import dead_letter_fields
-from bus.envelope import Envelope, encode
+from bus.envelope import Envelope, encode, new_envelope
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.local_server import stop_local_server
 from bus.publisher import Publisher
+from bus.signals import Progress
 
 GROUPS = ["alpha", "beta", "gamma", "delta", "x", "y", "z"]
 
@@ -290,3 +291,18 @@ def test_json_output_is_one_line_per_envelope_even_when_stored_with_line_breaks(
     lines = result.stdout.splitlines()
     assert len(lines) == 2
     assert orjson.loads(lines[1]) == orjson.loads(encode(envelope))
+
+
+def test_an_integer_beyond_64_bits_in_a_signal_is_shown_not_a_crash(redis_url: str) -> None:
+    # a signal's extra field may hold one (YAML, or any publisher's JSON); orjson writes none
+    huge = 123456789012345678901234567890
+    payload = Progress(agent_id="agent-1", percent=5, big=huge)
+    _publish(
+        redis_url,
+        [new_envelope(payload, agent_id="agent-1", group_id="alpha"), progress(1, group_id="alpha")],
+    )
+    for options in ((), ("--json",)):
+        result = _tail(redis_url, "--from", "0", "--count", "2", *options)
+        assert result.exit_code == 0, result.output
+        first, second = result.stdout.splitlines()  # the entry after it is shown too
+        assert str(huge) in first and "step 1" in second
