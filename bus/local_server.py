@@ -81,7 +81,7 @@ def _previous_port(directory: Path) -> int | None:
 def _refuse_a_second_server(directory: Path) -> None:
     """Two servers on one data directory would both write its append-only file: refuse to start one
     while the server of the pid file runs unreachable through ``server.json`` (damaged or removed)."""
-    pid = _unreachable_pid(directory)
+    pid = _server_pid(directory)
     if pid is not None:
         raise EmbeddedRedisError(
             f"a local Redis (pid {pid}) still runs in {directory}, but {_STATE_FILE} there does not say "
@@ -89,26 +89,35 @@ def _refuse_a_second_server(directory: Path) -> None:
         )
 
 
-def _unreachable_pid(directory: Path) -> int | None:
-    """The pid in the server's pid file, if that process is still a server."""
+def _server_pid(directory: Path) -> int | None:
+    """The pid in the server's pid file, if that process is still this directory's server.
+
+    A server works in its data directory: a process working elsewhere is not it, even when the pid file
+    names it (a directory copied with its pid file names the original's server; a pid of a server
+    killed with -9 may have been given to any process since).
+    """
     try:
         pid = int((directory / "server.pid").read_text().strip())
     except (OSError, ValueError):
         return None
+    if not Path("/proc/self/cwd").exists():
+        return pid if pid_alive(pid) else None  # no /proc to ask: trust the pid
     try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        command = b"server" if pid_alive(pid) else b""  # no /proc: trust the pid
-    return pid if b"server" in command else None
+        return pid if Path(os.readlink(f"/proc/{pid}/cwd")) == directory else None
+    except OSError:  # gone, or another user's process
+        return None
 
 
 def stop_local_server(directory: Path, timeout: float = 10.0) -> bool:
     """Shut the local server in ``directory`` down and wait until its process has exited (its data
     stays); False if none was running."""
     directory = Path(directory).resolve()
-    url = _running_url(directory)
+    try:
+        url = _running_url(directory)
+    except EmbeddedRedisError:  # stalled: SIGTERM is what it will act on when it goes on
+        url = None
     if url is None:
-        pid = _unreachable_pid(directory)
+        pid = _server_pid(directory)
         if pid is None:
             return False
         with contextlib.suppress(ProcessLookupError):  # it may have exited in between
@@ -149,16 +158,27 @@ def _running_url(directory: Path) -> str | None:
     url = _recorded(directory, "url")
     if not isinstance(url, str):
         return None
-    client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=1)
+    client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=_PROBE_TIMEOUT_S)
     try:
         info = client.info("server")
         # The port may have been taken by some other server since: only reuse our own.
         same_dir = Path(str(client.config_get("dir").get("dir", ""))).resolve() == directory
         return url if same_dir and info else None
+    except redis.TimeoutError:
+        if _server_pid(directory) is None:
+            return None  # not our server, which is gone: the port is some other program's now
+        # Our server, silent: taking it for gone would start a second server on the same data.
+        raise EmbeddedRedisError(
+            f"the local Redis at {url} ({directory}) took the connection but did not answer within "
+            f"{_PROBE_TIMEOUT_S:g}s: stalled or overloaded; try again, or stop it with `subagent-bus down`"
+        ) from None
     except (redis.RedisError, OSError):
         return None
     finally:
         client.close()
+
+
+_PROBE_TIMEOUT_S = 5.0
 
 
 @contextlib.contextmanager

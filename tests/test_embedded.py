@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -95,6 +97,47 @@ def test_a_server_whose_state_file_is_damaged_is_stopped_not_doubled(tmp_path: P
     finally:
         stop_local_server(data)
     assert url.startswith("redis://")
+
+
+def test_a_pid_file_naming_another_process_stops_nothing(tmp_path: Path) -> None:
+    # A copied directory names the original's server; a stale pid file, whatever process has that pid now
+    original, copy = tmp_path / "a" / ".subagent-bus", tmp_path / "b" / ".subagent-bus"
+    url = ensure_local_server(original)
+    stranger = subprocess.Popen(["my-language-server", "300"], executable=shutil.which("sleep"), cwd=tmp_path)
+    try:
+        copy.mkdir(parents=True)
+        for name in ("server.json", "server.pid"):
+            (copy / name).write_bytes((original / name).read_bytes())
+        assert not stop_local_server(copy)
+        other = ensure_local_server(copy)  # its own server, not a refusal naming the original's
+        assert other != url
+        stop_local_server(copy)
+        (copy / "server.pid").write_text(str(stranger.pid))
+        (copy / "server.json").unlink()
+        assert not stop_local_server(copy)
+        assert stranger.poll() is None
+        assert redis.Redis.from_url(url).ping()
+    finally:
+        stranger.kill()
+        stranger.wait()
+        stop_local_server(copy)
+        stop_local_server(original)
+
+
+def test_a_stalled_local_server_is_named_not_taken_for_gone(tmp_path: Path) -> None:
+    data = tmp_path / ".subagent-bus"
+    url = ensure_local_server(data)
+    pid = int((data / "server.pid").read_text())
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(EmbeddedRedisError, match="took the connection but did not answer within 5s"):
+            ensure_local_server(data)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    try:
+        assert ensure_local_server(data) == url
+    finally:
+        stop_local_server(data)
 
 
 def test_a_data_directory_that_is_a_file_is_a_clear_error(tmp_path: Path) -> None:
