@@ -35,6 +35,7 @@ from bus import directives as d
 from bus.consumer import Ack, Consumer, Delivery
 from bus.envelope import Envelope, EnvelopeType
 from bus.errors import BusError
+from bus.keys import ConsumerGroup
 from bus.metrics import AdapterMetrics
 from bus.waits import wait_for
 
@@ -58,7 +59,7 @@ __all__ = [
     "split_template",
 ]
 
-GROUP: Final = "adapter"
+GROUP: Final = ConsumerGroup.ADAPTER.value
 """The consumer group (and consumer name) adapters read their inbox with."""
 PLACEHOLDERS: Final = frozenset({"prompt", "agent_id", "group_id", "session_id", "type", "directive_id"})
 _PLACEHOLDER: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")

@@ -43,7 +43,7 @@ from bus.connection import Client
 from bus.consumer import Ack, Consumer, Delivery
 from bus.directives import LaunchRequest
 from bus.errors import ConnectionFailed
-from bus.keys import Keys, StreamKind
+from bus.keys import ConsumerGroup, Keys, StreamKind
 from bus.metrics import LauncherMetrics
 from bus.ops import METRICS_PORT_ENV
 from bus.settings import Settings
@@ -51,7 +51,7 @@ from bus.waits import wait_for
 
 __all__ = ["GROUP", "PLACEHOLDERS", "Launcher", "LauncherOptions", "adapter_command"]
 
-GROUP: Final = "launchers"
+GROUP: Final = ConsumerGroup.LAUNCHERS.value
 PLACEHOLDERS: Final = frozenset(
     {"agent_id", "group_id", "prompt_file", "prompt", "parent_agent_id", "request_id"}
 )

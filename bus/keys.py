@@ -22,7 +22,7 @@ from bus.connection import Client, translated
 from bus.errors import ConfigError, NamespaceMissing, PermissionDenied
 from bus.settings import MAX_SHARDS, NAMESPACE_PATTERN
 
-__all__ = ["Keys", "StreamKind", "dead_stream_for", "meta_key", "open_namespace"]
+__all__ = ["ConsumerGroup", "Keys", "StreamKind", "dead_stream_for", "meta_key", "open_namespace"]
 
 _NAMESPACE: Final = re.compile(NAMESPACE_PATTERN)
 DEFAULT_SHARDS: Final = 8
@@ -36,6 +36,17 @@ class StreamKind(StrEnum):
     EVENTS = "events"
     TASKS = "tasks"
     DEAD = "dead"
+
+
+class ConsumerGroup(StrEnum):
+    """The consumer groups the bus's own readers share: an entry one of them acknowledges is done."""
+
+    COORDINATOR = "coordinator"
+    """Every coordinator, on every shard's signals stream."""
+    LAUNCHERS = "launchers"
+    """Every launcher, on every shard's tasks stream."""
+    ADAPTER = "adapter"
+    """An agent's adapters (or ``listen``), on its inbox."""
 
 
 @dataclass(frozen=True, slots=True)

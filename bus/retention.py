@@ -25,7 +25,7 @@ import click
 from bus.cli_connection import redis_options, run_command
 from bus.connection import Client, connect, translated
 from bus.errors import CommandFailed, ConfigError
-from bus.keys import Keys, StreamKind, open_namespace
+from bus.keys import ConsumerGroup, Keys, StreamKind, open_namespace
 from bus.settings import Settings
 
 __all__ = [
@@ -40,9 +40,12 @@ __all__ = [
 _STREAM_ID: Final = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
 _acked_support: weakref.WeakKeyDictionary[Client, bool] = weakref.WeakKeyDictionary()
 
-# The consumer group each stream is written for (coordinator.service, agents.launcher, agents.delivery).
-_READERS: Final = {StreamKind.SIGNALS: "coordinator", StreamKind.TASKS: "launchers"}
-_INBOX_READER: Final = "adapter"
+# The consumer group each stream is written for.
+_READERS: Final = {
+    StreamKind.SIGNALS: ConsumerGroup.COORDINATOR.value,
+    StreamKind.TASKS: ConsumerGroup.LAUNCHERS.value,
+}
+_INBOX_READER: Final = ConsumerGroup.ADAPTER.value
 
 # KEYS[1] the stream; ARGV[1] maxlen or "", ARGV[2] minid ("ms-seq") or "", ARGV[3] the group the stream
 # is written for or "". Returns entries removed.

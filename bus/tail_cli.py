@@ -8,6 +8,7 @@ is :func:`bus.tail.tail_streams`.
 from __future__ import annotations
 
 import contextlib
+from typing import Final
 
 import click
 
@@ -15,7 +16,7 @@ from bus.cli_connection import redis_options, run_command
 from bus.connection import connect
 from bus.display import format_item
 from bus.errors import ConfigError
-from bus.keys import Keys, StreamKind, open_namespace
+from bus.keys import ConsumerGroup, Keys, StreamKind, open_namespace
 from bus.params import FiniteFloatRange
 from bus.retention import stream_id
 from bus.settings import Settings
@@ -66,6 +67,26 @@ async def _tail(
         await client.aclose()
 
 
+_READERS: Final = {
+    ConsumerGroup.COORDINATOR: "coordinators",
+    ConsumerGroup.LAUNCHERS: "launchers",
+    ConsumerGroup.ADAPTER: "adapters",
+}
+
+
+def _own_group(ctx: click.Context, param: click.Parameter, group: str | None) -> str | None:
+    """A consumer group of the reader's own: an entry read in one of the bus's would be acknowledged,
+    and so taken from the readers it was written for."""
+    if group == "":
+        raise click.BadParameter("a consumer group needs a name")
+    if group in _READERS:
+        raise click.BadParameter(
+            f"{group!r} is the group the bus's {_READERS[ConsumerGroup(group)]} read with: what tail read "
+            "with it would be acknowledged, and taken from them; choose a name of your own"
+        )
+    return group
+
+
 @click.command("tail")
 @click.option(
     "--stream",
@@ -73,7 +94,13 @@ async def _tail(
     show_default=True,
     help="signals, events, findings, dead, tasks, or inbox:AGENT (every shard; --group-id picks one).",
 )
-@click.option("--group", default=None, help="Read with this consumer group (created at --from) and ack.")
+@click.option(
+    "--group",
+    default=None,
+    callback=_own_group,
+    help="Read with this consumer group (created at --from) and ack; not one of the bus's own (coordinator, "
+    "launchers, adapter).",
+)
 @click.option(
     "--group-id", default=None, help="For inbox:AGENT: the agent's task group, to read its shard only."
 )
@@ -111,8 +138,6 @@ def tail(
     and skipped. With --json, dead letters print as one JSON object each: the dead-letter fields plus the
     original data (parsed when it is JSON).
     """
-    if group == "":
-        raise click.BadParameter("a consumer group needs a name", param_hint="--group")
     try:
         start = start if start == "$" else stream_id(start)
     except ConfigError:

@@ -22,7 +22,7 @@ from bus.connection import Client, check_block, translated
 from bus.envelope import encode, new_envelope
 from bus.errors import BusError
 from bus.events import Tick
-from bus.keys import Keys, StreamKind
+from bus.keys import ConsumerGroup, Keys, StreamKind
 from bus.metrics import Metrics
 from bus.waits import wait_for
 from coordinator.batch import Batch, Entry, entries_of, target_streams
@@ -38,7 +38,7 @@ __all__ = ["GROUP", "TICK_GROUP", "Coordinator", "CoordinatorOptions"]
 
 log = logging.getLogger("subagent_bus.coordinator")
 
-GROUP = "coordinator"
+GROUP = ConsumerGroup.COORDINATOR.value
 """The consumer group every coordinator process joins on every shard's signals stream."""
 _GROUP = GROUP.encode()
 TICK_GROUP = "*"

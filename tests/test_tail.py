@@ -306,3 +306,17 @@ def test_an_integer_beyond_64_bits_in_a_signal_is_shown_not_a_crash(redis_url: s
         assert result.exit_code == 0, result.output
         first, second = result.stdout.splitlines()  # the entry after it is shown too
         assert str(huge) in first and "step 1" in second
+
+
+@pytest.mark.parametrize("group", ["coordinator", "launchers", "adapter", ""])
+def test_the_bus_s_own_consumer_groups_are_refused(redis_url: str, group: str) -> None:
+    # read in the coordinators' group, an entry would be acknowledged and never applied
+    _publish(redis_url, [progress(0, group_id="alpha")])
+    result = _tail(redis_url, "--stream", "signals", "--group", group, "--from", "0", "--count", "1")
+    assert result.exit_code == 2 and "Invalid value for '--group'" in result.stderr, result.output
+    raw = redis.Redis.from_url(redis_url)
+    try:
+        shard = Keys("tl", 4).shard_of("alpha")
+        assert raw.xinfo_groups(f"{{tl:{shard}}}:signals") == []  # nothing read, no group made
+    finally:
+        raw.close()
