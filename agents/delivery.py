@@ -42,6 +42,7 @@ from bus.waits import wait_for
 __all__ = [
     "GROUP",
     "PLACEHOLDERS",
+    "AgentDone",
     "CommandDelivery",
     "Deliverer",
     "DeliveryFailed",
@@ -80,6 +81,11 @@ _RENDERED = (
 
 class DeliveryFailed(BusError):
     """A directive could not be handed to the agent (it is retried, then dead-lettered)."""
+
+
+class AgentDone(BusError):
+    """The agent has completed: a directive that would start another turn of it is acknowledged, not
+    delivered (it arrived after the completion report, e.g. the answer to a second delegation)."""
 
 
 @dataclass(frozen=True)
@@ -348,6 +354,9 @@ class InboxFollower:
             return Ack.ACK
         try:
             await self.deliverer.deliver(directive)
+        except AgentDone as exc:
+            self.log(f"{directive.type.value} {envelope.id} not delivered: {exc}")
+            return Ack.ACK
         except DeliveryFailed as exc:
             attempt = f"attempt {delivery.deliveries} of {self.consumer.max_deliveries}"
             fate = ""

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Final
 
 from agents.adapter import AgentBus, GaveUp, OutputStream, heartbeat_loop
-from agents.delivery import DeliveryFailed, Directive
+from agents.delivery import AgentDone, DeliveryFailed, Directive
 from agents.transcript import Format
 from bus.envelope import deterministic_id
 from bus.signals import BlockerType, StopReason, StopWork
@@ -145,6 +145,8 @@ class Session:
     async def resume(self, argv: list[str], directive: Directive) -> None:
         """The runner of a command delivery: start the resume command once no process runs."""
         await self.idle.wait()
+        if self.bus.completed:
+            raise AgentDone("the agent has completed; no turn is started for it")
         if self.stop.is_set():
             raise DeliveryFailed("the adapter is stopping")
         await self._start(argv, f"run:{self.base}:resume:{directive.envelope.id}", first=False)

@@ -6,11 +6,14 @@ import os
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from adapter_kit import exited, fake, open_bus, spawn, start, wait_until
 
-from bus.envelope import EnvelopeType, Kind
+from bus.directives import AnswerItem, ClarificationResponse
+from bus.envelope import EnvelopeType, Kind, new_envelope
 from bus.events import AgentExited, AgentStarted, Heartbeat
+from bus.publisher import Publisher
 from bus.signals import BlockerType, StopReason, StopWork
 
 T = EnvelopeType
@@ -119,6 +122,23 @@ async def test_sigterm_between_turns_says_nobody_resumes_the_agent_any_more(
         AgentExited(exit_code=0, completed=False, resumable=True),
         AgentExited(exit_code=None, completed=False, resumable=False),
     ]
+
+
+async def test_a_directive_after_the_completion_starts_no_other_turn(redis_url: str, tmp_path: Path) -> None:
+    # e.g. the answer to its second delegation, which arrives after the agent completed
+    log = tmp_path / "adapter.log"
+    async with open_bus(redis_url) as bus:
+        answer = ClarificationResponse(answers=[AnswerItem(question_id="Q1", question="q?", answer="a")])
+        late = new_envelope(answer, agent_id="r13", group_id=GROUP, source="coordinator")
+        await Publisher(bus.client, bus.keys).send_directive(late)
+        resume = f"command:{' '.join(fake('complete', agent_id='r13'))}"
+        steps = fake("sleep:0.5", "complete", agent_id="r13")  # the inbox is read while it works
+        adapter = start([*run_args("r13", "--until-complete", "--deliver", resume), *steps], redis_url, log)
+        assert await exited(adapter, 30) == 0, log.read_text()
+        assert await bus.count(GROUP, T.AGENT_STARTED) == 1, log.read_text()
+        pending: Any = await bus.client.xpending(bus.inbox(GROUP, "r13"), "adapter")
+        assert pending["pending"] == 0  # acknowledged, not left for a reader that never comes
+    assert f"CLARIFICATION_RESPONSE {late.id} not delivered: the agent has completed" in log.read_text()
 
 
 async def test_a_command_that_cannot_start(redis_url: str, tmp_path: Path) -> None:
