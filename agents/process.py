@@ -321,14 +321,23 @@ class Session:
 
 
 async def stdin_chunks() -> Chunks:
-    """A reader of the adapter's stdin: a pipe or terminal without blocking the loop, or a file."""
+    """A reader of the adapter's stdin: a pipe, socket or terminal without blocking the loop; a file, or
+    a device such as ``/dev/null`` (stdin under cron, nohup, CI), which the loop cannot watch, read
+    directly (a regular file) or in a thread."""
     fd = sys.stdin.fileno()
-    if stat.S_ISREG(os.fstat(fd).st_mode):
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISREG(mode):
 
         async def from_file() -> bytes:
             return os.read(fd, CHUNK)
 
         return from_file
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)):
+
+        async def from_device() -> bytes:
+            return await asyncio.to_thread(os.read, fd, CHUNK)
+
+        return from_device
     reader = asyncio.StreamReader(limit=CHUNK)
     loop = asyncio.get_running_loop()
     await loop.connect_read_pipe(

@@ -209,6 +209,17 @@ async def test_stdin_publishes_a_piped_output(redis_url: str, tmp_path: Path) ->
     assert [e.kind for e in envelopes[1:4]] == [Kind.SIGNAL] * 3
 
 
+async def test_stdin_from_dev_null_is_an_empty_output(redis_url: str, tmp_path: Path) -> None:
+    # stdin under cron, nohup or CI: a device the event loop cannot watch
+    log = tmp_path / "adapter.log"
+    args = ["adapter", "stdin", "--agent-id", "r14", "--group", GROUP]
+    adapter = start(args, redis_url, log, stdin=subprocess.DEVNULL)  # /dev/null
+    assert await exited(adapter, 30) == 0, log.read_text()
+    async with open_bus(redis_url) as bus:
+        envelopes = [e for e in await bus.envelopes(GROUP) if e.agent_id == "r14"]
+    assert [e.type for e in envelopes] == [T.AGENT_STARTED, T.AGENT_EXITED]
+
+
 async def test_until_complete_needs_a_resume_command(redis_url: str, tmp_path: Path) -> None:
     log = tmp_path / "adapter.log"
     adapter = start(
