@@ -241,6 +241,11 @@ class FileWatch:
                 break
             assert self._fd is not None and self.stream is not None
             chunk = os.read(self._fd, options.chunk_bytes)
+            if chunk and not self._same_output(self._fd):
+                # Truncated and written again, past where it was read, since the last read: the new
+                # output's bytes after that point are not the rest of the old one.
+                await self._switch(self._fd)
+                continue
             if chunk:
                 self._grew = True
                 await self._publish(self.stream.feed(chunk), force=False)
@@ -312,11 +317,15 @@ class FileWatch:
             fd = self._fd
         else:
             return False
+        await self._switch(fd)
+        return True
+
+    async def _switch(self, fd: int) -> None:
+        """Follow ``fd``, another output than the one read so far, from its start."""
         self._adopt(fd, initial=False)
         await self._publish([], force=True)
         if not self.checkpoint.started:
             await self._started()
-        return True
 
     async def _started(self) -> None:
         """AGENT_STARTED, with the checkpoint that records it in the same transaction."""
