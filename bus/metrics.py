@@ -81,7 +81,7 @@ class Metrics(RoleMetrics):
         )
         self.commit_seconds = Histogram(
             "subagent_bus_commit_seconds",
-            "Time to apply and commit one batch",
+            "Time to apply and commit one batch (from its read to the commit's reply)",
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
             registry=r,
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -120,6 +121,9 @@ class Pipe:
         self._transaction = False
         self._written = False
         self._held: tuple[Connection, Callable[[], Awaitable[None]]] | None = None
+        self.first_reply_at = 0.0
+        """When the first reply of the last batch read arrived (``time.perf_counter()``): the end of its
+        first command, which commands written behind it in the same batch may outlast (a blocking read)."""
 
     @property
     def in_flight(self) -> bool:
@@ -236,6 +240,8 @@ class Pipe:
                         replies.append(await read())
                     except rex.ResponseError as exc:
                         replies.append(exc)
+                    if len(replies) == 1:
+                        self.first_reply_at = time.perf_counter()
         except BaseException:
             await connection.disconnect()
             await self._release()

@@ -336,7 +336,11 @@ class Coordinator:
             shard.groups.update(batch.groups)
             shard.version += 1
             self.applied += len(entries)
-            committed(batch, time.perf_counter() - started, self.metrics)
+            # until the commit's reply: the read sent behind it may wait for new entries much longer
+            done = shard.pipe.first_reply_at
+            if done < started:  # the replies came through redis-py's pipeline (a cluster redirection)
+                done = time.perf_counter()
+            committed(batch, done - started, self.metrics)
         elif result is CommitResult.LEASE_LOST:
             self._lost(shard)
         elif result is CommitResult.STALE:
