@@ -14,7 +14,7 @@ from agents.identity import build_prompt
 from agents.options import check_id, format_option
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, ResultItem, SignalItem
 from agents.transcript import AnyParser, Format
-from bus.display import json_bytes
+from bus.display import json_bytes, one_line
 from bus.envelope import EnvelopeType
 from bus.signals import ClarificationNeeded
 
@@ -79,7 +79,12 @@ def _clip(value: object, width: int = 60) -> str:
 
 
 def item_summary(item: Item) -> str:
-    """One readable line: line number, type, agent and the fields that matter for the type."""
+    """One readable line: line number, type, agent and the fields that matter for the type (what the
+    agent wrote escaped: no escape sequence of it reaches the terminal)."""
+    return one_line(_summary(item))
+
+
+def _summary(item: Item) -> str:
     if isinstance(item, ErrorItem):
         return f"{item.line:>6}  {'ERROR':<20} {item.message}"
     if isinstance(item, SignalItem):

@@ -1,4 +1,4 @@
-"""Click parameter types shared by the commands."""
+"""Click parameter types and checks shared by the commands."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-__all__ = ["FiniteFloatRange"]
+__all__ = ["FiniteFloatRange", "not_blank"]
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -22,3 +22,11 @@ class FiniteFloatRange(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return number
+
+
+def not_blank(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A click callback: a text option given as "" or spaces (an unset shell variable, say) is a
+    mistake, not a value."""
+    if value is not None and not value.strip():
+        raise click.BadParameter("must not be blank")
+    return value

@@ -28,6 +28,7 @@ from bus.directives import (
 from bus.envelope import Payload, new_envelope
 from bus.errors import BusError
 from bus.keys import open_namespace
+from bus.params import not_blank
 from bus.publisher import Publisher
 from bus.settings import Settings
 from coordinator.rules.aggregation import open_escalation
@@ -47,19 +48,13 @@ Build = Callable[[list[GroupState]], tuple[Payload, str, str]]
 _GROUP = click.option(
     "--group",
     "group_id",
+    callback=not_blank,
     help="The task group (needed only when the id is known in several groups; `inbox` then names it).",
 )
 
 
-def _not_blank(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """A text option given as "" or spaces (an unset shell variable, say) is a mistake, not a message."""
-    if value is not None and not value.strip():
-        raise click.BadParameter("must not be blank")
-    return value
-
-
 def _text(*names: str, **kwargs: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    return click.option(*names, callback=_not_blank, **kwargs)
+    return click.option(*names, callback=not_blank, **kwargs)
 
 
 def _only(holding: list[GroupState], what: str, check: Callable[[GroupState], object]) -> GroupState:

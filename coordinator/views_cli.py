@@ -20,7 +20,7 @@ from bus.errors import BusError, NamespaceMissing
 from bus.fields import Model
 from bus.findings import Finding
 from bus.keys import Keys, open_namespace
-from bus.params import FiniteFloatRange
+from bus.params import FiniteFloatRange, not_blank
 from bus.progress import Progress
 from bus.settings import Settings
 from coordinator.console import finding_lines, inbox_lines, merged_lines, render
@@ -102,7 +102,7 @@ def _not_both(ctx: click.Context, param: click.Parameter, value: T) -> T:
 
 
 @click.command()
-@click.option("--group", "group_id", help="Only this task group.")
+@click.option("--group", "group_id", callback=not_blank, help="Only this task group.")
 @click.option("--json", "as_json", is_flag=True, callback=_not_both, help="Print the summaries as JSON.")
 @click.option(
     "--watch",
@@ -129,7 +129,10 @@ def status(settings: Settings, group_id: str | None, as_json: bool, watch: float
             click.echo("\n".join(run_command(_status_lines(settings, group_id))))
         return
     while True:  # until Ctrl-C, which exits 130 like any other command's
-        lines = run_command(_status_lines(settings, group_id))
+        try:
+            lines = run_command(_status_lines(settings, group_id))
+        except click.ClickException as exc:  # a server away for a while (restarted, failing over)
+            lines = [f"{exc.format_message()}; trying again every {watch:g}s"]
         click.clear()
         click.echo(f"subagent-bus status  (every {watch:g}s, Ctrl-C to quit)\n" + "\n".join(lines))
         time.sleep(watch)  # a refresh interval the user asked for, not a wait for an event
@@ -192,7 +195,7 @@ def _merged_records(view: dict[str, list[MergedFinding]]) -> list[dict[str, obje
 
 
 @click.group("findings", invoke_without_command=True)
-@click.option("--group", "group_id", help="Only this task group.")
+@click.option("--group", "group_id", callback=not_blank, help="Only this task group.")
 @click.option("--merged", is_flag=True, help="The deduplicated view with combined confidence.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON array.")
 @click.option("--jsonl", "as_jsonl", is_flag=True, help="One JSON object per line.")
@@ -235,7 +238,7 @@ def findings(
 
 
 @click.command()
-@click.option("--group", "group_id", required=True, help="The task group to recompute.")
+@click.option("--group", "group_id", required=True, callback=not_blank, help="The task group to recompute.")
 @POLICY_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the merged view as JSON.")
 @redis_options

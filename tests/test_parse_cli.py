@@ -63,6 +63,14 @@ def test_a_field_that_is_not_set_is_left_out_of_the_line() -> None:
     assert out.splitlines()[0].split() == ["1", "PROGRESS", "a", "percent=5.0"]
 
 
+def test_what_the_agent_wrote_reaches_the_terminal_escaped() -> None:
+    body = 'agent_id: "x\\e[31m"\nstop_reason: blocker\nblocker_type: missing_info\ndetails: "a\\e]0;T\\a"\n'
+    code, out, _ = run("-", stdin=f"[STOP_WORK]\n{body}[/STOP_WORK]\n".encode())
+    assert code == 0
+    assert "x\\x1b[31m" in out.splitlines()[0]
+    assert not [c for c in out if ord(c) < 32 and c != "\n"], out
+
+
 def test_json_lines(output: Path) -> None:
     code, out, _ = run(str(output), "--json")
     assert code == 2

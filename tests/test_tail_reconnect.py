@@ -174,3 +174,28 @@ async def test_a_follower_of_the_local_server_rides_out_down_and_the_next_start(
                 await process.wait()
     finally:
         stop_local_server(tmp_path / ".subagent-bus")
+
+
+async def test_status_watch_rides_out_a_server_restart(fresh_redis: RedisProcess, tmp_path: Path) -> None:
+    out = tmp_path / "status.out"
+    with out.open("wb") as stdout:
+        process = await asyncio.create_subprocess_exec(
+            CLI, "status", "--watch", "0.2", "--redis-url", fresh_redis.url, "--socket-timeout", "2",
+            stdout=stdout, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+    try:
+
+        async def says(text: str, times: int = 1) -> bool:
+            return out.read_text().count(text) >= times
+
+        await wait_until(lambda: says("no groups yet"), 30, "the first view")
+        fresh_redis.stop()
+        await wait_until(lambda: says("Redis unavailable"), 30, "the view to say the server is away")
+        assert process.returncode is None and "trying again every 0.2s" in out.read_text()
+        views = out.read_text().count("no groups yet")
+        fresh_redis.start()
+        await wait_until(lambda: says("no groups yet", views + 1), 30, "a view after the restart")
+        assert process.returncode is None
+    finally:
+        process.kill()
+        await process.wait()

@@ -79,3 +79,12 @@ def test_status_refuses_watch_with_json_before_starting_a_local_server(tmp_path:
         assert done.returncode == 2 and "--watch and --json do not go together" in done.stderr, options
         assert "using local Redis" not in done.stderr
     assert not (tmp_path / ".subagent-bus").exists()
+
+
+def test_a_blank_group_is_refused_before_starting_a_local_server(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SUBAGENT_BUS_REDIS_URL"}
+    for command in (["status"], ["findings"], ["replay"], ["answer", "a1", "Q1=yes"], ["resolve", "a1"]):
+        done = subprocess.run([CLI, *command, "--group", " "], check=False, capture_output=True, text=True,
+                              timeout=60, cwd=tmp_path, env=env)  # fmt: skip
+        assert done.returncode == 2 and "'--group': must not be blank" in done.stderr, (command, done.stderr)
+    assert not (tmp_path / ".subagent-bus").exists()
