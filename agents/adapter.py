@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
+from agents.lost import AWAITED, lost_signal
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, SignalItem
 from agents.sending import GaveUp, Sender
 from agents.transcript import AnyParser, Format
@@ -162,12 +163,11 @@ class AgentBus:
         sent: list[Envelope] = []
         completing = False
         datas = encoded if encoded is not None else [encode(envelope) for envelope in envelopes]
-        for envelope, data in zip(envelopes, datas, strict=True):
-            if len(data) > MAX_ENVELOPE_BYTES:
-                self.log(f"{envelope.type.value} {envelope.id} is {len(data)} bytes encoded; not published")
-                if self.metrics is not None:
-                    self.metrics.rejected.labels("too_large").inc()
+        for pair in zip(envelopes, datas, strict=True):
+            kept = pair if len(pair[1]) <= MAX_ENVELOPE_BYTES else self._too_large(*pair)
+            if kept is None:
                 continue
+            envelope, data = kept
             batch.append(data)
             sent.append(envelope)
             completing = completing or envelope.type in COMPLETING
@@ -182,6 +182,21 @@ class AgentBus:
                 self.metrics.published(envelope)
         if completing:
             self.mark_completed()
+
+    def _too_large(self, envelope: Envelope, data: bytes) -> tuple[Envelope, bytes] | None:
+        """What is published instead of an envelope over the size limit: a STOP_WORK error in place of
+        a signal the agent waits on (:mod:`agents.lost`), else nothing."""
+        why = f"it is {len(data)} bytes encoded, over the {MAX_ENVELOPE_BYTES}-byte limit of an envelope"
+        self.log(f"{self.agent_id}: {envelope.type.value} {envelope.id} not published: {why}")
+        if self.metrics is not None:
+            self.metrics.rejected.labels("too_large").inc()
+        if envelope.type not in AWAITED:
+            return None
+        lost = lost_signal(self.agent_id, envelope.type, f"envelope {envelope.id}", why)
+        instead = new_envelope(
+            lost, agent_id=self.agent_id, group_id=self.group_id, source=envelope.source, id=envelope.id
+        )
+        return instead, encode(instead)
 
     async def flush(self) -> None:
         """Wait until what :meth:`publish` sent without waiting is on the server."""
@@ -351,10 +366,17 @@ class OutputStream:
                 self.bus.log(f"{self.bus.agent_id}: {self.source} line {line}: not published: {item.message}")
                 if self.bus.metrics is not None:
                     self.bus.metrics.rejected.labels("parse_error").inc()
+                if item.type in AWAITED:
+                    lost = lost_signal(self.bus.agent_id, item.type, f"line {line}", item.message)
+                    out.append(self._envelope(lost, offset))
                 continue
             payload: Payload = item.payload if isinstance(item, SignalItem) else item.report
             if isinstance(item, SignalItem) and item.payload.agent_id != self.bus.agent_id:
                 self.bus.foreign_id(item.payload.agent_id, self.source)
-            envelope_id = deterministic_id(self.bus.agent_id, self.source, offset)
-            out.append(self.bus.envelope(payload, source=self.source, id=envelope_id))
+            out.append(self._envelope(payload, offset))
         return out
+
+    def _envelope(self, payload: Payload, offset: int) -> Envelope:
+        """The envelope of what the output holds at ``offset``: its id is the same on every reading."""
+        envelope_id = deterministic_id(self.bus.agent_id, self.source, offset)
+        return self.bus.envelope(payload, source=self.source, id=envelope_id)

@@ -20,6 +20,8 @@ envelope ids deterministic.
 
 from __future__ import annotations
 
+import json
+import re
 from enum import StrEnum
 from typing import Any, Final
 
@@ -112,7 +114,9 @@ def _is_entry(line: bytes, *, complete: bool) -> bool:
     try:
         value = orjson.loads(line)
     except orjson.JSONDecodeError:
-        return not complete and line[:1] == b"{" and b'"type"' in line
+        if not complete:
+            return line[:1] == b"{" and b'"type"' in line
+        value = _lenient(line)
     return isinstance(value, dict) and "type" in value
 
 
@@ -185,10 +189,12 @@ class TranscriptReader:
         try:
             entry = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
-            self._out.append(
-                ErrorItem(line=line, offset=offset, message=f"JSONL line {line}: not JSON ({exc})")
-            )
-            return
+            entry = _lenient(data)
+            if entry is None:
+                self._out.append(
+                    ErrorItem(line=line, offset=offset, message=f"JSONL line {line}: {_why(data, exc)}")
+                )
+                return
         if not isinstance(entry, dict):
             self._out.append(
                 ErrorItem(line=line, offset=offset, message=f"JSONL line {line}: not a JSON object")
@@ -219,6 +225,38 @@ class TranscriptReader:
                 text: str = block["text"]
                 self._out.append(AssistantText(text=text, line=line, offset=offset))
                 offset += len(text.encode())
+
+
+_LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def _lenient(data: bytes) -> Any:
+    """A line orjson refuses for a lone surrogate escape (``"\\ud83d"``: Node's ``JSON.stringify``
+    writes one for a string cut inside a character pair), as Python's JSON reads it, each lone
+    surrogate replaced by U+FFFD; None for a line that is not JSON either way."""
+    try:
+        entry = json.loads(data)
+    except (ValueError, UnicodeDecodeError):  # json.JSONDecodeError is a ValueError
+        return None
+    return _replaced(entry)
+
+
+def _replaced(value: Any) -> Any:
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_replaced(item) for item in value]
+    if isinstance(value, dict):
+        return {_replaced(key): _replaced(item) for key, item in value.items()}
+    return value
+
+
+def _why(data: bytes, exc: orjson.JSONDecodeError) -> str:
+    try:
+        data.decode()
+    except UnicodeDecodeError as bad:
+        return f"not valid UTF-8 (byte {bad.start})"
+    return f"not JSON ({exc})"
 
 
 class TranscriptParser:

@@ -220,6 +220,30 @@ async def test_stdin_from_dev_null_is_an_empty_output(redis_url: str, tmp_path: 
     assert [e.type for e in envelopes] == [T.AGENT_STARTED, T.AGENT_EXITED]
 
 
+async def test_a_result_too_large_for_an_envelope_is_a_stop_work_error_in_its_place(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # within the parser's 1 MiB, but each control character is six bytes of JSON: over 4 MiB encoded
+    notes = "\x01" * 800_000
+    report = f"## Auditor Result\n\n### Status\nSUCCESS\n\n### Summary\nDone.\n\n### Notes\n{notes}\n"
+    output = tmp_path / "output.md"
+    output.write_text(report)
+    log = tmp_path / "adapter.log"
+    with output.open("rb") as stdin:
+        adapter = start(
+            ["adapter", "stdin", "--agent-id", "r15", "--group", GROUP], redis_url, log, stdin=stdin
+        )
+        assert await exited(adapter, 30) == 0, log.read_text()
+    async with open_bus(redis_url) as bus:
+        envelopes = [e for e in await bus.envelopes(GROUP) if e.agent_id == "r15"]
+    assert [e.type for e in envelopes] == [T.AGENT_STARTED, T.STOP_WORK, T.AGENT_EXITED]
+    lost = envelopes[1].payload
+    assert isinstance(lost, StopWork) and lost.stop_reason is StopReason.ERROR
+    assert "result report" in lost.details and "over the 4194304-byte limit of an envelope" in lost.details
+    assert envelopes[2].payload == AgentExited(exit_code=None, completed=False, resumable=False)
+    assert "r15: RESULT " in log.read_text() and "not published: it is" in log.read_text()
+
+
 async def test_until_complete_needs_a_resume_command(redis_url: str, tmp_path: Path) -> None:
     log = tmp_path / "adapter.log"
     adapter = start(

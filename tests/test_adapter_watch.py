@@ -23,6 +23,7 @@ from agents.watch import source_of
 from bus.directives import AnswerItem, ClarificationResponse
 from bus.envelope import EnvelopeType, Kind, deterministic_id, new_envelope
 from bus.publisher import Publisher
+from bus.signals import StopReason, StopWork
 
 T = EnvelopeType
 GROUP = "g-watch"
@@ -209,16 +210,28 @@ async def test_claude_transcript_publishes_only_the_assistants_signals(
     assert "delivered CLARIFICATION_RESPONSE" in log.read_text()
 
 
-async def test_errors_in_blocks_are_reported_not_published(redis_url: str, tmp_path: Path) -> None:
+async def test_an_unreadable_signal_is_a_stop_work_error_in_its_place(redis_url: str, tmp_path: Path) -> None:
+    # the agent may wait for a reply to it: the parent must see a blocker, not a running agent
     out = tmp_path / "agent.out"
-    out.write_text("[STOP_WORK]\nagent_id: a6\nstop_reason: nonsense\n[/STOP_WORK]\n")
+    broken_progress = "[PROGRESS]\nagent_id: a6\npercent: lots\n[/PROGRESS]\n"  # nothing waits on it
+    out.write_text(f"[STOP_WORK]\nagent_id: a6\nstop_reason: nonsense\n[/STOP_WORK]\n{broken_progress}")
     await run_ok(fake("complete", out=out, agent_id="a6"))
     log = tmp_path / "adapter.log"
     adapter = start(watch_args(out, "a6", "--until-complete"), redis_url, log)
     assert await exited(adapter, 30) == 0
     async with open_bus(redis_url) as bus:
-        assert [e.type for e in await bus.envelopes(GROUP) if e.kind is Kind.SIGNAL] == [T.COMPLETION_REPORT]
-    assert "line 1: not published: STOP_WORK block at line 1" in log.read_text()
+        signals = [e for e in await bus.envelopes(GROUP) if e.kind is Kind.SIGNAL]
+    assert [e.type for e in signals] == [T.STOP_WORK, T.COMPLETION_REPORT]
+    lost = signals[0].payload
+    assert isinstance(lost, StopWork) and lost.stop_reason is StopReason.ERROR
+    assert lost.details.startswith(
+        "The agent printed a STOP_WORK (line 1) that did not reach the coordinator: "
+    )
+    assert "field 'stop_reason'" in lost.details
+    assert signals[0].id == deterministic_id("a6", source_of(out.absolute(), 0), 0)  # where the block was
+    said = log.read_text()
+    assert "line 1: not published: STOP_WORK block at line 1" in said
+    assert "line 5: not published: PROGRESS block at line 5" in said
 
 
 def test_signal_items_have_offsets() -> None:

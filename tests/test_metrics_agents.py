@@ -138,7 +138,8 @@ async def test_adapter_counts_what_it_publishes_reads_rejects_and_delivers(
             T.RESULT: 1,
             T.CLARIFICATION_NEEDED: 1,
             T.COMPLETION_REPORT: 1,
-        }  # the broken STOP_WORK was rejected, not published
+            T.STOP_WORK: 1,  # the error published in place of the broken STOP_WORK
+        }
         value = endpoint.value
         assert value("subagent_bus_adapter_findings_total") == 2
         assert value("subagent_bus_adapter_rejected_total", reason="parse_error") == 1

@@ -134,6 +134,25 @@ def test_a_malformed_line_is_an_error_item_and_reading_goes_on() -> None:
     assert [i.line for i in signals] == [7, 13, 13, 13]
 
 
+def test_a_lone_surrogate_escape_is_replaced_not_the_line_lost() -> None:
+    # Node's JSON.stringify writes one for a string cut inside a character pair; orjson refuses it
+    stop = "[STOP_WORK]\nagent_id: a1\nstop_reason: blocker\nblocker_type: missing_info\ndetails: d\n[/STOP_WORK]\n"
+    line = assistant_line("cut here: X\n" + stop).replace(b"cut here: X", b"cut here: \\ud83d")
+    items, _ = parse(line)
+    assert [type(i) for i in items] == [SignalItem]
+    parser = AnyParser()  # and the line still says it is a transcript
+    auto = parser.feed(line) + parser.close()
+    assert format_of(parser) is Format.CLAUDE_JSONL and [type(i) for i in auto] == [SignalItem]
+    reader = TranscriptReader()
+    (text,) = reader.feed(line) + reader.close()
+    assert isinstance(text, AssistantText) and text.text.startswith("cut here: \ufffd\n")
+
+
+def test_a_line_that_is_not_utf8_says_so() -> None:
+    (error,) = parse(b'{"type": "assistant", "x": "\xff"}\n')[0]
+    assert isinstance(error, ErrorItem) and error.message == "JSONL line 1: not valid UTF-8 (byte 28)"
+
+
 def test_errors_inside_an_assistant_text_name_the_jsonl_line() -> None:
     data = assistant_line("ok") + assistant_line("prose\n[STOP_WORK]\nagent_id: a1\n")
     items, _ = parse(data)

@@ -1,0 +1,46 @@
+"""What the parent is told when a signal the agent printed cannot reach it.
+
+A CLARIFICATION_NEEDED, STOP_WORK or DELEGATE_WORK the agent waits on, or the completion it ends with
+(a COMPLETION_REPORT or a result report), that cannot be read or is too large for an envelope would
+leave the parent seeing a running agent that in fact waits for a reply, or has finished. In its place
+the adapter publishes a STOP_WORK error, under the envelope id the signal would have had: the parent
+sees a blocker in ``inbox``, and resolving it with what the agent needs (ask it to send the signal
+again, corrected, say) resumes the agent; a recovery retries or skips its work. A progress report that
+cannot be read is only logged: nothing waits on it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from bus.envelope import EnvelopeType
+from bus.signals import BlockerType, StopReason, StopWork
+
+__all__ = ["AWAITED", "lost_signal"]
+
+AWAITED: Final = frozenset(
+    {
+        EnvelopeType.CLARIFICATION_NEEDED,
+        EnvelopeType.STOP_WORK,
+        EnvelopeType.DELEGATE_WORK,
+        EnvelopeType.COMPLETION_REPORT,
+        EnvelopeType.RESULT,
+    }
+)
+"""What the agent waits on, or ends with, once printed."""
+
+
+def lost_signal(agent_id: str, type_: EnvelopeType, where: str, why: str) -> StopWork:
+    """The STOP_WORK error published in place of the agent's ``type_`` (at ``where`` in its output)
+    that cannot reach the parent for the reason ``why``."""
+    what = "result report" if type_ is EnvelopeType.RESULT else type_.value
+    return StopWork(
+        agent_id=agent_id,
+        stop_reason=StopReason.ERROR,
+        blocker_type=BlockerType.ERROR,
+        details=(
+            f"The agent printed a {what} ({where}) that did not reach the coordinator: {why}. It may "
+            f"be waiting for a reply, or have finished: resolve this with what it needs (for example, "
+            f"ask it to send the {what} again, corrected), or choose a recovery."
+        ),
+    )
