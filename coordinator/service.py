@@ -80,6 +80,8 @@ class _Shard:
     ahead: list[Entry] | None = None
     """Entries read behind the last commit, in the same write (see :meth:`Coordinator._run_commit`):
     the next batch, or ``[]`` when none came within the block time; None when nothing was read ahead."""
+    failing: bool = False
+    """The shard loop's last step failed (the first failure of an outage is logged, not every retry)."""
 
 
 class Coordinator:
@@ -174,8 +176,13 @@ class Coordinator:
                     continue
                 await self._maybe_tick(shard)
                 await self._step(shard, block_ms=self.options.block_ms)
+                if shard.failing:
+                    log.info("shard %d: the server answers again", shard.index)
+                    shard.failing = False
             except BusError as exc:
-                log.warning("shard %d: %s; retrying", shard.index, exc)
+                if not shard.failing:  # an outage is one line per shard, not one a second
+                    log.warning("shard %d: %s; retrying every second", shard.index, exc)
+                shard.failing = True
                 shard.owned = False
                 await wait_for(stop, 1.0)
                 if "NOGROUP" in str(exc):  # the server lost the stream or its group (data loss, failover)
@@ -202,13 +209,17 @@ class Coordinator:
         return self.keys.state(shard.index, "version")
 
     async def _membership(self, stop: asyncio.Event) -> None:
+        failing = False
         while not stop.is_set():
             try:
                 self._share = fair_share(self.keys.shards, await self._leases.heartbeat())
                 await self._shed()
                 await self._gauge_pending()
+                failing = False
             except BusError as exc:  # Redis restarting or unreachable: keep trying, like the shard loops
-                log.warning("membership: %s; retrying", exc)
+                if not failing:
+                    log.warning("membership: %s; retrying", exc)
+                failing = True
             await wait_for(stop, self.options.lease_ttl_ms / 3000)
 
     async def _shed(self) -> None:

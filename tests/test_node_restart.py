@@ -134,3 +134,31 @@ async def test_a_write_on_a_connection_closed_under_it_is_a_lost_connection(redi
 def test_any_other_attribute_error_stays_one() -> None:
     with pytest.raises(AttributeError), translated():
         _ = None.writelines  # type: ignore[attr-defined]
+
+
+async def test_a_coordinator_says_once_per_shard_that_the_server_is_away(fresh_redis: RedisProcess) -> None:
+    log = fresh_redis.directory / "coordinator.log"
+    with log.open("wb") as sink:
+        process = await asyncio.create_subprocess_exec(
+            CLI, "coordinator", "--redis-url", fresh_redis.url, "--namespace", "away", "--shards", "2",
+            "--socket-timeout", "2", stderr=sink,
+        )  # fmt: skip
+    try:
+
+        async def said(text: str, times: int) -> bool:
+            return log.read_text().count(text) >= times
+
+        await wait_until(lambda: said("acquired", 2), 30, "the coordinator to own both shards")
+        fresh_redis.kill()
+        await wait_until(
+            lambda: said("; retrying every second", 2), 30, "both shards to say the server is away"
+        )
+        await asyncio.sleep(3)  # the outage: three retries of each shard
+        await asyncio.to_thread(fresh_redis.start)
+        await wait_until(lambda: said("the server answers again", 2), 30, "both shards to say it is back")
+        text = log.read_text()
+        assert text.count("; retrying every second") == 2, text
+        assert process.returncode is None
+    finally:
+        process.terminate()
+        await process.wait()
