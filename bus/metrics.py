@@ -54,12 +54,8 @@ class RoleMetrics:
         return child
 
 
-def _agents_gauge(registry: CollectorRegistry) -> Gauge:
-    return Gauge("subagent_bus_agents_running", "Agent processes alive under this process", registry=registry)
-
-
 class Metrics(RoleMetrics):
-    """The coordinator's metrics (``role`` is its label value); unused ones simply stay at zero."""
+    """The coordinator's metrics (``role`` is its label value)."""
 
     def __init__(self, role: str, registry: CollectorRegistry | None = None) -> None:
         super().__init__(role, registry)
@@ -85,7 +81,6 @@ class Metrics(RoleMetrics):
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
             registry=r,
         )
-        self.agents = _agents_gauge(r)
 
 
 class AdapterMetrics(RoleMetrics):
@@ -148,7 +143,9 @@ class LauncherMetrics(RoleMetrics):
             "Attempts to start a requested agent that failed (each is retried, then dead-lettered)",
             registry=r,
         )
-        self.agents = _agents_gauge(r)
+        self.agents = Gauge(
+            "subagent_bus_agents_running", "Agents this launcher started that still run", registry=r
+        )
 
 
 def serve(metrics: RoleMetrics, port: int, host: str = "127.0.0.1") -> None:

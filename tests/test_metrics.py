@@ -82,6 +82,7 @@ def test_metrics_count_and_json_logs_name_the_agent(redis_url: str, tmp_path: Pa
         fast = re.search(r'^subagent_bus_commit_seconds_bucket\{le="0.25"\} (\S+)$', text, re.MULTILINE)
         assert count is not None and fast is not None and float(count[1]) >= 1, text
         assert fast[1] == count[1], text
+        assert "subagent_bus_agents_running" not in text  # the launcher's
     finally:
         process.terminate()
         process.wait(timeout=30)
