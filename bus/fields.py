@@ -2,8 +2,9 @@
 
 Agents write their signals as hand-typed YAML, so a few lenient conversions are applied at the edge of
 the model (never deeper): a multi-line field written as a YAML list becomes one line per item, a scalar
-that YAML resolved to a number becomes its text (as written: ``0755``, ``1.10``, an id of digits). Timestamps are the one strict field: one without a
-time zone is rejected, because ordering signals from several machines needs an absolute instant.
+that YAML resolved to a number becomes its text (as written: ``0755``, ``1.10``, an id of digits).
+Timestamps are the one strict field: one without a time zone is rejected, because ordering signals from
+several machines needs an absolute instant.
 """
 
 from __future__ import annotations
