@@ -3,18 +3,23 @@
 Each one checks what it can against the committed state with the rules' own checks (so a typo is an
 immediate, clear error, worded as the coordinator would refuse it), then publishes a ``human`` envelope
 onto the group's shard stream: the coordinator applies it in order and exactly once, like any signal,
-and the directive it produces reaches the agent's inbox.
+and the directive it produces reaches the agent's inbox. While a coordinator holds the shard, the
+command waits for its decision on the envelope and says it (a command that raced another one, say a
+second answer, is rejected there: exit status 1); with none running, the envelope waits for one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import click
 
 from bus.cli_connection import redis_options, run_command
-from bus.connection import connect
+from bus.connection import Client, connect, translated
+from bus.consumer import stream_entries
 from bus.directives import (
     AnswerItem,
     HumanAnswer,
@@ -25,12 +30,15 @@ from bus.directives import (
     HumanResolve,
     RecoveryOption,
 )
-from bus.envelope import Payload, new_envelope
-from bus.errors import BusError
-from bus.keys import open_namespace
+from bus.display import one_line
+from bus.envelope import Envelope, Payload, decode, new_envelope
+from bus.errors import BusError, DecodeError
+from bus.events import Decision, DecisionType
+from bus.keys import StreamKind, open_namespace
 from bus.params import not_blank
 from bus.publisher import Publisher
 from bus.settings import Settings
+from coordinator.lease import lease_key
 from coordinator.rules.aggregation import open_escalation
 from coordinator.rules.blockers import error_stop, open_blocker
 from coordinator.rules.clarification import answerable
@@ -97,7 +105,15 @@ def _group_of(
     return _only(holding, f"agent {agent_id!r}", check)
 
 
-async def _publish(settings: Settings, build: Build, source: str, group_id: str | None) -> str:
+_DECISION_WAIT_S: Final = 10.0
+"""How long a command waits for a running coordinator's decision (it comes within milliseconds)."""
+
+
+async def _publish(
+    settings: Settings, build: Build, source: str, group_id: str | None
+) -> tuple[Envelope, Decision | None, bool]:
+    """The envelope published, the coordinator's first decision on it, and whether a coordinator held
+    the shard (no decision is waited for otherwise)."""
     client = await connect(settings)
     try:
         keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
@@ -106,15 +122,44 @@ async def _publish(settings: Settings, build: Build, source: str, group_id: str 
             raise BusError(f"no group {group_id!r} is known to the coordinators")
         payload, agent_id, group_id = build(groups)
         envelope = new_envelope(payload, agent_id=agent_id, group_id=group_id, source=source)
+        shard = keys.shard_of(group_id)
+        events = keys.stream(shard, StreamKind.EVENTS)
+        with translated():
+            last: Any = await client.xrevrange(events, count=1)
+            held = bool(await client.exists(lease_key(keys, shard)))
         await Publisher(client, keys).publish(envelope)
-        return envelope.id
+        if not held:
+            return envelope, None, False
+        return envelope, await _decision(client, events, last[0][0] if last else "0-0", envelope.id), True
     finally:
         await client.aclose()
 
 
+async def _decision(client: Client, events: str, cursor: Any, cause: str) -> Decision | None:
+    """The first decision on the events stream after ``cursor`` caused by envelope ``cause``."""
+    deadline = time.monotonic() + _DECISION_WAIT_S
+    while time.monotonic() < deadline:
+        with translated():
+            reply = await client.xread({events: cursor}, count=100, block=500)
+        for entry_id, fields in stream_entries(reply):
+            cursor = entry_id
+            with contextlib.suppress(DecodeError):
+                payload = decode(fields.get(b"data")).payload
+                if isinstance(payload, Decision) and payload.cause == cause:
+                    return payload
+    return None
+
+
 def _run(settings: Settings, build: Build, source: str, group_id: str | None) -> None:
-    envelope_id = run_command(_publish(settings, build, source, group_id))
-    click.echo(f"queued {source} as {envelope_id}; the coordinator applies it in order")
+    envelope, decision, held = run_command(_publish(settings, build, source, group_id))
+    if decision is None:
+        when = f"no decision within {_DECISION_WAIT_S:g}s" if held else "no coordinator runs now"
+        click.echo(f"queued {source} as {envelope.id} ({when}); a coordinator applies it in order")
+        return
+    detail = one_line(decision.detail.split("\n", 1)[0])
+    if decision.decision is DecisionType.REJECTED:
+        raise click.ClickException(f"{source} {envelope.id} was rejected by the coordinator: {detail}")
+    click.echo(f"{source} applied as {envelope.id}: {decision.decision.value}: {detail}")
 
 
 def _split_answers(pairs: tuple[str, ...]) -> list[tuple[str, str]]:

@@ -31,6 +31,7 @@ __all__ = [
     "RENEW_SCRIPT",
     "Leases",
     "fair_share",
+    "lease_key",
 ]
 
 # KEYS[1]: a lease; ARGV: token, ttl in ms, and 'retake' to take the lease again when it expired and
@@ -108,6 +109,11 @@ def fair_share(shards: int, members: Any) -> int:
     return math.ceil(shards / max(1, int(members)))
 
 
+def lease_key(keys: Keys, shard: int) -> str:
+    """The key of a shard's lease: it exists while a coordinator holds the shard."""
+    return keys.state(shard, "lease")
+
+
 class Leases:
     """The lease and membership operations of one coordinator process (``name``) on its shards.
 
@@ -130,7 +136,7 @@ class Leases:
 
     def key(self, shard: int) -> str:
         """The shard's lease key."""
-        return self.keys.state(shard, "lease")
+        return lease_key(self.keys, shard)
 
     async def take(self, shard: int) -> str | None:
         """The token of a lease newly taken on the shard, or None when another process holds it.

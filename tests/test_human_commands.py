@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -351,3 +354,56 @@ summary: The scanner crashed on every file
     assert status[0]["escalations"] == [] and status[0]["status"] == "escalate"
     again = cli(redis_url, "dismiss", "w1")
     assert again.returncode == 1 and "agent 'w1' has no open escalation" in again.stderr
+
+
+def test_with_a_coordinator_running_a_command_says_what_became_of_it(redis_url: str) -> None:
+    def ask(question: str) -> None:
+        agent_says(redis_url, "asker", "g-said", clarify("asker").replace("Q1", question))
+
+    ask("Q1")
+    coordinate(redis_url)
+    queued = ok(redis_url, "answer", "asker", "Q1=JWT")
+    assert "(no coordinator runs now); a coordinator applies it in order" in queued, queued
+    env = {**os.environ, "SUBAGENT_BUS_REDIS_URL": redis_url}
+    coordinator = subprocess.Popen([CLI, "coordinator"], env=env, stderr=subprocess.DEVNULL)
+    try:
+        ask("Q2")
+        until(lambda: "Q2" in ok(redis_url, "inbox"), "the coordinator to open the question")
+        applied = ok(redis_url, "answer", "asker", "Q2=JWT")
+        assert applied.startswith("answer applied as ") and ": question_answered: " in applied, applied
+        # Two answers that both pass the command's own check while the coordinator is paused: it applies
+        # one and rejects the other, which that command says (exit status 1).
+        ask("Q3")
+        until(lambda: "Q3" in ok(redis_url, "inbox"), "the coordinator to open the next question")
+        published = len(signals(redis_url))
+        coordinator.send_signal(signal.SIGSTOP)
+        answers = [
+            subprocess.Popen(
+                [CLI, "answer", "asker", f"Q3={text}"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for text in ("yes", "no")
+        ]
+        until(lambda: len(signals(redis_url)) == published + 2, "both answers to be published")
+        coordinator.send_signal(signal.SIGCONT)
+        (ok_code, ok_out, _), (bad_code, _, bad_err) = sorted(finished(a) for a in answers)
+        assert ok_code == 0 and "answer applied as " in ok_out, ok_out
+        assert bad_code == 1 and "was rejected by the coordinator: " in bad_err, bad_err
+    finally:
+        coordinator.kill()
+        coordinator.wait()
+
+
+def finished(process: subprocess.Popen[str]) -> tuple[int, str, str]:
+    out, err = process.communicate(timeout=60)
+    return process.returncode, out, err
+
+
+def until(condition: Callable[[], bool], what: str, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
