@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Any, Final
 
 from agents.adapter import AgentBus, GaveUp, OutputStream, heartbeat_loop
 from agents.delivery import AgentDone, DeliveryFailed, Directive
@@ -43,6 +43,28 @@ _RECOVERY: Final = (
 
 Chunks = Callable[[], Awaitable[bytes]]
 """The next bytes of an output; empty at its end."""
+_EXITED_POLL_S: Final = 0.2
+_DRAIN_S: Final = 2.0
+"""How long the agent's output is read on after it exited, for a process it started that holds it open."""
+
+
+def _until(reader: asyncio.StreamReader, abandoned: asyncio.Event) -> Chunks:
+    """The reader's chunks, ending early once ``abandoned`` is set (what is unread then stays unread)."""
+
+    async def chunk() -> bytes:
+        if abandoned.is_set():
+            return b""
+        reading = asyncio.ensure_future(reader.read(CHUNK))
+        if not reading.done():
+            giving_up = asyncio.ensure_future(abandoned.wait())
+            await asyncio.wait({reading, giving_up}, return_when=asyncio.FIRST_COMPLETED)
+            giving_up.cancel()
+            if not reading.done():
+                reading.cancel()
+                return b""
+        return reading.result()
+
+    return chunk
 
 
 @dataclass(frozen=True)
@@ -219,12 +241,16 @@ class Session:
             )
             tail = _Tail()
             assert process.stdout is not None and process.stderr is not None
-            stdout, stderr = process.stdout, process.stderr
+            abandoned = asyncio.Event()
             try:
-                await asyncio.gather(
-                    self._pump(lambda: stdout.read(CHUNK), source), self._pump_stderr(stderr, tail)
+                pumps = asyncio.gather(
+                    self._pump(_until(process.stdout, abandoned), source),
+                    self._pump_stderr(_until(process.stderr, abandoned), tail),
                 )
-                code = exit_status(await process.wait())
+                await self._drained(process, pumps, abandoned)
+                # not process.wait(): it waits for the output's end too, which may be never
+                assert process.returncode is not None
+                code = exit_status(process.returncode)
             finally:
                 running.set()
                 await beats
@@ -242,6 +268,27 @@ class Session:
                 await process.wait()
             self.process = None
             self.idle.set()
+
+    async def _drained(
+        self, process: asyncio.subprocess.Process, pumps: asyncio.Future[Any], abandoned: asyncio.Event
+    ) -> None:
+        """Wait for the agent's exit and the end of its output; a process it left running that keeps
+        the output open (``server &``) is given :data:`_DRAIN_S` to close it, then it is not read any
+        more: the agent's exit must be reported, and its next turn started."""
+        while process.returncode is None and not pumps.done():
+            await asyncio.wait({pumps}, timeout=_EXITED_POLL_S)
+        await asyncio.wait({pumps}, timeout=_DRAIN_S)
+        if not pumps.done():
+            self.bus.log(
+                "the agent exited, but a process it started holds its output open: not read any more"
+            )
+            abandoned.set()
+            # Our ends of its pipes, closed now rather than when that process ends: asyncio offers no
+            # other handle on them than the process's transport (closing it kills no exited process).
+            process._transport.close()  # type: ignore[attr-defined]
+        await pumps
+        if process.returncode is None:  # the output ended first: the agent is still ending
+            await process.wait()
 
     async def _pump(self, chunks: Chunks, source: str) -> None:
         if self.stream is not None and self.stream.session_id:
@@ -265,9 +312,9 @@ class Session:
             self._tee = False
             self.bus.log(f"stopped copying the agent's output to stdout: {exc}")
 
-    async def _pump_stderr(self, reader: asyncio.StreamReader, tail: _Tail) -> None:
+    async def _pump_stderr(self, chunks: Chunks, tail: _Tail) -> None:
         sink: IO[bytes] | None = self._stderr_sink()
-        while chunk := await reader.read(CHUNK):
+        while chunk := await chunks():
             tail.add(chunk)
             if sink is None:
                 continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -139,6 +140,27 @@ async def test_a_directive_after_the_completion_starts_no_other_turn(redis_url: 
         pending: Any = await bus.client.xpending(bus.inbox(GROUP, "r13"), "adapter")
         assert pending["pending"] == 0  # acknowledged, not left for a reader that never comes
     assert f"CLARIFICATION_RESPONSE {late.id} not delivered: the agent has completed" in log.read_text()
+
+
+async def test_a_process_the_agent_leaves_running_does_not_hold_its_exit_back(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # `server &` in the agent: the server keeps the agent's output open after the agent exited
+    log, pid_file = tmp_path / "adapter.log", tmp_path / "server.pid"
+    agent = f"sleep 120 & echo $! > {pid_file}; echo working; exit 3"
+    adapter = start([*run_args("r16"), "sh", "-c", agent], redis_url, log)
+    try:
+        assert await exited(adapter, 30) == 3, log.read_text()
+        async with open_bus(redis_url) as bus:
+            envelopes = [e for e in await bus.envelopes(GROUP) if e.agent_id == "r16"]
+        assert [e.type for e in envelopes] == [T.AGENT_STARTED, T.STOP_WORK, T.AGENT_EXITED]
+        assert isinstance(envelopes[-1].payload, AgentExited) and envelopes[-1].payload.exit_code == 3
+        said = log.read_text()
+        assert "a process it started holds its output open: not read any more" in said
+        assert "Traceback" not in said and "Exception ignored" not in said
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
 
 async def test_a_command_that_cannot_start(redis_url: str, tmp_path: Path) -> None:
