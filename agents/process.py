@@ -55,14 +55,13 @@ def _until(reader: asyncio.StreamReader, abandoned: asyncio.Event) -> Chunks:
         if abandoned.is_set():
             return b""
         reading = asyncio.ensure_future(reader.read(CHUNK))
-        if not reading.done():
-            giving_up = asyncio.ensure_future(abandoned.wait())
-            await asyncio.wait({reading, giving_up}, return_when=asyncio.FIRST_COMPLETED)
-            giving_up.cancel()
-            if not reading.done():
-                reading.cancel()
-                return b""
-        return reading.result()
+        giving_up = asyncio.ensure_future(abandoned.wait())
+        await asyncio.wait({reading, giving_up}, return_when=asyncio.FIRST_COMPLETED)
+        giving_up.cancel()
+        if reading.done():  # read data is never dropped, even when both ended together
+            return reading.result()
+        reading.cancel()
+        return b""
 
     return chunk
 
