@@ -63,12 +63,18 @@ async def wait_until(condition: Callable[[], Awaitable[bool]], seconds: float, w
 
 
 async def exited(process: subprocess.Popen[bytes], seconds: float) -> int:
-    """Wait for a process without blocking the loop; its exit status."""
+    """Wait for a process without blocking the loop; its exit status. One that does not exit in time is
+    killed (a failed test leaves no process behind) and the wait fails."""
 
     async def done() -> bool:
         return process.poll() is not None
 
-    await wait_until(done, seconds, f"{process.args!r} to exit")
+    try:
+        await wait_until(done, seconds, f"{process.args!r} to exit")
+    except AssertionError:
+        process.kill()
+        process.wait()
+        raise
     assert process.returncode is not None
     return process.returncode
 
