@@ -48,24 +48,6 @@ _DRAIN_S: Final = 2.0
 """How long the agent's output is read on after it exited, for a process it started that holds it open."""
 
 
-def _until(reader: asyncio.StreamReader, abandoned: asyncio.Event) -> Chunks:
-    """The reader's chunks, ending early once ``abandoned`` is set (what is unread then stays unread)."""
-
-    async def chunk() -> bytes:
-        if abandoned.is_set():
-            return b""
-        reading = asyncio.ensure_future(reader.read(CHUNK))
-        giving_up = asyncio.ensure_future(abandoned.wait())
-        await asyncio.wait({reading, giving_up}, return_when=asyncio.FIRST_COMPLETED)
-        giving_up.cancel()
-        if reading.done():  # read data is never dropped, even when both ended together
-            return reading.result()
-        reading.cancel()
-        return b""
-
-    return chunk
-
-
 @dataclass(frozen=True)
 class ProcessOptions:
     fmt: Format = Format.AUTO
@@ -240,13 +222,12 @@ class Session:
             )
             tail = _Tail()
             assert process.stdout is not None and process.stderr is not None
-            abandoned = asyncio.Event()
+            stdout, stderr = process.stdout, process.stderr
             try:
                 pumps = asyncio.gather(
-                    self._pump(_until(process.stdout, abandoned), source),
-                    self._pump_stderr(_until(process.stderr, abandoned), tail),
+                    self._pump(lambda: stdout.read(CHUNK), source), self._pump_stderr(stderr, tail)
                 )
-                await self._drained(process, pumps, abandoned)
+                await self._drained(process, pumps)
                 # not process.wait(): it waits for the output's end too, which may be never
                 assert process.returncode is not None
                 code = exit_status(process.returncode)
@@ -268,9 +249,7 @@ class Session:
             self.process = None
             self.idle.set()
 
-    async def _drained(
-        self, process: asyncio.subprocess.Process, pumps: asyncio.Future[Any], abandoned: asyncio.Event
-    ) -> None:
+    async def _drained(self, process: asyncio.subprocess.Process, pumps: asyncio.Future[Any]) -> None:
         """Wait for the agent's exit and the end of its output; a process it left running that keeps
         the output open (``server &``) is given :data:`_DRAIN_S` to close it, then it is not read any
         more: the agent's exit must be reported, and its next turn started."""
@@ -281,9 +260,9 @@ class Session:
             self.bus.log(
                 "the agent exited, but a process it started holds its output open: not read any more"
             )
-            abandoned.set()
-            # Our ends of its pipes, closed now rather than when that process ends: asyncio offers no
-            # other handle on them than the process's transport (closing it kills no exited process).
+            # Our ends of its pipes, closed now rather than when that process ends: the reads then end
+            # as at the end of the output. asyncio offers no other handle on them than the process's
+            # transport (closing it kills no process that has exited).
             process._transport.close()  # type: ignore[attr-defined]
         await pumps
         if process.returncode is None:  # the output ended first: the agent is still ending
@@ -311,9 +290,9 @@ class Session:
             self._tee = False
             self.bus.log(f"stopped copying the agent's output to stdout: {exc}")
 
-    async def _pump_stderr(self, chunks: Chunks, tail: _Tail) -> None:
+    async def _pump_stderr(self, reader: asyncio.StreamReader, tail: _Tail) -> None:
         sink: IO[bytes] | None = self._stderr_sink()
-        while chunk := await chunks():
+        while chunk := await reader.read(CHUNK):
             tail.add(chunk)
             if sink is None:
                 continue
