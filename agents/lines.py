@@ -16,13 +16,18 @@ __all__ = ["HIT", "RESULT_HEADING", "TAG_GROUP", "TAG_LINE", "TYPE_OF_TAG", "Fen
 _TAGS: Final = b"|".join(t.value.encode() for t in SIGNAL_TYPES)
 TYPE_OF_TAG: Final = {t.value.encode(): t for t in SIGNAL_TYPES}
 """The signal type a tag names (``b"STOP_WORK"`` -> ``EnvelopeType.STOP_WORK``)."""
+# Agents print tags in Markdown emphasis (``**[STOP_WORK]**``) or, through a terminal, in colour: around a
+# tag alone on its line these mean nothing else, so they are allowed there (any mix, on either side).
+_DECO: Final = rb"(?:\*{1,2}|_{1,2}|\x1b\[[0-9;]*m)*"
+_TAG: Final = _DECO + rb"\[(/?)(" + _TAGS + rb")\]" + _DECO + rb"[ \t]*(?=\r?\n)"
 # Anchored on the newline before a line (each scanned region starts with one), so the regex engine
 # only tries line starts; the groups: indent, "/", tag | fence marker, info | hashes, heading text.
+# (The lookahead is for speed: it ends the try at a prose line's first character.)
 HIT: Final = re.compile(
-    rb"\n([ \t]*)(?:\[(/?)(" + _TAGS + rb")\][ \t]*(?=\r?\n)|(`{3,}|~{3,})([^\n]*)|(#{1,2})[ \t]([^\n]*))"
+    rb"\n([ \t]*)(?=[\[*_\x1b`~#])(?:" + _TAG + rb"|(`{3,}|~{3,})([^\n]*)|(#{1,2})[ \t]([^\n]*))"
 )
 TAG_GROUP: Final = 3  # the group of HIT a tag line ends with (``m.lastindex``)
-TAG_LINE: Final = re.compile(rb"\n[ \t]*\[(/?)(" + _TAGS + rb")\][ \t]*(?=\r?\n)")  # the tag lines of HIT
+TAG_LINE: Final = re.compile(rb"\n[ \t]*" + _TAG)  # the tag lines of HIT
 RESULT_HEADING: Final = re.compile(rb"(.+?)[ \t]+[Rr]esult[ \t#]*\r?")
 """The text of a ``## <Agent> Result`` heading (the agent's name in group 1)."""
 Fence = tuple[int, int]

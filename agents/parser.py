@@ -4,16 +4,18 @@ A :class:`Parser` is fed the raw bytes an agent prints, in chunks of any size, a
 :data:`Item` values: a :class:`SignalItem` per valid signal block, a :class:`ResultItem` per valid
 ``## <Agent> Result`` report, and an :class:`ErrorItem` for anything malformed. Feeding a text in one
 piece or split at any points yields the same items, with the same ``line`` (1-based line of the opening
-tag or heading) and ``offset`` (byte offset of the block's first byte, the ``[`` of the tag or the first
-``#`` of the heading), so envelope ids derived from offsets are deterministic.
+tag or heading) and ``offset`` (byte offset of the block's first byte: the tag line's first byte after
+its indentation, or the first ``#`` of the heading), so envelope ids derived from offsets are
+deterministic.
 
 Recognition rules:
 
 - An opening tag ``[STOP_WORK]`` (likewise CLARIFICATION_NEEDED, DELEGATE_WORK, COMPLETION_REPORT,
   PROGRESS) counts only alone on its line; indentation and a trailing CR are allowed, so a block may sit
-  in a ```yaml fence or a list item. An inline mention ("I will emit [STOP_WORK] if ...") is prose. The
-  body is dedented by the opening tag's indentation and ends at the matching closing tag, also alone on
-  its line.
+  in a ```yaml fence or a list item, and so are Markdown emphasis (``**[STOP_WORK]**``) and terminal colour
+  codes around the tag. An inline mention ("I will emit [STOP_WORK] if ...") is prose, and so is a tag in
+  inline code or a quote. The body is dedented by the opening tag's indentation and ends at the matching
+  closing tag, also alone on its line.
 - An opening tag while a block is open ends the open block with an error (it was never terminated) and
   starts the new block: agents do not nest signals, and dropping the new, probably complete, block to
   keep waiting for a terminator that may never come would lose a valid signal. A closing tag of another

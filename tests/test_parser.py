@@ -95,6 +95,33 @@ def test_indented_block_in_a_list_is_dedented() -> None:
     assert text.encode()[item.offset : item.offset + 11] == b"[STOP_WORK]"
 
 
+@pytest.mark.parametrize(
+    ("opening", "closing"),
+    [
+        ("**[STOP_WORK]**", "**[/STOP_WORK]**"),
+        ("__[STOP_WORK]__", "[/STOP_WORK]"),
+        ("*[STOP_WORK]*", "*[/STOP_WORK]*"),
+        ("\x1b[1;31m[STOP_WORK]\x1b[0m", "\x1b[31m[/STOP_WORK]\x1b[0m"),
+        ("\x1b[1m**[STOP_WORK]**\x1b[0m  ", "**[/STOP_WORK]**\r"),
+    ],
+)
+def test_emphasis_and_colour_around_a_tag_alone_on_its_line_are_allowed(opening: str, closing: str) -> None:
+    text = "Blocked.\n" + stop().replace("[STOP_WORK]", opening, 1).replace("[/STOP_WORK]", closing)
+    item = only(parse_text(text))
+    assert isinstance(item, SignalItem)
+    assert isinstance(item.payload, StopWork)
+    assert item.payload.details == "need the API key"
+    assert (item.line, item.offset) == (2, len("Blocked.\n"))
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["**[STOP_WORK] now**", "`[STOP_WORK]`", "> [STOP_WORK]", "**STOP_WORK**", "\x1b[1m[STOP_WORK] x"],
+)
+def test_other_text_around_a_tag_is_still_prose(line: str) -> None:
+    assert parse_text(stop().replace("[STOP_WORK]", line, 1)) == []
+
+
 def test_block_inside_a_yaml_fence_and_crlf_line_endings() -> None:
     lf = "Blocked:\n\n```yaml\n" + stop(completed_work="|\n  ✓ scanned\n  ✗ audit") + "```\n"
     crlf = lf.replace("\n", "\r\n")
@@ -397,6 +424,7 @@ FRAGMENTS = [
     stop("b").replace("\n", "\r\n").encode(),
     ("```yaml\n" + stop("c", completed_work="|\n  \u2713 one\n  \u2717 two") + "```\n").encode(),
     b"  [PROGRESS]\n  agent_id: p\n  percent: 10\n  [/PROGRESS]\n",
+    b"**[PROGRESS]**\nagent_id: q\npercent: 20\n\x1b[2m[/PROGRESS]\x1b[0m\n",
     stop("bad", stop_reason="later").encode(),
     b"\xff\xfe not utf-8 prose \x80\n",
     REPORT.encode(),
@@ -440,10 +468,11 @@ def test_byte_by_byte_feeding_of_a_mixed_document() -> None:
         ("SignalItem", 10),
         ("SignalItem", 18),
         ("SignalItem", 29),
-        ("ErrorItem", 33),
-        ("ResultItem", 41),
-        ("ResultItem", 53),
-        ("ErrorItem", 69),
+        ("SignalItem", 33),
+        ("ErrorItem", 37),
+        ("ResultItem", 45),
+        ("ResultItem", 57),
+        ("ErrorItem", 73),
     ]
 
 
