@@ -137,7 +137,9 @@ def adapter() -> None:
     "--until-complete", is_flag=True, help="Stop once the agent sent COMPLETION_REPORT or a result."
 )
 @click.option(
-    "--pid", type=int, help="The agent's process: heartbeats while it lives, AGENT_EXITED when it ends."
+    "--pid",
+    type=click.IntRange(min=1),
+    help="The agent's process: heartbeats while it lives, AGENT_EXITED when it ends.",
 )
 @click.option(
     "--poll",

@@ -20,7 +20,8 @@ __all__ = ["NONE", "cell", "column", "findings", "number", "severity", "split_lo
 NONE: Final = frozenset({"none", "n/a", "na", "nothing", "no issues", "no blockers", "-"})
 """What an empty section or cell says instead of being empty."""
 
-_LOCATION: Final = re.compile(r"(\S+?):(\d+)(?:[-:]\d+)?\b.*")
+_LOCATION: Final = re.compile(r"(\S+?):(-?\d+)(?:[-:]\d+)?\b.*")
+_NOT_A_LINE: Final = re.compile(r":(-\d+|0+)\b")
 
 
 _LINK: Final = re.compile(r"\[([^\]]*)\]\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -130,6 +131,10 @@ def _finding(
         return None
     name = f"finding '{ident or cell(row, title)}'"
     file, line = split_location(cell(row, where))
+    if line is None and _NOT_A_LINE.search(cell(row, where)):
+        violations.append(
+            f"{name}: '{cell(row, where).strip()}' names no line (lines start at 1): kept without one"
+        )
     level = severity(cell(row, column(headers, ("severity",))), name, violations)
     raw = cell(row, column(headers, ("confidence", "conf")))
     confidence = number(raw) if raw else None

@@ -139,6 +139,15 @@ def test_seconds_that_are_not_a_finite_number_are_a_usage_error(args: list[str])
     assert "is not a finite number" in result.output
 
 
+@pytest.mark.parametrize("pid", ["0", "-1"])
+def test_a_pid_that_names_no_single_process_is_a_usage_error(pid: str) -> None:
+    # The liveness check signals the pid: 0 and negatives name process groups, which were always "alive".
+    args = ["adapter", "watch", "out.log", "--agent-id", "a", "--group", "g", "--pid", pid]
+    result = CliRunner().invoke(main, [*args, "--redis-url", "redis://127.0.0.1:1/0"])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--pid'" in result.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -169,6 +169,24 @@ def test_issue_tables_become_findings_anywhere() -> None:
     assert parsed.sections[0].title == "Review"
 
 
+def test_a_location_with_line_zero_or_negative_keeps_the_finding_without_a_line() -> None:
+    parsed = parse_report(
+        report(
+            "### Review\n| Issue | Location | Severity |\n|---|---|---|\n"
+            "| Zero | `a.py:0` | Low |\n| Negative | a.py:-3 | Low |\n| Fine | a.py:7 | Low |\n"
+        )
+    )
+    assert [(f.title, f.file, f.line) for f in parsed.findings] == [
+        ("Zero", "a.py", None),
+        ("Negative", "a.py", None),
+        ("Fine", "a.py", 7),
+    ]
+    assert parsed.violations == [
+        "finding 'Zero': 'a.py:0' names no line (lines start at 1): kept without one",
+        "finding 'Negative': 'a.py:-3' names no line (lines start at 1): kept without one",
+    ]
+
+
 def test_tables_without_an_issue_column_are_not_findings() -> None:
     parsed = parse_report(
         report("### Findings\n#### Files\n| File | Change |\n|---|---|\n| `a.ts:3` | edited |\n")
@@ -245,6 +263,7 @@ def test_key_references_split_file_and_line() -> None:
         ("src/a.ts:45 (loginHandler)", ("src/a.ts", 45)),
         ("src/a.ts", ("src/a.ts", None)),
         ("src/a.ts:0", ("src/a.ts", None)),
+        ("src/a.ts:-3", ("src/a.ts", None)),
         ("n/a", (None, None)),
         ("build", (None, None)),
         ("Makefile.am", ("Makefile.am", None)),
