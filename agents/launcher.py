@@ -17,7 +17,9 @@ started again by the same process. A request that cannot be started after ``max_
 (at once when its command line is too long) is dead-lettered with the reason, and so is one read after
 it expired (``expires_at``, which the coordinator sets to when it will declare the agent lost and retry
 it: started then, the agent would run twice). Stopping a launcher with SIGTERM or SIGINT stops the
-adapters it started, which stop their agents.
+adapters it started, which stop their agents. A launcher killed with SIGKILL leaves its agents running;
+the next launcher on the same log directory counts them against its ``max_parallel`` until they end
+(:mod:`agents.orphans`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import os
 import shutil
 import socket
 import sys
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +42,7 @@ from typing import Final
 from agents.delivery import fill, split_template
 from agents.identity import build_prompt
 from agents.options import id_problem
+from agents.orphans import PID_SUFFIX, Orphan, Proc, forget, left_running, record
 from bus.connection import Client
 from bus.consumer import Ack, Consumer, Delivery
 from bus.directives import LaunchRequest
@@ -114,7 +118,10 @@ class Launcher:
         self.running: dict[str, asyncio.subprocess.Process] = {}
         self._requests: dict[str, str] = {}
         """The request each running agent was started for."""
-        self.metrics.agents.set_function(lambda: len(self.running))
+        self.adopted: dict[str, Orphan] = {}
+        """Agents a killed launcher left running (:mod:`agents.orphans`): each holds a slot until it ends."""
+        self._me = Proc.of(os.getpid())
+        self.metrics.agents.set_function(self.busy)
         self._changed = asyncio.Event()
         self._consumers = [
             Consumer(
@@ -135,26 +142,57 @@ class Launcher:
         # acknowledged again before anything else, and never started a second time by this process.
         self._unacked: dict[tuple[str, str], tuple[Consumer, Delivery]] = {}
 
+    def busy(self) -> int:
+        """The slots taken: agents running, started here or adopted."""
+        return len(self.running) + len(self.adopted)
+
     async def run(self, stop: asyncio.Event) -> int:
         """Launch until ``stop`` (with ``burst``: until no request is left and every agent ended)."""
         for consumer in self._consumers:
             await consumer.ensure_group("0")
+        self._adopt()
         try:
             while not stop.is_set():
                 try:
                     found = await self._fill_slots()
-                    if self.options.burst and not found and not self.running and await self._drained():
+                    if self.options.burst and not found and not self.busy() and await self._drained():
                         break
                 except ConnectionFailed as exc:  # the agents keep running; the queue waits
                     log.warning("%s; retrying", exc)
                     await wait_for(stop, 1.0)
                     continue
-                if not found or len(self.running) >= self.options.max_parallel:
+                if not found or self.busy() >= self.options.max_parallel:
                     self._changed.clear()
                     await wait_for(self._changed, _POLL_S)
         finally:
             await self._shutdown()
         return self.launched
+
+    def _adopt(self) -> None:
+        for path, orphan in left_running(self.options.log_dir, self._me).items():
+            self.adopted[orphan.agent_id] = orphan
+            message = (
+                f"adopted {orphan.agent_id} (group {orphan.group_id}, adapter pid {orphan.adapter.pid}), "
+                "left running by a launcher that ended: it holds a slot until it ends"
+            )
+            log.info(message, extra={"agent_id": orphan.agent_id, "group_id": orphan.group_id})
+            self._watch(self._ended(path, orphan))
+
+    async def _ended(self, path: Path, orphan: Orphan) -> None:
+        """Wait for an adopted agent's adapter to end."""
+        while orphan.adapter.alive():  # noqa: ASYNC110 - not this process's child: nothing else to wait on
+            await asyncio.sleep(_POLL_S)
+        forget(path)
+        if self.adopted.get(orphan.agent_id) is orphan:
+            del self.adopted[orphan.agent_id]
+        extra = {"agent_id": orphan.agent_id, "group_id": orphan.group_id}
+        log.info(f"adopted agent {orphan.agent_id} ended", extra=extra)
+        self._changed.set()
+
+    def _watch(self, wait: Coroutine[None, None, None]) -> None:
+        waiter = asyncio.create_task(wait)
+        self._waiters.add(waiter)
+        waiter.add_done_callback(self._waiters.discard)
 
     async def _drained(self) -> bool:
         for consumer in self._consumers:
@@ -167,7 +205,7 @@ class Launcher:
         await self._acknowledge_started()
         found = False
         for _ in range(len(self._consumers)):
-            free = self.options.max_parallel - len(self.running)
+            free = self.options.max_parallel - self.busy()
             if free <= 0:
                 break
             consumer = self._consumers[self._next]
@@ -200,16 +238,10 @@ class Launcher:
             log.warning("not started, dead-lettered: %s (entry %s)", refused, delivery.entry_id)
             return Ack.DEAD, refused
         request = envelope.payload
-        previous = self.running.get(request.new_agent_id)
-        if previous is not None:
-            if self._requests.get(request.new_agent_id) == request.request_id:
-                return Ack.ACK, None  # a repeat of a request whose agent is already running here
-            # The same agent again (a resume launch) while its previous adapter is still ending: that
-            # adapter published the exit this request answers, and ends moments later.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(previous.wait(), _PREVIOUS_END_S)
-            if previous.returncode is None:
-                return Ack.RETRY, f"agent {request.new_agent_id} still runs here under another request"
+        if self._requests.get(request.new_agent_id) == request.request_id:
+            return Ack.ACK, None  # a repeat of a request whose agent is already running here
+        if not await self._previous_ended(request.new_agent_id):
+            return Ack.RETRY, f"agent {request.new_agent_id} still runs here under another request"
         try:
             process = await self._start(request, envelope.group_id)
         except (OSError, ValueError) as exc:
@@ -226,10 +258,22 @@ class Launcher:
         self.running[request.new_agent_id] = process
         self._requests[request.new_agent_id] = request.request_id
         self.metrics.launched.inc()
-        waiter = asyncio.create_task(self._reap(request.new_agent_id, envelope.group_id, process))
-        self._waiters.add(waiter)
-        waiter.add_done_callback(self._waiters.discard)
+        self._watch(self._reap(request.new_agent_id, envelope.group_id, process))
         return Ack.ACK, None
+
+    async def _previous_ended(self, agent_id: str) -> bool:
+        """Whether no earlier adapter of this agent runs here, after a while for one to end (a resume
+        launch answers the exit its previous adapter published, and that adapter ends moments later)."""
+        previous = self.running.get(agent_id)
+        if previous is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(previous.wait(), _PREVIOUS_END_S)
+            return previous.returncode is not None
+        for _ in range(int(_PREVIOUS_END_S / _POLL_S)):
+            if agent_id not in self.adopted:
+                return True
+            await asyncio.sleep(_POLL_S)
+        return agent_id not in self.adopted
 
     def _prompt_file(self, request: LaunchRequest) -> tuple[Path, str]:
         task = request.task.strip()
@@ -294,6 +338,13 @@ class Launcher:
                 env=env,
                 start_new_session=True,
             )
+        orphan = Orphan(
+            agent_id=request.new_agent_id, group_id=group_id, adapter=Proc.of(process.pid), launcher=self._me
+        )
+        try:
+            record(self._pid_file(request.new_agent_id), orphan)
+        except OSError as exc:  # the agent runs: not a reason to start it again
+            log.warning(f"{exc}: a launcher started after this one is killed will not count this agent")
         message = f"launched {request.new_agent_id} (group {group_id}, pid {process.pid}, log {path})"
         log.info(message, extra={**_ids(request, group_id), "pid": process.pid})
         return process
@@ -303,15 +354,21 @@ class Launcher:
         if self.running.get(agent_id) is process:  # not the same agent started again since
             del self.running[agent_id]
             del self._requests[agent_id]
+            forget(self._pid_file(agent_id))
         extra = {"agent_id": agent_id, "group_id": group_id, "exit_code": code}
         log.info(f"agent {agent_id} ended with exit status {code}", extra=extra)
         self._changed.set()
+
+    def _pid_file(self, agent_id: str) -> Path:
+        return self.options.log_dir / f"{_safe(agent_id)}{PID_SUFFIX}"
 
     async def _shutdown(self) -> None:
         """Pass SIGTERM on to the adapters still running and wait for them."""
         for process in list(self.running.values()):
             if process.returncode is None:
                 process.terminate()
+        for orphan in list(self.adopted.values()):
+            orphan.adapter.terminate()
         if self._waiters:
             await asyncio.gather(*list(self._waiters), return_exceptions=True)
 

@@ -14,6 +14,7 @@ from bus.envelope import EnvelopeType, decode, new_envelope
 from bus.events import AgentStarted, Heartbeat
 from bus.keys import StreamKind, dead_stream_for
 from bus.publisher import Publisher
+from bus.signals import StopWork
 
 T = EnvelopeType
 GROUP = "g-launch"
@@ -157,6 +158,66 @@ async def test_requests_beyond_the_limit_stay_unread_for_any_launcher(redis_url:
         )  # the first one's adapter outlived its launcher
         started = [e.agent_id for e in await bus.of_type(GROUP, T.AGENT_STARTED)]
         assert sorted(started) == agents  # each started exactly once
+
+
+async def killed_with_an_agent_running(redis_url: str, tmp_path: Path, tpl: str) -> None:
+    """A launcher started agent-0 (its record in ``record``) and was killed with SIGKILL, leaving it running."""
+    record = tmp_path / "record"
+    first = start(launcher_args(tmp_path, tpl, "--max-parallel", "1"), redis_url, tmp_path / "first.log")
+
+    async def one_started() -> bool:
+        return record.exists() and record.read_text().count("start") == 1
+
+    await wait_until(one_started, 30, "the first agent")
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    assert [p.name for p in (tmp_path / "logs").glob("*.pid")] == ["agent-0.pid"]
+
+
+async def adopting(tmp_path: Path, tpl: str, redis_url: str, *extra: str) -> subprocess.Popen[bytes]:
+    """A launcher (its log in ``second.log``) that adopted the agent the killed one left running."""
+    log = tmp_path / "second.log"
+    launcher = start(launcher_args(tmp_path, tpl, "--max-parallel", "1", *extra), redis_url, log)
+
+    async def adopted() -> bool:
+        return "adopted agent-0" in log.read_text()
+
+    await wait_until(adopted, 30, "the second launcher to adopt the first one's agent")
+    return launcher
+
+
+async def test_a_launcher_after_one_killed_counts_the_agents_it_left_running(
+    redis_url: str, tmp_path: Path
+) -> None:
+    record, go, log = tmp_path / "record", tmp_path / "go", tmp_path / "second.log"
+    tpl = template(f"wait-file:{go}", "complete", record=str(record))
+    async with open_bus(redis_url) as bus:
+        agents = [await request(bus, n) for n in range(3)]
+        await killed_with_an_agent_running(redis_url, tmp_path, tpl)
+        second = await adopting(tmp_path, tpl, redis_url, "--burst")
+        go.touch()
+        assert await exited(second, 60) == 0, log.read_text()
+        assert max_overlap(record) == 1  # the second launcher waited for the agent the first one left
+        assert sorted(e.agent_id for e in await bus.of_type(GROUP, T.COMPLETION_REPORT)) == agents
+        assert "adopted agent agent-0 ended" in log.read_text()
+    assert not list((tmp_path / "logs").glob("*.pid"))
+
+
+async def test_stopping_a_launcher_stops_the_agents_it_adopted(redis_url: str, tmp_path: Path) -> None:
+    record, log = tmp_path / "record", tmp_path / "second.log"
+    tpl = template(f"wait-file:{tmp_path / 'never'}", "complete", record=str(record))
+    async with open_bus(redis_url) as bus:
+        for n in range(3):
+            await request(bus, n)
+        await killed_with_an_agent_running(redis_url, tmp_path, tpl)
+        second = await adopting(tmp_path, tpl, redis_url)
+        second.send_signal(signal.SIGTERM)
+        assert await exited(second, 60) == 0, log.read_text()
+        [stop] = [e.payload for e in await bus.of_type(GROUP, T.STOP_WORK)]
+        assert isinstance(stop, StopWork)
+        assert f"killed by signal {int(signal.SIGTERM)}" in stop.details
+        assert record.read_text().count("start") == 1
+    assert not list((tmp_path / "logs").glob("*.pid"))
 
 
 async def test_a_request_read_by_a_launcher_that_died_is_taken_over(redis_url: str, tmp_path: Path) -> None:
