@@ -50,8 +50,9 @@ def _agent(agent: AgentSummary) -> str:
     status = f" [{agent.status.value}]" if agent.status else ""
     flags = f"  violations: {_text(', '.join(agent.violations))}" if agent.violations else ""
     message = f"  {_text(agent.progress_message)}" if agent.progress_message else ""
+    state = agent.state.value if agent.watched else "findings only"
     return (
-        f"  {one_line(agent.agent_id):28} {agent.state.value:22} {bar(agent.percent)}{status}"
+        f"  {one_line(agent.agent_id):28} {state:22} {bar(agent.percent)}{status}"
         f"  applied {agent.applied} (last {one_line(agent.last_applied_id or '-')}){flags}{message}"
     )
 

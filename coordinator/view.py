@@ -18,7 +18,24 @@ from bus.keys import Keys, StreamKind
 from coordinator.state import GroupState
 from coordinator.store import GROUPS_KEY, group_key, load_state, seen_key
 
-__all__ = ["find_agent", "find_request", "iter_findings", "load_groups", "load_shard", "unread_signals"]
+__all__ = [
+    "find_agent",
+    "find_request",
+    "group_ids",
+    "iter_findings",
+    "load_groups",
+    "load_shard",
+    "unread_signals",
+]
+
+
+async def group_ids(client: Client, keys: Keys) -> list[str]:
+    """The ids of the groups the coordinators keep a state for, sorted."""
+    ids: list[str] = []
+    with translated():
+        for shard in keys.all_shards():
+            ids += [as_text(raw) for raw in await client.smembers(keys.state(shard, GROUPS_KEY))]
+    return sorted(ids)
 
 
 async def load_shard(

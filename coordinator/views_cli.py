@@ -27,7 +27,7 @@ from coordinator.console import finding_lines, inbox_lines, merged_lines, render
 from coordinator.policy import Policy
 from coordinator.rules import GroupSummary, MergedFinding, merge_findings, summarize
 from coordinator.service import GROUP
-from coordinator.view import iter_findings, load_groups, unread_signals
+from coordinator.view import group_ids, iter_findings, load_groups, unread_signals
 
 __all__ = ["POLICY_OPTION", "commands"]
 
@@ -180,9 +180,19 @@ def _read_findings(settings: Settings, group_id: str | None) -> dict[str, list[F
 
             async for _, finding, _, group in iter_findings(client, keys, group_id, on_page=shown):
                 by_group.setdefault(group, []).append(finding)
+        if group_id is not None and not by_group:
+            known = [g for g in await group_ids(client, keys) if g != group_id]
+            _no_findings(settings, group_id, known)
         return dict(sorted(by_group.items()))
 
     return run_command(_read(settings, read, {}))
+
+
+def _no_findings(settings: Settings, group_id: str, known: list[str]) -> None:
+    """Say on stderr why a group's listing is empty: a mistyped group looks like a quiet one."""
+    hint = f"; known groups: {', '.join(known[:10])}{' ...' if len(known) > 10 else ''}"
+    message = f"no findings for group {group_id!r} in namespace {settings.namespace!r}{hint if known else ''}"
+    click.echo(message, err=True)
 
 
 def _merged(by_group: dict[str, list[Finding]], policy: Policy) -> dict[str, list[MergedFinding]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from rules_kit import Feed, clarification, delegate, stop_error
+from rules_kit import Feed, clarification, delegate, finding, stop_error
 
 from coordinator.console import inbox_lines, render
 from coordinator.rules import summarize
@@ -55,3 +55,13 @@ def test_inbox_commands_can_be_pasted_into_a_shell() -> None:
 
 def test_an_empty_inbox_says_so() -> None:
     assert inbox_lines([]) == ["nothing waits for a human"]
+
+
+def test_a_sender_of_findings_only_is_not_shown_running() -> None:
+    feed = Feed()
+    feed.send(finding("scanner", id="SEC-001"), "scanner-script")
+    summary = summarize(feed.state)
+    assert [(a.agent_id, a.watched) for a in summary.agents] == [("scanner-script", False)]
+    [group, agent] = render(summary)
+    assert group.startswith("group group-1: 0/0 completed")
+    assert agent.split()[:3] == ["scanner-script", "findings", "only"]

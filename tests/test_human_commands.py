@@ -275,6 +275,12 @@ def test_findings_of_different_groups_are_merged_apart(redis_url: str) -> None:
     ]
     alpha = orjson.loads(ok(redis_url, "replay", "--group", "alpha", "--json"))
     assert alpha == merged[:1]
+    for command in (["findings", "--group", "Alpha"], ["replay", "--group", "Alpha"]):
+        done = cli(redis_url, *command)  # a mistyped group is told apart from a quiet one
+        assert done.returncode == 0
+        assert done.stderr.strip().splitlines()[-1] == (
+            "no findings for group 'Alpha' in namespace 'sbus'; known groups: alpha, beta"
+        )
     # raw findings stay what `findings add` reads, so that they can be published again
     copied = ok(redis_url, "findings", "--jsonl", "--group", "beta")
     ok(redis_url, "findings", "add", "--agent-id", "copier", "--group", "gamma", stdin=copied)

@@ -61,6 +61,8 @@ class AgentSummary(Model):
     retried_by: str | None
     resume: ResumePath
     """How a directive for the agent reaches it."""
+    watched: bool
+    """False while it has sent nothing but findings (a script): the group does not wait for it."""
 
 
 class OpenQuestion(Model):
@@ -140,6 +142,7 @@ def _agent(record: AgentRecord) -> AgentSummary:
         agent_id=record.agent_id,
         name=record.name,
         state=record.state,
+        watched=record.watched,
         parent_agent_id=record.parent_agent_id,
         depth=record.depth,
         attempt=record.attempt,
