@@ -12,7 +12,15 @@ from bus import signals as s
 from bus.envelope import EnvelopeType
 from bus.errors import ProtocolError
 
-__all__ = ["SIGNAL_MODELS", "SIGNAL_TYPES", "BlockError", "SignalPayload", "decode_body", "describe_errors"]
+__all__ = [
+    "SIGNAL_MODELS",
+    "SIGNAL_TYPES",
+    "BlockError",
+    "SignalPayload",
+    "decode_body",
+    "describe_errors",
+    "is_template",
+]
 
 SignalPayload = s.ClarificationNeeded | s.StopWork | s.DelegateWork | s.CompletionReport | s.Progress
 SIGNAL_MODELS: Final[dict[EnvelopeType, type[SignalPayload]]] = {
@@ -24,6 +32,17 @@ SIGNAL_MODELS: Final[dict[EnvelopeType, type[SignalPayload]]] = {
 }
 SIGNAL_TYPES: Final = tuple(SIGNAL_MODELS)
 """The signal blocks the parser recognises."""
+
+
+# A template's fields hold placeholders (``agent_id: <agent-id>``); a signal's agent id and timestamp are
+# the first things an agent fills in.
+_PLACEHOLDER: Final = re.compile(rb"(?m)^[ \t]*(agent_id|timestamp):[ \t]*<[^<>\n]*>[ \t]*\r?$")
+
+
+def is_template(body: bytes) -> bool:
+    """Whether a block's body is a signal template (its agent id and timestamp both ``<placeholders>``,
+    as in the prompt's and the seeds' formats): quoted or echoed by an agent, not a signal it sends."""
+    return len({m.group(1) for m in _PLACEHOLDER.finditer(body)}) == 2
 
 
 class BlockError(ProtocolError):

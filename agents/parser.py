@@ -21,6 +21,8 @@ Recognition rules:
   keep waiting for a terminator that may never come would lose a valid signal. A closing tag of another
   type also ends the open block with an error.
 - A block still open at :meth:`Parser.close` is an error, never a partial signal.
+- A block that is not a valid signal and whose ``agent_id`` and ``timestamp`` are both ``<placeholders>``
+  is a signal template (an agent echoing its prompt, or quoting the protocol): it yields nothing.
 - A report runs from its heading to the next heading of level 1 or 2, the next opening tag, or the end of
   input; headings inside code fences do not end it. A report that starts inside a fence (the seeds show
   reports inside ```markdown fences) also ends at that fence's closing line. A bare fence line there is
@@ -44,7 +46,7 @@ import re
 from enum import Enum, auto
 from typing import Final
 
-from agents.blocks import SIGNAL_TYPES, BlockError, SignalPayload, decode_body, describe_errors
+from agents.blocks import SIGNAL_TYPES, BlockError, SignalPayload, decode_body, describe_errors, is_template
 from agents.items import ErrorItem, Item, ResultItem, SignalItem, signal_item
 from agents.lines import HIT, RESULT_HEADING, TAG_GROUP, TAG_LINE, TYPE_OF_TAG, Fence, Hit
 from agents.report import ReportError, parse_report
@@ -395,7 +397,8 @@ class Parser:
         try:
             payload = decode_body(self._type, body, indent=self._indent, first_line=self._start_line + 1)
         except BlockError as exc:
-            self._error(exc.message)
+            if not is_template(body):
+                self._error(exc.message)
             return
         self._out.append(signal_item(self._type, payload, self._start_line, self._start_offset))
 

@@ -17,6 +17,7 @@ import orjson
 import pytest
 from adapter_kit import Bus, exited, fake, open_bus, run_ok, spawn, start, wait_until
 
+from agents.identity import build_prompt
 from agents.parser import ErrorItem, SignalItem, parse_text
 from agents.transcript import TranscriptParser
 from agents.watch import source_of
@@ -214,7 +215,10 @@ async def test_an_unreadable_signal_is_a_stop_work_error_in_its_place(redis_url:
     # the agent may wait for a reply to it: the parent must see a blocker, not a running agent
     out = tmp_path / "agent.out"
     broken_progress = "[PROGRESS]\nagent_id: a6\npercent: lots\n[/PROGRESS]\n"  # nothing waits on it
-    out.write_text(f"[STOP_WORK]\nagent_id: a6\nstop_reason: nonsense\n[/STOP_WORK]\n{broken_progress}")
+    echoed = build_prompt("Do it", "a6")  # its templates are no signals, broken or not
+    out.write_text(
+        f"[STOP_WORK]\nagent_id: a6\nstop_reason: nonsense\n[/STOP_WORK]\n{broken_progress}{echoed}"
+    )
     await run_ok(fake("complete", out=out, agent_id="a6"))
     log = tmp_path / "adapter.log"
     adapter = start(watch_args(out, "a6", "--until-complete"), redis_url, log)

@@ -11,8 +11,7 @@ from click.testing import CliRunner
 
 from agents.cli import prompt
 from agents.identity import IDENTITY_STATEMENT, SIGNAL_TEMPLATES, build_prompt
-from agents.parser import ErrorItem, parse_text
-from bus.envelope import EnvelopeType
+from agents.parser import SIGNAL_TYPES, ErrorItem, parse_text
 
 SEED = (Path(__file__).parent / "data" / "seed_000_signals.md").read_text()
 
@@ -42,16 +41,17 @@ def test_prompt_layout() -> None:
     assert text.index("## PROTOCOL SIGNALS") < text.index("## YOUR TASK")
 
 
-def test_an_echoed_prompt_yields_no_signal() -> None:
-    items = parse_text(build_prompt("Do it", "a1"))
-    assert all(isinstance(item, ErrorItem) for item in items)
-    assert [item.type for item in items if isinstance(item, ErrorItem)] == [
-        EnvelopeType.CLARIFICATION_NEEDED,
-        EnvelopeType.STOP_WORK,
-        EnvelopeType.DELEGATE_WORK,
-        EnvelopeType.COMPLETION_REPORT,
-        EnvelopeType.PROGRESS,
-    ]
+def test_an_echoed_prompt_or_a_quoted_template_yields_nothing() -> None:
+    assert parse_text(build_prompt("Do it", "a1")) == []
+    quoted = "".join(
+        f"- The format:\n\n    {t.replace(chr(10), chr(10) + '    ')}\n" for t in SIGNAL_TEMPLATES
+    )
+    assert parse_text(quoted.replace("\n", "\r\n")) == []
+    # a signal the agent began to fill in is one it sends: it is an error, which the adapter reports
+    for template, kind in zip(SIGNAL_TEMPLATES, SIGNAL_TYPES, strict=True):
+        [item] = parse_text(template.replace("<agent-id>", "a1").replace("<requesting-agent-id>", "a1"))
+        assert isinstance(item, ErrorItem)
+        assert item.type is kind
 
 
 def test_prompt_command_reads_a_file_or_stdin(tmp_path: Path) -> None:
