@@ -11,7 +11,8 @@ For Claude Code (``--agent claude-code``, the default) it writes or merges:
   (:mod:`agents.identity`), the MCP tools, and how to wait for an answer with ``listen``;
 - ``.claude/settings.json``: a ``PostToolUse`` hook on the Task tool running ``subagent-bus init
   hook-task`` (:mod:`agents.task_hook`), which puts each background agent's output file under
-  ``subagent-bus adapter watch``;
+  ``subagent-bus adapter watch``; with ``--url`` (one without a password) it runs with ``--redis-url URL``,
+  so that the adapters reach the same Redis as the MCP server;
 - ``.gitignore``: ``.subagent-bus/``, where commands run without a URL keep the local Redis.
 
 For Codex (``--agent codex``) it writes the section into ``AGENTS.md`` (the same section: one file may
@@ -20,7 +21,7 @@ outside the repository that init does not touch; Codex has no hooks.
 
 Everything else in those files is kept: other servers, other hooks, the rest of the Markdown. Running init
 again changes nothing and says so; without ``--url`` it keeps the URL (or reference) an earlier run
-wrote. A part that differs from what init would write (a hand edit of the section, another
+wrote, and with ``--url`` it sets that URL in what an earlier run wrote. A part that differs from what init would write (a hand edit of the section, another
 ``subagent-bus`` server entry or hook) is left alone and reported, and nothing at all is written, unless
 ``--force`` replaces it (the merges are :mod:`agents.init_merge`'s). Files are replaced atomically.
 """
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -101,11 +103,15 @@ def server_entry(url: str | None) -> dict[str, Any]:
     return entry
 
 
-def hook_entry() -> dict[str, Any]:
-    """The ``PostToolUse`` matcher group that starts an adapter for each background Task agent."""
+def hook_entry(url: str | None = None) -> dict[str, Any]:
+    """The ``PostToolUse`` matcher group that starts an adapter for each background Task agent; the URL
+    is written only when it holds no secret (else the hook's environment gives it, as to the MCP server)."""
+    command = HOOK_COMMAND
+    if url is not None and not has_secret(url):
+        command += f" --redis-url {shlex.quote(url)}"
     return {
         "matcher": HOOK_MATCHER,
-        "hooks": [{"type": "command", "command": HOOK_COMMAND, "timeout": _HOOK_TIMEOUT_S}],
+        "hooks": [{"type": "command", "command": command, "timeout": _HOOK_TIMEOUT_S}],
     }
 
 
@@ -181,7 +187,7 @@ def protocol_section() -> str:
 
 def _read(path: Path) -> str | None:
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")  # a byte order mark (Windows editors) is no content
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
@@ -202,15 +208,20 @@ def plan(directory: Path, agent: AgentKind, url: str | None, force: bool) -> lis
         targets = [
             (Path(".mcp.json"), lambda text: merge_mcp(text, server_entry(url), force)),
             (Path("CLAUDE.md"), lambda text: merge_section(text, section, force)),
-            (Path(".claude/settings.json"), lambda text: merge_hooks(text, hook_entry(), force)),
+            (
+                Path(".claude/settings.json"),
+                lambda text: merge_hooks(text, hook_entry(url), force, url_given=url is not None),
+            ),
         ]
     targets.append((Path(".gitignore"), merge_gitignore))
     changes: list[Change] = []
     problems: list[str] = []
     for relative, merge in targets:
         try:
-            existing = _read(directory / relative)
+            existing = _read(_inside(directory, relative))
             content, detail = merge(existing)
+            if content is not None and existing is not None and not _writable(directory / relative):
+                raise Conflict("it is read-only; make it writable for init to update it")
         except Conflict as exc:
             problems.append(f"{relative}: {exc}")
             continue
@@ -220,9 +231,25 @@ def plan(directory: Path, agent: AgentKind, url: str | None, force: bool) -> lis
     return changes
 
 
-def _write(path: Path, content: str) -> None:
-    if path.is_symlink():  # e.g. CLAUDE.md -> AGENTS.md: update the file it names, keep the link
-        path = path.resolve()
+def _inside(directory: Path, relative: Path) -> Path:
+    """The file, unless it (or a directory on its way) is a link that leads out of the repository: init
+    writes where links lead (``CLAUDE.md`` -> ``AGENTS.md``), and a cloned repository's links could lead
+    it to a file of the user's (``~/.claude/settings.json``, ``~/.bashrc``)."""
+    path = directory / relative
+    target = path.resolve()
+    if not target.is_relative_to(directory.resolve()):
+        raise Conflict(f"it leads out of the repository (to {target}); init does not write there")
+    return path
+
+
+def _writable(path: Path) -> bool:
+    """Whether the file's mode lets anyone write it (root may write any file: this asks what it means)."""
+    return bool(path.stat().st_mode & 0o222)
+
+
+def _stage(path: Path, content: str) -> tuple[Path, Path]:
+    """Write ``content`` beside the file it replaces: (the new file, the file it replaces)."""
+    path = path.resolve()  # a link (CLAUDE.md -> AGENTS.md): update the file it names, keep the link
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -230,14 +257,34 @@ def _write(path: Path, content: str) -> None:
             stream.write(content)
             stream.flush()
             os.fsync(stream.fileno())
-        if path.exists():
-            os.chmod(temporary, path.stat().st_mode & 0o7777)
-        else:
-            os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
+        os.chmod(temporary, path.stat().st_mode & 0o7777 if path.exists() else 0o644)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+    return Path(temporary), path
+
+
+def _write(directory: Path, changes: list[Change]) -> None:
+    """Every change or, as far as the file system allows, none: the new files are written first, then
+    they replace the old ones (one rename each)."""
+    staged: list[tuple[Path, Path]] = []
+    replaced: list[Path] = []
+    try:
+        for change in changes:
+            if change.content is not None:
+                staged.append(_stage(directory / change.path, change.content))
+        for temporary, path in staged:
+            os.replace(temporary, path)
+            replaced.append(path)
+    except OSError as exc:
+        for temporary, path in staged:
+            if path not in replaced:
+                temporary.unlink(missing_ok=True)
+        done = ", ".join(str(path.relative_to(directory.resolve())) for path in replaced)
+        written = f"written: {done}" if done else "nothing was written"
+        raise click.ClickException(
+            f"cannot write {exc.filename}: {exc.strerror or exc} ({written})"
+        ) from None
 
 
 def _codex_snippet(url: str | None) -> str:
@@ -265,7 +312,9 @@ def _check_url(url: str | None) -> None:
     show_default=True,
     help="The agent runtime to wire the protocol into.",
 )
-@click.option("--url", metavar="URL", help="Redis URL for the MCP server (a password is never written).")
+@click.option(
+    "--url", metavar="URL", help="Redis URL for the MCP server and the hook (a password is never written)."
+)
 @click.option("--force", is_flag=True, help="Replace parts that differ from what init writes.")
 @click.option(
     "--dir",
@@ -289,22 +338,19 @@ def init(ctx: click.Context, agent: str, url: str | None, force: bool, directory
         changes = plan(directory, kind, url, force)
     except Conflict as exc:
         raise click.ClickException(f"nothing was written:\n{exc}") from None
+    _write(directory, changes)
     for change in changes:
         if change.content is None:
             click.echo(f"unchanged {change.path} ({change.detail})")
-            continue
-        try:
-            _write(directory / change.path, change.content)
-        except OSError as exc:
-            raise click.ClickException(f"cannot write {change.path}: {exc.strerror or exc}") from None
-        click.echo(f"{'updated' if change.existed else 'created'} {change.path} ({change.detail})")
+        else:
+            click.echo(f"{'updated' if change.existed else 'created'} {change.path} ({change.detail})")
     if all(change.content is None for change in changes):
         click.echo("nothing to change: already set up")
     secret = url is not None and has_secret(url)
     if secret and kind is AgentKind.CLAUDE_CODE:
         click.echo(
-            "the URL holds a password, which is not written into any file: the MCP server reads the URL from "
-            f"${URL_VARIABLE}; export it before starting the agent."
+            "the URL holds a password, which is not written into any file: the MCP server and the hook read "
+            f"the URL from ${URL_VARIABLE}; export it before starting the agent."
         )
     if kind is AgentKind.CODEX:
         click.echo(f"add this to ~/.codex/config.toml:\n\n{_codex_snippet(url)}")

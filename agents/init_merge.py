@@ -8,9 +8,10 @@ was done, or raises :class:`Conflict` for a part that differs from what init wri
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any, Final
 
-from agents.task_hook import HOOK_COMMAND
+from agents.task_hook import HOOK_COMMAND, URL_VARIABLE
 from bus.cli_connection import DEFAULT_DATA_DIR
 
 __all__ = [
@@ -29,7 +30,6 @@ __all__ = [
 MARK_START: Final = "<!-- subagent-bus:start -->"
 MARK_END: Final = "<!-- subagent-bus:end -->"
 SERVER_NAME: Final = "subagent-bus"
-URL_VARIABLE: Final = "SUBAGENT_BUS_REDIS_URL"
 LOCAL_DATA: Final = str(DEFAULT_DATA_DIR)
 """Where commands run without a URL keep the local Redis and its data."""
 
@@ -86,28 +86,42 @@ def _dumps(value: dict[str, Any]) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
 
 
+# What init writes differs from one run to another only in the URL: a part that is init's own but for its
+# URL is taken as init's. A run without --url keeps that URL (as it keeps everything it would write the
+# same way); a run with --url sets it without --force. Anything else that differs is a hand edit.
+
+
+def _without_url(entry: Any) -> Any:
+    """An ``mcpServers`` entry without its URL: the ``env`` that holds only the URL (or its reference)."""
+    if isinstance(entry, dict) and isinstance(entry.get("env"), dict) and set(entry["env"]) == {URL_VARIABLE}:
+        return {name: value for name, value in entry.items() if name != "env"}
+    return entry
+
+
+def _url_merge(what: str, current: Any, entry: Any, plain: Any, url_given: bool, force: bool) -> str | None:
+    """What is done to a part (None: it stays) that is ``current`` where init writes ``entry``, which is
+    ``plain`` without its URL (``url_given``: whether the run has ``--url``)."""
+    if current == entry:
+        return None
+    if plain(current) == plain(entry):
+        return f"{what}: URL set" if url_given else None
+    if current is not None and not force:
+        raise Conflict(f"its {what} differs from what init writes; --force replaces it")
+    return f"{what} {'replaced' if current is not None else 'added'}"
+
+
 def merge_mcp(existing: str | None, entry: dict[str, Any], force: bool) -> tuple[str | None, str]:
     """``.mcp.json`` with the ``subagent-bus`` server (None: unchanged) and what was done."""
     config = _json_object(existing, "MCP servers")
     servers = _member(config, "mcpServers", dict)
     current = servers.get(SERVER_NAME)
-    if current == entry:
-        return None, f"mcpServers.{SERVER_NAME} up to date"
-    if _keeps_url(current, entry):
-        return None, f"mcpServers.{SERVER_NAME} up to date (its {URL_VARIABLE} kept)"
-    if current is not None and not force:
-        raise Conflict(f"its mcpServers.{SERVER_NAME} differs from what init writes; --force replaces it")
+    what = f"mcpServers.{SERVER_NAME}"
+    done = _url_merge(what, current, entry, _without_url, "env" in entry, force)
+    if done is None:
+        kept = current != entry
+        return None, f"{what} up to date{f' (its {URL_VARIABLE} kept)' if kept else ''}"
     servers[SERVER_NAME] = entry
-    return _dumps(config), f"mcpServers.{SERVER_NAME} {'replaced' if current is not None else 'added'}"
-
-
-def _keeps_url(current: Any, entry: dict[str, Any]) -> bool:
-    """Whether ``current`` is ``entry`` plus the URL (or its reference) an ``init --url`` wrote: a run
-    without ``--url`` leaves it, as it leaves everything else it would write the same way."""
-    if "env" in entry or not isinstance(current, dict) or not isinstance(current.get("env"), dict):
-        return False
-    rest = {name: value for name, value in current.items() if name != "env"}
-    return rest == entry and set(current["env"]) == {URL_VARIABLE}
+    return _dumps(config), done
 
 
 def _ours(group: Any) -> bool:
@@ -117,24 +131,45 @@ def _ours(group: Any) -> bool:
     )
 
 
-def merge_hooks(existing: str | None, entry: dict[str, Any], force: bool) -> tuple[str | None, str]:
-    """``.claude/settings.json`` with the Task hook (None: unchanged) and what was done."""
+def _hook_without_url(groups: Any) -> Any:
+    """Hook groups with the ``--redis-url URL`` of init's hook command left out."""
+    plain = json.loads(json.dumps(groups))
+    for group in plain if isinstance(plain, list) else []:
+        for hook in group.get("hooks", []) if isinstance(group, dict) else []:
+            if isinstance(hook, dict) and isinstance(hook.get("command"), str):
+                hook["command"] = _command_without_url(hook["command"])
+    return plain
+
+
+def _command_without_url(command: str) -> str:
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return command
+    if " ".join(words[:-2]) == HOOK_COMMAND and words[-2] == "--redis-url":
+        return HOOK_COMMAND
+    return command
+
+
+def merge_hooks(
+    existing: str | None, entry: dict[str, Any], force: bool, *, url_given: bool = False
+) -> tuple[str | None, str]:
+    """``.claude/settings.json`` with the Task hook (None: unchanged) and what was done (``url_given``:
+    the entry comes from a run with ``--url``, whose URL it may hold or leave to the environment)."""
     settings = _json_object(existing, "settings")
     events = _member(settings, "hooks", dict)
     groups = _member(events, "PostToolUse", list)
     found = [group for group in groups if _ours(group)]
-    if found == [entry]:
-        return None, "PostToolUse hook up to date"
-    if found and not force:
-        raise Conflict(
-            "its PostToolUse hook running subagent-bus differs from what init writes; --force replaces it"
-        )
+    current = found or None
+    done = _url_merge("PostToolUse hook", current, [entry], _hook_without_url, url_given, force)
+    if done is None:
+        return None, f"PostToolUse hook up to date{' (its --redis-url kept)' if current != [entry] else ''}"
     for group in found:
         group["hooks"] = [hook for hook in group["hooks"] if not _ours({"hooks": [hook]})]
     emptied = {id(group) for group in found if not group["hooks"]}
     groups[:] = [group for group in groups if id(group) not in emptied]
     groups.append(entry)
-    return _dumps(settings), f"PostToolUse hook {'replaced' if found else 'added'}"
+    return _dumps(settings), done
 
 
 def merge_gitignore(existing: str | None) -> tuple[str | None, str]:

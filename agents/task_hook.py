@@ -9,12 +9,13 @@ signals and results, and stops once the agent completed.
 
 The group is ``--group`` (or ``SUBAGENT_BUS_GROUP``), else the Claude Code session id: every background
 agent of one session is one task group. The agent's prompt goes to ``<log dir>/<agent>.prompt.md`` and
-into AGENT_STARTED; the adapter's messages go to ``<log dir>/<agent>.log``. The adapter reaches Redis as
-configured in the hook's environment (``SUBAGENT_BUS_REDIS_URL``), else the local server of the
-directory Claude Code runs in.
+into AGENT_STARTED; the adapter's messages go to ``<log dir>/<agent>.log``. The adapter reaches Redis at
+``--redis-url`` (which ``init --url`` writes into the hook's command), else as configured in the hook's
+environment (``SUBAGENT_BUS_REDIS_URL``), else the local server of the directory Claude Code runs in.
 
 Any other call (a foreground Task, another tool) is ignored with exit status 0. Input that is not a hook
-call is reported on stderr with exit status 1, which Claude Code shows without blocking anything.
+call, or a launch the adapter would refuse (an agent or group id it does not take, an output file that is
+a directory), is reported on stderr with exit status 1, which Claude Code shows without blocking anything.
 Limitation: the hook does not deliver directives to the background agent; the parent resumes it (Task
 ``resume``) with the prompt the coordinator sends, or the agent waits for it itself with ``listen``.
 """
@@ -33,13 +34,23 @@ import click
 import orjson
 
 from agents.launcher import adapter_command
+from agents.options import id_problem
 from bus.ops import METRICS_PORT_ENV
 
-__all__ = ["HOOK_COMMAND", "MAX_INPUT_BYTES", "TaskLaunch", "hook_task", "task_launch", "watch_argv"]
+__all__ = [
+    "HOOK_COMMAND",
+    "MAX_INPUT_BYTES",
+    "URL_VARIABLE",
+    "TaskLaunch",
+    "hook_task",
+    "task_launch",
+    "watch_argv",
+]
 
 HOOK_COMMAND: Final = "subagent-bus init hook-task"
 MAX_INPUT_BYTES: Final = 16 << 20
-_MAX_ID: Final = 256
+URL_VARIABLE: Final = "SUBAGENT_BUS_REDIS_URL"
+"""Where Redis commands find their URL."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -70,8 +81,8 @@ def task_launch(call: Any) -> TaskLaunch | None:
     output = _str(response.get("outputFile"))
     if agent_id is None or output is None or response.get("status", "async_launched") != "async_launched":
         return None
-    if len(agent_id) > _MAX_ID:
-        raise ValueError(f"agentId is longer than {_MAX_ID} characters")
+    if (problem := id_problem(agent_id)) is not None:
+        raise ValueError(f"the agentId {agent_id!r} {problem}")
     tool_input = call.get("tool_input")
     if not isinstance(tool_input, dict):
         tool_input = {}
@@ -88,18 +99,23 @@ def task_launch(call: Any) -> TaskLaunch | None:
 
 def watch_argv(launch: TaskLaunch, group_id: str, task_file: Path | None) -> list[str]:
     """The adapter command that follows the agent's output file."""
-    argv = [*adapter_command(), "adapter", "watch", str(launch.output_file)]
+    argv = [*adapter_command(), "adapter", "watch"]
     argv += ["--agent-id", launch.agent_id, "--group", group_id, "--until-complete"]
     if launch.name:
         argv += ["--name", launch.name]
     if task_file is not None:
         argv += ["--task-file", str(task_file)]
-    return argv
+    return [*argv, "--", str(launch.output_file)]  # a path that starts with "-" is still a path
 
 
-def _start(launch: TaskLaunch, group_id: str, log_dir: Path) -> Path:
+def _start(launch: TaskLaunch, group_id: str, log_dir: Path, url: str | None) -> Path:
     """Start the adapter detached; the path of its log."""
     cwd = launch.cwd if launch.cwd is not None and launch.cwd.is_dir() else Path.cwd()
+    if (cwd / launch.output_file).is_dir():
+        raise ValueError(f"the outputFile {launch.output_file} is a directory")
+    env = {name: value for name, value in os.environ.items() if name != METRICS_PORT_ENV}
+    if url is not None:
+        env[URL_VARIABLE] = url
     logs = log_dir if log_dir.is_absolute() else cwd / log_dir
     logs.mkdir(parents=True, exist_ok=True)
     stem = _UNSAFE.sub("_", launch.agent_id)[:100]
@@ -116,8 +132,7 @@ def _start(launch: TaskLaunch, group_id: str, log_dir: Path) -> Path:
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             start_new_session=True,
-            # every adapter would try to serve metrics on the one port the hook's environment names
-            env={name: value for name, value in os.environ.items() if name != METRICS_PORT_ENV},
+            env=env,  # without a metrics port: every adapter would try to serve on the one it names
         )
     return log
 
@@ -137,7 +152,13 @@ def _start(launch: TaskLaunch, group_id: str, log_dir: Path) -> Path:
     show_default=True,
     help="Where prompts and adapter logs go (relative: to the session's directory).",
 )
-def hook_task(group_id: str | None, log_dir: Path) -> None:
+@click.option(
+    "--redis-url",
+    "url",
+    metavar="URL",
+    help="The Redis the adapters publish to (default: SUBAGENT_BUS_REDIS_URL, else the local server).",
+)
+def hook_task(group_id: str | None, log_dir: Path, url: str | None) -> None:
     """PostToolUse hook of Claude Code's Task tool: follow a background agent with an adapter.
 
     Reads the hook call (JSON) on stdin. Exit status 0 when an adapter was started or the call was not a
@@ -157,7 +178,9 @@ def hook_task(group_id: str | None, log_dir: Path) -> None:
         group = group_id or launch.session_id
         if not group:
             raise ValueError("no task group: the call has no session_id; pass --group")
-        log = _start(launch, group, log_dir)
+        if (problem := id_problem(group)) is not None:
+            raise ValueError(f"the task group {group!r} {problem}")
+        log = _start(launch, group, log_dir, url)
     except (OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(

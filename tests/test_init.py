@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shlex
 import socket
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from adapter_kit import CLI, open_bus, wait_until
 from click.testing import CliRunner, Result
 
@@ -175,6 +179,58 @@ def test_json_nested_too_deeply_is_refused_and_left_alone(tmp_path: Path) -> Non
     assert snapshot(tmp_path) == before
 
 
+def test_links_out_of_the_repository_and_read_only_files_are_refused(tmp_path: Path) -> None:
+    repo, outside = tmp_path / "repo", tmp_path / "home"
+    (repo / ".claude").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "bashrc").write_text("alias ll='ls -l'\n")
+    (repo / ".gitignore").symlink_to("../home/bashrc")
+    (repo / ".claude/settings.json").symlink_to("../../home/.claude/settings.json")  # dangling
+    (repo / ".mcp.json").write_text("{}")
+    (repo / ".mcp.json").chmod(0o444)
+    before = snapshot(tmp_path)
+    refused = run_init(repo, "--force")
+    assert refused.exit_code == 1
+    lines = refused.output.splitlines()
+    assert (
+        f".gitignore: it leads out of the repository (to {outside / 'bashrc'}); init does not write there"
+        in lines
+    )
+    assert any(line.startswith(".claude/settings.json: it leads out of the repository") for line in lines)
+    assert ".mcp.json: it is read-only; make it writable for init to update it" in lines
+    assert snapshot(tmp_path) == before
+    assert not (outside / ".claude").exists()
+
+
+def test_a_byte_order_mark_is_read_past(tmp_path: Path) -> None:
+    (tmp_path / ".mcp.json").write_bytes(b'\xef\xbb\xbf{"mcpServers": {"o": {"command": "o"}}}')
+    done = run_init(tmp_path)
+    assert done.exit_code == 0, done.output
+    assert set(load(tmp_path / ".mcp.json")["mcpServers"]) == {"o", "subagent-bus"}
+
+
+def test_a_file_that_cannot_be_written_leaves_the_others_as_they_were(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = tempfile.mkstemp
+    calls = 0
+
+    def third_fails(*args: Any, **kwargs: Any) -> tuple[int, str]:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise OSError(errno.ENOSPC, "No space left on device", str(kwargs.get("dir")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", third_fails)
+    failed = run_init(tmp_path)
+    assert failed.exit_code == 1
+    assert "No space left on device (nothing was written)" in failed.output
+    assert snapshot(tmp_path) == {}  # nor a temporary file left behind
+    monkeypatch.undo()
+    assert run_init(tmp_path).exit_code == 0
+
+
 def test_a_url_with_a_password_is_never_written(tmp_path: Path) -> None:
     result = run_init(tmp_path, "--url", "redis://agent:s3cret@redis.internal:6379/0")
     assert result.exit_code == 0, result.output
@@ -212,8 +268,30 @@ def test_a_run_without_url_keeps_the_url_an_earlier_run_wrote(tmp_path: Path) ->
         assert snapshot(directory) == before
         entry = load(directory / ".mcp.json")["mcpServers"]["subagent-bus"]
         assert entry["env"] == {"SUBAGENT_BUS_REDIS_URL": written}
-        other = run_init(directory, "--url", "redis://elsewhere:6379/0")
-        assert other.exit_code == 1 and "--force replaces it" in other.output
+        other = run_init(directory, "--url", "redis://elsewhere:6379/0")  # what init wrote: no --force
+        assert other.exit_code == 0, other.output
+        assert "mcpServers.subagent-bus: URL set" in other.output
+        assert load(directory / ".mcp.json")["mcpServers"]["subagent-bus"] == server_entry(
+            "redis://elsewhere:6379/0"
+        )
+        hooks = load(directory / ".claude/settings.json")["hooks"]["PostToolUse"]
+        assert hooks == [hook_entry("redis://elsewhere:6379/0")]
+
+
+def test_a_url_given_later_reaches_the_mcp_server_and_the_hook(tmp_path: Path) -> None:
+    assert run_init(tmp_path).exit_code == 0
+    url = "redis://redis.internal:6379/2?client_name=a b"
+    later = run_init(tmp_path, "--url", url)
+    assert later.exit_code == 0, later.output
+    assert "PostToolUse hook: URL set" in later.output
+    [group] = load(tmp_path / ".claude/settings.json")["hooks"]["PostToolUse"]
+    [command] = [hook["command"] for hook in group["hooks"]]
+    assert shlex.split(command) == [*HOOK_COMMAND.split(), "--redis-url", url]
+    assert run_init(tmp_path).output.count("unchanged") == 4  # a run without --url keeps it
+    secret = run_init(tmp_path, "--url", "redis://u:hush@h:6379/0")  # from the environment, then
+    assert secret.exit_code == 0, secret.output
+    assert load(tmp_path / ".claude/settings.json")["hooks"]["PostToolUse"] == [hook_entry()]
+    assert "hush" not in (tmp_path / ".claude/settings.json").read_text()
 
 
 def test_a_url_without_password_is_written(tmp_path: Path) -> None:
@@ -328,3 +406,35 @@ async def test_the_task_hook_ignores_other_calls_and_reports_bad_input(
     missing = hook(json.dumps(no_group).encode(), tmp_path, redis_url)
     assert missing.returncode == 1
     assert b"--group" in missing.stderr
+    # what the adapter would refuse is refused here, where Claude Code shows it
+    for response, session, message in (
+        ({"agentId": "a\nb", "outputFile": "o"}, "s", b"must not contain control characters"),
+        ({"agentId": "a", "outputFile": "o"}, "s\u0007x", b"the task group 's\\x07x' must not contain"),
+        ({"agentId": "a", "outputFile": str(tmp_path)}, "s", b"is a directory"),
+    ):
+        call = {"session_id": session, "tool_response": response}
+        refused = hook(json.dumps(call).encode(), tmp_path, redis_url)
+        assert refused.returncode == 1, refused
+        assert message in refused.stderr
+    assert not (tmp_path / ".subagent-bus").exists()
+
+
+async def test_the_task_hook_takes_the_url_init_wrote_and_any_output_path(
+    redis_url: str, tmp_path: Path
+) -> None:
+    output = tmp_path / "-output.md"  # not taken for an option
+    output.write_text(
+        "[COMPLETION_REPORT]\nagent_id: h2\nstatus: success\nsummary: done\n[/COMPLETION_REPORT]\n"
+    )
+    call = {"session_id": "s2", "tool_response": {"agentId": "h2", "outputFile": output.name}}
+    elsewhere = {"SUBAGENT_BUS_REDIS_URL": "redis://127.0.0.1:1/0"}  # the environment names another Redis
+    done = hook(
+        json.dumps(call).encode(), tmp_path, elsewhere["SUBAGENT_BUS_REDIS_URL"], "--redis-url", redis_url
+    )
+    assert done.returncode == 0, done.stderr
+    async with open_bus(redis_url) as bus:
+
+        async def completed() -> bool:
+            return await bus.has("s2", EnvelopeType.COMPLETION_REPORT)
+
+        await wait_until(completed, 30, "the adapter to publish to the URL of --redis-url")
