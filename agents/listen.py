@@ -338,7 +338,9 @@ def listen(
 
     async def main() -> int:
         try:
-            async with asyncio.timeout(timeout_s):  # a server that does not answer holds the handshake
+            # a server that does not answer holds the handshake; one that does is given the time to
+            # answer even with --timeout 0 (look, do not wait)
+            async with asyncio.timeout(None if timeout_s is None else timeout_s + _STALL_GRACE_S):
                 # nothing can be waiting in a namespace that does not exist: a mistyped --namespace
                 bus = await connect_bus(settings, agent_id, group_id, create=False)
         except TimeoutError:

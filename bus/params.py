@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Final
 
 import click
 
 __all__ = ["FiniteFloatRange", "not_blank"]
 
 
+MAX_SECONDS: Final = 1e9
+"""About 31 years: the longest count of seconds an option takes (``1e308`` overflows a timer)."""
+
+
 class FiniteFloatRange(click.FloatRange):
-    """A ``click.FloatRange`` that refuses ``nan`` and ``inf``, which Python's ``float()`` accepts and
-    which no count of seconds can be (``nan`` also slips through every range check)."""
+    """A ``click.FloatRange`` of seconds that refuses ``nan`` and ``inf``, which Python's ``float()``
+    accepts and which no count of seconds can be (``nan`` also slips through every range check), and
+    counts over :data:`MAX_SECONDS`."""
 
     name = "number"
 
@@ -21,6 +26,8 @@ class FiniteFloatRange(click.FloatRange):
         number = super().convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
+        if number > MAX_SECONDS:
+            self.fail(f"{value!r} is more than {MAX_SECONDS:g} seconds", param, ctx)
         return number
 
 

@@ -112,6 +112,16 @@ async def test_json_prints_the_envelope(bus_url: str) -> None:
         assert decode(out.strip()) == sent
 
 
+async def test_timeout_zero_takes_a_waiting_directive_without_waiting(redis_url: str) -> None:
+    async with open_bus(redis_url) as bus:
+        sent = directive("a0")
+        await Publisher(bus.client, bus.keys).send_directive(sent)
+        code, out, err = await finish(listener(redis_url, "a0", "--timeout", "0"))
+        assert code == EXIT_RECEIVED, err
+        assert out.decode() == sent.payload.render() + "\n"  # type: ignore[union-attr]
+        assert (await finish(listener(redis_url, "a0", "--timeout", "0")))[:2] == (EXIT_TIMEOUT, b"")
+
+
 async def test_timeout_exits_3_without_output(redis_url: str) -> None:
     async with open_bus(redis_url):  # the namespace exists: something has used it
         pass
