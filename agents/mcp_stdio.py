@@ -9,6 +9,9 @@ Why stdin is not left to the SDK:
 - It holds a line until its newline, however long. :class:`StdinLines` holds at most
   :data:`MAX_LINE_BYTES`; the rest of a longer line is read and dropped as it arrives (one read's worth
   of memory) up to its newline, and the line is answered ``-32600`` with a null id at once.
+- It refuses a line with a lone surrogate escape (``"\ud83d"``, a JavaScript string cut inside a character
+  pair) as invalid JSON, with a null id: the client never gets an answer it can match. Such a line is
+  passed on with U+FFFD in its place.
 - It answers nothing to a line it cannot take as a JSON-RPC message (not JSON, JSON nested deeper than
   its parser goes, JSON that is not a message): it logs it at debug level and drops it, and a client
   waiting for the answer waits for ever. :class:`ScreenedLines` validates every line with the SDK's own
@@ -25,7 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import re
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import CancelledError
@@ -41,6 +46,7 @@ from pydantic import ValidationError
 from pydantic_core import from_json
 
 from agents.adapter import stderr_log
+from agents.lenient_json import loads_lenient
 from bus.display import cut, one_line
 from bus.envelope import MAX_ENVELOPE_BYTES
 
@@ -58,6 +64,7 @@ __all__ = [
 ]
 
 MAX_LINE_BYTES: Final = 4 * MAX_ENVELOPE_BYTES
+_SURROGATE_ESCAPE: Final = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 """The longest line taken, newline excluded. A tool call publishes one envelope of at most
 ``MAX_ENVELOPE_BYTES``; its arguments can take three times as many bytes in the line when the client
 escapes every non-ASCII character (``\\u00e9``: 6 bytes for 2), and four times leaves room for the
@@ -146,6 +153,15 @@ def rejection(line: str) -> types.JSONRPCError | None:
     if isinstance(message, types.JSONRPCNotification) and "id" in from_json(line):
         return _error(types.INVALID_REQUEST, 'Invalid Request: "id" must be a string or an integer')
     return None
+
+
+def _mended(line: str) -> str | None:
+    """``line`` with its lone surrogate escapes as U+FFFD (:mod:`agents.lenient_json`); None when it has
+    none, or is not JSON even so."""
+    if _SURROGATE_ESCAPE.search(line) is None:
+        return None
+    value = loads_lenient(line)
+    return None if value is None else json.dumps(value, ensure_ascii=False)
 
 
 def overlong_error(limit: int) -> types.JSONRPCError:
@@ -252,6 +268,11 @@ class ScreenedLines:
                 found = rejection(text)
                 if found is None:
                     return line
+                mended = _mended(text) if found.error.code == types.PARSE_ERROR else None
+                if mended is not None:
+                    found = rejection(mended)
+                    if found is None:
+                        return mended + "\n"
                 error, seen = found, f"a line of {len(text.encode())} bytes: {cut(one_line(text), 80)}"
             self.log(f"answered {error.error.code} ({error.error.message}) to {seen}")
             if not await self._answer(error):

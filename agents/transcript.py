@@ -20,13 +20,12 @@ envelope ids deterministic.
 
 from __future__ import annotations
 
-import json
-import re
 from enum import StrEnum
 from typing import Any, Final
 
 import orjson
 
+from agents.lenient_json import loads_lenient
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, Parser
 from bus.fields import Model
 
@@ -116,7 +115,7 @@ def _is_entry(line: bytes, *, complete: bool) -> bool:
     except orjson.JSONDecodeError:
         if not complete:
             return line[:1] == b"{" and b'"type"' in line
-        value = _lenient(line)
+        value = loads_lenient(line)
     return isinstance(value, dict) and "type" in value
 
 
@@ -189,7 +188,7 @@ class TranscriptReader:
         try:
             entry = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
-            entry = _lenient(data)
+            entry = loads_lenient(data)
             if entry is None:
                 self._out.append(
                     ErrorItem(line=line, offset=offset, message=f"JSONL line {line}: {_why(data, exc)}")
@@ -225,30 +224,6 @@ class TranscriptReader:
                 text: str = block["text"]
                 self._out.append(AssistantText(text=text, line=line, offset=offset))
                 offset += len(text.encode())
-
-
-_LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
-
-
-def _lenient(data: bytes) -> Any:
-    """A line orjson refuses for a lone surrogate escape (``"\\ud83d"``: Node's ``JSON.stringify``
-    writes one for a string cut inside a character pair), as Python's JSON reads it, each lone
-    surrogate replaced by U+FFFD; None for a line that is not JSON either way."""
-    try:
-        entry = json.loads(data)
-    except (ValueError, UnicodeDecodeError):  # json.JSONDecodeError is a ValueError
-        return None
-    return _replaced(entry)
-
-
-def _replaced(value: Any) -> Any:
-    if isinstance(value, str):
-        return _LONE_SURROGATE.sub("\ufffd", value)
-    if isinstance(value, list):
-        return [_replaced(item) for item in value]
-    if isinstance(value, dict):
-        return {_replaced(key): _replaced(item) for key, item in value.items()}
-    return value
 
 
 def _why(data: bytes, exc: orjson.JSONDecodeError) -> str:

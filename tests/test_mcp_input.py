@@ -18,7 +18,7 @@ import pytest
 from adapter_kit import CLI, open_bus
 
 from agents.mcp_stdio import MAX_LINE_BYTES, Overlong, StdinLines, rejection
-from bus.keys import StreamKind
+from bus.signals import Progress
 
 AGENT = "input-agent"
 GROUP_ID = "g-input"
@@ -199,8 +199,15 @@ async def test_every_hostile_line_is_answered_and_the_server_goes_on(redis_url: 
         await client.send(b"\n \r\n\t\n")  # blank lines: nothing to answer
         result = await client.request("tools/call", {"name": "report_progress", "arguments": {"percent": 7}})
         assert not result["isError"], result
+        # a JavaScript string cut inside a character pair: valid JSON, no character; taken with U+FFFD
+        cut = b'{"name": "report_progress", "arguments": {"percent": 8, "message": "\\ud83d cut"}}'
+        await client.send(b'{"jsonrpc": "2.0", "id": 22, "method": "tools/call", "params": ' + cut + b"}\n")
+        answer = await client.reply()
+        assert answer["id"] == 22 and not answer["result"]["isError"], answer
         async with open_bus(redis_url) as bus:
-            assert await bus.client.xlen(bus.stream(GROUP_ID, StreamKind.SIGNALS)) == 1
+            published = [e.payload for e in await bus.envelopes(GROUP_ID)]
+            assert [p.percent for p in published if isinstance(p, Progress)] == [7, 8]
+            assert [p.message for p in published if isinstance(p, Progress)] == [None, "\ufffd cut"]
     logged = stderr.read_text(encoding="utf-8")
     assert logged.count("answered -32700") == sum(code == PARSE for _, code, _, _ in HOSTILE)
     assert logged.count("answered -32600") == sum(code == INVALID for _, code, _, _ in HOSTILE)
