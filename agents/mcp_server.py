@@ -163,8 +163,8 @@ def payload_of(tool: ProtocolTool, arguments: Mapping[str, Any], agent_id: str) 
     """The payload of a call, validated by the model; :class:`ToolInputError` says what is wrong."""
     values = dict(arguments)
     if tool.agent_field == "agent_id":
-        given = values.get("agent_id", agent_id)
-        if given != agent_id:
+        given = values.get("agent_id")
+        if given is not None and given != agent_id:  # a null counts as absent, as in a signal
             raise ToolInputError(f"this server speaks for agent {agent_id!r}, not {given!r}")
         values["agent_id"] = agent_id
     elif tool.agent_field is not None and not values.get(tool.agent_field):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from bus.fields import OpenModel, Text, Timestamp
 
@@ -58,6 +58,15 @@ class ClarificationNeeded(OpenModel):
     current_state: Text | None = None
     work_continues: bool | None = None
     parallel_work_available: bool | Text | None = None
+
+    @model_validator(mode="after")
+    def _distinct_questions(self) -> ClarificationNeeded:
+        """An answer names its question: two questions with one id could not be told apart."""
+        ids = [q.question_id for q in self.questions]
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        if twice:
+            raise ValueError(f"question ids must differ: {', '.join(twice)} is used more than once")
+        return self
 
 
 class StopReason(StrEnum):

@@ -186,6 +186,11 @@ async def test_add_finding_publishes_what_findings_add_publishes(redis_url: str)
 INVALID_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("request_clarification", {"blocked_at": "x", "reason": "y", "questions": []}, "questions"),
     ("request_clarification", {"blocked_at": "x", "questions": [{"question_id": "Q1"}]}, "reason"),
+    (
+        "request_clarification",
+        {"blocked_at": "x", "reason": "y", "questions": [{"question_id": "Q1", "text": t} for t in "ab"]},
+        "question ids must differ: Q1 is used more than once",
+    ),
     ("stop_work", {"stop_reason": "bored", "blocker_type": "error", "details": "d"}, "stop_reason"),
     ("report_progress", {"percent": 140}, "percent"),
     ("report_progress", {"percent": 5, "timestamp": "2026-01-11T08:45:00"}, "timestamp"),
@@ -214,6 +219,8 @@ async def test_an_invalid_call_is_a_tool_error_and_publishes_nothing(redis_url: 
         valid = await call(client, "report_progress", {"percent": 5})
         assert not valid.is_error, text_of(valid)
         assert await bus.client.xlen(stream) == 1  # while a valid call is
+        unnamed = await call(client, "report_progress", {"percent": 6, "agent_id": None})  # null: absent
+        assert not unnamed.is_error, text_of(unnamed)
 
 
 async def test_a_server_without_identity_explains_itself(redis_url: str) -> None:

@@ -322,6 +322,10 @@ def test_clarification_with_questions() -> None:
     assert isinstance(item, SignalItem)
     assert isinstance(item.payload, ClarificationNeeded)
     assert item.payload.questions[0].options == ["a", "b"]
+    twice = text.replace("[/CLARIFICATION", "  - question_id: Q1\n    text: Or?\n[/CLARIFICATION")
+    error = only(parse_text(twice))  # an answer names its question: these could not be told apart
+    assert isinstance(error, ErrorItem)
+    assert error.message.endswith("question ids must differ: Q1 is used more than once")
 
 
 def test_feed_after_close_is_refused_and_close_is_idempotent() -> None:
