@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Any, Final
 
 from pydantic import ValidationError
 
@@ -71,8 +71,10 @@ def decode_body(kind: EnvelopeType, body: bytes, *, indent: int = 0, first_line:
     try:
         data = yamlsafe.load(text)
     except yamlsafe.YamlError as exc:
-        at = f" at line {first_line - 1 + exc.line}" if exc.line is not None else ""
-        raise BlockError(f"invalid YAML{at}: {exc.message}") from None
+        data = _rescued(text)
+        if data is None:
+            at = f" at line {first_line - 1 + exc.line}" if exc.line is not None else ""
+            raise BlockError(f"invalid YAML{at}: {exc.message}") from None
     if not isinstance(data, dict):
         raise BlockError(f"the body must be a YAML mapping of fields, not {_kind(data)}")
     try:
@@ -81,6 +83,25 @@ def decode_body(kind: EnvelopeType, body: bytes, *, indent: int = 0, first_line:
     except ValidationError as exc:
         raise BlockError(describe_errors(exc)) from None
     return payload
+
+
+# A field written as prose, ``details: The database is unreachable: connection refused``, is what agents
+# write most, and YAML refuses it (a second ": " in a plain scalar). Such a value is quoted, and the body
+# read again; valid YAML is never read this way, so no valid body changes meaning.
+_PROSE_FIELD: Final = re.compile(
+    r"(?m)^([ \t]*(?:- )?[A-Za-z_][\w-]*:[ \t]+)([^'\"\[\]{}|>&*!#%@`\s][^\n]*?:(?:[ \t][^\n]*?)?)[ \t]*\r?$"
+)
+
+
+def _rescued(text: str) -> Any:
+    """The body with its prose fields quoted, when that makes it valid YAML; None otherwise."""
+    quoted = _PROSE_FIELD.sub(lambda m: f"{m.group(1)}'{m.group(2).replace(chr(39), chr(39) * 2)}'", text)
+    if quoted == text:
+        return None
+    try:
+        return yamlsafe.load(quoted)
+    except yamlsafe.YamlError:
+        return None
 
 
 def describe_errors(exc: ValidationError, limit: int = 3) -> str:

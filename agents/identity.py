@@ -114,7 +114,8 @@ _HOW_TO_SIGNAL: Final = """\
 
 Print a signal as a block in exactly this form: the opening tag alone on its line, YAML fields, the
 closing tag alone on its line. Use the real values (your agent id, an ISO-8601 timestamp with a time
-zone), never the <placeholders>. After CLARIFICATION_NEEDED or STOP_WORK, stop and wait: your parent
+zone), never the <placeholders>. In YAML, " #" starts a comment: put a value that holds one in quotes,
+or write long text as a `|` block. After CLARIFICATION_NEEDED or STOP_WORK, stop and wait: your parent
 resumes you with the answer.
 """
 

@@ -256,6 +256,24 @@ def test_numbers_keep_their_text_where_a_text_is_wanted() -> None:
     assert (asked.payload.agent_id, asked.payload.questions[0].question_id) == ("0042", "1")
 
 
+def test_prose_fields_with_colons_are_read_as_text() -> None:
+    # YAML refuses a second ": " in a plain value; agents write fields as prose
+    text = stop(
+        details="The database is unreachable: connection refused",
+        completed_work="step 1: done, it's fine",
+        blocked_work="the migration:",
+    )
+    item = only(parse_text(text))
+    assert isinstance(item, SignalItem)
+    assert isinstance(item.payload, StopWork)
+    assert item.payload.details == "The database is unreachable: connection refused"
+    assert item.payload.completed_work == "step 1: done, it's fine"
+    assert item.payload.blocked_work == "the migration:"
+    still = only(parse_text(stop(details="a: b", completed_work="[unclosed")))  # another error remains
+    assert isinstance(still, ErrorItem)
+    assert "invalid YAML at line 6" in still.message
+
+
 def test_yaml_follows_the_1_2_core_schema() -> None:
     loaded = yamlsafe.load(
         "a: no\nb: yes\nc: on\nd: off\ne: true\nf: False\ng: 1:30\nh: 0o17\ni: 010\nj: ~\n"
