@@ -18,7 +18,9 @@ Why stdin is not left to the SDK:
   validator (:data:`mcp_types.jsonrpc_message_adapter`), so it passes on exactly the lines the SDK takes
   and answers the others as JSON-RPC 2.0 says: ``-32700`` (parse error, id null) for what is not JSON,
   ``-32600`` (invalid request) for JSON that is not a message, with the message's id when it has a valid
-  one. The messages say what is wrong (the position of a JSON error, the members a message lacks).
+  one, and ``-32602`` (invalid params) for a request whose parameters its method does not take (the SDK
+  says only "Invalid request parameters"). The messages say what is wrong (the position of a JSON error,
+  the members a message lacks, the parameter and what it should be).
 
 Answers go out on the SDK's own write stream, so they never interleave with its replies on stdout.
 Each rejected line is also reported on stderr. Blank lines are skipped: there is nothing to answer.
@@ -152,6 +154,33 @@ def rejection(line: str) -> types.JSONRPCError | None:
     # no answer: its sender would wait for ever.
     if isinstance(message, types.JSONRPCNotification) and "id" in from_json(line):
         return _error(types.INVALID_REQUEST, 'Invalid Request: "id" must be a string or an integer')
+    if isinstance(message, types.JSONRPCRequest):
+        return _invalid_params(message)
+    return None
+
+
+def _invalid_params(request: types.JSONRPCRequest) -> types.JSONRPCError | None:
+    """``-32602`` saying which parameter is wrong, for a request of a method the SDK knows (it answers
+    "Invalid request parameters" and nothing more); None for valid ones and unknown methods."""
+    call = (
+        {"method": request.method}
+        if request.params is None
+        else {"method": request.method, "params": request.params}
+    )
+    try:
+        types.client_request_adapter.validate_python(call, by_name=False)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        # the union's errors come per kind of request; the one this is has no error on its method
+        wrong_method = {e["loc"][0] for e in errors if e["loc"][1:2] == ("method",)}
+        kinds = {e["loc"][0] for e in errors} - wrong_method
+        if len(kinds) != 1:
+            return None  # an unknown method: the SDK says so
+        kind = kinds.pop()
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}" for e in errors if e["loc"][0] == kind
+        )
+        return _error(types.INVALID_PARAMS, f"Invalid params: {problems}", request.id)
     return None
 
 

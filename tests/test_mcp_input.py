@@ -23,7 +23,7 @@ from bus.signals import Progress
 AGENT = "input-agent"
 GROUP_ID = "g-input"
 REPLY_TIMEOUT_S = 30.0
-PARSE, INVALID = types.PARSE_ERROR, types.INVALID_REQUEST
+PARSE, INVALID, PARAMS = types.PARSE_ERROR, types.INVALID_REQUEST, types.INVALID_PARAMS
 
 # (line, error code, id of the answer, words of its message)
 HOSTILE: list[tuple[bytes, int, int | str | None, list[str]]] = [
@@ -68,6 +68,20 @@ HOSTILE: list[tuple[bytes, int, int | str | None, list[str]]] = [
     ),
     (b'[{"jsonrpc": "2.0", "id": 10, "method": "ping"}]', INVALID, None, ["batch"]),
     (b'{"jsonrpc": "2.0", "id": 11, "error": {}}', INVALID, 11, ['"error.code" is missing']),
+    # a known method's parameters: the SDK would answer only "Invalid request parameters"
+    (b'{"jsonrpc": "2.0", "id": 12, "method": "tools/call"}', PARAMS, 12, ["params: Field required"]),
+    (
+        b'{"jsonrpc": "2.0", "id": 13, "method": "tools/call", "params": {"name": 5}}',
+        PARAMS,
+        13,
+        ["params.name: Input should be a valid string"],
+    ),
+    (
+        b'{"jsonrpc": "2.0", "id": "a", "method": "tools/call", "params": {"name": "x", "arguments": []}}',
+        PARAMS,
+        "a",
+        ["params.arguments: Input should be a valid dictionary"],
+    ),
 ]
 
 
@@ -80,7 +94,7 @@ def test_each_line_that_is_not_a_message_gets_its_error(
     assert (error.error.code, error.id) == (code, id_)
     for word in words:
         assert word in error.error.message
-    prefix = "Parse error: " if code == PARSE else "Invalid Request: "
+    prefix = {PARSE: "Parse error: ", INVALID: "Invalid Request: ", PARAMS: "Invalid params: "}[code]
     assert error.error.message.startswith(prefix)
 
 
@@ -211,6 +225,7 @@ async def test_every_hostile_line_is_answered_and_the_server_goes_on(redis_url: 
     logged = stderr.read_text(encoding="utf-8")
     assert logged.count("answered -32700") == sum(code == PARSE for _, code, _, _ in HOSTILE)
     assert logged.count("answered -32600") == sum(code == INVALID for _, code, _, _ in HOSTILE)
+    assert logged.count("answered -32602") == sum(code == PARAMS for _, code, _, _ in HOSTILE)
     assert "to a line of 16 bytes: this is not JSON" in logged
 
 
