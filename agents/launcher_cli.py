@@ -10,7 +10,7 @@ import click
 
 from agents.delivery import DeliverySpec
 from agents.launcher import Launcher, LauncherOptions, log
-from agents.options import check_program
+from agents.options import check_program, check_response_file
 from bus.cli_connection import redis_options, run_command
 from bus.connection import connect
 from bus.keys import open_namespace
@@ -40,6 +40,8 @@ def _adapter_args(
             raise click.BadParameter(str(exc), param_hint="--deliver") from None
         if spec.argv:
             check_program(list(spec.argv), "--deliver")
+        if spec.path is not None:
+            check_response_file(spec.path)
         args += ["--deliver", deliver]
     if workdir is not None:
         args += ["--workdir", str(workdir.absolute())]

@@ -22,6 +22,7 @@ __all__ = [
     "Common",
     "check_id",
     "check_program",
+    "check_response_file",
     "common_options",
     "format_option",
     "id_problem",
@@ -103,6 +104,14 @@ def check_program(argv: list[str], option: str) -> None:
         raise click.BadParameter(problem, param_hint=f"'{option}'")
 
 
+def check_response_file(path: Path) -> None:
+    """A usage error for a ``--deliver file:PATH`` that no directive could be appended to."""
+    if path.is_dir():
+        raise click.BadParameter(f"{path} is a directory", param_hint="'--deliver'")
+    if not path.parent.is_dir():
+        raise click.BadParameter(f"the directory of {path} does not exist", param_hint="'--deliver'")
+
+
 def _read_task(path: str | None) -> str | None:
     if path is None:
         return None
@@ -167,6 +176,8 @@ def common_options(command: Callable[P, R]) -> Callable[..., R]:
         common = Common(**values, task=task, fmt=fmt, ops=kwargs.pop("ops"))
         if common.deliver is not None and common.deliver.kind is DeliveryKind.COMMAND:
             check_program(list(common.deliver.argv), "--deliver")
+        if common.deliver is not None and common.deliver.path is not None:
+            check_response_file(common.deliver.path)
         return command(*args, common=common, **kwargs)  # type: ignore[arg-type]
 
     return ops_options(wrapper)

@@ -83,7 +83,13 @@ _METRICS_PORT = click.option(
     show_envvar=True,
     help="Log one JSON object per line.",
 )
-@click.option("--log-level", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default="INFO",
+    show_default=True,
+    help="The least important messages logged.",
+)
 @redis_options
 def run_coordinator(
     settings: Settings,

@@ -286,6 +286,15 @@ def _print_summary(result: DemoResult, url_given: bool) -> None:
         )
 
 
+def _usable_directory(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
+    """The directory, created if need be, or a usage error (before a local server is started)."""
+    try:
+        value.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.BadParameter(f"cannot create {value}: {exc.strerror or exc}") from None
+    return value
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as one JSON document.")
 @click.option(
@@ -300,6 +309,7 @@ def _print_summary(result: DemoResult, url_given: bool) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     default=Path(".subagent-bus/demo"),
     show_default=True,
+    callback=_usable_directory,
     help="Where the agents' prompts and logs go.",
 )
 @redis_options

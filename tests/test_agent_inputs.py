@@ -142,6 +142,18 @@ def test_seconds_that_are_not_a_finite_number_are_a_usage_error(args: list[str])
     assert "is not a finite number" in result.output or "is more than 1e+09 seconds" in result.output
 
 
+def test_bad_log_levels_and_demo_directories_are_usage_errors(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    for args, message in (
+        (["coordinator", "--log-level", "bogus"], "Invalid value for '--log-level'"),
+        (["demo", "--workdir", str(tmp_path / "afile" / "sub")], "cannot create"),
+    ):
+        result = CliRunner().invoke(main, [*args, "--redis-url", "redis://127.0.0.1:1/0"])
+        assert result.exit_code == 2, result.output
+        assert message in result.output
+    assert CliRunner().invoke(main, ["coordinator", "--log-level", "debug", "--help"]).exit_code == 0
+
+
 @pytest.mark.parametrize("pid", ["0", "-1"])
 def test_a_pid_that_names_no_single_process_is_a_usage_error(pid: str) -> None:
     # The liveness check signals the pid: 0 and negatives name process groups, which were always "alive".
@@ -170,6 +182,14 @@ def test_a_pid_that_names_no_single_process_is_a_usage_error(pid: str) -> None:
         (
             ["launcher", "--command", "touch {prompt_file}", "--deliver", "command:./missing/resume {prompt}"],
             "Invalid value for '--deliver': ./missing/resume is not an executable file",
+        ),
+        (
+            ["adapter", "run", "--agent-id", "a", "--group", "g", "--deliver", "file:missing/responses.md", "--", "touch", "ran"],
+            "Invalid value for '--deliver': the directory of missing/responses.md does not exist",
+        ),
+        (
+            ["launcher", "--command", "touch {prompt_file}", "--deliver", "file:."],
+            "Invalid value for '--deliver': . is a directory",
         ),
     ],
 )  # fmt: skip
