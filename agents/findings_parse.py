@@ -18,6 +18,8 @@ def finding_of(value: Any, agent: str) -> Finding:
     """A finding from one decoded JSON value; ``ValueError`` with a readable reason otherwise."""
     if not isinstance(value, dict):
         raise ValueError(f"not a JSON object but {type(value).__name__}")
+    if "group_id" in value:  # what `findings --json` writes with each finding: the command's group decides
+        value = {name: item for name, item in value.items() if name != "group_id"}
     if not value.get("agent"):
         value = {**value, "agent": agent}
     try:

@@ -25,7 +25,7 @@ from bus.progress import Progress
 from bus.settings import Settings
 from coordinator.console import finding_lines, inbox_lines, merged_lines, render
 from coordinator.policy import Policy
-from coordinator.rules import GroupSummary, MergedFinding, merge_findings, summarize
+from coordinator.rules import GroupSummary, MergedFinding, merge_findings, merged_view, summarize
 from coordinator.service import GROUP
 from coordinator.view import group_ids, iter_findings, load_groups, unread_signals
 
@@ -195,6 +195,22 @@ def _no_findings(settings: Settings, group_id: str, known: list[str]) -> None:
     click.echo(message, err=True)
 
 
+def _merged_state(settings: Settings, group_id: str | None, policy: Policy) -> dict[str, list[MergedFinding]]:
+    """The merged findings the coordinators keep, by group: what the findings stream held when they
+    applied it, trimmed or not since."""
+
+    async def read(client: Client, keys: Keys) -> dict[str, list[MergedFinding]]:
+        view = {
+            state.group_id: merged_view(state, policy) for state in await load_groups(client, keys, group_id)
+        }
+        view = {group: merged for group, merged in view.items() if merged}
+        if group_id is not None and not view:
+            _no_findings(settings, group_id, [g for g in await group_ids(client, keys) if g != group_id])
+        return view
+
+    return run_command(_read(settings, read, {}))
+
+
 def _merged(by_group: dict[str, list[Finding]], policy: Policy) -> dict[str, list[MergedFinding]]:
     """Each group's findings merged on their own, as the coordinator merges them."""
     return {group: merge_findings(items, policy) for group, items in by_group.items()}
@@ -206,7 +222,11 @@ def _merged_records(view: dict[str, list[MergedFinding]]) -> list[dict[str, obje
 
 @click.group("findings", invoke_without_command=True)
 @click.option("--group", "group_id", callback=not_blank, help="Only this task group.")
-@click.option("--merged", is_flag=True, help="The deduplicated view with combined confidence.")
+@click.option(
+    "--merged",
+    is_flag=True,
+    help="The deduplicated view the coordinators keep, with combined confidence under --policy.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON array.")
 @click.option("--jsonl", "as_jsonl", is_flag=True, help="One JSON object per line.")
 @POLICY_OPTION
@@ -221,20 +241,26 @@ def findings(
     as_jsonl: bool,
     policy: Policy,
 ) -> None:
-    """The append-only findings stream, or (--merged) its deduplicated view."""
+    """The append-only findings stream, or (--merged) the deduplicated view the coordinators keep.
+
+    Each JSON record names its group_id (`findings add` reads the raw ones, and takes --group instead).
+    """
     if ctx.invoked_subcommand is not None:
         return
     if as_json and as_jsonl:
         raise click.UsageError("--json and --jsonl exclude each other")
-    by_group = _read_findings(settings, group_id)
     records: list[dict[str, object]]
     if merged:
-        view = _merged(by_group, policy)
+        view = _merged_state(settings, group_id, policy)
         records = _merged_records(view)
         lines = merged_lines(view)
     else:
-        # as `findings add` reads them, so that they can be published again
-        records = [f.model_dump(mode="json", exclude_none=True) for items in by_group.values() for f in items]
+        by_group = _read_findings(settings, group_id)
+        records = [
+            {"group_id": group, **f.model_dump(mode="json", exclude_none=True)}
+            for group, items in by_group.items()
+            for f in items
+        ]
         lines = finding_lines(by_group)
     if as_json:
         click.echo(_dump(records))

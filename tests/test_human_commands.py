@@ -281,9 +281,14 @@ def test_findings_of_different_groups_are_merged_apart(redis_url: str) -> None:
         assert done.stderr.strip().splitlines()[-1] == (
             "no findings for group 'Alpha' in namespace 'sbus'; known groups: alpha, beta"
         )
-    # raw findings stay what `findings add` reads, so that they can be published again
+    # raw findings stay what `findings add` reads, so that they can be published again (to its --group)
     copied = ok(redis_url, "findings", "--jsonl", "--group", "beta")
+    assert [orjson.loads(line)["group_id"] for line in copied.splitlines()] == ["beta"]
     ok(redis_url, "findings", "add", "--agent-id", "copier", "--group", "gamma", stdin=copied)
+    # the merged view is the coordinators' own: a trimmed findings stream leaves it as it was
+    ok(redis_url, "trim", "--findings", "0")
+    assert ok(redis_url, "findings").splitlines() == ["0 findings"]
+    assert orjson.loads(ok(redis_url, "findings", "--merged", "--json")) == merged
 
 
 @pytest.mark.parametrize(
