@@ -69,6 +69,8 @@ def _tell(message: str) -> None:
             "levelname": "INFO",
             "levelno": logging.INFO,
         }
+        # an adapter's lines carry its agent's ids: this one too
+        fields |= {name: ctx.params[name] for name in ("agent_id", "group_id") if ctx.params.get(name)}
         message = JsonFormatter().format(logging.makeLogRecord(fields))
     click.echo(message, err=True)
 

@@ -56,7 +56,12 @@ def test_json_keeps_the_values(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    "command", [["coordinator", "--burst"], ["launcher", "--burst", "--command", "true"]]
+    "command",
+    [
+        ["coordinator", "--burst"],
+        ["launcher", "--burst", "--command", "true"],
+        ["adapter", "stdin", "--agent-id", "a-log", "--group", "g-log"],
+    ],
 )
 def test_with_log_json_the_local_server_line_is_json_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
@@ -65,11 +70,18 @@ def test_with_log_json_the_local_server_line_is_json_too(
     monkeypatch.delenv("SUBAGENT_BUS_REDIS_URL", raising=False)
     try:
         done = subprocess.run(
-            [CLI, *command, "--log-json"], check=False, capture_output=True, text=True, timeout=60
+            [CLI, *command, "--log-json"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
         )
         assert done.returncode == 0, done.stderr
         lines = [orjson.loads(line) for line in done.stderr.splitlines()]  # every line is JSON
         assert lines[0]["message"].startswith("using local Redis at redis://127.0.0.1:")
         assert lines[0]["level"] == "info" and lines[0]["logger"] == "subagent_bus.connection"
+        if command[0] == "adapter":  # every line of an adapter carries its agent's ids
+            assert all((line["agent_id"], line["group_id"]) == ("a-log", "g-log") for line in lines), lines
     finally:
         stop_local_server(tmp_path / ".subagent-bus")
