@@ -53,7 +53,7 @@ from bus.ops import METRICS_PORT_ENV
 from bus.settings import Settings
 from bus.waits import wait_for
 
-__all__ = ["GROUP", "PLACEHOLDERS", "Launcher", "LauncherOptions", "adapter_command"]
+__all__ = ["GROUP", "PLACEHOLDERS", "Launcher", "LauncherOptions", "adapter_command", "file_stem"]
 
 GROUP: Final = ConsumerGroup.LAUNCHERS.value
 PLACEHOLDERS: Final = frozenset(
@@ -281,7 +281,7 @@ class Launcher:
             task += f"\n\n## CONTEXT\n{request.context.strip()}"
         text = build_prompt(task, request.new_agent_id)
         self.options.prompt_dir.mkdir(parents=True, exist_ok=True)
-        path = (self.options.prompt_dir / f"{_safe(request.new_agent_id)}.md").absolute()
+        path = (self.options.prompt_dir / f"{file_stem(request.new_agent_id)}.md").absolute()
         path.write_text(text, encoding="utf-8")
         return path, text
 
@@ -318,7 +318,7 @@ class Launcher:
         prompt_file, prompt = self._prompt_file(request)
         argv = self.command(request, group_id, prompt_file, prompt)
         self.options.log_dir.mkdir(parents=True, exist_ok=True)
-        path = self.options.log_dir / f"{_safe(request.new_agent_id)}.log"
+        path = self.options.log_dir / f"{file_stem(request.new_agent_id)}.log"
         env = {
             **{name: value for name, value in os.environ.items() if name != METRICS_PORT_ENV},
             "SUBAGENT_BUS_REDIS_URL": self.options.adapter_url or self.settings.url,
@@ -360,7 +360,7 @@ class Launcher:
         self._changed.set()
 
     def _pid_file(self, agent_id: str) -> Path:
-        return self.options.log_dir / f"{_safe(agent_id)}{PID_SUFFIX}"
+        return self.options.log_dir / f"{file_stem(agent_id)}{PID_SUFFIX}"
 
     async def _shutdown(self) -> None:
         """Pass SIGTERM on to the adapters still running and wait for them."""
@@ -397,8 +397,8 @@ def _ids(request: LaunchRequest, group_id: str) -> dict[str, str]:
     return {"agent_id": request.new_agent_id, "group_id": group_id, "request_id": request.request_id}
 
 
-def _safe(agent_id: str) -> str:
-    """An agent id usable as a file name (distinct ids stay distinct)."""
+def file_stem(agent_id: str) -> str:
+    """An agent id usable as a file name (distinct ids stay distinct: ``a/b`` and ``a_b`` differ)."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in agent_id).lstrip(".")[:100]
     if safe != agent_id:
         safe = f"{safe}-{hashlib.sha256(agent_id.encode()).hexdigest()[:8]}"

@@ -23,7 +23,6 @@ Limitation: the hook does not deliver directives to the background agent; the pa
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from typing import Any, Final
 import click
 import orjson
 
-from agents.launcher import adapter_command
+from agents.launcher import adapter_command, file_stem
 from agents.options import id_problem
 from bus.ops import METRICS_PORT_ENV
 
@@ -51,7 +50,6 @@ HOOK_COMMAND: Final = "subagent-bus init hook-task"
 MAX_INPUT_BYTES: Final = 16 << 20
 URL_VARIABLE: Final = "SUBAGENT_BUS_REDIS_URL"
 """Where Redis commands find their URL."""
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 @dataclass(frozen=True)
@@ -118,7 +116,7 @@ def _start(launch: TaskLaunch, group_id: str, log_dir: Path, url: str | None) ->
         env[URL_VARIABLE] = url
     logs = log_dir if log_dir.is_absolute() else cwd / log_dir
     logs.mkdir(parents=True, exist_ok=True)
-    stem = _UNSAFE.sub("_", launch.agent_id)[:100]
+    stem = file_stem(launch.agent_id)
     task_file = None
     if launch.prompt is not None:
         task_file = logs / f"{stem}.prompt.md"

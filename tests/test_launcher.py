@@ -9,6 +9,7 @@ from pathlib import Path
 
 from adapter_kit import CLI, Bus, exited, fake, open_bus, run_ok, start, stream_fields, wait_until
 
+from agents.launcher import file_stem
 from bus.directives import DelegationApproved, LaunchReason, LaunchRequest
 from bus.envelope import EnvelopeType, decode, new_envelope
 from bus.events import AgentStarted, Heartbeat
@@ -339,3 +340,12 @@ async def test_a_request_read_after_it_expired_is_dead_lettered_and_not_started(
         and f"its agent {stale} was not started" in reason
     )
     assert reason in log.read_text()
+
+
+def test_file_names_of_distinct_agents_are_distinct() -> None:
+    # prompts, logs and pid files are named after agents (the launcher's and the Task hook's)
+    names = ["agent-7", "a/b", "a_b", "a\\b", "..hidden", "é"]
+    stems = [file_stem(name) for name in names]
+    assert len(set(stems)) == len(names)
+    assert stems[0] == "agent-7" and stems[5] == "é"
+    assert all("/" not in stem and "\\" not in stem and not stem.startswith(".") for stem in stems)
