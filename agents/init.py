@@ -21,9 +21,11 @@ outside the repository that init does not touch; Codex has no hooks.
 
 Everything else in those files is kept: other servers, other hooks, the rest of the Markdown. Running init
 again changes nothing and says so; without ``--url`` it keeps the URL (or reference) an earlier run
-wrote, and with ``--url`` it sets that URL in what an earlier run wrote. A part that differs from what init would write (a hand edit of the section, another
-``subagent-bus`` server entry or hook) is left alone and reported, and nothing at all is written, unless
-``--force`` replaces it (the merges are :mod:`agents.init_merge`'s). Files are replaced atomically.
+wrote, and with ``--url`` it sets that URL in what an earlier run wrote. A part that differs from what
+init would write (a hand edit of the section, another ``subagent-bus`` server entry or hook) is left
+alone and reported, and nothing at all is written, unless ``--force`` replaces it (the merges are
+:mod:`agents.init_merge`'s); so are a link that leads out of the repository and a read-only file. The
+new files are written first, then each replaces its old one.
 """
 
 from __future__ import annotations
@@ -283,7 +285,7 @@ def _write(directory: Path, changes: list[Change]) -> None:
         done = ", ".join(str(path.relative_to(directory.resolve())) for path in replaced)
         written = f"written: {done}" if done else "nothing was written"
         raise click.ClickException(
-            f"cannot write {exc.filename}: {exc.strerror or exc} ({written})"
+            f"cannot write {exc.filename or 'a file'}: {exc.strerror or exc} ({written})"
         ) from None
 
 

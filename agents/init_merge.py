@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 from typing import Any, Final
 
 from agents.task_hook import HOOK_COMMAND, URL_VARIABLE
@@ -98,7 +99,9 @@ def _without_url(entry: Any) -> Any:
     return entry
 
 
-def _url_merge(what: str, current: Any, entry: Any, plain: Any, url_given: bool, force: bool) -> str | None:
+def _url_merge(
+    what: str, current: Any, entry: Any, plain: Callable[[Any], Any], url_given: bool, force: bool
+) -> str | None:
     """What is done to a part (None: it stays) that is ``current`` where init writes ``entry``, which is
     ``plain`` without its URL (``url_given``: whether the run has ``--url``)."""
     if current == entry:
