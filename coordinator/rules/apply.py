@@ -13,7 +13,8 @@ Per entry, in order:
    one ``rejected`` decision, and the state with only the id remembered.
 3. Otherwise, an envelope sent by or for an agent (signal, result, finding, heartbeat, start, exit)
    first registers or refreshes its agent (:func:`coordinator.rules.lifecycle.touch`); then the rule for
-   its type runs. Human commands and ticks refer to agents but are not signs of life.
+   its type runs. Human commands and ticks refer to agents but are not signs of life. A question, a stop
+   or a delegation request from an agent whose outcome is decided (completed, failed) is rejected.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from typing import Final
 
 from bus.envelope import Envelope, EnvelopeType
-from bus.events import DecisionType
+from bus.events import AgentState, DecisionType
 from coordinator.policy import Policy
 from coordinator.rules import (
     aggregation,
@@ -82,6 +83,11 @@ _FROM_AGENT: Final = frozenset(
 )
 
 
+_WAITS: Final = frozenset({T.CLARIFICATION_NEEDED, T.STOP_WORK, T.DELEGATE_WORK})
+"""The signals an agent waits on a reply to."""
+_FINISHED: Final = frozenset({AgentState.COMPLETED, AgentState.FAILED})
+
+
 def apply(state: GroupState, envelope: Envelope, policy: Policy, run: Run | None = None) -> Outcome:
     """Apply one entry of the group's stream to its state.
 
@@ -122,5 +128,11 @@ def _run(step: Step) -> None:
     if handler is None:
         raise Rejected(f"{envelope.type.value} is an output of the coordinator, not an input")
     if envelope.type in _FROM_AGENT:
-        lifecycle.touch(step)
+        record = lifecycle.touch(step)
+        if envelope.type in _WAITS and record.state in _FINISHED:
+            # Its outcome is decided (and aggregated, retried or escalated): a signal that would have it
+            # wait again would undo that, and nothing would act on its answer.
+            raise Rejected(
+                f"agent {record.agent_id!r} is {record.state.value}: its {envelope.type.value} is ignored"
+            )
     handler(step)

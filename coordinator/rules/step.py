@@ -20,12 +20,13 @@ from typing import Any, Final, TypeVar
 from bus.envelope import Envelope, Payload, new_envelope
 from bus.errors import BusError
 from bus.events import AgentState, Decision, DecisionType
+from bus.signals import Independence
 from coordinator.policy import Policy
 from coordinator.rules.ids import emitted_id
 from coordinator.rules.outcome import Emit, Outcome, Target
 from coordinator.rules.run import Run
 from coordinator.rules.trusted import change, construct, evolve
-from coordinator.state import AgentRecord, FindingSlot, GroupState
+from coordinator.state import AgentRecord, DelegationStatus, FindingSlot, GroupState
 
 __all__ = ["MAX_DETAIL", "SOURCE", "Rejected", "Step"]
 
@@ -239,10 +240,17 @@ class Step:
         request: str | None = None,
         **changes: Any,
     ) -> None:
-        """Back to running after a directive; timeouts count again from now (the input's timestamp)."""
-        self.transition(
-            agent_id, AgentState.RUNNING, decision, detail, request=request, resumed_at=self.ts, **changes
-        )
+        """Back to running after a directive; timeouts count again from now (the input's timestamp).
+
+        Unless something else still holds the agent: one directive answers one thing it waits on, and
+        it may wait on several (questions, then a blocker; delegates). It is then in the state of what
+        holds it, which the decision names.
+        """
+        self.update(agent_id, resumed_at=self.ts, **changes)
+        state = held(self.agent(agent_id), self.state) or AgentState.RUNNING
+        if state is not AgentState.RUNNING:
+            detail += f"; still {state.value}"
+        self.transition(agent_id, state, decision, detail, request=request)
 
     def finish(self, rejected: str | None = None) -> Outcome:
         """The outcome of the step.
@@ -280,6 +288,23 @@ class Step:
         else:
             record = self.put(evolve(record, **counted))
             self.run.own[id(record)] = record
+
+
+def held(record: AgentRecord, state: GroupState) -> AgentState | None:
+    """The state of what still holds an agent, if anything: an open blocker, open questions, delegates it
+    waits for or a blocking request of its own that waits for a human."""
+    if record.blocker is not None:
+        return AgentState.BLOCKED
+    if record.questions is not None:
+        return AgentState.AWAITING_CLARIFICATION
+    if record.waiting_on or any(
+        d.requester_id == record.agent_id
+        and d.status is DelegationStatus.PENDING_HUMAN
+        and d.request.independence is Independence.BLOCKS_CURRENT_WORK
+        for d in state.delegations.values()
+    ):
+        return AgentState.DELEGATING
+    return None
 
 
 _MISSING: Final = object()
