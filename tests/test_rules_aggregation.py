@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rules_kit import Feed, clarification, completion, decisions, delegate, kinds, of_type, one, result
+from rules_kit import GROUP, Feed, clarification, completion, decisions, delegate, kinds, of_type, one, result
 
 from bus.directives import HumanDeny, HumanDismiss, LaunchReason
 from bus.envelope import EnvelopeType
@@ -73,6 +73,17 @@ def test_any_partial_asks_for_review() -> None:
     assert outcome is not None and outcome.status is ResultStatus.PARTIAL
 
 
+def test_the_same_agent_id_failing_in_two_groups_gets_two_retries() -> None:
+    # retries are agents with ids of their own: shared, they would share an inbox and a launcher slot
+    launched = []
+    for group in ("group-a", "group-b"):
+        feed = Feed(group=group)
+        failed = feed.send(result("security-auditor", ResultStatus.FAILED, summary="crashed"), A)
+        launch = one(failed, EnvelopeType.LAUNCH)
+        launched.append((launch.new_agent_id, launch.request_id))
+    assert len({agent for agent, _ in launched}) == 2 and len({request for _, request in launched}) == 2
+
+
 def test_failure_is_retried_once_with_reduced_scope_then_escalated() -> None:
     feed = Feed()
     _start(feed, A, B)
@@ -80,7 +91,7 @@ def test_failure_is_retried_once_with_reduced_scope_then_escalated() -> None:
     failed = feed.send(
         result("security-auditor", ResultStatus.FAILED, summary="Parser crashed on src/auth"), A
     )
-    retry_id = retry_agent_id(A, 2)
+    retry_id = retry_agent_id(GROUP, A, 2)
     (launched,) = of_type(failed, EnvelopeType.LAUNCH, Target.TASKS)
     assert launched.agent_id == retry_id
     launch = one(failed, EnvelopeType.LAUNCH)
@@ -88,7 +99,7 @@ def test_failure_is_retried_once_with_reduced_scope_then_escalated() -> None:
         LaunchReason.RETRY,
         2,
         retry_id,
-        retry_request_id(A, 2),
+        retry_request_id(GROUP, A, 2),
     )
     assert "REDUCED SCOPE" in launch.task and f"analyse module {A}" in launch.task
     assert "Parser crashed on src/auth" in (launch.context or "")
@@ -121,7 +132,7 @@ def test_a_successful_retry_replaces_the_failed_attempt() -> None:
     feed = Feed()
     _start(feed, A)
     feed.send(completion(A, "failed", "timeout"), A)
-    retry_id = retry_agent_id(A, 2)
+    retry_id = retry_agent_id(GROUP, A, 2)
     feed.send(completion(retry_id), retry_id)
     assert feed.state.status is GroupVerdict.CONTINUE
     assert feed.state.progress.render() == "1/1 completed, 0 failed, 0 active"
@@ -131,9 +142,9 @@ def test_every_retry_restates_the_first_attempts_task_once() -> None:
     feed = Feed(Policy(max_retries=2))
     _start(feed, A)
     feed.send(completion(A, "failed", "crashed"), A)
-    second = retry_agent_id(A, 2)
+    second = retry_agent_id(GROUP, A, 2)
     third = one(feed.send(completion(second, "failed", "crashed again"), second), EnvelopeType.LAUNCH)
-    assert third.new_agent_id == retry_agent_id(second, 3)
+    assert third.new_agent_id == retry_agent_id(GROUP, second, 3)
     assert third.task.count("REDUCED SCOPE") == 1 and "(attempt 3)" in third.task
     assert third.task.count("Original task:") == 1 and third.task.endswith(f"analyse module {A}")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from rules_kit import T0, Feed, answers, clarification, decisions, kinds, one
+from rules_kit import GROUP, T0, Feed, answers, clarification, decisions, kinds, one
 
 from bus.directives import LaunchReason
 from bus.envelope import EnvelopeType, new_envelope
@@ -36,7 +36,7 @@ def test_silence_times_out_then_loses_the_agent() -> None:
     assert kinds(lost)[0] is DecisionType.LOST
     assert feed.state.agents[AGENT].state is AgentState.LOST
     launch = one(lost, EnvelopeType.LAUNCH)
-    assert (launch.reason, launch.new_agent_id) == (LaunchReason.RETRY, retry_agent_id(AGENT, 2))
+    assert (launch.reason, launch.new_agent_id) == (LaunchReason.RETRY, retry_agent_id(GROUP, AGENT, 2))
     assert TICKER not in feed.state.agents
 
 

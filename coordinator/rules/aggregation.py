@@ -79,7 +79,7 @@ def _handle_failure(step: Step, record: AgentRecord, completion: Completion) -> 
 
 def _retry(step: Step, record: AgentRecord, completion: Completion) -> None:
     attempt = record.attempt + 1
-    new_id = retry_agent_id(record.agent_id, attempt)
+    new_id = retry_agent_id(step.group_id, record.agent_id, attempt)
     parent = step.find(record.parent_agent_id) if record.parent_agent_id else None
     previous = (
         f"Previous attempt {record.agent_id} ended {completion.status.value}:\n{completion.summary.strip()}"
@@ -88,7 +88,7 @@ def _retry(step: Step, record: AgentRecord, completion: Completion) -> None:
         step,
         Launch(
             new_agent_id=new_id,
-            request_id=retry_request_id(record.agent_id, attempt),
+            request_id=retry_request_id(step.group_id, record.agent_id, attempt),
             reason=LaunchReason.RETRY,
             task=_retry_task(_first_attempt(step.state, record), attempt),
             context=previous,

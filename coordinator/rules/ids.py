@@ -44,14 +44,15 @@ def delegate_agent_id(request_id: str) -> str:
     return f"agent-{_digest('delegate', request_id)}"
 
 
-def retry_request_id(agent_id: str, attempt: int) -> str:
-    """The launch request of attempt ``attempt`` of a failed agent's work."""
-    return f"rty-{_digest('retry', agent_id, str(attempt))}"
+def retry_request_id(group_id: str, agent_id: str, attempt: int) -> str:
+    """The launch request of attempt ``attempt`` of a failed agent's work (the same agent id may name
+    agents of two groups: each has its own retry)."""
+    return f"rty-{_digest('retry', group_id, agent_id, str(attempt))}"
 
 
-def retry_agent_id(agent_id: str, attempt: int) -> str:
+def retry_agent_id(group_id: str, agent_id: str, attempt: int) -> str:
     """The agent that makes attempt ``attempt`` of a failed agent's work."""
-    return f"agent-{_digest('retry', agent_id, str(attempt))}"
+    return f"agent-{_digest('retry', group_id, agent_id, str(attempt))}"
 
 
 def recovery_request_id(envelope_id: str) -> str:
