@@ -272,6 +272,7 @@ def test_blocking_delegate_that_fails_is_retried_and_the_requester_waits_for_the
     done = feed.send(completion(retry, "partial_success", "ZAP installed, fixtures missing"), retry)
     directive = one(done, EnvelopeType.DELEGATION_COMPLETED)
     assert (directive.delegate_agent_id, directive.status) == (retry, "PARTIAL")
+    assert "done in part. Review its results" in directive.resume_instructions  # not "done": seed 001
     assert directive.request_id == feed.state.agents[delegate_id].request_id  # the original request
     assert feed.state.agents[REQUESTER].state is AgentState.RUNNING
 

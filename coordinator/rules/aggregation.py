@@ -161,6 +161,11 @@ def _notify_parent(step: Step, record: AgentRecord, completion: Completion) -> N
 def _resume_after(status: ResultStatus) -> str:
     if status is ResultStatus.FAILED:
         return "The delegated work failed. Continue without it where you can and report what remains blocked."
+    if status is ResultStatus.PARTIAL:  # seed 001: partial results are reviewed before they are relied on
+        return (
+            "The delegated work is done in part. Review its results, decide what of it you can rely on, "
+            "and continue your task; report what it left undone."
+        )
     return "The delegated work is done. Continue your task using its results."
 
 
