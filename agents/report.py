@@ -197,6 +197,12 @@ class _Builder:
                 self.score = (float(score.group(1)), (score.group(2) or "").strip())
             else:
                 rest.append(line)
+        if self.score is None and self.breakdown:  # only the breakdown, as seed 001's example has it
+            combined = self.breakdown.get("combined")
+            if combined is None and {"verified", "inferred"} <= self.breakdown.keys():
+                combined = (self.breakdown["verified"] + self.breakdown["inferred"]) / 2  # the seed's formula
+            if combined is not None:
+                self.score = (combined, "\n".join(rest))
         if self.score is None:
             first = lines[0] if lines else ""
             self.violations.append(f"Confidence '{first}' is not a score from 0 to 100")

@@ -76,6 +76,31 @@ def test_confidence_breakdown_and_justification() -> None:
 
 
 @pytest.mark.parametrize(
+    ("lines", "score"),
+    [
+        (
+            "- verified_confidence: 90 (read the exact function)\n- inferred_confidence: 70\n- combined_confidence: 80\n",
+            80,
+        ),
+        (
+            "- verified_confidence: 90\n- inferred_confidence: 70\n",
+            80,
+        ),  # the seed's (verified + inferred) / 2
+    ],
+)
+def test_a_breakdown_alone_gives_the_score(lines: str, score: float) -> None:
+    # seed 001's own example of the breakdown has no score line of its own
+    parsed = parse_report(report(f"### Confidence\n{lines}", "### Confidence Justification\n**Score**: 80\n"))
+    assert parsed.confidence is not None
+    assert (parsed.confidence.score, parsed.confidence.verified, parsed.confidence.inferred) == (
+        score,
+        90,
+        70,
+    )
+    assert parsed.violations == []
+
+
+@pytest.mark.parametrize(
     ("line", "violation"),
     [
         ("High - lots of evidence", "Confidence 'High - lots of evidence' is not a score from 0 to 100"),
