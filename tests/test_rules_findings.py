@@ -112,6 +112,20 @@ def test_conflicting_severities_are_flagged() -> None:
     assert one.finding.severity is Severity.CRITICAL
 
 
+def test_a_severity_conflict_that_ended_is_announced_again_when_it_returns() -> None:
+    feed = Feed()
+    conflicts = []
+    for agent, severity, confidence in (
+        ("qa-engineer", "minor", 80),
+        ("security-auditor", "critical", 50),  # a conflict: announced
+        ("security-auditor", "minor", 90),  # its better report agrees: no conflict any more
+        ("reviewer", "important", 85),  # a new conflict
+    ):
+        outcome = feed.send(finding(agent, severity=severity, confidence=confidence), agent)
+        conflicts.append(DecisionType.SEVERITY_CONFLICT in kinds(outcome))
+    assert conflicts == [False, True, False, True]
+
+
 def test_result_findings_go_to_the_findings_stream_once_each() -> None:
     feed = Feed()
     reports = [finding("", id="SEC-001"), finding("", id="SEC-002", line=45, title="Missing rate limiting")]

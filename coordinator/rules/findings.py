@@ -207,8 +207,11 @@ def record_finding(step: Step, finding: Finding, agent_id: str) -> None:
     key = _stored_key(slot_key(finding))
     before = step.finding(key)
     slot = fold(before, finding)
-    # an unchanged slot cannot have gained a severity: its conflict, if any, was announced already
-    if slot is not before and not slot.conflict_reported and len(_severities(slot)) > 1:
+    # An unchanged slot cannot have gained a severity: its conflict, if any, was announced already. A
+    # conflict that a report's replacement ended is forgotten, so that a later one is announced again.
+    if slot is not before and slot.conflict_reported and len(_severities(slot)) < 2:
+        slot = evolve(slot, conflict_reported=False)
+    elif slot is not before and not slot.conflict_reported and len(_severities(slot)) > 1:
         view = merged(slot, step.policy)
         slot = evolve(slot, conflict_reported=True)
         severities = ", ".join(s.value for s in view.severities)
