@@ -126,6 +126,19 @@ def test_a_severity_conflict_that_ended_is_announced_again_when_it_returns() -> 
     assert conflicts == [False, True, False, True]
 
 
+def test_paths_and_categories_are_compared_as_agents_mean_them() -> None:
+    reports = [
+        finding("security-auditor", confidence=95),  # src/config/jwt.ts:8, SEC from its id
+        finding("qa-engineer", file="./src/config/jwt.ts", category="sec", confidence=78),
+        finding("reviewer", file="src//config/jwt.ts", category="Sec", id=None, confidence=60),
+    ]
+    views = [merge_findings(order, Policy()) for order in (reports, reports[::-1])]
+    assert views[0] == views[1]  # whatever the order
+    (merged,) = views[0]
+    assert merged.agents == ("qa-engineer", "reviewer", "security-auditor")
+    assert (merged.location, merged.category) == ("src/config/jwt.ts:8", "SEC")  # the best report's
+
+
 def test_result_findings_go_to_the_findings_stream_once_each() -> None:
     feed = Feed()
     reports = [finding("", id="SEC-001"), finding("", id="SEC-002", line=45, title="Missing rate limiting")]

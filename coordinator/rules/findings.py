@@ -23,6 +23,7 @@ canonical JSON and sums run in agent-name order, so the merged view of a set of 
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable
 from functools import lru_cache
 from typing import Final
@@ -62,10 +63,25 @@ class MergedFinding(Model):
 
 
 def slot_key(finding: Finding) -> tuple[str, str, str]:
-    """``(location, category, discriminator)``: reports with equal keys are one finding."""
+    """``(location, category, discriminator)``: reports with equal keys are one finding. The path is
+    normalised (``./src/a.ts`` is ``src/a.ts``) and the category compared without case (``SEC``, ``sec``):
+    agents write both for one place."""
+    location = _place(finding.file, finding.line)
     if finding.file is not None and finding.line is not None:
-        return (finding.location, finding.category, "")
-    return (finding.location, finding.category, finding.id or finding.title)
+        return (location, finding.category.casefold(), "")
+    return (location, finding.category.casefold(), finding.id or finding.title)
+
+
+@lru_cache(maxsize=4096)
+def _path(file: str) -> str:
+    normal = posixpath.normpath(file)
+    return file if normal == "." else normal
+
+
+def _place(file: str | None, line: int | None) -> str:
+    if file is None:
+        return ""
+    return f"{_path(file)}:{line}" if line is not None else _path(file)
 
 
 def _stored_key(key: tuple[str, str, str]) -> str:
@@ -145,7 +161,7 @@ def merged(slot: FindingSlot, policy: Policy) -> MergedFinding:
     agreement = len(agents) > 1
     return MergedFinding(
         location=slot.location,
-        category=slot.category,
+        category=representative.category,  # as written (the slot's is the key's, without case)
         finding=representative,
         agents=agents,
         confidence=_combined(slot, agents, agreement, policy),
