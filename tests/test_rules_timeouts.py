@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from rules_kit import GROUP, T0, Feed, answers, clarification, decisions, kinds, one
+from rules_kit import GROUP, T0, Feed, answers, clarification, completion, decisions, kinds, one
 
 from bus.directives import LaunchReason
 from bus.envelope import EnvelopeType, new_envelope
@@ -93,3 +93,18 @@ def test_one_tick_gives_each_group_its_own_emitted_ids() -> None:
         assert kinds(outcome) == [DecisionType.TIMED_OUT]
         ids += [emit.envelope.id for emit in outcome.emits]
     assert len(ids) == len(set(ids)) == 2
+
+
+def test_a_lost_agent_that_completes_after_its_retry_was_lost_too_completes_the_work() -> None:
+    feed = Feed(POLICY)  # one retry
+    feed.send(AgentStarted(), AGENT, at=0)
+    _tick(feed, 1000)  # lost: retried
+    retry = retry_agent_id(GROUP, AGENT, 2)
+    feed.send(AgentStarted(), retry, at=1000)
+    assert DecisionType.ESCALATED in _tick(feed, 2000)  # the retry lost too: escalated
+    feed.send(Heartbeat(), retry, at=2001)  # heard from again...
+    assert _tick(feed, 3000)[:2] == [DecisionType.LOST, DecisionType.ESCALATED]  # ...and lost again
+    assert [e.agent_id for e in feed.state.escalations] == [retry]  # one escalation in the inbox
+    done = feed.send(completion(AGENT), AGENT, at=3001)  # the first attempt was slow, not gone
+    [status] = [d.detail for d in decisions(done) if d.decision is DecisionType.GROUP_STATUS]
+    assert status.startswith("continue")

@@ -70,10 +70,16 @@ def _handle_failure(step: Step, record: AgentRecord, completion: Completion) -> 
         _retry(step, record, completion)
         return
     reason = f"{record.agent_id} failed after {record.attempt} attempt(s): {_first_line(completion.summary)}"
-    escalation = Escalation(agent_id=record.agent_id, reason=reason, envelope_id=step.envelope.id, at=step.ts)
-    step.replace(escalations=(*step.state.escalations, escalation))
-    step.update(record.agent_id, escalated=True)
-    step.decide(DecisionType.ESCALATED, record.agent_id, reason)
+    if any(e.agent_id == record.agent_id for e in step.state.escalations):
+        # heard from again after its escalation, then failed again: the one in the inbox stands for both
+        step.decide(DecisionType.ESCALATED, record.agent_id, f"{reason} (escalated already)")
+    else:
+        escalation = Escalation(
+            agent_id=record.agent_id, reason=reason, envelope_id=step.envelope.id, at=step.ts
+        )
+        step.replace(escalations=(*step.state.escalations, escalation))
+        step.update(record.agent_id, escalated=True)
+        step.decide(DecisionType.ESCALATED, record.agent_id, reason)
     _notify_parent(step, record, completion)
 
 
@@ -170,20 +176,36 @@ def _resume_after(status: ResultStatus) -> str:
 
 
 def verdict(state: GroupState) -> GroupVerdict:
-    """The group status from the outcomes of its agents (replaced attempts left out)."""
-    counted = [a for a in state.agents.values() if a.retried_by is None]
-    if any(a.state in {AgentState.FAILED, AgentState.LOST} for a in counted):
+    """The group status from the outcomes of its agents' work: per piece of work, its last attempt's,
+    unless that one failed and an earlier attempt (slow, not gone) has completed it since."""
+    outcomes = [_work_outcome(state, a) for a in state.agents.values() if a.retried_by is None]
+    if any(outcome is None for outcome in outcomes):
         return GroupVerdict.ESCALATE
-    if any(a.completion is not None and a.completion.status is ResultStatus.PARTIAL for a in counted):
+    if ResultStatus.PARTIAL in outcomes:
         return GroupVerdict.REVIEW
     return GroupVerdict.CONTINUE
 
 
+def _work_outcome(state: GroupState, last: AgentRecord) -> ResultStatus | None:
+    """The outcome of the work ``last`` is the latest attempt at: None when it failed."""
+    if last.state not in {AgentState.FAILED, AgentState.LOST}:
+        return last.completion.status if last.completion is not None else ResultStatus.SUCCESS
+    earlier = state.agents.get(last.retry_of) if last.retry_of else None
+    while earlier is not None:
+        if earlier.state is AgentState.COMPLETED and earlier.completion is not None:
+            return earlier.completion.status
+        earlier = state.agents.get(earlier.retry_of) if earlier.retry_of else None
+    return None
+
+
 def report_group(step: Step, agent_id: str) -> None:
-    """Report the group status when this step settled the group."""
-    if step.initial.settled or not step.state.settled:
+    """Report the group status when this step settled the group, or changed the status of a settled one
+    (an agent declared lost that completes after all)."""
+    if not step.state.settled:
         return
     result = verdict(step.state)
+    if step.initial.settled and result is step.initial.status:
+        return
     step.replace(status=result)
     detail = f"{result.value}: {step.state.progress.render()}"
     step.decide(DecisionType.GROUP_STATUS, agent_id, detail)
