@@ -57,7 +57,8 @@ class Policy(BaseModel):
     max_parallel_agents: int = Field(default=5, ge=1, le=10_000)
     """Agents of one group that may be active (not completed, failed or lost) at the same time."""
     max_agents_per_group: int = Field(default=50, ge=1, le=1_000_000)
-    """The group's budget: agents ever registered in it, retries and delegates included."""
+    """The group's budget: agents ever registered in it, retries and delegates included (not scripts that
+    only send findings); a delegation beyond it is denied, a failure beyond it escalated, not retried."""
     max_delegation_depth: int = Field(default=2, ge=0, le=100)
     """Top-level agents have depth 0; a delegate has its requester's depth plus one."""
     auto_approve: frozenset[Priority] = frozenset({Priority.P0, Priority.P1})

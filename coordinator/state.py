@@ -234,6 +234,12 @@ class GroupState(Model):
         )
 
     @property
+    def budget_used(self) -> int:
+        """Agents counted against ``max_agents_per_group``: every one registered but senders of findings
+        only (scripts)."""
+        return sum(a.watched for a in self.agents.values())
+
+    @property
     def active_count(self) -> int:
         """Agents holding a parallel slot."""
         return sum(a.state in ACTIVE_STATES and a.watched for a in self.agents.values())

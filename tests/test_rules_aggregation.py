@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from rules_kit import GROUP, Feed, clarification, completion, decisions, delegate, kinds, of_type, one, result
+from rules_kit import (
+    GROUP,
+    Feed,
+    clarification,
+    completion,
+    decisions,
+    delegate,
+    finding,
+    kinds,
+    of_type,
+    one,
+    result,
+)
 
 from bus.directives import HumanDeny, HumanDismiss, LaunchReason
 from bus.envelope import EnvelopeType
@@ -232,3 +244,16 @@ def test_a_pending_delegation_keeps_the_group_open() -> None:
     assert _group_status(feed) == []
     feed.send(HumanDeny(request_id=request.request_id(), reason="not needed"), A)
     assert _group_status(feed) == ["continue: 1/1 completed, 0 failed, 0 active"]
+
+
+def test_the_agent_budget_counts_retries_and_not_scripts() -> None:
+    feed = Feed(Policy(max_agents_per_group=2))
+    feed.send(finding("scanner", id="SEC-001"), "scanner-script")  # a script: no agent of the budget
+    _start(feed, A, B)
+    first = feed.send(result("security-auditor", ResultStatus.FAILED, summary="crashed"), A)
+    assert DecisionType.ESCALATED in kinds(first) and of_type(first, EnvelopeType.LAUNCH) == []
+    [escalation] = feed.state.escalations
+    assert escalation.reason.endswith("(not retried: the group's budget of 2 agents is used up)")
+    feed2 = Feed(Policy(max_agents_per_group=3))
+    _start(feed2, A, B)
+    assert of_type(feed2.send(result("security-auditor", ResultStatus.FAILED), A), EnvelopeType.LAUNCH)

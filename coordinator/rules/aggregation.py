@@ -66,10 +66,14 @@ def finish(
 def _handle_failure(step: Step, record: AgentRecord, completion: Completion) -> None:
     if record.retried_by is not None:
         return  # a replaced attempt; its retry carries the work now
-    if record.attempt <= step.policy.max_retries:
+    budget = step.policy.max_agents_per_group
+    within = step.state.budget_used < budget
+    if record.attempt <= step.policy.max_retries and within:
         _retry(step, record, completion)
         return
     reason = f"{record.agent_id} failed after {record.attempt} attempt(s): {_first_line(completion.summary)}"
+    if record.attempt <= step.policy.max_retries:
+        reason += f" (not retried: the group's budget of {budget} agents is used up)"
     if any(e.agent_id == record.agent_id for e in step.state.escalations):
         # heard from again after its escalation, then failed again: the one in the inbox stands for both
         step.decide(DecisionType.ESCALATED, record.agent_id, f"{reason} (escalated already)")

@@ -177,7 +177,7 @@ def _depth(requester: AgentRecord, policy: Policy) -> CheckFailure | None:
 
 
 def _budget(state: GroupState, policy: Policy) -> CheckFailure | None:
-    if len(state.agents) < policy.max_agents_per_group:
+    if state.budget_used < policy.max_agents_per_group:
         return None
     return CheckFailure(
         check=Check.BUDGET,
