@@ -78,6 +78,11 @@ def test_checklist_depth_slots_and_budget() -> None:
     # a requester that waits for its delegate hands it its own slot
     blocking = delegate(independence="blocks_current_work")
     assert _failed_checks(blocking, requester, full, Policy(max_parallel_agents=5)) == []
+    # ...once: a second delegate it waits for needs a slot of its own
+    waiting = requester.model_copy(update={"state": AgentState.DELEGATING, "waiting_on": ("a0",)})
+    assert _failed_checks(blocking, waiting, _group(waiting, *others), Policy(max_parallel_agents=5)) == [
+        Check.SLOTS
+    ]
     # finished agents hold no slot but count against the budget
     done = [_record(f"d{i}", state=AgentState.COMPLETED) for i in range(4)]
     group = _group(requester, *done)

@@ -154,8 +154,9 @@ def _slots(
     request: DelegateWork, requester: AgentRecord, state: GroupState, policy: Policy
 ) -> CheckFailure | None:
     used = state.active_count
-    if request.independence is Independence.BLOCKS_CURRENT_WORK and requester.state in ACTIVE_STATES:
-        used -= 1  # the requester waits, so its slot goes to the delegate
+    lends = request.independence is Independence.BLOCKS_CURRENT_WORK and requester.state in ACTIVE_STATES
+    if lends and not requester.waiting_on:
+        used -= 1  # the requester waits, so its slot goes to the delegate (to its first one: it has one)
     if used < policy.max_parallel_agents:
         return None
     return CheckFailure(
