@@ -94,7 +94,8 @@ async def test_adapter_counts_what_it_publishes_reads_rejects_and_delivers(
     redis_url: str, tmp_path: Path
 ) -> None:
     endpoint = Endpoint(free_port())
-    responses = tmp_path / "inbox" / "responses.md"  # its directory appears only after a failed delivery
+    responses = tmp_path / "inbox" / "responses.md"  # its directory is away while a delivery fails
+    responses.parent.mkdir()
     go, log, stdout = tmp_path / "go", tmp_path / "adapter.log", tmp_path / "stdout"
     steps = fake(
         f"say:{BROKEN}", "progress:40", f"say:{REPORT}", "clarify", f"await:{responses}", "complete",
@@ -110,6 +111,7 @@ async def test_adapter_counts_what_it_publishes_reads_rejects_and_delivers(
     try:
         async with open_bus(redis_url) as bus:
             await endpoint.until(lambda e: e.published().get(T.CLARIFICATION_NEEDED) == 1, "the question")
+            responses.parent.rmdir()
             answer = ClarificationResponse(answers=[AnswerItem(question_id="Q1", answer="both")])
             directive = new_envelope(answer, agent_id="m1", group_id=GROUP, source="test")
             await Publisher(bus.client, bus.keys).send_directive(directive)
