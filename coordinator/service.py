@@ -363,7 +363,8 @@ class Coordinator:
         return True
 
     def _lost(self, shard: _Shard) -> None:
-        log.warning("shard %d: lease lost; nothing from the last batch was committed", shard.index)
+        if shard.owned:  # not when this process gave it back meanwhile (rebalancing): that was said
+            log.warning("shard %d: lease lost; nothing from the last batch was committed", shard.index)
         shard.owned = False
         shard.groups = {}
         self._gauge_lease(shard)
