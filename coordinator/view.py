@@ -83,7 +83,7 @@ def find_agent(groups: list[GroupState], agent_id: str) -> GroupState:
     for state in groups:
         if agent_id in state.agents:
             return state
-    known = sorted(a for s in groups for a in s.agents)
+    known = sorted({a for s in groups for a in s.agents})
     hint = f" (known: {', '.join(known[:10])}{' ...' if len(known) > 10 else ''})" if known else ""
     raise BusError(f"no agent {agent_id!r} is known to the coordinators{hint}")
 

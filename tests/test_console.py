@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
 from rules_kit import Feed, clarification, delegate, finding, stop_error
 
+from bus.errors import BusError
 from coordinator.console import inbox_lines, render
 from coordinator.rules import summarize
+from coordinator.view import find_agent
 
 AGENT = "evil\nagent\x1b[31m"
 
@@ -65,3 +68,14 @@ def test_a_sender_of_findings_only_is_not_shown_running() -> None:
     [group, agent] = render(summary)
     assert group.startswith("group group-1: 0/0 completed")
     assert agent.split()[:3] == ["scanner-script", "findings", "only"]
+
+
+def test_an_unknown_agent_is_refused_naming_each_known_one_once() -> None:
+    groups = []
+    for group in ("g1", "g2"):
+        feed = Feed(group=group)
+        feed.send(clarification("agent-0"), "agent-0")
+        groups.append(feed.state)
+    with pytest.raises(BusError) as refused:
+        find_agent(groups, "nobody")
+    assert str(refused.value) == "no agent 'nobody' is known to the coordinators (known: agent-0)"
