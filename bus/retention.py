@@ -47,8 +47,10 @@ _READERS: Final = {
 }
 _INBOX_READER: Final = ConsumerGroup.ADAPTER.value
 
-# KEYS[1] the stream; ARGV[1] maxlen or "", ARGV[2] minid ("ms-seq") or "", ARGV[3] the group the stream
-# is written for or "". Returns entries removed.
+# KEYS[1] the stream; ARGV[1] "0" (keep none but what the groups need) or "", ARGV[2] minid ("ms-seq")
+# or "", ARGV[3] the group the stream is written for or "". Returns entries removed. A maxlen above 0 comes
+# as a minid: the id of the maxlen-th newest entry (see _nth_newest), found before, in steps that each
+# hold the server for a moment only; the script's own work is bounded by the groups it reads.
 _TRIM_SCRIPT: Final = """
 local key = KEYS[1]
 if redis.call('EXISTS', key) == 0 then return 0 end
@@ -93,26 +95,21 @@ end
 if not reader_seen and not explicit then return 0 end
 local limit = floor
 if ARGV[2] ~= '' and (limit == nil or less(ARGV[2], limit)) then limit = ARGV[2] end
-if ARGV[1] == '' then
-  if limit == nil then return 0 end
-  return redis.call('XTRIM', key, 'MINID', '=', limit)
+if limit == nil then
+  if ARGV[1] == '' then return 0 end
+  return redis.call('XTRIM', key, 'MAXLEN', '=', 0)
 end
-local excess = redis.call('XLEN', key) - tonumber(ARGV[1])
-if excess <= 0 then return 0 end
-if limit == nil then return redis.call('XTRIM', key, 'MAXLEN', '=', ARGV[1]) end
--- Walk the oldest entries below the limit, at most `excess` of them: the cut is after the last one.
-local cut, seen, start = nil, 0, '-'
-while seen < excess do
-  local chunk = redis.call('XRANGE', key, start, '(' .. limit, 'COUNT', math.min(excess - seen, 1000))
-  if #chunk == 0 then break end
-  seen = seen + #chunk
-  cut = chunk[#chunk][1]
-  start = '(' .. cut
-end
-if cut == nil then return 0 end
-if seen < excess then return redis.call('XTRIM', key, 'MINID', '=', limit) end
-return redis.call('XTRIM', key, 'MINID', '=', successor(cut))
+return redis.call('XTRIM', key, 'MINID', '=', limit)
 """
+
+# KEYS[1] the stream; ARGV[1] where to start ("+" or "(id"), ARGV[2] how many. The id of the oldest of
+# the next ARGV[2] entries back from ARGV[1], and how many there were: only ids leave the server.
+_STEP_BACK_SCRIPT: Final = """
+local chunk = redis.call('XREVRANGE', KEYS[1], ARGV[1], '-', 'COUNT', ARGV[2])
+if #chunk == 0 then return {'', 0} end
+return {chunk[#chunk][1], #chunk}
+"""
+_STEP: Final = 1000
 
 
 def stream_id(text: str) -> str:
@@ -146,11 +143,38 @@ async def trim(
         removed = await _trim_acked(client, stream, maxlen, floor_id)
         if removed is not None:
             return removed
+    if maxlen:
+        newest_kept = await _nth_newest(client, stream, maxlen)
+        if newest_kept is None:
+            return 0  # no more entries than maxlen
+        floor_id = newest_kept if floor_id is None else min(floor_id, newest_kept, key=_id_key)
     with translated():
         reply = await client.eval(
-            _TRIM_SCRIPT, 1, stream, "" if maxlen is None else str(maxlen), floor_id or "", reader or ""
+            _TRIM_SCRIPT, 1, stream, "0" if maxlen == 0 else "", floor_id or "", reader or ""
         )
     return int(reply)
+
+
+async def _nth_newest(client: Client, stream: str, n: int) -> str | None:
+    """The id of the ``n``-th newest entry of ``stream`` (entries older than it are beyond ``n``); None
+    when it has fewer. Found ``_STEP`` entries at a time, so that a large ``n`` never holds the server
+    (one script walking a million entries kept every other client waiting for seconds)."""
+    start, left, last = "+", n, ""
+    while left > 0:
+        with translated():
+            reply = await client.eval(_STEP_BACK_SCRIPT, 1, stream, start, str(min(left, _STEP)))
+        last_raw, seen = reply
+        if int(seen) == 0:
+            return None
+        last = last_raw.decode() if isinstance(last_raw, bytes) else str(last_raw)
+        left -= int(seen)
+        start = f"({last}"
+    return last
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 async def _trim_acked(client: Client, stream: str, maxlen: int | None, minid: str | None) -> int | None:

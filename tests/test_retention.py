@@ -71,8 +71,11 @@ async def test_maxlen_and_minid_bound_what_is_removed(bus_url: str) -> None:
         assert await trim(client, STREAM, minid=ids[150]) == 50
         assert await _left(client) == ids[150:]
         assert await trim(client, STREAM, maxlen=100, minid=ids[1000]) == 850  # the stricter bound wins
-        assert await trim(client, STREAM, maxlen=100) == 1400  # walks more than one chunk of 1000
+        assert await trim(client, STREAM, maxlen=1200) == 300  # the cut is found in two steps back
+        assert await _left(client) == ids[1300:]
+        assert await trim(client, STREAM, maxlen=100) == 1100
         assert await _left(client) == ids[2400:]
+        assert await trim(client, STREAM, maxlen=0) == 100  # every acknowledged entry
 
 
 async def test_maxlen_never_goes_past_the_floor(bus_url: str) -> None:
