@@ -241,6 +241,7 @@ async def test_coordinator_runs_end_to_end_on_its_own_permissions(bus: AclServer
 
         # Retention of signals/events/tasks is allowed; the findings stream is append-only even for it.
         await trim_namespace(coord, keys, maxlen_signals=None, maxlen_events=None)
+        await trim_namespace(coord, keys, maxlen_signals=1, maxlen_events=1)  # the walk back to the cut
         with pytest.raises(CommandFailed, match=r"(?i)no permissions|acl failure"):
             await trim_namespace(
                 coord, keys, maxlen_signals=None, maxlen_events=None, maxlen_findings=0, include_findings=True
