@@ -31,7 +31,7 @@ from coordinator.policy import Policy
 from coordinator.rules.aggregation import report_group
 from coordinator.rules.ids import delegate_agent_id
 from coordinator.rules.launch import Launch, deliver, launch
-from coordinator.rules.step import Rejected, Step
+from coordinator.rules.step import Rejected, Step, waits_for_delegation
 from coordinator.state import (
     ACTIVE_STATES,
     FINAL_STATES,
@@ -309,7 +309,7 @@ def _deny(step: Step, delegation: Delegation, reason: str, alternative: str) -> 
         alternative=alternative,
         resume_instructions="Continue your task without the delegated work.",
     )
-    waits = _still_waiting(step.state, requester)
+    waits = waits_for_delegation(requester, step.state)
     _tell(step, requester, directive, hold=waits)
     if requester.state is AgentState.DELEGATING and not waits:
         step.resume(requester.agent_id, DecisionType.DELEGATION_DENIED, reason, request=delegation.request_id)
@@ -326,15 +326,6 @@ def _tell(
     ``hold``: it still waits for a delegate's results (see :func:`deliver`)."""
     if requester.state not in FINAL_STATES:
         deliver(step, requester.agent_id, directive, hold=hold)
-
-
-def _still_waiting(state: GroupState, requester: AgentRecord) -> bool:
-    return bool(requester.waiting_on) or any(
-        d.requester_id == requester.agent_id
-        and d.status is DelegationStatus.PENDING_HUMAN
-        and d.request.independence is Independence.BLOCKS_CURRENT_WORK
-        for d in state.delegations.values()
-    )
 
 
 def _context(request: DelegateWork, requester: AgentRecord) -> str:

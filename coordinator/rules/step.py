@@ -297,14 +297,19 @@ def held(record: AgentRecord, state: GroupState) -> AgentState | None:
         return AgentState.BLOCKED
     if record.questions is not None:
         return AgentState.AWAITING_CLARIFICATION
-    if record.waiting_on or any(
+    if waits_for_delegation(record, state):
+        return AgentState.DELEGATING
+    return None
+
+
+def waits_for_delegation(record: AgentRecord, state: GroupState) -> bool:
+    """Whether the agent waits for a delegate, or for a human to decide a blocking request of its own."""
+    return bool(record.waiting_on) or any(
         d.requester_id == record.agent_id
         and d.status is DelegationStatus.PENDING_HUMAN
         and d.request.independence is Independence.BLOCKS_CURRENT_WORK
         for d in state.delegations.values()
-    ):
-        return AgentState.DELEGATING
-    return None
+    )
 
 
 _MISSING: Final = object()
