@@ -2,8 +2,9 @@
 
 Each model holds every field of the seed's signal format. Fields the seed's own examples leave out
 (the error STOP_WORK has no ``timestamp``, ``blocked_work`` or ``resume_requirements``) are optional;
-the fields a parent cannot act without are required. Signals are open models: an agent that adds a
-field keeps it rather than failing, since the protocol is hand-written YAML and grows (see the README).
+the fields a parent cannot act without are required, and a required text must say something (not
+blank). Signals are open models: an agent that adds a field keeps it rather than failing, since the
+protocol is hand-written YAML and grows (see the README).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from enum import StrEnum
 
 from pydantic import Field, model_validator
 
-from bus.fields import OpenModel, Text, Timestamp
+from bus.fields import NonBlankText, OpenModel, Text, Timestamp
 
 __all__ = [
     "BlockerType",
@@ -39,7 +40,7 @@ class QuestionType(StrEnum):
 
 class Question(OpenModel):
     question_id: str
-    text: Text
+    text: NonBlankText
     context: Text | None = None
     type: QuestionType | None = None
     options: list[Text] | None = None
@@ -51,8 +52,8 @@ class ClarificationNeeded(OpenModel):
 
     agent_id: str
     timestamp: Timestamp | None = None
-    blocked_at: Text
-    reason: Text
+    blocked_at: NonBlankText
+    reason: NonBlankText
     questions: list[Question] = Field(min_length=1)
     can_resume_with: Text | None = None
     current_state: Text | None = None
@@ -91,7 +92,7 @@ class StopWork(OpenModel):
     timestamp: Timestamp | None = None
     stop_reason: StopReason
     blocker_type: BlockerType
-    details: Text
+    details: NonBlankText
     completed_work: Text | None = None
     blocked_work: Text | None = None
     state_snapshot: Text | None = None
@@ -116,8 +117,8 @@ class DelegateWork(OpenModel):
 
     agent_id: str
     timestamp: Timestamp | None = None
-    delegation_reason: Text
-    new_task_description: Text
+    delegation_reason: NonBlankText
+    new_task_description: NonBlankText
     independence: Independence
     priority: Priority
     context_required: Text | None = None
@@ -150,7 +151,7 @@ class CompletionReport(OpenModel):
     timestamp: Timestamp | None = None
     status: CompletionStatus
     deliverables: Text | None = None
-    summary: Text
+    summary: NonBlankText
     metrics_achieved: Text | None = None
     issues_encountered: Text | None = None
     recommendations: Text | None = None

@@ -192,6 +192,7 @@ INVALID_CALLS: list[tuple[str, dict[str, Any], str]] = [
         "question ids must differ: Q1 is used more than once",
     ),
     ("stop_work", {"stop_reason": "bored", "blocker_type": "error", "details": "d"}, "stop_reason"),
+    ("stop_work", {"stop_reason": "blocker", "blocker_type": "error", "details": "   "}, "must not be blank"),
     ("report_progress", {"percent": 140}, "percent"),
     ("report_progress", {"percent": 5, "timestamp": "2026-01-11T08:45:00"}, "timestamp"),
     (

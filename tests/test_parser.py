@@ -188,6 +188,7 @@ def test_a_bad_block_does_not_hide_its_neighbours() -> None:
     ("fields", "message"),
     [
         ({"details": ""}, "field 'details': Field required"),
+        ({"details": "'   '"}, "field 'details': must not be blank"),
         ({"timestamp": "2026-01-11T09:15:00"}, "field 'timestamp': Input should have timezone info"),
         ({"timestamp": "2026-01-11"}, "field 'timestamp': Input should have timezone info"),
         ({"timestamp": "yesterday"}, "field 'timestamp': Input should be a valid datetime"),
