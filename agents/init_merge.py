@@ -7,6 +7,7 @@ was done, or raises :class:`Conflict` for a part that differs from what init wri
 
 from __future__ import annotations
 
+import copy
 import json
 import shlex
 from collections.abc import Callable
@@ -136,7 +137,7 @@ def _ours(group: Any) -> bool:
 
 def _hook_without_url(groups: Any) -> Any:
     """Hook groups with the ``--redis-url URL`` of init's hook command left out."""
-    plain = json.loads(json.dumps(groups))
+    plain = copy.deepcopy(groups)
     for group in plain if isinstance(plain, list) else []:
         for hook in group.get("hooks", []) if isinstance(group, dict) else []:
             if isinstance(hook, dict) and isinstance(hook.get("command"), str):

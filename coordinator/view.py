@@ -32,10 +32,14 @@ __all__ = [
 async def group_ids(client: Client, keys: Keys) -> list[str]:
     """The ids of the groups the coordinators keep a state for, sorted."""
     ids: list[str] = []
-    with translated():
-        for shard in keys.all_shards():
-            ids += [as_text(raw) for raw in await client.smembers(keys.state(shard, GROUPS_KEY))]
+    for shard in keys.all_shards():
+        ids += await _shard_group_ids(client, keys, shard)
     return sorted(ids)
+
+
+async def _shard_group_ids(client: Client, keys: Keys, shard: int) -> list[str]:
+    with translated():
+        return sorted(as_text(raw) for raw in await client.smembers(keys.state(shard, GROUPS_KEY)))
 
 
 async def load_shard(
@@ -46,11 +50,9 @@ async def load_shard(
     ``in_thread`` decodes each group in a worker thread, so that the event loop goes on meanwhile (a
     group with hundreds of thousands of merged findings takes seconds to decode).
     """
-    with translated():
-        members = await client.smembers(keys.state(shard, GROUPS_KEY))
-        groups: dict[str, GroupState] = {}
-        for raw in sorted(members):
-            gid = raw.decode() if isinstance(raw, bytes) else str(raw)
+    groups: dict[str, GroupState] = {}
+    for gid in await _shard_group_ids(client, keys, shard):
+        with translated():
             groups[gid] = await _load(client, keys, shard, gid, window=window, in_thread=in_thread)
     return groups
 
