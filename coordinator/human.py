@@ -117,7 +117,7 @@ async def _publish(
     client = await connect(settings)
     try:
         keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
-        groups = await load_groups(client, keys, group_id)
+        groups = await load_groups(client, keys, group_id, findings=False)
         if group_id is not None and not groups:
             raise BusError(f"no group {group_id!r} is known to the coordinators")
         payload, agent_id, group_id = build(groups)

@@ -2,10 +2,16 @@
 
 A group's state would grow with its agents, findings and idempotency window; rewriting all of it after
 every batch would make each commit cost as much as the whole state. So a group is a hash
-``{ns:s}:group:<gid>`` with one field per agent (``a:<id>``), delegation (``d:<id>``) and merged-finding
-slot (``f:<key>``) plus ``meta`` for the rest, and its window of applied envelope ids is a list
-``{ns:s}:seen:<gid>`` that is appended to and trimmed. The rules return new immutable records only for what
-they changed, so comparing records by identity tells which fields to write.
+``{ns:s}:group:<gid>`` with one field per agent (``a:<id>``) and delegation (``d:<id>``) plus ``meta`` for
+the rest; its merged findings are a hash ``{ns:s}:merged:<gid>`` of one field per slot, and its window of
+applied envelope ids is a list ``{ns:s}:seen:<gid>`` that is appended to and trimmed. The rules return new
+immutable records only for what they changed, so comparing records by identity tells which fields to
+write.
+
+The merged findings have their own hash because they are what grows (a group of a few agents can merge
+hundreds of thousands of findings): ``status``, ``inbox`` and the human commands read the group hash
+alone, in one command, and only count the slots. Slots stored by 0.1.0 in the group hash (``f:<key>``)
+are still read; a slot written since, in the merged hash, takes their place.
 
 ``{ns:s}:groups`` is the set of the shard's group ids.
 """
@@ -28,15 +34,23 @@ from coordinator.commit import Commit
 from coordinator.rules.findings import compact_slot
 from coordinator.state import AgentRecord, Delegation, FindingSlot, GroupState, IdWindow
 
-__all__ = ["GROUPS_KEY", "Touched", "load_state", "write_changes"]
+__all__ = [
+    "GROUPS_KEY",
+    "Touched",
+    "decode_slots",
+    "legacy_slots",
+    "load_state",
+    "merged_key",
+    "write_changes",
+]
 
 GROUPS_KEY = "groups"
-_MAPS: dict[str, tuple[str, type[AgentRecord] | type[Delegation] | type[FindingSlot]]] = {
+_MAPS: dict[str, tuple[str, type[AgentRecord] | type[Delegation]]] = {
     "agents": ("a:", AgentRecord),
     "delegations": ("d:", Delegation),
-    "findings": ("f:", FindingSlot),
 }
-_META_EXCLUDE = {*_MAPS, "window"}
+_LEGACY_SLOT = "f:"
+_META_EXCLUDE = {*_MAPS, "findings", "window"}
 
 
 def group_key(keys: Keys, shard: int, group_id: str) -> str:
@@ -45,6 +59,10 @@ def group_key(keys: Keys, shard: int, group_id: str) -> str:
 
 def seen_key(keys: Keys, shard: int, group_id: str) -> str:
     return keys.state(shard, f"seen:{group_id}")
+
+
+def merged_key(keys: Keys, shard: int, group_id: str) -> str:
+    return keys.state(shard, f"merged:{group_id}")
 
 
 def _meta(state: GroupState) -> bytes:
@@ -99,12 +117,18 @@ def write_changes(
         commit.sadd(keys.state(shard, GROUPS_KEY), new.group_id)
     if old is None or old.applied != new.applied or _meta(old) != _meta(new):
         commit.hset(key, "meta", _meta(new))
-    only = {"agents": touched.agents, "findings": touched.findings} if old else {}
     for name, (prefix, _) in _MAPS.items():
         before: dict[str, Any] = getattr(old, name) if old else {}
         after: dict[str, Any] = getattr(new, name)
         if after is not before:
-            _write_map(commit, key, prefix, before, after, only.get(name))
+            _write_map(
+                commit, key, prefix, before, after, touched.agents if old and name == "agents" else None
+            )
+    if old is None or new.findings is not old.findings:
+        slots = merged_key(keys, shard, new.group_id)
+        _write_map(
+            commit, slots, "", old.findings if old else {}, new.findings, touched.findings if old else None
+        )
     added = _appended(old.window if old else IdWindow(), new.window)
     if added:
         commit.rpush_trim(seen_key(keys, shard, new.group_id), added, limit)
@@ -150,10 +174,30 @@ def _appended(old: IdWindow, new: IdWindow) -> list[str]:
     return out[::-1]
 
 
-def load_state(group_id: str, fields: Mapping[Any, Any], seen: list[Any]) -> GroupState:
-    """A group's state from its hash fields and its window list; :class:`DecodeError` if corrupt."""
+def decode_slots(raw: Mapping[Any, Any]) -> dict[str, FindingSlot]:
+    """Merged-finding slots from fields of a group's merged hash; :class:`DecodeError` if corrupt."""
     try:
-        fields = {as_text(name): value for name, value in fields.items()}
+        return {as_text(k): compact_slot(FindingSlot.model_validate_json(v)) for k, v in raw.items()}
+    except (ValidationError, UnicodeDecodeError) as exc:
+        raise DecodeError(f"invalid stored merged finding: {exc}") from None
+
+
+def legacy_slots(fields: Mapping[Any, Any]) -> dict[str, Any]:
+    """The slots 0.1.0 kept in the group hash (``f:<key>``), by key, undecoded."""
+    return {name[2:]: value for name, value in _text_keys(fields).items() if name.startswith(_LEGACY_SLOT)}
+
+
+def _text_keys(fields: Mapping[Any, Any]) -> dict[str, Any]:
+    return {as_text(name): value for name, value in fields.items()}
+
+
+def load_state(
+    group_id: str, fields: Mapping[Any, Any], seen: list[Any], slots: Mapping[str, FindingSlot] | None = None
+) -> GroupState:
+    """A group's state from its hash fields, its window list and its merged-finding slots (None leaves
+    them out); :class:`DecodeError` if corrupt."""
+    try:
+        fields = _text_keys(fields)
         data: dict[str, Any] = orjson.loads(fields.get("meta", b"{}"))
         data["group_id"] = group_id
         maps: dict[str, dict[str, Any]] = {name: {} for name in _MAPS}
@@ -161,7 +205,9 @@ def load_state(group_id: str, fields: Mapping[Any, Any], seen: list[Any]) -> Gro
             for attr, (prefix, model) in _MAPS.items():
                 if name.startswith(prefix):
                     maps[attr][name[len(prefix) :]] = model.model_validate_json(value)
-        maps["findings"] = {key: compact_slot(slot) for key, slot in maps["findings"].items()}
+        if slots is not None:
+            legacy = legacy_slots(fields)
+            maps["findings"] = {**decode_slots(legacy), **slots} if legacy else dict(slots)
         ids = [as_text(s) for s in seen]
         chunk = IdWindow.CHUNK
         window = IdWindow.model_construct(

@@ -15,8 +15,17 @@ from bus.envelope import decode
 from bus.errors import BusError, DecodeError
 from bus.findings import Finding
 from bus.keys import Keys, StreamKind
-from coordinator.state import GroupState
-from coordinator.store import GROUPS_KEY, group_key, load_state, seen_key
+from coordinator.rules.summary import GroupSummary, summarize
+from coordinator.state import FindingSlot, GroupState
+from coordinator.store import (
+    GROUPS_KEY,
+    decode_slots,
+    group_key,
+    legacy_slots,
+    load_state,
+    merged_key,
+    seen_key,
+)
 
 __all__ = [
     "find_agent",
@@ -25,6 +34,7 @@ __all__ = [
     "iter_findings",
     "load_groups",
     "load_shard",
+    "load_summaries",
     "unread_signals",
 ]
 
@@ -47,8 +57,8 @@ async def load_shard(
 ) -> dict[str, GroupState]:
     """Every group state of one shard, by group id (``window=False`` skips the idempotency windows).
 
-    ``in_thread`` decodes each group in a worker thread, so that the event loop goes on meanwhile (a
-    group with hundreds of thousands of merged findings takes seconds to decode).
+    ``in_thread`` decodes in a worker thread, so that the event loop goes on meanwhile (a group with
+    hundreds of thousands of merged findings takes seconds to decode).
     """
     groups: dict[str, GroupState] = {}
     for gid in await _shard_group_ids(client, keys, shard):
@@ -57,27 +67,78 @@ async def load_shard(
     return groups
 
 
+_SLOT_PAGE = 1000
+"""Merged-finding slots read per HSCAN: a huge group is decoded page by page, never whole as a reply."""
+
+
 async def _load(
     client: Client, keys: Keys, shard: int, group_id: str, *, window: bool, in_thread: bool = False
 ) -> GroupState:
     fields = await client.hgetall(group_key(keys, shard, group_id))
     seen = await client.lrange(seen_key(keys, shard, group_id), 0, -1) if window else []
+    slots: dict[str, FindingSlot] = {}
+    cursor = 0
+    while True:
+        reply: Any = await client.hscan(merged_key(keys, shard, group_id), cursor, count=_SLOT_PAGE)
+        cursor, page = reply
+        slots.update(await asyncio.to_thread(decode_slots, page) if in_thread else decode_slots(page))
+        if not cursor:
+            break
     if in_thread:
-        return await asyncio.to_thread(load_state, group_id, fields, seen)
-    return load_state(group_id, fields, seen)
+        return await asyncio.to_thread(load_state, group_id, fields, seen, slots)
+    return load_state(group_id, fields, seen, slots)
 
 
-async def load_groups(client: Client, keys: Keys, group_id: str | None = None) -> list[GroupState]:
-    """Every group's committed state (or just ``group_id``'s), ordered by group id, without windows."""
+async def _load_summary(client: Client, keys: Keys, shard: int, group_id: str) -> GroupSummary:
+    """A group's summary from its group hash (one command) and the number of its merged findings."""
+    with translated():
+        fields = await client.hgetall(group_key(keys, shard, group_id))
+        slots = merged_key(keys, shard, group_id)
+        legacy = legacy_slots(fields)
+        if legacy:  # 0.1.0's slots, some of them merged again since
+            count = len(legacy.keys() | {as_text(k) for k in await client.hkeys(slots)})
+        else:
+            count = await client.hlen(slots)
+    return summarize(load_state(group_id, fields, []), findings=count)
+
+
+async def _group_refs(client: Client, keys: Keys, group_id: str | None) -> list[tuple[int, str]]:
+    """``(shard, group id)`` of every group (or of ``group_id`` when it is known), by group id."""
     if group_id is not None:
         shard = keys.shard_of(group_id)
         with translated():
             known = await client.sismember(keys.state(shard, GROUPS_KEY), group_id)
-            return [await _load(client, keys, shard, group_id, window=False)] if known else []
+        return [(shard, group_id)] if known else []
+    refs = [
+        (shard, gid) for shard in keys.all_shards() for gid in await _shard_group_ids(client, keys, shard)
+    ]
+    return sorted(refs, key=lambda ref: ref[1])
+
+
+async def load_groups(
+    client: Client, keys: Keys, group_id: str | None = None, *, findings: bool = True
+) -> list[GroupState]:
+    """Every group's committed state (or just ``group_id``'s), ordered by group id, without windows.
+
+    ``findings=False`` leaves the merged findings out: one command per group, however many it merged.
+    """
     states: list[GroupState] = []
-    for shard in keys.all_shards():
-        states += (await load_shard(client, keys, shard, window=False)).values()
-    return sorted(states, key=lambda s: s.group_id)
+    for shard, gid in await _group_refs(client, keys, group_id):
+        with translated():
+            if findings:
+                states.append(await _load(client, keys, shard, gid, window=False))
+            else:
+                states.append(load_state(gid, await client.hgetall(group_key(keys, shard, gid)), []))
+    return states
+
+
+async def load_summaries(client: Client, keys: Keys, group_id: str | None = None) -> list[GroupSummary]:
+    """:func:`~coordinator.rules.summarize` of every group (or of ``group_id``), ordered by group id,
+    without reading the merged findings (only their number)."""
+    return [
+        await _load_summary(client, keys, shard, gid)
+        for shard, gid in await _group_refs(client, keys, group_id)
+    ]
 
 
 def find_agent(groups: list[GroupState], agent_id: str) -> GroupState:

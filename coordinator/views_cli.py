@@ -25,9 +25,9 @@ from bus.progress import Progress
 from bus.settings import Settings
 from coordinator.console import finding_lines, inbox_lines, merged_lines, render
 from coordinator.policy import Policy
-from coordinator.rules import GroupSummary, MergedFinding, merge_findings, merged_view, summarize
+from coordinator.rules import GroupSummary, MergedFinding, merge_findings, merged_view
 from coordinator.service import GROUP
-from coordinator.view import group_ids, iter_findings, load_groups, unread_signals
+from coordinator.view import group_ids, iter_findings, load_groups, load_summaries, unread_signals
 
 __all__ = ["POLICY_OPTION", "commands"]
 
@@ -73,7 +73,7 @@ def _dump(value: object) -> str:
 
 async def _summaries(settings: Settings, group_id: str | None = None) -> list[GroupSummary]:
     async def read(client: Client, keys: Keys) -> list[GroupSummary]:
-        return [summarize(state) for state in await load_groups(client, keys, group_id)]
+        return await load_summaries(client, keys, group_id)
 
     return await _read(settings, read, [])
 
@@ -82,7 +82,7 @@ async def _status_lines(settings: Settings, group_id: str | None) -> list[str]:
     none = f"no groups yet{f' named {group_id}' if group_id else ''} in namespace {settings.namespace!r}"
 
     async def read(client: Client, keys: Keys) -> list[str]:  # one connection: a slow server is met once
-        summaries = [summarize(state) for state in await load_groups(client, keys, group_id)]
+        summaries = await load_summaries(client, keys, group_id)
         if summaries:
             return [line for summary in summaries for line in render(summary)]
         waiting = 0 if group_id else await unread_signals(client, keys, GROUP)

@@ -21,7 +21,7 @@ from coordinator import state as state_module
 from coordinator.rules import apply
 from coordinator.rules.trusted import compact, construct, evolve
 from coordinator.state import AgentRecord, FindingSlot, GroupState
-from coordinator.store import load_state
+from coordinator.store import decode_slots, load_state
 
 
 def pydantic_encoded(envelope: Envelope) -> bytes:
@@ -150,8 +150,8 @@ def test_slots_read_back_hold_compacted_reports() -> None:
             state, new_envelope(finding, agent_id=agent, group_id=GROUP, id=f"f{i}", ts=T0), POLICY
         ).state
     (slot,) = state.findings.values()
-    fields = {"meta": b"{}", **{f"f:{k}": v.model_dump_json() for k, v in state.findings.items()}}
-    (loaded,) = load_state(GROUP, fields, []).findings.values()
+    raw = {k: v.model_dump_json() for k, v in state.findings.items()}
+    (loaded,) = load_state(GROUP, {"meta": b"{}"}, [], decode_slots(raw)).findings.values()
     assert loaded == slot
     a, b = loaded.reports.values()
     assert a.file is b.file and a.__pydantic_fields_set__ is b.__pydantic_fields_set__

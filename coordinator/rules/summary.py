@@ -109,8 +109,11 @@ class GroupSummary(Model):
     """Distinct (merged) findings."""
 
 
-def summarize(state: GroupState) -> GroupSummary:
-    """Everything a status view shows about one group, in registration order."""
+def summarize(state: GroupState, *, findings: int | None = None) -> GroupSummary:
+    """Everything a status view shows about one group, in registration order.
+
+    ``findings`` is the number of merged findings when ``state`` was loaded without them.
+    """
     records = list(state.agents.values())
     return GroupSummary(
         group_id=state.group_id,
@@ -133,7 +136,7 @@ def summarize(state: GroupState) -> GroupSummary:
             if d.status is DelegationStatus.PENDING_HUMAN
         ),
         escalations=state.escalations,
-        findings=len(state.findings),
+        findings=len(state.findings) if findings is None else findings,
     )
 
 
