@@ -18,7 +18,8 @@ so two racing listeners never both receive it. An entry is acknowledged only aft
 and stdout flushed; a listener that dies between reading and printing leaves it pending under ``listen``.
 The next listener claims such entries with ``XCLAIM`` once they have been idle for ``claim_idle_ms``
 (2 s by default): a live listener holds an entry for the milliseconds a print takes, so it is never
-robbed, and ``XCLAIM``'s own idle check makes two claimers race safely. Entries pending under other
+robbed, and ``XCLAIM``'s own idle check makes two claimers race safely. Until then no listener reads a
+newer entry, so a listener restarted the moment after a kill still prints the older directive first. Entries pending under other
 consumers (an adapter running a resume command may hold one for minutes) are never taken here; the
 adapter finishes or re-reads them itself.
 
@@ -158,10 +159,19 @@ class InboxListener:
                 delay = min(delay * 2, _RETRY_MAX_S)
 
     async def _step(self, remaining: float | None) -> Received | None:
-        """One round: stale entries of dead listeners, then new entries (blocking at most a poll)."""
+        """One round: stale entries of dead listeners, then new entries (blocking at most a poll).
+
+        While an older directive is pending under ``listen`` but not stale yet (a listener is printing
+        it, or died a moment ago), no new one is read: the agent gets its directives in order.
+        """
         try:
             found = await self._claim_stale()
             if found is None:
+                held_ms = await self._held_ms()
+                if held_ms is not None:
+                    wait_s = held_ms / 1000 if remaining is None else min(held_ms / 1000, max(remaining, 0))
+                    await asyncio.sleep(wait_s)  # until the entry is acknowledged or can be claimed
+                    return None
                 found = await self._read_new(_block_ms(remaining, self.claim_idle_ms))
         except CommandFailed as exc:
             if "NOGROUP" not in str(exc):
@@ -191,6 +201,16 @@ class InboxListener:
             if found is not None:
                 return found
         return None
+
+    async def _held_ms(self) -> int | None:
+        """How long until the oldest entry pending under ``listen`` can be claimed; None if there is none."""
+        with translated():
+            pending: list[Any] = await self.client.xpending_range(
+                self.inbox, GROUP, min="-", max="+", count=1, consumername=CONSUMER
+            )
+        if not pending:
+            return None
+        return max(1, min(_POLL_MS, self.claim_idle_ms - int(pending[0]["time_since_delivered"])))
 
     async def _read_new(self, block_ms: int | None) -> Received | None:
         with translated():

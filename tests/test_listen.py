@@ -196,6 +196,31 @@ async def test_listener_killed_before_printing_leaves_the_directive_for_the_next
         assert await pending(bus, "a6") == 0
 
 
+async def test_a_listener_started_after_a_kill_prints_the_older_directive_first(
+    redis_url: str, tmp_path: Path
+) -> None:
+    marker = tmp_path / "paused"
+    async with open_bus(redis_url) as bus:
+        doomed = listener(redis_url, "a7", env={PAUSE_ENV: str(marker)})
+        await blocked_clients(bus, 1)
+        publisher = Publisher(bus.client, bus.keys)
+        sent = [directive("a7", "first"), directive("a7", "second")]
+        await publisher.send_directive(sent[0])
+
+        async def paused() -> bool:
+            return marker.exists()
+
+        await wait_until(paused, 20, "the listener to read the directive and pause")
+        doomed.send_signal(signal.SIGKILL)
+        await finish(doomed)
+        await publisher.send_directive(sent[1])
+
+        # started at once: the first directive is not stale yet (2 s), and is still printed first
+        outs = [(await finish(listener(redis_url, "a7", "--timeout", "15")))[1] for _ in sent]
+        assert outs == [d.payload.render().encode() + b"\n" for d in sent]  # type: ignore[union-attr]
+        assert await pending(bus, "a7") == 0
+
+
 async def test_a_listener_outlives_a_server_restart(fresh_redis: RedisProcess) -> None:
     url = fresh_redis.url
     process = listener(url, "a9", "--timeout", "60")
