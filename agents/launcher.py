@@ -43,6 +43,7 @@ from agents.delivery import fill, split_template
 from agents.identity import build_prompt
 from agents.options import id_problem
 from agents.orphans import PID_SUFFIX, Orphan, Proc, forget, left_running, record
+from bus.cli_connection import NAMESPACE_ENV, URL_ENV
 from bus.connection import Client
 from bus.consumer import Ack, Consumer, Delivery
 from bus.directives import LaunchRequest
@@ -321,8 +322,8 @@ class Launcher:
         path = self.options.log_dir / f"{file_stem(request.new_agent_id)}.log"
         env = {
             **{name: value for name, value in os.environ.items() if name != METRICS_PORT_ENV},
-            "SUBAGENT_BUS_REDIS_URL": self.options.adapter_url or self.settings.url,
-            "SUBAGENT_BUS_NAMESPACE": self.settings.namespace,
+            URL_ENV: self.options.adapter_url or self.settings.url,
+            NAMESPACE_ENV: self.settings.namespace,
             # The agent's identity, for `subagent-bus listen` and `subagent-bus mcp` run by the agent.
             "SUBAGENT_BUS_AGENT_ID": request.new_agent_id,
             "SUBAGENT_BUS_GROUP": group_id,

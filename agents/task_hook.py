@@ -34,6 +34,7 @@ import orjson
 
 from agents.launcher import adapter_command, file_stem
 from agents.options import id_problem
+from bus.cli_connection import URL_ENV
 from bus.ops import METRICS_PORT_ENV
 
 __all__ = [
@@ -48,7 +49,7 @@ __all__ = [
 
 HOOK_COMMAND: Final = "subagent-bus init hook-task"
 MAX_INPUT_BYTES: Final = 16 << 20
-URL_VARIABLE: Final = "SUBAGENT_BUS_REDIS_URL"
+URL_VARIABLE: Final = URL_ENV
 """Where Redis commands find their URL."""
 
 

@@ -16,7 +16,7 @@ import signal
 import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Final, ParamSpec, TypeVar
 
 import click
 
@@ -26,12 +26,23 @@ from bus.logs import JsonFormatter
 from bus.params import FiniteFloatRange
 from bus.settings import DEFAULT_SOCKET_TIMEOUT, MAX_SHARDS, MIN_SOCKET_TIMEOUT, Settings
 
-__all__ = ["default_url", "down", "redis_options", "run_command", "settings_from_options"]
+__all__ = [
+    "NAMESPACE_ENV",
+    "URL_ENV",
+    "default_url",
+    "down",
+    "redis_options",
+    "run_command",
+    "settings_from_options",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 DEFAULT_DATA_DIR = Path(".subagent-bus")
+URL_ENV: Final = "SUBAGENT_BUS_REDIS_URL"
+"""The environment variable of ``--redis-url`` (also set for the processes the bus starts)."""
+NAMESPACE_ENV: Final = "SUBAGENT_BUS_NAMESPACE"
 
 
 def default_url(data_dir: Path | None = None) -> str:
@@ -103,7 +114,7 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
 
     @click.option(
         "--redis-url",
-        envvar="SUBAGENT_BUS_REDIS_URL",
+        envvar=URL_ENV,
         show_envvar=True,
         default=None,
         metavar="URL",
@@ -112,7 +123,7 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
     )
     @click.option(
         "--namespace",
-        envvar="SUBAGENT_BUS_NAMESPACE",
+        envvar=NAMESPACE_ENV,
         show_envvar=True,
         default="sbus",
         show_default=True,

@@ -28,7 +28,7 @@ from typing import Any, Final
 import click
 import orjson
 
-from bus.cli_connection import redis_options, run_command
+from bus.cli_connection import NAMESPACE_ENV, URL_ENV, redis_options, run_command
 from bus.connection import Client, connect, translated
 from bus.consumer import stream_entries
 from bus.envelope import decode
@@ -111,7 +111,7 @@ class _Demo:
         self.result = DemoResult(url=url, namespace=namespace)
         self.workdir = workdir
         self.say = say
-        self.env = {**os.environ, "SUBAGENT_BUS_REDIS_URL": url, "SUBAGENT_BUS_NAMESPACE": namespace}
+        self.env = {**os.environ, URL_ENV: url, NAMESPACE_ENV: namespace}
         self.processes: list[subprocess.Popen[bytes]] = []
         self.started = time.monotonic()
 
