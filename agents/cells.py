@@ -20,6 +20,8 @@ __all__ = ["NONE", "cell", "column", "findings", "number", "severity", "split_lo
 NONE: Final = frozenset({"none", "n/a", "na", "nothing", "no issues", "no blockers", "-"})
 """What an empty section or cell says instead of being empty."""
 
+_WHERE: Final = ("fileline", "location", "file", "path")
+"""The headers of a finding's place: ``file:line`` in one cell, or a file with a ``Line`` column."""
 _LOCATION: Final = re.compile(r"(\S+?):(-?\d+)(?:[-:]\d+)?\b.*")
 _NOT_A_LINE: Final = re.compile(r":(-\d+|0+)\b")
 
@@ -82,9 +84,15 @@ def column(headers: list[str], names: tuple[str, ...]) -> int | None:
     return next((normalized.index(n) for n in names if n in normalized), None)
 
 
+_EMPHASIS: Final = re.compile(r"(\*{1,2})(\S(?:.*\S)?)\1")
+
+
 def cell(row: list[str], index: int | None) -> str:
-    """The cell at ``index``; empty when there is no such column or the row is short."""
-    return row[index] if index is not None and index < len(row) else ""
+    """The cell at ``index`` without Markdown emphasis around it (``**SEC-001**``); empty when there is
+    no such column or the row is short."""
+    text = row[index] if index is not None and index < len(row) else ""
+    emphasis = _EMPHASIS.fullmatch(text)
+    return emphasis.group(2) if emphasis else text
 
 
 def severity(raw: str, what: str, violations: list[str]) -> Severity | None:
@@ -106,7 +114,7 @@ def findings(
     the evidence paragraph that starts with its id, when there is one."""
     found: list[Finding] = []
     for table in tables:
-        if column(table.headers, ("fileline", "location")) is None:
+        if column(table.headers, _WHERE) is None:
             continue
         if column(table.headers, ("severity", "issue", "finding")) is None:
             continue
@@ -121,21 +129,25 @@ def _finding(
     headers: list[str], row: list[str], agent: str, evidence: dict[str, str], violations: list[str]
 ) -> Finding | None:
     id_ = column(headers, ("id",))
-    where = column(headers, ("fileline", "location", "file", "path"))
+    where = column(headers, _WHERE)
+    line_column = column(headers, ("line", "lines", "lineno", "linenumber"))
     title = column(headers, ("issue", "finding", "title", "description", "problem"))
     if title is None:
-        title = next(i for i in range(len(headers)) if i not in (id_, where))
+        title = next(i for i in range(len(headers)) if i not in (id_, where, line_column))
     ident = cell(row, id_) or None
     if not cell(row, title).strip():
         violations.append(f"finding '{ident or cell(row, where)}' has no title: left out")
         return None
     name = f"finding '{ident or cell(row, title)}'"
-    file, line = split_location(cell(row, where))
-    if line is None and _NOT_A_LINE.search(cell(row, where)):
-        violations.append(
-            f"{name}: '{cell(row, where).strip()}' names no line (lines start at 1): kept without one"
-        )
+    place = cell(row, where).replace("`", "").strip()
+    line_cell = cell(row, line_column).replace("`", "").strip()
+    if line_cell and split_location(place)[1] is None:  # | File | Line |
+        place = f"{place}:{line_cell}"
+    file, line = split_location(place)
+    if line is None and _NOT_A_LINE.search(place):
+        violations.append(f"{name}: '{place}' names no line (lines start at 1): kept without one")
     level = severity(cell(row, column(headers, ("severity",))), name, violations)
+    category = cell(row, column(headers, ("category", "type", "kind"))).strip() or None
     raw = cell(row, column(headers, ("confidence", "conf")))
     confidence = number(raw) if raw else None
     if raw and (confidence is None or not 0 <= confidence <= 100):
@@ -148,6 +160,7 @@ def _finding(
             file=file,
             line=line,
             severity=level,
+            category=category,
             confidence=confidence,
             agent=agent,
             evidence=evidence.get(ident or "", "").strip() or None,

@@ -40,7 +40,8 @@ __all__ = ["ReportError", "parse_report"]
 _REPORT_HEADING: Final = re.compile(r" {0,3}##[ \t]+(.+?)[ \t]+[Rr]esult[ \t#]*")
 _STATUS: Final = re.compile(r"(SUCCESS|PARTIAL|FAILED)\b", re.IGNORECASE)
 _SCORE: Final = re.compile(
-    r"(?:(?:overall\s+)?(?:confidence|score)\s*[:=]\s*)?(\d{1,3}(?:\.\d+)?)\s*(?:%|/\s*100)?\s*(?:[-–—:|]\s*(.*))?",
+    r"(?:(?:overall\s+)?(?:confidence|score)\s*[:=]\s*)?(\d{1,3}(?:\.\d+)?)\s*(?:%|/\s*100)?"
+    r"\s*(?:\(([^)]*)\))?\s*(?:[-–—:|]\s*(.*))?",  # 85 (High) - why
     re.IGNORECASE,
 )
 _BREAKDOWN: Final = re.compile(
@@ -187,27 +188,30 @@ class _Builder:
 
     def confidence_(self, part: Part) -> None:
         lines = [t.replace("**", "").strip() for _, t in part.lines if t.strip()]
-        rest: list[str] = []
+        score: float | None = None
+        why: list[str] = []  # the justification: the score's own words, then every other line
         for index, line in enumerate(lines):
             breakdown = _BREAKDOWN.search(line)
-            score = _SCORE.fullmatch(line) if index == 0 else None
+            match = _SCORE.fullmatch(line) if index == 0 else None
             if breakdown is not None:
-                self.breakdown[breakdown.group(1).lower()] = float(breakdown.group(2))
-            elif score is not None:
-                self.score = (float(score.group(1)), (score.group(2) or "").strip())
+                kind = breakdown.group(1).lower()
+                self.breakdown[kind] = float(breakdown.group(2))
+                reason = line[breakdown.end() :].strip(" \t()-–—:|")
+                why += [f"{kind}: {reason}"] if reason else []
+            elif match is not None:
+                score = float(match.group(1))
+                why += [" - ".join(x.strip() for x in match.group(2, 3) if x and x.strip())]
             else:
-                rest.append(line)
-        if self.score is None and self.breakdown:  # only the breakdown, as seed 001's example has it
-            combined = self.breakdown.get("combined")
-            if combined is None and {"verified", "inferred"} <= self.breakdown.keys():
-                combined = (self.breakdown["verified"] + self.breakdown["inferred"]) / 2  # the seed's formula
-            if combined is not None:
-                self.score = (combined, "\n".join(rest))
-        if self.score is None:
+                why.append(line)
+        if score is None and self.breakdown:  # only the breakdown, as seed 001's example has it
+            score = self.breakdown.get("combined")
+            if score is None and {"verified", "inferred"} <= self.breakdown.keys():
+                score = (self.breakdown["verified"] + self.breakdown["inferred"]) / 2  # the seed's formula
+        if score is None:
             first = lines[0] if lines else ""
             self.violations.append(f"Confidence '{first}' is not a score from 0 to 100")
-        elif rest:
-            self.score = (self.score[0], "\n".join(x for x in (self.score[1], *rest) if x))
+        else:
+            self.score = (score, "\n".join(x for x in why if x))
 
     def justification_(self, part: Part) -> None:
         values: dict[str, str] = {}

@@ -52,6 +52,27 @@ def test_status_and_summary_are_required() -> None:
         parse_report("## Results of the QA\n")
 
 
+def test_a_breakdown_alone_gives_the_score_and_its_prose_once() -> None:
+    parsed = parse_report(
+        report(
+            "### Confidence\n- verified_confidence: 90\n- inferred_confidence: 70\n"
+            "Overall moderate: one module not read.\n"
+        )
+    )
+    assert parsed.confidence is not None
+    assert (parsed.confidence.score, parsed.confidence.justification) == (
+        80,
+        "Overall moderate: one module not read.",
+    )
+
+
+def test_a_score_with_a_label_in_brackets() -> None:
+    parsed = parse_report(report("### Confidence\n85 (High) - read every file\n"))
+    assert parsed.confidence is not None
+    assert (parsed.confidence.score, parsed.confidence.justification) == (85, "High - read every file")
+    assert parsed.violations == []
+
+
 def test_confidence_breakdown_and_justification() -> None:
     parsed = parse_report(
         report(
@@ -65,7 +86,14 @@ def test_confidence_breakdown_and_justification() -> None:
     )
     confidence = parsed.confidence
     assert confidence is not None
-    assert (confidence.score, confidence.justification) == (87, "verified by running the tests")
+    assert (confidence.score, confidence.justification.split("\n")) == (
+        87,
+        [
+            "verified by running the tests",
+            "verified: read the exact function, saw the bug",  # the breakdown's reasons are kept too
+            "inferred: similar pattern likely exists elsewhere",
+        ],
+    )
     assert (confidence.verified, confidence.inferred, confidence.combined) == (90, 70, 80)
     assert confidence.detailed is not None
     assert confidence.detailed.score == 87
@@ -210,6 +238,40 @@ def test_a_location_with_line_zero_or_negative_keeps_the_finding_without_a_line(
         "finding 'Zero': 'a.py:0' names no line (lines start at 1): kept without one",
         "finding 'Negative': 'a.py:-3' names no line (lines start at 1): kept without one",
     ]
+
+
+def test_file_and_line_in_columns_of_their_own() -> None:
+    parsed = parse_report(
+        report(
+            "### Findings\n| ID | Issue | File | Line | Severity |\n|---|---|---|---|---|\n"
+            "| SEC-001 | Hardcoded secret | `src/config/jwt.ts` | 8 | Critical |\n"
+            "| SEC-002 | No line | src/api/auth.ts |  | High |\n| SEC-003 | Zero | a.py | 0 | Low |\n"
+        )
+    )
+    assert [(f.title, f.file, f.line) for f in parsed.findings] == [
+        ("Hardcoded secret", "src/config/jwt.ts", 8),
+        ("No line", "src/api/auth.ts", None),
+        ("Zero", "a.py", None),
+    ]
+    assert parsed.violations == [
+        "finding 'SEC-003': 'a.py:0' names no line (lines start at 1): kept without one"
+    ]
+
+
+def test_emphasis_around_cells_and_an_explicit_category() -> None:
+    parsed = parse_report(
+        report(
+            "### Findings\n| ID | Category | Issue | File:Line | Severity | Confidence |\n"
+            "|---|---|---|---|---|---|\n"
+            "| **SEC-001** | Security | **Hardcoded secret** | **`src/a.ts:8`** | *High* | **95** |\n"
+            "| **QA-004** |  | Weak check | src/b.ts:3 | Low | 70 |\n"
+        )
+    )
+    assert [(f.id, f.category, f.title, f.file, f.line, f.confidence) for f in parsed.findings] == [
+        ("SEC-001", "Security", "Hardcoded secret", "src/a.ts", 8, 95),
+        ("QA-004", "QA", "Weak check", "src/b.ts", 3, 70),  # no category given: the id's prefix
+    ]
+    assert parsed.violations == []
 
 
 def test_tables_without_an_issue_column_are_not_findings() -> None:
