@@ -11,15 +11,27 @@ from typing import Final
 
 from agents.blocks import SIGNAL_TYPES
 
-__all__ = ["HIT", "RESULT_HEADING", "TAG_GROUP", "TAG_LINE", "TYPE_OF_TAG", "Fence", "Hit"]
+__all__ = ["CLOSE_ALONE", "HIT", "RESULT_HEADING", "TAG_GROUP", "TAG_LINE", "TYPE_OF_TAG", "Fence", "Hit"]
 
 _TAGS: Final = b"|".join(t.value.encode() for t in SIGNAL_TYPES)
 TYPE_OF_TAG: Final = {t.value.encode(): t for t in SIGNAL_TYPES}
 """The signal type a tag names (``b"STOP_WORK"`` -> ``EnvelopeType.STOP_WORK``)."""
-# Agents print tags in Markdown emphasis (``**[STOP_WORK]**``) or, through a terminal, in colour: around a
-# tag alone on its line these mean nothing else, so they are allowed there (any mix, on either side).
+# Agents print tags in Markdown emphasis (``**[STOP_WORK]**``), as a heading (``### [STOP_WORK]``), with
+# a colon (``[STOP_WORK]:``) or, through a terminal, in colour: around a tag alone on its line these mean
+# nothing else, so they are allowed there (any mix, on either side). A closing tag may be followed by
+# text (``[/STOP_WORK] Waiting for the parent``): it ends an open block of its type (see the parser).
 _DECO: Final = rb"(?:\*{1,2}|_{1,2}|\x1b\[[0-9;]*m)*"
-_TAG: Final = _DECO + rb"\[(/?)(" + _TAGS + rb")\]" + _DECO + rb"[ \t]*(?=\r?\n)"
+_TAG: Final = (
+    rb"(?:#{1,6}[ \t]+)?"
+    + _DECO
+    + rb"\[(/)?("
+    + _TAGS
+    + rb")\]:?"
+    + _DECO
+    + rb":?(?(2)[^\n]*(?=\n)|[ \t]*(?=\r?\n))"
+)
+CLOSE_ALONE: Final = re.compile(rb"\]:?" + _DECO + rb":?[ \t]*\r?\n?$")
+"""The end of a closing tag line with nothing after the tag."""
 # Anchored on the newline before a line (each scanned region starts with one), so the regex engine
 # only tries line starts; the groups: indent, "/", tag | fence marker, info | hashes, heading text.
 # (The lookahead is for speed: it ends the try at a prose line's first character.)

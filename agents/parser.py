@@ -13,9 +13,11 @@ Recognition rules:
 - An opening tag ``[STOP_WORK]`` (likewise CLARIFICATION_NEEDED, DELEGATE_WORK, COMPLETION_REPORT,
   PROGRESS) counts only alone on its line; indentation and a trailing CR are allowed, so a block may sit
   in a ```yaml fence or a list item, and so are Markdown emphasis (``**[STOP_WORK]**``) and terminal colour
-  codes around the tag. An inline mention ("I will emit [STOP_WORK] if ...") is prose, and so is a tag in
-  inline code or a quote. The body is dedented by the opening tag's indentation and ends at the matching
-  closing tag, also alone on its line.
+  codes around the tag, a heading's hashes before it and a colon after it. An inline mention ("I will emit
+  [STOP_WORK] if ...") is prose, and so is a tag in inline code or a quote. The body is dedented by the
+  opening tag's indentation and ends at the matching closing tag, which may have text after it.
+- A closing tag alone on its line that closes no block is an error of its type: its opening tag was not
+  read (it had text after it), and the signal must not be lost without a word.
 - An opening tag while a block is open ends the open block with an error (it was never terminated) and
   starts the new block: agents do not nest signals, and dropping the new, probably complete, block to
   keep waiting for a terminator that may never come would lose a valid signal. A closing tag of another
@@ -48,7 +50,7 @@ from typing import Final
 
 from agents.blocks import SIGNAL_TYPES, BlockError, SignalPayload, decode_body, describe_errors, is_template
 from agents.items import ErrorItem, Item, ResultItem, SignalItem, signal_item
-from agents.lines import HIT, RESULT_HEADING, TAG_GROUP, TAG_LINE, TYPE_OF_TAG, Fence, Hit
+from agents.lines import CLOSE_ALONE, HIT, RESULT_HEADING, TAG_GROUP, TAG_LINE, TYPE_OF_TAG, Fence, Hit
 from agents.report import ReportError, parse_report
 from bus.envelope import EnvelopeType
 
@@ -99,6 +101,7 @@ class Parser:
         self._head: bytes | None = b""  # the output's first bytes while they may be a split BOM
         self._state = _State.OUTSIDE
         self._fence: Fence | None = None  # a code fence open in the prose
+        self._unclosed: EnvelopeType | None = None  # a block an opening tag ended: its closing tag may come
         # the open block or report
         self._type = _T.STOP_WORK
         self._agent = b""
@@ -262,11 +265,13 @@ class Parser:
                 self._emit_block(bytes(self._body) + self._region[self._seg : m.start() + 1])
             else:
                 self._error(f"not terminated before the [{tag.decode()}] at line {line}")
+                self._unclosed = self._type
             if slash:
                 self._state = _State.OUTSIDE
                 return m.end()
         elif slash:
-            return m.end()  # a closing tag outside a block is prose
+            self._orphan(tag, at + len(indent), line, self._region[m.start() : m.end()])
+            return m.end()
         self._open_block(tag, len(indent), at, at - m.start() + end, end + 1, line)
         return self._whole_block(tag, at - m.start(), end) or m.end()
 
@@ -320,6 +325,7 @@ class Parser:
         self._check_size(hit.at)
         if hit.tag is not None:
             if hit.close:
+                self._orphan(hit.tag, hit.at + len(hit.indent), hit.line, self._region[hit.start : hit.end])
                 return None
             if self._cand is not None:
                 return self._resolve(self._region, self._seg)
@@ -377,6 +383,20 @@ class Parser:
             self._discard = True
             self._body = bytearray()
             self._cand = None
+
+    def _orphan(self, tag: bytes, at: int, line: int, text: bytes) -> None:
+        """A closing tag alone on its line that closes no block: its opening tag was not read (it had
+        text after it, say), so the signal would be lost without a word. With text after it, it is prose.
+        The closing tag of a block that an opening tag already ended with an error is not one more."""
+        kind = TYPE_OF_TAG[tag]
+        if self._unclosed is kind:
+            self._unclosed = None
+        elif CLOSE_ALONE.search(text):
+            message = (
+                f"[/{tag.decode()}] at line {line}{self._context} closes no block: "
+                f"the opening [{tag.decode()}] must stand alone on its line"
+            )
+            self._out.append(ErrorItem(line=line, offset=at, message=message, type=kind))
 
     def _where(self) -> str:
         if self._state is _State.REPORT:

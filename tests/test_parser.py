@@ -103,6 +103,9 @@ def test_indented_block_in_a_list_is_dedented() -> None:
         ("*[STOP_WORK]*", "*[/STOP_WORK]*"),
         ("\x1b[1;31m[STOP_WORK]\x1b[0m", "\x1b[31m[/STOP_WORK]\x1b[0m"),
         ("\x1b[1m**[STOP_WORK]**\x1b[0m  ", "**[/STOP_WORK]**\r"),
+        ("### [STOP_WORK]", "[/STOP_WORK]"),
+        ("[STOP_WORK]:", "**[/STOP_WORK]**:"),
+        ("## **[STOP_WORK]:**", "[/STOP_WORK] Waiting for the parent to resolve this."),
     ],
 )
 def test_emphasis_and_colour_around_a_tag_alone_on_its_line_are_allowed(opening: str, closing: str) -> None:
@@ -119,7 +122,14 @@ def test_emphasis_and_colour_around_a_tag_alone_on_its_line_are_allowed(opening:
     ["**[STOP_WORK] now**", "`[STOP_WORK]`", "> [STOP_WORK]", "**STOP_WORK**", "\x1b[1m[STOP_WORK] x"],
 )
 def test_other_text_around_a_tag_is_still_prose(line: str) -> None:
-    assert parse_text(stop().replace("[STOP_WORK]", line, 1)) == []
+    # the block's closing tag then closes nothing: an error, so that the signal is not lost unseen
+    assert _orphans(parse_text(stop().replace("[STOP_WORK]", line, 1))) == [7]
+
+
+def _orphans(items: list[Item]) -> list[int]:
+    """The lines of the items, all of them errors of closing tags that close no block."""
+    assert all(isinstance(i, ErrorItem) and "closes no block" in i.message for i in items), items
+    return [i.line for i in items]
 
 
 def test_block_inside_a_yaml_fence_and_crlf_line_endings() -> None:
@@ -152,8 +162,8 @@ def test_a_byte_order_mark_at_the_start_is_skipped_and_counted_in_offsets(cuts: 
 
 
 def test_a_byte_order_mark_elsewhere_or_cut_short_is_prose() -> None:
-    assert parse_text(b"intro\n\xef\xbb\xbf" + stop().encode()) == []
-    assert parse_text(b"\xef\xbb" + stop().encode()) == []
+    assert _orphans(parse_text(b"intro\n\xef\xbb\xbf" + stop().encode())) == [8]
+    assert _orphans(parse_text(b"\xef\xbb" + stop().encode())) == [7]
     assert feed_split(b"\xef\xbb", [1]) == []
 
 
@@ -316,8 +326,25 @@ def test_a_closing_tag_of_another_type_ends_the_block_with_an_error() -> None:
     assert isinstance(second, SignalItem)
 
 
-def test_stray_closing_tags_are_ignored() -> None:
-    assert parse_text("[/STOP_WORK]\nprose\n[/PROGRESS]\n") == []
+def test_a_closing_tag_that_closes_no_block_is_an_error_so_the_signal_is_not_lost_unseen() -> None:
+    text = "[STOP_WORK] - blocked on npm\n" + stop().split("\n", 1)[1] + "prose\n**[/PROGRESS]**\n"
+    first, second = parse_text(text)
+    assert isinstance(first, ErrorItem) and isinstance(second, ErrorItem)
+    assert (first.type, first.line, first.offset) == (EnvelopeType.STOP_WORK, 7, text.index("[/STOP_WORK]"))
+    assert first.message == (
+        "[/STOP_WORK] at line 7 closes no block: the opening [STOP_WORK] must stand alone on its line"
+    )
+    assert (second.type, second.line) == (EnvelopeType.PROGRESS, 9)
+
+
+def test_a_closing_tag_with_text_after_it_outside_a_block_is_prose() -> None:
+    assert parse_text("[/STOP_WORK] is how a block ends\n") == []
+
+
+def test_the_closing_tag_of_a_block_ended_by_an_opening_tag_is_not_a_second_error() -> None:
+    text = "[DELEGATE_WORK]\nagent_id: a\n" + stop("b") + "[/DELEGATE_WORK]\n"
+    first, second = parse_text(text)
+    assert isinstance(first, ErrorItem) and isinstance(second, SignalItem)
 
 
 def test_last_line_without_newline() -> None:
@@ -434,8 +461,8 @@ def test_an_invalid_status_is_an_error_item() -> None:
 
 def test_a_line_too_long_to_be_a_tag_line_is_never_one() -> None:
     text = " " * (MAX_TAG_LINE + 1) + stop()
-    assert parse_text(text) == []
-    assert feed_split(text.encode(), list(range(0, len(text), 1000))) == []
+    assert _orphans(parse_text(text)) == [7]
+    assert _orphans(feed_split(text.encode(), list(range(0, len(text), 1000)))) == [7]
 
 
 # A document of several blocks, prose, CRLF, fences, unicode, errors and reports: the items must be
@@ -457,6 +484,8 @@ FRAGMENTS = [
     b"no newline at all",
     b"\n",
     b"[DELEGATE_WORK]\nagent_id: x\n",  # unterminated
+    b"### [PROGRESS]:\nagent_id: r\npercent: 30\n[/PROGRESS] done for now\n",
+    b"[/STOP_WORK]\n",  # closes no block
 ]
 
 
@@ -496,6 +525,8 @@ def test_byte_by_byte_feeding_of_a_mixed_document() -> None:
         ("ResultItem", 45),
         ("ResultItem", 57),
         ("ErrorItem", 73),
+        ("SignalItem", 75),
+        ("ErrorItem", 79),
     ]
 
 
