@@ -1,15 +1,17 @@
-"""What parsing agent output yields: a signal, a result report, or an error, each located in the output."""
+"""What parsing agent output yields: a signal, a result report, or an error, each located in the output,
+and how a closed block or report becomes one."""
 
 from __future__ import annotations
 
 from typing import Final
 
-from agents.blocks import SignalPayload
+from agents.blocks import BlockError, SignalPayload, decode_body, is_template
+from agents.report import MissingStatus, ReportError, parse_report
 from bus.envelope import EnvelopeType
 from bus.fields import Model, trusted_instance
 from bus.results import ResultReport
 
-__all__ = ["ErrorItem", "Item", "ResultItem", "SignalItem", "signal_item"]
+__all__ = ["ErrorItem", "Item", "ResultItem", "SignalItem", "block_item", "report_item", "signal_item"]
 
 
 class SignalItem(Model):
@@ -48,3 +50,42 @@ def signal_item(kind: EnvelopeType, payload: SignalPayload, line: int, offset: i
     values that are valid: the payload was just validated by its model, the rest is the parser's own."""
     data = {"type": kind, "payload": payload, "line": line, "offset": offset}
     return trusted_instance(SignalItem, data, set(_SIGNAL_FIELDS))
+
+
+def block_item(
+    kind: EnvelopeType, body: bytes, *, indent: int, line: int, offset: int, where: str
+) -> SignalItem | ErrorItem | None:
+    """The item of a closed block (tag at ``line``): its signal, or an error whose message starts with
+    ``where``; None for a template (see :func:`~agents.blocks.is_template`)."""
+    try:
+        payload = decode_body(kind, body, indent=indent, first_line=line + 1)
+    except BlockError as exc:
+        if is_template(body):
+            return None
+        return ErrorItem(line=line, offset=offset, message=f"{where}: {exc.message}", type=kind)
+    return signal_item(kind, payload, line, offset)
+
+
+def report_item(
+    content: bytes, *, loose: bool, line: int, offset: int, where: str, context: str = ""
+) -> ResultItem | ErrorItem | None:
+    """The item of a report (heading at ``line``): the report, or an error whose message starts with
+    ``where``. Under a heading that only looks like a report's (``loose``), no status section means
+    prose: None. Invalid UTF-8 is read as U+FFFD and named in the report's violations (``context``
+    follows its line), since the rest of a report is worth more than a byte."""
+    try:
+        report = parse_report(content.decode(errors="replace"))
+    except ReportError as exc:
+        if loose and isinstance(exc, MissingStatus):
+            return None
+        at = f" (line {line + exc.line - 1})" if exc.line is not None else ""
+        return ErrorItem(
+            line=line, offset=offset, message=f"{where}: {exc.message}{at}", type=EnvelopeType.RESULT
+        )
+    try:
+        content.decode()
+    except UnicodeDecodeError as exc:
+        bad = line + content.count(b"\n", 0, exc.start)
+        violation = f"invalid UTF-8 at line {bad}{context} (read as U+FFFD)"
+        report = report.model_copy(update={"violations": [*report.violations, violation]})
+    return ResultItem(report=report, line=line, offset=offset)

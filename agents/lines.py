@@ -11,7 +11,17 @@ from typing import Final
 
 from agents.blocks import SIGNAL_TYPES
 
-__all__ = ["CLOSE_ALONE", "HIT", "RESULT_HEADING", "TAG_GROUP", "TAG_LINE", "TYPE_OF_TAG", "Fence", "Hit"]
+__all__ = [
+    "CLOSE_ALONE",
+    "HIT",
+    "LOOSE_RESULT_HEADING",
+    "RESULT_HEADING",
+    "TAG_GROUP",
+    "TAG_LINE",
+    "TYPE_OF_TAG",
+    "Fence",
+    "Hit",
+]
 
 _TAGS: Final = b"|".join(t.value.encode() for t in SIGNAL_TYPES)
 TYPE_OF_TAG: Final = {t.value.encode(): t for t in SIGNAL_TYPES}
@@ -42,6 +52,9 @@ TAG_GROUP: Final = 3  # the group of HIT a tag line ends with (``m.lastindex``)
 TAG_LINE: Final = re.compile(rb"\n[ \t]*" + _TAG)  # the tag lines of HIT
 RESULT_HEADING: Final = re.compile(rb"(.+?)[ \t]+[Rr]esult[ \t#]*\r?")
 """The text of a ``## <Agent> Result`` heading (the agent's name in group 1)."""
+LOOSE_RESULT_HEADING: Final = re.compile(rb"\**(.+?)[ \t]+(?i:results?)[ \t]*:?[ \t]*\**:?[ \t#]*\r?")
+"""The text of a heading of level 1 or 2 that may start a report (``# Auditor Results:``, ``## **Auditor
+Result**``): one only if it has a status section."""
 Fence = tuple[int, int]
 """A code fence: its marker byte (a backtick or a tilde) and the length of its run."""
 

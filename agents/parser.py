@@ -25,8 +25,10 @@ Recognition rules:
 - A block still open at :meth:`Parser.close` is an error, never a partial signal.
 - A block that is not a valid signal and whose ``agent_id`` and ``timestamp`` are both ``<placeholders>``
   is a signal template (an agent echoing its prompt, or quoting the protocol): it yields nothing.
-- A report runs from its heading to the next heading of level 1 or 2, the next opening tag, or the end of
-  input; headings inside code fences do not end it. A report that starts inside a fence (the seeds show
+- A report starts at a ``## <Agent> Result`` heading, or at a heading of level 1 or 2 that only looks like
+  one (``# Auditor Results:``), which makes a report only if it has a status section. A report whose agent
+  name is a placeholder (``## [Agent Name] Result``, a quoted template) yields nothing. It runs to the
+  next heading of its level or above, the next opening tag, or the end of input; headings inside code fences do not end it. A report that starts inside a fence (the seeds show
   reports inside ```markdown fences) also ends at that fence's closing line. A bare fence line there is
   ambiguous (it may open a code block inside the report), so it is taken as the end only once the lines
   after it show it (a heading or a fence with an info string inside the supposed code block, a signal,
@@ -39,7 +41,8 @@ offsets in the output as it is (a file adapter's read offsets are the same). Any
 Limits: a block or report body over ``max_block_bytes`` is reported once and its bytes are dropped as
 they arrive. A line longer than :data:`MAX_TAG_LINE` is never a tag, heading or fence line, so outside
 blocks at most that much of a partial line is kept. Only block bodies and reports are decoded; invalid
-UTF-8 there is an error naming the line, and prose outside them is never decoded.
+UTF-8 is an error naming the line in a block, a violation of the report (read as U+FFFD) in a report, and
+prose outside them is never decoded.
 """
 
 from __future__ import annotations
@@ -48,10 +51,20 @@ import re
 from enum import Enum, auto
 from typing import Final
 
-from agents.blocks import SIGNAL_TYPES, BlockError, SignalPayload, decode_body, describe_errors, is_template
-from agents.items import ErrorItem, Item, ResultItem, SignalItem, signal_item
-from agents.lines import CLOSE_ALONE, HIT, RESULT_HEADING, TAG_GROUP, TAG_LINE, TYPE_OF_TAG, Fence, Hit
-from agents.report import ReportError, parse_report
+from agents.blocks import SIGNAL_TYPES, SignalPayload, describe_errors
+from agents.items import ErrorItem, Item, ResultItem, SignalItem, block_item, report_item
+from agents.lines import (
+    CLOSE_ALONE,
+    HIT,
+    LOOSE_RESULT_HEADING,
+    RESULT_HEADING,
+    TAG_GROUP,
+    TAG_LINE,
+    TYPE_OF_TAG,
+    Fence,
+    Hit,
+)
+from agents.report import is_placeholder
 from bus.envelope import EnvelopeType
 
 __all__ = [
@@ -86,8 +99,16 @@ class _State(Enum):
 class Parser:
     """Incremental parser: :meth:`feed` bytes as they arrive, :meth:`close` at the end of input."""
 
-    def __init__(self, *, max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES, context: str = "") -> None:
-        """``context`` follows the "at line N" of error messages (a transcript names its JSONL line)."""
+    def __init__(
+        self,
+        *,
+        max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
+        context: str = "",
+        unclosed: EnvelopeType | None = None,
+    ) -> None:
+        """``context`` follows the "at line N" of error messages (a transcript names its JSONL line);
+        ``unclosed`` is the type of a block that the text before this one left open (an error already),
+        whose closing tag is then not an error again."""
         if max_block_bytes < 1:
             raise ValueError("max_block_bytes must be positive")
         self.max_block_bytes = max_block_bytes
@@ -101,7 +122,8 @@ class Parser:
         self._head: bytes | None = b""  # the output's first bytes while they may be a split BOM
         self._state = _State.OUTSIDE
         self._fence: Fence | None = None  # a code fence open in the prose
-        self._unclosed: EnvelopeType | None = None  # a block an opening tag ended: its closing tag may come
+        self.unclosed = unclosed
+        """The type of a block that was ended unterminated (an error already): its closing tag may come."""
         # the open block or report
         self._type = _T.STOP_WORK
         self._agent = b""
@@ -116,6 +138,8 @@ class Parser:
         self._rep_fence: Fence | None = None  # a fence open inside the report
         self._rep_outer: Fence | None = None  # the fence the report started in
         self._cand: tuple[int, int, int] | None = None  # bare fence that may end it: at, next_at, line
+        self._level = 2  # the report's heading level: a heading of that level or above ends it
+        self._loose = False  # its heading only looks like a report's: without a status it is prose
 
     def feed(self, chunk: bytes) -> list[Item]:
         """Consume the next bytes of output; returns the items completed by them."""
@@ -165,6 +189,7 @@ class Parser:
             self._run(*self._resolve(b"", 0))
         if self._state is _State.BLOCK and not self._discard:
             self._error("not terminated (end of input)")
+            self.unclosed = self._type
         elif self._state is _State.REPORT and not self._discard:
             self._emit_report(bytes(self._body))
         self._state = _State.OUTSIDE
@@ -244,10 +269,13 @@ class Parser:
                 self._open_block(hit.tag, len(hit.indent), hit.at, hit.next_at, hit.end + 1, hit.line)
         elif hit.fence is not None:
             self._fence = None if hit.closes(self._fence) else self._fence or (hit.fence[0], len(hit.fence))
-        elif hit.hashes == 2 and hit.is_heading:
-            name = RESULT_HEADING.fullmatch(hit.heading)
+        elif hit.is_heading:
+            name = RESULT_HEADING.fullmatch(hit.heading) if hit.hashes == 2 else None
+            loose = name is None
+            if loose:
+                name = LOOSE_RESULT_HEADING.fullmatch(hit.heading)
             if name is not None:
-                self._open_report(hit, name.group(1).strip())
+                self._open_report(hit, name.group(1).strip(), loose=loose)
         return None
 
     def _tag(self, m: re.Match[bytes], at: int, end: int, line: int) -> int:
@@ -265,7 +293,7 @@ class Parser:
                 self._emit_block(bytes(self._body) + self._region[self._seg : m.start() + 1])
             else:
                 self._error(f"not terminated before the [{tag.decode()}] at line {line}")
-                self._unclosed = self._type
+                self.unclosed = self._type
             if slash:
                 self._state = _State.OUTSIDE
                 return m.end()
@@ -302,10 +330,15 @@ class Parser:
         self._start_offset = at + indent
         self._indent = indent
 
-    def _open_report(self, hit: Hit, agent: bytes) -> None:
+    def _open_report(self, hit: Hit, agent: bytes, *, loose: bool) -> None:
         self._state = _State.REPORT
         self._agent = agent
+        self._level = hit.hashes
+        self._loose = loose
         self._open(hit.line, hit.at, hit.start)
+        # A quoted or echoed template (``## [Agent Name] Result``) is read past like a report too big to
+        # keep: its sections must not be taken for anything else, and it yields nothing.
+        self._discard = is_placeholder(agent.decode(errors="replace"))
         self._start_offset = hit.at + len(hit.indent)
         self._rep_outer, self._fence = self._fence, None
         self._rep_fence = None
@@ -332,7 +365,7 @@ class Parser:
             self._end_report(hit, self._rep_fence or self._rep_outer)
         elif hit.fence is not None:
             return self._report_fence(hit)
-        elif hit.is_heading:
+        elif hit.is_heading and hit.hashes <= self._level:
             if self._rep_fence is None:
                 self._end_report(hit, self._rep_outer)
             elif self._cand is not None:
@@ -379,7 +412,8 @@ class Parser:
     def _check_size(self, end: int) -> None:
         """Report an open body grown past the limit once, then drop its bytes as they come."""
         if not self._discard and end - self._body_start > self.max_block_bytes:
-            self._error(f"larger than {self.max_block_bytes} bytes; skipped")
+            if self._state is not _State.REPORT or not self._loose:  # a loose one may be prose
+                self._error(f"larger than {self.max_block_bytes} bytes; skipped")
             self._discard = True
             self._body = bytearray()
             self._cand = None
@@ -389,8 +423,8 @@ class Parser:
         text after it, say), so the signal would be lost without a word. With text after it, it is prose.
         The closing tag of a block that an opening tag already ended with an error is not one more."""
         kind = TYPE_OF_TAG[tag]
-        if self._unclosed is kind:
-            self._unclosed = None
+        if self.unclosed is kind:
+            self.unclosed = None
         elif CLOSE_ALONE.search(text):
             message = (
                 f"[/{tag.decode()}] at line {line}{self._context} closes no block: "
@@ -414,28 +448,22 @@ class Parser:
         )
 
     def _emit_block(self, body: bytes) -> None:
-        try:
-            payload = decode_body(self._type, body, indent=self._indent, first_line=self._start_line + 1)
-        except BlockError as exc:
-            if not is_template(body):
-                self._error(exc.message)
-            return
-        self._out.append(signal_item(self._type, payload, self._start_line, self._start_offset))
+        where, line, offset = self._where(), self._start_line, self._start_offset
+        item = block_item(self._type, body, indent=self._indent, line=line, offset=offset, where=where)
+        if item is not None:
+            self._out.append(item)
 
     def _emit_report(self, content: bytes) -> None:
-        try:
-            text = content.decode()
-        except UnicodeDecodeError as exc:
-            line = self._start_line + content.count(b"\n", 0, exc.start)
-            self._error(f"invalid UTF-8 at line {line}")
-            return
-        try:
-            report = parse_report(text)
-        except ReportError as exc:
-            at = f" (line {self._start_line + exc.line - 1})" if exc.line is not None else ""
-            self._error(f"{exc.message}{at}")
-            return
-        self._out.append(ResultItem(report=report, line=self._start_line, offset=self._start_offset))
+        item = report_item(
+            content,
+            loose=self._loose,
+            line=self._start_line,
+            offset=self._start_offset,
+            where=self._where(),
+            context=self._context,
+        )
+        if item is not None:
+            self._out.append(item)
 
 
 def parse_text(text: str | bytes, *, max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> list[Item]:

@@ -35,9 +35,13 @@ from bus.results import (
     Table,
 )
 
-__all__ = ["ReportError", "parse_report"]
+__all__ = ["MissingStatus", "ReportError", "is_placeholder", "parse_report"]
 
-_REPORT_HEADING: Final = re.compile(r" {0,3}##[ \t]+(.+?)[ \t]+[Rr]esult[ \t#]*")
+_REPORT_HEADING: Final = re.compile(
+    r" {0,3}(#{1,2})[ \t]+\**(.+?)[ \t]+(?i:results?)[ \t]*:?[ \t]*\**:?[ \t#]*"
+)
+"""``## <Agent> Result``, and the forms agents also write: ``Results``, any case, in bold, with a colon,
+at level 1 (whose sections are then level 2)."""
 _STATUS: Final = re.compile(r"(SUCCESS|PARTIAL|FAILED)\b", re.IGNORECASE)
 _SCORE: Final = re.compile(
     r"(?:(?:overall\s+)?(?:confidence|score)\s*[:=]\s*)?(\d{1,3}(?:\.\d+)?)\s*(?:%|/\s*100)?"
@@ -65,19 +69,32 @@ class ReportError(ProtocolError):
         self.line = line
 
 
+class MissingStatus(ReportError):
+    """The report has no status section: under a heading that only looks like a report's (``## Test
+    Results``), it is prose."""
+
+
 def parse_report(text: str) -> ResultReport:
     """Parse one report, from its ``## <Agent> Result`` heading to its end."""
     lines = text.replace("\r\n", "\n").split("\n")
     heading = _REPORT_HEADING.fullmatch(lines[0].rstrip())
     if heading is None:
         raise ReportError("not a '## <Agent Name> Result' heading", 1)
-    builder = _Builder(heading.group(1).strip())
-    preamble, parts = split_sections(list(enumerate(lines[1:], start=2)), 3)
+    level = len(heading.group(1))
+    builder = _Builder(heading.group(2).strip(), level)
+    preamble, parts = split_sections(list(enumerate(lines[1:], start=2)), level + 1)
     if any(t.strip() for _, t in preamble):
         builder.sections.append(_section(Part("", 2, preamble)))
     for part in parts:
         builder.add(part)
     return builder.build()
+
+
+def is_placeholder(name: str) -> bool:
+    """An agent name that is a template's placeholder (``[Agent Name]``, ``<agent>``): the report is one
+    of the protocol's templates, quoted or echoed by an agent, not a result."""
+    name = name.strip("*_` ")
+    return len(name) > 2 and (name[0], name[-1]) in {("[", "]"), ("<", ">")}
 
 
 def _section(part: Part) -> Section:
@@ -101,8 +118,9 @@ def _is_resolution(line: str) -> bool:
 class _Builder:
     """Collects the sections of one report into the fields of :class:`ResultReport`."""
 
-    def __init__(self, agent: str) -> None:
+    def __init__(self, agent: str, level: int = 2) -> None:
         self.agent = agent
+        self.level = level  # the heading's: sections are one level below, findings' sub-sections two
         self.status: ResultStatus | None = None
         self.summary: str | None = None
         self.sections: list[Section] = []
@@ -126,7 +144,9 @@ class _Builder:
         key = _key(part.title)
         handler = _HANDLERS.get(key)
         if handler is not None and key in self.seen:
-            self.violations.append(f"duplicate section '### {part.title}' (line {part.line}); first one used")
+            self.violations.append(
+                f"duplicate section '{'#' * (self.level + 1)} {part.title}' (line {part.line}); first one used"
+            )
             handler = None
         self.seen.add(key)
         self._collect_evidence(part.lines)
@@ -160,7 +180,7 @@ class _Builder:
         self.summary = part.text
 
     def findings_(self, part: Part) -> None:
-        preamble, subsections = split_sections(part.lines, 4)
+        preamble, subsections = split_sections(part.lines, self.level + 2)
         if any(t.strip() for _, t in preamble):
             subsections.insert(0, Part(part.title, part.line, preamble))
         for sub in subsections:
@@ -302,10 +322,11 @@ class _Builder:
             return None
 
     def build(self) -> ResultReport:
+        hashes = "#" * (self.level + 1)
         if self.status is None:
-            raise ReportError("missing '### Status' section")
+            raise MissingStatus(f"missing '{hashes} Status' section")
         if not self.summary:
-            raise ReportError("missing or empty '### Summary' section")
+            raise ReportError(f"missing or empty '{hashes} Summary' section")
         confidence = self._confidence()
         return ResultReport(
             agent=self.agent,

@@ -177,11 +177,12 @@ def test_invalid_utf8_in_prose_is_ignored() -> None:
     assert kinds(parse_text(data)) == ["SignalItem"]
 
 
-def test_invalid_utf8_in_a_report() -> None:
+def test_invalid_utf8_in_a_report_is_replaced_and_named_in_its_violations() -> None:
     data = b"## Broken Result\n### Status\nSUCCESS\n### Summary\nbad \xe2\x28\xa1\n" + VALID
     first, second = parse_text(data)
-    assert isinstance(first, ErrorItem)
-    assert first.message == "result report 'Broken' at line 1: invalid UTF-8 at line 5"
+    assert isinstance(first, ResultItem)  # the rest of the report is worth more than a byte
+    assert first.report.summary == "bad \ufffd(\ufffd"
+    assert first.report.violations == ["invalid UTF-8 at line 5 (read as U+FFFD)"]
     assert isinstance(second, SignalItem)
 
 

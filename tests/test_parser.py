@@ -449,6 +449,42 @@ def test_a_report_inside_a_markdown_fence_ends_at_its_closing_fence() -> None:
     assert second.line == text.splitlines().index("## Code Architect Result") + 1
 
 
+@pytest.mark.parametrize(
+    "heading",
+    [
+        "## Security Auditor Results",
+        "## **Security Auditor Result**",
+        "## Security Auditor RESULT:",
+        "# Security Auditor Result",
+        "# **Security Auditor Results:**",
+    ],
+)
+def test_report_headings_agents_also_write(heading: str) -> None:
+    sub = "#" * (len(heading.split(maxsplit=1)[0]) + 1)  # a level-1 report's sections are level 2
+    text = f"{heading}\n\n{sub} Status\nSUCCESS\n\n{sub} Summary\nDone.\n\n# Afterwards\n{stop()}"
+    report, signal = parse_text(text)
+    assert isinstance(report, ResultItem) and isinstance(signal, SignalItem)
+    assert (report.report.agent, report.report.status, report.report.summary) == (
+        "Security Auditor",
+        ResultStatus.SUCCESS,
+        "Done.",
+    )
+
+
+def test_a_heading_that_only_looks_like_a_reports_is_prose_without_a_status() -> None:
+    text = "## Test Results\nAll 40 passed.\n" + "x" * 200 + "\n## QA Result\n### Summary\nok\n"
+    (error,) = parse_text(text, max_block_bytes=100)  # not even too big: it was prose
+    assert isinstance(error, ErrorItem)  # the exact heading is a report, and an error without a status
+    assert error.message == "result report 'QA' at line 4: missing '### Status' section"
+
+
+@pytest.mark.parametrize("name", ["[Agent Name]", "<agent name>", "**[Agent Name]**"])
+def test_a_report_template_quoted_or_echoed_is_nothing(name: str) -> None:
+    text = f"## {name} Result\n\n### Status\nFAILED\n\n### Summary\nUnable due to [error category].\n"
+    (item,) = parse_text(text + stop())
+    assert isinstance(item, SignalItem) and item.line == 8
+
+
 def test_an_invalid_status_is_an_error_item() -> None:
     item = only(parse_text(REPORT.replace("SUCCESS", "DONE")))
     assert isinstance(item, ErrorItem)
@@ -486,6 +522,9 @@ FRAGMENTS = [
     b"[DELEGATE_WORK]\nagent_id: x\n",  # unterminated
     b"### [PROGRESS]:\nagent_id: r\npercent: 30\n[/PROGRESS] done for now\n",
     b"[/STOP_WORK]\n",  # closes no block
+    b"# Auditor Results:\n## Status\nPARTIAL\n## Summary\nhalf\n### Deeper\n",
+    b"## Test Results\nall passed\n",
+    b"## [Agent Name] Result\n### Status\n[SUCCESS]\n",
 ]
 
 
@@ -527,6 +566,7 @@ def test_byte_by_byte_feeding_of_a_mixed_document() -> None:
         ("ErrorItem", 73),
         ("SignalItem", 75),
         ("ErrorItem", 79),
+        ("ResultItem", 80),
     ]
 
 
