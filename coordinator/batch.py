@@ -156,6 +156,9 @@ class Batch:
             return str(exc)
         type_ = envelope.type
         self.types_in[type_] = self.types_in.get(type_, 0) + 1
+        if type_ is not EnvelopeType.TICK and not self._here(envelope.group_id):
+            right = self.keys.shard_of(envelope.group_id)
+            return f"group {envelope.group_id!r} belongs to shard {right}, not {self.shard}"
         if type_ is EnvelopeType.TICK:
             for gid in [*self.stored, *(g for g in self.groups if g not in self.stored)]:
                 reason = self._apply_to(gid, envelope)
@@ -163,6 +166,13 @@ class Batch:
                     log.error("tick skipped group %s: %s", gid, reason, extra={"group_id": gid})
             return None
         return self._apply_to(envelope.group_id, envelope)
+
+    def _here(self, gid: str) -> bool:
+        """Whether the group lives on this shard: a raw publisher that computed another shard would
+        otherwise split the group in two states, and its directives would reach no adapter."""
+        if gid in self.stored or gid in self.groups:
+            return True
+        return self.keys.shard_of(gid) == self.shard
 
     def _apply_to(self, gid: str, envelope: Envelope) -> str | None:
         state = self.groups.get(gid)
@@ -178,6 +188,8 @@ class Batch:
         except Exception as exc:  # a rule bug must not stop the shard: dead-letter the entry
             log.exception("rule failed on %s", envelope.id, extra={"group_id": gid})
             return f"rule failed: {type(exc).__name__}: {exc}"
+        if outcome.duplicate:
+            log.debug("envelope %s was applied before: dropped", envelope.id, extra={"group_id": gid})
         if outcome.state is not state:  # a new group's first entry always makes a new state
             self.groups[gid] = outcome.state
         for emit in outcome.emits:

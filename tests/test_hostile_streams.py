@@ -58,6 +58,11 @@ def doc(**changes: Any) -> bytes:
     return orjson.dumps({**orjson.loads(encode(valid)), **changes})
 
 
+_OTHER_SHARD = next(
+    g for g in (f"g{i}" for i in range(100)) if Keys(NS, 2).shard_of(g) != Keys(NS, 2).shard_of("g")
+)
+"""A group of the other shard: a raw publisher that got the shard wrong would split it in two."""
+
 # Each hostile entry (its fields) and a fragment of the reason it must be dead-lettered with.
 HOSTILE: list[tuple[str, dict[str, bytes], str]] = [
     ("no data field", {"junk": b"x", "payload": progress("a1", 1)}, "entry has no 'data' field (fields: junk, payload)"),
@@ -77,6 +82,8 @@ HOSTILE: list[tuple[str, dict[str, bytes], str]] = [
     ("unknown envelope field", {"data": doc(sneaky=True)}, "sneaky: Extra inputs are not permitted"),
     ("just over the size limit", {"data": b'{"x": "' + b"a" * MAX_ENVELOPE_BYTES + b'"}'}, f"over the {MAX_ENVELOPE_BYTES}-byte limit"),
     ("a 10 MB data value", {"data": b"A" * (10 * MIB)}, f"entry is {10 * MIB} bytes, over the"),
+    ("another shard's group", {"data": encode(envelope_of(Progress(agent_id="a1", percent=4), group=_OTHER_SHARD))},
+     f"group '{_OTHER_SHARD}' belongs to shard {Keys(NS, 2).shard_of(_OTHER_SHARD)}, not {Keys(NS, 2).shard_of('g')}"),
 ]  # fmt: skip
 
 

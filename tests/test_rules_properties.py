@@ -223,7 +223,7 @@ def test_applying_an_entry_again_changes_nothing(
         return
     again = data.draw(st.sampled_from(run.envelopes))
     outcome = apply(run.state, again, POLICY)
-    assert outcome.emits == [] and outcome.rejected is None
+    assert outcome.emits == [] and outcome.rejected is None and outcome.duplicate
     assert outcome.state == run.state
     # and immediately after the original, too
     index = run.envelopes.index(again)

@@ -100,7 +100,7 @@ def apply(state: GroupState, envelope: Envelope, policy: Policy, run: Run | None
     if run is None:
         run = Run()
     if envelope.id in state.window or envelope.id in run.ids:
-        return Outcome(state, [])
+        return Outcome(state, [], duplicate=True)
     step = Step(state, envelope, policy, run)
     try:
         _run(step)

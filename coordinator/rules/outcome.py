@@ -52,3 +52,5 @@ class Outcome(NamedTuple):
     rejected: str | None = None
     agents_touched: AbstractSet[str] = frozenset()
     findings_touched: AbstractSet[str] = frozenset()
+    duplicate: bool = False
+    """The entry's envelope id was applied before (it is in the window): nothing changed."""
