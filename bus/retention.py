@@ -233,18 +233,17 @@ async def trim_namespace(
 ) -> int:
     """Trim the signals, events and tasks streams of every shard; returns the entries removed.
 
-    ``None`` for a stream kind means "only what every group has acknowledged". Findings are the
+    ``None`` for signals or tasks means "only what every group has acknowledged"; events are trimmed
+    only down to an explicit ``maxlen_events``. Findings are the
     append-only record and are left alone unless ``include_findings`` is set; inboxes only with
     ``include_inboxes``; dead letters (read by people, usually without a group) only down to an explicit
     ``maxlen_dead``.
     """
     removed = 0
-    for kind, maxlen in (
-        (StreamKind.SIGNALS, maxlen_signals),
-        (StreamKind.EVENTS, maxlen_events),
-        (StreamKind.TASKS, maxlen_tasks),
-    ):
+    for kind, maxlen in ((StreamKind.SIGNALS, maxlen_signals), (StreamKind.TASKS, maxlen_tasks)):
         removed += await trim_kind(client, keys, kind, maxlen=maxlen)
+    if maxlen_events is not None:  # read by anyone, usually without a group: a group says little
+        removed += await trim_kind(client, keys, StreamKind.EVENTS, maxlen=maxlen_events)
     if include_findings:
         removed += await trim_kind(client, keys, StreamKind.FINDINGS, maxlen=maxlen_findings)
     if include_inboxes:
@@ -287,11 +286,12 @@ def trim_command(
 ) -> None:
     """Remove stream entries that are no longer needed, and never one that is.
 
-    Signals, events, tasks and inboxes lose the entries every consumer group has acknowledged (with
-    --signals N etc., at least the N newest stay); an entry still pending or not yet delivered to some
-    group always stays, so a running coordinator or adapter loses nothing. A stream that no group reads
-    (events, usually followed with plain XREAD) is trimmed only down to an explicit N. Dead letters and
-    findings are kept unless you give their N: they are records for people. Safe to run from cron while everything
+    Signals, tasks and inboxes lose the entries every consumer group has acknowledged (with --signals N
+    etc., at least the N newest stay); an entry still pending or not yet delivered to some group always
+    stays, so a running coordinator or adapter loses nothing. Events are for anyone, usually followed with
+    plain XREAD, which leaves no trace: they are trimmed only with --events N (and never past what a
+    group of theirs still needs). Dead letters and findings are kept unless you give their N: they are
+    records for people. Safe to run from cron while everything
     runs; needs a Redis user allowed XTRIM, EVAL and SCAN on the namespace.
     """
 
@@ -300,7 +300,9 @@ def trim_command(
         try:
             # not created here: a trim from cron must not fix the shard count before the coordinator does
             keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
-            plan = [(StreamKind.SIGNALS, signals), (StreamKind.EVENTS, events), (StreamKind.TASKS, tasks)]
+            plan = [(StreamKind.SIGNALS, signals), (StreamKind.TASKS, tasks)]
+            if events is not None:
+                plan.append((StreamKind.EVENTS, events))
             if dead is not None:
                 plan.append((StreamKind.DEAD, dead))
             if findings is not None:

@@ -171,6 +171,20 @@ async def test_trim_namespace_leaves_findings_alone_unless_asked(bus_url: str) -
         assert removed == 2
 
 
+async def test_events_read_with_a_group_are_still_trimmed_only_to_an_explicit_n(bus_url: str) -> None:
+    # a subscriber's own group says nothing about what the plain XREAD readers of events still need
+    keys = Keys("ret", 1)
+    events = keys.stream(0, StreamKind.EVENTS)
+    async with connected(bus_url) as client:
+        ids = await _fill(client, 5, events)
+        await client.xgroup_create(events, "my-dashboard", id="0")
+        await client.xack(events, "my-dashboard", *await _read(client, "my-dashboard", 5, events))
+        assert await trim_namespace(client, keys, maxlen_signals=None, maxlen_events=None) == 0
+        assert await _left(client, events) == ids
+        assert await trim_namespace(client, keys, maxlen_signals=None, maxlen_events=2) == 3
+        assert await _left(client, events) == ids[3:]
+
+
 async def test_inboxes_lose_what_their_adapter_acknowledged_and_dead_letters_only_on_request(
     bus_url: str,
 ) -> None:
