@@ -230,7 +230,7 @@ async def run_demo(
     task = asyncio.current_task()
     if task is not None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-    namespace = f"demo-{uuid.uuid4().hex[:6]}"
+    namespace = f"{settings.namespace}-demo-{uuid.uuid4().hex[:6]}"  # never a real bus's agents
     demo = _Demo(settings.url, namespace, workdir / namespace, say)
     say(f"subagent-bus demo: Redis {settings.display_url()}, namespace {namespace}")
     client = await connect(settings)
@@ -318,7 +318,8 @@ def demo(settings: Settings, as_json: bool, timeout: float, workdir: Path) -> No
 
     A clarification is answered, a blocker resolved, one delegation approved and launched, one denied,
     a failed agent retried once, and three overlapping security reports merged. Live decisions are
-    shown as they happen; exit status 1 if any step did not happen.
+    shown as they happen; exit status 1 if any step did not happen. It plays in a namespace of its own,
+    NAMESPACE-demo- and six hex digits (sbus-demo-1a2b3c), which its last line names.
     """
     say = (lambda _line: None) if as_json else click.echo
     try:

@@ -64,7 +64,7 @@ def test_demo_text_output_ends_with_the_summary(redis_url: str, tmp_path: Path) 
     for heading in ("== Agents", "== Decisions", "== Human commands the demo typed", "== Merged findings"):
         assert heading in done.stdout
     assert (
-        f"Every protocol played out. Explore: subagent-bus status --redis-url {redis_url} --namespace demo-"
+        f"Every protocol played out. Explore: subagent-bus status --redis-url {redis_url} --namespace sbus-demo-"
         in (done.stdout)
     )
 
