@@ -16,9 +16,9 @@ is filled in (a call naming another agent is refused), and a finding without ``a
 to give it one.
 
 ``wait_for_directive`` is ``subagent-bus listen`` as a tool (same consumer group and consumer, see
-:mod:`agents.listen`). The directive is acknowledged when the tool returns it; if the connection to the
-client breaks in that instant the directive is gone from the inbox, whereas ``listen`` acknowledges only
-after its output was flushed. ``status`` shows the agent its own record as the coordinator keeps it: the
+:mod:`agents.listen`). Like ``listen``, it acknowledges the directive only once its reply was written to
+stdout and flushed: a server killed before that leaves it pending, and the next ``wait_for_directive``
+(or ``listen``) delivers it again. ``status`` shows the agent its own record as the coordinator keeps it: the
 JSON of field ``a:<agent_id>`` of the hash ``{ns:s}:group:<group_id>`` (state, open questions, blocker,
 progress...). Reading that JSON does not need the coordinator's code, so ``agents`` still never imports it.
 """
@@ -26,9 +26,10 @@ progress...). Reading that JSON does not need the coordinator's code, so ``agent
 from __future__ import annotations
 
 import asyncio
+import functools
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -200,6 +201,8 @@ class ProtocolServer:
         self.tools = {tool.name: tool for tool in PROTOCOL_TOOLS}
         self._bus: AgentBus | None = None
         self._connecting = asyncio.Lock()
+        self._unacked: dict[types.RequestId, Callable[[], Awaitable[None]]] = {}
+        """Per request, the acknowledgement of the directive its reply carries, until that is written."""
 
     def server(self) -> Server[Any]:
         """The MCP server (the SDK's low-level one: the schemas are the payload models')."""
@@ -221,7 +224,10 @@ class ProtocolServer:
         """Serve on stdin/stdout until the client closes them (or Ctrl-C)."""
         server = self.server()
         try:
-            async with screened_stdio(sys.stdin.fileno()) as (read_stream, write_stream):
+            async with screened_stdio(sys.stdin.fileno(), on_written=self._written) as (
+                read_stream,
+                write_stream,
+            ):
                 await server.run(read_stream, write_stream, server.create_initialization_options())
         except* anyio.BrokenResourceError:
             task = asyncio.current_task()
@@ -256,7 +262,7 @@ class ProtocolServer:
         arguments = params.arguments or {}
         try:
             if params.name == "wait_for_directive":
-                return await self.wait_for_directive(_validated(WaitInput, arguments))
+                return await self.wait_for_directive(_validated(WaitInput, arguments), ctx.request_id)
             if params.name == "status":
                 _validated(StatusInput, arguments)
                 return await self.status()
@@ -294,15 +300,39 @@ class ProtocolServer:
             f"in group {identity.group_id}.{tool.hint}"
         )
 
-    async def wait_for_directive(self, request: WaitInput) -> types.CallToolResult:
-        """``listen`` as a tool: the next directive's resume prompt, or a timeout message."""
+    async def wait_for_directive(
+        self, request: WaitInput, request_id: types.RequestId | None = None
+    ) -> types.CallToolResult:
+        """``listen`` as a tool: the next directive's resume prompt, or a timeout message.
+
+        The directive is acknowledged once the reply to ``request_id`` is written (:meth:`_written`).
+        """
         bus = await self._connected()
         listener = InboxListener(bus.client, bus.inbox, claim_idle_ms=self.claim_idle_ms, log=bus.log)
         received = await listener.next(request.timeout_seconds)
         if received is None:
             return _text(f"no directive within {request.timeout_seconds:g} s")
-        await listener.ack(received)
+        if request_id is None:  # not served over stdio: nothing reports the reply written
+            await listener.ack(received)
+        else:
+            self._unacked[request_id] = functools.partial(listener.ack, received)
         return _text(received.directive.prompt)
+
+    async def _written(self, line: str) -> None:
+        """A line is out on stdout: when it is the reply that carried a directive, acknowledge that."""
+        if not self._unacked:
+            return
+        try:
+            request_id = orjson.loads(line).get("id")
+        except (orjson.JSONDecodeError, AttributeError):
+            return
+        ack = self._unacked.pop(request_id, None)
+        if ack is None:
+            return
+        try:
+            await ack()
+        except BusError as exc:  # still pending: the next wait_for_directive (or listen) has it again
+            sys.stderr.write(f"subagent-bus mcp: a delivered directive was not acknowledged: {exc}\n")
 
     async def status(self) -> types.CallToolResult:
         """The agent's record in the coordinator's group state (JSON), read without the coordinator."""

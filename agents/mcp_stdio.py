@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import os
 import re
@@ -60,6 +61,7 @@ __all__ = [
     "Overlong",
     "ScreenedLines",
     "StdinLines",
+    "WrittenLines",
     "overlong_error",
     "rejection",
     "screened_stdio",
@@ -319,12 +321,52 @@ class ScreenedLines:
         return True
 
 
+class WrittenLines:
+    """The SDK transport's stdout, on a duplicate of fd 1, telling ``on_written`` each line once it was
+    written and flushed: the moment a reply is out of the server's hands (a directive is acknowledged
+    then, so that a server killed before has it delivered again, as ``listen`` does)."""
+
+    def __init__(self, fd: int, on_written: Callable[[str], Awaitable[None]]) -> None:
+        binary = os.fdopen(fd, "wb", closefd=False)  # see screened_stdio: never closed
+        self._file = anyio.wrap_file(io.TextIOWrapper(binary, encoding="utf-8"))
+        self._on_written = on_written
+        self._line = ""
+
+    async def write(self, text: str) -> None:
+        await self._file.write(text)  # in a worker thread: a client slow to read blocks no task
+        self._line = text
+
+    async def flush(self) -> None:
+        await self._file.flush()
+        line, self._line = self._line, ""
+        await self._on_written(line)
+
+
+async def _nothing(_line: str) -> None:
+    return None
+
+
 @asynccontextmanager
 async def screened_stdio(
-    fd: int, *, log: Callable[[str], None] = stderr_log
+    fd: int,
+    *,
+    log: Callable[[str], None] = stderr_log,
+    on_written: Callable[[str], Awaitable[None]] = _nothing,
 ) -> AsyncIterator[tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]]:
-    """The SDK's stdio transport, reading the screened lines of ``fd`` (stdout is the SDK's)."""
+    """The SDK's stdio transport, reading the screened lines of ``fd`` and writing to stdout through
+    :class:`WrittenLines`. While it serves, fd 1 points at stderr, so that stray output (a library's
+    print) misses the wire, as the SDK's own transport does."""
     lines = ScreenedLines(StdinLines(fd), log=log)
-    async with stdio_server(stdin=cast(Any, lines)) as (read_stream, write_stream):
-        lines.answer_on(write_stream.send)
-        yield read_stream, write_stream
+    wire = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        stdout = WrittenLines(wire, on_written)
+        async with stdio_server(stdin=cast(Any, lines), stdout=cast(Any, stdout)) as (
+            read_stream,
+            write_stream,
+        ):
+            lines.answer_on(write_stream.send)
+            yield read_stream, write_stream
+    finally:
+        # the wire stays open: a worker thread may still be blocked writing to it
+        os.dup2(wire, 1)

@@ -261,6 +261,53 @@ async def test_wait_for_directive_returns_the_prompt_once(redis_url: str) -> Non
         assert text_of(again) == "no directive within 0.2 s"
 
 
+def _requests(*messages: dict[str, Any]) -> bytes:
+    return b"".join(orjson.dumps({"jsonrpc": "2.0", **m}) + b"\n" for m in messages)
+
+
+def _unread_server(url: str) -> subprocess.Popen[bytes]:
+    """A server whose stdout the test reads only when it wants to."""
+    args = ["mcp", "--redis-url", url, "--agent-id", AGENT, "--group", GROUP_ID, "--claim-idle-ms", "200"]
+    return subprocess.Popen(
+        [CLI, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+
+
+async def test_a_directive_is_acknowledged_only_once_its_reply_is_out(redis_url: str) -> None:
+    """A server killed while it writes the reply (a client slow to read a long answer) leaves the
+    directive pending: the next server delivers it again, as the next `listen` would."""
+    sent = directive("JWT, because " + "x" * 300_000)  # far more than a pipe holds
+    async with open_bus(redis_url) as bus:
+        await Publisher(bus.client, bus.keys).send_directive(sent)
+        slow = _unread_server(redis_url)
+        assert slow.stdin is not None and slow.stdout is not None
+        hello = {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        }
+        slow.stdin.write(_requests({"id": 1, "method": "initialize", "params": hello}))
+        slow.stdin.flush()
+        assert b'"id":1' in await asyncio.to_thread(slow.stdout.readline)
+        wait = {"name": "wait_for_directive", "arguments": {"timeout_seconds": 10}}
+        slow.stdin.write(
+            _requests(
+                {"method": "notifications/initialized"}, {"id": 2, "method": "tools/call", "params": wait}
+            )
+        )
+        slow.stdin.flush()
+        await asyncio.to_thread(slow.stdout.read, 1000)  # the reply is being written, and cannot all be
+        inbox = bus.inbox(GROUP_ID, AGENT)
+        assert (await bus.client.xpending(inbox, "adapter"))["pending"] == 1  # read, not acknowledged
+        slow.kill()
+        slow.wait()
+
+        async with session(redis_url, "--claim-idle-ms", "200") as client:
+            again = await call(client, "wait_for_directive", {"timeout_seconds": 15})
+            assert text_of(again) == sent.payload.render()  # type: ignore[union-attr]
+        assert (await bus.client.xpending(inbox, "adapter"))["pending"] == 0
+
+
 def sb(url: str, *args: str) -> None:
     done = subprocess.run([CLI, *args, "--redis-url", url], check=False, capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr.decode()
