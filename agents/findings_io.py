@@ -117,13 +117,21 @@ def add(settings: Settings, source: str, agent_id: str, group_id: str, workdir: 
     if not found:
         _fail(["no findings in the input"])
 
-    async def main() -> list[str]:
-        """The findings too large to publish; nothing is published unless there are none."""
+    async def main() -> list[str] | None:
+        """The findings too large to publish; nothing is published unless there are none. None when
+        the same findings were published before (by a run that may have been killed right after)."""
         bus = await connect_bus(settings, agent_id, group_id, workdir=workdir)
         try:
             envelopes = [
                 bus.envelope(f, source="findings-add", id=_content_id(agent_id, f)) for _, f in found
             ]
+            # A run killed after publishing, run again, must not publish the findings again: their ids
+            # are only known duplicates while the group's idempotency window holds them.
+            digest = hashlib.sha256("\n".join(e.id for e in envelopes).encode()).hexdigest()[:16]
+            done = bus.state_key(f"import:add:{digest}")
+            with translated():
+                if await bus.client.get(done) is not None:
+                    return None
             # checked on the envelopes themselves: verification with --workdir changes their size
             datas = [encode(envelope) for envelope in envelopes]
             too_large = [
@@ -131,13 +139,16 @@ def add(settings: Settings, source: str, agent_id: str, group_id: str, workdir: 
                 for (where, _), data in zip(found, datas, strict=True)
                 if (why := oversize(data)) is not None
             ]
-            if not too_large:
-                await bus.publish(envelopes, encoded=datas)
+            if not too_large:  # all or nothing, with the mark of having done it
+                await bus.publish(envelopes, encoded=datas, state={done: b"%d" % len(envelopes)})
             return too_large
         finally:
             await bus.client.aclose()
 
     too_large = run_command(main(), also=(ValueError,))
+    if too_large is None:
+        click.echo(f"these {len(found)} finding(s) of {agent_id} in group {group_id} were published before")
+        return
     if too_large:
         _fail([*too_large, "nothing was published"])
     click.echo(f"published {len(found)} finding(s) of {agent_id} in group {group_id}")

@@ -89,9 +89,16 @@ def test_add_publishes_findings(redis_url: str, tmp_path: Path) -> None:
         ("sec-1", False),
     ]
     assert all(e.agent_id == "sec-1" and e.group_id == GROUP for e in envelopes)
+    # run again (after a kill, say, however long the group's idempotency window): nothing is published
     again = run_add(redis_url, "--workdir", str(tmp_path), input=text)
-    assert again.exit_code == 0
-    assert [e.id for e in published(redis_url)[2:]] == [e.id for e in envelopes]  # a repeat, recognisable
+    assert (again.exit_code, again.output) == (
+        0,
+        "these 2 finding(s) of sec-1 in group g-findings were published before\n",
+    )
+    assert len(published(redis_url)) == 2
+    more = run_add(redis_url, "--workdir", str(tmp_path), input=text + "\n" + line(title="third"))
+    assert "published 3 finding(s)" in more.output  # the repeats keep their ids: known duplicates
+    assert [e.id for e in published(redis_url)[2:4]] == [e.id for e in envelopes]
 
 
 def test_add_validates_everything_before_publishing(redis_url: str) -> None:
