@@ -67,6 +67,8 @@ class TailOptions:
     count: int | None = None
     timeout: float | None = None
     group: str | None = None
+    consumer: str | None = None
+    """With ``group``: the consumer name (default ``tail-<host>-<pid>``, one per process)."""
     all_fields: bool = False
     """With ``group``: fetch every field of each entry, not only ``data`` (the dead-letter streams)."""
 
@@ -144,7 +146,7 @@ class _Grouped(_Cursor):
     def __init__(self, link: _Link, client: Client, shard: int, stream: str, options: TailOptions) -> None:
         super().__init__(link, client, shard, stream, options.start)
         self.group, self.all_fields = options.group or "", options.all_fields
-        self.name = f"tail-{socket.gethostname()}-{os.getpid()}"
+        self.name = options.consumer or f"tail-{socket.gethostname()}-{os.getpid()}"
         self.consumer = self._consumer()
         self.last_id: str | None = None
 

@@ -17,7 +17,7 @@ from bus.connection import connect
 from bus.display import format_item
 from bus.errors import ConfigError
 from bus.keys import ConsumerGroup, Keys, StreamKind, open_namespace
-from bus.params import FiniteFloatRange
+from bus.params import FiniteFloatRange, not_blank
 from bus.retention import stream_id
 from bus.settings import Settings
 from bus.tail import Item, TailOptions, tail_streams
@@ -102,6 +102,13 @@ def _own_group(ctx: click.Context, param: click.Parameter, group: str | None) ->
     "launchers, adapter).",
 )
 @click.option(
+    "--consumer",
+    default=None,
+    callback=not_blank,
+    help="With --group: this consumer name (default: one per process). A tail restarted under the same "
+    "name prints what a killed one held first; under a new one, only once that has been idle 30 s.",
+)
+@click.option(
     "--group-id", default=None, help="For inbox:AGENT: the agent's task group, to read its shard only."
 )
 @click.option(
@@ -123,6 +130,7 @@ def tail(
     settings: Settings,
     stream: str,
     group: str | None,
+    consumer: str | None,
     group_id: str | None,
     start: str,
     count: int | None,
@@ -142,7 +150,11 @@ def tail(
         start = start if start == "$" else stream_id(start)
     except ConfigError:
         raise click.BadParameter(f"{start!r} is not 0, $, MS or MS-SEQ", param_hint="--from") from None
+    if consumer is not None and group is None:
+        raise click.UsageError("--consumer names a consumer of --group: give the group too")
     dead = stream == StreamKind.DEAD.value
-    options = TailOptions(start=start, count=count, timeout=timeout, group=group, all_fields=dead)
+    options = TailOptions(
+        start=start, count=count, timeout=timeout, group=group, consumer=consumer, all_fields=dead
+    )
     with contextlib.suppress(BrokenPipeError):
         run_command(_tail(settings, stream, group_id, options, as_json))

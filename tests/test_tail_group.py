@@ -10,8 +10,8 @@ from pathlib import Path
 
 from workers.kit import connected, progress
 
-from bus.envelope import encode
-from bus.keys import Keys, open_namespace
+from bus.envelope import Envelope, encode
+from bus.keys import Keys, StreamKind, open_namespace
 from bus.publisher import Publisher
 
 CLI = str(Path(sys.executable).parent / "subagent-bus")
@@ -56,3 +56,25 @@ def test_group_tails_with_count_print_every_entry_once_in_order(bus_url: str) ->
             )
 
     assert asyncio.run(pending()) == 0
+
+
+def test_a_tail_restarted_under_its_consumer_name_prints_what_a_killed_one_held_first(bus_url: str) -> None:
+    envelopes = [progress(i, group_id="epsilon") for i in range(5)]  # one shard: one order
+    stream = Keys("tl", 4).stream(Keys("tl", 4).shard_of("epsilon"), StreamKind.SIGNALS)
+
+    async def publish(items: list[Envelope]) -> None:
+        async with connected(bus_url) as client:
+            await Publisher(client, await open_namespace(client, "tl", 4)).publish_many(items)
+
+    async def held_by_a_killed_tail() -> None:
+        async with connected(bus_url) as client:  # read, never printed nor acknowledged
+            await client.xgroup_create(stream, "viewers", id="0")
+            await client.xreadgroup("viewers", "dashboard", {stream: ">"}, count=2)
+
+    asyncio.run(publish(envelopes[:2]))
+    asyncio.run(held_by_a_killed_tail())
+    asyncio.run(publish(envelopes[2:]))
+    printed = _tail(
+        bus_url, "--group", "viewers", "--consumer", "dashboard", "--count", "5", "--timeout", "5"
+    )
+    assert printed == [encode(e).decode() for e in envelopes]
