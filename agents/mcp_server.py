@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -46,7 +47,7 @@ from agents.listen import DEFAULT_CLAIM_IDLE_MS, InboxListener
 from agents.mcp_stdio import screened_stdio
 from agents.parser import describe_errors
 from bus.connection import translated
-from bus.envelope import MAX_ENVELOPE_BYTES, Payload, encode
+from bus.envelope import MAX_ENVELOPE_BYTES, Payload, deterministic_id, encode
 from bus.errors import BusError
 from bus.events import AgentState
 from bus.findings import Finding
@@ -176,6 +177,17 @@ def payload_of(tool: ProtocolTool, arguments: Mapping[str, Any], agent_id: str) 
         raise ToolInputError(f"invalid {tool.name} call: {describe_errors(exc, limit=10)}") from None
 
 
+def call_id(tool: ProtocolTool, payload: Payload, agent_id: str) -> str | None:
+    """The envelope id of a call that names its content for good, so that the same call made again (an
+    agent retrying after the server was killed before it answered) is the same envelope, which the
+    coordinator drops as a duplicate: a finding or a result is a fact, and a signal is one when the agent
+    dated it. An undated signal asked again later is a new one: None (a new id)."""
+    if not isinstance(payload, (Finding, ResultReport)) and getattr(payload, "timestamp", None) is None:
+        return None
+    canonical = orjson.dumps(payload.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+    return deterministic_id(agent_id, f"mcp:{tool.name}:{hashlib.sha256(canonical).hexdigest()}", 0)
+
+
 def _text(text: str, *, error: bool = False) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=text)], is_error=error)
 
@@ -282,7 +294,9 @@ class ProtocolServer:
         try:
             async with asyncio.timeout(self.publish_timeout_s):  # connecting included
                 bus = await self._connected()
-                envelope = bus.envelope(payload, source=self.source)
+                envelope = bus.envelope(
+                    payload, source=self.source, id=call_id(tool, payload, identity.agent_id)
+                )
                 size = len(encode(envelope))
                 if size > MAX_ENVELOPE_BYTES:
                     raise ToolInputError(

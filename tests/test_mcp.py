@@ -209,6 +209,27 @@ INVALID_CALLS: list[tuple[str, dict[str, Any], str]] = [
 ]
 
 
+async def test_a_call_retried_on_another_server_is_the_same_envelope_when_it_names_its_content(
+    redis_url: str,
+) -> None:
+    """An agent retrying after its server was killed before answering: a finding, a result or a dated
+    signal is the same envelope again (a duplicate the coordinator drops); an undated one is new."""
+    calls = [
+        ("add_finding", {"title": "SQL injection in login", "file": "src/login.ts", "line": 3}),
+        ("report_progress", {"percent": 5, "timestamp": TS}),
+        ("report_progress", {"percent": 5}),
+    ]
+    ids: list[list[str]] = []
+    async with open_bus(redis_url) as bus:
+        for _ in range(2):
+            async with session(redis_url) as client:
+                for name, arguments in calls:
+                    assert not (await call(client, name, arguments)).is_error
+            ids.append([e.id for e in (await signals(bus))[-len(calls) :]])
+    first, second = ids
+    assert first[:2] == second[:2] and first[2] != second[2]
+
+
 async def test_an_invalid_call_is_a_tool_error_and_publishes_nothing(redis_url: str) -> None:
     async with open_bus(redis_url) as bus, session(redis_url) as client:
         stream = bus.stream(GROUP_ID, StreamKind.SIGNALS)
