@@ -13,8 +13,8 @@ hands each directive's rendered resume prompt to the agent by one method:
 
 A directive is acknowledged only once delivered; a failed delivery is retried after ``retry_ms`` and
 dead-lettered with the reason after ``max_attempts``. Delivery is at least once: a killed adapter
-redelivers what it had not acknowledged. LAUNCH requests and other kinds are not for agents; they are
-acknowledged and ignored.
+redelivers what it had not acknowledged. An envelope that is no directive for an agent (a launch
+request, a signal: only the coordinator writes inboxes) is dead-lettered with that reason.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ __all__ = [
     "as_directive",
     "end_marker",
     "fill",
+    "not_a_directive",
     "program_problem",
     "run_command",
     "split_template",
@@ -106,6 +107,12 @@ def as_directive(envelope: Envelope) -> Directive | None:
     if isinstance(payload, _RENDERED):
         return Directive(envelope, payload.render())
     return None
+
+
+def not_a_directive(envelope: Envelope) -> str:
+    """Why an envelope in an inbox is dead-lettered: no agent is to be given it (only the coordinator
+    writes inboxes, so it came from some other writer)."""
+    return f"{envelope.type.value} {envelope.id} is not a directive for an agent"
 
 
 def end_marker(directive: Directive) -> str:
@@ -344,14 +351,15 @@ class InboxFollower:
                 self.log(f"inbox {self.consumer.stream}: {exc}; retrying")
                 await wait_for(stop, 1.0)
 
-    async def handle(self, delivery: Delivery) -> Ack:
+    async def handle(self, delivery: Delivery) -> Ack | tuple[Ack, str]:
         envelope = delivery.envelope
         if envelope is None:
             return Ack.DEAD
         directive = as_directive(envelope)
         if directive is None:
-            self.log(f"inbox: {envelope.type.value} {envelope.id} is not a directive for an agent; ignored")
-            return Ack.ACK
+            why = not_a_directive(envelope)
+            self.log(f"inbox {self.consumer.stream}: {why}; dead-lettered")
+            return Ack.DEAD, why
         try:
             await self.deliverer.deliver(directive)
         except AgentDone as exc:

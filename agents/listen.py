@@ -47,13 +47,13 @@ from typing import IO, Any, Final, TypeVar
 import click
 
 from agents.adapter import AgentBus, connect_bus, stderr_log
-from agents.delivery import GROUP, Directive, as_directive
+from agents.delivery import GROUP, Directive, as_directive, not_a_directive
 from agents.options import check_id
 from bus.cli_connection import redis_options, run_command
 from bus.connection import Client, as_text, translated
 from bus.consumer import DELETED_REASON, Ack, Consumer, Delivery, stream_entries
-from bus.envelope import decode, encode
-from bus.errors import BusError, CommandFailed, ConnectionFailed, DecodeError
+from bus.envelope import encode
+from bus.errors import BusError, CommandFailed, ConnectionFailed
 from bus.params import FiniteFloatRange
 from bus.settings import Settings
 
@@ -222,20 +222,19 @@ class InboxListener:
         return None
 
     async def _take(self, entry_id: str, fields: Mapping[Any, Any], deliveries: int) -> Received | None:
-        """The directive in an entry just read; anything else is settled here and None returned."""
-        raw = fields.get(b"data", fields.get("data"))
-        data = raw.encode() if isinstance(raw, str) else raw
-        try:
-            envelope = decode(data)
-        except DecodeError as exc:
-            self.log(f"inbox {self.inbox}: entry {entry_id} is not a valid envelope ({exc}); dead-lettered")
-            await self._settle(Delivery(entry_id, data, None, str(exc), deliveries), Ack.DEAD)
+        """The directive in an entry just read; anything else is dead-lettered here and None returned."""
+        delivery = self.consumer.delivery(entry_id, fields, deliveries)
+        if delivery.envelope is None:
+            self.log(
+                f"inbox {self.inbox}: entry {entry_id} is not a valid envelope ({delivery.error}); dead-lettered"
+            )
+            await self._settle(delivery, Ack.DEAD)
             return None
-        delivery = Delivery(entry_id, data, envelope, None, deliveries)
-        directive = as_directive(envelope)
+        directive = as_directive(delivery.envelope)
         if directive is None:
-            self.log(f"inbox: {envelope.type.value} {envelope.id} is not a directive for an agent; ignored")
-            await self._settle(delivery, Ack.ACK)
+            why = not_a_directive(delivery.envelope)
+            self.log(f"inbox {self.inbox}: {why}; dead-lettered")
+            await self.consumer.settle([(delivery, Ack.DEAD, why)])
             return None
         return Received(directive, delivery)
 

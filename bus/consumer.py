@@ -74,7 +74,8 @@ class Delivery(NamedTuple):
         return self.error is None
 
 
-Handler = Callable[[Delivery], Awaitable[Ack]]
+Handler = Callable[[Delivery], Awaitable[Ack | tuple[Ack, str]]]
+"""What to do with a delivery: an :class:`Ack`, or ``(Ack.DEAD, reason)`` to dead-letter it saying why."""
 _ACKS: Final = frozenset(ack.value for ack in Ack)
 # Module-level aliases: reading an enum member through its class costs ~100 ns, paid per message.
 _ACK: Final = Ack.ACK
@@ -261,7 +262,7 @@ class Consumer:
             # takes them from its pending list.
             self._own_cursor = "0"
             raise
-        return [self._delivery(entry_id, fields, 1) for entry_id, fields in stream_entries(reply)]
+        return [self.delivery(entry_id, fields, 1) for entry_id, fields in stream_entries(reply)]
 
     async def _read_own(self, cursor: str) -> list[Delivery]:
         with translated():
@@ -297,11 +298,13 @@ class Consumer:
             replies = await pipe.execute()
         counts = [int(reply[0]["times_delivered"]) if reply else 1 for reply in replies]
         return [
-            self._delivery(entry_id, fields, count)
+            self.delivery(entry_id, fields, count)
             for (entry_id, fields), count in zip(entries, counts, strict=True)
         ]
 
-    def _delivery(self, entry_id: bytes | str, fields: Mapping[Any, Any], deliveries: int) -> Delivery:
+    def delivery(self, entry_id: bytes | str, fields: Mapping[Any, Any], deliveries: int) -> Delivery:
+        """An entry read from the stream (its fields as the server sent them) as a :class:`Delivery`:
+        decoded, or with the reason it is to be dead-lettered."""
         entry = entry_id.decode() if type(entry_id) is bytes else str(entry_id)
         raw = fields.get(b"data")
         # The common case in one step; anything unusual takes the checked path, which says why.
@@ -361,6 +364,8 @@ class Consumer:
             ack, reason = _RETRY, f"handler failed: {type(outcome).__name__}: {outcome}"
         elif isinstance(outcome, str) and outcome in _ACKS:
             ack = Ack(outcome)
+        elif isinstance(outcome, tuple) and len(outcome) == 2 and outcome[0] == _DEAD:
+            ack, reason = _DEAD, str(outcome[1])
         else:
             ack, reason = _RETRY, f"handler returned {outcome!r}, not an Ack"
         if ack == _RETRY and delivery.deliveries >= self.max_deliveries:

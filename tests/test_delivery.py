@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -35,7 +36,7 @@ from bus.directives import (
 )
 from bus.envelope import Envelope, EnvelopeType, Kind, new_envelope
 from bus.events import AgentExited, AgentState
-from bus.keys import StreamKind
+from bus.keys import StreamKind, dead_stream_for
 from bus.publisher import Publisher
 
 T = EnvelopeType
@@ -287,7 +288,7 @@ async def test_the_adapter_runs_a_resume_command_without_a_shell(redis_url: str,
     assert await exited(adapter, 20) == 0
 
 
-async def test_other_entries_in_an_inbox_are_acknowledged_and_ignored(redis_url: str, tmp_path: Path) -> None:
+async def test_other_entries_in_an_inbox_are_dead_lettered(redis_url: str, tmp_path: Path) -> None:
     responses = tmp_path / "responses.md"
     async with open_bus(redis_url) as bus:
         launch = LaunchRequest(request_id="r", new_agent_id="d5", reason=LaunchReason.RETRY, task="t")
@@ -306,6 +307,8 @@ async def test_other_entries_in_an_inbox_are_acknowledged_and_ignored(redis_url:
         assert await exited(adapter, 20) == 0
         assert responses.read_text().count("<!-- end of directive") == 1
         assert "LAUNCH" in (tmp_path / "log").read_text()
+        dead: Any = await bus.client.xrange(dead_stream_for(bus.inbox(GROUP, "d5")), "-", "+")
+        assert [f[b"reason"].decode().endswith("is not a directive for an agent") for _, f in dead] == [True]
 
 
 # -- the whole loop ----------------------------------------------------------------------------------

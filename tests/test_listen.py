@@ -278,6 +278,7 @@ async def test_other_entries_are_skipped_and_bad_ones_dead_lettered(redis_url: s
         publisher = Publisher(bus.client, bus.keys)
         await publisher.send_directive(new_envelope(launch, agent_id="a7", group_id=GROUP_ID))
         await bus.client.xadd(inbox, {"data": b"{not json"})
+        await bus.client.xadd(inbox, {"payload": b"x", "note": b"y"})
         sent = directive("a7")
         await publisher.send_directive(sent)
         code, out, err = await finish(listener(redis_url, "a7", "--json", "--timeout", "10"))
@@ -285,7 +286,11 @@ async def test_other_entries_are_skipped_and_bad_ones_dead_lettered(redis_url: s
         assert decode(out.strip()) == sent
         assert await pending(bus, "a7") == 0
         dead: Any = await bus.client.xrange(dead_stream_for(inbox), "-", "+")
-        assert [fields[b"data"] for _, fields in dead] == [b"{not json"]
+        reasons = [fields[b"reason"].decode() for _, fields in dead]
+        assert len(reasons) == 3
+        assert reasons[0].startswith("LAUNCH ") and reasons[0].endswith(" is not a directive for an agent")
+        assert reasons[1].startswith("not JSON")
+        assert reasons[2] == "entry has no 'data' field (fields: note, payload)"
 
 
 async def test_a_delivering_adapter_and_a_listener_share_the_directives(

@@ -214,7 +214,7 @@ async def test_a_call_retried_on_another_server_is_the_same_envelope_when_it_nam
 ) -> None:
     """An agent retrying after its server was killed before answering: a finding, a result or a dated
     signal is the same envelope again (a duplicate the coordinator drops); an undated one is new."""
-    calls = [
+    calls: list[tuple[str, dict[str, Any]]] = [
         ("add_finding", {"title": "SQL injection in login", "file": "src/login.ts", "line": 3}),
         ("report_progress", {"percent": 5, "timestamp": TS}),
         ("report_progress", {"percent": 5}),
