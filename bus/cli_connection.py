@@ -136,8 +136,9 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
         type=click.IntRange(1, MAX_SHARDS),
         default=None,
         metavar="N",
-        help="Shards of the namespace, when this command is the first to write to it (default 8). Fixed at "
-        "creation: a namespace keeps its count, and a different N is refused.",
+        help="Shards of the namespace. The first command that writes to a namespace (a coordinator, an "
+        "adapter, a launcher) creates it with N (default 8); then the count is fixed, and a different N is "
+        "refused, by every command.",
     )
     @click.option(
         "--cluster/--no-cluster",
