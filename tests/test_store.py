@@ -16,21 +16,25 @@ from coordinator.commit import Commit
 from coordinator.rules import apply
 from coordinator.rules.run import Run as BatchRun
 from coordinator.state import GroupState
-from coordinator.store import Touched, load_state, write_changes
+from coordinator.store import Touched, decode_slots, group_key, load_state, merged_key, write_changes
 
 KEYS = Keys("store", 4)
 LIMIT = 1000
 
 
-def _write(fields: dict[str, bytes], old: GroupState | None, new: GroupState, touched: Touched) -> None:
-    """Play the hash writes of one batch's commit (HSET, HDEL of the group's hash) onto ``fields``.
+def _write(
+    hashes: dict[str, dict[str, bytes]], old: GroupState | None, new: GroupState, touched: Touched
+) -> None:
+    """Play the hash writes of one batch's commit (HSET, HDEL of the group's hashes) onto ``hashes``, by
+    key.
 
     They are read from what the commit script unpacks: a MessagePack ``array 32`` of ``str 32`` items, the
     ops laid out as :data:`coordinator.commit.COMMIT_SCRIPT` reads them.
     """
     commit = Commit("lease", "signals", "version")
     write_changes(commit, KEYS, 0, old, new, LIMIT, touched)
-    data = commit.script_args("token", "coordinator", 5000, 0)[1][-1]
+    keys, argv = commit.script_args("token", "coordinator", 5000, 0)
+    data = argv[-1]
     assert data[0] == 0xDD
     items, at = [], 5
     for _ in range(int.from_bytes(data[1:5], "big")):
@@ -41,16 +45,20 @@ def _write(fields: dict[str, bytes], old: GroupState | None, new: GroupState, to
     i = 0
     while i < len(items):
         op = items[i].decode()
-        if op == "H":
-            fields[items[i + 2].decode()] = items[i + 3]
-        elif op == "D":
-            del fields[items[i + 2].decode()]
+        if op in "HD":
+            fields = hashes.setdefault(keys[int(items[i + 1]) - 1].decode(), {})
+            if op == "H":
+                fields[items[i + 2].decode()] = items[i + 3]
+            else:
+                del fields[items[i + 2].decode()]
         i += {"H": 4, "D": 3, "S": 3, "X": 3, "L": 4}[op] + (int(items[i + 2]) if op in "XL" else 0)
 
 
-def _read(fields: dict[str, bytes], state: GroupState) -> GroupState:
-    """The state read back from ``fields``, with the ids of ``state``'s window as its stored list."""
-    return load_state(GROUP, fields, [i for chunk in state.window.chunks for i in chunk])
+def _read(hashes: dict[str, dict[str, bytes]], state: GroupState) -> GroupState:
+    """The state read back from ``hashes``, with the ids of ``state``'s window as its stored list."""
+    fields = hashes.get(group_key(KEYS, 0, GROUP), {})
+    slots = decode_slots(hashes.get(merged_key(KEYS, 0, GROUP), {}))
+    return load_state(GROUP, fields, [i for chunk in state.window.chunks for i in chunk], slots)
 
 
 @SETTINGS
@@ -60,7 +68,7 @@ def test_the_writes_of_each_batch_read_back_as_its_state(
 ) -> None:
     played = Run()
     played.play(script)
-    fields: dict[str, bytes] = {}
+    hashes: dict[str, dict[str, bytes]] = {}
     stored: GroupState | None = None
     state = GroupState(group_id=GROUP)
     for batch in batches(played.envelopes, data):
@@ -68,8 +76,8 @@ def test_the_writes_of_each_batch_read_back_as_its_state(
         for envelope in batch:
             state = apply(state, envelope, POLICY, run).state
         state = state.model_copy(update={"window": state.window.extend(tuple(run.ids), LIMIT)})
-        _write(fields, stored, state, Touched(run.agents_touched, run.findings_touched))
-        assert _read(fields, state) == state
+        _write(hashes, stored, state, Touched(run.agents_touched, run.findings_touched))
+        assert _read(hashes, state) == state
         stored = state
 
 
@@ -84,6 +92,6 @@ def test_values_orjson_cannot_write_are_stored_by_pydantic() -> None:
     feed.send(delegate("c", priority="P2"), "c")
     questions = feed.state.agents["a"].questions
     assert questions is not None and questions.model_extra == {"ticket": 2**70}
-    fields: dict[str, bytes] = {}
-    _write(fields, None, feed.state, Touched(set(), set()))
-    assert _read(fields, feed.state) == feed.state
+    hashes: dict[str, dict[str, bytes]] = {}
+    _write(hashes, None, feed.state, Touched(set(), set()))
+    assert _read(hashes, feed.state) == feed.state
