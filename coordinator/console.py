@@ -19,7 +19,7 @@ from bus.findings import Finding
 from coordinator.rules import GroupSummary, MergedFinding
 from coordinator.rules.summary import AgentSummary, ResumePath
 
-__all__ = ["bar", "finding_lines", "inbox_lines", "merged_lines", "render"]
+__all__ = ["bar", "finding_lines", "inbox_lines", "merged_command", "merged_lines", "render"]
 
 _WIDTH = 20
 _SPACES = re.compile(r"\s+")
@@ -28,6 +28,11 @@ _SPACES = re.compile(r"\s+")
 def _text(text: str) -> str:
     """A text as one line: runs of white space (newlines too) become one space, other controls escaped."""
     return one_line(_SPACES.sub(" ", text).strip())
+
+
+def merged_command(group_id: str) -> str:
+    """The command that lists a group's merged findings, its conflicts marked."""
+    return _suggest("findings", [], ["--merged"], ["--group", _arg(group_id)])
 
 
 def _arg(text: str) -> str:
@@ -80,6 +85,9 @@ def render(summary: GroupSummary) -> list[str]:
         for d in summary.pending_delegations
     ]
     lines += [f"  ^ escalated {one_line(e.agent_id)}: {_text(e.reason)}" for e in summary.escalations]
+    if summary.severity_conflicts:
+        review = merged_command(summary.group_id)
+        lines.append(f"  * {summary.severity_conflicts} severity conflict(s): review with `{review}`")
     return lines
 
 
@@ -107,6 +115,8 @@ def inbox_lines(summaries: list[GroupSummary]) -> list[str]:
         lines += _delegations(s, requests)
     for s in summaries:
         lines += _escalations(s, agents)
+    for s in summaries:
+        lines += _reviews(s)
     return lines or ["nothing waits for a human"]
 
 
@@ -176,6 +186,17 @@ def _escalations(s: GroupSummary, agents: Counter[str]) -> list[str]:
         lines.append(f"escalated {one_line(e.agent_id)}: {_text(e.reason)}")
         lines.append(f"          when handled: {dismiss}")
     return lines
+
+
+def _reviews(s: GroupSummary) -> list[str]:
+    """Seed 001: conflicting findings are flagged for human review."""
+    if not s.severity_conflicts:
+        return []
+    return [
+        f"review    group {one_line(s.group_id)}: {s.severity_conflicts} merged finding(s) whose agents "
+        "disagree on severity",
+        f"          review: {merged_command(s.group_id)}",
+    ]
 
 
 def _by_group(rows: dict[str, list[str]]) -> list[str]:

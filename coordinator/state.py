@@ -191,9 +191,10 @@ class GroupVerdict(StrEnum):
     """Status aggregation of a settled group (seed 001)."""
 
     CONTINUE = "continue"
-    """Every agent succeeded: go on to the next phase."""
+    """Every agent succeeded and no merged finding is in conflict: go on to the next phase."""
     REVIEW = "review"
-    """Some agent delivered a partial result: a human reviews the findings and decides."""
+    """Some agent delivered a partial result, or agents disagree on a finding's severity (seed 001:
+    conflicting findings are flagged for human review): a human reviews the findings and decides."""
     ESCALATE = "escalate"
     """Some agent failed after its retries: a human takes over."""
 
@@ -220,6 +221,11 @@ class GroupState(Model):
     escalations: tuple[Escalation, ...] = ()
     status: GroupVerdict | None = None
     """The last status reported when the group settled (all agents finished, no delegation pending)."""
+    severity_conflicts: int = 0
+    """Merged findings whose agents disagree on severity now (slots whose ``conflict_reported`` is set),
+    counted as :func:`~coordinator.rules.findings.record_finding` sets and clears the flag: stored with
+    the group's other fields, so that the verdict and the views that load a group without its findings
+    (``status``, ``inbox``) know it."""
     applied: int = 0
     window: IdWindow = Field(default_factory=IdWindow)
 

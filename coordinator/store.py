@@ -51,6 +51,9 @@ _MAPS: dict[str, tuple[str, type[AgentRecord] | type[Delegation]]] = {
 }
 _LEGACY_SLOT = "f:"
 _META_EXCLUDE = {*_MAPS, "findings", "window"}
+_CONFLICTS = "severity_conflicts"
+"""The meta field counting the merged findings in conflict: left out when 0, and missing from states
+stored before it was kept (loaded with their findings, they are counted then)."""
 
 
 def group_key(keys: Keys, shard: int, group_id: str) -> str:
@@ -207,7 +210,10 @@ def load_state(
                     maps[attr][name[len(prefix) :]] = model.model_validate_json(value)
         if slots is not None:
             legacy = legacy_slots(fields)
-            maps["findings"] = {**decode_slots(legacy), **slots} if legacy else dict(slots)
+            found = {**decode_slots(legacy), **slots} if legacy else dict(slots)
+            if _CONFLICTS not in data:  # none, or stored before the count was kept: count them
+                data[_CONFLICTS] = sum(slot.conflict_reported for slot in found.values())
+            maps["findings"] = found
         ids = [as_text(s) for s in seen]
         chunk = IdWindow.CHUNK
         window = IdWindow.model_construct(

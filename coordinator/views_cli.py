@@ -142,7 +142,8 @@ def status(settings: Settings, group_id: str | None, as_json: bool, watch: float
 @click.option("--json", "as_json", is_flag=True, help="Print the open items as JSON.")
 @redis_options
 def inbox(settings: Settings, as_json: bool) -> None:
-    """What waits for a human: questions, blockers, delegations to approve, escalations.
+    """What waits for a human: questions, blockers, delegations to approve, escalations, and the groups
+    whose agents disagree on the severity of a merged finding.
 
     Each item comes with the command that acts on it (with --json, each names its group_id).
     """
@@ -155,14 +156,16 @@ def inbox(settings: Settings, as_json: bool) -> None:
             "delegations": [(s.group_id, d) for s in summaries for d in s.pending_delegations],
             "escalations": [(s.group_id, e) for s in summaries for e in s.escalations],
         }
-        click.echo(
-            _dump(
-                {
-                    name: [{"group_id": g, **m.model_dump(mode="json")} for g, m in pairs]
-                    for name, pairs in items.items()
-                }
-            )
-        )
+        listed: dict[str, list[dict[str, object]]] = {
+            name: [{"group_id": g, **m.model_dump(mode="json")} for g, m in pairs]
+            for name, pairs in items.items()
+        }
+        listed["conflicts"] = [
+            {"group_id": s.group_id, "severity_conflicts": s.severity_conflicts}
+            for s in summaries
+            if s.severity_conflicts
+        ]
+        click.echo(_dump(listed))
         return
     click.echo("\n".join(inbox_lines(summaries)))
 
@@ -254,6 +257,7 @@ def findings(
         view = _merged_state(settings, group_id, policy)
         records = _merged_records(view)
         lines = merged_lines(view)
+        total = f"{len(records)} merged findings{_conflicts(view)}"
     else:
         by_group = _read_findings(settings, group_id)
         records = [
@@ -262,6 +266,7 @@ def findings(
             for f in items
         ]
         lines = finding_lines(by_group)
+        total = f"{len(records)} findings"
     if as_json:
         click.echo(_dump(records))
     elif as_jsonl:
@@ -270,7 +275,7 @@ def findings(
     else:
         for line in lines:
             click.echo(line)
-        click.echo(f"{len(records)} {'merged ' if merged else ''}findings")
+        click.echo(total)
 
 
 @click.command()
@@ -290,7 +295,13 @@ def replay(settings: Settings, group_id: str, policy: Policy, as_json: bool) -> 
     for line in merged_lines(view):
         click.echo(line)
     count = sum(len(merged) for merged in view.values())
-    click.echo(f"{count} merged findings recomputed for group {group_id}")
+    click.echo(f"{count} merged findings recomputed for group {group_id}{_conflicts(view)}")
+
+
+def _conflicts(view: dict[str, list[MergedFinding]]) -> str:
+    """``, N with conflicting severities (CONFLICT)`` after a merged listing's count, when any."""
+    count = sum(m.severity_conflict for merged in view.values() for m in merged)
+    return f", {count} with conflicting severities (CONFLICT)" if count else ""
 
 
 commands: list[click.Command] = [status, inbox, findings, replay]

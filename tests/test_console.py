@@ -79,3 +79,20 @@ def test_an_unknown_agent_is_refused_naming_each_known_one_once() -> None:
     with pytest.raises(BusError) as refused:
         find_agent(groups, "nobody")
     assert str(refused.value) == "no agent 'nobody' is known to the coordinators (known: agent-0)"
+
+
+def test_a_group_with_a_severity_conflict_waits_for_a_review() -> None:
+    feed = Feed(group="-g 1")
+    feed.send(finding("security-auditor", severity="critical"), "auditor")
+    feed.send(finding("qa-engineer", severity="minor", line=8), "qa")
+    summary = summarize(feed.state)
+    assert summary.severity_conflicts == 1
+    assert render(summary)[-1] == (
+        "  * 1 severity conflict(s): review with `subagent-bus findings --merged --group '-g 1'`"
+    )
+    lines = inbox_lines([summary])
+    assert lines == [
+        "review    group -g 1: 1 merged finding(s) whose agents disagree on severity",
+        "          review: subagent-bus findings --merged --group '-g 1'",
+    ]
+    assert _words(lines[1].split(": ", 1)[1]) == ["subagent-bus", "findings", "--merged", "--group", "-g 1"]

@@ -7,8 +7,10 @@
 - An agent whose parent waits for it (``blocks_current_work``) resumes the parent with its outcome once
   that outcome is final (after its retries).
 - When the group settles (every agent finished, no delegation waiting for a human), its status is reported
-  once: all SUCCESS -> ``continue``; any PARTIAL -> ``review``; any failure left after retries ->
-  ``escalate`` (failures take precedence over partial results).
+  once: all SUCCESS -> ``continue``; any PARTIAL, or a merged finding whose agents disagree on severity
+  (seed 001: flag for human review) -> ``review``; any failure left after retries -> ``escalate``
+  (failures take precedence). It is reported again when it changes: an agent declared lost completes
+  after all, a severity conflict begins or ends.
 - An escalation waits for a human until ``dismiss`` (:func:`on_dismiss`) takes it off the list; the
   events stream keeps both decisions.
 """
@@ -181,11 +183,12 @@ def _resume_after(status: ResultStatus) -> str:
 
 def verdict(state: GroupState) -> GroupVerdict:
     """The group status from the outcomes of its agents' work: per piece of work, its last attempt's,
-    unless that one failed and an earlier attempt (slow, not gone) has completed it since."""
+    unless that one failed and an earlier attempt (slow, not gone) has completed it since. Work that
+    would go on is reviewed first while agents disagree on the severity of a merged finding."""
     outcomes = [_work_outcome(state, a) for a in state.agents.values() if a.retried_by is None]
     if any(outcome is None for outcome in outcomes):
         return GroupVerdict.ESCALATE
-    if ResultStatus.PARTIAL in outcomes:
+    if ResultStatus.PARTIAL in outcomes or state.severity_conflicts > 0:
         return GroupVerdict.REVIEW
     return GroupVerdict.CONTINUE
 
@@ -204,7 +207,7 @@ def _work_outcome(state: GroupState, last: AgentRecord) -> ResultStatus | None:
 
 def report_group(step: Step, agent_id: str) -> None:
     """Report the group status when this step settled the group, or changed the status of a settled one
-    (an agent declared lost that completes after all)."""
+    (an agent declared lost that completes after all, a severity conflict that began or ended)."""
     if not step.state.settled:
         return
     result = verdict(step.state)
@@ -212,6 +215,9 @@ def report_group(step: Step, agent_id: str) -> None:
         return
     step.replace(status=result)
     detail = f"{result.value}: {step.state.progress.render()}"
+    conflicts = step.state.severity_conflicts
+    if conflicts:
+        detail += f"; {conflicts} merged finding(s) whose agents disagree on severity, for review"
     step.decide(DecisionType.GROUP_STATUS, agent_id, detail)
 
 

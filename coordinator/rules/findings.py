@@ -15,7 +15,10 @@ of all, and:
   the finding is real, and stacking it would let three weak reports outrank one verified one. The seed's
   example: security-auditor 95 and qa-engineer 78 with equal weights -> (95 + 78) / 2 + 10 = 96.5.
 - ``severity_conflict`` is set when the agents' reports name different severities; the coordinator
-  announces it once per merged finding for human review.
+  announces it once per merged finding for human review (seed 001: conflicting findings are flagged for
+  human review), and counts the group's merged findings in conflict (``GroupState.severity_conflicts``):
+  while any is, a settled group's status is ``review`` rather than ``continue``. A conflict that a
+  report's replacement ended is forgotten (and uncounted), so a later one is announced again.
 
 Everything here is independent of the order in which reports arrive: ties are broken on the report's
 canonical JSON and sums run in agent-name order, so the merged view of a set of reports is one value.
@@ -34,6 +37,7 @@ from bus.events import DecisionType
 from bus.fields import Model
 from bus.findings import Finding, Severity
 from coordinator.policy import Policy, agent_key
+from coordinator.rules.aggregation import report_group
 from coordinator.rules.outcome import Target
 from coordinator.rules.step import Step
 from coordinator.rules.trusted import compact, construct, evolve
@@ -223,19 +227,28 @@ def record_finding(step: Step, finding: Finding, agent_id: str) -> None:
     key = _stored_key(slot_key(finding))
     before = step.finding(key)
     slot = fold(before, finding)
-    # An unchanged slot cannot have gained a severity: its conflict, if any, was announced already. A
-    # conflict that a report's replacement ended is forgotten, so that a later one is announced again.
-    if slot is not before and slot.conflict_reported and len(_severities(slot)) < 2:
-        slot = evolve(slot, conflict_reported=False)
-    elif slot is not before and not slot.conflict_reported and len(_severities(slot)) > 1:
+    if slot is before:
+        return  # an unchanged slot cannot have gained a severity: its conflict, if any, is known already
+    conflict = len(_severities(slot)) > 1
+    if conflict is not slot.conflict_reported:
+        slot = evolve(slot, conflict_reported=conflict)
+        _count_conflict(step, slot, agent_id)
+    step.put_finding(key, slot)
+
+
+def _count_conflict(step: Step, slot: FindingSlot, agent_id: str) -> None:
+    """A slot's conflict began (announced for human review) or ended (a report's replacement agreed):
+    the group's count follows, and so does the status of a group that settled before."""
+    if slot.conflict_reported:
         view = merged(slot, step.policy)
-        slot = evolve(slot, conflict_reported=True)
         severities = ", ".join(s.value for s in view.severities)
         where = f"{view.location or view.finding.title} [{view.category}]"
         detail = f"{where}: agents {', '.join(view.agents)} disagree on severity ({severities})"
         step.decide(DecisionType.SEVERITY_CONFLICT, agent_id, detail)
-    if slot is not before:
-        step.put_finding(key, slot)
+    count = step.current("severity_conflicts") + (1 if slot.conflict_reported else -1)
+    step.replace(severity_conflicts=max(count, 0))
+    if step.current("status") is not None:  # settled once: a conflict may change its verdict
+        report_group(step, agent_id)
 
 
 def on_finding(step: Step) -> None:

@@ -103,6 +103,12 @@ class Step:
             self._state = evolve(self._input, **changes) if changes else self._input
         return self._state
 
+    def current(self, name: str) -> Any:
+        """A field of the group state as changed so far (not ``agents`` or ``findings``), without the
+        snapshot :attr:`state` builds, which copies the group's maps: for rules run on every finding."""
+        changes = self._changes
+        return changes[name] if name in changes else getattr(self._input, name)
+
     def payload(self, model: type[P]) -> P:
         """The input's payload, which the dispatch guarantees to be a ``model``."""
         payload = self.envelope.payload

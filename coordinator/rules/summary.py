@@ -107,6 +107,8 @@ class GroupSummary(Model):
     escalations: tuple[Escalation, ...]
     findings: int
     """Distinct (merged) findings."""
+    severity_conflicts: int = 0
+    """Merged findings whose agents disagree on severity: each waits for a human's review."""
 
 
 def summarize(state: GroupState, *, findings: int | None = None) -> GroupSummary:
@@ -137,6 +139,7 @@ def summarize(state: GroupState, *, findings: int | None = None) -> GroupSummary
         ),
         escalations=state.escalations,
         findings=len(state.findings) if findings is None else findings,
+        severity_conflicts=state.severity_conflicts,
     )
 
 
