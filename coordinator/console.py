@@ -1,9 +1,10 @@
 """The human-readable views: `status [--watch]` (one block per group, with progress bars), `inbox` and
 the findings (`findings [--merged]`, `replay`).
 
-Every item is one line: ids and texts are what agents sent, and a newline or another control character in
-them is shown escaped (ids) or as a space (texts) rather than breaking the table; ids in the suggested
-commands are shell-quoted so that they can be pasted as they are.
+Every item is one line, and an inbox item's details (a question's context, what a blocker needs, a
+delegation's reason...) one indented line each: ids and texts are what agents sent, and a newline or
+another control character in them is shown escaped (ids) or as a space (texts) rather than breaking the
+table; ids in the suggested commands are shell-quoted so that they can be pasted as they are.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from collections import Counter
 from typing import Final
 
 from bus.directives import RecoveryOption
-from bus.display import one_line
+from bus.display import cut, one_line
 from bus.findings import Finding
 from coordinator.rules import GroupSummary, MergedFinding
-from coordinator.rules.summary import AgentSummary, ResumePath
+from coordinator.rules.summary import AgentSummary, PendingDelegation, ResumePath
 
 __all__ = ["bar", "finding_lines", "inbox_lines", "merged_command", "merged_lines", "render"]
 
@@ -28,6 +29,18 @@ _SPACES = re.compile(r"\s+")
 def _text(text: str) -> str:
     """A text as one line: runs of white space (newlines too) become one space, other controls escaped."""
     return one_line(_SPACES.sub(" ", text).strip())
+
+
+_DETAIL = 200
+"""Characters of an agent's text shown on a line of detail (the seeds' examples fit)."""
+
+
+def _detail(label: str, text: str | None, suffix: str = "") -> list[str]:
+    """An indented line of detail under an inbox item: ``text`` as one line, cut to :data:`_DETAIL`
+    characters; no line when there is no text."""
+    if text is None or not text.strip():
+        return []
+    return [f"          {label}: {cut(_text(text), _DETAIL)}{suffix}"]
 
 
 def merged_command(group_id: str) -> str:
@@ -126,11 +139,18 @@ def _group(s: GroupSummary, ids: Counter[str], item_id: str) -> list[str]:
 
 
 def _questions(s: GroupSummary, agents: Counter[str]) -> list[str]:
+    """Each open question with its context; the agent's reason and what would unblock it under its
+    first open one (they are the clarification's, shared by its questions)."""
     lines = []
+    explained: set[str] = set()
     for q in (q for q in s.open_questions if not q.answered):
         words = [_arg(q.agent_id), f'{_arg(q.question_id)}="..."']
         command = _suggest("answer", [q.agent_id, q.question_id], words, _group(s, agents, q.agent_id))
         lines.append(f"question  {one_line(q.agent_id)} {one_line(q.question_id)}: {_text(q.text)}")
+        lines += _detail("context", q.context)
+        if q.agent_id not in explained:
+            explained.add(q.agent_id)
+            lines += _detail("reason", q.reason) + _detail("can resume with", q.can_resume_with)
         lines.append(f"          answer: {command}")
         lines += _note(q.resume)
     return lines
@@ -142,6 +162,7 @@ def _blockers(s: GroupSummary, agents: Counter[str]) -> list[str]:
         options = _group(s, agents, b.agent_id)
         resolve = _suggest("resolve", [b.agent_id], [_arg(b.agent_id)], ['--resolution "..."', *options])
         lines.append(f"blocker   {one_line(b.agent_id)} ({one_line(b.blocker_type)}): {_text(b.details)}")
+        lines += _detail("needs", b.resume_requirements) + _detail("recovery", b.error_recovery)
         lines.append(f"          resolve: {resolve}")
         if "error" in (b.stop_reason, b.blocker_type):  # seed 003's recovery patterns apply
             choice = "--option " + "|".join(o.value for o in RecoveryOption)
@@ -171,12 +192,24 @@ def _delegations(s: GroupSummary, requests: Counter[str]) -> list[str]:
         approve = _suggest("approve", ids, words, options)
         deny = _suggest("deny", ids, words, ["--reason ...", *options])
         lines.append(
-            f"delegate  {one_line(d.request_id)} from {one_line(d.requester_id)} ({d.priority.value}): "
-            f"{_text(d.task)[:80]}"
+            f"delegate  {one_line(d.request_id)} from {one_line(d.requester_id)} "
+            f"({d.priority.value}, {d.independence.value}): {cut(_text(d.task), _DETAIL)}"
         )
+        lines += _checklist(d)
         lines.append(f"          {approve}  |  {deny}")
         lines += _note(d.resume)
     return lines
+
+
+def _checklist(d: PendingDelegation) -> list[str]:
+    """What seed 003's delegation checklist weighs: why delegate (and for how long), the context the new
+    agent needs, how the two agents coordinate."""
+    estimate = f" (estimated {cut(_text(d.estimated_duration), 40)})" if d.estimated_duration else ""
+    if d.delegation_reason:
+        reason = _detail("reason", d.delegation_reason, estimate)
+    else:
+        reason = _detail("estimated", d.estimated_duration)
+    return reason + _detail("context", d.context_required) + _detail("coordination", d.coordination)
 
 
 def _escalations(s: GroupSummary, agents: Counter[str]) -> list[str]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 
 import pytest
 from rules_kit import Feed, clarification, delegate, finding, stop_error
 
 from bus.errors import BusError
+from bus.signals import StopWork
 from coordinator.console import inbox_lines, render
 from coordinator.rules import summarize
 from coordinator.view import find_agent
@@ -79,6 +81,89 @@ def test_an_unknown_agent_is_refused_naming_each_known_one_once() -> None:
     with pytest.raises(BusError) as refused:
         find_agent(groups, "nobody")
     assert str(refused.value) == "no agent 'nobody' is known to the coordinators (known: agent-0)"
+
+
+RESOURCE_LIMIT = StopWork.model_validate(  # seed 000's resource-limit example
+    {
+        "agent_id": "bg-task-ghi789",
+        "stop_reason": "blocker",
+        "blocker_type": "resource_limit",
+        "details": "Analysis of 10,000+ files will exceed reasonable task duration",
+        "resume_requirements": "Option 1: Reduce scope (specify file patterns to exclude)\n"
+        "Option 2: Delegate to multiple agents (see DELEGATE_WORK protocol)\n"
+        "Option 3: Continue with single agent (accept 6+ hour runtime)\n",
+    }
+)
+
+
+def _item(lines: list[str], start: str) -> list[str]:
+    """The lines of the inbox item whose first line starts with ``start``: it and its indented ones."""
+    first = next(i for i, line in enumerate(lines) if line.startswith(start))
+    rest = lines[first + 1 :]
+    return [lines[first], *itertools.takewhile(lambda line: line.startswith(" "), rest)]
+
+
+def test_the_inbox_shows_what_a_human_needs_to_answer_resolve_or_approve() -> None:
+    feed = Feed()
+    feed.send(clarification(), "bg-task-abc123")
+    feed.send(RESOURCE_LIMIT, "bg-task-ghi789")
+    feed.send(stop_error(), "bg-task-stu901")
+    feed.send(delegate(priority="P2"), "bg-task-jkl012")
+    lines = inbox_lines([summarize(feed.state)])
+    assert _item(lines, "question  bg-task-abc123 Q1") == [
+        "question  bg-task-abc123 Q1: Should I analyze OAuth2, JWT, or both authentication strategies?",
+        "          context: Found separate implementations in src/auth/oauth.ts and src/auth/jwt.ts",
+        "          reason: Multiple authentication strategies found, unclear which to analyze",
+        "          can resume with: Answers specifying which auth strategies to analyze and framework "
+        "version assumptions",
+        '          answer: subagent-bus answer bg-task-abc123 Q1="..."',
+    ]
+    # the reason and what would unblock the agent are its clarification's: once, under its first question
+    assert _item(lines, "question  bg-task-abc123 Q2") == [
+        "question  bg-task-abc123 Q2: What security framework version should I assume (2.0 or 3.0)?",
+        "          context: Dependencies show both @auth/core@2.x and @auth/core@3.x-beta",
+        '          answer: subagent-bus answer bg-task-abc123 Q2="..."',
+    ]
+    assert _item(lines, "blocker   bg-task-ghi789") == [
+        "blocker   bg-task-ghi789 (resource_limit): Analysis of 10,000+ files will exceed reasonable task "
+        "duration",
+        "          needs: Option 1: Reduce scope (specify file patterns to exclude) Option 2: Delegate to "
+        "multiple agents (see DELEGATE_WORK protocol) Option 3: Continue with single agent (accept 6+ hour "
+        "runtime)",
+        '          resolve: subagent-bus resolve bg-task-ghi789 --resolution "..."',
+    ]
+    assert _item(lines, "blocker   bg-task-stu901")[1:3] == [
+        "          recovery: 1. Skip problematic file and continue",
+        '          resolve: subagent-bus resolve bg-task-stu901 --resolution "..."',
+    ]
+    [request] = feed.state.delegations
+    assert _item(lines, "delegate") == [
+        f"delegate  {request} from bg-task-jkl012 (P2, can_proceed_parallel): Refactor authentication "
+        "module to use unified AuthProvider pattern - Consolidate OAuth2 and JWT implementations - Create "
+        "single AuthProvider interface - Update all auth consumers to use new interface",
+        "          reason: Discovered large-scale refactoring opportunity that should run in parallel "
+        "(estimated 2-3 hours)",
+        "          context: - Current authentication analysis (see AUTH_ANALYSIS.md)",
+        "          coordination: This agent: Continue security analysis of remaining modules New agent: "
+        "Refactor auth module (separate work, no conflicts)",
+        f"          subagent-bus approve {request}  |  subagent-bus deny {request} --reason ...",
+    ]
+
+
+def test_long_texts_in_the_inbox_are_cut_and_absent_ones_leave_no_line() -> None:
+    feed = Feed()
+    long = "word " * 100
+    stop = RESOURCE_LIMIT.model_copy(update={"resume_requirements": long})
+    feed.send(stop, "bg-task-ghi789")
+    feed.send(delegate(priority="P2", task=long).model_copy(update={"context_required": None}), "lead")
+    lines = inbox_lines([summarize(feed.state)])
+    needs = _item(lines, "blocker")[1]
+    assert needs.startswith("          needs: word word") and needs.endswith("…")
+    assert len(needs) == len("          needs: ") + 200
+    delegation = _item(lines, "delegate")
+    assert delegation[0].endswith("…") and len(delegation[0].split(": ", 1)[1]) == 200
+    assert [line.split(":")[0].strip() for line in delegation[1:3]] == ["reason", "coordination"]
+    assert delegation[3].startswith("          subagent-bus approve ") and len(delegation) == 4
 
 
 def test_a_group_with_a_severity_conflict_waits_for_a_review() -> None:

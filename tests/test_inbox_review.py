@@ -3,6 +3,9 @@
 
 - Agents that disagree on a finding's severity put the group up for review (seed 001: conflicting
   findings -> flag for human review) until their reports agree.
+- Questions, blockers and delegations come with what the seeds have the parent present: a question's
+  context, why the agent asks and what would unblock it; what a blocker needs; why a delegation, its
+  context, coordination and estimate (seed 003's delegation checklist).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
-from test_human_commands import agent_says, coordinate, ok
+from test_human_commands import DELEGATE, agent_says, clarify, coordinate, ok
 
 GROUP = "audit"
 
@@ -106,3 +109,73 @@ def test_agents_that_disagree_on_a_severity_wait_for_a_review(redis_url: str) ->
     assert ok(redis_url, "inbox").strip() == "nothing waits for a human"
     assert orjson.loads(ok(redis_url, "inbox", "--json"))["conflicts"] == []
     assert ok(redis_url, "findings", "--merged").splitlines()[-1] == "1 merged findings"
+
+
+RESOURCE_LIMIT = """[STOP_WORK]
+agent_id: big
+timestamp: 2026-01-11T09:30:00-05:00
+stop_reason: blocker
+blocker_type: resource_limit
+details: Analysis of 10,000+ files will exceed reasonable task duration
+resume_requirements: |
+  Option 1: Reduce scope (specify file patterns to exclude)
+  Option 2: Delegate to multiple agents (see DELEGATE_WORK protocol)
+  Option 3: Continue with single agent (accept 6+ hour runtime)
+[/STOP_WORK]
+"""
+
+
+UNREAD = (  # `adapter stdin` ends with its pipe, and nobody reads the agent's inbox until one runs again
+    "          note: its adapter ended with it: the directive waits in its inbox until an adapter (--deliver) "
+    "or `listen` runs for it"
+)
+
+
+def test_the_inbox_shows_what_the_seeds_have_the_parent_present(redis_url: str) -> None:
+    agent_says(redis_url, "asker", GROUP, clarify("asker"))
+    agent_says(redis_url, "big", GROUP, RESOURCE_LIMIT)
+    agent_says(redis_url, "lead", GROUP, DELEGATE)
+    coordinate(redis_url)
+
+    inbox = orjson.loads(ok(redis_url, "inbox", "--json"))
+    [question] = inbox["questions"]
+    assert (question["context"], question["reason"], question["can_resume_with"]) == (
+        "both exist",
+        "Two strategies found",
+        "an answer",
+    )
+    [blocker] = inbox["blockers"]
+    assert blocker["resume_requirements"].splitlines()[2] == (
+        "Option 3: Continue with single agent (accept 6+ hour runtime)"
+    )
+    [delegation] = inbox["delegations"]
+    request = delegation["request_id"]
+    assert {k: delegation[k] for k in ("delegation_reason", "context_required", "coordination")} == {
+        "delegation_reason": "The API documentation is a separate, large job",
+        "context_required": "src/api",
+        "coordination": "none",
+    }
+    assert delegation["estimated_duration"] == "1h"
+    assert orjson.loads(ok(redis_url, "status", "--json"))[0]["open_questions"][0]["context"] == "both exist"
+
+    assert ok(redis_url, "inbox").splitlines() == [
+        "question  asker Q1: OAuth2 or JWT?",
+        "          context: both exist",
+        "          reason: Two strategies found",
+        "          can resume with: an answer",
+        '          answer: subagent-bus answer asker Q1="..."',
+        UNREAD,
+        "blocker   big (resource_limit): Analysis of 10,000+ files will exceed reasonable task duration",
+        "          needs: Option 1: Reduce scope (specify file patterns to exclude) Option 2: Delegate to "
+        "multiple agents (see DELEGATE_WORK protocol) Option 3: Continue with single agent (accept 6+ hour "
+        "runtime)",
+        '          resolve: subagent-bus resolve big --resolution "..."',
+        UNREAD,
+        f"delegate  {request} from lead (P2, optional): Document every deprecated endpoint in the public "
+        "API and propose removal dates",
+        "          reason: The API documentation is a separate, large job (estimated 1h)",
+        "          context: src/api",
+        "          coordination: none",
+        f"          subagent-bus approve {request}  |  subagent-bus deny {request} --reason ...",
+        UNREAD,
+    ]

@@ -137,7 +137,12 @@ def test_the_inbox_says_what_happens_to_a_directive_for_an_agent_whose_adapter_e
         ResumePath.INBOX,
     )
     lines = inbox_lines([summary])
-    notes = [(lines[i - 3], line) for i, line in enumerate(lines) if line.lstrip().startswith("note:")]
+    heads = [i for i, line in enumerate(lines) if not line.startswith(" ")]  # an item's first line
+    notes = [
+        (lines[max(h for h in heads if h < i)], line)
+        for i, line in enumerate(lines)
+        if line.lstrip().startswith("note:")
+    ]
     assert [(blocker.split()[1], note.strip()) for blocker, note in notes] == [
         (launched, "note: its adapter ended with it: a launcher starts it again with the directive"),
         ("own-agent", "note: its adapter ended with it: the directive waits in its inbox until an adapter "

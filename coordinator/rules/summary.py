@@ -12,6 +12,7 @@ from bus.signals import Independence, Priority, StopWork
 from coordinator.state import (
     FINAL_STATES,
     AgentRecord,
+    Delegation,
     DelegationStatus,
     Escalation,
     GroupProgress,
@@ -66,6 +67,8 @@ class AgentSummary(Model):
 
 
 class OpenQuestion(Model):
+    """A question of an agent's ``[CLARIFICATION_NEEDED]``, with what the human needs to answer it."""
+
     agent_id: str
     question_id: str
     text: str
@@ -73,19 +76,33 @@ class OpenQuestion(Model):
     blocked_at: str
     resume: ResumePath
     """How the answer reaches the agent."""
+    context: str | None = None
+    """Why the question matters (the question's own ``context``)."""
+    reason: str | None = None
+    """Why the agent asks (the clarification's ``reason``, shared by its questions)."""
+    can_resume_with: str | None = None
+    """What would unblock the agent (the clarification's ``can_resume_with``)."""
 
 
 class OpenBlocker(Model):
+    """An agent's open ``[STOP_WORK]``."""
+
     agent_id: str
     stop_reason: str
     blocker_type: str
     details: str
     resume_requirements: str | None
+    """What the agent needs to continue (seed 000's resource limit lists options to choose from)."""
     resume: ResumePath
     """How the resolution reaches the agent."""
+    error_recovery: str | None = None
+    """The fixes an agent stopped by an error proposes."""
 
 
 class PendingDelegation(Model):
+    """A ``[DELEGATE_WORK]`` request held for a human's approve or deny, with what the seed's delegation
+    checklist weighs: why delegate, what context the new agent needs, how the two coordinate, how long."""
+
     request_id: str
     requester_id: str
     priority: Priority
@@ -93,6 +110,11 @@ class PendingDelegation(Model):
     task: str
     resume: ResumePath
     """How the decision reaches the requester."""
+    delegation_reason: str | None = None
+    """Why the requester delegates rather than goes on itself."""
+    context_required: str | None = None
+    coordination: str | None = None
+    estimated_duration: str | None = None
 
 
 class GroupSummary(Model):
@@ -126,20 +148,29 @@ def summarize(state: GroupState, *, findings: int | None = None) -> GroupSummary
         open_questions=tuple(q for r in records for q in _questions(r)),
         blockers=tuple(_blocker(r, r.blocker) for r in records if r.blocker is not None),
         pending_delegations=tuple(
-            PendingDelegation(
-                request_id=d.request_id,
-                requester_id=d.requester_id,
-                priority=d.request.priority,
-                independence=d.request.independence,
-                task=d.request.new_task_description,
-                resume=_resume_path(state.agents.get(d.requester_id)),
-            )
+            _delegation(d, state.agents.get(d.requester_id))
             for d in state.delegations.values()
             if d.status is DelegationStatus.PENDING_HUMAN
         ),
         escalations=state.escalations,
         findings=len(state.findings) if findings is None else findings,
         severity_conflicts=state.severity_conflicts,
+    )
+
+
+def _delegation(delegation: Delegation, requester: AgentRecord | None) -> PendingDelegation:
+    request = delegation.request
+    return PendingDelegation(
+        request_id=delegation.request_id,
+        requester_id=delegation.requester_id,
+        priority=request.priority,
+        independence=request.independence,
+        task=request.new_task_description,
+        resume=_resume_path(requester),
+        delegation_reason=request.delegation_reason,
+        context_required=request.context_required,
+        coordination=request.coordination,
+        estimated_duration=request.estimated_duration,
     )
 
 
@@ -172,7 +203,8 @@ def _resume_path(record: AgentRecord | None) -> ResumePath:
 
 
 def _questions(record: AgentRecord) -> list[OpenQuestion]:
-    if record.questions is None:
+    asked = record.questions
+    if asked is None:
         return []
     answered = {a.question_id for a in record.answers}
     return [
@@ -181,10 +213,13 @@ def _questions(record: AgentRecord) -> list[OpenQuestion]:
             question_id=q.question_id,
             text=q.text,
             answered=q.question_id in answered,
-            blocked_at=record.questions.blocked_at,
+            blocked_at=asked.blocked_at,
             resume=_resume_path(record),
+            context=q.context,
+            reason=asked.reason,
+            can_resume_with=asked.can_resume_with,
         )
-        for q in record.questions.questions
+        for q in asked.questions
     ]
 
 
@@ -196,4 +231,5 @@ def _blocker(record: AgentRecord, stop: StopWork) -> OpenBlocker:
         blocker_type=stop.blocker_type.value,
         details=stop.details,
         resume_requirements=stop.resume_requirements,
+        error_recovery=stop.error_recovery,
     )
