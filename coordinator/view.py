@@ -69,6 +69,8 @@ async def load_shard(
 
 _SLOT_PAGE = 1000
 """Merged-finding slots read per HSCAN: a huge group is decoded page by page, never whole as a reply."""
+_THREAD_PAGE = 100
+"""The fewest slots decoded in a worker thread (``in_thread``)."""
 
 
 async def _load(
@@ -81,7 +83,8 @@ async def _load(
     while True:
         reply: Any = await client.hscan(merged_key(keys, shard, group_id), cursor, count=_SLOT_PAGE)
         cursor, page = reply
-        slots.update(await asyncio.to_thread(decode_slots, page) if in_thread else decode_slots(page))
+        big = in_thread and len(page) > _THREAD_PAGE  # a thread hop costs more than a small page
+        slots.update(await asyncio.to_thread(decode_slots, page) if big else decode_slots(page))
         if not cursor:
             break
     if in_thread:
