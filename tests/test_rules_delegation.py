@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from rules_kit import T0, Feed, completion, decisions, delegate, kinds, of_type, one, payloads
+from rules_kit import GROUP, T0, Feed, completion, decisions, delegate, kinds, of_type, one, payloads
 
 from bus.directives import HumanApprove, HumanDeny, LaunchReason
 from bus.envelope import EnvelopeType
@@ -97,12 +97,22 @@ def test_checklist_refuses_a_blocking_claim_from_a_finished_agent() -> None:
     assert _failed_checks(delegate(), finished, _group(finished), Policy()) == []
 
 
+def test_the_same_request_in_two_groups_launches_two_agents() -> None:
+    launched = []
+    for group in ("group-a", "group-b"):
+        feed = Feed(group=group)
+        feed.send(AgentStarted(task="security analysis", name="security-auditor"), REQUESTER)
+        (launch,) = payloads(feed.send(delegate(), REQUESTER), EnvelopeType.LAUNCH, Target.TASKS)
+        launched.append(launch.new_agent_id)
+    assert launched[0] != launched[1]
+
+
 def test_approved_parallel_delegation_launches_and_acknowledges() -> None:
     feed = Feed()
     feed.send(AgentStarted(task="security analysis", name="security-auditor"), REQUESTER)
     request = delegate()
     outcome = feed.send(request, REQUESTER)
-    new_id = delegate_agent_id(request.request_id())
+    new_id = delegate_agent_id(GROUP, request.request_id())
     (launched,) = of_type(outcome, EnvelopeType.LAUNCH, Target.TASKS)
     assert launched.agent_id == new_id
     launch = one(outcome, EnvelopeType.LAUNCH, Target.TASKS)
@@ -198,7 +208,7 @@ def test_p2_waits_for_a_human_then_launches_on_approve() -> None:
     )
     approved = feed.send(HumanApprove(request_id=request.request_id(), reason="worth it"), "human")
     (launch,) = payloads(approved, EnvelopeType.LAUNCH, Target.TASKS)
-    assert launch.new_agent_id == delegate_agent_id(request.request_id())
+    assert launch.new_agent_id == delegate_agent_id(GROUP, request.request_id())
     assert one(approved, EnvelopeType.DELEGATION_APPROVED).new_agent_id == launch.new_agent_id
     assert summarize(feed.state).pending_delegations == ()
     twice = feed.send(HumanApprove(request_id=request.request_id()), "human")

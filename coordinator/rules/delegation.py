@@ -256,7 +256,7 @@ def _approve(step: Step, delegation: Delegation, how: str) -> None:
     request = delegation.request
     requester = step.agent(delegation.requester_id)
     blocks = request.independence is Independence.BLOCKS_CURRENT_WORK
-    new_id = delegate_agent_id(delegation.request_id)
+    new_id = delegate_agent_id(step.group_id, delegation.request_id)
     launch(
         step,
         Launch(

@@ -39,9 +39,10 @@ def emitted_id(input_id: str, n: int) -> str:
     return hashlib.sha256(f"{input_id}:{n}".encode()).hexdigest()[:32]
 
 
-def delegate_agent_id(request_id: str) -> str:
-    """The agent launched for an approved delegation request."""
-    return f"agent-{_digest('delegate', request_id)}"
+def delegate_agent_id(group_id: str, request_id: str) -> str:
+    """The agent launched for an approved delegation request of a group (a request id is derived from
+    the requester's id, time and task, which two groups' agents can share)."""
+    return f"agent-{_digest('delegate', group_id, request_id)}"
 
 
 def retry_request_id(group_id: str, agent_id: str, attempt: int) -> str:
