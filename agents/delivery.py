@@ -40,7 +40,9 @@ from bus.metrics import AdapterMetrics
 from bus.waits import wait_for
 
 __all__ = [
+    "ABANDONED_MS",
     "GROUP",
+    "HOLD_REFRESH_S",
     "PLACEHOLDERS",
     "AgentDone",
     "CommandDelivery",
@@ -63,6 +65,11 @@ __all__ = [
 
 GROUP: Final = ConsumerGroup.ADAPTER.value
 """The consumer group (and consumer name) adapters read their inbox with."""
+HOLD_REFRESH_S: Final = 10.0
+"""While a delivery runs (a resume command, an agent's turn to end first), how often its entry is made
+fresh again (:meth:`~bus.consumer.Consumer.hold`)."""
+ABANDONED_MS: Final = 60_000
+"""An entry an adapter has left that long is an adapter's that died: ``listen`` takes it over."""
 PLACEHOLDERS: Final = frozenset({"prompt", "agent_id", "group_id", "session_id", "type", "directive_id"})
 _PLACEHOLDER: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # A known name after "{" that ends its argument or a word was meant as a placeholder: "{prompt" is a typo,
@@ -351,6 +358,23 @@ class InboxFollower:
                 self.log(f"inbox {self.consumer.stream}: {exc}; retrying")
                 await wait_for(stop, 1.0)
 
+    async def _holding(self, delivery: Delivery, work: Awaitable[None]) -> None:
+        """Run ``work`` while the entry is made fresh every :data:`HOLD_REFRESH_S` (it may take minutes)."""
+
+        async def refresh() -> None:
+            while True:
+                await asyncio.sleep(HOLD_REFRESH_S)
+                try:
+                    await self.consumer.hold(delivery)
+                except BusError as exc:  # the next refresh tries again; ABANDONED_MS leaves room
+                    self.log(f"inbox {self.consumer.stream}: {exc}")
+
+        refresher = asyncio.create_task(refresh())
+        try:
+            await work
+        finally:
+            refresher.cancel()
+
     async def handle(self, delivery: Delivery) -> Ack | tuple[Ack, str]:
         envelope = delivery.envelope
         if envelope is None:
@@ -361,7 +385,7 @@ class InboxFollower:
             self.log(f"inbox {self.consumer.stream}: {why}; dead-lettered")
             return Ack.DEAD, why
         try:
-            await self.deliverer.deliver(directive)
+            await self._holding(delivery, self.deliverer.deliver(directive))
         except AgentDone as exc:
             self.log(f"{directive.type.value} {envelope.id} not delivered: {exc}")
             return Ack.ACK

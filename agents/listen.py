@@ -19,9 +19,12 @@ and stdout flushed; a listener that dies between reading and printing leaves it 
 The next listener claims such entries with ``XCLAIM`` once they have been idle for ``claim_idle_ms``
 (2 s by default): a live listener holds an entry for the milliseconds a print takes, so it is never
 robbed, and ``XCLAIM``'s own idle check makes two claimers race safely. Until then no listener reads a
-newer entry, so a listener restarted the moment after a kill still prints the older directive first. Entries pending under other
-consumers (an adapter running a resume command may hold one for minutes) are never taken here; the
-adapter finishes or re-reads them itself.
+newer entry, so a listener restarted the moment after a kill still prints the older directive first.
+
+An adapter delivering a directive (running a resume command, or waiting for its agent's turn to end first)
+may hold it for minutes, and keeps it fresh meanwhile (:data:`agents.delivery.HOLD_REFRESH_S`); one it has
+left for :data:`agents.delivery.ABANDONED_MS` (a minute) belongs to an adapter that died, and a listener
+takes it over, as a restarted adapter would.
 
 Delivery is at least once: a listener that printed but could not acknowledge (the server went away at
 that instant) leaves the directive to be printed again by the next listener.
@@ -47,7 +50,7 @@ from typing import IO, Any, Final, TypeVar
 import click
 
 from agents.adapter import AgentBus, connect_bus, stderr_log
-from agents.delivery import GROUP, Directive, as_directive, not_a_directive
+from agents.delivery import ABANDONED_MS, GROUP, Directive, as_directive, not_a_directive
 from agents.options import check_id
 from bus.cli_connection import redis_options, run_command
 from bus.connection import Client, as_text, translated
@@ -102,13 +105,15 @@ class InboxListener:
         inbox: str,
         *,
         claim_idle_ms: int = DEFAULT_CLAIM_IDLE_MS,
+        abandoned_ms: int = ABANDONED_MS,
         log: Callable[[str], None] = stderr_log,
     ) -> None:
-        if claim_idle_ms < 1:
-            raise ValueError("claim_idle_ms must be at least 1")
+        if claim_idle_ms < 1 or abandoned_ms < 1:
+            raise ValueError("claim_idle_ms and abandoned_ms must be at least 1")
         self.client = client
         self.inbox = inbox
         self.claim_idle_ms = claim_idle_ms
+        self.abandoned_ms = abandoned_ms
         self.log = log
         self.consumer = Consumer(client, inbox, GROUP, CONSUMER)
 
@@ -181,15 +186,23 @@ class InboxListener:
         return found
 
     async def _claim_stale(self) -> Received | None:
+        """An entry a dead listener left, or a dead adapter (one alive keeps what it delivers fresh)."""
+        for consumer, idle_ms in ((CONSUMER, self.claim_idle_ms), (GROUP, self.abandoned_ms)):
+            found = await self._claim_from(consumer, idle_ms)
+            if found is not None:
+                return found
+        return None
+
+    async def _claim_from(self, consumer: str, idle_ms: int) -> Received | None:
         with translated():
             pending: list[Any] = await self.client.xpending_range(
-                self.inbox, GROUP, min="-", max="+", count=10, consumername=CONSUMER, idle=self.claim_idle_ms
+                self.inbox, GROUP, min="-", max="+", count=10, consumername=consumer, idle=idle_ms
             )
         for record in pending:
             entry_id = as_text(record["message_id"])
             with translated():
                 claimed: list[Any] = await self.client.xclaim(
-                    self.inbox, GROUP, CONSUMER, self.claim_idle_ms, [entry_id]
+                    self.inbox, GROUP, CONSUMER, idle_ms, [entry_id]
                 )
             if not claimed:
                 continue  # another listener claimed it first, or it is gone

@@ -235,6 +235,12 @@ class Consumer:
                 self._next_reclaim = 0.0
         return finished
 
+    async def hold(self, delivery: Delivery) -> None:
+        """Make a delivery this consumer is still working on look fresh (``XCLAIM`` to itself, idle 0), so
+        that no reader of the group takes it for one a dead consumer left."""
+        with translated():
+            await self.client.xclaim(self.stream, self.group, self.name, 0, [delivery.entry_id], justid=True)
+
     async def pending_count(self) -> int:
         """Entries delivered to some consumer of the group and not yet settled."""
         with translated():

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio
+from adapter_kit import wait_until
 from workers.kit import connected, entries, progress, progresses
 
 from bus.connection import Client
@@ -139,6 +140,26 @@ async def test_a_restarted_consumer_first_rereads_its_own_pending_entries(bus_ur
         ]
         await restarted.settle([(d, Ack.ACK, None) for d in replay])
         assert [d.envelope.id for d in await restarted.read() if d.envelope] == ["e3", "e4"]
+
+
+async def test_holding_a_delivery_keeps_other_readers_from_taking_it_for_abandoned(bus_url: str) -> None:
+    async with connected(bus_url) as client:
+        await Publisher(client, KEYS).publish_many(progresses(1))
+        worker = _consumer(client, "worker")
+        await worker.ensure_group()
+        (delivery,) = await worker.read()
+
+        async def idle_ms() -> int:
+            (record,) = await client.xpending_range(STREAM, "workers", "-", "+", 1, consumername="worker")
+            return int(record["time_since_delivered"])
+
+        async def aged() -> bool:
+            return await idle_ms() >= 300
+
+        await wait_until(aged, 10, "the delivery to age")
+        await worker.hold(delivery)
+        assert await idle_ms() < 300
+        assert await client.xclaim(STREAM, "workers", "thief", 300, [delivery.entry_id]) == []
 
 
 async def test_an_own_pending_entry_deleted_before_a_restart_is_flagged(bus_url: str) -> None:

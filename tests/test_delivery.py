@@ -27,6 +27,7 @@ from agents.delivery import (
     fill,
     split_template,
 )
+from agents.listen import InboxListener
 from bus.directives import (
     AnswerItem,
     BlockerResolved,
@@ -262,6 +263,29 @@ async def test_a_killed_adapter_redelivers_on_restart(redis_url: str, tmp_path: 
         assert responses.read_text().count("## CLARIFICATION RESPONSE") == 1
         second.send_signal(signal.SIGTERM)
         assert await exited(second, 20) == 0
+
+
+async def test_a_directive_a_killed_adapter_held_is_taken_over_by_listen(
+    redis_url: str, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    blocking = f"command:{sys.executable} {WRITER} {tmp_path / 'never.json'} --wait-for {go} {{prompt}}"
+    doomed = start(idle_adapter(tmp_path, "d7", "--deliver", blocking), redis_url, tmp_path / "log")
+    async with open_bus(redis_url) as bus:
+        sent = directive(agent="d7")
+        await Publisher(bus.client, bus.keys).send_directive(sent)
+
+        async def in_hand() -> bool:
+            return await pending(bus, "d7") == 1
+
+        await wait_until(in_hand, 20, "the delivery to start")
+        doomed.send_signal(signal.SIGKILL)  # the adapter dies, and nothing starts it again
+        doomed.wait(timeout=10)
+        listener = InboxListener(bus.client, bus.inbox(GROUP, "d7"), abandoned_ms=500)
+        received = await listener.next(15)
+        assert received is not None and received.directive.envelope == sent
+        await listener.ack(received)
+        assert await pending(bus, "d7") == 0
 
 
 async def test_the_adapter_runs_a_resume_command_without_a_shell(redis_url: str, tmp_path: Path) -> None:
