@@ -1,4 +1,10 @@
-"""The body of a signal block: from its bytes to the payload model, or the reason it is refused."""
+"""The body of a signal block: from its bytes to the payload model, or the reason it is refused.
+
+The body is YAML (JSON is YAML too). Two shapes agents print around it are taken off first: a code fence
+that wraps the whole body (```` ```yaml ```` inside the tags), and the seed's JSON form of a signal
+(``{"signal_type": ..., "agent_id": ..., "timestamp": ..., "payload": {fields}}``), whose payload holds
+the fields.
+"""
 
 from __future__ import annotations
 
@@ -68,6 +74,7 @@ def decode_body(kind: EnvelopeType, body: bytes, *, indent: int = 0, first_line:
         text = text.replace("\r\n", "\n")
     if indent:
         text = re.sub(rf"(?m)^[ \t]{{1,{indent}}}", "", text)
+    text = _unfenced(text)
     try:
         data = yamlsafe.load(text)
     except yamlsafe.YamlError as exc:
@@ -77,12 +84,66 @@ def decode_body(kind: EnvelopeType, body: bytes, *, indent: int = 0, first_line:
             raise BlockError(f"invalid YAML{at}: {exc.message}") from None
     if not isinstance(data, dict):
         raise BlockError(f"the body must be a YAML mapping of fields, not {_kind(data)}")
+    data = _unwrapped(kind, data)
     try:
         # what ``model_validate`` runs, without its wrapper: the payload is validated once, here
         payload: SignalPayload = SIGNAL_MODELS[kind].__pydantic_validator__.validate_python(data)
     except ValidationError as exc:
         raise BlockError(describe_errors(exc)) from None
     return payload
+
+
+# A fence line: its marker (a run of backticks or of tildes) and, on an opening one, an info string.
+_FENCE: Final = re.compile(r"[ \t]*(`{3,}|~{3,})([^`\n]*)")
+
+
+def _unfenced(text: str) -> str:
+    """``text`` without a code fence around the whole of it (its first and last lines that are not
+    blank), which are left empty so that line numbers stay those of the output. A fence line is never
+    valid YAML at the start of a mapping, so no body that reads as one changes meaning."""
+    head = len(text) - len(text.lstrip())
+    if text[head : head + 3] not in ("```", "~~~"):
+        return text
+    head = text.rfind("\n", 0, head) + 1
+    head_end = text.find("\n", head)
+    last_end = len(text.rstrip())
+    last = text.rfind("\n", 0, last_end) + 1
+    if head_end < 0 or last <= head_end:
+        return text  # one line: nothing inside a fence
+    opening = _FENCE.fullmatch(text, head, head_end)
+    closing = _FENCE.fullmatch(text, last, last_end)
+    if (
+        opening is None
+        or closing is None
+        or closing.group(2).strip()
+        or closing.group(1)[0] != opening.group(1)[0]
+        or len(closing.group(1)) < len(opening.group(1))
+    ):
+        return text
+    return text[:head] + text[head_end:last] + text[last_end:]
+
+
+# The seed's JSON form of a signal (its appendix): the fields are the payload's, beside the signal type.
+_JSON_FORM: Final = frozenset({"signal_type", "agent_id", "timestamp", "payload"})
+
+
+def _unwrapped(kind: EnvelopeType, data: dict[Any, Any]) -> dict[Any, Any]:
+    """The fields of a body in the seed's JSON form (a ``signal_type``, a ``payload`` and at most an
+    ``agent_id`` and a ``timestamp`` beside them); any other body as it is. Every signal needs a field
+    of its own beside those, so no body that is a signal as it is has this shape."""
+    if "signal_type" not in data or "payload" not in data or not data.keys() <= _JSON_FORM:
+        return data
+    named, payload = data["signal_type"], data["payload"]
+    if not isinstance(named, str) or named.strip().strip("[]").upper() != kind.value:
+        raise BlockError(f"field 'signal_type': {str(named)!r:.60} in a [{kind.value}] block")
+    if not isinstance(payload, dict):
+        what = "null" if payload is None else _kind(payload)
+        raise BlockError(f"field 'payload': the signal's fields must be a mapping, not {what}")
+    fields = {name: data[name] for name in ("agent_id", "timestamp") if name in data}
+    for name, value in fields.items():
+        if payload.get(name, value) != value:
+            raise BlockError(f"field 'payload.{name}': differs from the {name} beside the payload")
+    return fields | payload
 
 
 # A field written as prose, ``details: The database is unreachable: connection refused``, is what agents

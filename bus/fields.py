@@ -2,14 +2,20 @@
 
 Agents write their signals as hand-typed YAML, so a few lenient conversions are applied at the edge of
 the model (never deeper): a multi-line field written as a YAML list becomes one line per item, a scalar
-that YAML resolved to a number becomes its text (as written: ``0755``, ``1.10``, an id of digits).
-Timestamps are the one strict field: one without a time zone is rejected, because ordering signals from
-several machines needs an absolute instant.
+that YAML resolved to a number becomes its text (as written: ``0755``, ``1.10``, an id of digits), a
+value of a closed set matches in any case and with spaces, hyphens or underscores alike
+(:class:`LenientEnum`), and a percentage may carry its ``%`` sign. Timestamps are the one strict field:
+one without a time zone is rejected, because ordering signals from several machines needs an absolute
+instant.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from datetime import date, datetime
+from enum import StrEnum
+from functools import cache
 from typing import Annotated, Any, Final, Self, TypeVar
 
 from pydantic import (
@@ -23,7 +29,17 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-__all__ = ["Confidence", "Model", "NonBlankText", "OpenModel", "Text", "Timestamp", "trusted_instance"]
+__all__ = [
+    "Confidence",
+    "LenientEnum",
+    "Model",
+    "NonBlankText",
+    "OpenModel",
+    "Percent",
+    "Text",
+    "Timestamp",
+    "trusted_instance",
+]
 
 
 def _to_text(value: Any) -> Any:
@@ -58,6 +74,53 @@ Timestamp = AwareDatetime
 
 Confidence = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
 """A confidence score on the protocol's 0-100 scale."""
+
+
+def _without_percent_sign(value: Any) -> Any:
+    if isinstance(value, str) and value.rstrip().endswith("%"):
+        return value.rstrip()[:-1].rstrip()
+    return value
+
+
+Percent = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False), BeforeValidator(_without_percent_sign)]
+"""A percentage from 0 to 100, written as a number or with its sign (``50%``)."""
+
+_SEPARATORS: Final = re.compile(r"[\s_-]+")
+
+
+def _spelling(value: str) -> str:
+    """What a closed set's value is matched by: lower case, each run of separators one underscore."""
+    return _SEPARATORS.sub("_", value.casefold()).strip("_")
+
+
+class LenientEnum(StrEnum):
+    """A closed set of text values that authors type by hand (the values of a signal's fields).
+
+    A value matches a member's in any case and with spaces, hyphens and underscores alike (``SUCCESS``,
+    ``can proceed parallel``, ``p1``), or when it is one of :meth:`aliases`; anything else is still
+    refused, and pydantic's message lists the values. Pydantic asks :meth:`_missing_` only for a value
+    that is not exactly a member's, so the usual case costs nothing.
+    """
+
+    @classmethod
+    def aliases(cls) -> Mapping[str, Self]:
+        """Other words for members (compared as values are); none unless a subclass names some."""
+        return {}
+
+    @classmethod
+    def _missing_(cls, value: object) -> Self | None:
+        if not isinstance(value, str):
+            return None
+        member = _spellings(cls).get(_spelling(value))
+        return member if isinstance(member, cls) else None
+
+
+@cache
+def _spellings(enum: type[LenientEnum]) -> dict[str, LenientEnum]:
+    """Each member by the spelling of its value and of its aliases."""
+    found: dict[str, LenientEnum] = {_spelling(alias): member for alias, member in enum.aliases().items()}
+    found.update((_spelling(member.value), member) for member in enum)
+    return found
 
 
 class Model(BaseModel):

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import re
-from enum import StrEnum
 from typing import Any, Final, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from bus.fields import Confidence, Model, NonBlankText, Text
+from bus.fields import Confidence, LenientEnum, Model, NonBlankText, Text
 
 __all__ = ["Finding", "Severity", "derive_category"]
 
 
-class Severity(StrEnum):
+class Severity(LenientEnum):
     """Severities seen in the seeds, most severe first.
 
     The result contract names critical/important/minor; the seeds' prose also says high/medium/low, so
@@ -68,11 +67,6 @@ class Finding(Model):
     agent: str = ""
     evidence: Text | None = None
     verified: bool | None = None
-
-    @field_validator("severity", mode="before")
-    @classmethod
-    def _lower(cls, value: Any) -> Any:
-        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("category", mode="before")
     @classmethod

@@ -4,17 +4,20 @@ Each model holds every field of the seed's signal format. Fields the seed's own 
 (the error STOP_WORK has no ``timestamp``, ``blocked_work`` or ``resume_requirements``) are optional;
 the fields a parent cannot act without are required, and a required text must say something (not
 blank). Signals are open models: an agent that adds a field keeps it rather than failing, since the
-protocol is hand-written YAML and grows (see the README).
+protocol is hand-written YAML and grows (see the README). The closed sets (a stop reason, a priority...)
+are :class:`~bus.fields.LenientEnum`: ``SUCCESS`` or ``can proceed parallel`` is the seed's value.
 """
 
 from __future__ import annotations
 
 import hashlib
-from enum import StrEnum
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from bus.fields import NonBlankText, OpenModel, Text, Timestamp
+from bus.fields import LenientEnum, NonBlankText, OpenModel, Percent, Text, Timestamp
 
 __all__ = [
     "BlockerType",
@@ -32,7 +35,7 @@ __all__ = [
 ]
 
 
-class QuestionType(StrEnum):
+class QuestionType(LenientEnum):
     BLOCKING = "blocking"
     OPTIONAL = "optional"
     REQUIRED = "required"
@@ -45,6 +48,36 @@ class Question(OpenModel):
     type: QuestionType | None = None
     options: list[Text] | None = None
     current_assumption: Text | None = None
+
+
+def _with_ids(questions: list[Any]) -> list[Any]:
+    """``questions`` with an id for each one written without: as plain text (seed 003's diagram writes
+    ``questions: [Q1, Q2]``, which is then the text) or as a mapping with no ``question_id``.
+
+    Such a question is ``Q<n>``, ``n`` its position from 1, or the next number whose id no other question
+    of the list has (compared without case), so an answer can name it. Anything else is left to the model
+    to validate.
+    """
+    used = {
+        str(q["question_id"]).strip().casefold()
+        for q in questions
+        if isinstance(q, dict) and q.get("question_id") is not None
+    }
+    out: list[Any] = []
+    number = 0
+    for position, question in enumerate(questions, start=1):
+        if isinstance(question, str):
+            fields: dict[Any, Any] = {"text": question}
+        elif isinstance(question, dict) and question.get("question_id") is None:
+            fields = {key: item for key, item in question.items() if key != "question_id"}
+        else:
+            out.append(question)
+            continue
+        number = max(number + 1, position)  # never back: each id in use is stepped over once at most
+        while f"q{number}" in used:
+            number += 1
+        out.append({"question_id": f"Q{number}", **fields})
+    return out
 
 
 class ClarificationNeeded(OpenModel):
@@ -60,17 +93,22 @@ class ClarificationNeeded(OpenModel):
     work_continues: bool | None = None
     parallel_work_available: bool | Text | None = None
 
+    @field_validator("questions", mode="before")
+    @classmethod
+    def _numbered(cls, value: Any) -> Any:
+        return _with_ids(value) if isinstance(value, list) else value
+
     @model_validator(mode="after")
     def _distinct_questions(self) -> ClarificationNeeded:
         """An answer names its question: two questions with one id could not be told apart."""
-        ids = [q.question_id for q in self.questions]
-        twice = sorted({i for i in ids if ids.count(i) > 1})
+        counts = Counter(q.question_id for q in self.questions)
+        twice = sorted(i for i, n in counts.items() if n > 1)
         if twice:
             raise ValueError(f"question ids must differ: {', '.join(twice)} is used more than once")
         return self
 
 
-class StopReason(StrEnum):
+class StopReason(LenientEnum):
     BLOCKER = "blocker"
     ERROR = "error"
     # Accepted for compatibility with the seed's field comment; a finished agent should send
@@ -78,7 +116,7 @@ class StopReason(StrEnum):
     COMPLETION = "completion"
 
 
-class BlockerType(StrEnum):
+class BlockerType(LenientEnum):
     MISSING_INFO = "missing_info"
     EXTERNAL_DEPENDENCY = "external_dependency"
     ERROR = "error"
@@ -100,13 +138,13 @@ class StopWork(OpenModel):
     error_recovery: Text | None = None
 
 
-class Independence(StrEnum):
+class Independence(LenientEnum):
     CAN_PROCEED_PARALLEL = "can_proceed_parallel"
     BLOCKS_CURRENT_WORK = "blocks_current_work"
     OPTIONAL = "optional"
 
 
-class Priority(StrEnum):
+class Priority(LenientEnum):
     P0 = "P0"
     P1 = "P1"
     P2 = "P2"
@@ -138,10 +176,15 @@ class DelegateWork(OpenModel):
         return f"dlg-{digest[:16]}"
 
 
-class CompletionStatus(StrEnum):
+class CompletionStatus(LenientEnum):
     SUCCESS = "success"
     PARTIAL_SUCCESS = "partial_success"
     FAILED = "failed"
+
+    @classmethod
+    def aliases(cls) -> Mapping[str, Self]:
+        """The result contract's PARTIAL (its SUCCESS and FAILED match in any case)."""
+        return {"partial": cls.PARTIAL_SUCCESS}
 
 
 class CompletionReport(OpenModel):
@@ -163,6 +206,6 @@ class Progress(OpenModel):
 
     agent_id: str
     timestamp: Timestamp | None = None
-    percent: float = Field(ge=0, le=100, allow_inf_nan=False)
+    percent: Percent
     message: Text | None = None
     eta: Text | None = None
