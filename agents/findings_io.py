@@ -12,7 +12,8 @@ append-only findings stream exactly once.
   batch, so an interrupted or repeated import publishes each line once; lines appended later are
   imported by the next run. Bad lines are reported with their line numbers and skipped, once: a line
   over ``MAX_LINE_BYTES`` too, even when its end is not written yet (the checkpoint then records how far
-  into it the import read, and the next run goes on looking for its end from there).
+  into it the import read, and the next run goes on looking for its end from there). The file follows
+  no schema of ours, so a field that is not a finding's is left out, and the summary names it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import orjson
 from pydantic import ValidationError
 
 from agents.adapter import AgentBus, connect_bus, oversize
-from agents.findings_parse import finding_of, located_findings, parse_findings
+from agents.findings_parse import LeftOut, finding_of, located_findings, parse_findings
 from agents.options import check_id, id_problem
 from agents.watch import Checkpoint, fingerprints, open_file
 from bus.cli_connection import redis_options, run_command
@@ -160,6 +161,8 @@ class ImportReport:
     skipped: int = 0
     """Lines published by an earlier run."""
     bad: list[str] = field(default_factory=list)
+    left_out: LeftOut = field(default_factory=LeftOut)
+    """The fields of published lines that are no finding's."""
 
 
 @dataclass(frozen=True)
@@ -268,9 +271,12 @@ def _line(
     except orjson.JSONDecodeError as exc:
         report.bad.append(f"{spec.path}:{line}: not JSON ({exc})")
         return
+    ignored: list[str] = []
     try:
         agent = _agent_of(value, spec)
-        finding = finding_of(value, agent)
+        if spec.agent_field != "agent" and isinstance(value, dict):  # it named the agent: not a field
+            value = {name: item for name, item in value.items() if name != spec.agent_field}
+        finding = finding_of(value, agent, ignored)
     except ValueError as exc:
         report.bad.append(f"{spec.path}:{line}: {exc}")
         return
@@ -284,6 +290,7 @@ def _line(
         return
     batch.append((envelope, data))
     report.published += 1
+    report.left_out.add(ignored)
 
 
 def _agent_of(value: Any, spec: _Import) -> str:
@@ -376,6 +383,8 @@ def import_findings(
 def _summary(report: ImportReport, echo: Callable[..., None]) -> None:
     for message in report.bad:
         echo(message, err=True)
+    if report.left_out:
+        echo(report.left_out.note(), err=True)
     echo(
         f"imported {report.published} finding(s); {len(report.bad)} bad line(s); "
         f"{report.skipped} line(s) imported before"

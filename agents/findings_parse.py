@@ -1,31 +1,94 @@
 """Findings written as JSON by hand or by a script: one object, an array of objects, or JSON lines of
-:class:`~bus.findings.Finding` fields, validated with messages that say where each error is."""
+:class:`~bus.findings.Finding` fields, validated with messages that say where each error is.
+
+Two other names agents give a finding's fields are read too (the seeds give the shared findings file no
+schema): ``location`` (``"src/a.ts:8"``, split as a report's Location column is) for ``file`` and
+``line``, and ``description`` for a ``title`` that is missing.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from pydantic import ValidationError
 
+from agents.cells import split_location
 from agents.parser import describe_errors
 from bus.findings import Finding
 
-__all__ = ["finding_of", "located_findings", "parse_findings"]
+__all__ = ["LeftOut", "finding_of", "located_findings", "parse_findings"]
+
+_FIELDS: Final = frozenset(Finding.model_fields)
 
 
-def finding_of(value: Any, agent: str) -> Finding:
-    """A finding from one decoded JSON value; ``ValueError`` with a readable reason otherwise."""
+class LeftOut:
+    """The fields left out of findings (see :func:`finding_of`), each with the number of findings it was
+    left out of: 20 names at most, each cut to 80 characters, and the others counted together, so that
+    a file of made-up names takes bounded memory and one line to report."""
+
+    NAMES: Final = 20
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        """By name; ``""`` counts the names beyond the first 20."""
+
+    def __bool__(self) -> bool:
+        return bool(self.counts)
+
+    def add(self, names: list[str]) -> None:
+        """Count the fields left out of one finding."""
+        for name in dict.fromkeys(name[:80] for name in names):
+            key = name if name in self.counts or len(self.counts) < self.NAMES else ""
+            self.counts[key] = self.counts.get(key, 0) + 1
+
+    def note(self) -> str:
+        """``left out fields that are not a finding's: 'cwe' (2 lines), ...``, one finding per line."""
+        counts = ", ".join(
+            f"{repr(name) if name else 'others'} ({n:,} line{'s' if n > 1 else ''})"
+            for name, n in self.counts.items()
+        )
+        return f"left out fields that are not a finding's: {counts}"
+
+
+def finding_of(value: Any, agent: str, ignored: list[str] | None = None) -> Finding:
+    """A finding from one decoded JSON value; ``ValueError`` with a readable reason otherwise.
+
+    A field that is not a finding's is an error, or, given ``ignored``, left out and its name added there.
+    """
     if not isinstance(value, dict):
         raise ValueError(f"not a JSON object but {type(value).__name__}")
     if "group_id" in value:  # what `findings --json` writes with each finding: the command's group decides
         value = {name: item for name, item in value.items() if name != "group_id"}
+    value = _renamed(value)
     if not value.get("agent"):
         value = {**value, "agent": agent}
+    if ignored is not None and not value.keys() <= _FIELDS:
+        ignored += [name for name in value if name not in _FIELDS]
+        value = {name: item for name, item in value.items() if name in _FIELDS}
     try:
         return Finding.model_validate(value)
     except ValidationError as exc:
         raise ValueError(describe_errors(exc)) from None
+
+
+def _renamed(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` with a ``location`` that names a file as ``file`` and ``line`` (when it has no file),
+    and a ``description`` as the ``title`` it lacks. Anything else stays as it is."""
+    location, description = value.get("location"), value.get("description")
+    place = split_location(location) if isinstance(location, str) and value.get("file") is None else None
+    named = isinstance(description, str) and value.get("title") is None
+    if (place is None or place[0] is None) and not named:
+        return value
+    value = dict(value)
+    if place is not None and place[0] is not None:
+        del value["location"]
+        value["file"] = place[0]
+        if value.get("line") is None and place[1] is not None:
+            value["line"] = place[1]
+    if named:
+        value["title"] = value.pop("description")
+    return value
 
 
 def parse_findings(text: str, agent: str) -> tuple[list[Finding], list[str]]:

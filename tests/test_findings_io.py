@@ -15,6 +15,7 @@ from adapter_kit import CLI
 from click.testing import CliRunner, Result
 
 from agents.findings_io import MAX_INPUT_BYTES, MAX_LINE_BYTES, add, import_findings, parse_findings
+from agents.findings_parse import finding_of
 from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeType, decode, deterministic_id
 from bus.findings import Finding, Severity
 from bus.keys import Keys, StreamKind
@@ -60,6 +61,100 @@ def test_parse_findings_forms() -> None:
     assert errors[0] == "line 3: field 'title': Field required"
     assert errors[1].startswith("line 4: not JSON")
     assert errors[2] == "line 5: not a JSON object but list"
+
+
+def test_a_location_and_a_description_stand_for_file_line_and_title() -> None:
+    text = "\n".join(
+        [
+            line(id="SEC-001", title="Hardcoded secret", location="src/config/jwt.ts:8"),
+            line(id="SEC-002", description="Verbose errors", location="`src/a.ts:12:5`", line=14),
+            line(id="SEC-003", title="Whole file", location="src/b.ts"),
+            line(id="SEC-004", title="Title", description="More words"),
+            line(id="SEC-005", title="Both", file="c.ts", location="d.ts:1"),
+            line(id="SEC-006", title="Prose", location="the login handler"),
+        ]
+    )
+    findings, errors = parse_findings(text, "x")
+    assert [(f.id, f.title, f.file, f.line) for f in findings] == [
+        ("SEC-001", "Hardcoded secret", "src/config/jwt.ts", 8),
+        ("SEC-002", "Verbose errors", "src/a.ts", 14),  # a line of its own wins
+        ("SEC-003", "Whole file", "src/b.ts", None),
+    ]
+    assert errors == [  # `findings add` refuses what is no finding's field
+        "line 4: field 'description': Extra inputs are not permitted",
+        "line 5: field 'location': Extra inputs are not permitted",
+        "line 6: field 'location': Extra inputs are not permitted",
+    ]
+
+
+def test_fields_that_are_no_findings_can_be_left_out_and_named() -> None:
+    ignored: list[str] = []
+    value = {"id": "SEC-002", "title": "No rate limit", "location": "src/api/auth.ts:45", "cwe": "CWE-307"}
+    finding = finding_of({**value, "severity": "Critical", "confidence": "95", "group_id": "g"}, "x", ignored)
+    assert (finding.file, finding.line, finding.severity, finding.confidence) == (
+        "src/api/auth.ts",
+        45,
+        Severity.CRITICAL,
+        95,
+    )
+    assert ignored == ["cwe"]
+    with pytest.raises(ValueError, match="field 'cwe': Extra inputs are not permitted"):
+        finding_of(value, "x")
+
+
+def test_import_reads_the_findings_agents_write_and_names_what_it_left_out(
+    redis_url: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "SECURITY_FINDINGS.jsonl"
+    rows = [
+        line(id="SEC-001", title="Hardcoded JWT secret", file="src/config/jwt.ts", line=8, agent="security-auditor"),
+        line(id="SEC-001", title="Hardcoded JWT secret", location="src/config/jwt.ts:8", agent="qa-engineer"),
+        line(id="SEC-002", title="No rate limit", file="src/api/auth.ts", line=45, severity="Critical",
+             confidence="95", agent="security-auditor", cwe="CWE-307"),
+        line(id="SEC-003", description="Verbose error messages", file="src/services/auth.ts", line=89,
+             agent="security-auditor", cwe="CWE-209", references=["https://cwe.mitre.org"]),
+    ]  # fmt: skip
+    path.write_text("\n".join(rows) + "\n")
+    result = run_import(redis_url, path)
+    assert result.exit_code == 0, result.output
+    assert "imported 4 finding(s); 0 bad line(s)" in result.output
+    assert "left out fields that are not a finding's: 'cwe' (2 lines), 'references' (1 line)" in result.output
+    findings = [e.payload for e in published(redis_url) if isinstance(e.payload, Finding)]
+    assert [(f.id, f.title, f.file, f.line, f.agent) for f in findings] == [
+        ("SEC-001", "Hardcoded JWT secret", "src/config/jwt.ts", 8, "security-auditor"),
+        ("SEC-001", "Hardcoded JWT secret", "src/config/jwt.ts", 8, "qa-engineer"),
+        ("SEC-002", "No rate limit", "src/api/auth.ts", 45, "security-auditor"),
+        ("SEC-003", "Verbose error messages", "src/services/auth.ts", 89, "security-auditor"),
+    ]
+
+
+def test_import_names_the_agent_by_another_field_without_taking_it_for_a_finding_field(
+    redis_url: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "findings.jsonl"
+    path.write_text(
+        line(reporter="bg-1", title="one") + "\n" + line(reporter="bg-2", title="two", agent="QA") + "\n"
+    )
+    result = run_import(redis_url, path, "--agent-id-field", "reporter")
+    assert result.exit_code == 0, result.output
+    assert "left out" not in result.output
+    envelopes = published(redis_url)
+    assert [(e.agent_id, e.payload.agent) for e in envelopes if isinstance(e.payload, Finding)] == [
+        ("bg-1", "bg-1"),
+        ("bg-2", "QA"),
+    ]
+
+
+def test_the_fields_an_import_left_out_are_named_twenty_at_most(redis_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "findings.jsonl"
+    rows = [line(agent="a", title=f"t{n}", **{f"x{n}": 1, f"y{n}" + "z" * 200: 2}) for n in range(30)]
+    path.write_text("\n".join(rows) + "\n")
+    result = run_import(redis_url, path)
+    assert result.exit_code == 0, result.output
+    [note] = [text for text in result.output.splitlines() if text.startswith("left out")]
+    assert note.count("(1 line)") == 20
+    assert note.endswith(", others (40 lines)")
+    assert "'y0" + "z" * 78 + "' (1 line)" in note  # a name cut to 80 characters
 
 
 def test_add_publishes_findings(redis_url: str, tmp_path: Path) -> None:
