@@ -66,8 +66,11 @@ def _not_blank(value: str) -> str:
     return value
 
 
-NonBlankText = Annotated[Text, AfterValidator(_not_blank)]
-"""A free-text field that must say something (not empty, not only white space)."""
+NonBlankText = Annotated[
+    Text, AfterValidator(_not_blank), Field(json_schema_extra={"minLength": 1, "pattern": r"\S"})
+]
+"""A free-text field that must say something (not empty, not only white space); the JSON Schema says so
+to other languages' publishers."""
 
 Timestamp = AwareDatetime
 """An ISO-8601 instant that must carry a time zone."""

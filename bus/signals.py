@@ -87,7 +87,9 @@ class ClarificationNeeded(OpenModel):
     timestamp: Timestamp | None = None
     blocked_at: NonBlankText
     reason: NonBlankText
-    questions: list[Question] = Field(min_length=1)
+    questions: list[Question] = Field(
+        min_length=1, description="At least one; each question_id different (an answer names its question)."
+    )
     can_resume_with: Text | None = None
     current_state: Text | None = None
     work_continues: bool | None = None

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from bus.cli import main
 from bus.envelope import PAYLOADS, EnvelopeType, encode, new_envelope
 from bus.schema import SCHEMA_DIR, _render
-from bus.signals import Progress
+from bus.signals import Progress, StopWork
 
 
 @pytest.mark.parametrize("type_", list(EnvelopeType))
@@ -27,6 +27,17 @@ def test_schema_validates_an_encoded_envelope_and_rejects_a_wrong_one() -> None:
     schema = orjson.loads((SCHEMA_DIR / "PROGRESS.json").read_bytes())
     jsonschema.validate(data, schema)
     data["payload"]["percent"] = 140
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(data, schema)
+
+
+@pytest.mark.parametrize("details", ["", "  \n\t"])
+def test_the_schema_refuses_a_blank_required_text_as_the_coordinator_does(details: str) -> None:
+    stop = StopWork(agent_id="a1", stop_reason="blocker", blocker_type="missing_info", details="the key")
+    data = orjson.loads(encode(new_envelope(stop, agent_id="a1", group_id="g")))
+    schema = orjson.loads((SCHEMA_DIR / "STOP_WORK.json").read_bytes())
+    jsonschema.validate(data, schema)
+    data["payload"]["details"] = details
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(data, schema)
 
