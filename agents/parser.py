@@ -365,12 +365,17 @@ class Parser:
             self._end_report(hit, self._rep_fence or self._rep_outer)
         elif hit.fence is not None:
             return self._report_fence(hit)
-        elif hit.is_heading and hit.hashes <= self._level:
+        elif hit.is_heading and (hit.hashes <= self._level or self._yields_to(hit)):
             if self._rep_fence is None:
                 self._end_report(hit, self._rep_outer)
             elif self._cand is not None:
                 return self._resolve(self._region, self._seg)
         return None
+
+    def _yields_to(self, hit: Hit) -> bool:
+        """A report under a heading that only looks like one (``# Results``, a document's title) ends at
+        a real report's heading below it, which would otherwise be a section of it and lost with it."""
+        return self._loose and hit.hashes == 2 and RESULT_HEADING.fullmatch(hit.heading) is not None
 
     def _report_fence(self, hit: Hit) -> _Rewind | None:
         if self._rep_fence is not None:

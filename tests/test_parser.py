@@ -478,6 +478,13 @@ def test_a_heading_that_only_looks_like_a_reports_is_prose_without_a_status() ->
     assert error.message == "result report 'QA' at line 4: missing '### Status' section"
 
 
+def test_a_title_like_a_report_heading_does_not_swallow_the_report_below_it() -> None:
+    text = "# Security Audit Results\n\nHere is what I found.\n\n" + REPORT
+    (item,) = parse_text(text)
+    assert isinstance(item, ResultItem) and item.report.agent == "Code Explorer"
+    assert item.line == 5
+
+
 @pytest.mark.parametrize("name", ["[Agent Name]", "<agent name>", "**[Agent Name]**"])
 def test_a_report_template_quoted_or_echoed_is_nothing(name: str) -> None:
     text = f"## {name} Result\n\n### Status\nFAILED\n\n### Summary\nUnable due to [error category].\n"
