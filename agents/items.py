@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Final
 
 from agents.blocks import BlockError, SignalPayload, decode_body, is_template
-from agents.report import MissingStatus, ReportError, parse_report
+from agents.report import NoStatus, ReportError, parse_report
 from bus.envelope import EnvelopeType
 from bus.fields import Model, trusted_instance
 from bus.results import ResultReport
@@ -76,7 +76,7 @@ def report_item(
     try:
         report = parse_report(content.decode(errors="replace"))
     except ReportError as exc:
-        if loose and isinstance(exc, MissingStatus):
+        if loose and isinstance(exc, NoStatus):
             return None
         at = f" (line {line + exc.line - 1})" if exc.line is not None else ""
         return ErrorItem(

@@ -54,7 +54,7 @@ RESULT_HEADING: Final = re.compile(rb"(.+?)[ \t]+[Rr]esult[ \t#]*\r?")
 """The text of a ``## <Agent> Result`` heading (the agent's name in group 1)."""
 LOOSE_RESULT_HEADING: Final = re.compile(rb"\**(.+?)[ \t]+(?i:results?)[ \t]*:?[ \t]*\**:?[ \t#]*\r?")
 """The text of a heading of level 1 or 2 that may start a report (``# Auditor Results:``, ``## **Auditor
-Result**``): one only if it has a status section."""
+Result**``): one only if it has a valid status."""
 Fence = tuple[int, int]
 """A code fence: its marker byte (a backtick or a tilde) and the length of its run."""
 

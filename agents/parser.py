@@ -26,7 +26,7 @@ Recognition rules:
 - A block that is not a valid signal and whose ``agent_id`` and ``timestamp`` are both ``<placeholders>``
   is a signal template (an agent echoing its prompt, or quoting the protocol): it yields nothing.
 - A report starts at a ``## <Agent> Result`` heading, or at a heading of level 1 or 2 that only looks like
-  one (``# Auditor Results:``), which makes a report only if it has a status section. A report whose agent
+  one (``# Auditor Results:``), which makes a report only if it has a valid status. A report whose agent
   name is a placeholder (``## [Agent Name] Result``, a quoted template) yields nothing. It runs to the
   next heading of its level or above, the next opening tag, or the end of input; headings inside code fences do not end it. A report that starts inside a fence (the seeds show
   reports inside ```markdown fences) also ends at that fence's closing line. A bare fence line there is

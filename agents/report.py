@@ -35,7 +35,7 @@ from bus.results import (
     Table,
 )
 
-__all__ = ["MissingStatus", "ReportError", "is_placeholder", "parse_report"]
+__all__ = ["NoStatus", "ReportError", "is_placeholder", "parse_report"]
 
 _REPORT_HEADING: Final = re.compile(
     r" {0,3}(#{1,2})[ \t]+\**(.+?)[ \t]+(?i:results?)[ \t]*:?[ \t]*\**:?[ \t#]*"
@@ -69,9 +69,9 @@ class ReportError(ProtocolError):
         self.line = line
 
 
-class MissingStatus(ReportError):
-    """The report has no status section: under a heading that only looks like a report's (``## Test
-    Results``), it is prose."""
+class NoStatus(ReportError):
+    """The report has no status section, or one that names no status: under a heading that only looks
+    like a report's (``## Test Results``, ``### Status`` / ``Deployed``), it is prose."""
 
 
 def parse_report(text: str) -> ResultReport:
@@ -173,7 +173,7 @@ class _Builder:
         value = next((t.strip() for _, t in part.lines if t.strip()), "")
         match = _STATUS.match(value.strip("*`_ "))
         if match is None:
-            raise ReportError(f"status '{value}' is not SUCCESS, PARTIAL or FAILED", part.line)
+            raise NoStatus(f"status '{value}' is not SUCCESS, PARTIAL or FAILED", part.line)
         self.status = ResultStatus(match.group(1).upper())
 
     def summary_(self, part: Part) -> None:
@@ -324,7 +324,7 @@ class _Builder:
     def build(self) -> ResultReport:
         hashes = "#" * (self.level + 1)
         if self.status is None:
-            raise MissingStatus(f"missing '{hashes} Status' section")
+            raise NoStatus(f"missing '{hashes} Status' section")
         if not self.summary:
             raise ReportError(f"missing or empty '{hashes} Summary' section")
         confidence = self._confidence()

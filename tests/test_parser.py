@@ -472,10 +472,11 @@ def test_report_headings_agents_also_write(heading: str) -> None:
 
 
 def test_a_heading_that_only_looks_like_a_reports_is_prose_without_a_status() -> None:
-    text = "## Test Results\nAll 40 passed.\n" + "x" * 200 + "\n## QA Result\n### Summary\nok\n"
+    deploy = "## Deployment Results\n### Status\nDeployed to staging\n### Summary\nok\n"
+    text = deploy + "## Test Results\nAll 40 passed.\n" + "x" * 200 + "\n## QA Result\n### Summary\nok\n"
     (error,) = parse_text(text, max_block_bytes=100)  # not even too big: it was prose
     assert isinstance(error, ErrorItem)  # the exact heading is a report, and an error without a status
-    assert error.message == "result report 'QA' at line 4: missing '### Status' section"
+    assert error.message == "result report 'QA' at line 9: missing '### Status' section"
 
 
 def test_a_title_like_a_report_heading_does_not_swallow_the_report_below_it() -> None:
