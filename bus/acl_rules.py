@@ -16,7 +16,7 @@ and none has a pub/sub channel.
 
 - adapter: ``XADD`` to the signals and dead-letter streams, write-only (it cannot read what other agents
   published); on inboxes only what its consumer group ``adapter`` needs (``XGROUP CREATE``,
-  ``XREADGROUP``, ``XAUTOCLAIM``, ``XPENDING``, ``XACK``); ``GET``/``SET`` of its checkpoints
+  ``XREADGROUP``, ``XAUTOCLAIM``, ``XCLAIM``, ``XPENDING``, ``XACK``); ``GET``/``SET`` of its checkpoints
   (``offset:*``, ``import:*``); ``GET`` of the namespace's meta key; ``MULTI``/``EXEC`` (a batch and its
   checkpoint are one transaction). No access at all to findings, events, tasks, state or leases.
 - coordinator: its namespace's streams (read, ``XADD``, its consumer group's commands), ``XTRIM`` of the
@@ -83,7 +83,9 @@ _ROOT: Final = (
     "+cluster|shards",
 )
 _TRANSACTION: Final = ("+multi", "+exec", "+discard")
-_GROUP_READER: Final = ("+xgroup|create", "+xreadgroup", "+xautoclaim", "+xpending", "+xack")
+_GROUP_READER: Final = ("+xgroup|create", "+xreadgroup", "+xautoclaim", "+xclaim", "+xpending", "+xack")
+"""A consumer group's reader: ``XCLAIM`` too, which ``listen`` takes a dead reader's entry with and a
+delivering adapter keeps its own fresh with."""
 _STREAMS: Final = ("signals", "events", "tasks", "findings", "dead", "inbox:*")
 _TRIMMED: Final = ("signals", "events", "tasks")
 _CHECKPOINTS: Final = ("offset:*", "import:*")

@@ -24,6 +24,7 @@ from click.testing import CliRunner
 
 from agents.adapter import AgentBus
 from agents.launcher import GROUP as LAUNCHERS
+from agents.listen import InboxListener
 from bus.acl import Role, acl, password_hash
 from bus.connection import Client, connect
 from bus.consumer import Ack, Consumer
@@ -185,6 +186,11 @@ async def test_adapter_publishes_keeps_its_checkpoint_and_follows_its_inbox(bus:
         assert await inbox.pending_count() == 0
         [(_, dead)] = entries(admin, KEYS.stream(agent.shard, StreamKind.DEAD))
         assert dead[b"data"] == b"not json"
+        # a listener that died holding a directive: the next one takes it over (XCLAIM)
+        admin.xadd(agent.inbox, {"data": encode(directive)})
+        admin.xreadgroup("adapter", "listen", {agent.inbox: ">"})
+        received = await InboxListener(client, agent.inbox, claim_idle_ms=1).next(5)
+        assert received is not None and received.directive.envelope == directive
         admin.close()
     finally:
         await client.aclose()
@@ -622,9 +628,9 @@ def test_no_command_reaches_another_namespace(table: tuple[redis.Redis, list[Com
 # What each role may run on a key, at most (a role may run fewer).
 MAY: dict[Role, dict[str, set[str]]] = {
     Role.ADAPTER: {F0: set(), T0: set(), LEASE: set(), META: {"get"}, S0: {"xadd"}, D0: {"xadd"},
-                   INBOX: {"xgroup|create", "xreadgroup", "xautoclaim", "xpending", "xack"}},
+                   INBOX: {"xgroup|create", "xreadgroup", "xautoclaim", "xclaim", "xpending", "xack"}},
     Role.LAUNCHER: {F0: set(), S0: set(), INBOX: set(), LEASE: set(), META: {"get"}, D0: {"xadd"},
-                    T0: {"xgroup|create", "xreadgroup", "xautoclaim", "xpending", "xack"}},
+                    T0: {"xgroup|create", "xreadgroup", "xautoclaim", "xclaim", "xpending", "xack"}},
 }  # fmt: skip
 COORDINATOR_FINDINGS_WRITES = {"xadd", "xack", "xautoclaim", "xgroup|create", "xreadgroup", "eval", "evalsha"}
 READ_ONLY: dict[str, set[str]] = {F0: set(), S0: set(), META: set(), LEASE: set(), GROUP_KEY: set()}
@@ -638,7 +644,7 @@ WRITES: dict[Role, dict[str, set[str]]] = {
 READS = {F0: {"xrange", "xrevrange"}, S0: {"xrange", "xinfo|stream"}, META: {"get"}, GROUP_KEY: {"hgetall"}}
 # What each role must be able to run on a key (the limits above hold for a role that may run nothing). XREADGROUP
 # is left out: its keys follow STREAMS, which the sweep's argument lists do not have.
-GROUP_READER = {"xgroup|create", "xautoclaim", "xpending", "xack"}
+GROUP_READER = {"xgroup|create", "xautoclaim", "xclaim", "xpending", "xack"}
 MUST: dict[Role, dict[str, set[str]]] = {
     Role.ADAPTER: {S0: {"xadd"}, D0: {"xadd"}, META: {"get"}, INBOX: GROUP_READER},
     Role.LAUNCHER: {D0: {"xadd"}, META: {"get"}, T0: GROUP_READER},
