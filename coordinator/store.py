@@ -31,7 +31,7 @@ from bus.connection import as_text
 from bus.errors import DecodeError
 from bus.keys import Keys
 from coordinator.commit import Commit
-from coordinator.rules.findings import compact_slot
+from coordinator.rules.findings import compact_slot, fold
 from coordinator.state import AgentRecord, Delegation, FindingSlot, GroupState, IdWindow
 
 __all__ = [
@@ -194,6 +194,18 @@ def _text_keys(fields: Mapping[Any, Any]) -> dict[str, Any]:
     return {as_text(name): value for name, value in fields.items()}
 
 
+def _with_legacy(legacy: dict[str, FindingSlot], slots: Mapping[str, FindingSlot]) -> dict[str, FindingSlot]:
+    """0.1.0's slots with the merged hash's: a slot in both (coordinators of both versions applied reports
+    to it, during an upgrade) holds the reports of both, as :func:`fold` keeps them."""
+    found = dict(legacy)
+    for key, new in slots.items():
+        old, both = found.get(key), new
+        for report in old.reports.values() if old is not None else ():
+            both = fold(both, report)
+        found[key] = both
+    return found
+
+
 def load_state(
     group_id: str, fields: Mapping[Any, Any], seen: list[Any], slots: Mapping[str, FindingSlot] | None = None
 ) -> GroupState:
@@ -208,12 +220,14 @@ def load_state(
             for attr, (prefix, model) in _MAPS.items():
                 if name.startswith(prefix):
                     maps[attr][name[len(prefix) :]] = model.model_validate_json(value)
+        legacy = legacy_slots(fields)
+        counted: Mapping[str, FindingSlot] | None = None  # the slots to count conflicts in, if need be
         if slots is not None:
-            legacy = legacy_slots(fields)
-            found = {**decode_slots(legacy), **slots} if legacy else dict(slots)
-            if _CONFLICTS not in data:  # none, or stored before the count was kept: count them
-                data[_CONFLICTS] = sum(slot.conflict_reported for slot in found.values())
-            maps["findings"] = found
+            counted = maps["findings"] = _with_legacy(decode_slots(legacy), slots) if legacy else dict(slots)
+        elif legacy:  # a view of a state 0.1.0 stored (its slots are few next to a new layout's)
+            counted = decode_slots(legacy)
+        if _CONFLICTS not in data and counted is not None:  # stored before the count was kept
+            data[_CONFLICTS] = sum(slot.conflict_reported for slot in counted.values())
         ids = [as_text(s) for s in seen]
         chunk = IdWindow.CHUNK
         window = IdWindow.model_construct(

@@ -23,6 +23,7 @@ from bus.keys import Keys, open_namespace
 from bus.publisher import Publisher
 from coordinator.policy import Policy
 from coordinator.service import Coordinator, CoordinatorOptions
+from coordinator.state import FindingSlot
 from coordinator.store import group_key, merged_key
 from coordinator.view import load_shard
 
@@ -114,3 +115,35 @@ async def test_slots_kept_in_the_group_hash_by_0_1_0_are_read_and_merged_again(
     async with connected(redis_url) as client:
         state = (await load_shard(client, keys, shard))[GROUP]
     assert len(state.findings) == 4
+
+
+async def test_a_slot_in_both_hashes_holds_both_reports_and_old_conflicts_are_counted(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """During an upgrade, coordinators of both versions may each write a slot (0.1.0's in the group hash);
+    and 0.1.0's meta has no count of severity conflicts."""
+    monkeypatch.chdir(tmp_path)
+    keys = await _apply(redis_url, [_finding("scanner", 0), _finding("reviewer", 0, severity="low")])
+    shard = keys.shard_of(GROUP)
+    async with connected(redis_url) as client:
+        slots, group = merged_key(keys, shard, GROUP), group_key(keys, shard, GROUP)
+        ((key, raw),) = (await client.hgetall(slots)).items()
+        old = FindingSlot.model_validate_json(raw)  # as 0.1.0 stored it: without the scanner's report
+        legacy = old.model_copy(update={"reports": {"reviewer": old.reports["reviewer"]}})
+        await client.hset(
+            slots,
+            key,
+            old.model_copy(update={"reports": {"scanner": old.reports["scanner"]}}).model_dump_json(),
+        )
+        await client.hset(group, f"f:{as_text(key)}", legacy.model_dump_json())
+        meta = orjson.loads(await client.hget(group, "meta") or b"{}")
+        assert meta.pop("severity_conflicts") == 1
+        await client.hset(group, "meta", orjson.dumps(meta))
+    assert _status_findings(redis_url) == 1
+    (status,) = orjson.loads(_cli(redis_url, "status", "--json"))
+    assert status["severity_conflicts"] == 1
+    assert _merged(redis_url) == {"issue 0": ["reviewer", "scanner"]}
+    async with connected(redis_url) as client:
+        state = (await load_shard(client, keys, shard))[GROUP]
+    (slot,) = state.findings.values()
+    assert set(slot.reports) == {"reviewer", "scanner"} and state.severity_conflicts == 1
