@@ -17,7 +17,7 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from bus import wire
-from bus.connection import Client, translated
+from bus.connection import Client, as_text, translated
 from bus.consumer import DELETED_REASON
 from bus.errors import BusError
 from bus.keys import Keys, StreamKind
@@ -147,6 +147,13 @@ class Leases:
         with translated():
             got = await self.client.set(self.key(shard), token, nx=True, px=self.ttl_ms)
         return token if got else None
+
+    async def holder(self, shard: int) -> tuple[str | None, int]:
+        """The token of the shard's lease (None: nobody holds it) and the milliseconds it has left."""
+        with translated():
+            token = await self.client.get(self.key(shard))
+            left = await self.client.pttl(self.key(shard))
+        return (as_text(token) if token is not None else None), int(left)
 
     async def renew(self, pipe: wire.Pipe, shard: int, token: str, *, retake: bool = False) -> bool:
         """Extend the lease by its TTL; False when it is no longer ``token``'s.

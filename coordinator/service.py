@@ -155,12 +155,30 @@ class Coordinator:
 
     async def _drain(self, shard: _Shard, stop: asyncio.Event) -> None:
         try:
-            if await self._acquire(shard):
+            if await self._acquire_for_burst(shard, stop):
                 while shard.owned and not stop.is_set() and await self._step(shard, block_ms=None):
                     pass
                 await self._give_back(shard)
         finally:
             await shard.pipe.close()  # only here and in _loop: the pipe is the shard loop's own
+
+    async def _acquire_for_burst(self, shard: _Shard, stop: asyncio.Event) -> bool:
+        """The shard's lease for a burst run. A lease left by a process that died runs out within its TTL
+        (a burst run started right after a crash waits for it, rather than apply nothing); one that a live
+        process keeps renewing is left to that process, which applies the shard."""
+        seen: tuple[str, int] | None = None
+        while not stop.is_set():
+            if await self._acquire(shard):
+                return True
+            token, left = await self._leases.holder(shard.index)
+            if token is None:
+                continue  # it ran out just now
+            if seen is not None and seen[0] == token and left > seen[1]:
+                log.info("shard %d is held by %s, which applies it", shard.index, token.rpartition(":")[0])
+                return False
+            seen = (token, left)
+            await wait_for(stop, min(max(left, 0), 1000) / 1000 + 0.05)
+        return False
 
     async def _loop(self, shard: _Shard, stop: asyncio.Event) -> None:
         try:
