@@ -84,7 +84,7 @@ def column(headers: list[str], names: tuple[str, ...]) -> int | None:
     return next((normalized.index(n) for n in names if n in normalized), None)
 
 
-_EMPHASIS: Final = re.compile(r"(\*{1,2})(\S(?:.*\S)?)\1")
+_EMPHASIS: Final = re.compile(r"(\*{1,2})([^*\s](?:[^*]*[^*\s])?)\1")
 
 
 def cell(row: list[str], index: int | None) -> str:
@@ -114,7 +114,7 @@ def findings(
     the evidence paragraph that starts with its id, when there is one."""
     found: list[Finding] = []
     for table in tables:
-        if column(table.headers, _WHERE) is None:
+        if not _places(table.headers):
             continue
         if column(table.headers, ("severity", "issue", "finding")) is None:
             continue
@@ -123,6 +123,14 @@ def findings(
             if finding is not None:
                 found.append(finding)
     return found
+
+
+def _places(headers: list[str]) -> bool:
+    """Whether a table names places: a ``file:line`` column, or a file column beside a line or severity
+    column (``| Issue | File | Change |`` is a change log)."""
+    if column(headers, ("fileline", "location")) is not None:
+        return True
+    return column(headers, ("file", "path")) is not None and column(headers, ("line", "severity")) is not None
 
 
 def _finding(

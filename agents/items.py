@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Final
 
 from agents.blocks import BlockError, SignalPayload, decode_body, is_template
-from agents.report import NoStatus, ReportError, parse_report
+from agents.report import ReportError, parse_report
 from bus.envelope import EnvelopeType
 from bus.fields import Model, trusted_instance
 from bus.results import ResultReport
@@ -70,13 +70,13 @@ def report_item(
     content: bytes, *, loose: bool, line: int, offset: int, where: str, context: str = ""
 ) -> ResultItem | ErrorItem | None:
     """The item of a report (heading at ``line``): the report, or an error whose message starts with
-    ``where``. Under a heading that only looks like a report's (``loose``), no status section means
-    prose: None. Invalid UTF-8 is read as U+FFFD and named in the report's violations (``context``
+    ``where``. Under a heading written otherwise than the contract's (``loose``), a report that does not
+    read as one is prose: None. Invalid UTF-8 is read as U+FFFD and named in the report's violations (``context``
     follows its line), since the rest of a report is worth more than a byte."""
     try:
         report = parse_report(content.decode(errors="replace"))
     except ReportError as exc:
-        if loose and isinstance(exc, NoStatus):
+        if loose:  # only the exact heading says a report was meant
             return None
         at = f" (line {line + exc.line - 1})" if exc.line is not None else ""
         return ErrorItem(

@@ -12,7 +12,6 @@ from typing import Final
 from agents.blocks import SIGNAL_TYPES
 
 __all__ = [
-    "CLOSE_ALONE",
     "HIT",
     "LOOSE_RESULT_HEADING",
     "RESULT_HEADING",
@@ -21,27 +20,19 @@ __all__ = [
     "TYPE_OF_TAG",
     "Fence",
     "Hit",
+    "may_be_report",
 ]
 
 _TAGS: Final = b"|".join(t.value.encode() for t in SIGNAL_TYPES)
 TYPE_OF_TAG: Final = {t.value.encode(): t for t in SIGNAL_TYPES}
 """The signal type a tag names (``b"STOP_WORK"`` -> ``EnvelopeType.STOP_WORK``)."""
-# Agents print tags in Markdown emphasis (``**[STOP_WORK]**``), as a heading (``### [STOP_WORK]``), with
-# a colon (``[STOP_WORK]:``) or, through a terminal, in colour: around a tag alone on its line these mean
-# nothing else, so they are allowed there (any mix, on either side). A closing tag may be followed by
-# text (``[/STOP_WORK] Waiting for the parent``): it ends an open block of its type (see the parser).
-_DECO: Final = rb"(?:\*{1,2}|_{1,2}|\x1b\[[0-9;]*m)*"
-_TAG: Final = (
-    rb"(?:#{1,6}[ \t]+)?"
-    + _DECO
-    + rb"\[(/)?("
-    + _TAGS
-    + rb")\]:?"
-    + _DECO
-    + rb":?(?(2)[^\n]*(?=\n)|[ \t]*(?=\r?\n))"
-)
-CLOSE_ALONE: Final = re.compile(rb"\]:?" + _DECO + rb":?[ \t]*\r?\n?$")
-"""The end of a closing tag line with nothing after the tag."""
+# Agents print tags in Markdown emphasis (``**[STOP_WORK]**``) or, through a terminal, in colour: around a
+# tag alone on its line these mean nothing else, so they are allowed there (any mix, on either side; one
+# character class, so that a long run of ``*`` is matched in one way only, not in exponentially many). A
+# closing tag may be followed by text (``[/STOP_WORK] Waiting for the parent``): it ends an open block of
+# its type; outside one it is prose, like any other line (see the parser).
+_DECO: Final = rb"(?:[*_]|\x1b\[[0-9;]*m)*"
+_TAG: Final = _DECO + rb"\[(/)?(" + _TAGS + rb")\]" + _DECO + rb"(?(2)[^\n]*(?=\n)|[ \t]*(?=\r?\n))"
 # Anchored on the newline before a line (each scanned region starts with one), so the regex engine
 # only tries line starts; the groups: indent, "/", tag | fence marker, info | hashes, heading text.
 # (The lookahead is for speed: it ends the try at a prose line's first character.)
@@ -50,11 +41,19 @@ HIT: Final = re.compile(
 )
 TAG_GROUP: Final = 3  # the group of HIT a tag line ends with (``m.lastindex``)
 TAG_LINE: Final = re.compile(rb"\n[ \t]*" + _TAG)  # the tag lines of HIT
-RESULT_HEADING: Final = re.compile(rb"(.+?)[ \t]+[Rr]esult[ \t#]*\r?")
+RESULT_HEADING: Final = re.compile(rb"[ \t]*(\S(?:.*\S)?)[ \t]+[Rr]esult[ \t#]*\r?")
 """The text of a ``## <Agent> Result`` heading (the agent's name in group 1)."""
-LOOSE_RESULT_HEADING: Final = re.compile(rb"\**(.+?)[ \t]+(?i:results?)[ \t]*:?[ \t]*\**:?[ \t#]*\r?")
-"""The text of a heading of level 1 or 2 that may start a report (``# Auditor Results:``, ``## **Auditor
-Result**``): one only if it has a valid status."""
+LOOSE_RESULT_HEADING: Final = re.compile(rb"[ \t]*\**+(\S(?:.*\S)?)[ \t]+(?i:result)[ \t*:#]*\r?")
+"""The text of a heading of level 2 that may start a report (``## **Auditor Result**``, ``## Auditor
+RESULT:``): one only if it reads as a report (a valid status and a summary)."""
+
+
+def may_be_report(heading: bytes) -> bool:
+    """Whether a heading's text can be a report's: it ends in ``result`` (checked before the expressions
+    above, which would try every split of a long line of spaces)."""
+    return heading.rstrip(b" \t\r*:#")[-6:].lower() == b"result"
+
+
 Fence = tuple[int, int]
 """A code fence: its marker byte (a backtick or a tilde) and the length of its run."""
 

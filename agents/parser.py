@@ -13,11 +13,10 @@ Recognition rules:
 - An opening tag ``[STOP_WORK]`` (likewise CLARIFICATION_NEEDED, DELEGATE_WORK, COMPLETION_REPORT,
   PROGRESS) counts only alone on its line; indentation and a trailing CR are allowed, so a block may sit
   in a ```yaml fence or a list item, and so are Markdown emphasis (``**[STOP_WORK]**``) and terminal colour
-  codes around the tag, a heading's hashes before it and a colon after it. An inline mention ("I will emit
-  [STOP_WORK] if ...") is prose, and so is a tag in inline code or a quote. The body is dedented by the
-  opening tag's indentation and ends at the matching closing tag, which may have text after it.
-- A closing tag alone on its line that closes no block is an error of its type: its opening tag was not
-  read (it had text after it), and the signal must not be lost without a word.
+  codes around the tag. An inline mention ("I will emit [STOP_WORK] if ...") is prose, and so is a tag in
+  inline code or a quote, or a heading (``### [STOP_WORK]``: a protocol explained). The body is dedented
+  by the opening tag's indentation and ends at the matching closing tag, which may have text after it; a
+  closing tag outside a block is prose.
 - An opening tag while a block is open ends the open block with an error (it was never terminated) and
   starts the new block: agents do not nest signals, and dropping the new, probably complete, block to
   keep waiting for a terminator that may never come would lose a valid signal. A closing tag of another
@@ -25,10 +24,10 @@ Recognition rules:
 - A block still open at :meth:`Parser.close` is an error, never a partial signal.
 - A block that is not a valid signal and whose ``agent_id`` and ``timestamp`` are both ``<placeholders>``
   is a signal template (an agent echoing its prompt, or quoting the protocol): it yields nothing.
-- A report starts at a ``## <Agent> Result`` heading, or at a heading of level 1 or 2 that only looks like
-  one (``# Auditor Results:``), which makes a report only if it has a valid status. A report whose agent
-  name is a placeholder (``## [Agent Name] Result``, a quoted template) yields nothing. It runs to the
-  next heading of its level or above, the next opening tag, or the end of input; headings inside code fences do not end it. A report that starts inside a fence (the seeds show
+- A report starts at a ``## <Agent> Result`` heading, or at one written otherwise (``## **Auditor
+  Result**``, ``## Auditor RESULT:``), which makes a report only if it reads as one: anything wrong with
+  it means prose. A report of ``[Agent Name]`` (a quoted template) yields nothing. It runs to the next
+  heading of level 1 or 2, the next opening tag, or the end of input; headings inside code fences do not end it. A report that starts inside a fence (the seeds show
   reports inside ```markdown fences) also ends at that fence's closing line. A bare fence line there is
   ambiguous (it may open a code block inside the report), so it is taken as the end only once the lines
   after it show it (a heading or a fence with an info string inside the supposed code block, a signal,
@@ -54,7 +53,6 @@ from typing import Final
 from agents.blocks import SIGNAL_TYPES, SignalPayload, describe_errors
 from agents.items import ErrorItem, Item, ResultItem, SignalItem, block_item, report_item
 from agents.lines import (
-    CLOSE_ALONE,
     HIT,
     LOOSE_RESULT_HEADING,
     RESULT_HEADING,
@@ -63,6 +61,7 @@ from agents.lines import (
     TYPE_OF_TAG,
     Fence,
     Hit,
+    may_be_report,
 )
 from agents.report import is_placeholder
 from bus.envelope import EnvelopeType
@@ -104,11 +103,8 @@ class Parser:
         *,
         max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
         context: str = "",
-        unclosed: EnvelopeType | None = None,
     ) -> None:
-        """``context`` follows the "at line N" of error messages (a transcript names its JSONL line);
-        ``unclosed`` is the type of a block that the text before this one left open (an error already),
-        whose closing tag is then not an error again."""
+        """``context`` follows the "at line N" of error messages (a transcript names its JSONL line)."""
         if max_block_bytes < 1:
             raise ValueError("max_block_bytes must be positive")
         self.max_block_bytes = max_block_bytes
@@ -122,8 +118,6 @@ class Parser:
         self._head: bytes | None = b""  # the output's first bytes while they may be a split BOM
         self._state = _State.OUTSIDE
         self._fence: Fence | None = None  # a code fence open in the prose
-        self.unclosed = unclosed
-        """The type of a block that was ended unterminated (an error already): its closing tag may come."""
         # the open block or report
         self._type = _T.STOP_WORK
         self._agent = b""
@@ -138,7 +132,6 @@ class Parser:
         self._rep_fence: Fence | None = None  # a fence open inside the report
         self._rep_outer: Fence | None = None  # the fence the report started in
         self._cand: tuple[int, int, int] | None = None  # bare fence that may end it: at, next_at, line
-        self._level = 2  # the report's heading level: a heading of that level or above ends it
         self._loose = False  # its heading only looks like a report's: without a status it is prose
 
     def feed(self, chunk: bytes) -> list[Item]:
@@ -189,7 +182,6 @@ class Parser:
             self._run(*self._resolve(b"", 0))
         if self._state is _State.BLOCK and not self._discard:
             self._error("not terminated (end of input)")
-            self.unclosed = self._type
         elif self._state is _State.REPORT and not self._discard:
             self._emit_report(bytes(self._body))
         self._state = _State.OUTSIDE
@@ -269,8 +261,8 @@ class Parser:
                 self._open_block(hit.tag, len(hit.indent), hit.at, hit.next_at, hit.end + 1, hit.line)
         elif hit.fence is not None:
             self._fence = None if hit.closes(self._fence) else self._fence or (hit.fence[0], len(hit.fence))
-        elif hit.is_heading:
-            name = RESULT_HEADING.fullmatch(hit.heading) if hit.hashes == 2 else None
+        elif hit.hashes == 2 and hit.is_heading and may_be_report(hit.heading):
+            name = RESULT_HEADING.fullmatch(hit.heading)
             loose = name is None
             if loose:
                 name = LOOSE_RESULT_HEADING.fullmatch(hit.heading)
@@ -293,13 +285,11 @@ class Parser:
                 self._emit_block(bytes(self._body) + self._region[self._seg : m.start() + 1])
             else:
                 self._error(f"not terminated before the [{tag.decode()}] at line {line}")
-                self.unclosed = self._type
             if slash:
                 self._state = _State.OUTSIDE
                 return m.end()
         elif slash:
-            self._orphan(tag, at + len(indent), line, self._region[m.start() : m.end()])
-            return m.end()
+            return m.end()  # a closing tag outside a block is prose
         self._open_block(tag, len(indent), at, at - m.start() + end, end + 1, line)
         return self._whole_block(tag, at - m.start(), end) or m.end()
 
@@ -333,7 +323,6 @@ class Parser:
     def _open_report(self, hit: Hit, agent: bytes, *, loose: bool) -> None:
         self._state = _State.REPORT
         self._agent = agent
-        self._level = hit.hashes
         self._loose = loose
         self._open(hit.line, hit.at, hit.start)
         # A quoted or echoed template (``## [Agent Name] Result``) is read past like a report too big to
@@ -358,24 +347,18 @@ class Parser:
         self._check_size(hit.at)
         if hit.tag is not None:
             if hit.close:
-                self._orphan(hit.tag, hit.at + len(hit.indent), hit.line, self._region[hit.start : hit.end])
                 return None
             if self._cand is not None:
                 return self._resolve(self._region, self._seg)
             self._end_report(hit, self._rep_fence or self._rep_outer)
         elif hit.fence is not None:
             return self._report_fence(hit)
-        elif hit.is_heading and (hit.hashes <= self._level or self._yields_to(hit)):
+        elif hit.is_heading:
             if self._rep_fence is None:
                 self._end_report(hit, self._rep_outer)
             elif self._cand is not None:
                 return self._resolve(self._region, self._seg)
         return None
-
-    def _yields_to(self, hit: Hit) -> bool:
-        """A report under a heading that only looks like one (``# Results``, a document's title) ends at
-        a real report's heading below it, which would otherwise be a section of it and lost with it."""
-        return self._loose and hit.hashes == 2 and RESULT_HEADING.fullmatch(hit.heading) is not None
 
     def _report_fence(self, hit: Hit) -> _Rewind | None:
         if self._rep_fence is not None:
@@ -422,20 +405,6 @@ class Parser:
             self._discard = True
             self._body = bytearray()
             self._cand = None
-
-    def _orphan(self, tag: bytes, at: int, line: int, text: bytes) -> None:
-        """A closing tag alone on its line that closes no block: its opening tag was not read (it had
-        text after it, say), so the signal would be lost without a word. With text after it, it is prose.
-        The closing tag of a block that an opening tag already ended with an error is not one more."""
-        kind = TYPE_OF_TAG[tag]
-        if self.unclosed is kind:
-            self.unclosed = None
-        elif CLOSE_ALONE.search(text):
-            message = (
-                f"[/{tag.decode()}] at line {line}{self._context} closes no block: "
-                f"the opening [{tag.decode()}] must stand alone on its line"
-            )
-            self._out.append(ErrorItem(line=line, offset=at, message=message, type=kind))
 
     def _where(self) -> str:
         if self._state is _State.REPORT:

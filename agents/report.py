@@ -35,13 +35,11 @@ from bus.results import (
     Table,
 )
 
-__all__ = ["NoStatus", "ReportError", "is_placeholder", "parse_report"]
+__all__ = ["ReportError", "is_placeholder", "parse_report"]
 
-_REPORT_HEADING: Final = re.compile(
-    r" {0,3}(#{1,2})[ \t]+\**(.+?)[ \t]+(?i:results?)[ \t]*:?[ \t]*\**:?[ \t#]*"
-)
-"""``## <Agent> Result``, and the forms agents also write: ``Results``, any case, in bold, with a colon,
-at level 1 (whose sections are then level 2)."""
+_REPORT_HEADING: Final = re.compile(r" {0,3}##[ \t]+\**+(\S(?:.*\S)?)[ \t]+(?i:result)[ \t*:#]*")
+"""``## <Agent> Result``, also in any case, in bold or with a colon."""
+_PLACEHOLDERS: Final = frozenset({"agent name", "agent", "name", "agent-name", "agent_name", "agent type"})
 _STATUS: Final = re.compile(r"(SUCCESS|PARTIAL|FAILED)\b", re.IGNORECASE)
 _SCORE: Final = re.compile(
     r"(?:(?:overall\s+)?(?:confidence|score)\s*[:=]\s*)?(\d{1,3}(?:\.\d+)?)\s*(?:%|/\s*100)?"
@@ -69,20 +67,14 @@ class ReportError(ProtocolError):
         self.line = line
 
 
-class NoStatus(ReportError):
-    """The report has no status section, or one that names no status: under a heading that only looks
-    like a report's (``## Test Results``, ``### Status`` / ``Deployed``), it is prose."""
-
-
 def parse_report(text: str) -> ResultReport:
     """Parse one report, from its ``## <Agent> Result`` heading to its end."""
     lines = text.replace("\r\n", "\n").split("\n")
     heading = _REPORT_HEADING.fullmatch(lines[0].rstrip())
     if heading is None:
         raise ReportError("not a '## <Agent Name> Result' heading", 1)
-    level = len(heading.group(1))
-    builder = _Builder(heading.group(2).strip(), level)
-    preamble, parts = split_sections(list(enumerate(lines[1:], start=2)), level + 1)
+    builder = _Builder(heading.group(1).strip("*_ \t"))
+    preamble, parts = split_sections(list(enumerate(lines[1:], start=2)), 3)
     if any(t.strip() for _, t in preamble):
         builder.sections.append(_section(Part("", 2, preamble)))
     for part in parts:
@@ -92,9 +84,11 @@ def parse_report(text: str) -> ResultReport:
 
 def is_placeholder(name: str) -> bool:
     """An agent name that is a template's placeholder (``[Agent Name]``, ``<agent>``): the report is one
-    of the protocol's templates, quoted or echoed by an agent, not a result."""
+    of the protocol's templates, quoted or echoed by an agent, not a result. (``[Security Auditor]`` is a
+    name, filled in where the template had one.)"""
     name = name.strip("*_` ")
-    return len(name) > 2 and (name[0], name[-1]) in {("[", "]"), ("<", ">")}
+    bracketed = len(name) > 2 and (name[0], name[-1]) in {("[", "]"), ("<", ">")}
+    return bracketed and name[1:-1].strip().lower() in _PLACEHOLDERS
 
 
 def _section(part: Part) -> Section:
@@ -118,9 +112,8 @@ def _is_resolution(line: str) -> bool:
 class _Builder:
     """Collects the sections of one report into the fields of :class:`ResultReport`."""
 
-    def __init__(self, agent: str, level: int = 2) -> None:
+    def __init__(self, agent: str) -> None:
         self.agent = agent
-        self.level = level  # the heading's: sections are one level below, findings' sub-sections two
         self.status: ResultStatus | None = None
         self.summary: str | None = None
         self.sections: list[Section] = []
@@ -144,9 +137,7 @@ class _Builder:
         key = _key(part.title)
         handler = _HANDLERS.get(key)
         if handler is not None and key in self.seen:
-            self.violations.append(
-                f"duplicate section '{'#' * (self.level + 1)} {part.title}' (line {part.line}); first one used"
-            )
+            self.violations.append(f"duplicate section '### {part.title}' (line {part.line}); first one used")
             handler = None
         self.seen.add(key)
         self._collect_evidence(part.lines)
@@ -173,14 +164,14 @@ class _Builder:
         value = next((t.strip() for _, t in part.lines if t.strip()), "")
         match = _STATUS.match(value.strip("*`_ "))
         if match is None:
-            raise NoStatus(f"status '{value}' is not SUCCESS, PARTIAL or FAILED", part.line)
+            raise ReportError(f"status '{value}' is not SUCCESS, PARTIAL or FAILED", part.line)
         self.status = ResultStatus(match.group(1).upper())
 
     def summary_(self, part: Part) -> None:
         self.summary = part.text
 
     def findings_(self, part: Part) -> None:
-        preamble, subsections = split_sections(part.lines, self.level + 2)
+        preamble, subsections = split_sections(part.lines, 4)
         if any(t.strip() for _, t in preamble):
             subsections.insert(0, Part(part.title, part.line, preamble))
         for sub in subsections:
@@ -322,11 +313,10 @@ class _Builder:
             return None
 
     def build(self) -> ResultReport:
-        hashes = "#" * (self.level + 1)
         if self.status is None:
-            raise NoStatus(f"missing '{hashes} Status' section")
+            raise ReportError("missing '### Status' section")
         if not self.summary:
-            raise ReportError(f"missing or empty '{hashes} Summary' section")
+            raise ReportError("missing or empty '### Summary' section")
         confidence = self._confidence()
         return ResultReport(
             agent=self.agent,

@@ -27,7 +27,6 @@ import orjson
 
 from agents.lenient_json import loads_lenient
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, Parser
-from bus.envelope import EnvelopeType
 from bus.fields import Model
 
 __all__ = [
@@ -243,7 +242,6 @@ class TranscriptParser:
     ) -> None:
         self.max_block_bytes = max_block_bytes
         self.reader = TranscriptReader(max_line_bytes=max_line_bytes)
-        self._unclosed: EnvelopeType | None = None  # a block the last text left open: one error is enough
 
     @property
     def session_id(self) -> str | None:
@@ -266,14 +264,10 @@ class TranscriptParser:
                 items.append(event)
                 continue
             parser = Parser(
-                max_block_bytes=self.max_block_bytes,
-                context=f" of the text on JSONL line {event.line}",
-                unclosed=self._unclosed,
+                max_block_bytes=self.max_block_bytes, context=f" of the text on JSONL line {event.line}"
             )
             data = event.text.encode()
-            found = parser.feed(data) + parser.close()
-            self._unclosed = parser.unclosed
-            for item in found:
+            for item in parser.feed(data) + parser.close():
                 items.append(
                     item.model_copy(update={"line": event.line, "offset": event.offset + item.offset})
                 )

@@ -187,6 +187,20 @@ def test_invalid_utf8_in_a_report_is_replaced_and_named_in_its_violations() -> N
 
 
 @pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"*" * 60,  # a separator: a run the emphasis around a tag could split in exponentially many ways
+        b"_" * 60 + b"[STOP_WORK]",
+        b"## " + b"*" * 60 + b" " * 4000 + b"x Result",  # a heading tried at every split of its spaces
+        b"## " + b" " * 4000 + b"Result",
+    ],
+)
+def test_lines_built_to_make_the_expressions_backtrack_are_read_in_linear_time(line: bytes) -> None:
+    assert parse_text((line + b"\n") * 200 + VALID)[-1:] != []
+
+
+@pytest.mark.timeout(10)
 def test_a_flood_of_opening_tags() -> None:
     items = parse_text(b"[STOP_WORK]\n" * 20_000)
     assert len(items) == 20_000

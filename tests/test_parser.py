@@ -103,9 +103,7 @@ def test_indented_block_in_a_list_is_dedented() -> None:
         ("*[STOP_WORK]*", "*[/STOP_WORK]*"),
         ("\x1b[1;31m[STOP_WORK]\x1b[0m", "\x1b[31m[/STOP_WORK]\x1b[0m"),
         ("\x1b[1m**[STOP_WORK]**\x1b[0m  ", "**[/STOP_WORK]**\r"),
-        ("### [STOP_WORK]", "[/STOP_WORK]"),
-        ("[STOP_WORK]:", "**[/STOP_WORK]**:"),
-        ("## **[STOP_WORK]:**", "[/STOP_WORK] Waiting for the parent to resolve this."),
+        ("**[STOP_WORK]**", "[/STOP_WORK] Waiting for the parent to resolve this."),
     ],
 )
 def test_emphasis_and_colour_around_a_tag_alone_on_its_line_are_allowed(opening: str, closing: str) -> None:
@@ -119,17 +117,19 @@ def test_emphasis_and_colour_around_a_tag_alone_on_its_line_are_allowed(opening:
 
 @pytest.mark.parametrize(
     "line",
-    ["**[STOP_WORK] now**", "`[STOP_WORK]`", "> [STOP_WORK]", "**STOP_WORK**", "\x1b[1m[STOP_WORK] x"],
+    [
+        "**[STOP_WORK] now**",
+        "`[STOP_WORK]`",
+        "> [STOP_WORK]",
+        "**STOP_WORK**",
+        "\x1b[1m[STOP_WORK] x",
+        "### [STOP_WORK]",  # a protocol explained, section by section
+        "[STOP_WORK]:",
+        "[STOP_WORK] - blocked on npm",
+    ],
 )
 def test_other_text_around_a_tag_is_still_prose(line: str) -> None:
-    # the block's closing tag then closes nothing: an error, so that the signal is not lost unseen
-    assert _orphans(parse_text(stop().replace("[STOP_WORK]", line, 1))) == [7]
-
-
-def _orphans(items: list[Item]) -> list[int]:
-    """The lines of the items, all of them errors of closing tags that close no block."""
-    assert all(isinstance(i, ErrorItem) and "closes no block" in i.message for i in items), items
-    return [i.line for i in items]
+    assert parse_text(stop().replace("[STOP_WORK]", line, 1)) == []  # its closing tag too
 
 
 def test_block_inside_a_yaml_fence_and_crlf_line_endings() -> None:
@@ -162,8 +162,8 @@ def test_a_byte_order_mark_at_the_start_is_skipped_and_counted_in_offsets(cuts: 
 
 
 def test_a_byte_order_mark_elsewhere_or_cut_short_is_prose() -> None:
-    assert _orphans(parse_text(b"intro\n\xef\xbb\xbf" + stop().encode())) == [8]
-    assert _orphans(parse_text(b"\xef\xbb" + stop().encode())) == [7]
+    assert parse_text(b"intro\n\xef\xbb\xbf" + stop().encode()) == []
+    assert parse_text(b"\xef\xbb" + stop().encode()) == []
     assert feed_split(b"\xef\xbb", [1]) == []
 
 
@@ -326,15 +326,8 @@ def test_a_closing_tag_of_another_type_ends_the_block_with_an_error() -> None:
     assert isinstance(second, SignalItem)
 
 
-def test_a_closing_tag_that_closes_no_block_is_an_error_so_the_signal_is_not_lost_unseen() -> None:
-    text = "[STOP_WORK] - blocked on npm\n" + stop().split("\n", 1)[1] + "prose\n**[/PROGRESS]**\n"
-    first, second = parse_text(text)
-    assert isinstance(first, ErrorItem) and isinstance(second, ErrorItem)
-    assert (first.type, first.line, first.offset) == (EnvelopeType.STOP_WORK, 7, text.index("[/STOP_WORK]"))
-    assert first.message == (
-        "[/STOP_WORK] at line 7 closes no block: the opening [STOP_WORK] must stand alone on its line"
-    )
-    assert (second.type, second.line) == (EnvelopeType.PROGRESS, 9)
+def test_stray_closing_tags_are_prose() -> None:
+    assert parse_text("[/STOP_WORK]\nprose\n**[/PROGRESS]**\n") == []
 
 
 def test_a_closing_tag_with_text_after_it_outside_a_block_is_prose() -> None:
@@ -452,16 +445,14 @@ def test_a_report_inside_a_markdown_fence_ends_at_its_closing_fence() -> None:
 @pytest.mark.parametrize(
     "heading",
     [
-        "## Security Auditor Results",
         "## **Security Auditor Result**",
         "## Security Auditor RESULT:",
-        "# Security Auditor Result",
-        "# **Security Auditor Results:**",
+        "## Security Auditor result",
+        "## **Security Auditor** Result",
     ],
 )
 def test_report_headings_agents_also_write(heading: str) -> None:
-    sub = "#" * (len(heading.split(maxsplit=1)[0]) + 1)  # a level-1 report's sections are level 2
-    text = f"{heading}\n\n{sub} Status\nSUCCESS\n\n{sub} Summary\nDone.\n\n# Afterwards\n{stop()}"
+    text = f"{heading}\n\n### Status\nSUCCESS\n\n### Summary\nDone.\n\n# Afterwards\n{stop()}"
     report, signal = parse_text(text)
     assert isinstance(report, ResultItem) and isinstance(signal, SignalItem)
     assert (report.report.agent, report.report.status, report.report.summary) == (
@@ -471,12 +462,27 @@ def test_report_headings_agents_also_write(heading: str) -> None:
     )
 
 
-def test_a_heading_that_only_looks_like_a_reports_is_prose_without_a_status() -> None:
-    deploy = "## Deployment Results\n### Status\nDeployed to staging\n### Summary\nok\n"
-    text = deploy + "## Test Results\nAll 40 passed.\n" + "x" * 200 + "\n## QA Result\n### Summary\nok\n"
-    (error,) = parse_text(text, max_block_bytes=100)  # not even too big: it was prose
-    assert isinstance(error, ErrorItem)  # the exact heading is a report, and an error without a status
-    assert error.message == "result report 'QA' at line 9: missing '### Status' section"
+@pytest.mark.parametrize(
+    "text",
+    [
+        "## Test Results\n### Status\nFAILED\n### Summary\n2 of 40 fail; fixing them now.\n",  # not a report's
+        "## **Deploy Result**\n### Status\nDeployed to staging\n### Summary\nok\n",  # not as one reads
+        "## Build result:\n### Status\nSUCCESS\n",  # no summary
+    ],
+)
+def test_headings_written_otherwise_make_a_report_only_when_it_reads_as_one(text: str) -> None:
+    assert parse_text(text + "prose\n") == []
+
+
+def test_the_contracts_own_heading_is_a_report_and_an_error_when_it_does_not_read_as_one() -> None:
+    (error,) = parse_text("## QA Result\n### Summary\nok\n")
+    assert isinstance(error, ErrorItem)
+    assert error.message == "result report 'QA' at line 1: missing '### Status' section"
+
+
+def test_a_name_filled_in_the_templates_brackets_is_a_report() -> None:
+    (item,) = parse_text("## [Security Auditor] Result\n### Status\nSUCCESS\n### Summary\nDone.\n")
+    assert isinstance(item, ResultItem) and item.report.agent == "[Security Auditor]"
 
 
 def test_a_title_like_a_report_heading_does_not_swallow_the_report_below_it() -> None:
@@ -486,8 +492,9 @@ def test_a_title_like_a_report_heading_does_not_swallow_the_report_below_it() ->
     assert item.line == 5
 
 
-@pytest.mark.parametrize("name", ["[Agent Name]", "<agent name>", "**[Agent Name]**"])
+@pytest.mark.parametrize("name", ["[Agent Name]", "<agent name>", "**[Agent Name]**", "[agent]"])
 def test_a_report_template_quoted_or_echoed_is_nothing(name: str) -> None:
+    """(A name filled in brackets, ``[Security Auditor]``, is a name: see the next test.)"""
     text = f"## {name} Result\n\n### Status\nFAILED\n\n### Summary\nUnable due to [error category].\n"
     (item,) = parse_text(text + stop())
     assert isinstance(item, SignalItem) and item.line == 8
@@ -505,8 +512,8 @@ def test_an_invalid_status_is_an_error_item() -> None:
 
 def test_a_line_too_long_to_be_a_tag_line_is_never_one() -> None:
     text = " " * (MAX_TAG_LINE + 1) + stop()
-    assert _orphans(parse_text(text)) == [7]
-    assert _orphans(feed_split(text.encode(), list(range(0, len(text), 1000)))) == [7]
+    assert parse_text(text) == []
+    assert feed_split(text.encode(), list(range(0, len(text), 1000))) == []
 
 
 # A document of several blocks, prose, CRLF, fences, unicode, errors and reports: the items must be
@@ -528,9 +535,9 @@ FRAGMENTS = [
     b"no newline at all",
     b"\n",
     b"[DELEGATE_WORK]\nagent_id: x\n",  # unterminated
-    b"### [PROGRESS]:\nagent_id: r\npercent: 30\n[/PROGRESS] done for now\n",
-    b"[/STOP_WORK]\n",  # closes no block
-    b"# Auditor Results:\n## Status\nPARTIAL\n## Summary\nhalf\n### Deeper\n",
+    b"**[PROGRESS]**\nagent_id: r\npercent: 30\n[/PROGRESS] done for now\n",
+    b"[/STOP_WORK]\n",  # closes no block: prose
+    b"## **Auditor Result:**\n### Status\nPARTIAL\n### Summary\nhalf\n#### Deeper\n",
     b"## Test Results\nall passed\n",
     b"## [Agent Name] Result\n### Status\n[SUCCESS]\n",
 ]
@@ -573,7 +580,6 @@ def test_byte_by_byte_feeding_of_a_mixed_document() -> None:
         ("ResultItem", 57),
         ("ErrorItem", 73),
         ("SignalItem", 75),
-        ("ErrorItem", 79),
         ("ResultItem", 80),
     ]
 

@@ -274,6 +274,17 @@ def test_emphasis_around_cells_and_an_explicit_category() -> None:
     assert parsed.violations == []
 
 
+def test_a_change_log_with_a_file_column_is_not_findings_and_emphasis_inside_a_cell_stays() -> None:
+    parsed = parse_report(
+        report(
+            "### Changes\n| Issue | File | Change |\n|---|---|---|\n| #12 | src/auth.ts | a null check |\n"
+            "### Findings\n| ID | Issue | File:Line | Severity |\n|---|---|---|---|\n"
+            "| SEC-001 | **MD5** used for **passwords** | a.ts:4 | High |\n"
+        )
+    )
+    assert [(f.id, f.title) for f in parsed.findings] == [("SEC-001", "**MD5** used for **passwords**")]
+
+
 def test_tables_without_an_issue_column_are_not_findings() -> None:
     parsed = parse_report(
         report("### Findings\n#### Files\n| File | Change |\n|---|---|\n| `a.ts:3` | edited |\n")
