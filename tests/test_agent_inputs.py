@@ -57,14 +57,19 @@ async def test_watch_refuses_a_fifo_instead_of_hanging(redis_url: str, tmp_path:
 async def test_watch_of_a_path_that_becomes_a_directory_names_it(redis_url: str, tmp_path: Path) -> None:
     path = tmp_path / "agent.out"
     log = tmp_path / "adapter.log"
-    adapter = start(watch_args(path, "w2"), redis_url, log)
-    try:
-        async with open_bus(redis_url) as bus:
+    async with open_bus(redis_url) as bus:
+        before = len(await bus.client.client_list())
+        adapter = start(watch_args(path, "w2"), redis_url, log)
+        try:
 
-            async def connected() -> bool:
-                return len(await bus.client.client_list()) >= 2
+            async def connected() -> bool:  # past its arguments' checks: a directory now is found watching
+                return len(await bus.client.client_list()) > before
 
             await wait_until(connected, 10, "the adapter to connect")
+        except BaseException:
+            adapter.kill()
+            raise
+    try:
         path.mkdir()
         assert await exited(adapter, 30) == 1
     finally:
