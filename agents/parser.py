@@ -27,11 +27,12 @@ Recognition rules:
 - A report starts at a ``## <Agent> Result`` heading, or at one written otherwise (``## **Auditor
   Result**``, ``## Auditor RESULT:``), which makes a report only if it reads as one: anything wrong with
   it means prose. A report of ``[Agent Name]`` (a quoted template) yields nothing. It runs to the next
-  heading of level 1 or 2, the next opening tag, or the end of input; headings inside code fences do not end it. A report that starts inside a fence (the seeds show
-  reports inside ```markdown fences) also ends at that fence's closing line. A bare fence line there is
-  ambiguous (it may open a code block inside the report), so it is taken as the end only once the lines
-  after it show it (a heading or a fence with an info string inside the supposed code block, a signal,
-  the end of input, or the size limit); the bytes after it are then scanned again.
+  heading of level 1 or 2, the next opening tag, or the end of input; headings inside code fences do not
+  end it. A report that starts inside a fence (the seeds show reports inside ```markdown fences) also
+  ends at that fence's closing line. A bare fence line there is ambiguous (it may open a code block
+  inside the report), so it is taken as the end only once the lines after it show it (a heading or a
+  fence with an info string inside the supposed code block, a signal, the end of input, or the size
+  limit); the bytes after it are then scanned again.
 
 A UTF-8 byte order mark at the very start of the output (some editors and Windows tools write one) is
 skipped, so the first line can still be a tag line; offsets still count its three bytes, as they are
@@ -98,12 +99,7 @@ class _State(Enum):
 class Parser:
     """Incremental parser: :meth:`feed` bytes as they arrive, :meth:`close` at the end of input."""
 
-    def __init__(
-        self,
-        *,
-        max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
-        context: str = "",
-    ) -> None:
+    def __init__(self, *, max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES, context: str = "") -> None:
         """``context`` follows the "at line N" of error messages (a transcript names its JSONL line)."""
         if max_block_bytes < 1:
             raise ValueError("max_block_bytes must be positive")
@@ -132,7 +128,7 @@ class Parser:
         self._rep_fence: Fence | None = None  # a fence open inside the report
         self._rep_outer: Fence | None = None  # the fence the report started in
         self._cand: tuple[int, int, int] | None = None  # bare fence that may end it: at, next_at, line
-        self._loose = False  # its heading only looks like a report's: without a status it is prose
+        self._loose = False  # its heading is not the contract's own: a report only if it reads as one
 
     def feed(self, chunk: bytes) -> list[Item]:
         """Consume the next bytes of output; returns the items completed by them."""
