@@ -36,8 +36,7 @@ from agents.options import check_id, id_problem
 from agents.watch import Checkpoint, fingerprints, open_file
 from bus.cli_connection import redis_options, run_command
 from bus.connection import translated
-from bus.envelope import Envelope, deterministic_id, encode
-from bus.findings import Finding
+from bus.envelope import Envelope, content_id, deterministic_id, encode
 from bus.progress import Progress
 from bus.settings import Settings
 
@@ -49,11 +48,6 @@ MAX_LINE_BYTES: Final = 4 << 20
 _BATCH: Final = 500
 _CHUNK: Final = 1 << 20
 EXIT_INVALID: Final = 2
-
-
-def _content_id(agent_id: str, finding: Finding) -> str:
-    canonical = orjson.dumps(finding.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
-    return deterministic_id(agent_id, f"finding:{hashlib.sha256(canonical).hexdigest()}", 0)
 
 
 _SOURCE_HINT: Final = " (SOURCE is a file name unless it is - for stdin or starts with { or [ for JSON)"
@@ -124,7 +118,8 @@ def add(settings: Settings, source: str, agent_id: str, group_id: str, workdir: 
         bus = await connect_bus(settings, agent_id, group_id, workdir=workdir)
         try:
             envelopes = [
-                bus.envelope(f, source="findings-add", id=_content_id(agent_id, f)) for _, f in found
+                bus.envelope(f, source="findings-add", id=content_id(agent_id, "finding", f))
+                for _, f in found
             ]
             # A run killed after publishing, run again, must not publish the findings again: their ids
             # are only known duplicates while the group's idempotency window holds them.

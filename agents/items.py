@@ -3,6 +3,7 @@ and how a closed block or report becomes one."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 from agents.blocks import BlockError, SignalPayload, decode_body, is_template
@@ -53,26 +54,26 @@ def signal_item(kind: EnvelopeType, payload: SignalPayload, line: int, offset: i
 
 
 def block_item(
-    kind: EnvelopeType, body: bytes, *, indent: int, line: int, offset: int, where: str
+    kind: EnvelopeType, body: bytes, *, indent: int, line: int, offset: int, where: Callable[[], str]
 ) -> SignalItem | ErrorItem | None:
     """The item of a closed block (tag at ``line``): its signal, or an error whose message starts with
-    ``where``; None for a template (see :func:`~agents.blocks.is_template`)."""
+    ``where()`` (only an error needs it); None for a template (see :func:`~agents.blocks.is_template`)."""
     try:
         payload = decode_body(kind, body, indent=indent, first_line=line + 1)
     except BlockError as exc:
         if is_template(body):
             return None
-        return ErrorItem(line=line, offset=offset, message=f"{where}: {exc.message}", type=kind)
+        return ErrorItem(line=line, offset=offset, message=f"{where()}: {exc.message}", type=kind)
     return signal_item(kind, payload, line, offset)
 
 
 def report_item(
-    content: bytes, *, loose: bool, line: int, offset: int, where: str, context: str = ""
+    content: bytes, *, loose: bool, line: int, offset: int, where: Callable[[], str], context: str = ""
 ) -> ResultItem | ErrorItem | None:
     """The item of a report (heading at ``line``): the report, or an error whose message starts with
-    ``where``. Under a heading written otherwise than the contract's (``loose``), a report that does not
-    read as one is prose: None. Invalid UTF-8 is read as U+FFFD and named in the report's violations (``context``
-    follows its line), since the rest of a report is worth more than a byte."""
+    ``where()``. Under a heading written otherwise than the contract's (``loose``), a report that does
+    not read as one is prose: None. Invalid UTF-8 is read as U+FFFD and named in the report's violations
+    (``context`` follows its line), since the rest of a report is worth more than a byte."""
     try:
         report = parse_report(content.decode(errors="replace"))
     except ReportError as exc:
@@ -80,7 +81,7 @@ def report_item(
             return None
         at = f" (line {line + exc.line - 1})" if exc.line is not None else ""
         return ErrorItem(
-            line=line, offset=offset, message=f"{where}: {exc.message}{at}", type=EnvelopeType.RESULT
+            line=line, offset=offset, message=f"{where()}: {exc.message}{at}", type=EnvelopeType.RESULT
         )
     try:
         content.decode()

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -47,7 +46,7 @@ from agents.listen import DEFAULT_CLAIM_IDLE_MS, InboxListener
 from agents.mcp_stdio import screened_stdio
 from agents.parser import describe_errors
 from bus.connection import translated
-from bus.envelope import MAX_ENVELOPE_BYTES, Payload, deterministic_id, encode
+from bus.envelope import MAX_ENVELOPE_BYTES, Payload, content_id, encode
 from bus.errors import BusError
 from bus.events import AgentState
 from bus.findings import Finding
@@ -184,8 +183,7 @@ def call_id(tool: ProtocolTool, payload: Payload, agent_id: str) -> str | None:
     dated it. An undated signal asked again later is a new one: None (a new id)."""
     if not isinstance(payload, (Finding, ResultReport)) and getattr(payload, "timestamp", None) is None:
         return None
-    canonical = orjson.dumps(payload.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
-    return deterministic_id(agent_id, f"mcp:{tool.name}:{hashlib.sha256(canonical).hexdigest()}", 0)
+    return content_id(agent_id, f"mcp:{tool.name}", payload)
 
 
 def _text(text: str, *, error: bool = False) -> types.CallToolResult:

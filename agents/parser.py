@@ -418,8 +418,8 @@ class Parser:
         )
 
     def _emit_block(self, body: bytes) -> None:
-        where, line, offset = self._where(), self._start_line, self._start_offset
-        item = block_item(self._type, body, indent=self._indent, line=line, offset=offset, where=where)
+        line, offset = self._start_line, self._start_offset
+        item = block_item(self._type, body, indent=self._indent, line=line, offset=offset, where=self._where)
         if item is not None:
             self._out.append(item)
 
@@ -429,7 +429,7 @@ class Parser:
             loose=self._loose,
             line=self._start_line,
             offset=self._start_offset,
-            where=self._where(),
+            where=self._where,
             context=self._context,
         )
         if item is not None:

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Final, Literal, Union, cast
 
 import orjson
 from pydantic import (
+    BaseModel,
     Field,
     TypeAdapter,
     ValidationError,
@@ -42,6 +43,7 @@ __all__ = [
     "EnvelopeType",
     "Kind",
     "Payload",
+    "content_id",
     "decode",
     "deterministic_id",
     "encode",
@@ -200,6 +202,13 @@ def deterministic_id(agent_id: str, source: str, offset: int) -> str:
     """
     digest = hashlib.sha256(f"{agent_id}\x1f{source}\x1f{offset}".encode()).hexdigest()
     return digest[:32]
+
+
+def content_id(agent_id: str, kind: str, payload: BaseModel) -> str:
+    """The id of an envelope named by what it says: the same ``kind`` of payload with the same content
+    from the same agent is the same envelope (a script, or a tool call, run again)."""
+    canonical = orjson.dumps(payload.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+    return deterministic_id(agent_id, f"{kind}:{hashlib.sha256(canonical).hexdigest()}", 0)
 
 
 def new_envelope(
