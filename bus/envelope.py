@@ -47,7 +47,9 @@ __all__ = [
     "decode",
     "deterministic_id",
     "encode",
+    "encode_new",
     "new_envelope",
+    "type_of",
 ]
 
 SCHEMA_VERSION: Final = 1
@@ -195,6 +197,11 @@ class Envelope(Model):
 _GIVEN: Final = frozenset(Envelope.model_fields) - {"v"}  # the fields new_envelope() passes
 
 
+def type_of(payload: Payload) -> EnvelopeType:
+    """The envelope type that carries a payload of this class."""
+    return _TYPE_OF[type(payload)]
+
+
 def deterministic_id(agent_id: str, source: str, offset: int) -> str:
     """The id of an envelope taken from a deterministic source (a byte offset in an agent's output).
 
@@ -253,7 +260,16 @@ def new_envelope(
             source=source,
             payload=payload,
         )
-    data = {
+    data = _head(type_, id, agent_id, group_id, ts, source)
+    data["payload"] = payload
+    return trusted_instance(Envelope, data, set(_GIVEN))
+
+
+def _head(
+    type_: EnvelopeType, id: str, agent_id: str, group_id: str, ts: datetime, source: str
+) -> dict[str, Any]:
+    """An envelope's fields but ``payload``, in declaration order."""
+    return {
         "id": id,
         "v": SCHEMA_VERSION,
         "kind": PAYLOADS[type_][0],
@@ -262,9 +278,7 @@ def new_envelope(
         "group_id": group_id,
         "ts": ts,
         "source": source,
-        "payload": payload,
     }
-    return trusted_instance(Envelope, data, set(_GIVEN))
 
 
 def encode(envelope: Envelope) -> bytes:
@@ -294,11 +308,27 @@ def _encoded(envelope: Envelope) -> bytes:
         or type(payload) not in _TYPE_OF
     ):
         return orjson.dumps(envelope.model_dump(mode="json", exclude_none=True))  # pydantic's own form
+    return _spliced(data, payload)
+
+
+def _spliced(head: dict[str, Any], payload: Payload) -> bytes:
     # The payload is pydantic's own JSON, the bytes orjson makes of its model_dump(mode="json") (both
     # write floats, escapes and offsets alike), spliced in last: no Python dict of it is built.
-    head = orjson.dumps(data, option=orjson.OPT_UTC_Z)
+    data = orjson.dumps(head, option=orjson.OPT_UTC_Z)
     body = payload.__pydantic_serializer__.to_json(payload, exclude_none=True)
-    return b"".join((head[:-1], b',"payload":', body, b"}"))
+    return b"".join((data[:-1], b',"payload":', body, b"}"))
+
+
+def encode_new(payload: Payload, agent_id: str, group_id: str, source: str, id: str, ts: datetime) -> bytes:
+    """``encode(new_envelope(payload, ...))`` without building the envelope, for values that are valid
+    as they are: the coordinator's, whose ids it derived and whose agent, group and timestamp come from
+    a validated envelope. It publishes a copy of every finding, and builds the model only when asked.
+    """
+    type_ = _TYPE_OF.get(type(payload))
+    offset = ts.utcoffset()
+    if type_ is not None and offset is not None and not (offset.seconds % 60 or offset.microseconds):
+        return _spliced(_head(type_, id, agent_id, group_id, ts, source), payload)
+    return encode(new_envelope(payload, agent_id=agent_id, group_id=group_id, source=source, id=id, ts=ts))
 
 
 def decode(data: bytes | str | None) -> Envelope:

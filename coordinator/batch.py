@@ -16,12 +16,12 @@ from typing import Any, Final
 
 from bus.connection import as_text
 from bus.consumer import DELETED_REASON, dead_letter_fields
-from bus.envelope import Envelope, EnvelopeType, decode, encode
+from bus.envelope import Envelope, EnvelopeType, decode
 from bus.errors import DecodeError
 from bus.keys import Keys, StreamKind
 from coordinator.commit import Commit
 from coordinator.policy import Policy
-from coordinator.rules import Target, apply
+from coordinator.rules import Emit, Target, apply
 from coordinator.rules.run import Run
 from coordinator.rules.trusted import evolve
 from coordinator.state import GroupState
@@ -104,7 +104,7 @@ class Batch:
     runs: dict[str, Run] = field(default_factory=dict)
     """Per group, what applying its entries in a row keeps (see :class:`~coordinator.rules.run.Run`):
     the ids :meth:`write` adds to its window at once, and the records the batch may have replaced."""
-    emitted: list[Envelope] = field(default_factory=list)
+    emitted: list[Emit] = field(default_factory=list)
     types_in: dict[EnvelopeType, int] = field(default_factory=dict)
     dead: list[tuple[str, str]] = field(default_factory=list)
     """``(entry id, reason)`` of each entry the batch dead-letters (logged once it is committed)."""
@@ -193,7 +193,7 @@ class Batch:
         if outcome.state is not state:  # a new group's first entry always makes a new state
             self.groups[gid] = outcome.state
         for emit in outcome.emits:
-            key = self.targets.get(emit.target) or self.keys.inbox(self.shard, emit.envelope.agent_id)
-            self.commit.xadd_data(key, encode(emit.envelope))
-            self.emitted.append(emit.envelope)
+            key = self.targets.get(emit.target) or self.keys.inbox(self.shard, emit.agent_id)
+            self.commit.xadd_data(key, emit.data)
+        self.emitted += outcome.emits
         return None

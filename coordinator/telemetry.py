@@ -23,9 +23,10 @@ def committed(batch: Batch, seconds: float, metrics: Metrics | None) -> None:
     and wrote."""
     for entry_id, reason in batch.dead:
         log.warning("dead-lettered %s: %s", entry_id, reason, extra={"shard": batch.shard})
-    for envelope in batch.emitted:
-        # the type first: an isinstance() that fails on a pydantic model class costs a Python call
-        if envelope.type is EnvelopeType.DECISION and isinstance(envelope.payload, Decision):
+    for emit in batch.emitted:
+        # the type first: only a decision's envelope is built (see Emit)
+        envelope = emit.envelope if emit.type is EnvelopeType.DECISION else None
+        if envelope is not None and isinstance(envelope.payload, Decision):
             log.info(
                 envelope.payload.detail.split("\n", 1)[0],
                 extra={
@@ -39,7 +40,7 @@ def committed(batch: Batch, seconds: float, metrics: Metrics | None) -> None:
         metrics.commit_seconds.observe(seconds)
         for type_, count in batch.types_in.items():
             metrics.read(type_.value, count)
-        for envelope in batch.emitted:
-            metrics.wrote(envelope.type.value)
+        for emit in batch.emitted:
+            metrics.wrote(emit.type.value)
         if batch.dead:
             metrics.dead_letters.labels(metrics.role, str(batch.shard)).inc(len(batch.dead))

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from bus.directives import AnswerItem, HumanAnswer
-from bus.envelope import Envelope, EnvelopeType, Payload, new_envelope
+from bus.envelope import Envelope, EnvelopeType, Payload, encode, new_envelope
 from bus.events import Decision, DecisionType
 from bus.findings import Finding
 from bus.results import ConfidenceReport, ResultReport, ResultStatus
@@ -49,6 +49,8 @@ class Feed:
 
     def apply(self, envelope: Envelope) -> Outcome:
         outcome = apply(self.state, envelope, self.policy)
+        for emit in outcome.emits:  # what is published is what the emitted envelope says
+            assert emit.data == encode(emit.envelope) and emit.type is emit.envelope.type
         self.state = outcome.state
         self.outcomes.append(outcome)
         return outcome

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from agents.parser import ResultItem, SignalItem, parse_text
-from bus.envelope import PAYLOADS, Envelope, Payload, decode, encode, new_envelope
+from bus.envelope import PAYLOADS, Envelope, Payload, decode, encode, encode_new, new_envelope
 from bus.signals import Progress
 
 DATA = Path(__file__).parent / "data"
@@ -73,6 +73,16 @@ def test_an_envelope_built_without_validation_is_the_validated_one(ts: datetime)
         assert encode(fast) == encode(slow) == _pydantic_encoded(slow)
         if ts != STAMPS[-1]:  # JSON keeps no offset of seconds: that one comes back truncated
             assert decode(encode(fast)) == slow
+
+
+@pytest.mark.parametrize("ts", STAMPS)
+def test_encoding_from_the_parts_is_encoding_the_envelope(ts: datetime) -> None:
+    """The coordinator publishes what it emits through ``encode_new``, without building the envelope."""
+    items = parse_text(b"[PROGRESS]\nagent_id: a\npercent: 5\nfiles: 99999999999999999999999\n[/PROGRESS]\n")
+    assert isinstance(items[0], SignalItem)
+    for payload in [*PAYLOAD_LIST, items[0].payload]:
+        fields = {"id": "e.0", "agent_id": "bg-1", "group_id": "g-1", "source": "coordinator", "ts": ts}
+        assert encode_new(payload, **fields) == encode(new_envelope(payload, **fields))  # type: ignore[arg-type]
 
 
 _INTS = st.integers(-(2**63), 2**64 - 1)  # what orjson writes (beyond: see the next test)

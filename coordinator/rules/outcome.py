@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
+from datetime import datetime
 from enum import StrEnum
 from typing import NamedTuple
 
-from bus.envelope import Envelope
+from bus.envelope import Envelope, EnvelopeType, Payload, encode_new, new_envelope, type_of
 from coordinator.state import GroupState
 
 __all__ = ["Emit", "Outcome", "Target"]
@@ -25,11 +26,46 @@ class Target(StrEnum):
     """The append-only findings stream."""
 
 
-class Emit(NamedTuple):
-    """One envelope to publish, and where."""
+class Emit:
+    """One envelope to publish, and where: :attr:`data`, its encoding, is made straight from its parts
+    (:func:`~bus.envelope.encode_new`), and the :attr:`envelope` model only when something reads it. The
+    coordinator publishes a copy of every finding and reads none of them back, so building each copy's
+    model as well would cost it a third of that copy."""
 
-    target: Target
-    envelope: Envelope
+    __slots__ = ("_envelope", "_parts", "agent_id", "data", "target")
+
+    def __init__(
+        self,
+        target: Target,
+        payload: Payload,
+        agent_id: str,
+        group_id: str,
+        source: str,
+        id: str,
+        ts: datetime,
+    ) -> None:
+        self.target = target
+        self.agent_id = agent_id
+        self.data = encode_new(payload, agent_id, group_id, source, id, ts)
+        self._parts = (payload, group_id, source, id, ts)
+        self._envelope: Envelope | None = None
+
+    @property
+    def type(self) -> EnvelopeType:
+        return type_of(self._parts[0])
+
+    @property
+    def envelope(self) -> Envelope:
+        """The envelope :attr:`data` encodes."""
+        if self._envelope is None:
+            payload, group_id, source, id, ts = self._parts
+            self._envelope = new_envelope(
+                payload, agent_id=self.agent_id, group_id=group_id, source=source, id=id, ts=ts
+            )
+        return self._envelope
+
+    def __repr__(self) -> str:
+        return f"Emit({self.target.value}, {self.data!r})"
 
 
 class Outcome(NamedTuple):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
-from bus.envelope import Envelope, Payload, new_envelope
+from bus.envelope import Envelope, Payload
 from bus.errors import BusError
 from bus.events import AgentState, Decision, DecisionType
 from bus.signals import Independence
@@ -176,24 +176,16 @@ class Step:
 
     # -- emitting -----------------------------------------------------------------------------------
 
-    def emit(self, target: Target, payload: Payload, agent_id: str) -> Envelope:
+    def emit(self, target: Target, payload: Payload, agent_id: str) -> None:
         group_id, cause = self._input.group_id, self.envelope.id
         if self.envelope.group_id != group_id:  # a TICK, applied to every group of its shard: one id each
             cause = f"{cause}@{group_id}"
-        envelope = new_envelope(
-            payload,
-            agent_id=agent_id,
-            group_id=group_id,
-            source=SOURCE,
-            id=emitted_id(cause, len(self.emits)),
-            ts=self.envelope.ts,
-        )
-        self.emits.append(Emit(target, envelope))
-        return envelope
+        emitted = emitted_id(cause, len(self.emits))
+        self.emits.append(Emit(target, payload, agent_id, group_id, SOURCE, emitted, self.envelope.ts))
 
-    def direct(self, agent_id: str, payload: Payload) -> Envelope:
+    def direct(self, agent_id: str, payload: Payload) -> None:
         """A directive into one agent's inbox."""
-        return self.emit(Target.INBOX, payload, agent_id)
+        self.emit(Target.INBOX, payload, agent_id)
 
     def decide(
         self,
