@@ -81,6 +81,7 @@ class DecisionType(StrEnum):
     ESCALATION_DISMISSED = "escalation_dismissed"
     GROUP_STATUS = "group_status"
     SEVERITY_CONFLICT = "severity_conflict"
+    GROUP_RETIRED = "group_retired"
     CONTRACT_VIOLATION = "contract_violation"
     TIMED_OUT = "timed_out"
     LOST = "lost"

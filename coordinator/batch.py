@@ -25,7 +25,7 @@ from coordinator.rules import Emit, Target, apply
 from coordinator.rules.run import Run
 from coordinator.rules.trusted import evolve
 from coordinator.state import GroupState
-from coordinator.store import Touched, write_changes
+from coordinator.store import Touched, delete_group, write_changes
 
 __all__ = ["Batch", "Entry", "Fields", "entries_of", "target_streams"]
 
@@ -108,6 +108,9 @@ class Batch:
     types_in: dict[EnvelopeType, int] = field(default_factory=dict)
     dead: list[tuple[str, str]] = field(default_factory=list)
     """``(entry id, reason)`` of each entry the batch dead-letters (logged once it is committed)."""
+    retired: set[str] = field(default_factory=set)
+    """The groups a tick of the batch retired, whose stored state the commit deletes (a later entry of
+    the batch may have started one again, as a new group)."""
 
     def add(self, entry_id: bytes, data: bytes | Fields | None, deliveries: int, max_deliveries: int) -> None:
         """Apply one entry (the next in stream order), or dead-letter it when it cannot be applied."""
@@ -137,12 +140,27 @@ class Batch:
         """Complete the batch's states and add to the commit the writes that turn the stored states into
         them."""
         limit = self.policy.idempotency_window
+        for gid in sorted(self.retired):
+            if gid in self.stored:
+                delete_group(self.commit, self.keys, self.shard, gid)
         for gid, applied in self.groups.items():  # replacing values, not keys, while iterating
+            if applied.retired_at is not None:
+                continue
             run = self.runs[gid]
             window = applied.window.extend(tuple(run.ids), limit)
             state = self.groups[gid] = evolve(applied, window=window)
             touched = Touched(run.agents_touched, run.findings_touched)
-            write_changes(self.commit, self.keys, self.shard, self.stored.get(gid), state, limit, touched)
+            stored = None if gid in self.retired else self.stored.get(gid)
+            write_changes(self.commit, self.keys, self.shard, stored, state, limit, touched)
+
+    def committed(self, states: dict[str, GroupState]) -> None:
+        """Bring the shard's ``states`` to what the batch committed (after :meth:`write`, once the commit
+        succeeded): the changed groups' new states, the retired groups gone."""
+        for gid, state in self.groups.items():
+            if state.retired_at is None:
+                states[gid] = state
+            else:
+                states.pop(gid, None)
 
     def _apply_entry(self, data: bytes | None, deliveries: int, max_deliveries: int) -> str | None:
         """Apply one entry to the working copy; the dead-letter reason when it cannot be applied."""
@@ -161,6 +179,8 @@ class Batch:
             return f"group {envelope.group_id!r} belongs to shard {right}, not {self.shard}"
         if type_ is EnvelopeType.TICK:
             for gid in [*self.stored, *(g for g in self.groups if g not in self.stored)]:
+                if self._state(gid).retired_at is not None:
+                    continue
                 reason = self._apply_to(gid, envelope)
                 if reason:  # one group's rule bug must not stop the clock of the others
                     log.error("tick skipped group %s: %s", gid, reason, extra={"group_id": gid})
@@ -174,13 +194,18 @@ class Batch:
             return True
         return self.keys.shard_of(gid) == self.shard
 
-    def _apply_to(self, gid: str, envelope: Envelope) -> str | None:
+    def _state(self, gid: str) -> GroupState:
+        """The group's state as the batch has it so far (a new group's: empty)."""
         state = self.groups.get(gid)
         if state is None:
             state = self.stored.get(gid)
-        if state is None:
-            state = GroupState(group_id=gid)
+        return state if state is not None else GroupState(group_id=gid)
+
+    def _apply_to(self, gid: str, envelope: Envelope) -> str | None:
+        state = self._state(gid)
         run = self.runs.get(gid)
+        if state.retired_at is not None:  # retired by a tick before: the entry starts a new group
+            state, run = GroupState(group_id=gid), None
         if run is None:
             run = self.runs[gid] = Run()
         try:
@@ -192,6 +217,8 @@ class Batch:
             log.debug("envelope %s was applied before: dropped", envelope.id, extra={"group_id": gid})
         if outcome.state is not state:  # a new group's first entry always makes a new state
             self.groups[gid] = outcome.state
+            if outcome.state.retired_at is not None:
+                self.retired.add(gid)
         for emit in outcome.emits:
             key = self.targets.get(emit.target) or self.keys.inbox(self.shard, emit.agent_id)
             self.commit.xadd_data(key, emit.data)

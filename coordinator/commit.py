@@ -11,8 +11,9 @@ A batch is committed by one Lua script, so either all of it happens or none of i
 3. the batch must be the head of the consumer group's pending list, in order (no older entry is
    waiting in some other consumer's pending list), so entries are applied in stream order and an
    entry is never applied twice;
-4. the new group states, the emitted stream entries (events, inbox directives, launch requests,
-   findings, dead letters) and the XACK of the batch are written, and the lease is extended.
+4. the new group states (or, for a retired group, the deletion of its state), the emitted stream entries
+   (events, inbox directives, launch requests, findings, dead letters) and the XACK of the batch are
+   written, and the lease is extended.
 
 Every key lies in the shard's hash slot, so the script runs unchanged on Redis Cluster.
 """
@@ -64,6 +65,12 @@ while i <= #ops do
   elseif op == 'S' then
     redis.call('SADD', KEYS[tonumber(ops[i + 1])], ops[i + 2])
     i = i + 3
+  elseif op == 'R' then
+    redis.call('SREM', KEYS[tonumber(ops[i + 1])], ops[i + 2])
+    i = i + 3
+  elseif op == 'K' then
+    redis.call('DEL', KEYS[tonumber(ops[i + 1])])
+    i = i + 2
   elseif op == 'L' then
     local key, count, keep = KEYS[tonumber(ops[i + 1])], tonumber(ops[i + 2]), tonumber(ops[i + 3])
     redis.call('RPUSH', key, unpack(ops, i + 4, i + 3 + count))
@@ -91,7 +98,7 @@ def _item(value: bytes | str) -> bytes:
     return _HEADER.pack(_STR32, len(data)) + data
 
 
-_X, _H, _D, _S, _L = (_item(op) for op in "XHDSL")
+_X, _H, _D, _S, _R, _K, _L = (_item(op) for op in "XHDSRKL")
 _TWO, _DATA = _item("2"), _item("data")
 
 
@@ -141,6 +148,12 @@ class Commit:
 
     def sadd(self, key: str, member: str) -> None:
         self._ops += (_S, self._key(key), _item(member))
+
+    def srem(self, key: str, member: str) -> None:
+        self._ops += (_R, self._key(key), _item(member))
+
+    def delete(self, key: str) -> None:
+        self._ops += (_K, self._key(key))
 
     def rpush_trim(self, key: str, values: list[str], keep: int) -> None:
         """Append ``values`` to a list and keep only its last ``keep`` items."""

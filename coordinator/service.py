@@ -362,7 +362,7 @@ class Coordinator:
         batch.write()
         result = await self._run_commit(shard, batch.commit, block_ms)
         if result is CommitResult.OK:
-            shard.groups.update(batch.groups)
+            batch.committed(shard.groups)
             shard.version += 1
             self.applied += len(entries)
             # until the commit's reply: the read sent behind it may wait for new entries much longer

@@ -228,6 +228,9 @@ class GroupState(Model):
     (``status``, ``inbox``) know it."""
     applied: int = 0
     window: IdWindow = Field(default_factory=IdWindow)
+    retired_at: datetime | None = None
+    """Set by the tick that retires the group: the commit of its batch deletes the stored state instead
+    of writing it, and the coordinator forgets the group (see :mod:`coordinator.rules.retirement`)."""
 
     @property
     def progress(self) -> GroupProgress:

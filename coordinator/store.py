@@ -38,6 +38,7 @@ __all__ = [
     "GROUPS_KEY",
     "Touched",
     "decode_slots",
+    "delete_group",
     "legacy_slots",
     "load_state",
     "merged_key",
@@ -135,6 +136,13 @@ def write_changes(
     added = _appended(old.window if old else IdWindow(), new.window)
     if added:
         commit.rpush_trim(seen_key(keys, shard, new.group_id), added, limit)
+
+
+def delete_group(commit: Commit, keys: Keys, shard: int, group_id: str) -> None:
+    """Add to ``commit`` the deletion of a retired group's stored state."""
+    commit.srem(keys.state(shard, GROUPS_KEY), group_id)
+    for key in (group_key, merged_key, seen_key):
+        commit.delete(key(keys, shard, group_id))
 
 
 def _write_map(

@@ -5,7 +5,8 @@ A ``running`` agent silent for longer than ``heartbeat_timeout_seconds`` becomes
 is handled as a failure (retried once, then escalated). Silence counts from the agent's last envelope or
 its last resume, whichever is later. Agents waiting for a human or a delegate (``awaiting_clarification``,
 ``blocked``, ``delegating``) do not time out: their silence is expected, and the wait is on someone else.
-Nor do senders of nothing but findings (scripts, see :attr:`AgentRecord.watched`).
+Nor do senders of nothing but findings (scripts, see :attr:`AgentRecord.watched`). A tick also retires a
+group that is done and quiet (:mod:`coordinator.rules.retirement`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from bus.envelope import EnvelopeType
 from bus.events import AgentState, DecisionType, Tick
 from bus.results import ResultStatus
 from coordinator.rules.aggregation import finish
+from coordinator.rules.retirement import retire_if_done
 from coordinator.rules.step import Step
 from coordinator.state import AgentRecord, Completion
 
@@ -36,6 +38,7 @@ def on_tick(step: Step) -> None:
         elif silent > heartbeat and record.state is AgentState.RUNNING:
             detail = f"silent for {_seconds(silent)}s (timeout {_seconds(heartbeat)}s)"
             step.transition(agent_id, AgentState.TIMED_OUT, DecisionType.TIMED_OUT, detail)
+    retire_if_done(step, now)
 
 
 def _lose(step: Step, record: AgentRecord, silent: timedelta) -> None:

@@ -1,0 +1,105 @@
+"""A retired group's stored state is deleted in the tick's commit, and a later entry starts it anew."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from workers.kit import connected, entries
+
+from bus.connection import Client
+from bus.envelope import Envelope, Payload, decode, encode, new_envelope
+from bus.events import AgentStarted, Decision, DecisionType, Heartbeat, Tick
+from bus.findings import Finding
+from bus.keys import Keys, StreamKind, open_namespace
+from bus.publisher import Publisher
+from bus.signals import CompletionReport, CompletionStatus
+from coordinator.policy import Policy
+from coordinator.service import TICK_GROUP, Coordinator, CoordinatorOptions
+from coordinator.store import GROUPS_KEY, group_key, merged_key, seen_key
+from coordinator.view import load_shard
+
+DONE, BUSY = "done", "busy"
+AGENT = "bg-1"
+
+
+def _envelope(payload: Payload, group: str, agent: str = AGENT) -> Envelope:
+    return new_envelope(payload, agent_id=agent, group_id=group, source="test")
+
+
+async def _finished_group(client: Client, keys: Keys) -> None:
+    """Group DONE: one agent that reported a finding and completed; group BUSY: one running agent."""
+    completed = CompletionReport(
+        agent_id=AGENT, status=CompletionStatus.SUCCESS, summary="Done.", timestamp=datetime.now(UTC)
+    )
+    await Publisher(client, keys).publish_many(
+        [
+            _envelope(AgentStarted(task="scan"), DONE),
+            _envelope(Finding(title="t", file="a.py", line=1, agent="scanner"), DONE),
+            _envelope(completed, DONE),
+            _envelope(AgentStarted(task="scan"), BUSY, "bg-2"),
+        ]
+    )
+
+
+async def _tick(client: Client, keys: Keys, days: float) -> None:
+    tick = new_envelope(
+        Tick(now=datetime.now(UTC) + timedelta(days=days)),
+        agent_id="test",
+        group_id=TICK_GROUP,
+        source="tick",
+    )
+    await client.xadd(keys.stream(0, StreamKind.SIGNALS), {"data": encode(tick)})
+
+
+async def _stored_keys(client: Client, keys: Keys, group: str) -> list[int]:
+    return [await client.exists(key(keys, 0, group)) for key in (group_key, merged_key, seen_key)]
+
+
+async def _applied(client: Client, namespace: str) -> Keys:
+    """A namespace of one shard with the two groups applied and stored."""
+    keys = await open_namespace(client, namespace, 1)
+    await _finished_group(client, keys)
+    assert await _coordinator(client, keys, "c").run(burst=True) == 4
+    assert await _stored_keys(client, keys, DONE) == [1, 1, 1]
+    return keys
+
+
+def _coordinator(client: Client, keys: Keys, name: str, batch: int = 100) -> Coordinator:
+    return Coordinator(
+        client, keys, Policy(), CoordinatorOptions(name=name, batch=batch, tick_interval_s=3600)
+    )
+
+
+async def test_a_tick_deletes_the_state_of_a_quiet_settled_group(redis_url: str) -> None:
+    async with connected(redis_url) as client:
+        keys = await _applied(client, "retire")
+        await _tick(client, keys, 6)  # not quiet long enough yet
+        assert await _coordinator(client, keys, "d").run(burst=True) == 1
+        assert set(await load_shard(client, keys, 0)) == {DONE, BUSY}
+
+        await _tick(client, keys, 8)
+        assert await _coordinator(client, keys, "e").run(burst=True) == 1
+        assert await _stored_keys(client, keys, DONE) == [0, 0, 0]
+        assert await client.smembers(keys.state(0, GROUPS_KEY)) == {BUSY.encode()}
+        assert set(await load_shard(client, keys, 0)) == {BUSY}
+        events = await entries(client, keys.stream(0, StreamKind.EVENTS))
+        retired = [
+            envelope.group_id
+            for envelope in (decode(fields[b"data"]) for _, fields in events)
+            if isinstance(envelope.payload, Decision)
+            and envelope.payload.decision is DecisionType.GROUP_RETIRED
+        ]
+        assert retired == [DONE]
+
+
+async def test_a_later_entry_starts_the_group_anew_in_the_next_batch_or_the_same(redis_url: str) -> None:
+    async with connected(redis_url) as client:
+        for batch in (1, 100):  # the tick and the entry in two batches (the process forgot it), or one
+            keys = await _applied(client, f"retire-{batch}")
+            await _tick(client, keys, 8)
+            await Publisher(client, keys).publish_many([_envelope(Heartbeat(pid=1), DONE, "bg-3")])
+            assert await _coordinator(client, keys, "d", batch).run(burst=True) == 2
+            again = (await load_shard(client, keys, 0))[DONE]
+            assert (again.applied, list(again.agents), again.findings) == (1, ["bg-3"], {}), batch
+            assert await client.hlen(merged_key(keys, 0, DONE)) == 0
+            assert await client.hkeys(group_key(keys, 0, DONE)) == [b"meta", b"a:bg-3"]
