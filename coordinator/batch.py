@@ -217,8 +217,8 @@ class Batch:
             log.debug("envelope %s was applied before: dropped", envelope.id, extra={"group_id": gid})
         if outcome.state is not state:  # a new group's first entry always makes a new state
             self.groups[gid] = outcome.state
-            if outcome.state.retired_at is not None:
-                self.retired.add(gid)
+        if outcome.state.retired_at is not None:
+            self.retired.add(gid)
         for emit in outcome.emits:
             key = self.targets.get(emit.target) or self.keys.inbox(self.shard, emit.agent_id)
             self.commit.xadd_data(key, emit.data)

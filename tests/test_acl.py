@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -32,16 +33,26 @@ from bus.directives import BlockerResolved, HumanDismiss, LaunchReason, LaunchRe
 from bus.embedded import RedisProcess
 from bus.envelope import Payload, decode, encode, new_envelope
 from bus.errors import CommandFailed, ConfigError, NamespaceMissing
+from bus.events import Tick
 from bus.findings import Finding
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.metrics import Metrics
 from bus.publisher import Publisher
 from bus.retention import trim_namespace
 from bus.settings import MAX_SHARDS, Settings
-from bus.signals import BlockerType, ClarificationNeeded, Progress, Question, StopReason, StopWork
+from bus.signals import (
+    BlockerType,
+    ClarificationNeeded,
+    CompletionReport,
+    CompletionStatus,
+    Progress,
+    Question,
+    StopReason,
+    StopWork,
+)
 from coordinator.policy import Policy
 from coordinator.rules import summarize
-from coordinator.service import Coordinator, CoordinatorOptions
+from coordinator.service import TICK_GROUP, Coordinator, CoordinatorOptions
 from coordinator.view import iter_findings, load_groups
 
 CLI = str(Path(sys.executable).parent / "subagent-bus")
@@ -244,6 +255,15 @@ async def test_coordinator_runs_end_to_end_on_its_own_permissions(bus: AclServer
         await asyncio.wait_for(task, 20)
         [group] = [summarize(s) for s in await load_groups(observer, KEYS)]
         assert group.agents[0].percent == 80
+
+        # A finished group, quiet for a week, is retired: its state deleted in the tick's commit.
+        done = CompletionReport(agent_id="agent-1", status=CompletionStatus.SUCCESS, summary="Done.")
+        await agent.publish([new_envelope(done, agent_id="agent-1", group_id="g")])
+        later = Tick(now=datetime.now(UTC) + timedelta(days=8))
+        tick = new_envelope(later, agent_id="test", group_id=TICK_GROUP, source="tick")
+        await coord.xadd(keys.stream(keys.shard_of("g"), StreamKind.SIGNALS), {"data": encode(tick)})
+        assert await Coordinator(coord, keys, Policy(), CoordinatorOptions()).run(burst=True) == 2
+        assert await load_groups(observer, KEYS) == []
 
         # Retention of signals/events/tasks is allowed; the findings stream is append-only even for it.
         await trim_namespace(coord, keys, maxlen_signals=None, maxlen_events=None)

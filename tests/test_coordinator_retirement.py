@@ -103,3 +103,13 @@ async def test_a_later_entry_starts_the_group_anew_in_the_next_batch_or_the_same
             assert (again.applied, list(again.agents), again.findings) == (1, ["bg-3"], {}), batch
             assert await client.hlen(merged_key(keys, 0, DONE)) == 0
             assert await client.hkeys(group_key(keys, 0, DONE)) == [b"meta", b"a:bg-3"]
+
+
+async def test_a_group_with_entries_in_the_tick_s_batch_before_it_is_retired(redis_url: str) -> None:
+    async with connected(redis_url) as client:
+        keys = await _applied(client, "retire-after")
+        await Publisher(client, keys).publish_many([_envelope(Heartbeat(pid=1), DONE)])
+        await _tick(client, keys, 8)
+        assert await _coordinator(client, keys, "d").run(burst=True) == 2
+        assert await _stored_keys(client, keys, DONE) == [0, 0, 0]
+        assert set(await load_shard(client, keys, 0)) == {BUSY}
