@@ -142,11 +142,11 @@ def _coordinator(ns: str) -> list[str]:
     stream_commands = (
         "+xadd", "+xack", "+xautoclaim", "+xgroup|create", "+xpending", "+xreadgroup",
         "+xrange", "+xrevrange", "+xread", "+xlen", "+xinfo|stream", "+xinfo|groups",
-        "+xinfo|consumers", "+exists",
+        "+xinfo|consumers", "+exists", "+type",
     )  # fmt: skip
     state_commands = (
         "+hset", "+hdel", "+hget", "+hgetall", "+hscan", "+sadd", "+srem", "+smembers", "+sismember",
-        "+rpush", "+ltrim", "+lrange", "+del",
+        "+rpush", "+ltrim", "+lrange", "+del", "+type",
     )  # fmt: skip
     return [
         *_ROOT,

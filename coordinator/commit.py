@@ -15,6 +15,11 @@ A batch is committed by one Lua script, so either all of it happens or none of i
    (events, inbox directives, launch requests, findings, dead letters) and the XACK of the batch are
    written, and the lease is extended.
 
+Redis does not undo what a script wrote before one of its commands failed, so before its first write the
+script checks that every key it writes holds the type of its write (or nothing) and, on Redis 7+, that the
+user may write it: a key of another type in the namespace, or a role without a permission, fails the
+batch with nothing written, rather than writing its first entries again at every retry.
+
 Every key lies in the shard's hash slot, so the script runs unchanged on Redis Cluster.
 """
 
@@ -47,7 +52,40 @@ if n > 0 then
   end
 end
 local ops = cmsgpack.unpack(ARGV[6 + n])
+local function span(i)
+  local op = ops[i]
+  if op == 'X' then return 3 + tonumber(ops[i + 2]) end
+  if op == 'L' then return 4 + tonumber(ops[i + 2]) end
+  if op == 'H' then return 4 end
+  if op == 'K' then return 2 end
+  return 3
+end
+-- Redis keeps what a script wrote before a command of it failed: every write must be known to succeed
+-- before the first, or the batch, applied again, would write its first entries twice.
+local types = {X = 'stream', H = 'hash', D = 'hash', S = 'set', R = 'set', L = 'list'}
+local probes = {X = {'XADD', '*', 'f', 'v'}, H = {'HSET', 'f', 'v'}, D = {'HDEL', 'f'}, S = {'SADD', 'm'},
+                R = {'SREM', 'm'}, L = {'RPUSH', 'v'}, K = {'DEL'}}
+local checked = {}
 local i = 1
+while i <= #ops do
+  local op, key = ops[i], KEYS[tonumber(ops[i + 1])]
+  local probe = probes[op]
+  if probe == nil then return redis.error_reply('unknown commit op ' .. tostring(op)) end
+  if not checked[op .. key] then
+    checked[op .. key] = true
+    local have = redis.call('TYPE', key)['ok']
+    if types[op] and have ~= 'none' and have ~= types[op] then
+      return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. have .. ', not a ' .. types[op] ..
+        ': nothing of the batch was written')
+    end
+    if redis.acl_check_cmd and not redis.acl_check_cmd(probe[1], key, unpack(probe, 2)) then
+      return redis.error_reply('NOPERM this user may not ' .. probe[1] .. ' ' .. key ..
+        ': nothing of the batch was written')
+    end
+  end
+  i = i + span(i)
+end
+i = 1
 while i <= #ops do
   local op = ops[i]
   if op == 'X' then
@@ -55,30 +93,22 @@ while i <= #ops do
     local fields = {}
     for j = 1, count do fields[j] = ops[i + 2 + j] end
     redis.call('XADD', KEYS[tonumber(ops[i + 1])], '*', unpack(fields))
-    i = i + 3 + count
   elseif op == 'H' then
     redis.call('HSET', KEYS[tonumber(ops[i + 1])], ops[i + 2], ops[i + 3])
-    i = i + 4
   elseif op == 'D' then
     redis.call('HDEL', KEYS[tonumber(ops[i + 1])], ops[i + 2])
-    i = i + 3
   elseif op == 'S' then
     redis.call('SADD', KEYS[tonumber(ops[i + 1])], ops[i + 2])
-    i = i + 3
   elseif op == 'R' then
     redis.call('SREM', KEYS[tonumber(ops[i + 1])], ops[i + 2])
-    i = i + 3
   elseif op == 'K' then
     redis.call('DEL', KEYS[tonumber(ops[i + 1])])
-    i = i + 2
-  elseif op == 'L' then
+  else
     local key, count, keep = KEYS[tonumber(ops[i + 1])], tonumber(ops[i + 2]), tonumber(ops[i + 3])
     redis.call('RPUSH', key, unpack(ops, i + 4, i + 3 + count))
     redis.call('LTRIM', key, -keep, -1)
-    i = i + 4 + count
-  else
-    return redis.error_reply('unknown commit op ' .. tostring(op))
   end
+  i = i + span(i)
 end
 if n > 0 then redis.call('XACK', KEYS[2], group, unpack(ARGV, 6, 5 + n)) end
 redis.call('INCR', KEYS[3])

@@ -1,0 +1,56 @@
+"""The commit script writes all of a batch or nothing, even when one of its writes would fail.
+
+Redis keeps what a script wrote before one of its commands failed; a batch applied again after such a
+failure would write its first entries twice. The script checks every write before the first.
+"""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from coordinator.commit import COMMIT_SCRIPT, Commit
+
+
+def _commit() -> Commit:
+    """A batch that appends an event, then writes a group state field."""
+    commit = Commit("lease", "signals", "version")
+    commit.xadd_data("events", b"decided")
+    commit.hset("group", "meta", b"{}")
+    return commit
+
+
+def _run(client: redis.Redis, commit: Commit) -> object:
+    keys, argv = commit.script_args("token", "coordinator", 5000, 0)
+    return client.eval(COMMIT_SCRIPT, len(keys), *keys, *argv)
+
+
+def test_a_write_to_a_key_of_another_type_fails_the_batch_before_anything_is_written(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    client.set("lease", "token")
+    client.set("group", "not a hash")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE group holds a string, not a hash"):
+        _run(client, _commit())
+    assert client.exists("events", "version") == 0
+    client.delete("group")
+    assert _run(client, _commit()) == b"ok"
+    assert (client.xlen("events"), client.hgetall("group"), client.get("version")) == (
+        1,
+        {b"meta": b"{}"},
+        b"1",
+    )
+    client.close()
+
+
+def test_a_write_the_user_may_not_make_fails_the_batch_before_anything_is_written(redis_url: str) -> None:
+    admin = redis.Redis.from_url(redis_url)
+    admin.set("lease", "token")
+    admin.acl_setuser("nohset", enabled=True, nopass=True, keys=["*"], commands=["+@all", "-hset"])
+    client = redis.Redis.from_url(redis_url, username="nohset", password="")
+    with pytest.raises(
+        redis.ResponseError, match="this user may not HSET group: nothing of the batch was written"
+    ):
+        _run(client, _commit())
+    assert admin.exists("events", "version", "group") == 0
+    client.close()
+    admin.close()
