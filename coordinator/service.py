@@ -15,22 +15,20 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from bus import wire
 from bus.connection import Client, check_block, translated
 from bus.envelope import encode, new_envelope
 from bus.errors import BusError
 from bus.events import Tick
-from bus.keys import ConsumerGroup, Keys, StreamKind
+from bus.keys import Keys, StreamKind
 from bus.metrics import Metrics
 from bus.waits import wait_for
-from coordinator.batch import Batch, Entry, entries_of, target_streams
-from coordinator.commit import COMMIT_SCRIPT, Commit, CommitResult, parse_result
+from coordinator.batch import Batch, target_streams
+from coordinator.commit import COMMIT_SCRIPT, Commit, CommitResult
 from coordinator.lease import Leases, fair_share
 from coordinator.policy import Policy
-from coordinator.rules import Target
-from coordinator.state import GroupState
+from coordinator.shard import GROUP, Shard, read_head
 from coordinator.telemetry import committed
 from coordinator.view import load_shard
 
@@ -38,9 +36,6 @@ __all__ = ["GROUP", "TICK_GROUP", "Coordinator", "CoordinatorOptions"]
 
 log = logging.getLogger("subagent_bus.coordinator")
 
-GROUP = ConsumerGroup.COORDINATOR.value
-"""The consumer group every coordinator process joins on every shard's signals stream."""
-_GROUP = GROUP.encode()
 TICK_GROUP = "*"
 """The group id of a TICK envelope: it applies to every group of its shard."""
 
@@ -58,30 +53,6 @@ class CoordinatorOptions:
     prune_idle_ms: int = 3_600_000
     """Consumers of a shard's group with nothing pending that have not read for this long are removed
     when a coordinator takes the shard over (names of dead or renamed processes)."""
-
-
-@dataclass
-class _Shard:
-    index: int
-    signals: str
-    """The key of the shard's signals stream."""
-    dead: str
-    targets: dict[Target, str]
-    """The stream key of each target but the inbox (whose key depends on the agent)."""
-    pipe: wire.Pipe
-    """The shard's reads and commits, on one connection that the shard's loop holds."""
-    token: str = ""
-    owned: bool = False
-    need_pending: bool = True
-    version: int = 0
-    """The shard's commit counter that ``groups`` correspond to (see :mod:`coordinator.commit`)."""
-    groups: dict[str, GroupState] = field(default_factory=dict)
-    last_tick: float = 0.0
-    ahead: list[Entry] | None = None
-    """Entries read behind the last commit, in the same write (see :meth:`Coordinator._run_commit`):
-    the next batch, or ``[]`` when none came within the block time; None when nothing was read ahead."""
-    failing: bool = False
-    """The shard loop's last step failed (the first failure of an outage is logged, not every retry)."""
 
 
 class Coordinator:
@@ -102,13 +73,15 @@ class Coordinator:
         self.policy = policy
         self.options = options
         self.applied = 0
+        head = read_head(options.name, options.batch)
         self._shards = [
-            _Shard(
+            Shard(
                 i,
                 signals=keys.stream(i, StreamKind.SIGNALS),
                 dead=keys.stream(i, StreamKind.DEAD),
                 targets=target_streams(keys, i),
                 pipe=wire.Pipe(client, keys.stream(i, StreamKind.SIGNALS), hold=True),
+                head=head,
             )
             for i in keys.all_shards()
         ]
@@ -120,14 +93,6 @@ class Coordinator:
             name=options.name,
             ttl_ms=options.lease_ttl_ms,
             prune_idle_ms=options.prune_idle_ms,
-        )
-        self._read_head = (
-            b"XREADGROUP",
-            b"GROUP",
-            _GROUP,
-            options.name.encode(),
-            b"COUNT",
-            b"%d" % options.batch,
         )
 
     @property
@@ -153,7 +118,7 @@ class Coordinator:
         # commit executes in the server.
         await asyncio.gather(*(self._drain(shard, stop) for shard in self._shards))
 
-    async def _drain(self, shard: _Shard, stop: asyncio.Event) -> None:
+    async def _drain(self, shard: Shard, stop: asyncio.Event) -> None:
         try:
             if await self._acquire_for_burst(shard, stop):
                 while shard.owned and not stop.is_set() and await self._step(shard, block_ms=None):
@@ -162,7 +127,7 @@ class Coordinator:
         finally:
             await shard.pipe.close()  # only here and in _loop: the pipe is the shard loop's own
 
-    async def _acquire_for_burst(self, shard: _Shard, stop: asyncio.Event) -> bool:
+    async def _acquire_for_burst(self, shard: Shard, stop: asyncio.Event) -> bool:
         """The shard's lease for a burst run. A lease left by a process that died runs out within its TTL
         (a burst run started right after a crash waits for it, rather than apply nothing); one that a live
         process keeps renewing is left to that process, which applies the shard."""
@@ -180,13 +145,13 @@ class Coordinator:
             await wait_for(stop, min(max(left, 0), 1000) / 1000 + 0.05)
         return False
 
-    async def _loop(self, shard: _Shard, stop: asyncio.Event) -> None:
+    async def _loop(self, shard: Shard, stop: asyncio.Event) -> None:
         try:
             await self._follow(shard, stop)
         finally:
             await shard.pipe.close()
 
-    async def _follow(self, shard: _Shard, stop: asyncio.Event) -> None:
+    async def _follow(self, shard: Shard, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
                 if not shard.owned and not await self._acquire(shard):
@@ -209,7 +174,7 @@ class Coordinator:
             await self._finish_held(shard)
         await self._give_back(shard)
 
-    async def _finish_held(self, shard: _Shard) -> None:
+    async def _finish_held(self, shard: Shard) -> None:
         """On the way out, apply every entry pending on the shard: those this process holds (claimed at
         a take-over, or read and not yet committed) and those a deposed owner read too late to commit,
         which a successor would otherwise claim only after a lease period. So a graceful stop leaves no
@@ -223,7 +188,7 @@ class Coordinator:
 
     # -- ownership -----------------------------------------------------------------------------
 
-    def _version_key(self, shard: _Shard) -> str:
+    def _version_key(self, shard: Shard) -> str:
         return self.keys.state(shard.index, "version")
 
     async def _membership(self, stop: asyncio.Event) -> None:
@@ -247,14 +212,14 @@ class Coordinator:
             await self._give_back(shard)
             log.info("shard %d released to balance the load", shard.index)
 
-    async def _give_back(self, shard: _Shard) -> None:
+    async def _give_back(self, shard: Shard) -> None:
         if shard.owned:
             await self._leases.release(shard.index, shard.token)
             shard.owned = False
             shard.groups = {}
             self._gauge_lease(shard)
 
-    async def _acquire(self, shard: _Shard) -> bool:
+    async def _acquire(self, shard: Shard) -> bool:
         if len(self.owned) >= self._share:
             return False
         token = await self._leases.take(shard.index)
@@ -268,7 +233,7 @@ class Coordinator:
         log.info("shard %d acquired by %s", shard.index, self.options.name)
         return True
 
-    async def _take_over(self, shard: _Shard) -> None:
+    async def _take_over(self, shard: Shard) -> None:
         """Claim every pending entry of the group (from dead or stalled owners) and reload the state."""
         # A commit the server cannot run (NOSCRIPT) loses the replies of the read sent behind it, and
         # those entries come again from the pending list, counted as delivered twice.
@@ -287,7 +252,7 @@ class Coordinator:
             self._lost(shard)
         shard.need_pending = True
 
-    async def _claim_stale(self, shard: _Shard) -> bool:
+    async def _claim_stale(self, shard: Shard) -> bool:
         """Claim entries another consumer has held longer than a lease: a deposed owner's late reads.
 
         Such an owner can never commit them (its lease is gone), and they would otherwise wait for the
@@ -295,7 +260,7 @@ class Coordinator:
         """
         return await self._claim(shard, idle_ms=self.options.lease_ttl_ms, count=100) > 0
 
-    async def _claim(self, shard: _Shard, *, idle_ms: int, count: int, until_done: bool = False) -> int:
+    async def _claim(self, shard: Shard, *, idle_ms: int, count: int, until_done: bool = False) -> int:
         return await self._leases.claim(
             shard.pipe, shard.index, shard.token, GROUP, idle_ms=idle_ms, count=count, until_done=until_done
         )
@@ -305,7 +270,7 @@ class Coordinator:
         with contextlib.suppress(BusError), translated():
             await self.client.xgroup_create(stream, GROUP, id="0", mkstream=True)
 
-    async def _maybe_tick(self, shard: _Shard) -> None:
+    async def _maybe_tick(self, shard: Shard) -> None:
         now = time.monotonic()
         if now - shard.last_tick < self.options.tick_interval_s:
             return
@@ -318,28 +283,9 @@ class Coordinator:
 
     # -- one batch -----------------------------------------------------------------------------
 
-    async def _read(self, shard: _Shard, block_ms: int | None) -> list[Entry]:
-        # through bus.wire, as the commit: at a batch or two per step (a steady trickle of signals),
-        # redis-py's packing and reply callbacks were a third of the step
-        ahead, shard.ahead = shard.ahead, None
-        if shard.need_pending:  # what was read ahead is pending too, and comes again in order
-            (reply,) = await shard.pipe.execute([self._read_command(shard, None, b"0")])
-            entries = entries_of(reply)
-            if entries:
-                return entries
-            shard.need_pending = False
-        elif ahead is not None:
-            return ahead
-        (reply,) = await shard.pipe.execute([self._read_command(shard, block_ms, b">")])
-        return entries_of(reply)
-
-    def _read_command(self, shard: _Shard, block_ms: int | None, start: bytes) -> wire.Command:
-        block = () if block_ms is None else (b"BLOCK", b"%d" % block_ms)
-        return (*self._read_head, *block, b"STREAMS", shard.signals.encode(), start)
-
-    async def _step(self, shard: _Shard, *, block_ms: int | None) -> bool:
+    async def _step(self, shard: Shard, *, block_ms: int | None) -> bool:
         """Read, apply and commit one batch; False when there was nothing to read."""
-        entries = await self._read(shard, block_ms)
+        entries = await shard.read(block_ms)
         if not entries:
             if not await self._leases.renew(shard.pipe, shard.index, shard.token):
                 self._lost(shard)
@@ -356,11 +302,11 @@ class Coordinator:
             Commit(self._leases.key(shard.index), shard.signals, self._version_key(shard)),
             shard.groups,
         )
-        counts = await self._delivery_counts(shard, entries) if shard.need_pending else {}
+        counts = await shard.delivery_counts(self.client, entries) if shard.need_pending else {}
         for entry_id, data in entries:
             batch.add(entry_id, data, counts.get(entry_id, 1), self.options.max_deliveries)
         batch.write()
-        result = await self._run_commit(shard, batch.commit, block_ms)
+        result = await shard.commit(self._commit, batch.commit, self.options.lease_ttl_ms, block_ms)
         if result is CommitResult.OK:
             batch.committed(shard.groups)
             shard.version += 1
@@ -380,14 +326,14 @@ class Coordinator:
             await self._take_over(shard)
         return True
 
-    def _lost(self, shard: _Shard) -> None:
+    def _lost(self, shard: Shard) -> None:
         if shard.owned:  # not when this process gave it back meanwhile (rebalancing): that was said
             log.warning("shard %d: lease lost; nothing from the last batch was committed", shard.index)
         shard.owned = False
         shard.groups = {}
         self._gauge_lease(shard)
 
-    def _gauge_lease(self, shard: _Shard) -> None:
+    def _gauge_lease(self, shard: Shard) -> None:
         if self.metrics:
             self.metrics.lease.labels(str(shard.index)).set(1 if shard.owned else 0)
 
@@ -399,36 +345,3 @@ class Coordinator:
                 with translated():
                     summary = await self.client.xpending(shard.signals, GROUP)
                 self.metrics.pending.labels(str(shard.index)).set(int(summary["pending"]))
-
-    async def _run_commit(self, shard: _Shard, commit: Commit, block_ms: int | None) -> CommitResult:
-        """Run the commit script; a following shard loop (``block_ms``) sends its next read in the same
-        write, right behind it: one write and one wake-up per batch instead of two, and the read already
-        waits in the server when the next entry arrives. Whatever the script decides, the entries read
-        are the group's next ones, delivered to this process: used if the commit went through, pending
-        here otherwise (and then read again from the pending list, or claimed by the shard's owner)."""
-        keys, argv = commit.script_args(shard.token, GROUP, self.options.lease_ttl_ms, shard.version)
-        if block_ms is None or shard.need_pending:
-            return parse_result(await self._commit(shard.pipe, keys, argv))
-        read = self._read_command(shard, block_ms, b">")
-        try:
-            reply, after = await self._commit.run(shard.pipe, keys, argv, [read])
-        except BaseException:
-            shard.need_pending = True  # the read may have delivered entries whose reply is lost
-            raise
-        if after is None:
-            shard.need_pending = True
-        else:
-            shard.ahead = entries_of(after[0])
-        return parse_result(reply)
-
-    async def _delivery_counts(self, shard: _Shard, entries: list[Entry]) -> dict[bytes, int]:
-        stream = shard.signals
-        with translated():
-            rows = await self.client.xpending_range(
-                stream, GROUP, min=entries[0][0], max=entries[-1][0], count=len(entries)
-            )
-        return {_bytes(row["message_id"]): int(row["times_delivered"]) for row in rows}
-
-
-def _bytes(value: Any) -> bytes:
-    return value if isinstance(value, bytes) else str(value).encode()

@@ -26,7 +26,7 @@ from bus.settings import Settings
 from coordinator.console import finding_lines, inbox_lines, merged_lines, render
 from coordinator.policy import Policy
 from coordinator.rules import GroupSummary, MergedFinding, merge_findings, merged_view
-from coordinator.service import GROUP
+from coordinator.shard import GROUP
 from coordinator.view import group_ids, iter_findings, load_groups, load_summaries, unread_signals
 
 __all__ = ["POLICY_OPTION", "commands"]

@@ -1,0 +1,119 @@
+"""One shard as its coordinator sees it: what it holds of the shard, and the reads and commits on the
+shard's signals stream.
+
+A shard's entries are read with XREADGROUP on the shard's own connection (:class:`bus.wire.Pipe`), and a
+batch is committed by one script (:mod:`coordinator.commit`). A following loop sends its next read in
+the same write as the commit, right behind it; what that read returns is kept (``ahead``) for the next
+step. Whenever the entries delivered to this process may differ from what it saw (a take-over, a commit
+whose reply was lost), it reads its own pending entries first (``need_pending``), so every entry is
+applied in stream order and none is skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bus import wire
+from bus.connection import Client, translated
+from bus.keys import ConsumerGroup
+from coordinator.batch import Entry, entries_of
+from coordinator.commit import Commit, CommitResult, parse_result
+from coordinator.rules import Target
+from coordinator.state import GroupState
+
+__all__ = ["GROUP", "Shard", "read_head"]
+
+GROUP = ConsumerGroup.COORDINATOR.value
+"""The consumer group every coordinator process joins on every shard's signals stream."""
+_GROUP = GROUP.encode()
+
+
+def read_head(consumer: str, batch: int) -> tuple[bytes, ...]:
+    """The start of every read of ``consumer``'s shards: ``XREADGROUP GROUP coordinator <consumer>
+    COUNT <batch>`` (packed once, not per read)."""
+    return (b"XREADGROUP", b"GROUP", _GROUP, consumer.encode(), b"COUNT", b"%d" % batch)
+
+
+@dataclass
+class Shard:
+    """What a coordinator process holds of one shard, and its reads and commits on the signals stream."""
+
+    index: int
+    signals: str
+    """The key of the shard's signals stream."""
+    dead: str
+    targets: dict[Target, str]
+    """The stream key of each target but the inbox (whose key depends on the agent)."""
+    pipe: wire.Pipe
+    """The shard's reads and commits, on one connection that the shard's loop holds."""
+    head: tuple[bytes, ...]
+    """The start of each read (:func:`read_head`)."""
+    token: str = ""
+    owned: bool = False
+    need_pending: bool = True
+    version: int = 0
+    """The shard's commit counter that ``groups`` correspond to (see :mod:`coordinator.commit`)."""
+    groups: dict[str, GroupState] = field(default_factory=dict)
+    last_tick: float = 0.0
+    ahead: list[Entry] | None = None
+    """Entries read behind the last commit, in the same write (see :meth:`commit`): the next batch, or
+    ``[]`` when none came within the block time; None when nothing was read ahead."""
+    failing: bool = False
+    """The shard loop's last step failed (the first failure of an outage is logged, not every retry)."""
+
+    async def read(self, block_ms: int | None) -> list[Entry]:
+        """The next batch: own pending entries when they may be there, else what was read ahead, else
+        new entries (waiting up to ``block_ms``; None: not at all)."""
+        # through bus.wire, as the commit: at a batch or two per step (a steady trickle of signals),
+        # redis-py's packing and reply callbacks were a third of the step
+        ahead, self.ahead = self.ahead, None
+        if self.need_pending:  # what was read ahead is pending too, and comes again in order
+            (reply,) = await self.pipe.execute([self._read_command(None, b"0")])
+            entries = entries_of(reply)
+            if entries:
+                return entries
+            self.need_pending = False
+        elif ahead is not None:
+            return ahead
+        (reply,) = await self.pipe.execute([self._read_command(block_ms, b">")])
+        return entries_of(reply)
+
+    def _read_command(self, block_ms: int | None, start: bytes) -> wire.Command:
+        block = () if block_ms is None else (b"BLOCK", b"%d" % block_ms)
+        return (*self.head, *block, b"STREAMS", self.signals.encode(), start)
+
+    async def commit(
+        self, script: wire.Script, commit: Commit, ttl_ms: int, block_ms: int | None
+    ) -> CommitResult:
+        """Run the commit script; a following shard loop (``block_ms``) sends its next read in the same
+        write, right behind it: one write and one wake-up per batch instead of two, and the read already
+        waits in the server when the next entry arrives. Whatever the script decides, the entries read
+        are the group's next ones, delivered to this process: used if the commit went through, pending
+        here otherwise (and then read again from the pending list, or claimed by the shard's owner)."""
+        keys, argv = commit.script_args(self.token, GROUP, ttl_ms, self.version)
+        if block_ms is None or self.need_pending:
+            return parse_result(await script(self.pipe, keys, argv))
+        read = self._read_command(block_ms, b">")
+        try:
+            reply, after = await script.run(self.pipe, keys, argv, [read])
+        except BaseException:
+            self.need_pending = True  # the read may have delivered entries whose reply is lost
+            raise
+        if after is None:
+            self.need_pending = True
+        else:
+            self.ahead = entries_of(after[0])
+        return parse_result(reply)
+
+    async def delivery_counts(self, client: Client, entries: list[Entry]) -> dict[bytes, int]:
+        """How many times the group delivered each of ``entries`` (read from the pending list)."""
+        with translated():
+            rows = await client.xpending_range(
+                self.signals, GROUP, min=entries[0][0], max=entries[-1][0], count=len(entries)
+            )
+        return {_bytes(row["message_id"]): int(row["times_delivered"]) for row in rows}
+
+
+def _bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
