@@ -2,10 +2,7 @@
 
 Launchers read LAUNCH requests (:class:`bus.directives.LaunchRequest`) from every shard's ``tasks``
 stream as the consumer group ``launchers``, so any number of them, on any machines, share the work. Each
-request becomes an agent: its prompt (identity statement and task) is written to a file, and the agent
-command built from a template is started wrapped by ``subagent-bus adapter run``, which puts it on the
-bus. The template is split like a shell line, the placeholders are replaced inside each argument, and
-nothing runs through a shell.
+request becomes an agent, started wrapped by ``subagent-bus adapter run`` (:mod:`agents.spawn`).
 
 At most ``max_parallel`` agents run at once. A launcher reads no more requests than it has free slots,
 so the others stay in the stream for any launcher, and it acknowledges a request only once its agent
@@ -27,53 +24,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import hashlib
 import logging
 import os
-import shutil
 import socket
-import sys
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-from agents.delivery import fill, split_template
-from agents.identity import build_prompt
+from agents.delivery import split_template
 from agents.options import id_problem
-from agents.orphans import PID_SUFFIX, Orphan, Proc, forget, left_running, record
-from bus.cli_connection import NAMESPACE_ENV, URL_ENV
+from agents.orphans import Orphan, Proc, forget, left_running
+from agents.spawn import PLACEHOLDERS, Spawner, adapter_command, file_stem
 from bus.connection import Client
 from bus.consumer import Ack, Consumer, Delivery
 from bus.directives import LaunchRequest
 from bus.errors import ConnectionFailed
 from bus.keys import ConsumerGroup, Keys, StreamKind
 from bus.metrics import LauncherMetrics
-from bus.ops import METRICS_PORT_ENV
 from bus.settings import Settings
 from bus.waits import wait_for
 
 __all__ = ["GROUP", "PLACEHOLDERS", "Launcher", "LauncherOptions", "adapter_command", "file_stem"]
 
 GROUP: Final = ConsumerGroup.LAUNCHERS.value
-PLACEHOLDERS: Final = frozenset(
-    {"agent_id", "group_id", "prompt_file", "prompt", "parent_agent_id", "request_id"}
-)
 _POLL_S: Final = 0.2
 _PREVIOUS_END_S: Final = 10.0
 log = logging.getLogger("subagent_bus.launcher")
-
-
-def adapter_command() -> list[str]:
-    """How to run ``subagent-bus`` from this interpreter's installation."""
-    beside = Path(sys.executable).parent / "subagent-bus"
-    if beside.exists():
-        return [str(beside)]
-    found = shutil.which("subagent-bus")
-    if found:
-        return [found]
-    return [sys.executable, "-c", "from bus.cli import main; main()"]
 
 
 @dataclass(frozen=True)
@@ -122,6 +100,16 @@ class Launcher:
         self.adopted: dict[str, Orphan] = {}
         """Agents a killed launcher left running (:mod:`agents.orphans`): each holds a slot until it ends."""
         self._me = Proc.of(os.getpid())
+        self._spawner = Spawner(
+            template=options.template,
+            prompt_dir=options.prompt_dir,
+            log_dir=options.log_dir,
+            adapter_args=options.adapter_args,
+            url=options.adapter_url or settings.url,
+            namespace=settings.namespace,
+            cluster=settings.cluster,
+            launcher=self._me,
+        )
         self.metrics.agents.set_function(self.busy)
         self._changed = asyncio.Event()
         self._consumers = [
@@ -276,76 +264,12 @@ class Launcher:
             await asyncio.sleep(_POLL_S)
         return agent_id not in self.adopted
 
-    def _prompt_file(self, request: LaunchRequest) -> tuple[Path, str]:
-        task = request.task.strip()
-        if request.context and request.context.strip():
-            task += f"\n\n## CONTEXT\n{request.context.strip()}"
-        text = build_prompt(task, request.new_agent_id)
-        self.options.prompt_dir.mkdir(parents=True, exist_ok=True)
-        path = (self.options.prompt_dir / f"{file_stem(request.new_agent_id)}.md").absolute()
-        path.write_text(text, encoding="utf-8")
-        return path, text
-
     def command(self, request: LaunchRequest, group_id: str, prompt_file: Path, prompt: str) -> list[str]:
         """The ``adapter run`` command line that starts this request's agent."""
-        agent = fill(
-            self.options.template,
-            {
-                "agent_id": request.new_agent_id,
-                "group_id": group_id,
-                "prompt_file": str(prompt_file),
-                "prompt": prompt,
-                "parent_agent_id": request.parent_agent_id or "",
-                "request_id": request.request_id,
-            },
-        )
-        return [
-            *adapter_command(),
-            "adapter",
-            "run",
-            "--agent-id",
-            request.new_agent_id,
-            "--group",
-            group_id,
-            "--task-file",
-            str(prompt_file),
-            "--quiet",
-            *self.options.adapter_args,
-            "--",
-            *agent,
-        ]
+        return self._spawner.command(request, group_id, prompt_file, prompt)
 
     async def _start(self, request: LaunchRequest, group_id: str) -> asyncio.subprocess.Process:
-        prompt_file, prompt = self._prompt_file(request)
-        argv = self.command(request, group_id, prompt_file, prompt)
-        self.options.log_dir.mkdir(parents=True, exist_ok=True)
-        path = self.options.log_dir / f"{file_stem(request.new_agent_id)}.log"
-        env = {
-            **{name: value for name, value in os.environ.items() if name != METRICS_PORT_ENV},
-            URL_ENV: self.options.adapter_url or self.settings.url,
-            NAMESPACE_ENV: self.settings.namespace,
-            # The agent's identity, for `subagent-bus listen` and `subagent-bus mcp` run by the agent.
-            "SUBAGENT_BUS_AGENT_ID": request.new_agent_id,
-            "SUBAGENT_BUS_GROUP": group_id,
-        }
-        if self.settings.cluster is not None:
-            argv.insert(argv.index("run") + 1, "--cluster" if self.settings.cluster else "--no-cluster")
-        with path.open("ab") as out:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-                env=env,
-                start_new_session=True,
-            )
-        orphan = Orphan(
-            agent_id=request.new_agent_id, group_id=group_id, adapter=Proc.of(process.pid), launcher=self._me
-        )
-        try:
-            record(self._pid_file(request.new_agent_id), orphan)
-        except OSError as exc:  # the agent runs: not a reason to start it again
-            log.warning(f"{exc}: a launcher started after this one is killed will not count this agent")
+        process, path = await self._spawner.start(request, group_id)
         message = f"launched {request.new_agent_id} (group {group_id}, pid {process.pid}, log {path})"
         log.info(message, extra={**_ids(request, group_id), "pid": process.pid})
         return process
@@ -355,13 +279,10 @@ class Launcher:
         if self.running.get(agent_id) is process:  # not the same agent started again since
             del self.running[agent_id]
             del self._requests[agent_id]
-            forget(self._pid_file(agent_id))
+            forget(self._spawner.pid_file(agent_id))
         extra = {"agent_id": agent_id, "group_id": group_id, "exit_code": code}
         log.info(f"agent {agent_id} ended with exit status {code}", extra=extra)
         self._changed.set()
-
-    def _pid_file(self, agent_id: str) -> Path:
-        return self.options.log_dir / f"{file_stem(agent_id)}{PID_SUFFIX}"
 
     async def _shutdown(self) -> None:
         """Pass SIGTERM on to the adapters still running and wait for them."""
@@ -396,11 +317,3 @@ def _refusal(delivery: Delivery, now: datetime) -> str | None:
 def _ids(request: LaunchRequest, group_id: str) -> dict[str, str]:
     """The fields of a log line about one request."""
     return {"agent_id": request.new_agent_id, "group_id": group_id, "request_id": request.request_id}
-
-
-def file_stem(agent_id: str) -> str:
-    """An agent id usable as a file name (distinct ids stay distinct: ``a/b`` and ``a_b`` differ)."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in agent_id).lstrip(".")[:100]
-    if safe != agent_id:
-        safe = f"{safe}-{hashlib.sha256(agent_id.encode()).hexdigest()[:8]}"
-    return safe

@@ -32,8 +32,8 @@ from typing import Any, Final
 import click
 import orjson
 
-from agents.launcher import adapter_command, file_stem
 from agents.options import id_problem
+from agents.spawn import adapter_command, file_stem
 from bus.cli_connection import URL_ENV
 from bus.ops import METRICS_PORT_ENV
 

@@ -1,0 +1,157 @@
+"""Starting the agent of one launch request, wrapped by ``subagent-bus adapter run``.
+
+The agent's prompt (identity statement and task) is written to a file, and the agent command built from a
+template is started wrapped by ``subagent-bus adapter run``, which puts it on the bus. The template is
+split like a shell line, the placeholders are replaced inside each argument, and nothing runs through a
+shell. The adapter runs in a session of its own (so the agent outlives a launcher killed with SIGKILL),
+writes to ``<agent>.log`` in the log directory, and has its pid recorded beside it (:mod:`agents.orphans`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from agents.delivery import fill
+from agents.identity import build_prompt
+from agents.orphans import PID_SUFFIX, Orphan, Proc, record
+from bus.cli_connection import NAMESPACE_ENV, URL_ENV
+from bus.directives import LaunchRequest
+from bus.ops import METRICS_PORT_ENV
+
+__all__ = ["PLACEHOLDERS", "Spawner", "adapter_command", "file_stem"]
+
+PLACEHOLDERS: Final = frozenset(
+    {"agent_id", "group_id", "prompt_file", "prompt", "parent_agent_id", "request_id"}
+)
+log = logging.getLogger("subagent_bus.launcher")
+
+
+def adapter_command() -> list[str]:
+    """How to run ``subagent-bus`` from this interpreter's installation."""
+    beside = Path(sys.executable).parent / "subagent-bus"
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("subagent-bus")
+    if found:
+        return [found]
+    return [sys.executable, "-c", "from bus.cli import main; main()"]
+
+
+def file_stem(agent_id: str) -> str:
+    """An agent id usable as a file name (distinct ids stay distinct: ``a/b`` and ``a_b`` differ)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in agent_id).lstrip(".")[:100]
+    if safe != agent_id:
+        safe = f"{safe}-{hashlib.sha256(agent_id.encode()).hexdigest()[:8]}"
+    return safe
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spawner:
+    """Starts agents for one launcher: where their prompts, logs and pid files go, and how they reach
+    the bus."""
+
+    template: list[str]
+    """The agent command, already split; see :data:`PLACEHOLDERS`."""
+    prompt_dir: Path
+    log_dir: Path
+    adapter_args: tuple[str, ...]
+    """Extra options for each ``adapter run`` (--deliver, --workdir, --heartbeat...)."""
+    url: str
+    """The URL the adapters use."""
+    namespace: str
+    cluster: bool | None
+    """Passed on to the adapters as ``--cluster``/``--no-cluster``; None: each adapter asks the server."""
+    launcher: Proc
+    """The launcher process, recorded with each agent it starts."""
+
+    def pid_file(self, agent_id: str) -> Path:
+        """Where the pid of the agent's adapter is recorded while it runs."""
+        return self.log_dir / f"{file_stem(agent_id)}{PID_SUFFIX}"
+
+    def command(self, request: LaunchRequest, group_id: str, prompt_file: Path, prompt: str) -> list[str]:
+        """The ``adapter run`` command line that starts this request's agent."""
+        agent = fill(
+            self.template,
+            {
+                "agent_id": request.new_agent_id,
+                "group_id": group_id,
+                "prompt_file": str(prompt_file),
+                "prompt": prompt,
+                "parent_agent_id": request.parent_agent_id or "",
+                "request_id": request.request_id,
+            },
+        )
+        return [
+            *adapter_command(),
+            "adapter",
+            "run",
+            "--agent-id",
+            request.new_agent_id,
+            "--group",
+            group_id,
+            "--task-file",
+            str(prompt_file),
+            "--quiet",
+            *self.adapter_args,
+            "--",
+            *agent,
+        ]
+
+    async def start(self, request: LaunchRequest, group_id: str) -> tuple[asyncio.subprocess.Process, Path]:
+        """Start the request's agent under an adapter; the adapter process and the path of its log.
+
+        Raises ``OSError`` or ``ValueError`` when it cannot be started (the command line too long, a
+        program that does not exist, a placeholder with no value).
+        """
+        prompt_file, prompt = self._prompt_file(request)
+        argv = self.command(request, group_id, prompt_file, prompt)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        path = self.log_dir / f"{file_stem(request.new_agent_id)}.log"
+        env = {
+            **{name: value for name, value in os.environ.items() if name != METRICS_PORT_ENV},
+            URL_ENV: self.url,
+            NAMESPACE_ENV: self.namespace,
+            # The agent's identity, for `subagent-bus listen` and `subagent-bus mcp` run by the agent.
+            "SUBAGENT_BUS_AGENT_ID": request.new_agent_id,
+            "SUBAGENT_BUS_GROUP": group_id,
+        }
+        if self.cluster is not None:
+            argv.insert(argv.index("run") + 1, "--cluster" if self.cluster else "--no-cluster")
+        with path.open("ab") as out:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                env=env,
+                start_new_session=True,
+            )
+        orphan = Orphan(
+            agent_id=request.new_agent_id,
+            group_id=group_id,
+            adapter=Proc.of(process.pid),
+            launcher=self.launcher,
+        )
+        try:
+            record(self.pid_file(request.new_agent_id), orphan)
+        except OSError as exc:  # the agent runs: not a reason to start it again
+            log.warning(f"{exc}: a launcher started after this one is killed will not count this agent")
+        return process, path
+
+    def _prompt_file(self, request: LaunchRequest) -> tuple[Path, str]:
+        task = request.task.strip()
+        if request.context and request.context.strip():
+            task += f"\n\n## CONTEXT\n{request.context.strip()}"
+        text = build_prompt(task, request.new_agent_id)
+        self.prompt_dir.mkdir(parents=True, exist_ok=True)
+        path = (self.prompt_dir / f"{file_stem(request.new_agent_id)}.md").absolute()
+        path.write_text(text, encoding="utf-8")
+        return path, text
