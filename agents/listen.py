@@ -24,7 +24,8 @@ newer entry, so a listener restarted the moment after a kill still prints the ol
 An adapter delivering a directive (running a resume command, or waiting for its agent's turn to end first)
 may hold it for minutes, and keeps it fresh meanwhile (:data:`agents.delivery.HOLD_REFRESH_S`); one it has
 left for :data:`agents.delivery.ABANDONED_MS` (a minute) belongs to an adapter that died, and a listener
-takes it over, as a restarted adapter would.
+takes it over, as a restarted adapter would. Both kinds of stale entry, and the entry held under
+``listen``, are found by one look at the group's pending list per poll (:mod:`agents.inbox_pending`).
 
 Delivery is at least once: a listener that printed but could not acknowledge (the server went away at
 that instant) leaves the directive to be printed again by the next listener.
@@ -51,6 +52,7 @@ import click
 
 from agents.adapter import AgentBus, connect_bus, stderr_log
 from agents.delivery import ABANDONED_MS, GROUP, Directive, as_directive, not_a_directive
+from agents.inbox_pending import CONSUMER, InboxPending
 from agents.options import check_id
 from bus.cli_connection import redis_options, run_command
 from bus.connection import Client, as_text, translated
@@ -74,8 +76,6 @@ __all__ = [
     "write_out",
 ]
 
-CONSUMER: Final = "listen"
-"""The consumer name of every listener (and of the MCP server's ``wait_for_directive``)."""
 DEFAULT_CLAIM_IDLE_MS: Final = 2000
 EXIT_RECEIVED: Final = 0
 EXIT_ERROR: Final = 1
@@ -170,9 +170,14 @@ class InboxListener:
         it, or died a moment ago), no new one is read: the agent gets its directives in order.
         """
         try:
-            found = await self._claim_stale()
+            pending = await self._pending()
+            found = await self._claim_stale(pending)
             if found is None:
-                held_ms = await self._held_ms()
+                if pending.stale or pending.abandoned:
+                    # the claims changed the pending list (an entry lost to another listener is held
+                    # under `listen` now, one settled here is gone): look again before deciding to wait
+                    pending = await self._pending()
+                held_ms = self._held_ms(pending)
                 if held_ms is not None:
                     wait_s = held_ms / 1000 if remaining is None else min(held_ms / 1000, max(remaining, 0))
                     await asyncio.sleep(wait_s)  # until the entry is acknowledged or can be claimed
@@ -185,45 +190,39 @@ class InboxListener:
             return None
         return found
 
-    async def _claim_stale(self) -> Received | None:
-        """An entry a dead listener left, or a dead adapter (one alive keeps what it delivers fresh)."""
-        for consumer, idle_ms in ((CONSUMER, self.claim_idle_ms), (GROUP, self.abandoned_ms)):
-            found = await self._claim_from(consumer, idle_ms)
-            if found is not None:
-                return found
-        return None
+    async def _pending(self) -> InboxPending:
+        # one XPENDING over the whole group, not one per question (agents.inbox_pending)
+        return await InboxPending.read(
+            self.client, self.inbox, claim_idle_ms=self.claim_idle_ms, abandoned_ms=self.abandoned_ms
+        )
 
-    async def _claim_from(self, consumer: str, idle_ms: int) -> Received | None:
-        with translated():
-            pending: list[Any] = await self.client.xpending_range(
-                self.inbox, GROUP, min="-", max="+", count=10, consumername=consumer, idle=idle_ms
-            )
-        for record in pending:
-            entry_id = as_text(record["message_id"])
-            with translated():
-                claimed: list[Any] = await self.client.xclaim(
-                    self.inbox, GROUP, CONSUMER, idle_ms, [entry_id]
-                )
-            if not claimed:
-                continue  # another listener claimed it first, or it is gone
-            fields = claimed[0][1] if claimed[0] and claimed[0][0] is not None else None
-            if not fields:  # Redis 6.2 answers nil for an entry deleted from the stream meanwhile
-                await self._settle(Delivery(entry_id, None, None, DELETED_REASON, 0), Ack.ACK)
-                continue
-            found = await self._take(entry_id, fields, int(record["times_delivered"]) + 1)
-            if found is not None:
-                return found
-        return None
-
-    async def _held_ms(self) -> int | None:
+    def _held_ms(self, pending: InboxPending) -> int | None:
         """How long until the oldest entry pending under ``listen`` can be claimed; None if there is none."""
-        with translated():
-            pending: list[Any] = await self.client.xpending_range(
-                self.inbox, GROUP, min="-", max="+", count=1, consumername=CONSUMER
-            )
-        if not pending:
+        if pending.held_idle_ms is None:
             return None
-        return max(1, min(_POLL_MS, self.claim_idle_ms - int(pending[0]["time_since_delivered"])))
+        return max(1, min(_POLL_MS, self.claim_idle_ms - pending.held_idle_ms))
+
+    async def _claim_stale(self, pending: InboxPending) -> Received | None:
+        """An entry a dead listener left, or a dead adapter (one alive keeps what it delivers fresh)."""
+        for entries, idle_ms in ((pending.stale, self.claim_idle_ms), (pending.abandoned, self.abandoned_ms)):
+            for entry_id, deliveries in entries:
+                found = await self._claim(entry_id, idle_ms, deliveries)
+                if found is not None:
+                    return found
+        return None
+
+    async def _claim(self, entry_id: str, idle_ms: int, deliveries: int) -> Received | None:
+        # XCLAIM checks the idle time again: an entry refreshed or taken by another reader meanwhile is
+        # left where it is
+        with translated():
+            claimed: list[Any] = await self.client.xclaim(self.inbox, GROUP, CONSUMER, idle_ms, [entry_id])
+        if not claimed:
+            return None  # another listener claimed it first, or it is gone
+        fields = claimed[0][1] if claimed[0] and claimed[0][0] is not None else None
+        if not fields:  # Redis 6.2 answers nil for an entry deleted from the stream meanwhile
+            await self._settle(Delivery(entry_id, None, None, DELETED_REASON, 0), Ack.ACK)
+            return None
+        return await self._take(entry_id, fields, deliveries + 1)
 
     async def _read_new(self, block_ms: int | None) -> Received | None:
         with translated():
