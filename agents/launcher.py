@@ -264,10 +264,6 @@ class Launcher:
             await asyncio.sleep(_POLL_S)
         return agent_id not in self.adopted
 
-    def command(self, request: LaunchRequest, group_id: str, prompt_file: Path, prompt: str) -> list[str]:
-        """The ``adapter run`` command line that starts this request's agent."""
-        return self._spawner.command(request, group_id, prompt_file, prompt)
-
     async def _start(self, request: LaunchRequest, group_id: str) -> asyncio.subprocess.Process:
         process, path = await self._spawner.start(request, group_id)
         message = f"launched {request.new_agent_id} (group {group_id}, pid {process.pid}, log {path})"
