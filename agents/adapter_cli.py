@@ -65,6 +65,7 @@ async def _with_inbox(
         block_ms=250,
         reclaim_idle_ms=common.retry_ms,
         max_deliveries=common.max_attempts,
+        batch=1,  # a directive read along with the one being delivered would look abandoned to listen
     )
     follower = InboxFollower(consumer, deliverer, log=bus.log, metrics=bus.metrics)
     stop = asyncio.Event()

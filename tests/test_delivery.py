@@ -288,6 +288,34 @@ async def test_a_directive_a_killed_adapter_held_is_taken_over_by_listen(
         assert await pending(bus, "d7") == 0
 
 
+async def test_an_adapter_holds_only_the_directive_it_delivers(redis_url: str, tmp_path: Path) -> None:
+    """Directives read with it but not yet delivered would look abandoned to ``listen`` once the
+    delivery outlasts ``ABANDONED_MS``, and be printed by ``listen`` and delivered by the adapter."""
+    go = tmp_path / "go"
+    blocking = f"command:{sys.executable} {WRITER} {tmp_path / 'argv.json'} --wait-for {go} {{prompt}}"
+    async with open_bus(redis_url) as bus:
+        for answer in ("first", "second"):
+            await Publisher(bus.client, bus.keys).send_directive(directive(answer, agent="d8"))
+        adapter = start(idle_adapter(tmp_path, "d8", "--deliver", blocking), redis_url, tmp_path / "log")
+        try:
+
+            async def reading() -> bool:
+                return await pending(bus, "d8") > 0
+
+            await wait_until(reading, 20, "the adapter to read its inbox")
+            assert await pending(bus, "d8") == 1
+            go.touch()
+
+            async def delivered() -> bool:
+                return await pending(bus, "d8") == 0 and await bus.client.xlen(bus.inbox(GROUP, "d8")) == 2
+
+            await wait_until(delivered, 20, "both deliveries")
+        finally:
+            go.touch()
+            adapter.terminate()
+            adapter.wait(timeout=10)
+
+
 async def test_the_adapter_runs_a_resume_command_without_a_shell(redis_url: str, tmp_path: Path) -> None:
     record = tmp_path / "argv.json"
     template = f"command:{sys.executable} {WRITER} {record} {{prompt}} {{type}}-{{agent_id}}"
