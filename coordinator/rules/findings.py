@@ -113,7 +113,8 @@ def _outranks(finding: Finding, other: Finding) -> bool:
     rank, other_rank = _rank(finding), _rank(other)
     if rank != other_rank:
         return rank > other_rank
-    return finding is not other and _canonical(finding) > _canonical(other)
+    # an agent reporting the same finding again (a re-run) gives an equal report: no JSON to compare
+    return finding is not other and finding != other and _canonical(finding) > _canonical(other)
 
 
 def _best(reports: Iterable[Finding]) -> Finding:
