@@ -87,7 +87,9 @@ MAX_TAG_LINE: Final = 4096
 _BOM: Final = b"\xef\xbb\xbf"
 
 _T = EnvelopeType
-_Rewind = tuple[bytes, int]  # a region to scan again, and the stream offset of its first line
+# What a decision gives back to scan again: a region of lines (or b""), the stream offset of its first
+# line, then where the region being scanned resumes (the index of the newline before its next line).
+_Rewind = tuple[bytes, int, int]
 
 
 class _State(Enum):
@@ -175,7 +177,7 @@ class Parser:
             self._partial = bytearray()
             self._run(region, self._pos)
         while self._state is _State.REPORT and self._cand is not None:
-            self._run(*self._resolve(b"", 0))
+            self._rescan(self._resolve())
         if self._state is _State.BLOCK and not self._discard:
             self._error("not terminated (end of input)")
         elif self._state is _State.REPORT and not self._discard:
@@ -188,16 +190,32 @@ class Parser:
         return out
 
     def _run(self, region: bytes, base: int) -> None:
-        rewind: _Rewind | None = (region, base)
-        while rewind is not None:
-            rewind = self._scan(*rewind)
+        """Scan a region, and what decisions in it give back to scan again before the rest of it. The
+        rest is resumed, never copied: a decision per line must not cost the length of the region."""
+        todo = [(region, base, 0)]
+        while todo:
+            region, base, start = todo.pop()
+            rewind = self._scan(region, base, start)
+            if rewind is not None:
+                again, again_base, resume = rewind
+                if resume < len(region) - 1:
+                    todo.append((region, base, resume))
+                if again:
+                    todo.append((again, again_base, 0))
 
-    def _scan(self, region: bytes, base: int) -> _Rewind | None:
-        """Handle the candidate lines of ``region`` (``\\n`` + complete lines starting at ``base``)."""
+    def _rescan(self, rewind: _Rewind) -> None:
+        """Scan what a decision taken after the last region gives back (that region is all kept)."""
+        again, base, _ = rewind
+        if again:
+            self._run(again, base)
+
+    def _scan(self, region: bytes, base: int, start: int) -> _Rewind | None:
+        """Handle the candidate lines of ``region`` (``\\n`` + complete lines, the first at stream offset
+        ``base``) from index ``start`` (a newline) on."""
         self._region = region
-        self._seg = 1
-        pos, line = 1, self._line
-        resume = 0
+        self._seg = start + 1
+        pos, line = start + 1, self._line
+        resume = start
         while (m := HIT.search(region, resume)) is not None:
             resume = m.end()
             is_tag = m.lastindex == TAG_GROUP
@@ -223,7 +241,7 @@ class Parser:
             self._check_size(end)
         elif self._state is _State.REPORT and not self._discard:
             if self._cand is not None and end - self._body_start > self.max_block_bytes:
-                return self._resolve(region, self._seg)
+                return self._resolve()
             self._body += region[self._seg :]
             self._seg = len(region)
             self._check_size(end)
@@ -237,7 +255,7 @@ class Parser:
                 if end - self._body_start <= self.max_block_bytes:
                     return
                 if self._state is _State.REPORT and self._cand is not None:
-                    self._run(*self._resolve(b"", 0))
+                    self._rescan(self._resolve())
                     continue
                 self._check_size(end)
             self._pos = end
@@ -339,13 +357,13 @@ class Parser:
     def _report_hit(self, hit: Hit) -> _Rewind | None:
         """Track a report's end; leaves the REPORT state when the hit ends it."""
         if self._cand is not None and hit.at - self._body_start > self.max_block_bytes:
-            return self._resolve(self._region, self._seg)
+            return self._resolve()
         self._check_size(hit.at)
         if hit.tag is not None:
             if hit.close:
                 return None
             if self._cand is not None:
-                return self._resolve(self._region, self._seg)
+                return self._resolve()
             self._end_report(hit, self._rep_fence or self._rep_outer)
         elif hit.fence is not None:
             return self._report_fence(hit)
@@ -353,7 +371,7 @@ class Parser:
             if self._rep_fence is None:
                 self._end_report(hit, self._rep_outer)
             elif self._cand is not None:
-                return self._resolve(self._region, self._seg)
+                return self._resolve()
         return None
 
     def _report_fence(self, hit: Hit) -> _Rewind | None:
@@ -361,7 +379,7 @@ class Parser:
             if hit.closes(self._rep_fence):
                 self._rep_fence = self._cand = None
             elif hit.info and self._cand is not None:
-                return self._resolve(self._region, self._seg)
+                return self._resolve()
             return None
         if hit.closes(self._rep_outer):
             if self._discard:
@@ -377,17 +395,20 @@ class Parser:
         self._state = _State.OUTSIDE
         self._fence = fence
 
-    def _resolve(self, region: bytes, seg: int) -> _Rewind:
-        """The pending bare fence closed the report's enclosing fence: end the report there and
-        return the bytes after that fence line for scanning again."""
+    def _resolve(self) -> _Rewind:
+        """The pending bare fence closed the report's enclosing fence: end the report there, and scan
+        again the lines after that fence line (those kept, then the rest of the region)."""
         assert self._cand is not None
         at, next_at, line = self._cand
-        kept = bytes(self._body) + region[seg:]
-        self._emit_report(kept[: at - self._body_start])
+        body, start, seg = self._body, self._body_start, self._seg
+        kept = start + len(body)  # the stream offset of the region's bytes from seg
+        self._emit_report(bytes(body[: at - start]) + self._region[seg : seg + max(0, at - kept)])
         self._state = _State.OUTSIDE
         self._fence = self._cand = None
         self._line = line
-        return b"\n" + kept[next_at - self._body_start :], next_at
+        if next_at < kept:
+            return b"\n" + bytes(body[next_at - start :]), next_at, seg - 1
+        return b"", next_at, seg - 1 + next_at - kept
 
     def _before(self, hit: Hit) -> bytes:
         """The open body's bytes up to the hit's line."""

@@ -217,6 +217,15 @@ def test_a_flood_of_fences_and_headings() -> None:
 
 
 @pytest.mark.timeout(10)
+def test_reports_in_fences_before_a_long_output_are_read_in_linear_time() -> None:
+    # A report's closing fence is known to close it only at the line after it that shows it; the lines
+    # after the fence are then scanned again, which must not copy the rest of the output each time.
+    report = b"```markdown\n## A Result\n### Status\nSUCCESS\n### Summary\ns\n```\n"
+    items = parse_text(report * 20_000 + b"filler prose line\n" * 300_000 + VALID)
+    assert kinds(items) == ["ResultItem"] * 20_000 + ["SignalItem"]
+
+
+@pytest.mark.timeout(10)
 def test_byte_at_a_time_feeding_stays_linear() -> None:
     data = (b"prose line with [STOP_WORK] inside\n" * 2_000) + VALID
     parser = Parser()
