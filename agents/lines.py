@@ -21,18 +21,21 @@ __all__ = [
     "Fence",
     "Hit",
     "may_be_report",
+    "tentative",
 ]
 
 _TAGS: Final = b"|".join(t.value.encode() for t in SIGNAL_TYPES)
 TYPE_OF_TAG: Final = {t.value.encode(): t for t in SIGNAL_TYPES}
 """The signal type a tag names (``b"STOP_WORK"`` -> ``EnvelopeType.STOP_WORK``)."""
 # Agents print tags in Markdown emphasis (``**[STOP_WORK]**``) or, through a terminal, in colour: around a
-# tag alone on its line these mean nothing else, so they are allowed there (any mix, on either side; one
-# character class, so that a long run of ``*`` is matched in one way only, not in exponentially many). A
+# tag these mean nothing else, so they are allowed there (any mix, on either side; one character class, so
+# that a long run of ``*`` is matched in one way only, not in exponentially many). A tag line is any line
+# that starts with a tag: what follows the tag is for the parser to weigh (see :func:`tentative`). A
 # closing tag may be followed by text (``[/STOP_WORK] Waiting for the parent``): it ends an open block of
 # its type; outside one it is prose, like any other line (see the parser).
 _DECO: Final = rb"(?:[*_]|\x1b\[[0-9;]*m)*"
-_TAG: Final = _DECO + rb"\[(/)?(" + _TAGS + rb")\]" + _DECO + rb"(?(2)[^\n]*(?=\n)|[ \t]*(?=\r?\n))"
+_TAG: Final = _DECO + rb"\[(/)?(" + _TAGS + rb")\][^\n]*(?=\n)"
+_LONE: Final = re.compile(_DECO + rb"[ \t]*\r?")
 # Anchored on the newline before a line (each scanned region starts with one), so the regex engine
 # only tries line starts; the groups: indent, "/", tag | fence marker, info | hashes, heading text.
 # (The lookahead is for speed: it ends the try at a prose line's first character.)
@@ -40,12 +43,18 @@ HIT: Final = re.compile(
     rb"\n([ \t]*)(?=[\[*_\x1b`~#])(?:" + _TAG + rb"|(`{3,}|~{3,})([^\n]*)|(#{1,2})[ \t]([^\n]*))"
 )
 TAG_GROUP: Final = 3  # the group of HIT a tag line ends with (``m.lastindex``)
-TAG_LINE: Final = re.compile(rb"\n[ \t]*" + _TAG)  # the tag lines of HIT
+TAG_LINE: Final = re.compile(rb"\n([ \t]*)" + _TAG)  # the tag lines of HIT, with the same groups
 RESULT_HEADING: Final = re.compile(rb"[ \t]*(\S(?:.*\S)?)[ \t]+[Rr]esult[ \t#]*\r?")
 """The text of a ``## <Agent> Result`` heading (the agent's name in group 1)."""
 LOOSE_RESULT_HEADING: Final = re.compile(rb"[ \t]*\**+(\S(?:.*\S)?)[ \t]+(?i:result)[ \t*:#]*\r?")
 """The text of a heading of level 2 that may start a report (``## **Auditor Result**``, ``## Auditor
 RESULT:``): one only if it reads as a report (a valid status and a summary)."""
+
+
+def tentative(m: re.Match[bytes]) -> bool:
+    """Whether a tag line of :data:`HIT` or :data:`TAG_LINE` is an opening tag with other text after it
+    on its line (``[STOP_WORK] - blocked on npm``): a block or prose, as the lines after it tell."""
+    return m.group(2) is None and _LONE.fullmatch(m.string, m.end(3) + 1, m.end()) is None
 
 
 def may_be_report(heading: bytes) -> bool:
@@ -61,7 +70,10 @@ Fence = tuple[int, int]
 class Hit:
     """A candidate line found by :data:`HIT` in a region (``start``/``end``: its bounds there)."""
 
-    __slots__ = ("at", "close", "end", "fence", "hashes", "heading", "indent", "info", "line", "start", "tag")
+    __slots__ = (
+        "at", "close", "end", "fence", "hashes", "heading", "indent", "info", "line", "opens", "start", "tag",
+        "tentative",
+    )  # fmt: skip
 
     def __init__(self, m: re.Match[bytes], base: int, end: int, line: int) -> None:
         self.start = m.start() + 1
@@ -70,6 +82,10 @@ class Hit:
         self.line = line
         self.indent, slash, self.tag, fence, info, hashes, self.heading = m.groups()
         self.close = slash == b"/"
+        self.tentative = self.tag is not None and tentative(m)
+        """An opening tag with text after it, not yet known to open a block (see :func:`tentative`)."""
+        self.opens = self.tag is not None and not self.close and not self.tentative
+        """An opening tag that opens a block."""
         self.fence: bytes | None = fence
         self.info = (info or b"").strip()
         if fence is not None and fence[0] == 0x60 and b"`" in self.info:
@@ -83,6 +99,17 @@ class Hit:
     @property
     def is_heading(self) -> bool:
         return self.hashes > 0 and len(self.indent) <= 3 and b"\t" not in self.indent
+
+    def report(self) -> tuple[bytes, bool] | None:
+        """When the line is a heading that may start a report: the agent's name, and whether the heading
+        is written otherwise than the contract's (then the report must read as one)."""
+        if self.hashes != 2 or not self.is_heading or not may_be_report(self.heading):
+            return None
+        name = RESULT_HEADING.fullmatch(self.heading)
+        if name is not None:
+            return name.group(1).strip(), False
+        name = LOOSE_RESULT_HEADING.fullmatch(self.heading)
+        return None if name is None else (name.group(1).strip(), True)
 
     def closes(self, fence: Fence | None) -> bool:
         return (

@@ -11,12 +11,20 @@ deterministic.
 Recognition rules:
 
 - An opening tag ``[STOP_WORK]`` (likewise CLARIFICATION_NEEDED, DELEGATE_WORK, COMPLETION_REPORT,
-  PROGRESS) counts only alone on its line; indentation and a trailing CR are allowed, so a block may sit
+  PROGRESS) alone on its line opens a block; indentation and a trailing CR are allowed, so a block may sit
   in a ```yaml fence or a list item, and so are Markdown emphasis (``**[STOP_WORK]**``) and terminal colour
   codes around the tag. An inline mention ("I will emit [STOP_WORK] if ...") is prose, and so is a tag in
   inline code or a quote, or a heading (``### [STOP_WORK]``: a protocol explained). The body is dedented
   by the opening tag's indentation and ends at the matching closing tag, which may have text after it; a
   closing tag outside a block is prose.
+- An opening tag with other text after it on its line (``[STOP_WORK] - blocked on npm``) opens a
+  tentative block (:mod:`agents.tentative`): a block, read as any other, when its own closing tag comes
+  next with a body that names the signal's fields; prose, with no item, when anything else comes first
+  (another tag line, a heading that may start a report, the size limit, the end of input). The text after
+  the tag is not part of the body. Its lines are kept until it is decided, then scanned again from its tag
+  line, taken as decided, so that nothing after a mention is lost: the items after that line wait for the
+  decision. Inside a block such a line is part of the body; inside a report, one that makes a block ends
+  the report, one that is prose is part of it.
 - An opening tag while a block is open ends the open block with an error (it was never terminated) and
   starts the new block: agents do not nest signals, and dropping the new, probably complete, block to
   keep waiting for a terminator that may never come would lose a valid signal. A closing tag of another
@@ -39,7 +47,7 @@ skipped, so the first line can still be a tag line; offsets still count its thre
 offsets in the output as it is (a file adapter's read offsets are the same). Anywhere else it is prose.
 
 Limits: a block or report body over ``max_block_bytes`` is reported once and its bytes are dropped as
-they arrive. A line longer than :data:`MAX_TAG_LINE` is never a tag, heading or fence line, so outside
+they arrive (a tentative block's is prose, so at most that much of it is kept). A line longer than :data:`MAX_TAG_LINE` is never a tag, heading or fence line, so outside
 blocks at most that much of a partial line is kept. Only block bodies and reports are decoded; invalid
 UTF-8 is an error naming the line in a block, a violation of the report (read as U+FFFD) in a report, and
 prose outside them is never decoded.
@@ -53,18 +61,9 @@ from typing import Final
 
 from agents.blocks import SIGNAL_TYPES, SignalPayload, describe_errors
 from agents.items import ErrorItem, Item, ResultItem, SignalItem, block_item, report_item
-from agents.lines import (
-    HIT,
-    LOOSE_RESULT_HEADING,
-    RESULT_HEADING,
-    TAG_GROUP,
-    TAG_LINE,
-    TYPE_OF_TAG,
-    Fence,
-    Hit,
-    may_be_report,
-)
+from agents.lines import HIT, TAG_GROUP, TAG_LINE, TYPE_OF_TAG, Fence, Hit, tentative
 from agents.report import is_placeholder
+from agents.tentative import Tentative
 from bus.envelope import EnvelopeType
 
 __all__ = [
@@ -116,6 +115,8 @@ class Parser:
         self._head: bytes | None = b""  # the output's first bytes while they may be a split BOM
         self._state = _State.OUTSIDE
         self._fence: Fence | None = None  # a code fence open in the prose
+        self._tent: Tentative | None = None  # a tentative block open over the state, which waits for it
+        self._decided = (-1, False)  # the last tentative tag line decided: its offset, whether it opens
         # the open block or report
         self._type = _T.STOP_WORK
         self._agent = b""
@@ -176,8 +177,8 @@ class Parser:
             region = b"\n" + bytes(self._partial) + b"\n"
             self._partial = bytearray()
             self._run(region, self._pos)
-        while self._state is _State.REPORT and self._cand is not None:
-            self._rescan(self._resolve())
+        while self._tent is not None or (self._state is _State.REPORT and self._cand is not None):
+            self._rescan(self._decide(False) if self._tent is not None else self._resolve())
         if self._state is _State.BLOCK and not self._discard:
             self._error("not terminated (end of input)")
         elif self._state is _State.REPORT and not self._discard:
@@ -219,23 +220,36 @@ class Parser:
         while (m := HIT.search(region, resume)) is not None:
             resume = m.end()
             is_tag = m.lastindex == TAG_GROUP
-            if not is_tag and self._state is _State.BLOCK:
-                continue  # fences and headings mean nothing inside a block
+            maybe = is_tag and tentative(m)
+            if self._state is _State.BLOCK and (maybe or not is_tag):
+                continue  # fences, headings and tags with text after them mean nothing inside a block
             start = m.start()
             end = region.find(b"\n", resume)
             if end - start > MAX_TAG_LINE + 1:
                 continue
             line += region.count(b"\n", pos, start + 1)
             pos = start + 1
-            if is_tag and self._state is not _State.REPORT:
+            if self._tent is not None:
+                rewind = self._tentative_hit(m, base, end, line)
+            elif is_tag and not maybe and self._state is not _State.REPORT:
                 resume = self._tag(m, base + start, end, line)  # the usual hit, taken without a Hit
                 continue
-            rewind = self._hit(Hit(m, base, end, line))
+            else:
+                rewind = self._hit(self._decided_hit(Hit(m, base, end, line)))
             if rewind is not None:
                 return rewind
         self._line = line + region.count(b"\n", pos)
-        end = base + len(region) - 1
-        if self._state is _State.BLOCK and not self._discard:
+        return self._keep(region, base + len(region) - 1)
+
+    def _keep(self, region: bytes, end: int) -> _Rewind | None:
+        """At the end of a region (``end``: its stream end), keep the open body's bytes, or decide what
+        its size decides."""
+        if self._tent is not None:
+            if self._tent.over(end, self.max_block_bytes):
+                return self._decide(False)
+            self._tent.keep(region[self._seg :])
+            self._seg = len(region)
+        elif self._state is _State.BLOCK and not self._discard:
             self._body += region[self._seg :]
             self._seg = len(region)
             self._check_size(end)
@@ -251,6 +265,11 @@ class Parser:
         """Bound the partial line: dropped when too long to matter, counted when part of a body."""
         while len(self._partial) > MAX_TAG_LINE:
             end = self._pos + len(self._partial)
+            if self._tent is not None:
+                if not self._tent.over(end, self.max_block_bytes):
+                    return
+                self._rescan(self._decide(False))
+                continue
             if self._state is not _State.OUTSIDE and not self._discard:
                 if end - self._body_start <= self.max_block_bytes:
                     return
@@ -263,7 +282,9 @@ class Parser:
             self._skipping = True
 
     def _hit(self, hit: Hit) -> _Rewind | None:
-        """A fence or heading line outside a block, or any line in a report."""
+        """A fence or heading line outside a block, or any line in a report, or a tentative tag line."""
+        if hit.tentative:
+            return self._open_tentative(hit)
         if self._state is _State.REPORT:
             rewind = self._report_hit(hit)
             if rewind is not None or self._state is _State.REPORT:
@@ -271,18 +292,59 @@ class Parser:
             if hit.fence is not None:
                 return None  # the report consumed its closing fence
         if hit.tag is not None:
-            if not hit.close:
+            if hit.opens:
                 self._open_block(hit.tag, len(hit.indent), hit.at, hit.next_at, hit.end + 1, hit.line)
         elif hit.fence is not None:
             self._fence = None if hit.closes(self._fence) else self._fence or (hit.fence[0], len(hit.fence))
-        elif hit.hashes == 2 and hit.is_heading and may_be_report(hit.heading):
-            name = RESULT_HEADING.fullmatch(hit.heading)
-            loose = name is None
-            if loose:
-                name = LOOSE_RESULT_HEADING.fullmatch(hit.heading)
-            if name is not None:
-                self._open_report(hit, name.group(1).strip(), loose=loose)
+        elif (report := hit.report()) is not None:
+            self._open_report(hit, report[0], loose=report[1])
         return None
+
+    def _decided_hit(self, hit: Hit) -> Hit:
+        """The hit, a tentative tag line taken as what the lines after it were found to make it."""
+        if hit.tentative and self._decided[0] == hit.at:
+            hit.tentative = False
+            hit.opens = self._decided[1]
+        return hit
+
+    def _open_tentative(self, hit: Hit) -> _Rewind | None:
+        """A tentative tag line outside a block: the state waits (a report keeps its bytes up to the line)
+        while the lines after it are kept, until they decide it."""
+        if self._state is _State.REPORT:
+            rewind = self._report_limits(hit)
+            if rewind is not None:
+                return rewind
+            if not self._discard:
+                self._body += self._region[self._seg : hit.start]
+        self._tent = Tentative(hit, self._region[hit.start - 1 : hit.end + 1])
+        self._seg = hit.end + 1
+        return None
+
+    def _tentative_hit(self, m: re.Match[bytes], base: int, end: int, line: int) -> _Rewind | None:
+        """A line of a tentative block's body that may decide it: a tag line does (only its own closing
+        tag, in time, can make it a block), and so does a heading that may start a report."""
+        assert self._tent is not None
+        start = m.start()
+        if m.lastindex != TAG_GROUP:
+            if Hit(m, base, end, line).report() is None:
+                return None  # any other line is a line of its body
+            return self._decide(False)
+        slash, tag = m.group(2, 3)
+        block = (
+            slash is not None
+            and not self._tent.over(base + start, self.max_block_bytes)
+            and self._tent.closed_by(tag, self._region[self._seg : start + 1])
+        )
+        return self._decide(block)
+
+    def _decide(self, block: bool) -> _Rewind:
+        """Close the tentative block, a block or prose: its lines are scanned again from its tag line,
+        which is then taken as decided, and then the rest of the region."""
+        assert self._tent is not None
+        tent, self._tent = self._tent, None
+        self._decided = (tent.at, block)
+        self._line = tent.line
+        return bytes(tent.kept), tent.at, self._seg - 1
 
     def _tag(self, m: re.Match[bytes], at: int, end: int, line: int) -> int:
         """A tag line (stream offset ``at``, ending at ``end`` in the region) outside a report: it opens
@@ -313,10 +375,12 @@ class Parser:
         are nothing to a block). ``None`` leaves the block to the scan."""
         region = self._region
         close = TAG_LINE.search(region, end)
+        while close is not None and tentative(close):
+            close = TAG_LINE.search(region, close.end())  # a line of the body
         if (
             close is None
-            or not close.group(1)
-            or close.group(2) != tag
+            or not close.group(2)
+            or close.group(3) != tag
             or region.find(b"\n", close.end()) - close.start() > MAX_TAG_LINE + 1
             or base + close.start() - self._body_start > self.max_block_bytes
         ):
@@ -354,13 +418,20 @@ class Parser:
         self._seg = seg
         self._discard = False
 
-    def _report_hit(self, hit: Hit) -> _Rewind | None:
-        """Track a report's end; leaves the REPORT state when the hit ends it."""
+    def _report_limits(self, hit: Hit) -> _Rewind | None:
+        """Check a report's size at a hit: over the limit, a pending bare fence ends it."""
         if self._cand is not None and hit.at - self._body_start > self.max_block_bytes:
             return self._resolve()
         self._check_size(hit.at)
+        return None
+
+    def _report_hit(self, hit: Hit) -> _Rewind | None:
+        """Track a report's end; leaves the REPORT state when the hit ends it."""
+        rewind = self._report_limits(hit)
+        if rewind is not None:
+            return rewind
         if hit.tag is not None:
-            if hit.close:
+            if not hit.opens:
                 return None
             if self._cand is not None:
                 return self._resolve()

@@ -284,6 +284,7 @@ def test_arbitrary_bytes_never_break_the_parser(data: bytes, cuts: list[int]) ->
         data.replace(b"a", b"\n[STOP_WORK]\n")
         .replace(b"b", b"\n[/STOP_WORK]\n")
         .replace(b"c", b"\n## X Result\n")
+        .replace(b"d", b"\n[STOP_WORK] d\n")
     )
     for document in (data, tagged):
         parser = Parser(max_block_bytes=300)
