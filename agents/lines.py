@@ -14,6 +14,7 @@ from agents.blocks import SIGNAL_TYPES
 __all__ = [
     "HIT",
     "LOOSE_RESULT_HEADING",
+    "MAX_TAG_LINE",
     "RESULT_HEADING",
     "TAG_GROUP",
     "TAG_LINE",
@@ -24,6 +25,8 @@ __all__ = [
     "tentative",
 ]
 
+MAX_TAG_LINE: Final = 4096
+"""The longest line that can be a tag, heading or fence line; also the most kept of a prose line."""
 _TAGS: Final = b"|".join(t.value.encode() for t in SIGNAL_TYPES)
 TYPE_OF_TAG: Final = {t.value.encode(): t for t in SIGNAL_TYPES}
 """The signal type a tag names (``b"STOP_WORK"`` -> ``EnvelopeType.STOP_WORK``)."""

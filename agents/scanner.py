@@ -1,0 +1,420 @@
+"""The parser's scanner: regions of complete lines of agent output into signal, report and error items.
+
+:class:`~agents.parser.Parser` cuts the bytes it is fed into regions of complete lines; a :class:`Scanner`
+reads them in stream order and keeps what lies between them: outside any block, in a signal block, in a
+result report, and a tentative block open over any of these but a block (:mod:`agents.tentative`). The
+rules it follows are the parser's (see :mod:`agents.parser`).
+
+A region is a newline followed by complete lines, so the expressions of :mod:`agents.lines` are anchored
+on newlines, and only candidate lines (tags, fences, level-1/2 headings) are looked at; the bytes of an
+open block or report are kept between them. Some lines are decided only by the lines after them (a bare
+fence that may end a report, a tentative tag line): the lines kept since are then scanned again, before
+the rest of the region, which is resumed, never copied.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum, auto
+
+from agents.items import ErrorItem, Item, block_item, report_item
+from agents.lines import HIT, MAX_TAG_LINE, TAG_GROUP, TAG_LINE, TYPE_OF_TAG, Fence, Hit, tentative
+from agents.report import is_placeholder
+from agents.tentative import Tentative
+from bus.envelope import EnvelopeType
+
+__all__ = ["Scanner"]
+
+_T = EnvelopeType
+# What a decision gives back to scan again: a region of lines (or b""), the stream offset of its first
+# line, then where the region being scanned resumes (the index of the newline before its next line).
+_Rewind = tuple[bytes, int, int]
+
+
+class _State(Enum):
+    OUTSIDE = auto()
+    BLOCK = auto()
+    REPORT = auto()
+
+
+class Scanner:
+    """The items of the regions :meth:`run` is given, in stream order; :meth:`close` at the end."""
+
+    def __init__(self, max_block_bytes: int, context: str) -> None:
+        self._limit = max_block_bytes
+        self._context = context
+        self._out: list[Item] = []
+        self.line = 1
+        """The line number of the next region's first line (the parser counts the lines it drops)."""
+        self._state = _State.OUTSIDE
+        self._fence: Fence | None = None  # a code fence open in the prose
+        self._tent: Tentative | None = None  # a tentative block open over the state, which waits for it
+        self._decided = (-1, False)  # the last tentative tag line decided: its offset, whether it opens
+        # the open block or report
+        self._type = _T.STOP_WORK
+        self._agent = b""
+        self._start_line = 0
+        self._start_offset = 0
+        self._indent = 0
+        self._body = bytearray()  # kept bytes, from stream offset _body_start
+        self._body_start = 0
+        self._region = b""  # the region being scanned
+        self._seg = 1  # where the open body's bytes begin in it
+        self._discard = False
+        self._rep_fence: Fence | None = None  # a fence open inside the report
+        self._rep_outer: Fence | None = None  # the fence the report started in
+        self._cand: tuple[int, int, int] | None = None  # bare fence that may end it: at, next_at, line
+        self._loose = False  # its heading is not the contract's own: a report only if it reads as one
+
+    def drain(self) -> list[Item]:
+        """The items completed since the last call."""
+        out, self._out = self._out, []
+        return out
+
+    def keeps_line(self, end: int) -> bool:
+        """Whether a partial line too long to be a tag line (ending, so far, at stream offset ``end``) is
+        part of an open body within the size limit; if not, it is dropped, and past the limit what is
+        open is decided first (a tentative block is prose, a report may end at its pending fence)."""
+        while True:
+            if self._tent is not None:
+                if not self._tent.over(end, self._limit):
+                    return True
+                self._rescan(self._decide(False))
+                continue
+            if self._state is _State.OUTSIDE or self._discard:
+                return False
+            if end - self._body_start <= self._limit:
+                return True
+            if self._state is _State.REPORT and self._cand is not None:
+                self._rescan(self._resolve())
+                continue
+            self._check_size(end)
+            return False
+
+    def close(self) -> None:
+        """End of input, after the last region: a tentative block is prose, a block still open an error,
+        a report ends."""
+        while self._tent is not None or (self._state is _State.REPORT and self._cand is not None):
+            self._rescan(self._decide(False) if self._tent is not None else self._resolve())
+        if self._state is _State.BLOCK and not self._discard:
+            self._error("not terminated (end of input)")
+        elif self._state is _State.REPORT and not self._discard:
+            self._emit_report(bytes(self._body))
+        self._state = _State.OUTSIDE
+
+    def run(self, region: bytes, base: int) -> None:
+        """Scan a region, and what decisions in it give back to scan again before the rest of it. The
+        rest is resumed, never copied: a decision per line must not cost the length of the region."""
+        todo = [(region, base, 0)]
+        while todo:
+            region, base, start = todo.pop()
+            rewind = self._scan(region, base, start)
+            if rewind is not None:
+                again, again_base, resume = rewind
+                if resume < len(region) - 1:
+                    todo.append((region, base, resume))
+                if again:
+                    todo.append((again, again_base, 0))
+
+    def _rescan(self, rewind: _Rewind) -> None:
+        """Scan what a decision taken after the last region gives back (that region is all kept)."""
+        again, base, _ = rewind
+        if again:
+            self.run(again, base)
+
+    def _scan(self, region: bytes, base: int, start: int) -> _Rewind | None:
+        """Handle the candidate lines of ``region`` (``\\n`` + complete lines, the first at stream offset
+        ``base``) from index ``start`` (a newline) on."""
+        self._region = region
+        self._seg = start + 1
+        pos, line = start + 1, self.line
+        resume = start
+        while (m := HIT.search(region, resume)) is not None:
+            resume = m.end()
+            is_tag = m.lastindex == TAG_GROUP
+            maybe = is_tag and tentative(m)
+            if self._state is _State.BLOCK and (maybe or not is_tag):
+                continue  # fences, headings and tags with text after them mean nothing inside a block
+            start = m.start()
+            end = region.find(b"\n", resume)
+            if end - start > MAX_TAG_LINE + 1:
+                continue
+            line += region.count(b"\n", pos, start + 1)
+            pos = start + 1
+            if self._tent is not None:
+                rewind = self._tentative_hit(m, base, end, line)
+            elif is_tag and not maybe and self._state is not _State.REPORT:
+                resume = self._tag(m, base + start, end, line)  # the usual hit, taken without a Hit
+                continue
+            else:
+                rewind = self._hit(self._decided_hit(Hit(m, base, end, line)))
+            if rewind is not None:
+                return rewind
+        self.line = line + region.count(b"\n", pos)
+        return self._keep(region, base + len(region) - 1)
+
+    def _keep(self, region: bytes, end: int) -> _Rewind | None:
+        """At the end of a region (``end``: its stream end), keep the open body's bytes, or decide what
+        its size decides."""
+        if self._tent is not None:
+            if self._tent.over(end, self._limit):
+                return self._decide(False)
+            self._tent.keep(region[self._seg :])
+            self._seg = len(region)
+        elif self._state is _State.BLOCK and not self._discard:
+            self._body += region[self._seg :]
+            self._seg = len(region)
+            self._check_size(end)
+        elif self._state is _State.REPORT and not self._discard:
+            if self._cand is not None and end - self._body_start > self._limit:
+                return self._resolve()
+            self._body += region[self._seg :]
+            self._seg = len(region)
+            self._check_size(end)
+        return None
+
+    def _hit(self, hit: Hit) -> _Rewind | None:
+        """A fence or heading line outside a block, or any line in a report, or a tentative tag line."""
+        if hit.tentative:
+            return self._open_tentative(hit)
+        if self._state is _State.REPORT:
+            rewind = self._report_hit(hit)
+            if rewind is not None or self._state is _State.REPORT:
+                return rewind
+            if hit.fence is not None:
+                return None  # the report consumed its closing fence
+        if hit.tag is not None:
+            if hit.opens:
+                self._open_block(hit.tag, len(hit.indent), hit.at, hit.next_at, hit.end + 1, hit.line)
+        elif hit.fence is not None:
+            self._fence = None if hit.closes(self._fence) else self._fence or (hit.fence[0], len(hit.fence))
+        elif (report := hit.report()) is not None:
+            self._open_report(hit, report[0], loose=report[1])
+        return None
+
+    def _decided_hit(self, hit: Hit) -> Hit:
+        """The hit, a tentative tag line taken as what the lines after it were found to make it."""
+        if hit.tentative and self._decided[0] == hit.at:
+            hit.tentative = False
+            hit.opens = self._decided[1]
+        return hit
+
+    def _open_tentative(self, hit: Hit) -> _Rewind | None:
+        """A tentative tag line outside a block: the state waits (a report keeps its bytes up to the line)
+        while the lines after it are kept, until they decide it."""
+        if self._state is _State.REPORT:
+            rewind = self._report_limits(hit)
+            if rewind is not None:
+                return rewind
+            if not self._discard:
+                self._body += self._region[self._seg : hit.start]
+        self._tent = Tentative(hit, self._region[hit.start - 1 : hit.end + 1])
+        self._seg = hit.end + 1
+        return None
+
+    def _tentative_hit(self, m: re.Match[bytes], base: int, end: int, line: int) -> _Rewind | None:
+        """A line of a tentative block's body that may decide it: a tag line does (only its own closing
+        tag, in time, can make it a block), and so does a heading that may start a report."""
+        assert self._tent is not None
+        start = m.start()
+        if m.lastindex != TAG_GROUP:
+            if Hit(m, base, end, line).report() is None:
+                return None  # any other line is a line of its body
+            return self._decide(False)
+        slash, tag = m.group(2, 3)
+        block = (
+            slash is not None
+            and not self._tent.over(base + start, self._limit)
+            and self._tent.closed_by(tag, self._region[self._seg : start + 1])
+        )
+        return self._decide(block)
+
+    def _decide(self, block: bool) -> _Rewind:
+        """Close the tentative block, a block or prose: its lines are scanned again from its tag line,
+        which is then taken as decided, and then the rest of the region."""
+        assert self._tent is not None
+        tent, self._tent = self._tent, None
+        self._decided = (tent.at, block)
+        self.line = tent.line
+        return bytes(tent.kept), tent.at, self._seg - 1
+
+    def _tag(self, m: re.Match[bytes], at: int, end: int, line: int) -> int:
+        """A tag line (stream offset ``at``, ending at ``end`` in the region) outside a report: it opens
+        a block, or ends the open one. Returns where the scan of the region goes on."""
+        indent, slash, tag = m.group(1, 2, 3)
+        if self._state is _State.BLOCK:
+            if at - self._body_start > self._limit:
+                self._check_size(at)
+            if self._discard:
+                pass
+            elif slash and TYPE_OF_TAG[tag] is not self._type:
+                self._error(f"closed by [/{tag.decode()}] at line {line}")
+            elif slash:
+                self._emit_block(bytes(self._body) + self._region[self._seg : m.start() + 1])
+            else:
+                self._error(f"not terminated before the [{tag.decode()}] at line {line}")
+            if slash:
+                self._state = _State.OUTSIDE
+                return m.end()
+        elif slash:
+            return m.end()  # a closing tag outside a block is prose
+        self._open_block(tag, len(indent), at, at - m.start() + end, end + 1, line)
+        return self._whole_block(tag, at - m.start(), end) or m.end()
+
+    def _whole_block(self, tag: bytes, base: int, end: int) -> int | None:
+        """The block just opened (its tag line ending at ``end``), when its own closing tag is the next
+        tag line of the region: emitted at once, and the scan goes on after that tag (the lines between
+        are nothing to a block). ``None`` leaves the block to the scan."""
+        region = self._region
+        close = TAG_LINE.search(region, end)
+        while close is not None and tentative(close):
+            close = TAG_LINE.search(region, close.end())  # a line of the body
+        if (
+            close is None
+            or not close.group(2)
+            or close.group(3) != tag
+            or region.find(b"\n", close.end()) - close.start() > MAX_TAG_LINE + 1
+            or base + close.start() - self._body_start > self._limit
+        ):
+            return None
+        self._emit_block(region[end + 1 : close.start() + 1])
+        self._state = _State.OUTSIDE
+        return close.end()
+
+    def _open_block(self, tag: bytes, indent: int, at: int, body_start: int, seg: int, line: int) -> None:
+        """Open a block at the tag line at stream offset ``at``; its body starts at ``body_start``
+        (``seg`` in the region)."""
+        self._state = _State.BLOCK
+        self._type = TYPE_OF_TAG[tag]
+        self._open(line, body_start, seg)
+        self._start_offset = at + indent
+        self._indent = indent
+
+    def _open_report(self, hit: Hit, agent: bytes, *, loose: bool) -> None:
+        self._state = _State.REPORT
+        self._agent = agent
+        self._loose = loose
+        self._open(hit.line, hit.at, hit.start)
+        # A quoted or echoed template (``## [Agent Name] Result``) is read past like a report too big to
+        # keep: its sections must not be taken for anything else, and it yields nothing.
+        self._discard = is_placeholder(agent.decode(errors="replace"))
+        self._start_offset = hit.at + len(hit.indent)
+        self._rep_outer, self._fence = self._fence, None
+        self._rep_fence = None
+        self._cand = None
+
+    def _open(self, line: int, body_start: int, seg: int) -> None:
+        self._start_line = line
+        self._body = bytearray()
+        self._body_start = body_start
+        self._seg = seg
+        self._discard = False
+
+    def _report_limits(self, hit: Hit) -> _Rewind | None:
+        """Check a report's size at a hit: over the limit, a pending bare fence ends it."""
+        if self._cand is not None and hit.at - self._body_start > self._limit:
+            return self._resolve()
+        self._check_size(hit.at)
+        return None
+
+    def _report_hit(self, hit: Hit) -> _Rewind | None:
+        """Track a report's end; leaves the REPORT state when the hit ends it."""
+        rewind = self._report_limits(hit)
+        if rewind is not None:
+            return rewind
+        if hit.tag is not None:
+            if not hit.opens:
+                return None
+            if self._cand is not None:
+                return self._resolve()
+            self._end_report(hit, self._rep_fence or self._rep_outer)
+        elif hit.fence is not None:
+            return self._report_fence(hit)
+        elif hit.is_heading:
+            if self._rep_fence is None:
+                self._end_report(hit, self._rep_outer)
+            elif self._cand is not None:
+                return self._resolve()
+        return None
+
+    def _report_fence(self, hit: Hit) -> _Rewind | None:
+        if self._rep_fence is not None:
+            if hit.closes(self._rep_fence):
+                self._rep_fence = self._cand = None
+            elif hit.info and self._cand is not None:
+                return self._resolve()
+            return None
+        if hit.closes(self._rep_outer):
+            if self._discard:
+                self._end_report(hit, None)
+                return None
+            self._cand = (hit.at, hit.next_at, hit.line + 1)
+        self._rep_fence = (hit.fence[0], len(hit.fence)) if hit.fence else None
+        return None
+
+    def _end_report(self, hit: Hit, fence: Fence | None) -> None:
+        if not self._discard:
+            self._emit_report(self._before(hit))
+        self._state = _State.OUTSIDE
+        self._fence = fence
+
+    def _resolve(self) -> _Rewind:
+        """The pending bare fence closed the report's enclosing fence: end the report there, and scan
+        again the lines after that fence line (those kept, then the rest of the region)."""
+        assert self._cand is not None
+        at, next_at, line = self._cand
+        body, start, seg = self._body, self._body_start, self._seg
+        kept = start + len(body)  # the stream offset of the region's bytes from seg
+        self._emit_report(bytes(body[: at - start]) + self._region[seg : seg + max(0, at - kept)])
+        self._state = _State.OUTSIDE
+        self._fence = self._cand = None
+        self.line = line
+        if next_at < kept:
+            return b"\n" + bytes(body[next_at - start :]), next_at, seg - 1
+        return b"", next_at, seg - 1 + next_at - kept
+
+    def _before(self, hit: Hit) -> bytes:
+        """The open body's bytes up to the hit's line."""
+        return bytes(self._body) + self._region[self._seg : hit.start]
+
+    def _check_size(self, end: int) -> None:
+        """Report an open body grown past the limit once, then drop its bytes as they come."""
+        if not self._discard and end - self._body_start > self._limit:
+            if self._state is not _State.REPORT or not self._loose:  # a loose one may be prose
+                self._error(f"larger than {self._limit} bytes; skipped")
+            self._discard = True
+            self._body = bytearray()
+            self._cand = None
+
+    def _where(self) -> str:
+        if self._state is _State.REPORT:
+            agent = self._agent.decode(errors="replace")
+            return f"result report '{agent}' at line {self._start_line}{self._context}"
+        return f"{self._type.value} block at line {self._start_line}{self._context}"
+
+    def _error(self, message: str) -> None:
+        kind = _T.RESULT if self._state is _State.REPORT else self._type
+        where = self._where()
+        self._out.append(
+            ErrorItem(
+                line=self._start_line, offset=self._start_offset, message=f"{where}: {message}", type=kind
+            )
+        )
+
+    def _emit_block(self, body: bytes) -> None:
+        line, offset = self._start_line, self._start_offset
+        item = block_item(self._type, body, indent=self._indent, line=line, offset=offset, where=self._where)
+        if item is not None:
+            self._out.append(item)
+
+    def _emit_report(self, content: bytes) -> None:
+        item = report_item(
+            content,
+            loose=self._loose,
+            line=self._start_line,
+            offset=self._start_offset,
+            where=self._where,
+            context=self._context,
+        )
+        if item is not None:
+            self._out.append(item)
