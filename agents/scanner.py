@@ -20,6 +20,7 @@ from enum import Enum, auto
 from agents.items import ErrorItem, Item, block_item, report_item
 from agents.lines import HIT, MAX_TAG_LINE, TAG_GROUP, TAG_LINE, TYPE_OF_TAG, Fence, Hit, tentative
 from agents.report import is_placeholder
+from agents.report_end import End, ReportEnd
 from agents.tentative import Tentative
 from bus.envelope import EnvelopeType
 
@@ -61,9 +62,7 @@ class Scanner:
         self._region = b""  # the region being scanned
         self._seg = 1  # where the open body's bytes begin in it
         self._discard = False
-        self._rep_fence: Fence | None = None  # a fence open inside the report
-        self._rep_outer: Fence | None = None  # the fence the report started in
-        self._cand: tuple[int, int, int] | None = None  # bare fence that may end it: at, next_at, line
+        self._ends = ReportEnd(None)  # where the open report ends
         self._loose = False  # its heading is not the contract's own: a report only if it reads as one
 
     def drain(self) -> list[Item]:
@@ -85,7 +84,7 @@ class Scanner:
                 return False
             if end - self._body_start <= self._limit:
                 return True
-            if self._state is _State.REPORT and self._cand is not None:
+            if self._state is _State.REPORT and self._ends.pending is not None:
                 self._rescan(self._resolve())
                 continue
             self._check_size(end)
@@ -94,7 +93,7 @@ class Scanner:
     def close(self) -> None:
         """End of input, after the last region: a tentative block is prose, a block still open an error,
         a report ends."""
-        while self._tent is not None or (self._state is _State.REPORT and self._cand is not None):
+        while self._tent is not None or (self._state is _State.REPORT and self._ends.pending is not None):
             self._rescan(self._decide(False) if self._tent is not None else self._resolve())
         if self._state is _State.BLOCK and not self._discard:
             self._error("not terminated (end of input)")
@@ -166,7 +165,7 @@ class Scanner:
             self._seg = len(region)
             self._check_size(end)
         elif self._state is _State.REPORT and not self._discard:
-            if self._cand is not None and end - self._body_start > self._limit:
+            if self._ends.pending is not None and end - self._body_start > self._limit:
                 return self._resolve()
             self._body += region[self._seg :]
             self._seg = len(region)
@@ -299,9 +298,7 @@ class Scanner:
         # keep: its sections must not be taken for anything else, and it yields nothing.
         self._discard = is_placeholder(agent.decode(errors="replace"))
         self._start_offset = hit.at + len(hit.indent)
-        self._rep_outer, self._fence = self._fence, None
-        self._rep_fence = None
-        self._cand = None
+        self._ends, self._fence = ReportEnd(self._fence), None
 
     def _open(self, line: int, body_start: int, seg: int) -> None:
         self._start_line = line
@@ -312,7 +309,7 @@ class Scanner:
 
     def _report_limits(self, hit: Hit) -> _Rewind | None:
         """Check a report's size at a hit: over the limit, a pending bare fence ends it."""
-        if self._cand is not None and hit.at - self._body_start > self._limit:
+        if self._ends.pending is not None and hit.at - self._body_start > self._limit:
             return self._resolve()
         self._check_size(hit.at)
         return None
@@ -322,34 +319,11 @@ class Scanner:
         rewind = self._report_limits(hit)
         if rewind is not None:
             return rewind
-        if hit.tag is not None:
-            if not hit.opens:
-                return None
-            if self._cand is not None:
-                return self._resolve()
-            self._end_report(hit, self._rep_fence or self._rep_outer)
-        elif hit.fence is not None:
-            return self._report_fence(hit)
-        elif hit.is_heading:
-            if self._rep_fence is None:
-                self._end_report(hit, self._rep_outer)
-            elif self._cand is not None:
-                return self._resolve()
-        return None
-
-    def _report_fence(self, hit: Hit) -> _Rewind | None:
-        if self._rep_fence is not None:
-            if hit.closes(self._rep_fence):
-                self._rep_fence = self._cand = None
-            elif hit.info and self._cand is not None:
-                return self._resolve()
-            return None
-        if hit.closes(self._rep_outer):
-            if self._discard:
-                self._end_report(hit, None)
-                return None
-            self._cand = (hit.at, hit.next_at, hit.line + 1)
-        self._rep_fence = (hit.fence[0], len(hit.fence)) if hit.fence else None
+        end = self._ends.at(hit, read_past=self._discard)
+        if end is End.PENDING:
+            return self._resolve()
+        if end is not None:
+            self._end_report(hit, self._ends.fence_after if end is End.BEFORE else None)
         return None
 
     def _end_report(self, hit: Hit, fence: Fence | None) -> None:
@@ -361,13 +335,13 @@ class Scanner:
     def _resolve(self) -> _Rewind:
         """The pending bare fence closed the report's enclosing fence: end the report there, and scan
         again the lines after that fence line (those kept, then the rest of the region)."""
-        assert self._cand is not None
-        at, next_at, line = self._cand
+        assert self._ends.pending is not None
+        at, next_at, line = self._ends.pending
         body, start, seg = self._body, self._body_start, self._seg
         kept = start + len(body)  # the stream offset of the region's bytes from seg
         self._emit_report(bytes(body[: at - start]) + self._region[seg : seg + max(0, at - kept)])
         self._state = _State.OUTSIDE
-        self._fence = self._cand = None
+        self._fence = self._ends.pending = None
         self.line = line
         if next_at < kept:
             return b"\n" + bytes(body[next_at - start :]), next_at, seg - 1
@@ -384,7 +358,7 @@ class Scanner:
                 self._error(f"larger than {self._limit} bytes; skipped")
             self._discard = True
             self._body = bytearray()
-            self._cand = None
+            self._ends.pending = None
 
     def _where(self) -> str:
         if self._state is _State.REPORT:

@@ -1,0 +1,78 @@
+"""Where a result report being read ends, from its candidate lines (opening tags, fences, headings).
+
+A report ends before the next heading of level 1 or 2 outside the code fences inside it, and before the
+next opening tag. One that starts inside a fence (the seeds show reports inside ```markdown fences) also
+ends at that fence's closing line; but a bare fence line there may as well open a code block inside the
+report, so it stays pending until the lines after it show which: a heading or a fence with an info string
+inside the supposed code block, or an opening tag, mean it closed the report (the scanner's end of input
+and size limit settle it too); a bare fence that closes the supposed code block means it did not.
+"""
+
+from __future__ import annotations
+
+from enum import Enum, auto
+
+from agents.lines import Fence, Hit
+
+__all__ = ["End", "ReportEnd"]
+
+
+class End(Enum):
+    """What a line means for the report it is in."""
+
+    BEFORE = auto()
+    """The report ends before the line."""
+    WITH = auto()
+    """The line ends the report and is its last: the closing line of the fence it started in."""
+    PENDING = auto()
+    """The pending bare fence closed the fence the report started in: the report ends there."""
+
+
+class ReportEnd:
+    """The fences of one open report, and the bare fence that may have ended it."""
+
+    __slots__ = ("fence", "outer", "pending")
+
+    def __init__(self, outer: Fence | None) -> None:
+        """``outer``: the fence open in the prose where the report starts, if any."""
+        self.outer = outer
+        self.fence: Fence | None = None
+        """A fence open inside the report."""
+        self.pending: tuple[int, int, int] | None = None
+        """A bare fence that may close ``outer``: its stream offset, the next line's, and that line's number."""
+
+    @property
+    def fence_after(self) -> Fence | None:
+        """The fence open in the prose after a report that ended before a line."""
+        return self.fence or self.outer
+
+    def at(self, hit: Hit, *, read_past: bool) -> End | None:
+        """What a candidate line means for the report's end (None: it is part of the report). A report
+        ``read_past`` (a template, or one over the size limit: its bytes are not kept) ends at its outer
+        fence's closing line at once, since what it would have held does not matter."""
+        if hit.tag is not None:
+            if not hit.opens:
+                return None
+            return End.BEFORE if self.pending is None else End.PENDING
+        if hit.fence is not None:
+            return self._fence_line(hit, read_past=read_past)
+        if hit.is_heading:
+            if self.fence is None:
+                return End.BEFORE
+            if self.pending is not None:
+                return End.PENDING
+        return None
+
+    def _fence_line(self, hit: Hit, *, read_past: bool) -> End | None:
+        if self.fence is not None:
+            if hit.closes(self.fence):
+                self.fence = self.pending = None
+            elif hit.info and self.pending is not None:
+                return End.PENDING
+            return None
+        if hit.closes(self.outer):
+            if read_past:
+                return End.WITH
+            self.pending = (hit.at, hit.next_at, hit.line + 1)
+        self.fence = (hit.fence[0], len(hit.fence)) if hit.fence else None
+        return None
