@@ -141,7 +141,7 @@ class Scanner:
             line += region.count(b"\n", pos, start + 1)
             pos = start + 1
             if self._tent is not None:
-                rewind = self._tentative_hit(m, base, end, line)
+                rewind = self._tentative_hit(Hit(m, base, end, line))
             elif is_tag and not maybe and self._state is not _State.REPORT:
                 resume = self._tag(m, base + start, end, line)  # the usual hit, taken without a Hit
                 continue
@@ -211,22 +211,11 @@ class Scanner:
         self._seg = hit.end + 1
         return None
 
-    def _tentative_hit(self, m: re.Match[bytes], base: int, end: int, line: int) -> _Rewind | None:
-        """A line of a tentative block's body that may decide it: a tag line does (only its own closing
-        tag, in time, can make it a block), and so does a heading that may start a report."""
+    def _tentative_hit(self, hit: Hit) -> _Rewind | None:
+        """A candidate line while a tentative block is open: it may decide it."""
         assert self._tent is not None
-        start = m.start()
-        if m.lastindex != TAG_GROUP:
-            if Hit(m, base, end, line).report() is None:
-                return None  # any other line is a line of its body
-            return self._decide(False)
-        slash, tag = m.group(2, 3)
-        block = (
-            slash is not None
-            and not self._tent.over(base + start, self._limit)
-            and self._tent.closed_by(tag, self._region[self._seg : start + 1])
-        )
-        return self._decide(block)
+        block = self._tent.decided_by(hit, self._region[self._seg : hit.start], self._limit)
+        return None if block is None else self._decide(block)
 
     def _decide(self, block: bool) -> _Rewind:
         """Close the tentative block, a block or prose: its lines are scanned again from its tag line,

@@ -71,8 +71,16 @@ class Tentative:
         """Keep the next complete lines of its body."""
         self.kept += lines
 
-    def closed_by(self, tag: bytes, rest: bytes) -> bool:
-        """Whether the closing tag ``tag`` makes it a block, its body being the lines kept and ``rest``."""
+    def decided_by(self, hit: Hit, rest: bytes, limit: int) -> bool | None:
+        """What a candidate line after it decides: None when it is a line of its body (a fence, a heading
+        that starts no report), else whether it is a block. ``rest``: the lines between those kept and
+        this one; ``limit``: the most bytes its body may have."""
+        if hit.tag is None:
+            return None if hit.report() is None else False
+        return hit.close and not self.over(hit.at, limit) and self._closed_by(hit.tag, rest)
+
+    def _closed_by(self, tag: bytes, rest: bytes) -> bool:
+        """Whether its closing tag ``tag`` makes it a block, its body being the lines kept and ``rest``."""
         if TYPE_OF_TAG[tag] is not self.kind:
             return False
         body = bytes(self.kept[1 + self.body_start - self.at :]) + rest
