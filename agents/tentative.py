@@ -1,7 +1,7 @@
 """A tentative block: an opening tag with text after it on its line, until the lines after it tell what it is.
 
 ``[STOP_WORK] - blocked on npm`` may open a signal whose body follows, or be prose that explains the
-protocol ("[STOP_WORK] is what I print when blocked"). The parser keeps the lines after such a tag line,
+protocol ("[STOP_WORK] is what I print when blocked"). The scanner keeps the lines after such a tag line,
 unread, until something decides it:
 
 - its own closing tag, with a body that names one of the signal's fields as a key (``agent_id:``,
@@ -11,9 +11,10 @@ unread, until something decides it:
 - anything else first (a closing tag of another type or with a body that names no field, another opening
   tag, a result report's heading, a body over the size limit, the end of input): prose.
 
-Either way the parser then scans the kept lines again from the tag line, which it now knows to open a
-block or not: nothing inside a prose mention is lost, and since a tentative
-block ends at the next tag line, its bytes are scanned at most twice.
+Either way the scanner then scans the kept lines again from the tag line, which it now knows to open a
+block or not: nothing after a prose mention is lost, and since a tentative block ends at the next tag
+line, the lines it kept are scanned again once, when it is decided. The text after the tag is never part
+of the body.
 """
 
 from __future__ import annotations
