@@ -69,6 +69,15 @@ def test_a_10_mb_block_is_skipped_as_it_streams() -> None:
 
 
 @pytest.mark.timeout(10)
+@pytest.mark.parametrize("filler", [b"  filler text of a runaway block\n", b"x" * 1000])
+def test_a_10_mb_tentative_block_is_prose_kept_no_further_than_the_limit(filler: bytes) -> None:
+    head = [b"[STOP_WORK] - blocked\nagent_id: a\ndetails: "]
+    items, peak = measure(Parser(), head, repeated(filler, 10 * MIB), [b"\n[/STOP_WORK]\n" + VALID])
+    assert kinds(items) == ["SignalItem"]  # prose: no error, unlike a block that large
+    assert peak < 4 * MIB
+
+
+@pytest.mark.timeout(10)
 def test_a_10_mb_line_without_newline_outside_blocks() -> None:
     items, peak = measure(Parser(), [b"start\n"], repeated(b"no newline ever ", 10 * MIB), [b"\n" + VALID])
     assert kinds(items) == ["SignalItem"]
