@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import redis.exceptions
 from checker import numbered_findings
 from workers.kit import connected
 
@@ -39,7 +40,11 @@ async def _behind(client: Any, keys: Keys) -> int:
     left = 0
     for shard in keys.all_shards():
         stream = keys.stream(shard, StreamKind.SIGNALS)
-        (group,) = [g for g in await client.xinfo_groups(stream) if g["name"] in (GROUP, GROUP.encode())]
+        try:
+            groups = await client.xinfo_groups(stream)
+        except redis.exceptions.ResponseError:  # no such key: no entry and no group on this shard yet
+            continue
+        (group,) = [g for g in groups if g["name"] in (GROUP, GROUP.encode())]
         left += int(group["pending"]) + int(group["lag"] or 0)
     return left
 
