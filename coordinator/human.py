@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 import click
 
@@ -61,6 +61,16 @@ _GROUP = click.option(
 )
 
 
+_WAIT = click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(0, 3600),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for a running coordinator's decision on it (0: publish and return).",
+)
+
+
 def _text(*names: str, **kwargs: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:
     return click.option(*names, callback=not_blank, **kwargs)
 
@@ -105,12 +115,8 @@ def _group_of(
     return _only(holding, f"agent {agent_id!r}", check)
 
 
-_DECISION_WAIT_S: Final = 10.0
-"""How long a command waits for a running coordinator's decision (it comes within milliseconds)."""
-
-
 async def _publish(
-    settings: Settings, build: Build, source: str, group_id: str | None
+    settings: Settings, build: Build, source: str, group_id: str | None, wait_s: float
 ) -> tuple[Envelope, Decision | None, bool]:
     """The envelope published, the coordinator's first decision on it, and whether a coordinator held
     the shard (no decision is waited for otherwise)."""
@@ -128,16 +134,18 @@ async def _publish(
             last: Any = await client.xrevrange(events, count=1)
             held = bool(await client.exists(lease_key(keys, shard)))
         await Publisher(client, keys).publish(envelope)
-        if not held:
-            return envelope, None, False
-        return envelope, await _decision(client, events, last[0][0] if last else "0-0", envelope.id), True
+        if not held or not wait_s:
+            return envelope, None, held
+        since = last[0][0] if last else "0-0"
+        return envelope, await _decision(client, events, since, envelope.id, wait_s), True
     finally:
         await client.aclose()
 
 
-async def _decision(client: Client, events: str, cursor: Any, cause: str) -> Decision | None:
-    """The first decision on the events stream after ``cursor`` caused by envelope ``cause``."""
-    deadline = time.monotonic() + _DECISION_WAIT_S
+async def _decision(client: Client, events: str, cursor: Any, cause: str, wait_s: float) -> Decision | None:
+    """The first decision on the events stream after ``cursor`` caused by envelope ``cause`` (it comes
+    within milliseconds from a running coordinator), if one comes within ``wait_s``."""
+    deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         with translated():
             reply = await client.xread({events: cursor}, count=100, block=500)
@@ -150,10 +158,12 @@ async def _decision(client: Client, events: str, cursor: Any, cause: str) -> Dec
     return None
 
 
-def _run(settings: Settings, build: Build, source: str, group_id: str | None) -> None:
-    envelope, decision, held = run_command(_publish(settings, build, source, group_id))
+def _run(settings: Settings, build: Build, source: str, group_id: str | None, wait_s: float) -> None:
+    envelope, decision, held = run_command(_publish(settings, build, source, group_id, wait_s))
     if decision is None:
-        when = f"no decision within {_DECISION_WAIT_S:g}s" if held else "no coordinator runs now"
+        when = "no coordinator runs now"
+        if held:
+            when = f"no decision within {wait_s:g}s" if wait_s else "its decision not waited for"
         click.echo(f"queued {source} as {envelope.id} ({when}); a coordinator applies it in order")
         return
     detail = one_line(decision.detail.split("\n", 1)[0])
@@ -181,9 +191,15 @@ def _split_answers(pairs: tuple[str, ...]) -> list[tuple[str, str]]:
 @click.argument("answers", nargs=-1, required=True)
 @_text("--next-step", help="What the agent should do next (default: continue with the answers).")
 @_GROUP
+@_WAIT
 @redis_options
 def answer(
-    settings: Settings, agent_id: str, answers: tuple[str, ...], next_step: str | None, group_id: str | None
+    settings: Settings,
+    agent_id: str,
+    answers: tuple[str, ...],
+    next_step: str | None,
+    group_id: str | None,
+    wait_s: float,
 ) -> None:
     """Answer an agent's CLARIFICATION_NEEDED: `answer AGENT_ID Q1="..." Q2="..."`.
 
@@ -197,7 +213,7 @@ def answer(
         items = [AnswerItem(question_id=qid, answer=text) for qid, text in pairs]
         return HumanAnswer(answers=items, next_step=next_step), agent_id, group.group_id
 
-    _run(settings, build, "answer", group_id)
+    _run(settings, build, "answer", group_id, wait_s)
 
 
 @click.command()
@@ -205,9 +221,15 @@ def answer(
 @_text("--resolution", required=True, help="What was done about the blocker.")
 @_text("--instructions", help="Resume instructions (default: the agent's own resume requirements).")
 @_GROUP
+@_WAIT
 @redis_options
 def resolve(
-    settings: Settings, agent_id: str, resolution: str, instructions: str | None, group_id: str | None
+    settings: Settings,
+    agent_id: str,
+    resolution: str,
+    instructions: str | None,
+    group_id: str | None,
+    wait_s: float,
 ) -> None:
     """Resolve the blocker of an agent that sent STOP_WORK."""
 
@@ -215,7 +237,7 @@ def resolve(
         group = _agent_group(groups, agent_id, group_id, open_blocker)
         return HumanResolve(resolution=resolution, instructions=instructions), agent_id, group.group_id
 
-    _run(settings, build, "resolve", group_id)
+    _run(settings, build, "resolve", group_id, wait_s)
 
 
 @click.command()
@@ -233,9 +255,15 @@ def resolve(
     "the id of the agent that takes the failing work over).",
 )
 @_GROUP
+@_WAIT
 @redis_options
 def recover(
-    settings: Settings, agent_id: str, option: str, instructions: str | None, group_id: str | None
+    settings: Settings,
+    agent_id: str,
+    option: str,
+    instructions: str | None,
+    group_id: str | None,
+    wait_s: float,
 ) -> None:
     """Choose how an agent that stopped on an error recovers.
 
@@ -250,7 +278,7 @@ def recover(
         payload = HumanRecover(option=RecoveryOption(option), instructions=instructions)
         return payload, agent_id, group.group_id
 
-    _run(settings, build, "recover", group_id)
+    _run(settings, build, "recover", group_id, wait_s)
 
 
 def _delegation_command(approve: bool) -> Callable[..., None]:
@@ -276,10 +304,11 @@ def _delegation_command(approve: bool) -> Callable[..., None]:
         request_id: str,
         reason: str | None,
         group_id: str | None,
+        wait_s: float,
         alternative: str | None = None,
     ) -> None:
         source = "approve" if approve else "deny"
-        _run(settings, build_for(request_id, reason, alternative), source, group_id)
+        _run(settings, build_for(request_id, reason, alternative), source, group_id, wait_s)
 
     return command
 
@@ -288,10 +317,13 @@ def _delegation_command(approve: bool) -> Callable[..., None]:
 @click.argument("request_id")
 @_text("--reason", help="Why it is approved (kept in the decision event).")
 @_GROUP
+@_WAIT
 @redis_options
-def approve(settings: Settings, request_id: str, reason: str | None, group_id: str | None) -> None:
+def approve(
+    settings: Settings, request_id: str, reason: str | None, group_id: str | None, wait_s: float
+) -> None:
     """Approve a pending delegation request (ids are listed by `inbox`)."""
-    _delegation_command(True)(settings, request_id, reason, group_id)
+    _delegation_command(True)(settings, request_id, reason, group_id, wait_s)
 
 
 @click.command()
@@ -299,20 +331,27 @@ def approve(settings: Settings, request_id: str, reason: str | None, group_id: s
 @_text("--reason", required=True, help="Why it is denied (sent to the requesting agent).")
 @_text("--alternative", help="What the agent should do instead.")
 @_GROUP
+@_WAIT
 @redis_options
 def deny(
-    settings: Settings, request_id: str, reason: str, alternative: str | None, group_id: str | None
+    settings: Settings,
+    request_id: str,
+    reason: str,
+    alternative: str | None,
+    group_id: str | None,
+    wait_s: float,
 ) -> None:
     """Deny a pending delegation request."""
-    _delegation_command(False)(settings, request_id, reason, group_id, alternative)
+    _delegation_command(False)(settings, request_id, reason, group_id, wait_s, alternative)
 
 
 @click.command()
 @click.argument("agent_id")
 @_text("--note", help="What the human does about it (kept in the decision event).")
 @_GROUP
+@_WAIT
 @redis_options
-def dismiss(settings: Settings, agent_id: str, note: str | None, group_id: str | None) -> None:
+def dismiss(settings: Settings, agent_id: str, note: str | None, group_id: str | None, wait_s: float) -> None:
     """Take an agent's escalation (failed after its retries) off the inbox: a human has it now.
 
     The agent stays failed and the group's status is unchanged; the events stream keeps the escalation
@@ -323,7 +362,7 @@ def dismiss(settings: Settings, agent_id: str, note: str | None, group_id: str |
         group = _group_of(groups, agent_id, group_id, lambda g: open_escalation(g, agent_id))
         return HumanDismiss(note=note), agent_id, group.group_id
 
-    _run(settings, build, "dismiss", group_id)
+    _run(settings, build, "dismiss", group_id, wait_s)
 
 
 commands: list[click.Command] = [answer, resolve, recover, approve, deny, dismiss]
