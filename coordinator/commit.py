@@ -65,6 +65,8 @@ end
 local types = {X = 'stream', H = 'hash', D = 'hash', S = 'set', R = 'set', L = 'list'}
 local probes = {X = {'XADD', '*', 'f', 'v'}, H = {'HSET', 'f', 'v'}, D = {'HDEL', 'f'}, S = {'SADD', 'm'},
                 R = {'SREM', 'm'}, L = {'RPUSH', 'v'}, K = {'DEL'}}
+local role = 'nothing of the batch was written (an ACL user made by `subagent-bus acl` for an earlier ' ..
+  'version lacks it: apply the rules of this one)'
 local checked = {}
 local i = 1
 while i <= #ops do
@@ -73,14 +75,16 @@ while i <= #ops do
   if probe == nil then return redis.error_reply('unknown commit op ' .. tostring(op)) end
   if not checked[op .. key] then
     checked[op .. key] = true
+    if redis.acl_check_cmd and not redis.acl_check_cmd('TYPE', key) then
+      return redis.error_reply('NOPERM this user may not TYPE ' .. key .. ': ' .. role)
+    end
     local have = redis.call('TYPE', key)['ok']
     if types[op] and have ~= 'none' and have ~= types[op] then
       return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. have .. ', not a ' .. types[op] ..
         ': nothing of the batch was written')
     end
     if redis.acl_check_cmd and not redis.acl_check_cmd(probe[1], key, unpack(probe, 2)) then
-      return redis.error_reply('NOPERM this user may not ' .. probe[1] .. ' ' .. key ..
-        ': nothing of the batch was written')
+      return redis.error_reply('NOPERM this user may not ' .. probe[1] .. ' ' .. key .. ': ' .. role)
     end
   end
   i = i + span(i)

@@ -85,9 +85,10 @@ class Policy(BaseModel):
     """A result summary estimated above this many tokens violates the contract."""
     idempotency_window: int = Field(default=10_000, ge=1, le=10_000_000)
     """How many recently applied envelope ids of a group are remembered to drop duplicates."""
-    retire_after_seconds: float = Field(default=7 * 86_400.0, ge=0, le=MAX_TIMEOUT_SECONDS)
-    """A settled group with nothing waiting for a human, none of whose agents has been heard from for this
-    long, is retired: its state is deleted (see :mod:`coordinator.rules.retirement`). 0: never."""
+    retire_after_seconds: float = Field(default=0.0, ge=0, le=MAX_TIMEOUT_SECONDS)
+    """A group with no active agent and nothing waiting for a human, to which nothing was applied for this
+    long, is retired: its state is deleted (see :mod:`coordinator.rules.retirement`). 0 (the default):
+    never."""
 
     @field_validator("*", mode="before")
     @classmethod

@@ -227,6 +227,9 @@ class GroupState(Model):
     the group's other fields, so that the verdict and the views that load a group without its findings
     (``status``, ``inbox``) know it."""
     applied: int = 0
+    last_applied_at: datetime | None = None
+    """The latest timestamp of the entries applied to the group (not rejected), ticks excepted: how long
+    it has been quiet, for retirement."""
     window: IdWindow = Field(default_factory=IdWindow)
     retired_at: datetime | None = None
     """Set by the tick that retires the group: the commit of its batch deletes the stored state instead

@@ -262,7 +262,8 @@ async def test_coordinator_runs_end_to_end_on_its_own_permissions(bus: AclServer
         later = Tick(now=datetime.now(UTC) + timedelta(days=8))
         tick = new_envelope(later, agent_id="test", group_id=TICK_GROUP, source="tick")
         await coord.xadd(keys.stream(keys.shard_of("g"), StreamKind.SIGNALS), {"data": encode(tick)})
-        assert await Coordinator(coord, keys, Policy(), CoordinatorOptions()).run(burst=True) == 2
+        retiring = Policy(retire_after_seconds=7 * 86_400)
+        assert await Coordinator(coord, keys, retiring, CoordinatorOptions()).run(burst=True) == 2
         assert await load_groups(observer, KEYS) == []
 
         # Retention of signals/events/tasks is allowed; the findings stream is append-only even for it.

@@ -19,6 +19,7 @@ from coordinator.store import GROUPS_KEY, group_key, merged_key, seen_key
 from coordinator.view import load_shard
 
 DONE, BUSY = "done", "busy"
+POLICY = Policy(retire_after_seconds=7 * 86_400)
 AGENT = "bg-1"
 
 
@@ -65,9 +66,7 @@ async def _applied(client: Client, namespace: str) -> Keys:
 
 
 def _coordinator(client: Client, keys: Keys, name: str, batch: int = 100) -> Coordinator:
-    return Coordinator(
-        client, keys, Policy(), CoordinatorOptions(name=name, batch=batch, tick_interval_s=3600)
-    )
+    return Coordinator(client, keys, POLICY, CoordinatorOptions(name=name, batch=batch, tick_interval_s=3600))
 
 
 async def test_a_tick_deletes_the_state_of_a_quiet_settled_group(redis_url: str) -> None:

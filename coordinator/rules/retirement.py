@@ -1,20 +1,21 @@
 """Retirement, driven by TICK envelopes: a group that is done and quiet stops costing memory and start-up.
 
-A group is retired at a tick when ``Policy.retire_after_seconds`` is not 0 and:
+With ``Policy.retire_after_seconds`` set (0, the default, never retires), a tick retires a group when:
 
-- it is settled (at least one agent, none active, no delegation waiting for a human): its status has
-  been reported;
-- nothing waits for a human: no escalation left undismissed (questions, blockers and pending
-  delegations belong to active agents, so settled means there are none; a retry launched at the same
-  tick is an active agent);
-- none of its agents has been heard from (or resumed) for ``retire_after_seconds``.
+- no agent of it is active (running, waiting for an answer, a resolution or a delegate; agents that
+  only send findings are never active), and no delegation request waits for a human;
+- nothing else waits for a human either: no escalation left undismissed, no merged finding whose agents
+  disagree on its severity;
+- nothing was applied to it for ``retire_after_seconds``: no signal, result, finding, heartbeat or human
+  command (ticks, and entries the rules rejected, do not count).
 
 Its state (agents, merged findings, the idempotency window) is then deleted in the commit of the tick's
 batch, and a ``group_retired`` decision says so. The findings stream keeps every report, so
-``replay --group`` still recomputes its merged view. An entry of the group that arrives later starts a
-new group of the same id; that it could be a duplicate of one applied before is ruled out by the same
-reasoning that bounds the idempotency window (duplicates arrive right after their original, not after
-days of silence).
+``replay --group`` still recomputes its merged view while the stream is not trimmed. An entry of the group
+that arrives later starts a new group of the same id: an agent of the old one heard from again (an
+adapter still running, a duplicate re-published) comes back as a new, running agent, which then times
+out, is declared lost and retried; ``retire_after_seconds`` should be far beyond the time anything of a
+finished group can still arrive (the idempotency window rests on the same assumption).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from datetime import datetime, timedelta
 
 from bus.events import DecisionType
 from coordinator.rules.step import Step
+from coordinator.state import DelegationStatus
 
 __all__ = ["retire_if_done"]
 
@@ -33,12 +35,15 @@ def retire_if_done(step: Step, now: datetime) -> None:
     if not after:
         return
     state = step.state
-    if not state.settled or state.escalations:
+    if state.active_count or state.escalations or state.severity_conflicts:
         return
-    quiet_since = max(record.timeout_reference for record in state.agents.values())
-    if now - quiet_since < timedelta(seconds=after):
+    if any(d.status is DelegationStatus.PENDING_HUMAN for d in state.delegations.values()):
+        return
+    quiet_since = state.last_applied_at
+    if quiet_since is not None and now - quiet_since < timedelta(seconds=after):
         return
     step.replace(retired_at=now)
     verdict = state.status.value if state.status else "none"
-    detail = f"retired: settled (status {verdict}), no agent heard from since {quiet_since.isoformat()}"
+    since = quiet_since.isoformat() if quiet_since else "ever"
+    detail = f"retired: status {verdict}, {len(state.agents)} agent(s), nothing applied since {since}"
     step.decide(DecisionType.GROUP_RETIRED, step.envelope.agent_id, detail)

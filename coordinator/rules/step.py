@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
-from bus.envelope import Envelope, Payload
+from bus.envelope import Envelope, EnvelopeType, Payload
 from bus.errors import BusError
 from bus.events import AgentState, Decision, DecisionType
 from bus.signals import Independence
@@ -254,12 +254,17 @@ class Step:
         """The outcome of the step.
 
         The id is remembered (in the run) whether the entry was applied or rejected; an applied entry
-        also counts for the group and for the agent it names (for the status view).
+        also counts for the group (with its time, but a tick's) and for the agent it names (for the status
+        view).
         """
         changes, envelope, run = self._changes, self.envelope, self.run
         run.ids[envelope.id] = None
         if rejected is None:
             changes["applied"] = changes.get("applied", self._input.applied) + 1
+            if envelope.type is not EnvelopeType.TICK:
+                last = changes.get("last_applied_at", self._input.last_applied_at)
+                if last is None or envelope.ts > last:
+                    changes["last_applied_at"] = envelope.ts
             record = self.find(envelope.agent_id)
             if record is not None:
                 self._count(record)
