@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
-__all__ = ["COMMIT_SCRIPT", "Commit", "CommitResult", "parse_result"]
+__all__ = ["COMMIT_SCRIPT", "REFUSED", "Commit", "CommitResult", "parse_result"]
 
 
 class CommitResult(StrEnum):
@@ -65,8 +65,9 @@ end
 local types = {X = 'stream', H = 'hash', D = 'hash', S = 'set', R = 'set', L = 'list'}
 local probes = {X = {'XADD', '*', 'f', 'v'}, H = {'HSET', 'f', 'v'}, D = {'HDEL', 'f'}, S = {'SADD', 'm'},
                 R = {'SREM', 'm'}, L = {'RPUSH', 'v'}, K = {'DEL'}}
-local role = 'nothing of the batch was written (an ACL user made by `subagent-bus acl` for an earlier ' ..
-  'version lacks it: apply the rules of this one)'
+local refused = 'nothing of the batch was written'
+local role = refused .. ' (an ACL user made by `subagent-bus acl` for an earlier version lacks it: ' ..
+  'apply the rules of this one)'
 local checked = {}
 local i = 1
 while i <= #ops do
@@ -81,7 +82,7 @@ while i <= #ops do
     local have = redis.call('TYPE', key)['ok']
     if types[op] and have ~= 'none' and have ~= types[op] then
       return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. have .. ', not a ' .. types[op] ..
-        ': nothing of the batch was written')
+        ': ' .. refused)
     end
     if redis.acl_check_cmd and not redis.acl_check_cmd(probe[1], key, unpack(probe, 2)) then
       return redis.error_reply('NOPERM this user may not ' .. probe[1] .. ' ' .. key .. ': ' .. role)
@@ -119,6 +120,9 @@ redis.call('INCR', KEYS[3])
 redis.call('PEXPIRE', KEYS[1], ttl)
 return 'ok'
 """
+
+REFUSED: Final = "nothing of the batch was written"
+"""In the error of a commit its checks refused (see the module)."""
 
 _HEADER: Final = struct.Struct(">BI")
 """A MessagePack type byte and a 32-bit length."""

@@ -25,7 +25,7 @@ from bus.keys import Keys, StreamKind
 from bus.metrics import Metrics
 from bus.waits import wait_for
 from coordinator.batch import Batch, target_streams
-from coordinator.commit import COMMIT_SCRIPT, Commit, CommitResult
+from coordinator.commit import COMMIT_SCRIPT, REFUSED, Commit, CommitResult
 from coordinator.lease import Leases, fair_share
 from coordinator.policy import Policy
 from coordinator.shard import GROUP, Shard, read_head
@@ -159,13 +159,14 @@ class Coordinator:
                     continue
                 await self._maybe_tick(shard)
                 await self._step(shard, block_ms=self.options.block_ms)
-                if shard.failing:
-                    log.info("shard %d: the server answers again", shard.index)
-                    shard.failing = False
+                if shard.failures:
+                    log.info("shard %d: working again after %d failed tries", shard.index, shard.failures)
+                    shard.failures = 0
             except BusError as exc:
-                if not shard.failing:  # an outage is one line per shard, not one a second
+                if shard.failures % 60 == 0:  # an outage is a line a minute per shard, not one a second
                     log.warning("shard %d: %s; retrying every second", shard.index, exc)
-                shard.failing = True
+                shard.failures += 1
+                shard.refused = REFUSED in str(exc)
                 shard.owned = False
                 await wait_for(stop, 1.0)
                 if "NOGROUP" in str(exc):  # the server lost the stream or its group (data loss, failover)
@@ -302,12 +303,14 @@ class Coordinator:
             Commit(self._leases.key(shard.index), shard.signals, self._version_key(shard)),
             shard.groups,
         )
-        counts = await shard.delivery_counts(self.client, entries) if shard.need_pending else {}
+        counting = shard.need_pending and not shard.refused
+        counts = await shard.delivery_counts(self.client, entries) if counting else {}
         for entry_id, data in entries:
             batch.add(entry_id, data, counts.get(entry_id, 1), self.options.max_deliveries)
         batch.write()
         result = await shard.commit(self._commit, batch.commit, self.options.lease_ttl_ms, block_ms)
         if result is CommitResult.OK:
+            shard.refused = False
             batch.committed(shard.groups)
             shard.version += 1
             self.applied += len(entries)

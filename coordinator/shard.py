@@ -59,8 +59,12 @@ class Shard:
     ahead: list[Entry] | None = None
     """Entries read behind the last commit, in the same write (see :meth:`commit`): the next batch, or
     ``[]`` when none came within the block time; None when nothing was read ahead."""
-    failing: bool = False
-    """The shard loop's last step failed (the first failure of an outage is logged, not every retry)."""
+    failures: int = 0
+    """Steps failed in a row (the server unreachable, or a commit refused by its checks): the first of an
+    outage is logged, and one a minute, not every retry."""
+    refused: bool = False
+    """The last commit was refused by its checks (a key of another type, a missing permission): not the
+    entries' doing, so until a commit succeeds their deliveries do not count toward dead-lettering them."""
 
     async def read(self, block_ms: int | None) -> list[Entry]:
         """The next batch: own pending entries when they may be there, else what was read ahead, else
