@@ -178,7 +178,7 @@ class Batch:
             right = self.keys.shard_of(envelope.group_id)
             return f"group {envelope.group_id!r} belongs to shard {right}, not {self.shard}"
         if type_ is EnvelopeType.TICK:
-            for gid in [*self.stored, *(g for g in self.groups if g not in self.stored)]:
+            for gid in sorted(self.stored.keys() | self.groups.keys()):  # in an order a reload keeps
                 if self._state(gid).retired_at is not None:
                     continue
                 reason = self._apply_to(gid, envelope)

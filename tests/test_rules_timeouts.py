@@ -10,6 +10,7 @@ from bus.directives import LaunchReason
 from bus.envelope import EnvelopeType, new_envelope
 from bus.events import AgentStarted, AgentState, DecisionType, Heartbeat, Tick
 from coordinator.policy import Policy
+from coordinator.rules import apply
 from coordinator.rules.ids import retry_agent_id
 
 AGENT = "bg-task-abc123"
@@ -108,3 +109,15 @@ def test_a_lost_agent_that_completes_after_its_retry_was_lost_too_completes_the_
     done = feed.send(completion(AGENT), AGENT, at=3001)  # the first attempt was slow, not gone
     [status] = [d.detail for d in decisions(done) if d.decision is DecisionType.GROUP_STATUS]
     assert status.startswith("continue")
+
+
+def test_a_tick_emits_the_same_whatever_the_order_of_the_agents_map() -> None:
+    """A state loaded after a take-over holds its agents in the stored hash's order, not in the order
+    they registered: a tick must emit the same bytes (the same ids) either way."""
+    feed = Feed(POLICY)
+    for agent in ("bg-b", "bg-a", "bg-c"):
+        feed.send(AgentStarted(), agent, at=0)
+    reordered = feed.state.model_copy(update={"agents": dict(reversed(feed.state.agents.items()))})
+    tick = feed.envelope(Tick(now=T0 + timedelta(seconds=200)), TICKER, at=200)
+    emitted = [[e.data for e in apply(state, tick, POLICY).emits] for state in (feed.state, reordered)]
+    assert emitted[0] == emitted[1] and len(emitted[0]) == 3

@@ -28,7 +28,7 @@ def on_tick(step: Step) -> None:
     now = step.payload(Tick).now
     heartbeat = timedelta(seconds=step.policy.heartbeat_timeout_seconds)
     lost = timedelta(seconds=step.policy.lost_timeout_seconds)
-    for agent_id in list(step.state.agents):
+    for agent_id in sorted(step.state.agents):  # not the map's order, which a reload may change
         record = step.agent(agent_id)
         if record.state not in {AgentState.RUNNING, AgentState.TIMED_OUT} or not record.watched:
             continue

@@ -1,0 +1,46 @@
+"""A tick's batch writes the same commit whatever the order of the shard's states in memory.
+
+After a take-over the states are in the order they were loaded, not the order the groups appeared: the
+entries a tick emits across groups must still come out in one order (the same bytes on the streams).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from rules_kit import T0, Feed
+
+from bus.envelope import encode, new_envelope
+from bus.events import AgentStarted, Tick
+from bus.keys import Keys, StreamKind
+from coordinator.batch import Batch, target_streams
+from coordinator.commit import Commit
+from coordinator.policy import Policy
+from coordinator.state import GroupState
+
+KEYS = Keys("order", 1)
+POLICY = Policy(heartbeat_timeout_seconds=120, lost_timeout_seconds=900)
+LATER = T0 + timedelta(seconds=200)
+TICK = encode(new_envelope(Tick(now=LATER), agent_id="c", group_id="*", id="tick-1", ts=LATER))
+
+
+def _states() -> dict[str, GroupState]:
+    states = {}
+    for group in ("g-2", "g-1", "g-3"):
+        feed = Feed(POLICY, group=group)
+        feed.send(AgentStarted(), f"agent-of-{group}", at=0)
+        states[group] = feed.state
+    return states
+
+
+def _commit(stored: dict[str, GroupState]) -> tuple[list[bytes], list[bytes]]:
+    commit = Commit("lease", KEYS.stream(0, StreamKind.SIGNALS), "version")
+    batch = Batch(0, KEYS, POLICY, target_streams(KEYS, 0), KEYS.stream(0, StreamKind.DEAD), commit, stored)
+    batch.add(b"1-0", TICK, 1, 5)
+    batch.write()
+    return commit.script_args("token", "coordinator", 5000, 0)
+
+
+def test_a_tick_commits_the_same_whatever_the_order_of_the_states() -> None:
+    states = _states()
+    assert _commit(states) == _commit(dict(reversed(states.items())))
