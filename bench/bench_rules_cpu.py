@@ -58,7 +58,7 @@ def one_round(by_shard: dict[int, list[bytes]], keys: Keys, policy: Policy, batc
                 work.add(b"%d-%d" % (start, n), data, 1, 5)
             work.write()
             commit.script_args("token", "coordinator", 5000, 0)
-            work.committed(states)
+            work.committed(states, {})
             total += len(datas[start : start + batch])
     return (time.perf_counter() - started) / total * 1e6
 

@@ -158,7 +158,7 @@ def _coordinator(ns: str) -> list[str]:
         _selector(_keys(ns, _STREAMS), stream_commands),
         _selector(_keys(ns, _TRIMMED), "+xtrim"),
         _selector(_keys(ns, ("signals",)), "+xgroup|delconsumer"),  # idle consumers of dead processes
-        _selector(_keys(ns, ("group:*", "merged:*", "seen:*", "groups")), state_commands),
+        _selector(_keys(ns, ("group:*", "merged:*", "seen:*", "groups", "retired")), state_commands),
         _selector(_keys(ns, ("lease",)), "+get", "+set", "+pexpire", "+del"),
         _selector(_keys(ns, ("version",)), "+get", "+incr"),
         _selector(f"~{meta_key(ns)}", "+get", "+set"),

@@ -21,11 +21,12 @@ from bus.errors import DecodeError
 from bus.keys import Keys, StreamKind
 from coordinator.commit import Commit
 from coordinator.policy import Policy
-from coordinator.rules import Emit, Target, apply
+from coordinator.rules import Emit, Outcome, Target, apply
 from coordinator.rules.run import Run
 from coordinator.rules.trusted import evolve
 from coordinator.state import GroupState
 from coordinator.store import Touched, delete_group, write_changes
+from coordinator.tombstones import Tombstones, bury, late_entry, unbury
 
 __all__ = ["Batch", "Entry", "Fields", "entries_of", "target_streams"]
 
@@ -99,6 +100,8 @@ class Batch:
     commit: Commit
     stored: Mapping[str, GroupState]
     """The shard's committed states (read only: the batch may yet fail to commit)."""
+    tombstones: Tombstones = field(default_factory=dict)
+    """The shard's retired groups (read only, like ``stored``; see :mod:`coordinator.tombstones`)."""
     groups: dict[str, GroupState] = field(default_factory=dict)
     """The states of the groups the batch changed (not a copy of the shard's: a shard holds thousands)."""
     runs: dict[str, Run] = field(default_factory=dict)
@@ -111,6 +114,10 @@ class Batch:
     retired: set[str] = field(default_factory=set)
     """The groups a tick of the batch retired, whose stored state the commit deletes (a later entry of
     the batch may have started one again, as a new group)."""
+    revived: set[str] = field(default_factory=set)
+    """Retired groups (before or in the batch) that an entry of the batch started anew."""
+    buried: dict[str, frozenset[str]] = field(default_factory=dict)
+    """The tombstones the batch adds (:meth:`write`): the groups it retired and did not start anew."""
 
     def add(self, entry_id: bytes, data: bytes | Fields | None, deliveries: int, max_deliveries: int) -> None:
         """Apply one entry (the next in stream order), or dead-letter it when it cannot be applied."""
@@ -143,6 +150,12 @@ class Batch:
         for gid in sorted(self.retired):
             if gid in self.stored:
                 delete_group(self.commit, self.keys, self.shard, gid)
+            if gid not in self.revived:
+                self.buried[gid] = frozenset(self.groups[gid].agents)
+                bury(self.commit, self.keys, self.shard, gid, self.buried[gid])
+        for gid in sorted(self.revived):
+            if gid in self.tombstones:
+                unbury(self.commit, self.keys, self.shard, gid)
         for gid, applied in self.groups.items():  # replacing values, not keys, while iterating
             if applied.retired_at is not None:
                 continue
@@ -153,14 +166,17 @@ class Batch:
             stored = None if gid in self.retired else self.stored.get(gid)
             write_changes(self.commit, self.keys, self.shard, stored, state, limit, touched)
 
-    def committed(self, states: dict[str, GroupState]) -> None:
-        """Bring the shard's ``states`` to what the batch committed (after :meth:`write`, once the commit
-        succeeded): the changed groups' new states, the retired groups gone."""
+    def committed(self, states: dict[str, GroupState], tombstones: dict[str, frozenset[str]]) -> None:
+        """Bring the shard's ``states`` and ``tombstones`` to what the batch committed (after
+        :meth:`write`, once the commit succeeded): the changed groups' new states, the retired ones gone."""
         for gid, state in self.groups.items():
             if state.retired_at is None:
                 states[gid] = state
             else:
                 states.pop(gid, None)
+        for gid in self.revived:
+            tombstones.pop(gid, None)
+        tombstones.update(self.buried)
 
     def _apply_entry(self, data: bytes | None, deliveries: int, max_deliveries: int) -> str | None:
         """Apply one entry to the working copy; the dead-letter reason when it cannot be applied."""
@@ -194,6 +210,13 @@ class Batch:
             return True
         return self.keys.shard_of(gid) == self.shard
 
+    def _buried(self, gid: str, state: GroupState | None) -> frozenset[str] | None:
+        """The agents of the group if it is retired, by a tick of this batch or before (its tombstone),
+        and no entry started it anew since."""
+        if state is not None:
+            return frozenset(state.agents) if state.retired_at is not None else None
+        return None if gid in self.revived else self.tombstones.get(gid)
+
     def _state(self, gid: str) -> GroupState:
         """The group's state as the batch has it so far (a new group's: empty)."""
         state = self.groups.get(gid)
@@ -202,9 +225,16 @@ class Batch:
         return state if state is not None else GroupState(group_id=gid)
 
     def _apply_to(self, gid: str, envelope: Envelope) -> str | None:
-        state = self._state(gid)
+        state = self.groups.get(gid)
+        if state is None:
+            state = self.stored.get(gid)
         run = self.runs.get(gid)
-        if state.retired_at is not None:  # retired by a tick before: the entry starts a new group
+        buried = self._buried(gid, state)
+        if buried is not None:
+            late = late_entry(envelope, buried)
+            if late is not None:
+                return _late(gid, envelope, late)
+        if state is None or buried is not None:  # a new group, or a retired one that starts anew
             state, run = GroupState(group_id=gid), None
         if run is None:
             run = self.runs[gid] = Run()
@@ -213,14 +243,29 @@ class Batch:
         except Exception as exc:  # a rule bug must not stop the shard: dead-letter the entry
             log.exception("rule failed on %s", envelope.id, extra={"group_id": gid})
             return f"rule failed: {type(exc).__name__}: {exc}"
+        self._record(gid, envelope, state, outcome, revived=buried is not None)
+        return None
+
+    def _record(
+        self, gid: str, envelope: Envelope, state: GroupState, outcome: Outcome, *, revived: bool
+    ) -> None:
+        """Keep what applying ``envelope`` to the group's ``state`` gave, and add its emits to the commit."""
         if outcome.duplicate:
             log.debug("envelope %s was applied before: dropped", envelope.id, extra={"group_id": gid})
         if outcome.state is not state:  # a new group's first entry always makes a new state
             self.groups[gid] = outcome.state
+        if revived:
+            self.revived.add(gid)
         if outcome.state.retired_at is not None:
             self.retired.add(gid)
         for emit in outcome.emits:
             key = self.targets.get(emit.target) or self.keys.inbox(self.shard, emit.agent_id)
             self.commit.xadd_data(key, emit.data)
         self.emitted += outcome.emits
-        return None
+
+
+def _late(gid: str, envelope: Envelope, reason: str) -> str | None:
+    """The dead-letter reason of an entry of a retired group (:func:`late_entry`); None when dropped."""
+    if not reason:
+        log.debug("%s of retired group %s: dropped", envelope.type.value, gid, extra={"group_id": gid})
+    return reason or None

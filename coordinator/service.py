@@ -30,6 +30,7 @@ from coordinator.lease import Leases, fair_share
 from coordinator.policy import Policy
 from coordinator.shard import GROUP, Shard, read_head
 from coordinator.telemetry import committed
+from coordinator.tombstones import load_tombstones
 from coordinator.view import load_shard
 
 __all__ = ["GROUP", "TICK_GROUP", "Coordinator", "CoordinatorOptions"]
@@ -247,6 +248,8 @@ class Coordinator:
             version = await self.client.get(self._version_key(shard))
         shard.version = int(version or 0)  # read before the states; only this lease holder commits
         # decoded in a worker thread, so that the lease is kept while a shard of huge states loads
+        with translated():
+            shard.tombstones = await load_tombstones(self.client, self.keys, shard.index)
         load = load_shard(self.client, self.keys, shard.index, in_thread=True)
         shard.groups, held = await self._leases.hold(shard.pipe, shard.index, shard.token, load)
         if not held:
@@ -302,6 +305,7 @@ class Coordinator:
             shard.dead,
             Commit(self._leases.key(shard.index), shard.signals, self._version_key(shard)),
             shard.groups,
+            shard.tombstones,
         )
         counting = shard.need_pending and not shard.refused
         counts = await shard.delivery_counts(self.client, entries) if counting else {}
@@ -311,7 +315,7 @@ class Coordinator:
         result = await shard.commit(self._commit, batch.commit, self.options.lease_ttl_ms, block_ms)
         if result is CommitResult.OK:
             shard.refused = False
-            batch.committed(shard.groups)
+            batch.committed(shard.groups, shard.tombstones)
             shard.version += 1
             self.applied += len(entries)
             # until the commit's reply: the read sent behind it may wait for new entries much longer

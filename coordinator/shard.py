@@ -55,6 +55,8 @@ class Shard:
     version: int = 0
     """The shard's commit counter that ``groups`` correspond to (see :mod:`coordinator.commit`)."""
     groups: dict[str, GroupState] = field(default_factory=dict)
+    tombstones: dict[str, frozenset[str]] = field(default_factory=dict)
+    """The shard's retired groups (:mod:`coordinator.tombstones`), loaded with ``groups``."""
     last_tick: float = 0.0
     ahead: list[Entry] | None = None
     """Entries read behind the last commit, in the same write (see :meth:`commit`): the next batch, or

@@ -112,3 +112,30 @@ async def test_a_group_with_entries_in_the_tick_s_batch_before_it_is_retired(red
         assert await _coordinator(client, keys, "d").run(burst=True) == 2
         assert await _stored_keys(client, keys, DONE) == [0, 0, 0]
         assert set(await load_shard(client, keys, 0)) == {BUSY}
+
+
+async def test_a_retired_group_s_own_agents_do_not_start_it_again(redis_url: str) -> None:
+    """Its tombstone: an agent's heartbeat is dropped, its other entries dead-lettered with the reason,
+    and only its AGENT_STARTED starts the group anew (in the tick's batch or a later one)."""
+    async with connected(redis_url) as client:
+        for batch in (100, 1):
+            keys = await _applied(client, f"tomb-{batch}")
+            await _tick(client, keys, 8)
+            late = CompletionReport(agent_id=AGENT, status=CompletionStatus.SUCCESS, summary="Again.")
+            await Publisher(client, keys).publish_many(
+                [_envelope(Heartbeat(pid=1), DONE), _envelope(late, DONE)]
+            )
+            assert await _coordinator(client, keys, "d", batch).run(burst=True) == 3
+            assert set(await load_shard(client, keys, 0)) == {BUSY}, batch
+            assert await client.hkeys(keys.state(0, "retired")) == [DONE.encode()]
+            dead = [fields for _, fields in await entries(client, keys.stream(0, StreamKind.DEAD))]
+            assert [f[b"reason"].decode() for f in dead] == [
+                f"group 'done' was retired, with agent {AGENT!r} in it: its COMPLETION_REPORT came after "
+                "(an AGENT_STARTED of the agent starts the group anew)"
+            ]
+
+            await Publisher(client, keys).publish_many([_envelope(AgentStarted(task="again"), DONE)])
+            assert await _coordinator(client, keys, "e", batch).run(burst=True) == 1
+            again = (await load_shard(client, keys, 0))[DONE]
+            assert (again.applied, list(again.agents)) == (1, [AGENT])
+            assert await client.hlen(keys.state(0, "retired")) == 0

@@ -10,12 +10,9 @@ With ``Policy.retire_after_seconds`` set (0, the default, never retires), a tick
   command (ticks, and entries the rules rejected, do not count).
 
 Its state (agents, merged findings, the idempotency window) is then deleted in the commit of the tick's
-batch, and a ``group_retired`` decision says so. The findings stream keeps every report, so
-``replay --group`` still recomputes its merged view while the stream is not trimmed. An entry of the group
-that arrives later starts a new group of the same id: an agent of the old one heard from again (an
-adapter still running, a duplicate re-published) comes back as a new, running agent, which then times
-out, is declared lost and retried; ``retire_after_seconds`` should be far beyond the time anything of a
-finished group can still arrive (the idempotency window rests on the same assumption).
+batch, a tombstone of it kept (:mod:`coordinator.tombstones`, which decides what a later entry of it does),
+and a ``group_retired`` decision says so. The findings stream keeps every report, so ``replay --group``
+still recomputes its merged view while the stream is not trimmed.
 """
 
 from __future__ import annotations
