@@ -74,8 +74,8 @@ class Hit:
     """A candidate line found by :data:`HIT` in a region (``start``/``end``: its bounds there)."""
 
     __slots__ = (
-        "at", "close", "end", "fence", "hashes", "heading", "indent", "info", "line", "opens", "start", "tag",
-        "tentative",
+        "alone", "at", "close", "end", "fence", "hashes", "heading", "indent", "info", "line", "opens", "start",
+        "tag", "tentative",
     )  # fmt: skip
 
     def __init__(self, m: re.Match[bytes], base: int, end: int, line: int) -> None:
@@ -85,6 +85,8 @@ class Hit:
         self.line = line
         self.indent, slash, self.tag, fence, info, hashes, self.heading = m.groups()
         self.close = slash == b"/"
+        self.alone = self.tag is not None and _LONE.fullmatch(m.string, m.end(3) + 1, m.end()) is not None
+        """A tag with nothing after it on its line but emphasis, colour codes and spaces."""
         self.tentative = self.tag is not None and tentative(m)
         """An opening tag with text after it, not yet known to open a block (see :func:`tentative`)."""
         self.opens = self.tag is not None and not self.close and not self.tentative

@@ -19,9 +19,10 @@ Recognition rules:
   closing tag outside a block is prose.
 - An opening tag with other text after it on its line (``[STOP_WORK] - blocked on npm``) opens a
   tentative block (:mod:`agents.tentative`): a block, read as any other, when its own closing tag comes
-  next with a body that names the signal's fields; prose, with no item, when anything else comes first
-  (another tag line, a heading that may start a report, the size limit, the end of input). The text after
-  the tag is not part of the body. Its lines are kept until it is decided, then scanned again from its tag
+  next, alone on its line, around a body that is a valid signal; prose, with no item (never an error),
+  when anything else comes first (another tag line, a closing tag with text after it, a body that is no
+  valid signal, a heading of level 1 or 2 as far left as the tag line, the size limit, the end of input).
+  The text after the tag is not part of the body. Its lines are kept until it is decided, then scanned again from its tag
   line, taken as decided, so that nothing after a mention is lost: the items after that line wait for the
   decision. Inside a block such a line is part of the body; inside a report, one that makes a block ends
   the report, one that is prose is part of it.

@@ -4,12 +4,16 @@
 protocol ("[STOP_WORK] is what I print when blocked"). The scanner keeps the lines after such a tag line,
 unread, until something decides it:
 
-- its own closing tag, with a body that names one of the signal's fields as a key (``agent_id:``,
-  ``details:``, ``"agent_id":`` in the JSON form) or is a valid signal: a block, read as any other (a
-  signal, an error, or nothing for a template). The closing tag says a block was meant, and the fields say
-  it was a signal, not a sentence between two tags ("[STOP_WORK] opens it, [/STOP_WORK] closes it");
-- anything else first (a closing tag of another type or with a body that names no field, another opening
-  tag, a result report's heading, a body over the size limit, the end of input): prose.
+- its own closing tag, alone on its line, around a body that is a valid signal: a block, read as any
+  other. The closing tag says a block was meant and the valid body that it was a signal; anything less
+  may be prose explaining the protocol ("[STOP_WORK] opens it, [/STOP_WORK] closes it", an example with
+  made-up fields), which must not become an error that blocks an agent;
+- anything else first (a closing tag of another type or with text after it, a body that is not a valid
+  signal, another opening tag, a result report's heading or a heading of level 1 or 2 as far left as the
+  tag line, a body over the size limit, the end of input): prose. A heading indented deeper than the tag
+  line is a line of its body (in a YAML block scalar); a tag line is not (a deeper one too ends the block
+  as prose, which keeps the rescans linear: a signal whose block scalar holds ``[PROGRESS] x`` is read
+  only after a tag alone on its line).
 
 Either way the scanner then scans the kept lines again from the tag line, which it now knows to open a
 block or not: nothing after a prose mention is lost, and since a tentative block ends at the next tag
@@ -19,37 +23,16 @@ of the body.
 
 from __future__ import annotations
 
-import re
-from typing import Final
-
-from agents.blocks import SIGNAL_MODELS, BlockError, decode_body
+from agents.blocks import BlockError, decode_body
 from agents.lines import TYPE_OF_TAG, Hit
-from bus.envelope import EnvelopeType
 
-__all__ = ["Tentative", "names_fields"]
-
-# A key of the body's mapping at the start of a line: YAML (``details:``), or JSON (``{"agent_id":``, a
-# key on a line of its own); a list item's keys (``- agent_id: ...``) are not the body's. The seed's JSON
-# form names its own keys beside the payload's.
-_FIELDS: Final = {
-    kind: re.compile(
-        rb"(?m)^[ \t]*\{?[ \t]*[\"']?(?:"
-        + b"|".join(name.encode() for name in (*model.model_fields, "signal_type", "payload"))
-        + rb")[\"']?[ \t]*:"
-    )
-    for kind, model in SIGNAL_MODELS.items()
-}
-
-
-def names_fields(kind: EnvelopeType, body: bytes) -> bool:
-    """Whether a body names one of the fields of a ``kind`` signal as a key at the start of a line."""
-    return _FIELDS[kind].search(body) is not None
+__all__ = ["Tentative"]
 
 
 class Tentative:
     """An open tentative block: its tag line and the complete lines after it, kept until it is decided."""
 
-    __slots__ = ("at", "body_start", "indent", "kept", "kind", "line")
+    __slots__ = ("at", "body_start", "indent", "indent_width", "kept", "kind", "line")
 
     def __init__(self, hit: Hit, tag_line: bytes) -> None:
         """``tag_line``: the tag line with the newline before it and its own."""
@@ -59,6 +42,7 @@ class Tentative:
         """The stream offset of the tag line's first byte."""
         self.line = hit.line
         self.indent = len(hit.indent)
+        self.indent_width = len(hit.indent.expandtabs(4))
         self.body_start = hit.next_at
         """The stream offset of its body: the line after the tag line (the text after the tag is not in it)."""
         self.kept = bytearray(tag_line)
@@ -77,16 +61,20 @@ class Tentative:
         that starts no report), else whether it is a block. ``rest``: the lines between those kept and
         this one; ``limit``: the most bytes its body may have."""
         if hit.tag is None:
-            return None if hit.report() is None else False
-        return hit.close and not self.over(hit.at, limit) and self._closed_by(hit.tag, rest)
+            if len(hit.indent.expandtabs(4)) > self.indent_width:
+                return None  # a line of a block scalar in the body
+            # a heading as far left as the tag: not in a YAML body (a report's heading, or one that ends
+            # the report the tag line is in)
+            return False if hit.report() is not None or hit.is_heading else None
+        return hit.close and hit.alone and not self.over(hit.at, limit) and self._closed_by(hit.tag, rest)
 
     def _closed_by(self, tag: bytes, rest: bytes) -> bool:
-        """Whether its closing tag ``tag`` makes it a block, its body being the lines kept and ``rest``."""
+        """Whether its closing tag ``tag`` makes it a block, its body being the lines kept and ``rest``:
+        only a valid signal does (an invalid one would be an error that blocks an agent, for what may be
+        prose explaining the protocol with made-up fields)."""
         if TYPE_OF_TAG[tag] is not self.kind:
             return False
         body = bytes(self.kept[1 + self.body_start - self.at :]) + rest
-        if names_fields(self.kind, body):
-            return True
         try:
             decode_body(self.kind, body, indent=self.indent)
         except BlockError:

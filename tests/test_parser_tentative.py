@@ -54,10 +54,10 @@ def test_an_opening_tag_with_text_after_it_opens_a_block_that_its_closing_tag_co
     assert (item.line, item.offset) == (2, len("Blocked.\n"))
 
 
-def test_a_tentative_block_is_read_as_any_block_indented_fenced_or_with_text_after_its_closing_tag() -> None:
+def test_a_tentative_block_is_read_as_any_block_indented_or_fenced() -> None:
     asked = (
         "  [CLARIFICATION_NEEDED] Need input on the schema\n  ```yaml\n  agent_id: bg-2\n  blocked_at: db/\n"
-        "  reason: two schemas\n  questions:\n    - Which one?\n  ```\n  [/CLARIFICATION_NEEDED] waiting\n"
+        "  reason: two schemas\n  questions:\n    - Which one?\n  ```\n  **[/CLARIFICATION_NEEDED]**\n"
     )
     (item,) = parse_text("- status:\n" + asked.replace("\n", "\r\n"))
     assert isinstance(item, SignalItem) and isinstance(item.payload, ClarificationNeeded)
@@ -65,16 +65,31 @@ def test_a_tentative_block_is_read_as_any_block_indented_fenced_or_with_text_aft
     assert (item.line, item.offset) == (2, len("- status:\n  "))
 
 
-def test_a_confirmed_block_that_is_no_valid_signal_is_an_error() -> None:
-    (item,) = parse_text("prose\n" + tentative("[STOP_WORK] - blocked", "agent_id: bg-1\ndetails: npm\n"))
-    assert isinstance(item, ErrorItem) and item.type is EnvelopeType.STOP_WORK
-    assert item.message.startswith("STOP_WORK block at line 2: field 'stop_reason': Field required")
-    (broken,) = parse_text(tentative("[STOP_WORK] x", "agent_id: a\ndetails: [unclosed\n"))
-    assert isinstance(broken, ErrorItem) and broken.message.startswith(
-        "STOP_WORK block at line 1: invalid YAML"
+def test_a_tentative_block_whose_closing_tag_has_text_after_it_is_prose() -> None:
+    """Text after both tags is how prose names them; the closing tag of a signal stands alone."""
+    assert parse_text(tentative("[STOP_WORK] - blocked on npm", closing="[/STOP_WORK] closes it.")) == []
+    cheat_sheet = (
+        "**[STOP_WORK]** - cannot proceed. Example:\n```yaml\n" + BODY + "```\n"
+        "**[/STOP_WORK]** ends it; the parent resumes me.\n"
     )
-    (json,) = parse_text(tentative("[STOP_WORK] x", '{"signal_type": "STOP_WORK", "payload": []}\n'))
-    assert isinstance(json, ErrorItem) and "field 'payload'" in json.message
+    assert parse_text(cheat_sheet) == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "agent_id: bg-1\ndetails: npm\n",  # fields, but not a valid signal
+        "agent_id: a\ndetails: [unclosed\n",
+        '{"signal_type": "STOP_WORK", "payload": []}\n',
+        "agent_id: <your agent id>\ndetails: <why you stopped>\n",
+    ],
+)
+def test_a_closed_tentative_block_that_is_no_valid_signal_is_prose(body: str) -> None:
+    """An error would block the agent, for what may be prose explaining the protocol with made-up fields;
+    the same body after a tag alone on its line is an error."""
+    assert parse_text("To stop, I print this:\n" + tentative("[STOP_WORK] opens the block, then", body)) == []
+    (error,) = parse_text(tentative("[STOP_WORK]", body))
+    assert isinstance(error, ErrorItem) and error.type is EnvelopeType.STOP_WORK
 
 
 @pytest.mark.parametrize(
@@ -195,8 +210,9 @@ FRAGMENTS = [
     b"Working on it.\n",
     b"[STOP_WORK] - blocked on npm\n" + BODY.encode() + b"[/STOP_WORK]\n",
     b"[STOP_WORK] is what I print when blocked.\n",
-    b"**[PROGRESS]** halfway\nagent_id: p\npercent: 50\n[/PROGRESS] more soon\n",
-    b"[STOP_WORK] x\nagent_id: a\n[/STOP_WORK]\n",  # an error
+    b"**[PROGRESS]** halfway\nagent_id: p\npercent: 50\n[/PROGRESS]\n",
+    b"[PROGRESS] x\nagent_id: p\npercent: 5\n[/PROGRESS] more soon\n",  # prose: text after both tags
+    b"[STOP_WORK] x\nagent_id: a\n[/STOP_WORK]\n",  # prose: no valid signal
     b"[STOP_WORK] opens\n[/STOP_WORK] closes\n",
     b"[/PROGRESS] stray\n",
     STOP.encode(),
@@ -233,8 +249,7 @@ def test_byte_by_byte_feeding_of_tentative_blocks() -> None:
     whole = feed_split(data, [])
     assert feed_split(data, list(range(len(data)))) == whole
     assert kinds(whole) == [
-        ("SignalItem", 2), ("SignalItem", 9), ("ErrorItem", 13), ("SignalItem", 19), ("SignalItem", 25),
-        ("ResultItem", 31),
+        ("SignalItem", 2), ("SignalItem", 9), ("SignalItem", 23), ("SignalItem", 29), ("ResultItem", 35),
     ]  # fmt: skip
 
 
@@ -263,3 +278,43 @@ def test_a_flood_of_tentative_lines_fed_byte_by_byte_is_read_in_linear_time() ->
     for index in range(len(data)):
         items += parser.feed(data[index : index + 1])
     assert kinds(items + parser.close()) == [("SignalItem", 4_001)]
+
+
+@pytest.mark.parametrize("fenced", [False, True])
+def test_a_tentative_line_in_a_report_does_not_hold_the_report_back(fenced: bool) -> None:
+    """A heading of level 1 or 2 as far left as the tag line cannot be in a YAML body: it decides the
+    tentative block as prose, and the report is published when its end is read, not when the agent ends."""
+    report = (
+        "## Security Auditor Result\n\n### Status\nSUCCESS\n\n### Summary\nNo issues found.\n\n### Issues\n"
+        "[STOP_WORK] was not needed: all dependencies were present.\n\n## Notes for the parent\nWatching.\n"
+    )
+    in_fence = (
+        "```markdown\n## Security Auditor Result\n\n### Status\nSUCCESS\n\n### Summary\nNo issues found.\n```\n"
+        "[COMPLETION_REPORT] comes next, once the parent confirms.\n\n# Waiting\nIdle until resumed.\n"
+    )
+    parser = Parser()
+    items = parser.feed((in_fence if fenced else report).encode())
+    assert [type(i).__name__ for i in items] == ["ResultItem"]
+    assert parser.close() == []
+
+
+@pytest.mark.parametrize(
+    "scalar",
+    ["  ## Security Audit Result\n", "  # Notes\n"],
+)
+def test_headings_inside_a_block_scalar_are_its_body(scalar: str) -> None:
+    body = BODY.replace(
+        "details: npm registry unreachable\n", "details: |\n" + scalar + "  node_modules is missing\n"
+    )
+    assert body != BODY
+    (item,) = parse_text(tentative("[STOP_WORK] - blocked on npm", body))
+    assert isinstance(item, SignalItem) and isinstance(item.payload, StopWork)
+    assert item.payload.details.startswith(scalar.strip())
+
+
+@pytest.mark.timeout(10)
+def test_tag_lines_deeper_and_deeper_are_read_in_linear_time() -> None:
+    """Were a deeper tag line a line of the body before it, each would keep all the ones after it, and
+    each would be scanned again for every one before it (2 MB: 47 s)."""
+    deeper = b"".join(b" " * i + b"[STOP_WORK] x\n" for i in range(2000))
+    assert kinds(parse_text(deeper + STOP.encode())) == [("SignalItem", 2001)]
