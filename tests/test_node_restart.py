@@ -155,7 +155,7 @@ async def test_a_coordinator_says_once_per_shard_that_the_server_is_away(fresh_r
         )
         await asyncio.sleep(3)  # the outage: three retries of each shard
         await asyncio.to_thread(fresh_redis.start)
-        await wait_until(lambda: said("the server answers again", 2), 30, "both shards to say it is back")
+        await wait_until(lambda: said("working again after", 2), 30, "both shards to say they work again")
         text = log.read_text()
         assert text.count("; retrying every second") == 2, text
         assert process.returncode is None
