@@ -10,8 +10,9 @@ oldest entry held under ``listen`` has been idle (while a listener prints it, ne
 ``XPENDING key group start end count`` over the whole group answers all three in one call: it lists the
 oldest pending entries with the consumer that holds each, its idle time and its delivery count. The
 list is read from its oldest entry on; another page is read only when one came back full and could still
-be hiding entries to claim (an adapter holds up to a whole read batch of newer directives than the one
-it delivers), so what is found is what a query per consumer would have found.
+be hiding entries to claim (more than a page pending: an adapter of an earlier version held a whole read
+batch of directives behind the one it delivered), so what is found is what a query per consumer would
+have found.
 """
 
 from __future__ import annotations
