@@ -45,7 +45,7 @@ from coordinator.rules.clarification import answerable
 from coordinator.rules.delegation import pending
 from coordinator.rules.step import Rejected
 from coordinator.state import AgentRecord, GroupState
-from coordinator.view import find_agent, find_request, load_groups
+from coordinator.view import find_agent, find_request, load_groups, retired_note
 
 __all__ = ["commands"]
 
@@ -125,7 +125,8 @@ async def _publish(
         keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
         groups = await load_groups(client, keys, group_id, findings=False)
         if group_id is not None and not groups:
-            raise BusError(f"no group {group_id!r} is known to the coordinators")
+            retired = await retired_note(client, keys, group_id)
+            raise BusError(retired or f"no group {group_id!r} is known to the coordinators")
         payload, agent_id, group_id = build(groups)
         envelope = new_envelope(payload, agent_id=agent_id, group_id=group_id, source=source)
         shard = keys.shard_of(group_id)

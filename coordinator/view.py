@@ -26,6 +26,7 @@ from coordinator.store import (
     merged_key,
     seen_key,
 )
+from coordinator.tombstones import retired_key
 
 __all__ = [
     "find_agent",
@@ -35,8 +36,21 @@ __all__ = [
     "load_groups",
     "load_shard",
     "load_summaries",
+    "retired_note",
     "unread_signals",
 ]
+
+
+async def retired_note(client: Client, keys: Keys, group_id: str) -> str | None:
+    """What to say of a group that is not known when a coordinator retired it (its tombstone is kept)."""
+    with translated():
+        retired = await client.hexists(retired_key(keys, keys.shard_of(group_id)), group_id)
+    if not retired:
+        return None
+    return (
+        f"group {group_id!r} was retired: nothing was applied to it for the policy's retire_after_seconds "
+        f"(`subagent-bus replay --group {group_id}` recomputes its merged findings)"
+    )
 
 
 async def group_ids(client: Client, keys: Keys) -> list[str]:

@@ -27,7 +27,14 @@ from coordinator.console import finding_lines, inbox_lines, merged_lines, render
 from coordinator.policy import Policy
 from coordinator.rules import GroupSummary, MergedFinding, merge_findings, merged_view
 from coordinator.shard import GROUP
-from coordinator.view import group_ids, iter_findings, load_groups, load_summaries, unread_signals
+from coordinator.view import (
+    group_ids,
+    iter_findings,
+    load_groups,
+    load_summaries,
+    retired_note,
+    unread_signals,
+)
 
 __all__ = ["POLICY_OPTION", "commands"]
 
@@ -85,6 +92,9 @@ async def _status_lines(settings: Settings, group_id: str | None) -> list[str]:
         summaries = await load_summaries(client, keys, group_id)
         if summaries:
             return [line for summary in summaries for line in render(summary)]
+        retired = await retired_note(client, keys, group_id) if group_id else None
+        if retired:
+            return [retired]
         waiting = 0 if group_id else await unread_signals(client, keys, GROUP)
         hint = f" ({waiting} signal(s) wait for a coordinator: start one, `subagent-bus coordinator`)"
         return [none + (hint if waiting else "")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from adapter_kit import CLI, run, run_ok
 from workers.kit import connected, entries
 
 from bus.connection import Client
@@ -89,6 +90,13 @@ async def test_a_tick_deletes_the_state_of_a_quiet_settled_group(redis_url: str)
             and envelope.payload.decision is DecisionType.GROUP_RETIRED
         ]
         assert retired == [DONE]
+
+        said = "group 'done' was retired: nothing was applied to it for the policy's retire_after_seconds"
+        where = ["--redis-url", redis_url, "--namespace", "retire"]
+        status = await run_ok([CLI, "status", "--group", DONE, *where])
+        assert status.decode().startswith(said), status
+        code, _, err = await run([CLI, "answer", AGENT, "Q1=yes", "--group", DONE, *where])
+        assert code == 1 and said in err.decode(), err
 
 
 async def test_a_later_entry_starts_the_group_anew_in_the_next_batch_or_the_same(redis_url: str) -> None:
