@@ -544,8 +544,9 @@ FRAGMENTS = [
 
 
 @st.composite
-def documents(draw: st.DrawFn) -> tuple[bytes, list[int]]:
-    data = b"".join(draw(st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=12)))
+def documents(draw: st.DrawFn, fragments: list[bytes] = FRAGMENTS) -> tuple[bytes, list[int]]:
+    """A document of up to 12 ``fragments`` and the points at which to cut it."""
+    data = b"".join(draw(st.lists(st.sampled_from(fragments), min_size=1, max_size=12)))
     cuts = draw(st.lists(st.integers(0, len(data)), max_size=30))
     return data, cuts
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_parser import documents, feed_split
 
 from agents.parser import ErrorItem, Item, Parser, ResultItem, SignalItem, parse_text
 from bus.envelope import EnvelopeType
@@ -18,16 +19,6 @@ REPORT = "## Code Explorer Result\n\n### Status\nSUCCESS\n\n### Summary\nTraced 
 
 def tentative(line: str, body: str = BODY, closing: str = "[/STOP_WORK]") -> str:
     return f"{line}\n{body}{closing}\n"
-
-
-def feed_split(data: bytes, cuts: list[int], max_block_bytes: int = 1 << 20) -> list[Item]:
-    parser = Parser(max_block_bytes=max_block_bytes)
-    items: list[Item] = []
-    previous = 0
-    for cut in [*sorted(set(cuts)), len(data)]:
-        items += parser.feed(data[previous:cut])
-        previous = cut
-    return items + parser.close()
 
 
 def kinds(items: list[Item]) -> list[tuple[str, int]]:
@@ -228,15 +219,8 @@ FRAGMENTS = [
 ]
 
 
-@st.composite
-def documents(draw: st.DrawFn) -> tuple[bytes, list[int]]:
-    data = b"".join(draw(st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=12)))
-    cuts = draw(st.lists(st.integers(0, len(data)), max_size=30))
-    return data, cuts
-
-
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(documents(), st.sampled_from([64, 160, 1 << 20]))
+@given(documents(FRAGMENTS), st.sampled_from([64, 160, 1 << 20]))
 def test_chunking_never_changes_the_items_of_tentative_blocks(
     document: tuple[bytes, list[int]], max_block_bytes: int
 ) -> None:
