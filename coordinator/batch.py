@@ -195,7 +195,8 @@ class Batch:
             return f"group {envelope.group_id!r} belongs to shard {right}, not {self.shard}"
         if type_ is EnvelopeType.TICK:
             for gid in sorted(self.stored.keys() | self.groups.keys()):  # in an order a reload keeps
-                if self._state(gid).retired_at is not None:
+                state = self.groups[gid] if gid in self.groups else self.stored[gid]
+                if state.retired_at is not None:  # by an earlier tick of the batch
                     continue
                 reason = self._apply_to(gid, envelope)
                 if reason:  # one group's rule bug must not stop the clock of the others
@@ -216,13 +217,6 @@ class Batch:
         if state is not None:
             return frozenset(state.agents) if state.retired_at is not None else None
         return None if gid in self.revived else self.tombstones.get(gid)
-
-    def _state(self, gid: str) -> GroupState:
-        """The group's state as the batch has it so far (a new group's: empty)."""
-        state = self.groups.get(gid)
-        if state is None:
-            state = self.stored.get(gid)
-        return state if state is not None else GroupState(group_id=gid)
 
     def _apply_to(self, gid: str, envelope: Envelope) -> str | None:
         state = self.groups.get(gid)
