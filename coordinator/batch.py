@@ -26,7 +26,7 @@ from coordinator.rules.run import Run
 from coordinator.rules.trusted import evolve
 from coordinator.state import GroupState
 from coordinator.store import Touched, delete_group, write_changes
-from coordinator.tombstones import Tombstones, bury, late_entry, unbury
+from coordinator.tombstones import Late, Tombstones, bury, late_entry, late_reason, unbury
 
 __all__ = ["Batch", "Entry", "Fields", "entries_of", "target_streams"]
 
@@ -226,8 +226,13 @@ class Batch:
         buried = self._buried(gid, state)
         if buried is not None:
             late = late_entry(envelope, buried)
-            if late is not None:
-                return _late(gid, envelope, late)
+            if late is Late.DEAD_LETTERED:
+                return late_reason(envelope)
+            if late is Late.DROPPED:
+                log.debug(
+                    "%s of retired group %s: dropped", envelope.type.value, gid, extra={"group_id": gid}
+                )
+                return None
         if state is None or buried is not None:  # a new group, or a retired one that starts anew
             state, run = GroupState(group_id=gid), None
         if run is None:
@@ -256,10 +261,3 @@ class Batch:
             key = self.targets.get(emit.target) or self.keys.inbox(self.shard, emit.agent_id)
             self.commit.xadd_data(key, emit.data)
         self.emitted += outcome.emits
-
-
-def _late(gid: str, envelope: Envelope, reason: str) -> str | None:
-    """The dead-letter reason of an entry of a retired group (:func:`late_entry`); None when dropped."""
-    if not reason:
-        log.debug("%s of retired group %s: dropped", envelope.type.value, gid, extra={"group_id": gid})
-    return reason or None

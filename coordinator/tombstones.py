@@ -16,6 +16,7 @@ Per entry of a group that has a tombstone and no state (see :meth:`coordinator.b
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import Enum
 from typing import Final
 
 import orjson
@@ -26,7 +27,7 @@ from bus.errors import DecodeError
 from bus.keys import Keys
 from coordinator.commit import Commit
 
-__all__ = ["Tombstones", "bury", "late_entry", "load_tombstones", "unbury"]
+__all__ = ["Late", "Tombstones", "bury", "late_entry", "late_reason", "load_tombstones", "unbury"]
 
 Tombstones = Mapping[str, frozenset[str]]
 """A shard's retired groups: group id -> its agents' ids."""
@@ -48,13 +49,23 @@ def unbury(commit: Commit, keys: Keys, shard: int, group_id: str) -> None:
     commit.hdel(retired_key(keys, shard), group_id)
 
 
-def late_entry(envelope: Envelope, agents: frozenset[str]) -> str | None:
-    """What becomes of an entry of a retired group: ``""`` to drop it, a reason to dead-letter it, None
-    when it starts the group anew."""
+class Late(Enum):
+    """What becomes of an entry of a retired group."""
+
+    STARTS_ANEW = "starts anew"
+    DROPPED = "dropped"
+    DEAD_LETTERED = "dead-lettered"
+
+
+def late_entry(envelope: Envelope, agents: frozenset[str]) -> Late:
+    """What becomes of ``envelope``, of a retired group whose agents were ``agents``."""
     if envelope.type is EnvelopeType.AGENT_STARTED or envelope.agent_id not in agents:
-        return None
-    if envelope.type in _SIGNS_OF_LIFE:
-        return ""
+        return Late.STARTS_ANEW
+    return Late.DROPPED if envelope.type in _SIGNS_OF_LIFE else Late.DEAD_LETTERED
+
+
+def late_reason(envelope: Envelope) -> str:
+    """The dead-letter reason of an entry :func:`late_entry` dead-letters."""
     return (
         f"group {envelope.group_id!r} was retired, with agent {envelope.agent_id!r} in it: its "
         f"{envelope.type.value} came after (an AGENT_STARTED of the agent starts the group anew)"
