@@ -25,13 +25,16 @@ Every key lies in the shard's hash slot, so the script runs unchanged on Redis C
 
 from __future__ import annotations
 
+import contextlib
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
-__all__ = ["COMMIT_SCRIPT", "REFUSED", "Commit", "CommitResult", "parse_result"]
+from bus.errors import CommandFailed
+
+__all__ = ["COMMIT_SCRIPT", "Commit", "CommitRefused", "CommitResult", "parse_result", "refusals"]
 
 
 class CommitResult(StrEnum):
@@ -121,8 +124,25 @@ redis.call('PEXPIRE', KEYS[1], ttl)
 return 'ok'
 """
 
-REFUSED: Final = "nothing of the batch was written"
-"""In the error of a commit its checks refused (see the module)."""
+_REFUSED: Final = "nothing of the batch was written"
+"""In the error of a commit its checks refused (the script's ``refused``)."""
+
+
+class CommitRefused(CommandFailed):
+    """The commit script's checks refused the batch before its first write (a key of another type, a
+    permission the user lacks): nothing of it was written, and it is not its entries' doing."""
+
+
+@contextlib.contextmanager
+def refusals() -> Iterator[None]:
+    """Run the commit script: a batch its checks refused leaves as :class:`CommitRefused`."""
+    try:
+        yield
+    except CommandFailed as exc:
+        if _REFUSED not in str(exc):
+            raise
+        raise CommitRefused(str(exc)) from exc
+
 
 _HEADER: Final = struct.Struct(">BI")
 """A MessagePack type byte and a 32-bit length."""

@@ -25,7 +25,7 @@ from bus.keys import Keys, StreamKind
 from bus.metrics import Metrics
 from bus.waits import wait_for
 from coordinator.batch import Batch, target_streams
-from coordinator.commit import COMMIT_SCRIPT, REFUSED, Commit, CommitResult
+from coordinator.commit import COMMIT_SCRIPT, Commit, CommitRefused, CommitResult
 from coordinator.lease import Leases, fair_share
 from coordinator.policy import Policy
 from coordinator.shard import GROUP, Shard, read_head
@@ -167,7 +167,7 @@ class Coordinator:
                 if shard.failures % 60 == 0:  # an outage is a line a minute per shard, not one a second
                     log.warning("shard %d: %s; retrying every second", shard.index, exc)
                 shard.failures += 1
-                shard.refused = REFUSED in str(exc)
+                shard.refused = isinstance(exc, CommitRefused)
                 shard.owned = False
                 await wait_for(stop, 1.0)
                 if "NOGROUP" in str(exc):  # the server lost the stream or its group (data loss, failover)

@@ -18,7 +18,7 @@ from bus import wire
 from bus.connection import Client, translated
 from bus.keys import ConsumerGroup
 from coordinator.batch import Entry, entries_of
-from coordinator.commit import Commit, CommitResult, parse_result
+from coordinator.commit import Commit, CommitResult, parse_result, refusals
 from coordinator.rules import Target
 from coordinator.state import GroupState
 
@@ -98,14 +98,15 @@ class Shard:
         are the group's next ones, delivered to this process: used if the commit went through, pending
         here otherwise (and then read again from the pending list, or claimed by the shard's owner)."""
         keys, argv = commit.script_args(self.token, GROUP, ttl_ms, self.version)
-        if block_ms is None or self.need_pending:
-            return parse_result(await script(self.pipe, keys, argv))
-        read = self._read_command(block_ms, b">")
-        try:
-            reply, after = await script.run(self.pipe, keys, argv, [read])
-        except BaseException:
-            self.need_pending = True  # the read may have delivered entries whose reply is lost
-            raise
+        with refusals():
+            if block_ms is None or self.need_pending:
+                return parse_result(await script(self.pipe, keys, argv))
+            read = self._read_command(block_ms, b">")
+            try:
+                reply, after = await script.run(self.pipe, keys, argv, [read])
+            except BaseException:
+                self.need_pending = True  # the read may have delivered entries whose reply is lost
+                raise
         if after is None:
             self.need_pending = True
         else:
