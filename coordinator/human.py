@@ -45,7 +45,14 @@ from coordinator.rules.clarification import answerable
 from coordinator.rules.delegation import pending
 from coordinator.rules.step import Rejected
 from coordinator.state import AgentRecord, GroupState
-from coordinator.view import find_agent, find_request, load_groups, retired_note
+from coordinator.view import (
+    UnknownAgent,
+    find_agent,
+    find_request,
+    load_groups,
+    retired_agent_note,
+    retired_note,
+)
 
 __all__ = ["commands"]
 
@@ -127,7 +134,13 @@ async def _publish(
         if group_id is not None and not groups:
             retired = await retired_note(client, keys, group_id)
             raise BusError(retired or f"no group {group_id!r} is known to the coordinators")
-        payload, agent_id, group_id = build(groups)
+        try:
+            payload, agent_id, group_id = build(groups)
+        except UnknownAgent as exc:
+            retired = await retired_agent_note(client, keys, exc.agent_id)
+            if retired is None:
+                raise
+            raise BusError(retired) from None
         envelope = new_envelope(payload, agent_id=agent_id, group_id=group_id, source=source)
         shard = keys.shard_of(group_id)
         events = keys.stream(shard, StreamKind.EVENTS)

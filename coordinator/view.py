@@ -26,9 +26,10 @@ from coordinator.store import (
     merged_key,
     seen_key,
 )
-from coordinator.tombstones import retired_key
+from coordinator.tombstones import load_tombstones, retired_key
 
 __all__ = [
+    "UnknownAgent",
     "find_agent",
     "find_request",
     "group_ids",
@@ -36,21 +37,42 @@ __all__ = [
     "load_groups",
     "load_shard",
     "load_summaries",
+    "retired_agent_note",
     "retired_note",
     "unread_signals",
 ]
+
+
+class UnknownAgent(BusError):
+    """No group the coordinators keep a state for knows the agent."""
+
+    def __init__(self, message: str, agent_id: str) -> None:
+        super().__init__(message)
+        self.agent_id = agent_id
 
 
 async def retired_note(client: Client, keys: Keys, group_id: str) -> str | None:
     """What to say of a group that is not known when a coordinator retired it (its tombstone is kept)."""
     with translated():
         retired = await client.hexists(retired_key(keys, keys.shard_of(group_id)), group_id)
-    if not retired:
-        return None
+    return _retired(group_id) if retired else None
+
+
+def _retired(group_id: str) -> str:
     return (
         f"group {group_id!r} was retired: nothing was applied to it for the policy's retire_after_seconds "
         f"(`subagent-bus replay --group {group_id}` recomputes its merged findings)"
     )
+
+
+async def retired_agent_note(client: Client, keys: Keys, agent_id: str) -> str | None:
+    """What to say of an agent that is not known when a group it was in was retired."""
+    for shard in keys.all_shards():
+        with translated():
+            tombstones = await load_tombstones(client, keys, shard)
+        for group_id in sorted(g for g, agents in tombstones.items() if agent_id in agents):
+            return f"agent {agent_id!r} was in group {group_id!r}: {_retired(group_id)}"
+    return None
 
 
 async def group_ids(client: Client, keys: Keys) -> list[str]:
@@ -165,7 +187,7 @@ def find_agent(groups: list[GroupState], agent_id: str) -> GroupState:
             return state
     known = sorted({a for s in groups for a in s.agents})
     hint = f" (known: {', '.join(known[:10])}{' ...' if len(known) > 10 else ''})" if known else ""
-    raise BusError(f"no agent {agent_id!r} is known to the coordinators{hint}")
+    raise UnknownAgent(f"no agent {agent_id!r} is known to the coordinators{hint}", agent_id)
 
 
 def find_request(groups: list[GroupState], request_id: str) -> GroupState:

@@ -194,15 +194,20 @@ def _read_findings(settings: Settings, group_id: str | None) -> dict[str, list[F
             async for _, finding, _, group in iter_findings(client, keys, group_id, on_page=shown):
                 by_group.setdefault(group, []).append(finding)
         if group_id is not None and not by_group:
-            known = [g for g in await group_ids(client, keys) if g != group_id]
-            _no_findings(settings, group_id, known)
+            await _no_findings(client, keys, settings, group_id)
         return dict(sorted(by_group.items()))
 
     return run_command(_read(settings, read, {}))
 
 
-def _no_findings(settings: Settings, group_id: str, known: list[str]) -> None:
-    """Say on stderr why a group's listing is empty: a mistyped group looks like a quiet one."""
+async def _no_findings(client: Client, keys: Keys, settings: Settings, group_id: str) -> None:
+    """Say on stderr why a group's listing is empty: a mistyped group looks like a quiet one, and a
+    retired one has no merged view kept."""
+    retired = await retired_note(client, keys, group_id)
+    if retired:
+        click.echo(retired, err=True)
+        return
+    known = [g for g in await group_ids(client, keys) if g != group_id]
     hint = f"; known groups: {', '.join(known[:10])}{' ...' if len(known) > 10 else ''}"
     message = f"no findings for group {group_id!r} in namespace {settings.namespace!r}{hint if known else ''}"
     click.echo(message, err=True)
@@ -218,7 +223,7 @@ def _merged_state(settings: Settings, group_id: str | None, policy: Policy) -> d
         }
         view = {group: merged for group, merged in view.items() if merged}
         if group_id is not None and not view:
-            _no_findings(settings, group_id, [g for g in await group_ids(client, keys) if g != group_id])
+            await _no_findings(client, keys, settings, group_id)
         return view
 
     return run_command(_read(settings, read, {}))

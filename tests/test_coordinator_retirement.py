@@ -97,6 +97,10 @@ async def test_a_tick_deletes_the_state_of_a_quiet_settled_group(redis_url: str)
         assert status.decode().startswith(said), status
         code, _, err = await run([CLI, "answer", AGENT, "Q1=yes", "--group", DONE, *where])
         assert code == 1 and said in err.decode(), err
+        code, _, err = await run([CLI, "answer", AGENT, "Q1=yes", *where])  # the group found by the agent
+        assert code == 1 and f"agent {AGENT!r} was in group 'done': {said}" in err.decode(), err
+        code, out, err = await run([CLI, "findings", "--merged", "--group", DONE, *where])
+        assert (code, out.decode(), err.decode().startswith(said)) == (0, "0 merged findings\n", True), err
 
 
 async def test_a_later_entry_starts_the_group_anew_in_the_next_batch_or_the_same(redis_url: str) -> None:
