@@ -32,6 +32,8 @@ __all__ = ["Batch", "Entry", "Fields", "entries_of", "target_streams"]
 
 log = logging.getLogger("subagent_bus.coordinator")
 
+_NO_AGENTS: Final = frozenset[str]()
+
 
 class Fields(tuple[bytes, ...]):
     """The flat field list of an entry that has fields besides ``data``, or no ``data`` at all: a
@@ -114,10 +116,9 @@ class Batch:
     retired: set[str] = field(default_factory=set)
     """The groups a tick of the batch retired, whose stored state the commit deletes (a later entry of
     the batch may have started one again, as a new group)."""
-    revived: set[str] = field(default_factory=set)
-    """Retired groups (before or in the batch) that an entry of the batch started anew."""
-    buried: dict[str, frozenset[str]] = field(default_factory=dict)
-    """The tombstones the batch adds (:meth:`write`): the groups it retired and did not start anew."""
+    tombs: dict[str, frozenset[str]] = field(default_factory=dict)
+    """The tombstones the batch changes: the agents of a group it retired, or that a retired group's agent
+    left (back with its AGENT_STARTED); an empty set when the tombstone goes."""
 
     def add(self, entry_id: bytes, data: bytes | Fields | None, deliveries: int, max_deliveries: int) -> None:
         """Apply one entry (the next in stream order), or dead-letter it when it cannot be applied."""
@@ -150,11 +151,13 @@ class Batch:
         for gid in sorted(self.retired):
             if gid in self.stored:
                 delete_group(self.commit, self.keys, self.shard, gid)
-            if gid not in self.revived:
-                self.buried[gid] = frozenset(self.groups[gid].agents)
-                bury(self.commit, self.keys, self.shard, gid, self.buried[gid])
-        for gid in sorted(self.revived):
-            if gid in self.tombstones:
+            final = self.groups[gid]
+            if final.retired_at is not None:  # not started anew since (which set its tombstone then)
+                self.tombs[gid] = self._tomb(gid) | frozenset(final.agents)
+        for gid, agents in sorted(self.tombs.items()):
+            if agents:
+                bury(self.commit, self.keys, self.shard, gid, agents)
+            elif gid in self.tombstones:
                 unbury(self.commit, self.keys, self.shard, gid)
         for gid, applied in self.groups.items():  # replacing values, not keys, while iterating
             if applied.retired_at is not None:
@@ -174,9 +177,11 @@ class Batch:
                 states[gid] = state
             else:
                 states.pop(gid, None)
-        for gid in self.revived:
-            tombstones.pop(gid, None)
-        tombstones.update(self.buried)
+        for gid, agents in self.tombs.items():
+            if agents:
+                tombstones[gid] = agents
+            else:
+                tombstones.pop(gid, None)
 
     def _apply_entry(self, data: bytes | None, deliveries: int, max_deliveries: int) -> str | None:
         """Apply one entry to the working copy; the dead-letter reason when it cannot be applied."""
@@ -211,21 +216,21 @@ class Batch:
             return True
         return self.keys.shard_of(gid) == self.shard
 
-    def _buried(self, gid: str, state: GroupState | None) -> frozenset[str] | None:
-        """The agents of the group if it is retired, by a tick of this batch or before (its tombstone),
-        and no entry started it anew since."""
-        if state is not None:
-            return frozenset(state.agents) if state.retired_at is not None else None
-        return None if gid in self.revived else self.tombstones.get(gid)
+    def _tomb(self, gid: str) -> frozenset[str]:
+        """The agents of the group's tombstone, as the batch has it so far (none: no tombstone)."""
+        tomb = self.tombs.get(gid)
+        return tomb if tomb is not None else self.tombstones.get(gid, _NO_AGENTS)
 
     def _apply_to(self, gid: str, envelope: Envelope) -> str | None:
         state = self.groups.get(gid)
         if state is None:
             state = self.stored.get(gid)
         run = self.runs.get(gid)
-        buried = self._buried(gid, state)
-        if buried is not None:
-            late = late_entry(envelope, buried)
+        retired, members = False, self._tomb(gid)
+        if state is not None and state.retired_at is not None:  # by a tick of the batch
+            retired, members = True, members | frozenset(state.agents)
+        if members:
+            late = late_entry(envelope, members)
             if late is Late.DEAD_LETTERED:
                 return late_reason(envelope)
             if late is Late.DROPPED:
@@ -233,7 +238,8 @@ class Batch:
                     "%s of retired group %s: dropped", envelope.type.value, gid, extra={"group_id": gid}
                 )
                 return None
-        if state is None or buried is not None:  # a new group, or a retired one that starts anew
+            self._keep_tomb(gid, envelope, members, retired=retired)
+        if state is None or retired:  # a new group, or a retired one that starts anew
             state, run = GroupState(group_id=gid), None
         if run is None:
             run = self.runs[gid] = Run()
@@ -242,19 +248,23 @@ class Batch:
         except Exception as exc:  # a rule bug must not stop the shard: dead-letter the entry
             log.exception("rule failed on %s", envelope.id, extra={"group_id": gid})
             return f"rule failed: {type(exc).__name__}: {exc}"
-        self._record(gid, envelope, state, outcome, revived=buried is not None)
+        self._record(gid, envelope, state, outcome)
         return None
 
-    def _record(
-        self, gid: str, envelope: Envelope, state: GroupState, outcome: Outcome, *, revived: bool
-    ) -> None:
+    def _keep_tomb(self, gid: str, envelope: Envelope, members: frozenset[str], *, retired: bool) -> None:
+        """Keep the tombstone of a group with retired ``members`` that ``envelope`` applies to (it starts
+        the group anew, or comes to the group started anew): an AGENT_STARTED of one of them takes it
+        out (its entries count again), and a group the batch retired gets one."""
+        left = members - {envelope.agent_id} if envelope.type is EnvelopeType.AGENT_STARTED else members
+        if retired or left != members:
+            self.tombs[gid] = left
+
+    def _record(self, gid: str, envelope: Envelope, state: GroupState, outcome: Outcome) -> None:
         """Keep what applying ``envelope`` to the group's ``state`` gave, and add its emits to the commit."""
         if outcome.duplicate:
             log.debug("envelope %s was applied before: dropped", envelope.id, extra={"group_id": gid})
         if outcome.state is not state:  # a new group's first entry always makes a new state
             self.groups[gid] = outcome.state
-        if revived:
-            self.revived.add(gid)
         if outcome.state.retired_at is not None:
             self.retired.add(gid)
         for emit in outcome.emits:

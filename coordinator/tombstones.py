@@ -6,11 +6,14 @@ state, it would start the group again with that agent running, to be declared lo
 tombstone tells such entries apart. In a shard's hash ``retired``: the group id -> the JSON list of its
 agents' ids (a few bytes per group, against the kilobytes of a state).
 
-Per entry of a group that has a tombstone and no state (see :meth:`coordinator.batch.Batch.add`):
+Per entry of a group that has a tombstone (see :meth:`coordinator.batch.Batch.add`):
 
 - from one of its agents, a sign of life (heartbeat, progress, exit): dropped;
 - from one of its agents, anything else: dead-lettered, saying why (nothing is lost without a word);
-- AGENT_STARTED, or an entry of an agent it did not have: the group starts anew, and the tombstone goes.
+- AGENT_STARTED, or an entry of an agent it did not have: applied, to the group started anew when it has
+  no state. The tombstone stays, but for the agent an AGENT_STARTED brought back: an adapter of an old
+  agent still running would otherwise register that agent in the new group, to be declared lost there
+  and retried. A group retired again gets the agents of both.
 """
 
 from __future__ import annotations
@@ -45,14 +48,14 @@ def bury(commit: Commit, keys: Keys, shard: int, group_id: str, agents: frozense
 
 
 def unbury(commit: Commit, keys: Keys, shard: int, group_id: str) -> None:
-    """Add to ``commit`` the removal of the tombstone of a group started anew."""
+    """Add to ``commit`` the removal of a group's tombstone (its agents all came back)."""
     commit.hdel(retired_key(keys, shard), group_id)
 
 
 class Late(Enum):
     """What becomes of an entry of a retired group."""
 
-    STARTS_ANEW = "starts anew"
+    APPLIED = "applied"
     DROPPED = "dropped"
     DEAD_LETTERED = "dead-lettered"
 
@@ -60,7 +63,7 @@ class Late(Enum):
 def late_entry(envelope: Envelope, agents: frozenset[str]) -> Late:
     """What becomes of ``envelope``, of a retired group whose agents were ``agents``."""
     if envelope.type is EnvelopeType.AGENT_STARTED or envelope.agent_id not in agents:
-        return Late.STARTS_ANEW
+        return Late.APPLIED
     return Late.DROPPED if envelope.type in _SIGNS_OF_LIFE else Late.DEAD_LETTERED
 
 
@@ -68,7 +71,7 @@ def late_reason(envelope: Envelope) -> str:
     """The dead-letter reason of an entry :func:`late_entry` dead-letters."""
     return (
         f"group {envelope.group_id!r} was retired, with agent {envelope.agent_id!r} in it: its "
-        f"{envelope.type.value} came after (an AGENT_STARTED of the agent starts the group anew)"
+        f"{envelope.type.value} came after (an AGENT_STARTED of the agent brings it back)"
     )
 
 

@@ -143,11 +143,57 @@ async def test_a_retired_group_s_own_agents_do_not_start_it_again(redis_url: str
             dead = [fields for _, fields in await entries(client, keys.stream(0, StreamKind.DEAD))]
             assert [f[b"reason"].decode() for f in dead] == [
                 f"group 'done' was retired, with agent {AGENT!r} in it: its COMPLETION_REPORT came after "
-                "(an AGENT_STARTED of the agent starts the group anew)"
+                "(an AGENT_STARTED of the agent brings it back)"
             ]
 
             await Publisher(client, keys).publish_many([_envelope(AgentStarted(task="again"), DONE)])
             assert await _coordinator(client, keys, "e", batch).run(burst=True) == 1
             again = (await load_shard(client, keys, 0))[DONE]
             assert (again.applied, list(again.agents)) == (1, [AGENT])
+            assert await client.hlen(keys.state(0, "retired")) == 0
+
+
+async def test_a_group_started_anew_keeps_out_the_old_agents_until_they_start_again(redis_url: str) -> None:
+    """A new agent starts a retired group anew; an old agent's adapter still running must not register
+    it there (it would be declared lost and retried): its tombstone stays until its AGENT_STARTED."""
+    async with connected(redis_url) as client:
+        for batch in (
+            100,
+            1,
+        ):  # the retirement, the new agent and the old agent's entries in one batch or not
+            keys = await _applied(client, f"anew-{batch}")
+            await _tick(client, keys, 8)
+            late = CompletionReport(agent_id=AGENT, status=CompletionStatus.SUCCESS, summary="Again.")
+            await Publisher(client, keys).publish_many(
+                [
+                    _envelope(AgentStarted(task="next"), DONE, "bg-3"),
+                    _envelope(Heartbeat(pid=1), DONE),
+                    _envelope(late, DONE),
+                ]
+            )
+            assert await _coordinator(client, keys, "d", batch).run(burst=True) == 4
+            again = (await load_shard(client, keys, 0))[DONE]
+            assert list(again.agents) == ["bg-3"], batch
+            assert await client.hget(keys.state(0, "retired"), DONE) == f'["{AGENT}"]'.encode()
+            dead = [fields for _, fields in await entries(client, keys.stream(0, StreamKind.DEAD))]
+            assert [f[b"reason"].decode() for f in dead] == [
+                f"group 'done' was retired, with agent {AGENT!r} in it: its COMPLETION_REPORT came after "
+                "(an AGENT_STARTED of the agent brings it back)"
+            ]
+
+            done = CompletionReport(agent_id="bg-3", status=CompletionStatus.SUCCESS, summary="Done.")
+            await Publisher(client, keys).publish_many([_envelope(done, DONE, "bg-3")])
+            await _tick(client, keys, 16)  # retired again: the tombstone names the agents of both
+            assert await _coordinator(client, keys, "e", batch).run(burst=True) == 2
+            assert DONE not in await load_shard(client, keys, 0)
+            assert await client.hget(keys.state(0, "retired"), DONE) == f'["{AGENT}","bg-3"]'.encode()
+
+            await Publisher(client, keys).publish_many(
+                [
+                    _envelope(AgentStarted(task="again"), DONE),
+                    _envelope(AgentStarted(task="too"), DONE, "bg-3"),
+                ]
+            )
+            assert await _coordinator(client, keys, "f", batch).run(burst=True) == 2
+            assert sorted((await load_shard(client, keys, 0))[DONE].agents) == [AGENT, "bg-3"]
             assert await client.hlen(keys.state(0, "retired")) == 0
