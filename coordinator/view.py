@@ -70,7 +70,13 @@ async def retired_agent_note(client: Client, keys: Keys, agent_id: str) -> str |
     for shard in keys.all_shards():
         with translated():
             tombstones = await load_tombstones(client, keys, shard)
+            live = {as_text(raw) for raw in await client.smembers(keys.state(shard, GROUPS_KEY))}
         for group_id in sorted(g for g, agents in tombstones.items() if agent_id in agents):
+            if group_id in live:
+                return (
+                    f"agent {agent_id!r} was in group {group_id!r} before it was retired; the group started "
+                    "anew without it (an AGENT_STARTED of the agent brings it back)"
+                )
             return f"agent {agent_id!r} was in group {group_id!r}: {_retired(group_id)}"
     return None
 

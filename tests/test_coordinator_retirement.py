@@ -181,6 +181,12 @@ async def test_a_group_started_anew_keeps_out_the_old_agents_until_they_start_ag
                 "(an AGENT_STARTED of the agent brings it back)"
             ]
 
+            if batch == 1:  # the human side, once
+                where = ["--redis-url", redis_url, "--namespace", f"anew-{batch}"]
+                code, _, err = await run([CLI, "answer", AGENT, "Q1=yes", *where])
+                said = f"agent {AGENT!r} was in group 'done' before it was retired; the group started anew without"
+                assert code == 1 and said in err.decode(), err
+
             done = CompletionReport(agent_id="bg-3", status=CompletionStatus.SUCCESS, summary="Done.")
             await Publisher(client, keys).publish_many([_envelope(done, DONE, "bg-3")])
             await _tick(client, keys, 16)  # retired again: the tombstone names the agents of both
