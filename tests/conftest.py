@@ -32,12 +32,17 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProc
     server.stop()
 
 
-@pytest.fixture
-def redis_url(redis_server: RedisProcess) -> str:
-    client = redis_server.client()
+def _flushed(server: RedisProcess) -> str:
+    """The URL of ``server``, emptied."""
+    client = server.client()
     client.flushall()
     client.close()
-    return redis_server.url
+    return server.url
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisProcess) -> str:
+    return _flushed(redis_server)
 
 
 @pytest.fixture
@@ -87,10 +92,7 @@ def redis8_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisPro
 
 @pytest.fixture
 def redis8_url(redis8_server: RedisProcess) -> str:
-    client = redis8_server.client()
-    client.flushall()
-    client.close()
-    return redis8_server.url
+    return _flushed(redis8_server)
 
 
 _BUS_URLS = {"standalone": "redis_url", "cluster": "cluster_url", "redis8": "redis8_url"}
