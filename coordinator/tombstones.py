@@ -14,6 +14,9 @@ Per entry of a group that has a tombstone (see :meth:`coordinator.batch.Batch.ad
   no state. The tombstone stays, but for the agent an AGENT_STARTED brought back: an adapter of an old
   agent still running would otherwise register that agent in the new group, to be declared lost there
   and retried. A group retired again gets the agents of both.
+
+Ticks, and entries of an agent that the group as it is now knows (the rules may register an old id again:
+a retry's id is the same in each of the group's lives), are the live group's, whatever the tombstone says.
 """
 
 from __future__ import annotations
