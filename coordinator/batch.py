@@ -229,7 +229,11 @@ class Batch:
         retired, members = False, self._tomb(gid)
         if state is not None and state.retired_at is not None:  # by a tick of the batch
             retired, members = True, members | frozenset(state.agents)
-        elif state is not None and (envelope.type is EnvelopeType.TICK or envelope.agent_id in state.agents):
+        elif (
+            members
+            and state is not None
+            and (envelope.type is EnvelopeType.TICK or envelope.agent_id in state.agents)
+        ):
             # a tick (its agent id is a coordinator's name), or an agent of the group as it is now (one
             # the rules registered again: a retry's id is the same in each of the group's lives)
             members = _NO_AGENTS
