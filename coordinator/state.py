@@ -49,7 +49,8 @@ ACTIVE_STATES: Final = frozenset(AgentState) - FINAL_STATES
 
 
 class ViolationRule(StrEnum):
-    """The result-contract rules (seed 001) the coordinator checks."""
+    """The result-contract rules (seed 001) the coordinator checks, and a blocker an agent's outcome
+    left unresolved."""
 
     SUMMARY_TOO_LONG = "summary_too_long"
     MISSING_CONFIDENCE = "missing_confidence"
@@ -57,6 +58,7 @@ class ViolationRule(StrEnum):
     MISSING_JUSTIFICATION = "missing_confidence_justification"
     UNVERIFIED_REFERENCE = "unverified_reference"
     REPORTED = "reported_by_parser"
+    UNRESOLVED_BLOCKER = "unresolved_blocker"
 
 
 class Violation(Model):

@@ -292,6 +292,26 @@ Reviewed the authentication module.
 """
 
 
+def test_a_report_that_did_not_reach_the_coordinator_outlives_the_completion_after_it(redis_url: str) -> None:
+    """A report the adapter cannot read becomes a blocker; the agent's COMPLETION_REPORT right after it
+    must not make the group look done with nothing lost."""
+    broken = _report("Security Auditor", 95, "Critical").replace("### Summary\n", "### Sumary\n")
+    printed = broken + "\n" + completion("auditor", "success")
+    adapter = [CLI, "adapter", "stdin", "--agent-id=auditor", "--group", GROUP, "--redis-url", redis_url]
+    done = subprocess.run(adapter, input=printed, check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "missing or empty '### Summary' section" in done.stderr
+    coordinate(redis_url)
+    group = status(redis_url)
+    assert group["status"] == "review" and agent(redis_url, "auditor")["state"] == "completed"
+    [violation] = agent(redis_url, "auditor")["violations"]
+    assert violation.startswith(
+        "unresolved_blocker: error: The agent printed a result report (line 1) that did not reach the "
+        "coordinator: result report 'Security Auditor' at line 1: missing or empty '### Summary' section"
+    ), violation
+    assert "violations: unresolved_blocker: " in sb(redis_url, "status")
+
+
 def test_overlapping_findings_of_three_agents_merge_by_the_seed_rules(redis_url: str) -> None:
     emit(redis_url, "auditor", _report("Security Auditor", 95, "Critical"))
     emit(redis_url, "qa", _report("QA Engineer", 78, "Critical"))

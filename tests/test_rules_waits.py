@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from rules_kit import Feed, answers, clarification, completion, decisions, delegate, kinds, stop_dependency
 
+from agents.lost import lost_signal
 from bus.directives import HumanApprove, HumanResolve
 from bus.envelope import EnvelopeType, Payload
 from bus.events import AgentState, DecisionType
+from bus.signals import BlockerType, StopReason, StopWork
 from coordinator.policy import Policy
 from coordinator.rules import summarize
+from coordinator.state import GroupVerdict, ViolationRule
 
 AGENT = "bg-task-abc123"
 
@@ -21,7 +24,6 @@ def test_a_signal_after_the_agents_outcome_is_decided_is_rejected() -> None:
         decided = feed.state.agents[AGENT].state
         signals: list[tuple[EnvelopeType, Payload]] = [
             (EnvelopeType.CLARIFICATION_NEEDED, clarification(AGENT)),
-            (EnvelopeType.STOP_WORK, stop_dependency(AGENT)),
             (EnvelopeType.DELEGATE_WORK, delegate(AGENT)),
         ]
         for kind, signal in signals:
@@ -31,6 +33,62 @@ def test_a_signal_after_the_agents_outcome_is_decided_is_rejected() -> None:
         record = feed.state.agents[AGENT]
         assert record.state is decided and record.questions is None and record.blocker is None
         assert summarize(feed.state).open_questions == () and summarize(feed.state).pending_delegations == ()
+
+
+def _unresolved(feed: Feed) -> list[str]:
+    return [
+        v.detail for v in feed.state.agents[AGENT].violations if v.rule is ViolationRule.UNRESOLVED_BLOCKER
+    ]
+
+
+def _lost_report() -> StopWork:
+    return lost_signal(AGENT, EnvelopeType.RESULT, "line 12", "missing or empty '### Summary' section")
+
+
+def test_a_completion_with_a_blocker_open_leaves_it_unresolved_for_review() -> None:
+    """The adapter's blocker for a result report it could not read, then the agent's COMPLETION_REPORT:
+    the completion is recorded, and the lost report is not lost with the blocker it closes."""
+    feed = Feed()
+    feed.send(_lost_report(), AGENT)
+    done = feed.send(completion(AGENT), AGENT)
+    assert kinds(done) == [DecisionType.CONTRACT_VIOLATION, DecisionType.COMPLETED, DecisionType.GROUP_STATUS]
+    [flagged, _, group] = decisions(done)
+    assert flagged.detail.startswith("unresolved_blocker: error: The agent printed a result report (line 12)")
+    assert group.detail.startswith("review: ")
+    assert feed.state.status is GroupVerdict.REVIEW and feed.state.agents[AGENT].blocker is None
+    assert _unresolved(feed) == [flagged.detail.removeprefix("unresolved_blocker: ")]
+    [agent] = summarize(feed.state).agents
+    assert agent.violations == (flagged.detail,) and summarize(feed.state).blockers == ()
+
+
+def test_a_stop_after_the_outcome_is_decided_is_kept_and_the_group_reviewed() -> None:
+    feed = Feed()
+    feed.send(completion(AGENT), AGENT)
+    assert feed.state.status is GroupVerdict.CONTINUE
+    late = feed.send(_lost_report(), AGENT)
+    assert late.rejected is None
+    assert kinds(late) == [DecisionType.CONTRACT_VIOLATION, DecisionType.GROUP_STATUS]
+    assert decisions(late)[1].detail.startswith("review: ")
+    record = feed.state.agents[AGENT]
+    assert record.state is AgentState.COMPLETED and record.blocker is None and len(_unresolved(feed)) == 1
+    # A failed agent stays escalated: a failure takes precedence over a review.
+    failed = Feed(Policy(max_retries=0))
+    failed.send(completion(AGENT, "failed"), AGENT)
+    kept = failed.send(stop_dependency(AGENT), AGENT)
+    assert kinds(kept) == [DecisionType.CONTRACT_VIOLATION] and failed.state.status is GroupVerdict.ESCALATE
+
+
+def test_a_completion_stop_after_the_outcome_is_one_more_report() -> None:
+    feed = Feed()
+    feed.send(completion(AGENT), AGENT)
+    again = StopWork(
+        agent_id=AGENT, stop_reason=StopReason.COMPLETION, blocker_type=BlockerType.ERROR, details="Done"
+    )
+    assert kinds(feed.send(again, AGENT)) == []
+    record = feed.state.agents[AGENT]
+    assert (
+        record.extra_reports == 1 and record.violations == () and feed.state.status is GroupVerdict.CONTINUE
+    )
 
 
 def test_an_answer_leaves_an_agent_blocked_while_its_blocker_is_open() -> None:

@@ -13,6 +13,10 @@
   after all, a severity conflict begins or ends.
 - An escalation waits for a human until ``dismiss`` (:func:`on_dismiss`) takes it off the list; the
   events stream keeps both decisions.
+- An agent that finishes while a blocker of its own is open, or stops after it finished, leaves that
+  blocker unresolved (:func:`unresolved`): nothing will resume it, so it is kept as a violation and its
+  group is reviewed rather than continued. The blocker is often the adapter's word that a result report
+  did not reach the coordinator, and the findings in that report would otherwise be gone without a trace.
 """
 
 from __future__ import annotations
@@ -20,12 +24,22 @@ from __future__ import annotations
 from bus.directives import DelegationCompleted, HumanDismiss, LaunchReason
 from bus.events import AgentState, DecisionType
 from bus.results import ResultStatus
+from bus.signals import StopWork
 from coordinator.rules.ids import retry_agent_id, retry_request_id
 from coordinator.rules.launch import Launch, deliver, launch
 from coordinator.rules.step import Rejected, Step
-from coordinator.state import FINAL_STATES, AgentRecord, Completion, Escalation, GroupState, GroupVerdict
+from coordinator.state import (
+    FINAL_STATES,
+    AgentRecord,
+    Completion,
+    Escalation,
+    GroupState,
+    GroupVerdict,
+    Violation,
+    ViolationRule,
+)
 
-__all__ = ["finish", "on_dismiss", "open_escalation", "report_group", "verdict"]
+__all__ = ["finish", "on_dismiss", "open_escalation", "report_group", "unresolved", "verdict"]
 
 
 def finish(
@@ -51,6 +65,8 @@ def finish(
             later = f"a later {completion.source.value} says {completion.status.value}"
             step.decide(DecisionType.COMPLETED, agent_id, f"{later}; outcome stays {kept.value}")
         return
+    if record.blocker is not None:
+        unresolved(step, agent_id, record.blocker)
     if state is None:
         state = AgentState.FAILED if completion.status is ResultStatus.FAILED else AgentState.COMPLETED
     step.update(agent_id, state=state, completion=completion, questions=None, answers=(), blocker=None)
@@ -63,6 +79,15 @@ def finish(
     else:
         _notify_parent(step, record, completion)
     report_group(step, agent_id)
+
+
+def unresolved(step: Step, agent_id: str, stop: StopWork) -> None:
+    """Keep a blocker of the agent's that its outcome leaves unresolved, as an ``unresolved_blocker``
+    violation (which makes its settled group ``review``)."""
+    detail = f"{stop.blocker_type.value}: {stop.details.strip()}"
+    violation = Violation(rule=ViolationRule.UNRESOLVED_BLOCKER, detail=detail, envelope_id=step.envelope.id)
+    step.update(agent_id, violations=(*step.agent(agent_id).violations, violation))
+    step.decide(DecisionType.CONTRACT_VIOLATION, agent_id, f"{violation.rule.value}: {detail}")
 
 
 def _handle_failure(step: Step, record: AgentRecord, completion: Completion) -> None:
@@ -184,13 +209,19 @@ def _resume_after(status: ResultStatus) -> str:
 def verdict(state: GroupState) -> GroupVerdict:
     """The group status from the outcomes of its agents' work: per piece of work, its last attempt's,
     unless that one failed and an earlier attempt (slow, not gone) has completed it since. Work that
-    would go on is reviewed first while agents disagree on the severity of a merged finding."""
-    outcomes = [_work_outcome(state, a) for a in state.agents.values() if a.retried_by is None]
+    would go on is reviewed first while agents disagree on the severity of a merged finding, or an agent
+    left a blocker unresolved."""
+    last = [a for a in state.agents.values() if a.retried_by is None]
+    outcomes = [_work_outcome(state, a) for a in last]
     if any(outcome is None for outcome in outcomes):
         return GroupVerdict.ESCALATE
-    if ResultStatus.PARTIAL in outcomes or state.severity_conflicts > 0:
+    if ResultStatus.PARTIAL in outcomes or state.severity_conflicts > 0 or any(map(_left_blocked, last)):
         return GroupVerdict.REVIEW
     return GroupVerdict.CONTINUE
+
+
+def _left_blocked(record: AgentRecord) -> bool:
+    return any(v.rule is ViolationRule.UNRESOLVED_BLOCKER for v in record.violations)
 
 
 def _work_outcome(state: GroupState, last: AgentRecord) -> ResultStatus | None:

@@ -13,8 +13,9 @@ Per entry, in order:
    one ``rejected`` decision, and the state with only the id remembered.
 3. Otherwise, an envelope sent by or for an agent (signal, result, finding, heartbeat, start, exit)
    first registers or refreshes its agent (:func:`coordinator.rules.lifecycle.touch`); then the rule for
-   its type runs. Human commands and ticks refer to agents but are not signs of life. A question, a stop
-   or a delegation request from an agent whose outcome is decided (completed, failed) is rejected.
+   its type runs. Human commands and ticks refer to agents but are not signs of life. A question or a
+   delegation request from an agent whose outcome is decided (completed, failed) is rejected; a stop is
+   kept as a blocker left unresolved (:func:`coordinator.rules.blockers.on_late_stop`).
 """
 
 from __future__ import annotations
@@ -129,6 +130,9 @@ def _run(step: Step) -> None:
         raise Rejected(f"{envelope.type.value} is an output of the coordinator, not an input")
     if envelope.type in _FROM_AGENT:
         record = lifecycle.touch(step)
+        if envelope.type is T.STOP_WORK and record.state in _FINISHED:
+            blockers.on_late_stop(step)  # kept: often the adapter's word that a report was lost
+            return
         if envelope.type in _WAITS and record.state in _FINISHED:
             # Its outcome is decided (and aggregated, retried or escalated): a signal that would have it
             # wait again would undo that, and nothing would act on its answer.

@@ -8,6 +8,8 @@
   agent for the failing work. RESOLVE works for errors as well (the human fixed the cause).
 - ``stop_reason: completion`` -> treated as a completion report: SUCCESS, or PARTIAL when the stop lists
   ``blocked_work``, with ``completed_work`` as the summary.
+- A stop from an agent whose outcome is decided is nothing to resume: it is kept as an unresolved blocker
+  (:func:`coordinator.rules.aggregation.unresolved`), and the group's status is reported again.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from bus.envelope import EnvelopeType
 from bus.events import AgentState, DecisionType
 from bus.results import ResultStatus
 from bus.signals import BlockerType, StopReason, StopWork
-from coordinator.rules.aggregation import finish
+from coordinator.rules.aggregation import finish, report_group, unresolved
 from coordinator.rules.ids import recovery_agent_id, recovery_request_id
 from coordinator.rules.launch import Launch, deliver, launch
 from coordinator.rules.step import Rejected, Step
@@ -36,6 +38,7 @@ __all__ = [
     "DEFAULT_RECOVERY",
     "error_stop",
     "is_error",
+    "on_late_stop",
     "on_recover",
     "on_resolve",
     "on_stop",
@@ -66,6 +69,17 @@ def on_stop(step: Step) -> None:
     if is_error(stop):
         detail += "\nrecovery options: " + ", ".join(option.value for option in RecoveryOption)
     step.transition(agent_id, AgentState.BLOCKED, DecisionType.BLOCKER_OPENED, detail, blocker=stop)
+
+
+def on_late_stop(step: Step) -> None:
+    """A STOP_WORK from an agent whose outcome is decided (completed or failed): a completion is one
+    more report of it, anything else a blocker left unresolved."""
+    stop = step.payload(StopWork)
+    if stop.stop_reason is StopReason.COMPLETION:
+        _stop_as_completion(step, stop)
+        return
+    unresolved(step, step.envelope.agent_id, stop)
+    report_group(step, step.envelope.agent_id)
 
 
 def _stop_as_completion(step: Step, stop: StopWork) -> None:
