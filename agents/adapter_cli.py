@@ -22,7 +22,7 @@ from agents.delivery import (
 )
 from agents.delivery import Runner as DeliveryRunner
 from agents.findings_io import import_findings
-from agents.options import Common, common_options
+from agents.options import Common, check_program, common_options
 from agents.process import ProcessOptions, Session, stdin_chunks
 from agents.watch import FileWatch, WatchOptions
 from bus.cli_connection import redis_options, run_command
@@ -250,6 +250,7 @@ def run(
     second signal, which also kills it) gives up instead: the adapter says on stderr what was not
     published and exits with 130 (SIGINT) or 143 (SIGTERM).
     """
+    check_program(list(argv), "CMD")  # before anything is published: no blocker for a typo
     _check_until_complete(until_complete, common)
     options = ProcessOptions(
         common.fmt,

@@ -14,7 +14,7 @@ from agents.identity import build_prompt
 from agents.options import check_id, format_option
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, ResultItem, SignalItem
 from agents.transcript import AnyParser, Format
-from bus.display import json_bytes, one_line
+from bus.display import counted, json_bytes, one_line
 from bus.envelope import EnvelopeType
 from bus.signals import ClarificationNeeded
 
@@ -104,10 +104,6 @@ def _summary(item: Item) -> str:
     return f"{item.line:>6}  {'RESULT':<20} {_clip(report.agent, 20):<20} {' '.join(fields)}"
 
 
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
-
-
 @click.command("parse", cls=_Command)
 @click.argument("path", required=False, default="-")
 @format_option
@@ -175,7 +171,7 @@ def _write_totals(out: IO[bytes], parser: AnyParser, counts: Counter[str]) -> No
         out.write(
             f"transcript: session {parser.session_id or '-'}, agent {parser.agent_id or '-'}\n".encode()
         )
-    total = ", ".join(_plural(counts[kind], kind) for kind in ("signal", "result", "error"))
+    total = ", ".join(counted(counts[kind], kind) for kind in ("signal", "result", "error"))
     out.write(f"{total}\n".encode())
     out.flush()
 

@@ -1,19 +1,28 @@
-"""Protocol 1: the identity statement and the signal templates added to every background task prompt.
+"""Protocol 1: the identity statement and the templates added to every background task prompt.
 
 :data:`IDENTITY_STATEMENT` is the exact text of seed 000 ("EXECUTION CONTEXT: BACKGROUND SUBAGENT").
 :func:`build_prompt` puts it first, then a line naming the agent's id, the templates of the four signals
-(seed 000's signal formats, verbatim) and of PROGRESS (the progress-reporting extension), and the task
-under ``## YOUR TASK`` as in the seed's example integration.
+(seed 000's signal formats, verbatim) and of PROGRESS (the progress-reporting extension), the result
+report (seed 001's result contract, :data:`RESULT_TEMPLATE`), and the task under ``## YOUR TASK`` as in
+the seed's example integration.
 
-Every template keeps its ``<ISO-8601-timestamp>`` placeholder, which is not a valid timestamp, so an
-agent that echoes its prompt never has the templates taken for signals.
+Every signal template keeps its ``<ISO-8601-timestamp>`` placeholder, which is not a valid timestamp, and
+the report's heading is the placeholder ``## [Agent Name] Result``, so an agent that echoes its prompt
+never has the templates taken for signals or a report.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["IDENTITY_STATEMENT", "PROGRESS_TEMPLATE", "SIGNAL_TEMPLATES", "build_prompt"]
+__all__ = [
+    "IDENTITY_STATEMENT",
+    "PROGRESS_TEMPLATE",
+    "RESULT_INSTRUCTIONS",
+    "RESULT_TEMPLATE",
+    "SIGNAL_TEMPLATES",
+    "build_prompt",
+]
 
 IDENTITY_STATEMENT: Final = """\
 ## EXECUTION CONTEXT: BACKGROUND SUBAGENT
@@ -109,6 +118,56 @@ eta: <estimated time remaining>
 SIGNAL_TEMPLATES: Final[tuple[str, ...]] = (_CLARIFICATION, _STOP, _DELEGATE, _COMPLETION, PROGRESS_TEMPLATE)
 """The four signal formats of seed 000, then PROGRESS."""
 
+RESULT_TEMPLATE: Final = """\
+## [Agent Name] Result
+
+### Status
+[SUCCESS | PARTIAL | FAILED]
+
+### Summary
+[2-3 sentence summary of what was accomplished or found]
+
+### Findings
+
+| ID | Issue | File:Line | Severity | Confidence |
+|----|-------|-----------|----------|------------|
+| [SEC-001] | [What is wrong] | `[file:line]` | [critical/important/minor] | [0-100] |
+
+### Key References
+| Item | Location | Relevance |
+|------|----------|-----------|
+| [Name] | `[file:line]` | [Why important] |
+
+### Confidence
+[0-100] - [Brief justification]
+verified_confidence: [0-100] ([direct code evidence: what you read or ran])
+inferred_confidence: [0-100] ([pattern analysis and assumptions])
+
+### Confidence Justification
+- Score: [0-100]
+- Evidence Count: [N findings with direct code evidence]
+- Verification Method: [How findings were verified]
+- Potential Blind Spots: [What might have been missed]
+
+### Issues (if any)
+- [Issue 1]: [Description] | Severity: [critical/important/minor]
+
+### Next Steps (if applicable)
+1. [Recommended action 1]
+
+### Blockers (if any)
+- [Blocker description] | Resolution: [What's needed]"""
+"""Seed 001's result contract, laid out as the adapter reads it: one findings table row per issue found."""
+
+RESULT_INSTRUCTIONS: Final = """\
+When your work is done, print your result as a report in this form (the result contract), then your
+COMPLETION_REPORT. Name your role in the heading (`## Security Auditor Result`). `### Status` and
+`### Summary` are required: a report without them does not reach your parent. Every issue you found is
+one row of the Findings table with its `file:line`: those rows are what your parent merges with the
+findings of other agents. Give the verified/inferred breakdown at a confidence of 75 or more, and the
+Confidence Justification at 85 or more; leave out the sections marked "if any" that you have nothing for.
+"""
+
 _HOW_TO_SIGNAL: Final = """\
 ## PROTOCOL SIGNALS
 
@@ -121,11 +180,13 @@ resumes you with the answer.
 
 
 def build_prompt(task: str, agent_id: str | None = None) -> str:
-    """The prompt of a background agent: identity statement, agent id, signal templates, task."""
+    """The prompt of a background agent: identity statement, agent id, signal templates, result report
+    template, task."""
     parts = [IDENTITY_STATEMENT]
     if agent_id:
         parts.append(f"**Your Agent ID:** {agent_id}\nUse `agent_id: {agent_id}` in every signal you emit.\n")
     templates = "\n\n".join(f"```yaml\n{template}\n```" for template in SIGNAL_TEMPLATES)
     parts.append(f"{_HOW_TO_SIGNAL}\n{templates}\n")
+    parts.append(f"## RESULT REPORT\n\n{RESULT_INSTRUCTIONS}\n```markdown\n{RESULT_TEMPLATE}\n```\n")
     parts.append(f"## YOUR TASK\n{task.strip()}\n")
     return "\n".join(parts)

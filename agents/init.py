@@ -7,8 +7,9 @@ For Claude Code (``--agent claude-code``, the default) it writes or merges:
   secrets, so the entry then refers to the variable (``${SUBAGENT_BUS_REDIS_URL}``, which Claude Code
   expands from its environment) and init says to export it;
 - ``CLAUDE.md``: the protocol section between ``<!-- subagent-bus:start -->`` and
-  ``<!-- subagent-bus:end -->``: protocol 1's identity statement and signal templates
-  (:mod:`agents.identity`), the MCP tools, and how to wait for an answer with ``listen``;
+  ``<!-- subagent-bus:end -->``: protocol 1's identity statement, the signal templates and the
+  result report's template (:mod:`agents.identity`), the MCP tools, and how to wait for an
+  answer with ``listen``;
 - ``.claude/settings.json``: a ``PostToolUse`` hook on the Task tool running ``subagent-bus init
   hook-task`` (:mod:`agents.task_hook`), which puts each background agent's output file under
   ``subagent-bus adapter watch``; with ``--url`` (one without a password) it runs with ``--redis-url URL``,
@@ -42,7 +43,7 @@ from typing import Any, Final
 
 import click
 
-from agents.identity import IDENTITY_STATEMENT, SIGNAL_TEMPLATES
+from agents.identity import IDENTITY_STATEMENT, RESULT_INSTRUCTIONS, RESULT_TEMPLATE, SIGNAL_TEMPLATES
 from agents.init_merge import (
     MARK_END,
     MARK_START,
@@ -152,7 +153,10 @@ _PARENT: Final = """\
 The `PostToolUse` hook in `.claude/settings.json` puts every background Task agent on the bus (its output
 file is followed by `subagent-bus adapter watch`, in the group of this session). Their signals reach the
 coordinator; see them with `subagent-bus status` and `subagent-bus inbox`, and act with
-`subagent-bus answer`, `resolve`, `approve` and `deny`.
+`subagent-bus answer`, `resolve`, `approve` and `deny`. The hook does not hand the coordinator's reply to
+the agent: take it with `subagent-bus listen --agent-id <agentId> --group <group>` (`status` shows both;
+the group is this session's id unless the hook names one) and resume the agent (Task `resume`) with the
+prompt it prints.
 """
 
 
@@ -180,6 +184,10 @@ def protocol_section() -> str:
         "line, the YAML fields, the closing tag alone on its line, with your real agent id and an "
         "ISO-8601 timestamp with a time zone (never the <placeholders>).\n",
         templates + "\n",
+        "## Your result report\n",
+        RESULT_INSTRUCTIONS
+        + "With the MCP tools, pass the report to `submit_result` instead of printing it.\n",
+        f"```markdown\n{RESULT_TEMPLATE}\n```\n",
         _WAITING,
         _PARENT,
         MARK_END,

@@ -27,6 +27,10 @@ left for :data:`agents.delivery.ABANDONED_MS` (a minute) belongs to an adapter t
 takes it over, as a restarted adapter would. Both kinds of stale entry, and the entry held under
 ``listen``, are found by one look at the group's pending list per poll (:mod:`agents.inbox_pending`).
 
+A directive of another group (the inbox is per agent id and shard, and a mistyped ``--group`` may hash to
+the agent's real group's shard) is neither printed nor acknowledged: the listener exits with an error,
+and a listener of the directive's own group claims it once it is idle for ``claim_idle_ms``.
+
 Delivery is at least once: a listener that printed but could not acknowledge (the server went away at
 that instant) leaves the directive to be printed again by the next listener.
 
@@ -303,6 +307,15 @@ async def _listen(bus: AgentBus, timeout_s: float | None, as_json: bool, claim_i
     if received is None:
         bus.log(f"no directive for {bus.agent_id} within {timeout_s:g}s")
         return EXIT_TIMEOUT
+    group = received.directive.envelope.group_id
+    if group != bus.group_id:
+        # The inbox is the agent id's on the group's shard, so a mistyped --group that lands on the same
+        # shard reads it too: the directive is left pending, for its own group's listener to claim.
+        bus.log(
+            f"the directive {received.delivery.entry_id} in {bus.agent_id}'s inbox is for group {group!r}, "
+            f"not {bus.group_id!r}: left for a listener of that group (check --group)"
+        )
+        return EXIT_ERROR
     if _pause_requested(received):
         await asyncio.Event().wait()
     try:

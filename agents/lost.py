@@ -5,8 +5,10 @@ A CLARIFICATION_NEEDED, STOP_WORK or DELEGATE_WORK the agent waits on, or the co
 leave the parent seeing a running agent that in fact waits for a reply, or has finished. In its place
 the adapter publishes a STOP_WORK error, under the envelope id the signal would have had: the parent
 sees a blocker in ``inbox``, and resolving it with what the agent needs (ask it to send the signal
-again, corrected, say) resumes the agent; a recovery retries or skips its work. A progress report that
-cannot be read is only logged: nothing waits on it.
+again, corrected, say) resumes the agent; a recovery retries or skips its work. An agent that completes
+with that blocker open (its COMPLETION_REPORT after a report that could not be read) leaves it to the
+coordinator as an unresolved blocker, which has its group reviewed. A progress report that cannot be
+read is only logged: nothing waits on it.
 """
 
 from __future__ import annotations

@@ -56,6 +56,11 @@ def translated() -> Iterator[None]:
         raise
     except BusError:
         raise
+    except rex.AuthenticationError as exc:  # a ConnectionError to redis-py, but no outage: say what to fix
+        raise ConnectionFailed(
+            f"Redis refused the credentials ({type(exc).__name__}): {exc}; check the user name and password "
+            "of the URL"
+        ) from exc
     except rex.CrossSlotTransactionError as exc:
         raise CommandFailed(f"keys of one transaction are in different cluster slots: {exc}") from exc
     except _UNAVAILABLE as exc:

@@ -15,7 +15,7 @@ from bus.errors import DecodeError
 if TYPE_CHECKING:
     from bus.tail import Item
 
-__all__ = ["cut", "format_item", "has_control", "json_bytes", "one_line"]
+__all__ = ["counted", "cut", "format_item", "has_control", "json_bytes", "one_line"]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -83,3 +83,8 @@ def has_control(text: str) -> bool:
 def one_line(text: str) -> str:
     """Text from the stream as one line: control characters escaped, none reaches the terminal."""
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def counted(count: int, noun: str) -> str:
+    """``1 finding``, ``2 findings``: a count and its noun (a regular plural)."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Final
 
 from bus.directives import RecoveryOption
-from bus.display import cut, one_line
+from bus.display import counted, cut, one_line
 from bus.findings import Finding
 from coordinator.rules import GroupSummary, MergedFinding
 from coordinator.rules.summary import AgentSummary, PendingDelegation, ResumePath
@@ -81,7 +81,7 @@ def render(summary: GroupSummary) -> list[str]:
     verdict = f", verdict {summary.status.value}" if summary.status else ""
     lines = [
         f"group {one_line(summary.group_id)}: {p.completed}/{p.total} completed, {p.failed} failed, "
-        f"{p.active} active{verdict}; {summary.findings} merged findings"
+        f"{p.active} active{verdict}; {counted(summary.findings, 'merged finding')}"
     ]
     lines += [_agent(agent) for agent in summary.agents]
     lines += [
@@ -165,9 +165,9 @@ def _blockers(s: GroupSummary, agents: Counter[str]) -> list[str]:
         lines += _detail("needs", b.resume_requirements) + _detail("recovery", b.error_recovery)
         lines.append(f"          resolve: {resolve}")
         if "error" in (b.stop_reason, b.blocker_type):  # seed 003's recovery patterns apply
-            choice = "--option " + "|".join(o.value for o in RecoveryOption)
-            recover = _suggest("recover", [b.agent_id], [_arg(b.agent_id)], [choice, *options])
-            lines.append(f"          or recover: {recover}")
+            first, *others = (o.value for o in RecoveryOption)  # a line that runs when pasted: no `|`
+            recover = _suggest("recover", [b.agent_id], [_arg(b.agent_id)], [f"--option {first}", *options])
+            lines.append(f"          or recover: {recover}  # or --option {' / '.join(others)}")
         lines += _note(b.resume)
     return lines
 

@@ -148,7 +148,8 @@ class _Demo:
                 process.kill()
 
     def human(self, *args: str) -> None:
-        line = " ".join(shlex.quote(a) for a in ["subagent-bus", *args])
+        # what a human types to do it again: the demo's namespace is in this process's environment only
+        line = " ".join(shlex.quote(a) for a in ["subagent-bus", *args, "--namespace", self.result.namespace])
         self.say(f"  human> {line}")
         self.result.human.append(line)
         done = subprocess.run([*_cli(), *args], env=self.env, capture_output=True, text=True, check=False)

@@ -50,6 +50,7 @@ from coordinator.view import (
     find_agent,
     find_request,
     load_groups,
+    no_coordinator_note,
     retired_agent_note,
     retired_note,
 )
@@ -133,13 +134,14 @@ async def _publish(
         groups = await load_groups(client, keys, group_id, findings=False)
         if group_id is not None and not groups:
             retired = await retired_note(client, keys, group_id)
-            raise BusError(retired or f"no group {group_id!r} is known to the coordinators")
+            unknown = f"no group {group_id!r} is known to the coordinators"
+            raise BusError(retired or unknown + await no_coordinator_note(client, keys))
         try:
             payload, agent_id, group_id = build(groups)
         except UnknownAgent as exc:
             retired = await retired_agent_note(client, keys, exc.agent_id)
             if retired is None:
-                raise
+                raise BusError(f"{exc}{await no_coordinator_note(client, keys)}") from None
             raise BusError(retired) from None
         envelope = new_envelope(payload, agent_id=agent_id, group_id=group_id, source=source)
         shard = keys.shard_of(group_id)

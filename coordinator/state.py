@@ -195,8 +195,9 @@ class GroupVerdict(StrEnum):
     CONTINUE = "continue"
     """Every agent succeeded and no merged finding is in conflict: go on to the next phase."""
     REVIEW = "review"
-    """Some agent delivered a partial result, or agents disagree on a finding's severity (seed 001:
-    conflicting findings are flagged for human review): a human reviews the findings and decides."""
+    """Some agent delivered a partial result, left a blocker unresolved, or agents disagree on a finding's
+    severity (seed 001: conflicting findings are flagged for human review): a human reviews the findings
+    and decides."""
     ESCALATE = "escalate"
     """Some agent failed after its retries: a human takes over."""
 

@@ -14,7 +14,7 @@ from bus.connection import Client, as_text, translated
 from bus.envelope import decode
 from bus.errors import BusError, DecodeError
 from bus.findings import Finding
-from bus.keys import Keys, StreamKind
+from bus.keys import ConsumerGroup, Keys, StreamKind
 from coordinator.rules.summary import GroupSummary, summarize
 from coordinator.state import FindingSlot, GroupState
 from coordinator.store import (
@@ -37,9 +37,9 @@ __all__ = [
     "load_groups",
     "load_shard",
     "load_summaries",
+    "no_coordinator_note",
     "retired_agent_note",
     "retired_note",
-    "unread_signals",
 ]
 
 
@@ -243,15 +243,18 @@ async def iter_findings(
             cursor = "(" + (last.decode() if isinstance(last, bytes) else str(last))
 
 
-async def unread_signals(client: Client, keys: Keys, group: str) -> int:
-    """The entries on the namespace's signal streams when no coordinator has read them yet (none has
-    created its consumer group ``group`` on any shard); 0 once one has."""
+async def no_coordinator_note(client: Client, keys: Keys) -> str:
+    """`` (N signal(s) wait for a coordinator: start one, ...)`` while no coordinator has read the
+    namespace's signals yet (none has created its consumer group on any shard) and some wait; else ""."""
+    group = ConsumerGroup.COORDINATOR.value
     total = 0
     with translated():
         for shard in range(keys.shards):
             stream = keys.stream(shard, StreamKind.SIGNALS)
             length = await client.xlen(stream)
             if length and any(as_text(g["name"]) == group for g in await client.xinfo_groups(stream)):
-                return 0
+                return ""
             total += length
-    return total
+    return (
+        f" ({total} signal(s) wait for a coordinator: start one, `subagent-bus coordinator`)" if total else ""
+    )

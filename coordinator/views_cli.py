@@ -15,7 +15,7 @@ import click
 
 from bus.cli_connection import redis_options, run_command
 from bus.connection import Client, connect
-from bus.display import json_bytes
+from bus.display import counted, json_bytes
 from bus.errors import BusError, NamespaceMissing
 from bus.fields import Model
 from bus.findings import Finding
@@ -26,14 +26,13 @@ from bus.settings import Settings
 from coordinator.console import finding_lines, inbox_lines, merged_lines, render
 from coordinator.policy import Policy
 from coordinator.rules import GroupSummary, MergedFinding, merge_findings, merged_view
-from coordinator.shard import GROUP
 from coordinator.view import (
     group_ids,
     iter_findings,
     load_groups,
     load_summaries,
+    no_coordinator_note,
     retired_note,
-    unread_signals,
 )
 
 __all__ = ["POLICY_OPTION", "commands"]
@@ -95,9 +94,9 @@ async def _status_lines(settings: Settings, group_id: str | None) -> list[str]:
         retired = await retired_note(client, keys, group_id) if group_id else None
         if retired:
             return [retired]
-        waiting = 0 if group_id else await unread_signals(client, keys, GROUP)
-        hint = f" ({waiting} signal(s) wait for a coordinator: start one, `subagent-bus coordinator`)"
-        return [none + (hint if waiting else "")]
+        if group_id:
+            return [none + await _known(client, keys, group_id)]
+        return [none + await no_coordinator_note(client, keys)]
 
     return await _read(settings, read, [none])
 
@@ -177,7 +176,10 @@ def inbox(settings: Settings, as_json: bool) -> None:
         ]
         click.echo(_dump(listed))
         return
-    click.echo("\n".join(inbox_lines(summaries)))
+    lines = inbox_lines(summaries)
+    if not summaries:  # nothing can wait before a coordinator has applied the agents' signals
+        lines[-1] += run_command(_read(settings, no_coordinator_note, ""))
+    click.echo("\n".join(lines))
 
 
 def _read_findings(settings: Settings, group_id: str | None) -> dict[str, list[Finding]]:
@@ -207,10 +209,14 @@ async def _no_findings(client: Client, keys: Keys, settings: Settings, group_id:
     if retired:
         click.echo(retired, err=True)
         return
+    hint = await _known(client, keys, group_id)
+    click.echo(f"no findings for group {group_id!r} in namespace {settings.namespace!r}{hint}", err=True)
+
+
+async def _known(client: Client, keys: Keys, group_id: str) -> str:
+    """The other groups the coordinators know, for a message about ``group_id`` (a typo, maybe)."""
     known = [g for g in await group_ids(client, keys) if g != group_id]
-    hint = f"; known groups: {', '.join(known[:10])}{' ...' if len(known) > 10 else ''}"
-    message = f"no findings for group {group_id!r} in namespace {settings.namespace!r}{hint if known else ''}"
-    click.echo(message, err=True)
+    return f"; known groups: {', '.join(known[:10])}{' ...' if len(known) > 10 else ''}" if known else ""
 
 
 def _merged_state(settings: Settings, group_id: str | None, policy: Policy) -> dict[str, list[MergedFinding]]:
@@ -272,7 +278,7 @@ def findings(
         view = _merged_state(settings, group_id, policy)
         records = _merged_records(view)
         lines = merged_lines(view)
-        total = f"{len(records)} merged findings{_conflicts(view)}"
+        total = f"{counted(len(records), 'merged finding')}{_conflicts(view)}"
     else:
         by_group = _read_findings(settings, group_id)
         records = [
@@ -281,7 +287,7 @@ def findings(
             for f in items
         ]
         lines = finding_lines(by_group)
-        total = f"{len(records)} findings"
+        total = counted(len(records), "finding")
     if as_json:
         click.echo(_dump(records))
     elif as_jsonl:
@@ -310,7 +316,7 @@ def replay(settings: Settings, group_id: str, policy: Policy, as_json: bool) -> 
     for line in merged_lines(view):
         click.echo(line)
     count = sum(len(merged) for merged in view.values())
-    click.echo(f"{count} merged findings recomputed for group {group_id}{_conflicts(view)}")
+    click.echo(f"{counted(count, 'merged finding')} recomputed for group {group_id}{_conflicts(view)}")
 
 
 def _conflicts(view: dict[str, list[MergedFinding]]) -> str:

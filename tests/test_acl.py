@@ -389,6 +389,16 @@ def test_a_real_adapter_process_publishes_with_adapter_credentials(bus: AclServe
     admin.close()
 
 
+def test_a_wrong_password_says_so_and_no_outage(bus: AclServer) -> None:
+    wrong = bus.url(Role.OBSERVER).replace(PASSWORDS[Role.OBSERVER], "not-the-password")
+    done = subprocess.run([CLI, "status", "--redis-url", wrong, "--namespace", NS],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 1
+    assert "Redis refused the credentials (AuthenticationError): " in done.stderr, done.stderr
+    assert "check the user name and password of the URL" in done.stderr and "unavailable" not in done.stderr
+    assert "not-the-password" not in done.stderr + done.stdout
+
+
 def test_tail_follows_as_an_observer(bus: AclServer) -> None:
     require_open_namespace(bus, Role.OBSERVER)
     envelope = progress("agent-1", "g", 5)
@@ -495,7 +505,7 @@ def test_the_human_commands_run_as_the_human_user(bus: AclServer, tmp_path: Path
     assert [q["question_id"] for q in waiting["questions"]] == ["Q1"]
     assert [b["agent_id"] for b in waiting["blockers"]] == ["blocked"]
     assert [f["title"] for f in orjson.loads(human("findings", "--json"))] == ["Hardcoded secret"]
-    assert "1 merged findings recomputed for group g" in human("replay", "--group", "g")
+    assert "1 merged finding recomputed for group g" in human("replay", "--group", "g")
     shown = human("tail", "--stream", "signals", "--from", "0", "--count", str(published), "--json")
     assert len(shown.splitlines()) == published
 

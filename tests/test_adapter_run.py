@@ -163,12 +163,31 @@ async def test_a_process_the_agent_leaves_running_does_not_hold_its_exit_back(
             os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
 
-async def test_a_command_that_cannot_start(redis_url: str, tmp_path: Path) -> None:
-    log = tmp_path / "adapter.log"
+async def test_a_command_that_is_no_program_is_refused_before_anything_is_published(
+    redis_url: str, tmp_path: Path
+) -> None:
     missing = tmp_path / "no-such-agent"
-    adapter = start([*run_args("r5"), str(missing)], redis_url, log)
+    for program, why in [
+        (str(missing), f"{missing} is not an executable file"),
+        ("no-such-agent-program", "'no-such-agent-program' is not a program on PATH"),
+    ]:
+        log = tmp_path / "adapter.log"
+        adapter = start([*run_args("r5"), program, "--task", "x"], redis_url, log)
+        assert await exited(adapter, 20) == 2
+        assert f"Error: Invalid value for 'CMD': {why}\n" in log.read_text()
+    async with open_bus(redis_url) as bus:
+        assert await bus.envelopes(GROUP) == []
+
+
+async def test_a_command_that_cannot_start(redis_url: str, tmp_path: Path) -> None:
+    """A program that is there but cannot be executed (its interpreter is missing) fails at the start."""
+    log = tmp_path / "adapter.log"
+    broken = tmp_path / "broken-agent"
+    broken.write_text("#!/no/such/interpreter\n")
+    broken.chmod(0o755)
+    adapter = start([*run_args("r5"), str(broken)], redis_url, log)
     assert await exited(adapter, 20) == 127
-    assert f"subagent-bus: cannot start {missing}: No such file or directory\n" in log.read_text()
+    assert f"subagent-bus: cannot start {broken}: No such file or directory\n" in log.read_text()
     async with open_bus(redis_url) as bus:
         envelopes = await bus.envelopes(GROUP)
     assert [e.type for e in envelopes] == [T.STOP_WORK, T.AGENT_EXITED]

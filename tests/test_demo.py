@@ -29,6 +29,7 @@ def test_demo_walks_through_every_protocol(redis_url: str, tmp_path: Path) -> No
     assert {"question_answered", "blocker_resolved", "delegation_approved", "launch_requested",
             "delegation_denied", "retry_requested", "severity_conflict"} <= kinds  # fmt: skip
     assert sorted(c.split()[1] for c in result["human_commands"]) == ["answer", "deny", "resolve"]
+    assert all(c.endswith(f" --namespace {result['namespace']}") for c in result["human_commands"])
     states = {a["agent_id"]: (a["state"], a["status"]) for a in result["group"]["agents"]}
     assert states["auditor"] == ("completed", "SUCCESS")
     assert states["qa"] == ("completed", "SUCCESS")

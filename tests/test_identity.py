@@ -10,8 +10,10 @@ from adapter_kit import CLI
 from click.testing import CliRunner
 
 from agents.cli import prompt
-from agents.identity import IDENTITY_STATEMENT, SIGNAL_TEMPLATES, build_prompt
-from agents.parser import SIGNAL_TYPES, ErrorItem, parse_text
+from agents.identity import IDENTITY_STATEMENT, RESULT_TEMPLATE, SIGNAL_TEMPLATES, build_prompt
+from agents.parser import SIGNAL_TYPES, ErrorItem, ResultItem, parse_text
+from bus.findings import Severity
+from bus.results import ResultStatus
 
 SEED = (Path(__file__).parent / "data" / "seed_000_signals.md").read_text()
 
@@ -37,6 +39,8 @@ def test_prompt_layout() -> None:
     assert "Use `agent_id: bg-task-abc123` in every signal you emit." in text
     for template in SIGNAL_TEMPLATES:
         assert template in text
+    assert f"```markdown\n{RESULT_TEMPLATE}\n```" in text
+    assert text.index("## PROTOCOL SIGNALS") < text.index("## RESULT REPORT") < text.index("## YOUR TASK")
     assert text.endswith("## YOUR TASK\nAnalyze the codebase for security issues\n- Scan for secrets\n")
     assert text.index("## PROTOCOL SIGNALS") < text.index("## YOUR TASK")
 
@@ -52,6 +56,41 @@ def test_an_echoed_prompt_or_a_quoted_template_yields_nothing() -> None:
         [item] = parse_text(template.replace("<agent-id>", "a1").replace("<requesting-agent-id>", "a1"))
         assert isinstance(item, ErrorItem)
         assert item.type is kind
+
+
+def test_the_result_template_filled_in_is_a_report_whose_findings_reach_the_parent() -> None:
+    filled = RESULT_TEMPLATE
+    for placeholder, value in [
+        ("[Agent Name]", "Security Auditor"),
+        ("[SUCCESS | PARTIAL | FAILED]", "SUCCESS"),
+        ("[2-3 sentence summary of what was accomplished or found]", "Reviewed the auth module."),
+        ("[SEC-001]", "SEC-001"),
+        ("[What is wrong]", "Hardcoded JWT secret"),
+        ("[file:line]", "src/config/jwt.ts:8"),
+        ("[critical/important/minor]", "critical"),
+        ("[0-100]", "90"),
+    ]:
+        assert placeholder in filled
+        filled = filled.replace(placeholder, value)
+    [item] = parse_text(filled)
+    assert isinstance(item, ResultItem)
+    report = item.report
+    assert (report.agent, report.status, report.summary) == (
+        "Security Auditor",
+        ResultStatus.SUCCESS,
+        "Reviewed the auth module.",
+    )
+    [finding] = report.findings
+    assert (finding.id, finding.file, finding.line, finding.severity, finding.confidence) == (
+        "SEC-001",
+        "src/config/jwt.ts",
+        8,
+        Severity.CRITICAL,
+        90,
+    )
+    assert report.confidence is not None and report.confidence.verified == 90
+    assert report.confidence.detailed is not None and report.confidence.detailed.score == 90
+    assert report.violations == []
 
 
 def test_prompt_command_reads_a_file_or_stdin(tmp_path: Path) -> None:

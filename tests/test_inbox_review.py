@@ -89,13 +89,13 @@ def test_agents_that_disagree_on_a_severity_wait_for_a_review(redis_url: str) ->
     # the command the inbox names lists the finding, marked, and counts what it marked
     merged = ok(redis_url, "findings", "--merged", "--group", GROUP).splitlines()
     assert merged[0].endswith("Hardcoded JWT secret  CONFLICT")
-    assert merged[-1] == "1 merged findings, 1 with conflicting severities (CONFLICT)"
+    assert merged[-1] == "1 merged finding, 1 with conflicting severities (CONFLICT)"
     [record] = orjson.loads(ok(redis_url, "findings", "--merged", "--json"))
     assert record["severity_conflict"] and record["severities"] == ["critical", "minor"]
     replayed = ok(redis_url, "replay", "--group", GROUP).splitlines()
     assert (
         replayed[-1]
-        == f"1 merged findings recomputed for group {GROUP}, 1 with conflicting severities (CONFLICT)"
+        == f"1 merged finding recomputed for group {GROUP}, 1 with conflicting severities (CONFLICT)"
     )
 
     # qa's better report agrees with the auditor's: nothing is left to review, and the group goes on
@@ -108,7 +108,7 @@ def test_agents_that_disagree_on_a_severity_wait_for_a_review(redis_url: str) ->
     assert _group_statuses(redis_url)[-1] == "continue: 2/2 completed, 0 failed, 0 active"
     assert ok(redis_url, "inbox").strip() == "nothing waits for a human"
     assert orjson.loads(ok(redis_url, "inbox", "--json"))["conflicts"] == []
-    assert ok(redis_url, "findings", "--merged").splitlines()[-1] == "1 merged findings"
+    assert ok(redis_url, "findings", "--merged").splitlines()[-1] == "1 merged finding"
 
 
 RESOURCE_LIMIT = """[STOP_WORK]

@@ -16,10 +16,10 @@ import pytest
 from adapter_kit import CLI, open_bus, wait_until
 from click.testing import CliRunner, Result
 
-from agents.identity import IDENTITY_STATEMENT, SIGNAL_TEMPLATES
+from agents.identity import IDENTITY_STATEMENT, RESULT_TEMPLATE, SIGNAL_TEMPLATES
 from agents.init import HOOK_MATCHER, URL_REFERENCE, hook_entry, init, server_entry
 from agents.init_merge import MARK_END, MARK_START
-from agents.parser import SignalItem, parse_text
+from agents.parser import parse_text
 from agents.task_hook import HOOK_COMMAND
 from bus.envelope import EnvelopeType
 
@@ -56,7 +56,8 @@ def test_init_in_an_empty_repository(tmp_path: Path) -> None:
     for template in SIGNAL_TEMPLATES:
         assert template in claude
     assert "subagent-bus listen" in claude and "wait_for_directive" in claude
-    assert not [item for item in parse_text(claude) if isinstance(item, SignalItem)]  # templates only
+    assert RESULT_TEMPLATE in claude and "pass the report to `submit_result`" in claude
+    assert parse_text(claude) == []  # templates only
     hooks = load(tmp_path / ".claude/settings.json")["hooks"]
     assert hooks == {"PostToolUse": [hook_entry()]}
     assert hooks["PostToolUse"][0]["matcher"] == HOOK_MATCHER

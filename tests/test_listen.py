@@ -32,10 +32,15 @@ def directive(agent: str, answer: str = "Use JWT") -> Envelope:
 
 
 def listener(
-    url: str, agent: str, *args: str, env: dict[str, str] | None = None, stdout: int = subprocess.PIPE
+    url: str,
+    agent: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    stdout: int = subprocess.PIPE,
+    group: str = GROUP_ID,
 ) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [CLI, "listen", "--agent-id", agent, "--group", GROUP_ID, *args],
+        [CLI, "listen", "--agent-id", agent, "--group", group, *args],
         stdout=stdout,
         stderr=subprocess.PIPE,
         env={**os.environ, "SUBAGENT_BUS_REDIS_URL": url, **(env or {})},
@@ -350,6 +355,24 @@ async def test_a_directive_that_cannot_be_printed_stays_for_the_next_listener(re
         assert await exited(broken, 20) == EXIT_ERROR
         assert broken.stderr is not None
         assert b"it stays in the inbox for the next listener" in broken.stderr.read()
+        code, out, err = await finish(listener(redis_url, "a1", "--claim-idle-ms", "200", "--timeout", "15"))
+        assert code == EXIT_RECEIVED, err
+        assert out.decode() == sent.payload.render() + "\n"  # type: ignore[union-attr]
+        assert await pending(bus, "a1") == 0
+
+
+async def test_a_listener_given_another_group_takes_nothing_from_the_agents_inbox(redis_url: str) -> None:
+    """The inbox is the agent id's on the group's shard: a mistyped --group that lands on the same shard
+    says so and leaves the directive to a listener of its own group."""
+    async with open_bus(redis_url) as bus:
+        shard = bus.keys.shard_of(GROUP_ID)
+        typo = next(g for g in (f"g-{i}" for i in range(1000)) if bus.keys.shard_of(g) == shard)
+        sent = directive("a1")
+        await Publisher(bus.client, bus.keys).send_directive(sent)
+        wrong = listener(redis_url, "a1", "--timeout", "10", group=typo)
+        code, out, err = await finish(wrong)
+        assert (code, out) == (EXIT_ERROR, b""), err
+        assert f"is for group {GROUP_ID!r}, not {typo!r}: left for a listener of that group" in err.decode()
         code, out, err = await finish(listener(redis_url, "a1", "--claim-idle-ms", "200", "--timeout", "15"))
         assert code == EXIT_RECEIVED, err
         assert out.decode() == sent.payload.render() + "\n"  # type: ignore[union-attr]

@@ -89,7 +89,12 @@ def test_a_later_answer_replaces_an_earlier_one() -> None:
     feed = Feed()
     feed.send(clarification(), AGENT)
     feed.send(answers(("Q1", "only OAuth2")), AGENT)
-    response = one(feed.send(answers(A1, A2), AGENT), EnvelopeType.CLARIFICATION_RESPONSE)
+    again = feed.send(answers(("Q1", "only JWT")), AGENT)
+    [said] = decisions(again)  # the human is told: the same answer twice is no news, a new one is
+    assert said.detail == "answered Q1 (replacing the earlier answer to Q1); waiting for Q2"
+    done = feed.send(answers(A1, A2), AGENT)
+    assert decisions(done)[0].detail == "answered Q1, Q2 (replacing the earlier answer to Q1); resumed"
+    response = one(done, EnvelopeType.CLARIFICATION_RESPONSE)
     assert response.answers[0].answer == A1[1]
 
 

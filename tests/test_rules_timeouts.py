@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from rules_kit import GROUP, T0, Feed, answers, clarification, completion, decisions, kinds, one
 
+from agents.lost import lost_signal
 from bus.directives import LaunchReason
 from bus.envelope import EnvelopeType, new_envelope
 from bus.events import AgentStarted, AgentState, DecisionType, Heartbeat, Tick
@@ -109,6 +110,21 @@ def test_a_lost_agent_that_completes_after_its_retry_was_lost_too_completes_the_
     done = feed.send(completion(AGENT), AGENT, at=3001)  # the first attempt was slow, not gone
     [status] = [d.detail for d in decisions(done) if d.decision is DecisionType.GROUP_STATUS]
     assert status.startswith("continue")
+
+
+def test_a_slow_first_attempt_that_completes_with_a_blocker_open_is_reviewed() -> None:
+    """Its outcome is the work's once its retry failed: so is the blocker it left unresolved."""
+    feed = Feed(POLICY)
+    feed.send(AgentStarted(), AGENT, at=0)
+    _tick(feed, 1000)  # lost: retried
+    retry = retry_agent_id(GROUP, AGENT, 2)
+    feed.send(AgentStarted(), retry, at=1000)
+    feed.send(completion(retry, "failed"), retry, at=1001)
+    feed.send(lost_signal(AGENT, EnvelopeType.RESULT, "line 3", "no summary"), AGENT, at=1002)
+    done = feed.send(completion(AGENT), AGENT, at=1003)
+    [status] = [d.detail for d in decisions(done) if d.decision is DecisionType.GROUP_STATUS]
+    assert status.startswith("review: ")
+    assert status.endswith("; 1 agent(s) finished with a blocker unresolved (see status), for review")
 
 
 def test_a_tick_emits_the_same_whatever_the_order_of_the_agents_map() -> None:

@@ -55,7 +55,13 @@ def test_a_completion_with_a_blocker_open_leaves_it_unresolved_for_review() -> N
     [flagged, _, group] = decisions(done)
     assert flagged.detail.startswith("unresolved_blocker: error: The agent printed a result report (line 12)")
     assert group.detail.startswith("review: ")
+    assert group.detail.endswith("; 1 agent(s) finished with a blocker unresolved (see status), for review")
     assert feed.state.status is GroupVerdict.REVIEW and feed.state.agents[AGENT].blocker is None
+    resolved = feed.send(HumanResolve(resolution="Sent it again"), AGENT)
+    assert resolved.rejected == (
+        f"agent {AGENT!r} has no open blocker (it is completed: nothing resumes it; `status` shows a blocker "
+        "it left)"
+    )
     assert _unresolved(feed) == [flagged.detail.removeprefix("unresolved_blocker: ")]
     [agent] = summarize(feed.state).agents
     assert agent.violations == (flagged.detail,) and summarize(feed.state).blockers == ()

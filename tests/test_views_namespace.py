@@ -67,8 +67,15 @@ def test_an_empty_status_says_when_signals_wait_for_a_coordinator(redis_url: str
         "`subagent-bus coordinator`)\n"
     )
     assert run(redis_url, "status", "--group", "g").stdout == "no groups yet named g in namespace 'typo'\n"
+    hint = "(1 signal(s) wait for a coordinator: start one, `subagent-bus coordinator`)"
+    assert run(redis_url, "inbox").stdout == f"nothing waits for a human {hint}\n"
+    answer = run(redis_url, "answer", "a", "Q1=yes")
+    assert answer.returncode == 1 and f"no agent 'a' is known to the coordinators {hint}" in answer.stderr
     assert run(redis_url, "coordinator", "--burst").returncode == 0
     assert run(redis_url, "status").stdout.startswith("group g: ")
+    assert run(redis_url, "inbox").stdout == "nothing waits for a human\n"
+    typo = run(redis_url, "status", "--group", "h").stdout
+    assert typo == "no groups yet named h in namespace 'typo'; known groups: g\n"
 
 
 def test_status_refuses_watch_with_json_before_starting_a_local_server(tmp_path: Path) -> None:

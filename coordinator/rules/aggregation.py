@@ -39,7 +39,15 @@ from coordinator.state import (
     ViolationRule,
 )
 
-__all__ = ["finish", "on_dismiss", "open_escalation", "report_group", "unresolved", "verdict"]
+__all__ = [
+    "finish",
+    "on_dismiss",
+    "open_escalation",
+    "report_group",
+    "unresolved",
+    "unresolved_count",
+    "verdict",
+]
 
 
 def finish(
@@ -211,27 +219,36 @@ def verdict(state: GroupState) -> GroupVerdict:
     unless that one failed and an earlier attempt (slow, not gone) has completed it since. Work that
     would go on is reviewed first while agents disagree on the severity of a merged finding, or an agent
     left a blocker unresolved."""
-    last = [a for a in state.agents.values() if a.retried_by is None]
-    outcomes = [_work_outcome(state, a) for a in last]
-    if any(outcome is None for outcome in outcomes):
+    deciding = _deciding_attempts(state)
+    if any(record is None for record in deciding):
         return GroupVerdict.ESCALATE
-    if ResultStatus.PARTIAL in outcomes or state.severity_conflicts > 0 or any(map(_left_blocked, last)):
+    outcomes = [r.completion.status if r.completion else ResultStatus.SUCCESS for r in deciding if r]
+    if ResultStatus.PARTIAL in outcomes or state.severity_conflicts > 0 or unresolved_count(state, deciding):
         return GroupVerdict.REVIEW
     return GroupVerdict.CONTINUE
 
 
-def _left_blocked(record: AgentRecord) -> bool:
-    return any(v.rule is ViolationRule.UNRESOLVED_BLOCKER for v in record.violations)
+def unresolved_count(state: GroupState, deciding: list[AgentRecord | None] | None = None) -> int:
+    """The agents whose outcome is their work's and who left a blocker unresolved."""
+    if deciding is None:
+        deciding = _deciding_attempts(state)
+    rule = ViolationRule.UNRESOLVED_BLOCKER
+    return sum(1 for r in deciding if r is not None and any(v.rule is rule for v in r.violations))
 
 
-def _work_outcome(state: GroupState, last: AgentRecord) -> ResultStatus | None:
-    """The outcome of the work ``last`` is the latest attempt at: None when it failed."""
+def _deciding_attempts(state: GroupState) -> list[AgentRecord | None]:
+    return [_deciding(state, a) for a in state.agents.values() if a.retried_by is None]
+
+
+def _deciding(state: GroupState, last: AgentRecord) -> AgentRecord | None:
+    """The attempt whose outcome is the outcome of the work ``last`` is the latest attempt at: ``last``,
+    or an earlier attempt that completed it after ``last`` failed; None when the work failed."""
     if last.state not in {AgentState.FAILED, AgentState.LOST}:
-        return last.completion.status if last.completion is not None else ResultStatus.SUCCESS
+        return last
     earlier = state.agents.get(last.retry_of) if last.retry_of else None
     while earlier is not None:
         if earlier.state is AgentState.COMPLETED and earlier.completion is not None:
-            return earlier.completion.status
+            return earlier
         earlier = state.agents.get(earlier.retry_of) if earlier.retry_of else None
     return None
 
@@ -249,6 +266,9 @@ def report_group(step: Step, agent_id: str) -> None:
     conflicts = step.state.severity_conflicts
     if conflicts:
         detail += f"; {conflicts} merged finding(s) whose agents disagree on severity, for review"
+    unresolved = unresolved_count(step.state) if result is GroupVerdict.REVIEW else 0
+    if unresolved:
+        detail += f"; {unresolved} agent(s) finished with a blocker unresolved (see status), for review"
     step.decide(DecisionType.GROUP_STATUS, agent_id, detail)
 
 

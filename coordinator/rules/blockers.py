@@ -32,7 +32,7 @@ from coordinator.rules.aggregation import finish, report_group, unresolved
 from coordinator.rules.ids import recovery_agent_id, recovery_request_id
 from coordinator.rules.launch import Launch, deliver, launch
 from coordinator.rules.step import Rejected, Step
-from coordinator.state import AgentRecord, Completion
+from coordinator.state import FINAL_STATES, AgentRecord, Completion
 
 __all__ = [
     "DEFAULT_RECOVERY",
@@ -96,7 +96,13 @@ def _stop_as_completion(step: Step, stop: StopWork) -> None:
 def open_blocker(record: AgentRecord) -> StopWork:
     """The agent's open blocker (also checked by the ``resolve`` command before it publishes)."""
     if record.blocker is None:
-        raise Rejected(f"agent {record.agent_id!r} has no open blocker")
+        done = record.state in FINAL_STATES and record.completion is not None
+        why = (
+            f" (it is {record.state.value}: nothing resumes it; `status` shows a blocker it left)"
+            if done
+            else ""
+        )
+        raise Rejected(f"agent {record.agent_id!r} has no open blocker{why}")
     return record.blocker
 
 

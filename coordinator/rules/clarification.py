@@ -46,6 +46,10 @@ def on_answer(step: Step) -> None:
         if q.type is not QuestionType.OPTIONAL and not any(a.question_id == q.question_id for a in answers)
     ]
     answered = ", ".join(a.question_id for a in command.answers)
+    earlier = {a.question_id for a in record.answers}
+    replaced = [a.question_id for a in command.answers if a.question_id in earlier]
+    if replaced:
+        answered += f" (replacing the earlier answer to {', '.join(replaced)})"
     if missing:
         step.update(record.agent_id, answers=answers)
         detail = f"answered {answered}; waiting for {', '.join(missing)}"
