@@ -26,7 +26,8 @@ _LOCATION: Final = re.compile(r"(\S+?):(-?\d+)(?:[-:]\d+)?\b.*")
 _NOT_A_LINE: Final = re.compile(r":(-\d+|0+)\b")
 
 
-_LINK: Final = re.compile(r"\[([^\]]*)\]\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
+_LINK: Final = re.compile(r"\[([^\]]*+)\]\(\s*+<?+([^)\s>]*+)>?+(?:\s++\"[^\"]*+\")?+\s*+\)")
+"""``[text](path "title")``; possessive, so that a run of spaces is never split every way (quadratic)."""
 _ANCHOR: Final = re.compile(r"#L(\d+)(?:-L?\d+)?$")
 
 
@@ -125,6 +126,13 @@ def findings(
     return found
 
 
+def _says_nothing(text: str) -> bool:
+    """A cell that is blank, says there is nothing (``-``, ``None found``), or is a ``[placeholder]``."""
+    text = text.strip(" *_`").lower()
+    bracketed = len(text) > 1 and text[0] == "[" and text[-1] == "]" and "](" not in text
+    return not text or bracketed or text in NONE or text.removesuffix(" found") in NONE
+
+
 def _places(headers: list[str]) -> bool:
     """Whether a table names places: a ``file:line`` column, or a file column beside a line or severity
     column (``| Issue | File | Change |`` is a change log)."""
@@ -136,6 +144,8 @@ def _places(headers: list[str]) -> bool:
 def _finding(
     headers: list[str], row: list[str], agent: str, evidence: dict[str, str], violations: list[str]
 ) -> Finding | None:
+    if all(_says_nothing(c) for c in row):
+        return None  # the template's row left in (`| [SEC-001] | [What is wrong] |`), or `| - | None |`
     id_ = column(headers, ("id",))
     where = column(headers, _WHERE)
     line_column = column(headers, ("line", "lines", "lineno", "linenumber"))

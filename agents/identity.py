@@ -164,8 +164,10 @@ When your work is done, print your result as a report in this form (the result c
 COMPLETION_REPORT. Name your role in the heading (`## Security Auditor Result`). `### Status` and
 `### Summary` are required: a report without them does not reach your parent. Every issue you found is
 one row of the Findings table with its `file:line`: those rows are what your parent merges with the
-findings of other agents. Give the verified/inferred breakdown at a confidence of 75 or more, and the
-Confidence Justification at 85 or more; leave out the sections marked "if any" that you have nothing for.
+findings of other agents (with nothing found, write `None` under Findings instead of the table). Give
+the verified/inferred breakdown when your confidence is 75 or more, and the Confidence Justification
+when it is 85 or more; leave out the sections marked "if any" or "if applicable" that you have nothing
+for.
 """
 
 _HOW_TO_SIGNAL: Final = """\

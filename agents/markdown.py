@@ -31,7 +31,9 @@ Line = tuple[int, str]
 Fence = tuple[str, int]
 """An open code fence: its marker character and length."""
 
-HEADING: Final = re.compile(r" {0,3}(#{1,6})[ \t]+(.*?)[ \t#]*")
+HEADING: Final = re.compile(r" {0,3}(#{1,6})[ \t]++((?:[^ \t#]|[ \t#]++[^ \t#])*+)[ \t#]*+")
+"""A heading line (rstripped): its ``#``s and its title without the closing ``#``s. Written to match in
+linear time: a lazy title before ``[ \t#]*`` tried every split of a long run of spaces (quadratic)."""
 _FENCE: Final = re.compile(r"[ \t]*(`{3,}|~{3,})(.*)")
 _DELIMITER: Final = re.compile(r"\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?")
 _CELL_SPLIT: Final = re.compile(r"(?<!\\)\|")

@@ -20,7 +20,17 @@ from typing import Final
 from pydantic import ValidationError
 
 from agents.cells import NONE, cell, column, findings, number, severity, split_location
-from agents.markdown import HEADING, Line, Part, list_items, parse_tables, split_cells, split_sections
+from agents.markdown import (
+    HEADING,
+    Fence,
+    Line,
+    Part,
+    fence_after,
+    list_items,
+    parse_tables,
+    split_cells,
+    split_sections,
+)
 from bus.errors import ProtocolError
 from bus.results import (
     ConfidenceJustification,
@@ -41,18 +51,24 @@ _REPORT_HEADING: Final = re.compile(r" {0,3}##[ \t]+\**+(\S(?:.*\S)?)[ \t]+(?i:r
 """``## <Agent> Result``, also in any case, in bold or with a colon."""
 _PLACEHOLDERS: Final = frozenset({"agent name", "agent", "name", "agent-name", "agent_name", "agent type"})
 _STATUS: Final = re.compile(r"(SUCCESS|PARTIAL|FAILED)\b", re.IGNORECASE)
+# The expressions of a report's lines are possessive (`*+`, `?+`) where runs of spaces meet: a line of
+# agent output may hold a megabyte of them, and backtracking into every split of a run is quadratic.
 _SCORE: Final = re.compile(
-    r"(?:(?:overall\s+)?(?:confidence|score)\s*[:=]\s*)?(\d{1,3}(?:\.\d+)?)\s*(?:%|/\s*100)?"
-    r"\s*(?:\(([^)]*)\))?\s*(?:[-–—:|]\s*(.*))?",  # 85 (High) - why
+    r"(?:(?:overall\s++)?(?:confidence|score)\s*+[:=]\s*+)?(\d{1,3}(?:\.\d+)?)\s*+(?:%|/\s*+100)?+"
+    r"\s*+(?:\(([^)]*+)\))?+\s*+(?:[-–—:|]\s*+(.*))?",  # 85 (High) - why
     re.IGNORECASE,
 )
 _BREAKDOWN: Final = re.compile(
     r"\b(verified|inferred|combined)(?:[ _]confidence)?\s*[:=]\s*(\d{1,3}(?:\.\d+)?)", re.IGNORECASE
 )
 _JUSTIFICATION: Final = re.compile(
-    r"\s*[-*•]?\s*(score|evidence count|verification method|(?:potential )?blind spots)\s*:\s*(.*)",
+    r"\s*+[-*•]?+\s*+(score|evidence count|verification method|(?:potential )?blind spots)\s*+:\s*+(.*)",
     re.IGNORECASE,
 )
+_LABEL: Final = re.compile(
+    r"[ \t]*+(?:[-*][ \t]++)?+\**+[ \t]*+(status|summary)[ \t]*+\**+[ \t]*+:[ \t]*+\**+[ \t]*+(.*)", re.I
+)
+"""``**Status:** SUCCESS``, ``Summary: ...``: a contract section written as a labelled line."""
 _EVIDENCE_START: Final = re.compile(r"\s*\*\*([A-Za-z]+[-_]?\d+)\b")
 _TRUE: Final = frozenset({"true", "yes", "y"})
 _FALSE: Final = frozenset({"false", "no", "n"})
@@ -75,6 +91,7 @@ def parse_report(text: str) -> ResultReport:
         raise ReportError("not a '## <Agent Name> Result' heading", 1)
     builder = _Builder(heading.group(1).strip("*_ \t"))
     preamble, parts = split_sections(list(enumerate(lines[1:], start=2)), 3)
+    preamble = builder.labels(preamble, {_section_key(part.title) for part in parts})
     if any(t.strip() for _, t in preamble):
         builder.sections.append(_section(Part("", 2, preamble)))
     for part in parts:
@@ -96,13 +113,39 @@ def _section(part: Part) -> Section:
 
 
 def _key(title: str) -> str:
-    title = re.sub(r"\(.*?\)", "", title.replace("*", "").replace("`", ""))
+    title = _without_parentheses(title.replace("*", "").replace("`", ""))
     return " ".join(title.strip().rstrip(":").lower().split())
+
+
+def _without_parentheses(text: str) -> str:
+    """``text`` without each ``(`` and what follows it up to the first ``)``, in one pass (an expression
+    for it scanned the rest of the text again from every ``(`` without a ``)`` after it)."""
+    kept: list[str] = []
+    at = 0
+    while (start := text.find("(", at)) != -1 and (end := text.find(")", start)) != -1:
+        kept.append(text[at:start])
+        at = end + 1
+    kept.append(text[at:])
+    return "".join(kept)
 
 
 def _items(lines: list[Line]) -> list[tuple[int, list[str]]]:
     """The list items of a section, without the "None" placeholders of empty sections."""
     return [(n, texts) for n, texts in list_items(lines) if texts[0].lower().strip(" .*") not in NONE]
+
+
+def _labelled(label: re.Match[str]) -> bool:
+    """Whether a labelled line gives its section: a status only when its value is the status word alone
+    (``Status: failed checks were fixed`` is prose)."""
+    if _key(label.group(1)) == "status":
+        return _STATUS.fullmatch(label.group(2).strip().strip("*`_. ")) is not None
+    return True
+
+
+def _section_key(title: str) -> str:
+    """The key of a section's title, ``### Status: PARTIAL`` being the Status section."""
+    inline = _LABEL.fullmatch(title)
+    return _key(inline.group(1)) if inline is not None and _labelled(inline) else _key(title)
 
 
 def _is_resolution(line: str) -> bool:
@@ -133,8 +176,42 @@ class _Builder:
         self.evidence: dict[str, str] = {}
         self.seen: set[str] = set()
 
+    def labels(self, preamble: list[Line], sections: set[str]) -> list[Line]:
+        """The Status and Summary given as labelled lines before the first section (``**Status:**
+        SUCCESS``) taken as those sections, unless the report has the section (``sections``: the keys of
+        its sections); the rest of the preamble. A summary runs to a blank line; fenced lines are content."""
+        rest: list[Line] = []
+        fence: Fence | None = None
+        index = 0
+        while index < len(preamble):
+            number, text = preamble[index]
+            outside = fence is None
+            fence, is_fence = fence_after(fence, text)
+            label = _LABEL.fullmatch(text.rstrip()) if outside and not is_fence else None
+            index += 1
+            if label is None or not _labelled(label) or _key(label.group(1)) in self.seen | sections:
+                rest.append((number, text))
+                continue
+            key, value = _key(label.group(1)), label.group(2).strip().rstrip("*").rstrip()
+            body = [(number, value)] if value else []
+            while key == "summary" and index < len(preamble) and preamble[index][1].strip():
+                following = preamble[index][1]
+                if _LABEL.fullmatch(following.rstrip()) or fence_after(None, following)[1]:
+                    break
+                body.append(preamble[index])
+                index += 1
+            if body:
+                self.add(Part(key.capitalize(), number, body))
+            else:  # `**Summary:**` and a blank line: no summary here
+                rest.append((number, text))
+        return rest
+
     def add(self, part: Part) -> None:
         key = _key(part.title)
+        inline = _LABEL.fullmatch(part.title)  # `### Status: SUCCESS`
+        if key not in _HANDLERS and inline is not None and _labelled(inline):
+            part = Part(inline.group(1), part.line, [(part.line, inline.group(2)), *part.lines])
+            key = _key(part.title)
         handler = _HANDLERS.get(key)
         if handler is not None and key in self.seen:
             self.violations.append(f"duplicate section '### {part.title}' (line {part.line}); first one used")

@@ -210,6 +210,27 @@ def test_lines_built_to_make_the_expressions_backtrack_are_read_in_linear_time(l
 
 
 @pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    "section",
+    [
+        b"- " + b"*" * 100_000 + b"status" + b" " * 100_000,  # a label tried at every split of its spaces
+        b"**Summary" + b" " * 200_000 + b"x",
+        b"### **summary" + b" " * 200_000 + b"** x:",  # a heading's title, its spaces and its label
+        b"### " + b"(" * 200_000,  # a section title's parentheses
+        b"### Confidence\n85" + b" " * 200_000 + b"x",
+        b"### Confidence Justification\n" + b" " * 200_000 + b"x",
+        b"### Findings\n| ID | Issue | File:Line | Severity |\n|---|---|---|---|\n| A-1 | x | [a]("
+        + b" " * 200_000
+        + b"x | high |",  # a location's link
+    ],
+)
+def test_report_lines_built_to_make_the_expressions_backtrack_are_read_in_linear_time(section: bytes) -> None:
+    report = b"## QA Result\n" + section + b"\n### Status\nSUCCESS\n### Summary\nok\n"
+    [item] = parse_text(report)
+    assert isinstance(item, ResultItem)
+
+
+@pytest.mark.timeout(10)
 def test_a_flood_of_opening_tags() -> None:
     items = parse_text(b"[STOP_WORK]\n" * 20_000)
     assert len(items) == 20_000

@@ -52,6 +52,60 @@ def test_status_and_summary_are_required() -> None:
         parse_report("## Results of the QA\n")
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "## A Result\n\n**Status:** PARTIAL\n**Summary:** Checked the login\nmodule.\n\n### Findings\n",
+        "## A Result\n- **Status**: PARTIAL\n- **Summary**: Checked the login\n  module.\n",
+        "## A Result\nStatus: `PARTIAL`\n\nSummary:\nChecked the login\nmodule.\n",
+        "## A Result\n### Status: PARTIAL\n### Summary\nChecked the login\nmodule.\n",
+        "## A Result\n### Summary: Checked the login\nmodule.\n### Status\nPartial\n",
+    ],
+)
+def test_status_and_summary_as_labelled_lines(text: str) -> None:
+    """Agents often write the two required sections as labels: their findings must not be lost for it."""
+    parsed = parse_report(text)
+    assert parsed.status is ResultStatus.PARTIAL
+    assert parsed.summary.split() == ["Checked", "the", "login", "module."]
+    assert parsed.violations == [] and [s.title for s in parsed.sections if s.title != "Findings"] == []
+
+
+def test_a_label_gives_way_to_the_section_and_a_fence_holds_no_label() -> None:
+    with_sections = "### Status\nSUCCESS\n### Summary\nThe real summary.\n"
+    for preamble in (
+        "Status: failed checks were all fixed\n",
+        "**Summary:** see below.\n",
+        "Status: SUCCESS.\n",
+    ):
+        parsed = parse_report(f"## A Result\n{preamble}\n{with_sections}")
+        assert (parsed.status, parsed.summary) == (ResultStatus.SUCCESS, "The real summary.")
+        assert parsed.violations == [] and parsed.sections[0].text == preamble.strip()
+    fenced = parse_report("## A Result\n```yaml\nstatus: FAILED\n```\n**Status:** SUCCESS\n**Summary: ok**\n")
+    assert (fenced.status, fenced.summary) == (ResultStatus.SUCCESS, "ok")
+    cut = parse_report("## A Result\nStatus: PARTIAL\nSummary: ok\n```\ncode\n```\n")
+    assert cut.summary == "ok" and cut.sections[0].text == "```\ncode\n```"
+
+
+def test_rows_that_say_nothing_are_no_findings() -> None:
+    table = (
+        "### Findings\n| ID | Issue | File:Line | Severity | Confidence |\n|---|---|---|---|---|\n"
+        "| [SEC-001] | [What is wrong] | `[file:line]` | [critical/important/minor] | [0-100] |\n"
+        "| - | None found | - | - | - |\n"
+        "| SEC-2 | Hardcoded secret | src/a.ts:3 | high | 90 |\n"
+    )
+    parsed = parse_report(report(table))
+    assert [(f.id, f.file, f.line) for f in parsed.findings] == [("SEC-2", "src/a.ts", 3)]
+    assert parsed.violations == []
+
+
+def test_a_label_that_is_no_status_is_prose() -> None:
+    parsed = parse_report(report().replace("### Status", "**Status:** in progress\n\n### Status"))
+    assert parsed.status is ResultStatus.SUCCESS
+    assert [(s.title, s.text) for s in parsed.sections] == [("", "**Status:** in progress")]
+    with pytest.raises(ReportError, match="missing '### Status' section"):
+        parse_report("## A Result\nStatus: in progress\n### Summary\nx\n")
+
+
 def test_a_breakdown_alone_gives_the_score_and_its_prose_once() -> None:
     parsed = parse_report(
         report(
