@@ -5,7 +5,10 @@ fences are content. The contract's sections fill the fields of :class:`~bus.resu
 any other section, and each sub-section of ``### Findings``, is kept as a :class:`Section` with its
 Markdown tables. Every table with a ``File:Line`` (or ``Location``) column and a severity or issue
 column becomes :class:`~bus.findings.Finding` rows (:mod:`agents.cells`), with the evidence paragraph
-that starts with the finding's id in bold (``**SEC-001: ...**``) when the report has one.
+that starts with the finding's id in bold (``**SEC-001: ...**``) when the report has one. Status and
+Summary, the two sections every report needs, are also read from a heading that carries the value
+(``### Status: PARTIAL``) and, when the report has no such section, from a labelled line before its
+first section (``**Status:** SUCCESS``), as agents often write them.
 
 Only a missing or unknown status and a missing summary make a report invalid (:class:`ReportError`).
 Lesser defects (a confidence that is not a number, an unknown severity, ``Recoverable`` neither true nor
