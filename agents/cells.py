@@ -20,6 +20,8 @@ __all__ = ["NONE", "cell", "column", "findings", "number", "severity", "split_lo
 NONE: Final = frozenset({"none", "n/a", "na", "nothing", "no issues", "no blockers", "-"})
 """What an empty section or cell says instead of being empty."""
 
+_NOTHING: Final = NONE | {"—", "–", "none found"}
+"""What a cell of a row with no finding in it says."""
 _WHERE: Final = ("fileline", "location", "file", "path")
 """The headers of a finding's place: ``file:line`` in one cell, or a file with a ``Line`` column."""
 _LOCATION: Final = re.compile(r"(\S+?):(-?\d+)(?:[-:]\d+)?\b.*")
@@ -130,7 +132,7 @@ def _says_nothing(text: str) -> bool:
     """A cell that is blank, says there is nothing (``-``, ``None found``), or is a ``[placeholder]``."""
     text = text.strip(" *_`").lower()
     bracketed = len(text) > 1 and text[0] == "[" and text[-1] == "]" and "](" not in text
-    return not text or bracketed or text in NONE or text.removesuffix(" found") in NONE
+    return not text or bracketed or text in _NOTHING or text.removesuffix(" found") in _NOTHING
 
 
 def _places(headers: list[str]) -> bool:
@@ -144,14 +146,14 @@ def _places(headers: list[str]) -> bool:
 def _finding(
     headers: list[str], row: list[str], agent: str, evidence: dict[str, str], violations: list[str]
 ) -> Finding | None:
-    if all(_says_nothing(c) for c in row):
-        return None  # the template's row left in (`| [SEC-001] | [What is wrong] |`), or `| - | None |`
     id_ = column(headers, ("id",))
     where = column(headers, _WHERE)
     line_column = column(headers, ("line", "lines", "lineno", "linenumber"))
     title = column(headers, ("issue", "finding", "title", "description", "problem"))
     if title is None:
         title = next(i for i in range(len(headers)) if i not in (id_, where, line_column))
+    if _says_nothing(cell(row, title)) and _says_nothing(cell(row, where)):
+        return None  # the template's row left in (`| [SEC-001] | [What is wrong] |`), `| 1 | None | - |`
     ident = cell(row, id_) or None
     if not cell(row, title).strip():
         violations.append(f"finding '{ident or cell(row, where)}' has no title: left out")

@@ -91,6 +91,8 @@ def test_rows_that_say_nothing_are_no_findings() -> None:
         "### Findings\n| ID | Issue | File:Line | Severity | Confidence |\n|---|---|---|---|---|\n"
         "| [SEC-001] | [What is wrong] | `[file:line]` | [critical/important/minor] | [0-100] |\n"
         "| - | None found | - | - | - |\n"
+        "| 1 | None found | - | - | - |\n"
+        "| — | None | — | — | — |\n"
         "| SEC-2 | Hardcoded secret | src/a.ts:3 | high | 90 |\n"
     )
     parsed = parse_report(report(table))
