@@ -20,7 +20,7 @@ __all__ = ["NONE", "cell", "column", "findings", "number", "severity", "split_lo
 NONE: Final = frozenset({"none", "n/a", "na", "nothing", "no issues", "no blockers", "-"})
 """What an empty section or cell says instead of being empty."""
 
-_NOTHING: Final = NONE | {"—", "–", "none found"}
+_NOTHING: Final = NONE | {"—", "–"}
 """What a cell of a row with no finding in it says."""
 _WHERE: Final = ("fileline", "location", "file", "path")
 """The headers of a finding's place: ``file:line`` in one cell, or a file with a ``Line`` column."""

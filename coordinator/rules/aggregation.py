@@ -45,7 +45,6 @@ __all__ = [
     "open_escalation",
     "report_group",
     "unresolved",
-    "unresolved_count",
     "verdict",
 ]
 
@@ -223,17 +222,19 @@ def verdict(state: GroupState) -> GroupVerdict:
     if any(record is None for record in deciding):
         return GroupVerdict.ESCALATE
     outcomes = [r.completion.status if r.completion else ResultStatus.SUCCESS for r in deciding if r]
-    if ResultStatus.PARTIAL in outcomes or state.severity_conflicts > 0 or unresolved_count(state, deciding):
+    if ResultStatus.PARTIAL in outcomes or state.severity_conflicts > 0 or any(map(_left_blocked, deciding)):
         return GroupVerdict.REVIEW
     return GroupVerdict.CONTINUE
 
 
-def unresolved_count(state: GroupState, deciding: list[AgentRecord | None] | None = None) -> int:
+def _unresolved_count(state: GroupState) -> int:
     """The agents whose outcome is their work's and who left a blocker unresolved."""
-    if deciding is None:
-        deciding = _deciding_attempts(state)
+    return sum(map(_left_blocked, _deciding_attempts(state)))
+
+
+def _left_blocked(record: AgentRecord | None) -> bool:
     rule = ViolationRule.UNRESOLVED_BLOCKER
-    return sum(1 for r in deciding if r is not None and any(v.rule is rule for v in r.violations))
+    return record is not None and any(v.rule is rule for v in record.violations)
 
 
 def _deciding_attempts(state: GroupState) -> list[AgentRecord | None]:
@@ -266,9 +267,9 @@ def report_group(step: Step, agent_id: str) -> None:
     conflicts = step.state.severity_conflicts
     if conflicts:
         detail += f"; {conflicts} merged finding(s) whose agents disagree on severity, for review"
-    unresolved = unresolved_count(step.state) if result is GroupVerdict.REVIEW else 0
-    if unresolved:
-        detail += f"; {unresolved} agent(s) finished with a blocker unresolved (see status), for review"
+    left = _unresolved_count(step.state) if result is GroupVerdict.REVIEW else 0
+    if left:
+        detail += f"; {left} agent(s) finished with a blocker unresolved (see status), for review"
     step.decide(DecisionType.GROUP_STATUS, agent_id, detail)
 
 
