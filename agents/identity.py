@@ -161,13 +161,15 @@ inferred_confidence: [0-100] ([pattern analysis and assumptions])
 
 RESULT_INSTRUCTIONS: Final = """\
 When your work is done, print your result as a report in this form (the result contract), then your
-COMPLETION_REPORT. Name your role in the heading (`## Security Auditor Result`). `### Status` and
-`### Summary` are required: a report without them does not reach your parent. Every issue you found is
-one row of the Findings table with its `file:line`: those rows are what your parent merges with the
-findings of other agents (with nothing found, write `None` under Findings instead of the table). Give
-the verified/inferred breakdown when your confidence is 75 or more, and the Confidence Justification
-when it is 85 or more; leave out the sections marked "if any" or "if applicable" that you have nothing
-for.
+COMPLETION_REPORT. Name your role in the heading, exactly as `## <Role> Result` (`## Security Auditor
+Result`; not `Results`, not `#` or `###`): only that heading starts a report. `### Status` and
+`### Summary` are required: a report without them does not reach your parent. `### Confidence` (your
+score, 0-100) is expected: a report without it is marked as breaking the contract. Every issue you
+found is one row of the Findings table with its `file:line`: those rows are what your parent merges
+with the findings of other agents (with nothing found, write `None` under Findings instead of the
+table). Give the verified/inferred breakdown when your confidence is 75 or more, and the Confidence
+Justification when it is 85 or more; leave out the sections marked "if any" or "if applicable" that
+you have nothing for.
 """
 
 _HOW_TO_SIGNAL: Final = """\

@@ -7,12 +7,23 @@ from collections.abc import Callable
 from typing import Final
 
 from agents.blocks import BlockError, SignalPayload, decode_body, is_template
+from agents.lines import Heading
 from agents.report import ReportError, parse_report
 from bus.envelope import EnvelopeType
 from bus.fields import Model, trusted_instance
 from bus.results import ResultReport
 
-__all__ = ["ErrorItem", "Item", "ResultItem", "SignalItem", "block_item", "report_item", "signal_item"]
+__all__ = [
+    "ErrorItem",
+    "Found",
+    "Item",
+    "ResultItem",
+    "SignalItem",
+    "UnreadReportItem",
+    "block_item",
+    "report_item",
+    "signal_item",
+]
 
 
 class SignalItem(Model):
@@ -41,7 +52,21 @@ class ErrorItem(Model):
     type: EnvelopeType | None = None
 
 
+class UnreadReportItem(Model):
+    """A section that reads as a result report under a heading that is not a report's (``## Auditor
+    Results``): no report, but held until the agent's end (see :mod:`agents.unread`). ``line``/``offset``
+    locate its heading."""
+
+    heading: str
+    findings: int
+    line: int
+    offset: int
+
+
 Item = SignalItem | ResultItem | ErrorItem
+"""What parsing agent output yields."""
+Found = Item | UnreadReportItem
+"""What the text parser finds: an :data:`Item`, or a section to hold (:class:`UnreadReportItem`)."""
 
 _SIGNAL_FIELDS: Final = frozenset(SignalItem.model_fields)
 
@@ -68,16 +93,21 @@ def block_item(
 
 
 def report_item(
-    content: bytes, *, loose: bool, line: int, offset: int, where: Callable[[], str], context: str = ""
-) -> ResultItem | ErrorItem | None:
+    content: bytes, *, heading: Heading, line: int, offset: int, where: Callable[[], str], context: str = ""
+) -> ResultItem | ErrorItem | UnreadReportItem | None:
     """The item of a report (heading at ``line``): the report, or an error whose message starts with
-    ``where()``. Under a heading written otherwise than the contract's (``loose``), a report that does
-    not read as one is prose: None. Invalid UTF-8 is read as U+FFFD and named in the report's violations
+    ``where()``. Under a heading written otherwise than the contract's, a report that does not read as
+    one is prose: None; under one that is not a report's (:attr:`Heading.UNREAD`), one that does is an
+    :class:`UnreadReportItem`. Invalid UTF-8 is read as U+FFFD and named in the report's violations
     (``context`` follows its line), since the rest of a report is worth more than a byte."""
+    text = content.decode(errors="replace")
+    title, _, body = text.partition("\n")
+    if heading is Heading.UNREAD:
+        text = "## Unread Result\n" + body
     try:
-        report = parse_report(content.decode(errors="replace"))
+        report = parse_report(text)
     except ReportError as exc:
-        if loose:  # only the exact heading says a report was meant
+        if heading is not Heading.CONTRACT:  # only the exact heading says a report was meant
             return None
         at = f" (line {line + exc.line - 1})" if exc.line is not None else ""
         return ErrorItem(
@@ -89,4 +119,8 @@ def report_item(
         bad = line + content.count(b"\n", 0, exc.start)
         violation = f"invalid UTF-8 at line {bad}{context} (read as U+FFFD)"
         report = report.model_copy(update={"violations": [*report.violations, violation]})
+    if heading is Heading.UNREAD:
+        return UnreadReportItem(
+            heading=title.strip(), findings=len(report.findings), line=line, offset=offset
+        )
     return ResultItem(report=report, line=line, offset=offset)

@@ -7,6 +7,7 @@ engine tries line starts only. A :class:`Hit` is one such line, with what the pa
 from __future__ import annotations
 
 import re
+from enum import Enum, auto
 from typing import Final
 
 from agents.blocks import SIGNAL_TYPES
@@ -20,6 +21,7 @@ __all__ = [
     "TAG_LINE",
     "TYPE_OF_TAG",
     "Fence",
+    "Heading",
     "Hit",
     "may_be_report",
     "tentative",
@@ -66,6 +68,31 @@ def may_be_report(heading: bytes) -> bool:
     return heading.rstrip(b" \t\r*:#")[-6:].lower() == b"result"
 
 
+def _unread_heading(heading: bytes) -> bool:
+    """Whether a heading's text titles what may be a report written otherwise than under a report's
+    heading: its last word, past any emoji or punctuation, is ``Result`` or ``Results`` (``Auditor
+    Results``, ``Result ✅``, ``**Results:**``)."""
+    text = heading.decode(errors="replace")
+    end = len(text)
+    while end and not text[end - 1].isalnum():  # linear: one step back per character
+        end -= 1
+    word = text[max(0, end - 8) : end].lower()
+    cut = end - 7 if word.endswith("results") else end - 6 if word.endswith("result") else -1
+    return cut >= 0 and (cut == 0 or not text[cut - 1].isalnum())
+
+
+class Heading(Enum):
+    """How a heading of level 1 or 2 may start a report."""
+
+    CONTRACT = auto()
+    """``## <Agent> Result``: a report, or an error when it does not read as one."""
+    LOOSE = auto()
+    """A report's heading written otherwise (``## **Auditor Result**``): a report if it reads as one."""
+    UNREAD = auto()
+    """Not a report's heading, yet it may title one (``## Auditor Results``, ``# Auditor Result``): what
+    it holds is no report, but is worth a word when it reads as one (see :mod:`agents.unread`)."""
+
+
 Fence = tuple[int, int]
 """A code fence: its marker byte (a backtick or a tilde) and the length of its run."""
 
@@ -105,16 +132,19 @@ class Hit:
     def is_heading(self) -> bool:
         return self.hashes > 0 and len(self.indent) <= 3 and b"\t" not in self.indent
 
-    def report(self) -> tuple[bytes, bool] | None:
-        """When the line is a heading that may start a report: the agent's name, and whether the heading
-        is written otherwise than the contract's (then the report must read as one)."""
-        if self.hashes != 2 or not self.is_heading or not may_be_report(self.heading):
+    def report(self) -> tuple[bytes, Heading] | None:
+        """When the line is a heading that may start a report: the agent's name (the whole heading for
+        :attr:`Heading.UNREAD`), and how."""
+        if not self.is_heading:
             return None
-        name = RESULT_HEADING.fullmatch(self.heading)
-        if name is not None:
-            return name.group(1).strip(), False
-        name = LOOSE_RESULT_HEADING.fullmatch(self.heading)
-        return None if name is None else (name.group(1).strip(), True)
+        if self.hashes == 2 and may_be_report(self.heading):
+            name = RESULT_HEADING.fullmatch(self.heading)
+            if name is not None:
+                return name.group(1).strip(), Heading.CONTRACT
+            name = LOOSE_RESULT_HEADING.fullmatch(self.heading)
+            if name is not None:
+                return name.group(1).strip(), Heading.LOOSE
+        return (self.heading.strip(), Heading.UNREAD) if _unread_heading(self.heading) else None
 
     def closes(self, fence: Fence | None) -> bool:
         return (

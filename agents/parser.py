@@ -1,8 +1,10 @@
 """The incremental parser of agent output: text signals and result reports, from bytes of any chunking.
 
 A :class:`Parser` is fed the raw bytes an agent prints, in chunks of any size, and yields
-:data:`Item` values: a :class:`SignalItem` per valid signal block, a :class:`ResultItem` per valid
-``## <Agent> Result`` report, and an :class:`ErrorItem` for anything malformed. Feeding a text in one
+:data:`Found` values: a :class:`SignalItem` per valid signal block, a :class:`ResultItem` per valid
+``## <Agent> Result`` report, an :class:`ErrorItem` for anything malformed, and an
+:class:`UnreadReportItem` for a section that reads as a report under a heading that is not a report's
+(:mod:`agents.unread` holds it). Feeding a text in one
 piece or split at any points yields the same items, with the same ``line`` (1-based line of the opening
 tag or heading) and ``offset`` (byte offset of the block's first byte: the tag line's first byte after
 its indentation, or the first ``#`` of the heading), so envelope ids derived from offsets are
@@ -35,7 +37,10 @@ Recognition rules:
   is a signal template (an agent echoing its prompt, or quoting the protocol): it yields nothing.
 - A report starts at a ``## <Agent> Result`` heading, or at one written otherwise (``## **Auditor
   Result**``, ``## Auditor RESULT:``), which makes a report only if it reads as one: anything wrong with
-  it means prose. A report of ``[Agent Name]`` (a quoted template) yields nothing. It runs to the next
+  it means prose. A report of ``[Agent Name]`` (a quoted template) yields nothing. A heading of level 1
+  or 2 whose last word is ``Result`` or ``Results`` otherwise (``## Auditor Results``, ``# Auditor
+  Result``, ``## Result ✅``) starts no report; what it holds, read as a report's sections, is an
+  :class:`UnreadReportItem` when it reads as one, and prose either way. It runs to the next
   heading of level 1 or 2, the next opening tag, or the end of input; headings inside code fences do not
   end it. A report that starts inside a fence (the seeds show reports inside ```markdown fences) also
   ends at that fence's closing line. A bare fence line there is ambiguous (it may open a code block
@@ -62,7 +67,7 @@ from __future__ import annotations
 from typing import Final
 
 from agents.blocks import SIGNAL_TYPES, SignalPayload, describe_errors
-from agents.items import ErrorItem, Item, ResultItem, SignalItem
+from agents.items import ErrorItem, Found, Item, ResultItem, SignalItem, UnreadReportItem
 from agents.lines import MAX_TAG_LINE
 from agents.scanner import Scanner
 
@@ -71,11 +76,13 @@ __all__ = [
     "MAX_TAG_LINE",
     "SIGNAL_TYPES",
     "ErrorItem",
+    "Found",
     "Item",
     "Parser",
     "ResultItem",
     "SignalItem",
     "SignalPayload",
+    "UnreadReportItem",
     "describe_errors",
     "parse_text",
 ]
@@ -103,7 +110,7 @@ class Parser:
         self._closed = False
         self._head: bytes | None = b""  # the output's first bytes while they may be a split BOM
 
-    def feed(self, chunk: bytes) -> list[Item]:
+    def feed(self, chunk: bytes) -> list[Found]:
         """Consume the next bytes of output; returns the items completed by them."""
         if self._closed:
             raise ValueError("feed() after close()")
@@ -141,7 +148,7 @@ class Parser:
             self._skipping = True
         return self._scanner.drain()
 
-    def close(self) -> list[Item]:
+    def close(self) -> list[Found]:
         """End of input: the last line is complete, and a block still open is an error."""
         if self._closed:
             return []
@@ -154,7 +161,7 @@ class Parser:
         return self._scanner.drain()
 
 
-def parse_text(text: str | bytes, *, max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> list[Item]:
+def parse_text(text: str | bytes, *, max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> list[Found]:
     """All the items of a complete output."""
     parser = Parser(max_block_bytes=max_block_bytes)
     data = text.encode() if isinstance(text, str) else text

@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from enum import Enum, auto
 
-from agents.items import ErrorItem, Item, block_item, report_item
-from agents.lines import HIT, MAX_TAG_LINE, TAG_GROUP, TAG_LINE, TYPE_OF_TAG, Fence, Hit, tentative
+from agents.items import ErrorItem, Found, block_item, report_item
+from agents.lines import HIT, MAX_TAG_LINE, TAG_GROUP, TAG_LINE, TYPE_OF_TAG, Fence, Heading, Hit, tentative
 from agents.report import is_placeholder
 from agents.report_end import End, ReportEnd
 from agents.tentative import Tentative
@@ -44,7 +44,7 @@ class Scanner:
     def __init__(self, max_block_bytes: int, context: str) -> None:
         self._limit = max_block_bytes
         self._context = context
-        self._out: list[Item] = []
+        self._out: list[Found] = []
         self.line = 1
         """The line number of the next region's first line (the parser counts the lines it drops)."""
         self._state = _State.OUTSIDE
@@ -63,9 +63,9 @@ class Scanner:
         self._seg = 1  # where the open body's bytes begin in it
         self._discard = False
         self._ends = ReportEnd(None)  # where the open report ends
-        self._loose = False  # its heading is not the contract's own: a report only if it reads as one
+        self._heading = Heading.CONTRACT  # how the open report's heading may start one
 
-    def drain(self) -> list[Item]:
+    def drain(self) -> list[Found]:
         """The items completed since the last call."""
         out, self._out = self._out, []
         return out
@@ -188,7 +188,7 @@ class Scanner:
         elif hit.fence is not None:
             self._fence = None if hit.closes(self._fence) else self._fence or (hit.fence[0], len(hit.fence))
         elif (report := hit.report()) is not None:
-            self._open_report(hit, report[0], loose=report[1])
+            self._open_report(hit, *report)
         return None
 
     def _decided_hit(self, hit: Hit) -> Hit:
@@ -278,10 +278,10 @@ class Scanner:
         self._start_offset = at + indent
         self._indent = indent
 
-    def _open_report(self, hit: Hit, agent: bytes, *, loose: bool) -> None:
+    def _open_report(self, hit: Hit, agent: bytes, heading: Heading) -> None:
         self._state = _State.REPORT
         self._agent = agent
-        self._loose = loose
+        self._heading = heading
         self._open(hit.line, hit.at, hit.start)
         # A quoted or echoed template (``## [Agent Name] Result``) is read past like a report too big to
         # keep: its sections must not be taken for anything else, and it yields nothing.
@@ -309,6 +309,8 @@ class Scanner:
         if rewind is not None:
             return rewind
         end = self._ends.at(hit, read_past=self._discard)
+        if end is None and self._heading is Heading.UNREAD and _starts_report(hit):
+            end = End.BEFORE  # a report in a fence of the section is not the section's
         if end is End.PENDING:
             return self._resolve()
         if end is not None:
@@ -343,7 +345,7 @@ class Scanner:
     def _check_size(self, end: int) -> None:
         """Report an open body grown past the limit once, then drop its bytes as they come."""
         if not self._discard and end - self._body_start > self._limit:
-            if self._state is not _State.REPORT or not self._loose:  # a loose one may be prose
+            if self._state is not _State.REPORT or self._heading is Heading.CONTRACT:  # others may be prose
                 self._error(f"larger than {self._limit} bytes; skipped")
             self._discard = True
             self._body = bytearray()
@@ -373,7 +375,7 @@ class Scanner:
     def _emit_report(self, content: bytes) -> None:
         item = report_item(
             content,
-            loose=self._loose,
+            heading=self._heading,
             line=self._start_line,
             offset=self._start_offset,
             where=self._where,
@@ -381,3 +383,8 @@ class Scanner:
         )
         if item is not None:
             self._out.append(item)
+
+
+def _starts_report(hit: Hit) -> bool:
+    report = hit.report()
+    return report is not None and report[1] is not Heading.UNREAD

@@ -26,7 +26,8 @@ from typing import Any, Final
 import orjson
 
 from agents.lenient_json import loads_lenient
-from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, Parser
+from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Found, Item, Parser
+from agents.unread import UnreadReports
 from bus.fields import Model
 
 __all__ = [
@@ -251,14 +252,14 @@ class TranscriptParser:
     def agent_id(self) -> str | None:
         return self.reader.agent_id
 
-    def feed(self, chunk: bytes) -> list[Item]:
+    def feed(self, chunk: bytes) -> list[Found]:
         return self._items(self.reader.feed(chunk))
 
-    def close(self) -> list[Item]:
+    def close(self) -> list[Found]:
         return self._items(self.reader.close())
 
-    def _items(self, events: list[AssistantText | ErrorItem]) -> list[Item]:
-        items: list[Item] = []
+    def _items(self, events: list[AssistantText | ErrorItem]) -> list[Found]:
+        items: list[Found] = []
         for event in events:
             if isinstance(event, ErrorItem):
                 items.append(event)
@@ -286,6 +287,8 @@ class AnyParser:
         self._detector = _Detector()
         self._started = False  # a non-blank byte was buffered: only a newline can decide now
         self._parser: Parser | TranscriptParser | None = None
+        self._unread = UnreadReports()
+        self._fed = 0
         if fmt is not Format.AUTO:
             self._start(fmt)
 
@@ -298,8 +301,9 @@ class AnyParser:
         return self._parser.agent_id if isinstance(self._parser, TranscriptParser) else None
 
     def feed(self, chunk: bytes) -> list[Item]:
+        self._fed += len(chunk)
         if self._parser is not None:
-            return self._parser.feed(chunk)
+            return self._unread.items(self._parser.feed(chunk))
         self._head += chunk
         # nothing can change while a line is still incomplete (or all is blank): skip the work
         waiting = self._started or not chunk.strip()
@@ -312,11 +316,12 @@ class AnyParser:
         return self._start(found)
 
     def close(self) -> list[Item]:
+        """End of output: the last items, and a section held by :mod:`agents.unread` named."""
+        items: list[Item] = []
         if self._parser is None:
             items = self._start(self._detector.decide(bytes(self._head), final=True))
-            assert self._parser is not None
-            return items + self._parser.close()
-        return self._parser.close()
+        assert self._parser is not None
+        return items + self._unread.close(self._parser.close(), self._fed)
 
     def _start(self, fmt: Format) -> list[Item]:
         self.format = fmt
@@ -325,4 +330,4 @@ class AnyParser:
         else:
             self._parser = Parser(max_block_bytes=self.max_block_bytes)
         head, self._head = bytes(self._head), bytearray()
-        return self._parser.feed(head) if head else []
+        return self._unread.items(self._parser.feed(head)) if head else []

@@ -312,6 +312,28 @@ def test_a_report_that_did_not_reach_the_coordinator_outlives_the_completion_aft
     assert "violations: unresolved_blocker: " in sb(redis_url, "status")
 
 
+def test_a_report_under_another_heading_is_named_when_the_agent_completes_without_one(redis_url: str) -> None:
+    """``## Security Auditor Results`` is no report (an agent's own ``## Test Results`` is not its
+    result); but when the agent completes without a report, its findings must not vanish unsaid."""
+    unread = _report("Security Auditor", 95, "Critical").replace(" Result\n", " Results\n", 1)
+    printed = "Auditing.\n" + unread + "\n" + completion("auditor", "success")
+    adapter = [CLI, "adapter", "stdin", "--agent-id=auditor", "--group", GROUP, "--redis-url", redis_url]
+    done = subprocess.run(adapter, input=printed, check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    coordinate(redis_url)
+    assert status(redis_url)["status"] == "review" and agent(redis_url, "auditor")["state"] == "completed"
+    [violation] = agent(redis_url, "auditor")["violations"]
+    assert violation.startswith(
+        "unresolved_blocker: error: The agent printed a result report (line 2) that did not reach the "
+        "coordinator: the section '## Security Auditor Results' reads as a result report (1 finding) but was "
+        "not read as one: only a '## <Agent Name> Result' heading starts a report."
+    ), violation
+    inbox = sb(redis_url, "inbox")
+    assert inbox.startswith("review    auditor finished with a blocker unresolved: error: The agent printed")
+    [item] = orjson.loads(sb(redis_url, "inbox", "--json"))["unresolved"]
+    assert (item["group_id"], item["agent_id"]) == (GROUP, "auditor") and violation.endswith(item["blocker"])
+
+
 def test_overlapping_findings_of_three_agents_merge_by_the_seed_rules(redis_url: str) -> None:
     emit(redis_url, "auditor", _report("Security Auditor", 95, "Critical"))
     emit(redis_url, "qa", _report("QA Engineer", 78, "Critical"))

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agents import yamlsafe
-from agents.parser import ErrorItem, Item, Parser, ResultItem, SignalItem, parse_text
+from agents.parser import ErrorItem, Found, Parser, ResultItem, SignalItem, parse_text
 from agents.report import ReportError, parse_report
 from agents.transcript import AnyParser, Format, TranscriptParser
 
@@ -28,9 +28,9 @@ def repeated(line: bytes, total: int) -> Iterator[bytes]:
         yield chunk
 
 
-def measure(parser: Parser | TranscriptParser, *parts: Iterable[bytes]) -> tuple[list[Item], int]:
+def measure(parser: Parser | TranscriptParser, *parts: Iterable[bytes]) -> tuple[list[Found], int]:
     """Feed every chunk, close, and return the items with the peak of memory allocated meanwhile."""
-    items: list[Item] = []
+    items: list[Found] = []
     tracemalloc.start()
     try:
         for part in parts:
@@ -43,17 +43,17 @@ def measure(parser: Parser | TranscriptParser, *parts: Iterable[bytes]) -> tuple
     return items, peak
 
 
-def message(item: Item) -> str:
+def message(item: Found) -> str:
     assert isinstance(item, ErrorItem), item
     return item.message
 
 
-def only_item(items: list[Item]) -> Item:
+def only_item(items: list[Found]) -> Found:
     assert len(items) == 1, items
     return items[0]
 
 
-def kinds(items: list[Item]) -> list[str]:
+def kinds(items: list[Found]) -> list[str]:
     return [type(i).__name__ for i in items]
 
 
@@ -203,6 +203,8 @@ def test_invalid_utf8_in_a_report_is_replaced_and_named_in_its_violations() -> N
         b"_" * 60 + b"[STOP_WORK]",
         b"## " + b"*" * 60 + b" " * 4000 + b"x Result",  # a heading tried at every split of its spaces
         b"## " + b" " * 4000 + b"Result",
+        b"## Results " + "\u2705".encode() * 1300,  # a heading that may title a report, read back over emoji
+        b"# " + b"x" * 4000 + b" Results",
     ],
 )
 def test_lines_built_to_make_the_expressions_backtrack_are_read_in_linear_time(line: bytes) -> None:
@@ -247,6 +249,13 @@ def test_a_flood_of_fences_and_headings() -> None:
 
 
 @pytest.mark.timeout(10)
+def test_a_flood_of_sections_that_may_be_reports() -> None:
+    data = b"## Results\n### Status\nSUCCESS\n### Summary\nok\n" * 20_000 + b"# Test Results\n" * 50_000
+    items = parse_text(data + VALID)
+    assert kinds(items) == ["UnreadReportItem"] * 20_000 + ["SignalItem"]
+
+
+@pytest.mark.timeout(10)
 def test_reports_in_fences_before_a_long_output_are_read_in_linear_time() -> None:
     # A report's closing fence is known to close it only at the line after it that shows it; the lines
     # after the fence are then scanned again, which must not copy the rest of the output each time.
@@ -259,7 +268,7 @@ def test_reports_in_fences_before_a_long_output_are_read_in_linear_time() -> Non
 def test_byte_at_a_time_feeding_stays_linear() -> None:
     data = (b"prose line with [STOP_WORK] inside\n" * 2_000) + VALID
     parser = Parser()
-    items: list[Item] = []
+    items: list[Found] = []
     for index in range(len(data)):
         items += parser.feed(data[index : index + 1])
     assert kinds(items + parser.close()) == ["SignalItem"]
@@ -318,7 +327,7 @@ def test_arbitrary_bytes_never_break_the_parser(data: bytes, cuts: list[int]) ->
     )
     for document in (data, tagged):
         parser = Parser(max_block_bytes=300)
-        items: list[Item] = []
+        items: list[Found] = []
         previous = 0
         for cut in [*sorted(c for c in set(cuts) if c <= len(document)), len(document)]:
             items += parser.feed(document[previous:cut])

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from agents.parser import ErrorItem, Item, SignalItem, parse_text
+from agents.parser import ErrorItem, Found, SignalItem, parse_text
 from bus.envelope import EnvelopeType
 from bus.signals import (
     BlockerType,
@@ -36,7 +36,7 @@ COMPLETION = "[COMPLETION_REPORT]\nagent_id: bg-2\nstatus: {status}\nsummary: Sc
 STOP = "[STOP_WORK]\nagent_id: bg-3\nstop_reason: {reason}\nblocker_type: {blocker}\ndetails: no key\n[/STOP_WORK]\n"
 
 
-def only(items: list[Item]) -> Item:
+def only(items: list[Found]) -> Found:
     assert len(items) == 1, items
     return items[0]
 

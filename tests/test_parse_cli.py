@@ -56,6 +56,18 @@ def test_readable_summary_and_exit_2_on_errors(output: Path) -> None:
     assert lines[-1] == "1 signal, 1 result, 1 error"
 
 
+def test_a_report_under_another_heading_is_an_error_at_the_end_when_no_report_replaced_it() -> None:
+    unread = REPORT.replace("## Code Explorer Result", "## Code Explorer Results")
+    code, out, _ = run("-", stdin=("Working.\n" + unread).encode())
+    assert code == 2
+    [error, totals] = out.splitlines()
+    assert error.split()[:2] == ["2", "ERROR"]
+    assert "the section '## Code Explorer Results' reads as a result report (0 findings)" in error
+    assert totals == "0 signals, 0 results, 1 error"
+    code, out, _ = run("-", stdin=(unread + REPORT).encode())
+    assert code == 0 and out.splitlines()[-1] == "0 signals, 1 result, 0 errors"
+
+
 def test_a_field_that_is_not_set_is_left_out_of_the_line() -> None:
     progress = b"[PROGRESS]\nagent_id: a\ntimestamp: 2026-01-01T00:00:00Z\npercent: 5\n[/PROGRESS]\n"
     code, out, _ = run("-", stdin=progress)

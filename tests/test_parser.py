@@ -13,10 +13,11 @@ from agents.parser import (
     DEFAULT_MAX_BLOCK_BYTES,
     MAX_TAG_LINE,
     ErrorItem,
-    Item,
+    Found,
     Parser,
     ResultItem,
     SignalItem,
+    UnreadReportItem,
     parse_text,
 )
 from bus.envelope import EnvelopeType
@@ -37,9 +38,9 @@ def stop(agent: str = "bg-1", **fields: str) -> str:
     return f"[STOP_WORK]\n{lines}[/STOP_WORK]\n"
 
 
-def feed_split(data: bytes, cuts: list[int], max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> list[Item]:
+def feed_split(data: bytes, cuts: list[int], max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> list[Found]:
     parser = Parser(max_block_bytes=max_block_bytes)
-    items: list[Item] = []
+    items: list[Found] = []
     previous = 0
     for cut in [*sorted(set(cuts)), len(data)]:
         items += parser.feed(data[previous:cut])
@@ -47,7 +48,7 @@ def feed_split(data: bytes, cuts: list[int], max_block_bytes: int = DEFAULT_MAX_
     return items + parser.close()
 
 
-def only(items: list[Item]) -> Item:
+def only(items: list[Found]) -> Found:
     assert len(items) == 1, items
     return items[0]
 
@@ -463,13 +464,51 @@ def test_report_headings_agents_also_write(heading: str) -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "## Test Results\n### Status\nFAILED\n### Summary\n2 of 40 fail; fixing them now.\n",  # not a report's
         "## **Deploy Result**\n### Status\nDeployed to staging\n### Summary\nok\n",  # not as one reads
         "## Build result:\n### Status\nSUCCESS\n",  # no summary
+        "## Test Results\n### Status\nall green\n### Summary\n40 of 40 pass.\n",  # not a report's, nor reads
     ],
 )
 def test_headings_written_otherwise_make_a_report_only_when_it_reads_as_one(text: str) -> None:
     assert parse_text(text + "prose\n") == []
+
+
+UNREAD = "### Status\nFAILED\n### Summary\n2 of 40 fail; fixing them now.\n"
+
+
+@pytest.mark.parametrize(
+    "heading",
+    [
+        "## Test Results",
+        "## Security Auditor Results",
+        "# Security Auditor Result",
+        "## Security Auditor Result ✅",
+        "## Results",
+        "## **Results:**",
+        "# Final Test-Results 🎉",
+    ],
+)
+def test_a_section_under_a_heading_that_is_not_a_reports_is_no_report_but_is_found(heading: str) -> None:
+    """A report's sections under such a heading are no report (an agent's own ``## Test Results`` is not
+    its result), but are found, for :mod:`agents.unread` to hold."""
+    table = "### Findings\n| ID | Issue | File:Line |\n|--|--|--|\n| T-1 | flaky | `a.py:3` |\n"
+    item = only(parse_text(f"Working.\n{heading}\n{UNREAD}{table}\n# Next\nprose\n"))
+    assert isinstance(item, UnreadReportItem)
+    assert (item.heading, item.findings, item.line, item.offset) == (heading, 1, 2, len("Working.\n"))
+
+
+@pytest.mark.parametrize(
+    "heading",
+    ["### Security Auditor Results", "## Subresult", "## Results are in", "## Resultset", "Results"],
+)
+def test_other_headings_and_lines_find_nothing(heading: str) -> None:
+    assert parse_text(f"{heading}\n{UNREAD}") == []
+
+
+def test_a_section_that_does_not_read_as_a_report_is_not_found_and_ends_where_a_report_would() -> None:
+    text = "# Security Audit Results\n\nHere is what I found.\n\n" + REPORT
+    (item,) = parse_text(text)
+    assert isinstance(item, ResultItem) and item.report.agent == "Code Explorer"
 
 
 def test_the_contracts_own_heading_is_a_report_and_an_error_when_it_does_not_read_as_one() -> None:
@@ -640,3 +679,16 @@ def test_the_fast_path_takes_the_usual_signal_bodies() -> None:
         "details": "✓ one\n\n✗ two: x\n",
     }
     assert fast == yamlsafe.load_events(body)
+
+
+def test_a_report_in_a_fence_after_a_results_title_is_read() -> None:
+    text = "# Results\nHere is my report:\n```markdown\n" + REPORT + "```\nThat is all.\n"
+    (item,) = parse_text(text)
+    assert isinstance(item, ResultItem) and item.report.agent == "Code Explorer" and item.line == 4
+
+
+def test_a_results_comment_in_a_code_block_starts_nothing() -> None:
+    code = "```python\n# Results\nprint(1)\n## Results\n```\n"
+    assert parse_text(code + "### Status\nSUCCESS\n### Summary\nok\n") == []
+    (item,) = parse_text(code + REPORT)
+    assert isinstance(item, ResultItem)

@@ -12,14 +12,14 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents.parser import MAX_TAG_LINE, Item, Parser, SignalItem
+from agents.parser import MAX_TAG_LINE, Found, Parser, SignalItem
 
 
-def _feed(data: bytes, size: int | None, max_block_bytes: int) -> list[Item]:
+def _feed(data: bytes, size: int | None, max_block_bytes: int) -> list[Found]:
     parser = Parser(max_block_bytes=max_block_bytes)
     if size is None:
         return parser.feed(data) + parser.close()
-    items: list[Item] = []
+    items: list[Found] = []
     for start in range(0, len(data), size):
         items += parser.feed(data[start : start + size])
     return items + parser.close()

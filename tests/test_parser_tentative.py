@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_parser import documents, feed_split
 
-from agents.parser import ErrorItem, Item, Parser, ResultItem, SignalItem, parse_text
+from agents.parser import ErrorItem, Found, Parser, ResultItem, SignalItem, parse_text
 from bus.envelope import EnvelopeType
 from bus.signals import ClarificationNeeded, StopWork
 
@@ -21,7 +21,7 @@ def tentative(line: str, body: str = BODY, closing: str = "[/STOP_WORK]") -> str
     return f"{line}\n{body}{closing}\n"
 
 
-def kinds(items: list[Item]) -> list[tuple[str, int]]:
+def kinds(items: list[Found]) -> list[tuple[str, int]]:
     return [(type(i).__name__, i.line) for i in items]
 
 
@@ -258,7 +258,7 @@ def test_a_flood_of_tentative_lines_is_read_in_linear_time(unit: bytes) -> None:
 def test_a_flood_of_tentative_lines_fed_byte_by_byte_is_read_in_linear_time() -> None:
     data = b"[STOP_WORK] x\nagent_id: a\n" * 2_000 + STOP.encode()
     parser = Parser()
-    items: list[Item] = []
+    items: list[Found] = []
     for index in range(len(data)):
         items += parser.feed(data[index : index + 1])
     assert kinds(items + parser.close()) == [("SignalItem", 4_001)]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.parser import ErrorItem, Item, ResultItem, SignalItem, parse_text
+from agents.parser import ErrorItem, Found, ResultItem, SignalItem, parse_text
 from agents.report import parse_report
 from bus.envelope import EnvelopeType
 from bus.findings import Severity
@@ -35,30 +35,32 @@ EST = timezone(timedelta(hours=-5))
 
 
 @pytest.fixture(scope="module")
-def signals() -> list[Item]:
+def signals() -> list[Found]:
     return parse_text((DATA / "seed_000_signals.md").read_bytes())
 
 
 @pytest.fixture(scope="module")
-def results() -> list[Item]:
+def results() -> list[Found]:
     return parse_text((DATA / "seed_002_results.md").read_bytes())
 
 
-def _signal(items: list[Item], line: int) -> SignalItem:
+def _signal(items: list[Found], line: int) -> SignalItem:
     item = next(i for i in items if i.line == line)
     assert isinstance(item, SignalItem), item
     return item
 
 
-def _report(items: list[Item], agent: str) -> ResultReport:
+def _report(items: list[Found], agent: str) -> ResultReport:
     item = next(i for i in items if isinstance(i, ResultItem) and i.report.agent == agent)
     assert isinstance(item, ResultItem)
     return item.report
 
 
-def test_seed_000_yields_exactly_the_examples(signals: list[Item]) -> None:
+def test_seed_000_yields_exactly_the_examples(signals: list[Found]) -> None:
     kinds = [
-        (i.line, type(i).__name__, i.type.value) for i in signals if not isinstance(i, ResultItem) and i.type
+        (i.line, type(i).__name__, i.type.value)
+        for i in signals
+        if isinstance(i, SignalItem | ErrorItem) and i.type
     ]
     assert len(kinds) == len(signals)
     assert kinds == [
@@ -93,7 +95,7 @@ def test_templates_filled_in_by_half_are_errors_naming_the_fields() -> None:
     assert "field 'status': Input should be 'success', 'partial_success' or 'failed'" in errors[497]
 
 
-def test_clarification_example(signals: list[Item]) -> None:
+def test_clarification_example(signals: list[Found]) -> None:
     item = _signal(signals, 118)
     assert item.type is EnvelopeType.CLARIFICATION_NEEDED
     signal = item.payload
@@ -117,7 +119,7 @@ def test_clarification_example(signals: list[Item]) -> None:
     )
 
 
-def test_stop_work_missing_dependency_example(signals: list[Item]) -> None:
+def test_stop_work_missing_dependency_example(signals: list[Found]) -> None:
     signal = _signal(signals, 225).payload
     assert isinstance(signal, StopWork)
     assert signal.agent_id == "bg-task-def456"
@@ -144,7 +146,7 @@ def test_stop_work_missing_dependency_example(signals: list[Item]) -> None:
     assert signal.error_recovery is None
 
 
-def test_stop_work_resource_limit_example(signals: list[Item]) -> None:
+def test_stop_work_resource_limit_example(signals: list[Found]) -> None:
     signal = _signal(signals, 251).payload
     assert isinstance(signal, StopWork)
     assert signal.agent_id == "bg-task-ghi789"
@@ -169,7 +171,7 @@ def test_stop_work_resource_limit_example(signals: list[Item]) -> None:
     ]
 
 
-def test_stop_work_error_example_without_timestamp(signals: list[Item]) -> None:
+def test_stop_work_error_example_without_timestamp(signals: list[Found]) -> None:
     signal = _signal(signals, 642).payload
     assert isinstance(signal, StopWork)
     assert signal.agent_id == "bg-task-stu901"
@@ -194,7 +196,7 @@ def test_stop_work_error_example_without_timestamp(signals: list[Item]) -> None:
     )
 
 
-def test_stop_work_timeout_example(signals: list[Item]) -> None:
+def test_stop_work_timeout_example(signals: list[Found]) -> None:
     signal = _signal(signals, 698).payload
     assert isinstance(signal, StopWork)
     assert signal.agent_id == "bg-task-timeout"
@@ -211,7 +213,7 @@ def test_stop_work_timeout_example(signals: list[Item]) -> None:
     )
 
 
-def test_delegate_work_parallel_example(signals: list[Item]) -> None:
+def test_delegate_work_parallel_example(signals: list[Found]) -> None:
     signal = _signal(signals, 357).payload
     assert isinstance(signal, DelegateWork)
     assert signal.agent_id == "bg-task-jkl012"
@@ -239,7 +241,7 @@ def test_delegate_work_parallel_example(signals: list[Item]) -> None:
     assert signal.estimated_duration == "2-3 hours"
 
 
-def test_delegate_work_blocking_example(signals: list[Item]) -> None:
+def test_delegate_work_blocking_example(signals: list[Found]) -> None:
     signal = _signal(signals, 383).payload
     assert isinstance(signal, DelegateWork)
     assert signal.agent_id == "bg-task-mno345"
@@ -267,7 +269,7 @@ def test_delegate_work_blocking_example(signals: list[Item]) -> None:
     assert signal.estimated_duration == "1-2 hours"
 
 
-def test_completion_report_example(signals: list[Item]) -> None:
+def test_completion_report_example(signals: list[Found]) -> None:
     signal = _signal(signals, 513).payload
     assert isinstance(signal, CompletionReport)
     assert signal.agent_id == "bg-task-pqr678"
@@ -300,7 +302,7 @@ def test_completion_report_example(signals: list[Item]) -> None:
     assert signal.total_duration == "3h 45m (including 1 stop/resume cycle)"
 
 
-def test_seed_002_yields_the_four_examples_and_its_two_templates_as_nothing(results: list[Item]) -> None:
+def test_seed_002_yields_the_four_examples_and_its_two_templates_as_nothing(results: list[Found]) -> None:
     # the templates (lines 42 and 325) are reports of '[Agent Name]': an agent quoting them reports nothing
     summary = [
         (i.line, i.report.agent if isinstance(i, ResultItem) else "error")
@@ -315,7 +317,7 @@ def test_seed_002_yields_the_four_examples_and_its_two_templates_as_nothing(resu
     ]
 
 
-def test_code_explorer_example(results: list[Item]) -> None:
+def test_code_explorer_example(results: list[Found]) -> None:
     report = _report(results, "Code Explorer")
     assert report.status is ResultStatus.SUCCESS
     assert report.summary == (
@@ -357,7 +359,7 @@ def test_code_explorer_example(results: list[Item]) -> None:
     assert report.violations == []
 
 
-def test_code_architect_example(results: list[Item]) -> None:
+def test_code_architect_example(results: list[Found]) -> None:
     report = _report(results, "Code Architect")
     assert report.status is ResultStatus.SUCCESS
     assert report.summary.startswith("Designed OAuth integration following existing auth patterns.")
@@ -387,7 +389,7 @@ def test_code_architect_example(results: list[Item]) -> None:
     assert report.next_steps == []
 
 
-def test_security_auditor_example_with_three_findings(results: list[Item]) -> None:
+def test_security_auditor_example_with_three_findings(results: list[Found]) -> None:
     report = _report(results, "Security Auditor")
     assert report.status is ResultStatus.PARTIAL
     assert report.summary == "Reviewed authentication module. Found 2 critical issues and 3 recommendations."
@@ -456,7 +458,7 @@ def test_security_auditor_example_with_three_findings(results: list[Item]) -> No
     assert report.violations == []
 
 
-def test_backend_specialist_example(results: list[Item]) -> None:
+def test_backend_specialist_example(results: list[Found]) -> None:
     report = _report(results, "Backend Specialist")
     assert report.status is ResultStatus.SUCCESS
     assert report.summary == (

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.parser import ErrorItem, Item, ResultItem, SignalItem, parse_text
+from agents.parser import ErrorItem, Found, Item, ResultItem, SignalItem, parse_text
 from agents.transcript import (
     AnyParser,
     AssistantText,
@@ -30,9 +30,9 @@ def line_start(number: int) -> int:
     return sum(len(line) for line in LINES[: number - 1])
 
 
-def parse(data: bytes, cuts: list[int] | None = None) -> tuple[list[Item], TranscriptParser]:
+def parse(data: bytes, cuts: list[int] | None = None) -> tuple[list[Found], TranscriptParser]:
     parser = TranscriptParser()
-    items: list[Item] = []
+    items: list[Found] = []
     previous = 0
     for cut in [*sorted(set(cuts or [])), len(data)]:
         items += parser.feed(data[previous:cut])
