@@ -35,6 +35,7 @@ from bus.acl_rules import Role, role_rules
 from bus.cli_connection import NAMESPACE_ENV, URL_ENV, settings_from_options
 from bus.connection import Client, connect, translated
 from bus.errors import BusError, CommandFailed, ConfigError, PermissionDenied
+from bus.settings import DEFAULT_NAMESPACE
 
 __all__ = [
     "AclFormat",
@@ -179,7 +180,7 @@ def _install(redis_url: str | None, namespace: str, cluster: bool | None, users:
 
 
 @click.command("acl")
-@click.option("--namespace", envvar=NAMESPACE_ENV, show_envvar=True, default="sbus", show_default=True,
+@click.option("--namespace", envvar=NAMESPACE_ENV, show_envvar=True, default=DEFAULT_NAMESPACE, show_default=True,
               help="The namespace the users may use.")  # fmt: skip
 @click.option("--role", "roles", multiple=True, type=click.Choice([r.value for r in Role]),
               help="A role to print (repeatable). Default: every role.")  # fmt: skip

@@ -24,7 +24,7 @@ from bus.errors import BusError, ConfigError
 from bus.local_server import ensure_local_server, stop_local_server
 from bus.logs import JsonFormatter
 from bus.params import FiniteFloatRange
-from bus.settings import DEFAULT_SOCKET_TIMEOUT, MAX_SHARDS, MIN_SOCKET_TIMEOUT, Settings
+from bus.settings import DEFAULT_NAMESPACE, DEFAULT_SOCKET_TIMEOUT, MAX_SHARDS, MIN_SOCKET_TIMEOUT, Settings
 
 __all__ = [
     "NAMESPACE_ENV",
@@ -125,7 +125,7 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
         "--namespace",
         envvar=NAMESPACE_ENV,
         show_envvar=True,
-        default="sbus",
+        default=DEFAULT_NAMESPACE,
         show_default=True,
         help="Key prefix of this bus.",
     )

@@ -12,16 +12,28 @@ from __future__ import annotations
 import re
 import shlex
 from collections import Counter
-from typing import Final
+from typing import Final, NamedTuple
 
 from bus.directives import RecoveryOption
 from bus.display import counted, cut, one_line
 from bus.findings import Finding
+from bus.settings import DEFAULT_NAMESPACE
 from coordinator.rules import GroupSummary, MergedFinding
 from coordinator.rules.summary import AgentSummary, PendingDelegation, ResumePath
+from coordinator.state import ViolationRule
 
-__all__ = ["bar", "finding_lines", "inbox_lines", "merged_command", "merged_lines", "render"]
+__all__ = [
+    "NOTHING_WAITS",
+    "bar",
+    "finding_lines",
+    "inbox_lines",
+    "merged_command",
+    "merged_lines",
+    "render",
+    "unresolved_blockers",
+]
 
+NOTHING_WAITS: Final = "nothing waits for a human"
 _WIDTH = 20
 _SPACES = re.compile(r"\s+")
 
@@ -43,9 +55,14 @@ def _detail(label: str, text: str | None, suffix: str = "") -> list[str]:
     return [f"          {label}: {cut(_text(text), _DETAIL)}{suffix}"]
 
 
-def merged_command(group_id: str) -> str:
+def merged_command(group_id: str, namespace: str = DEFAULT_NAMESPACE) -> str:
     """The command that lists a group's merged findings, its conflicts marked."""
-    return _suggest("findings", [], ["--merged"], ["--group", _arg(group_id)])
+    return _suggest("findings", [], ["--merged"], ["--group", _arg(group_id), *_in(namespace)])
+
+
+def _in(namespace: str) -> list[str]:
+    """The option a suggested command needs to reach ``namespace``."""
+    return [] if namespace == DEFAULT_NAMESPACE else ["--namespace", _arg(namespace)]
 
 
 def _arg(text: str) -> str:
@@ -75,10 +92,12 @@ def _agent(agent: AgentSummary) -> str:
     )
 
 
-def render(summary: GroupSummary) -> list[str]:
-    """The lines describing one group."""
+def render(summary: GroupSummary, namespace: str = DEFAULT_NAMESPACE) -> list[str]:
+    """The lines describing one group (of ``namespace``, which its suggested command names)."""
     p = summary.progress
-    verdict = f", verdict {summary.status.value}" if summary.status else ""
+    verdict = ""
+    if summary.status:  # the group status of when the group last settled: old news while agents work
+        verdict = f", {'last ' if p.active else ''}verdict {summary.status.value}"
     lines = [
         f"group {one_line(summary.group_id)}: {p.completed}/{p.total} completed, {p.failed} failed, "
         f"{p.active} active{verdict}; {counted(summary.findings, 'merged finding')}"
@@ -99,7 +118,7 @@ def render(summary: GroupSummary) -> list[str]:
     ]
     lines += [f"  ^ escalated {one_line(e.agent_id)}: {_text(e.reason)}" for e in summary.escalations]
     if summary.severity_conflicts:
-        review = merged_command(summary.group_id)
+        review = merged_command(summary.group_id, namespace)
         lines.append(f"  * {summary.severity_conflicts} severity conflict(s): review with `{review}`")
     return lines
 
@@ -112,13 +131,14 @@ def _suggest(verb: str, ids: list[str], words: list[str], options: list[str]) ->
     return " ".join(["subagent-bus", verb, *words, *options])
 
 
-def inbox_lines(summaries: list[GroupSummary]) -> list[str]:
+def inbox_lines(summaries: list[GroupSummary], namespace: str = DEFAULT_NAMESPACE) -> list[str]:
     """What waits for a human, each item with the command that acts on it.
 
-    An agent or request id known in several groups gets ``--group`` in its commands, which need it then.
+    An agent or request id known in several groups gets ``--group`` in its commands, which need it then;
+    every command names ``namespace`` unless it is the default.
     """
-    agents = Counter(a.agent_id for s in summaries for a in s.agents)
-    requests = Counter(d.request_id for s in summaries for d in s.pending_delegations)
+    agents = _Ids(Counter(a.agent_id for s in summaries for a in s.agents), _in(namespace))
+    requests = _Ids(Counter(d.request_id for s in summaries for d in s.pending_delegations), _in(namespace))
     lines: list[str] = []
     for s in summaries:
         lines += _questions(s, agents)
@@ -129,16 +149,25 @@ def inbox_lines(summaries: list[GroupSummary]) -> list[str]:
     for s in summaries:
         lines += _escalations(s, agents)
     for s in summaries:
-        lines += _reviews(s)
-    return lines or ["nothing waits for a human"]
+        lines += _reviews(s, namespace)
+    for s in summaries:
+        lines += _unresolved(s, namespace)
+    return lines or [NOTHING_WAITS]
 
 
-def _group(s: GroupSummary, ids: Counter[str], item_id: str) -> list[str]:
-    """``--group G`` when ``item_id`` is known in several groups."""
-    return ["--group", _arg(s.group_id)] if ids[item_id] > 1 else []
+class _Ids(NamedTuple):
+    counts: Counter[str]
+    """How many groups know each id."""
+    where: list[str]
+    """The options of every command (the namespace)."""
 
 
-def _questions(s: GroupSummary, agents: Counter[str]) -> list[str]:
+def _group(s: GroupSummary, ids: _Ids, item_id: str) -> list[str]:
+    """``--group G`` when ``item_id`` is known in several groups, and the namespace."""
+    return (["--group", _arg(s.group_id)] if ids.counts[item_id] > 1 else []) + ids.where
+
+
+def _questions(s: GroupSummary, agents: _Ids) -> list[str]:
     """Each open question with its context; the agent's reason and what would unblock it under its
     first open one (they are the clarification's, shared by its questions)."""
     lines = []
@@ -156,7 +185,7 @@ def _questions(s: GroupSummary, agents: Counter[str]) -> list[str]:
     return lines
 
 
-def _blockers(s: GroupSummary, agents: Counter[str]) -> list[str]:
+def _blockers(s: GroupSummary, agents: _Ids) -> list[str]:
     lines = []
     for b in s.blockers:
         options = _group(s, agents, b.agent_id)
@@ -184,7 +213,7 @@ def _note(path: ResumePath) -> list[str]:
     return [f"          note: {_NOTES[path]}"] if path in _NOTES else []
 
 
-def _delegations(s: GroupSummary, requests: Counter[str]) -> list[str]:
+def _delegations(s: GroupSummary, requests: _Ids) -> list[str]:
     lines = []
     for d in s.pending_delegations:
         options = _group(s, requests, d.request_id)
@@ -212,7 +241,7 @@ def _checklist(d: PendingDelegation) -> list[str]:
     return reason + _detail("context", d.context_required) + _detail("coordination", d.coordination)
 
 
-def _escalations(s: GroupSummary, agents: Counter[str]) -> list[str]:
+def _escalations(s: GroupSummary, agents: _Ids) -> list[str]:
     lines = []
     for e in s.escalations:
         dismiss = _suggest("dismiss", [e.agent_id], [_arg(e.agent_id)], _group(s, agents, e.agent_id))
@@ -221,15 +250,41 @@ def _escalations(s: GroupSummary, agents: Counter[str]) -> list[str]:
     return lines
 
 
-def _reviews(s: GroupSummary) -> list[str]:
+def _reviews(s: GroupSummary, namespace: str) -> list[str]:
     """Seed 001: conflicting findings are flagged for human review."""
     if not s.severity_conflicts:
         return []
     return [
         f"review    group {one_line(s.group_id)}: {s.severity_conflicts} merged finding(s) whose agents "
         "disagree on severity",
-        f"          review: {merged_command(s.group_id)}",
+        f"          review: {merged_command(s.group_id, namespace)}",
     ]
+
+
+_UNRESOLVED: Final = f"{ViolationRule.UNRESOLVED_BLOCKER.value}: "
+
+
+def unresolved_blockers(summary: GroupSummary) -> list[tuple[str, str]]:
+    """The agents that finished with a blocker of theirs unresolved, each with the blocker (the group's
+    status is ``review`` for them): an ``unresolved_blocker`` violation."""
+    return [
+        (a.agent_id, v.removeprefix(_UNRESOLVED))
+        for a in summary.agents
+        for v in a.violations
+        if v.startswith(_UNRESOLVED)
+    ]
+
+
+def _unresolved(s: GroupSummary, namespace: str) -> list[str]:
+    """Agents that finished with a blocker unresolved: no command undoes that, but a human should look."""
+    lines = []
+    for agent_id, blocker in unresolved_blockers(s):
+        lines.append(
+            f"review    {one_line(agent_id)} finished with a blocker unresolved: {cut(_text(blocker), _DETAIL)}"
+        )
+        status = _suggest("status", [], [], ["--group", _arg(s.group_id), *_in(namespace)])
+        lines.append(f"          see: {status}")
+    return lines
 
 
 def _by_group(rows: dict[str, list[str]]) -> list[str]:

@@ -32,6 +32,7 @@ __all__ = [
     "Leases",
     "fair_share",
     "lease_key",
+    "members_key",
 ]
 
 # KEYS[1]: a lease; ARGV: token, ttl in ms, and 'retake' to take the lease again when it expired and
@@ -109,6 +110,11 @@ def fair_share(shards: int, members: Any) -> int:
     return math.ceil(shards / max(1, int(members)))
 
 
+def members_key(keys: Keys) -> str:
+    """The sorted set of live coordinators, each scored by when it expires (server time, in ms)."""
+    return f"{keys.namespace}:coordinators"
+
+
 def lease_key(keys: Keys, shard: int) -> str:
     """The key of a shard's lease: it exists while a coordinator holds the shard."""
     return keys.state(shard, "lease")
@@ -132,7 +138,7 @@ class Leases:
         self._members = wire.Script(MEMBERS_SCRIPT)
         self._claim = wire.Script(CLAIM_SCRIPT)
         self._prune = wire.Script(PRUNE_SCRIPT)
-        self._members_key = f"{keys.namespace}:coordinators"
+        self._members_key = members_key(keys)
 
     def key(self, shard: int) -> str:
         """The shard's lease key."""

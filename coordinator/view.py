@@ -7,6 +7,7 @@ agent or of a delegation request). Nothing here writes.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ from bus.envelope import decode
 from bus.errors import BusError, DecodeError
 from bus.findings import Finding
 from bus.keys import ConsumerGroup, Keys, StreamKind
+from coordinator.lease import members_key
 from coordinator.rules.summary import GroupSummary, summarize
 from coordinator.state import FindingSlot, GroupState
 from coordinator.store import (
@@ -244,17 +246,39 @@ async def iter_findings(
 
 
 async def no_coordinator_note(client: Client, keys: Keys) -> str:
-    """`` (N signal(s) wait for a coordinator: start one, ...)`` while no coordinator has read the
-    namespace's signals yet (none has created its consumer group on any shard) and some wait; else ""."""
+    """`` (N signal(s) wait for a coordinator: start one, ...)`` while signals wait and no coordinator
+    has ever read the namespace's (none has created its consumer group on a shard with signals), or
+    ``(N signal(s) not applied yet: no coordinator is running; ...)`` while no coordinator is live and
+    some are unread; else ""."""
     group = ConsumerGroup.COORDINATOR.value
-    total = 0
+    waiting, seen = 0, False
     with translated():
+        if await _coordinator_live(client, keys):
+            return ""
         for shard in range(keys.shards):
             stream = keys.stream(shard, StreamKind.SIGNALS)
             length = await client.xlen(stream)
-            if length and any(as_text(g["name"]) == group for g in await client.xinfo_groups(stream)):
-                return ""
-            total += length
-    return (
-        f" ({total} signal(s) wait for a coordinator: start one, `subagent-bus coordinator`)" if total else ""
-    )
+            ours = (
+                [g for g in await client.xinfo_groups(stream) if as_text(g["name"]) == group]
+                if length
+                else []
+            )
+            seen = seen or bool(ours)
+            waiting += int(ours[0].get("lag") or 0) if ours else length
+    start = "start one, `subagent-bus coordinator`"
+    if not waiting:
+        return ""
+    if not seen:
+        return f" ({waiting} signal(s) wait for a coordinator: {start})"
+    return f" ({waiting} signal(s) not applied yet: no coordinator is running; {start})"
+
+
+_CLOCK_SLACK_MS = 10_000
+"""How far this machine's clock may run ahead of the server's before a live coordinator looks gone."""
+
+
+async def _coordinator_live(client: Client, keys: Keys) -> bool:
+    """Whether a coordinator's membership has not expired (by this machine's clock, give or take
+    :data:`_CLOCK_SLACK_MS`: reading the server's would take a permission a viewer lacks)."""
+    now = time.time() * 1000
+    return bool(await client.zrangebyscore(members_key(keys), now - _CLOCK_SLACK_MS, "+inf", start=0, num=1))

@@ -23,7 +23,14 @@ from bus.keys import Keys, open_namespace
 from bus.params import FiniteFloatRange, not_blank
 from bus.progress import Progress
 from bus.settings import Settings
-from coordinator.console import finding_lines, inbox_lines, merged_lines, render
+from coordinator.console import (
+    NOTHING_WAITS,
+    finding_lines,
+    inbox_lines,
+    merged_lines,
+    render,
+    unresolved_blockers,
+)
 from coordinator.policy import Policy
 from coordinator.rules import GroupSummary, MergedFinding, merge_findings, merged_view
 from coordinator.view import (
@@ -90,7 +97,9 @@ async def _status_lines(settings: Settings, group_id: str | None) -> list[str]:
     async def read(client: Client, keys: Keys) -> list[str]:  # one connection: a slow server is met once
         summaries = await load_summaries(client, keys, group_id)
         if summaries:
-            return [line for summary in summaries for line in render(summary)]
+            note = await no_coordinator_note(client, keys)  # a coordinator stopped: the states are old
+            lines = [line for summary in summaries for line in render(summary, settings.namespace)]
+            return [*lines, note.strip()] if note else lines
         retired = await retired_note(client, keys, group_id) if group_id else None
         if retired:
             return [retired]
@@ -151,10 +160,12 @@ def status(settings: Settings, group_id: str | None, as_json: bool, watch: float
 @click.option("--json", "as_json", is_flag=True, help="Print the open items as JSON.")
 @redis_options
 def inbox(settings: Settings, as_json: bool) -> None:
-    """What waits for a human: questions, blockers, delegations to approve, escalations, and the groups
-    whose agents disagree on the severity of a merged finding.
+    """What waits for a human: questions, blockers, delegations to approve, escalations, the groups
+    whose agents disagree on the severity of a merged finding, and the agents that finished with a
+    blocker unresolved (a result report that did not reach the coordinator, say).
 
-    Each item comes with the command that acts on it (with --json, each names its group_id).
+    Each item comes with the command that acts on it, or that shows more (with --json, each names its
+    group_id).
     """
 
     summaries = run_command(_summaries(settings))
@@ -169,6 +180,11 @@ def inbox(settings: Settings, as_json: bool) -> None:
             name: [{"group_id": g, **m.model_dump(mode="json")} for g, m in pairs]
             for name, pairs in items.items()
         }
+        listed["unresolved"] = [
+            {"group_id": s.group_id, "agent_id": agent_id, "blocker": blocker}
+            for s in summaries
+            for agent_id, blocker in unresolved_blockers(s)
+        ]
         listed["conflicts"] = [
             {"group_id": s.group_id, "severity_conflicts": s.severity_conflicts}
             for s in summaries
@@ -176,9 +192,12 @@ def inbox(settings: Settings, as_json: bool) -> None:
         ]
         click.echo(_dump(listed))
         return
-    lines = inbox_lines(summaries)
-    if not summaries:  # nothing can wait before a coordinator has applied the agents' signals
-        lines[-1] += run_command(_read(settings, no_coordinator_note, ""))
+    lines = inbox_lines(summaries, settings.namespace)
+    note = run_command(_read(settings, no_coordinator_note, ""))  # what waits may not be shown yet
+    if note and lines == [NOTHING_WAITS]:
+        lines[-1] += note
+    elif note:
+        lines.append(note.strip())
     click.echo("\n".join(lines))
 
 
@@ -209,7 +228,8 @@ async def _no_findings(client: Client, keys: Keys, settings: Settings, group_id:
     if retired:
         click.echo(retired, err=True)
         return
-    hint = await _known(client, keys, group_id)
+    known = group_id in await group_ids(client, keys)
+    hint = ": none of its agents reported one yet" if known else await _known(client, keys, group_id)
     click.echo(f"no findings for group {group_id!r} in namespace {settings.namespace!r}{hint}", err=True)
 
 

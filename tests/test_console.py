@@ -6,9 +6,10 @@ import itertools
 import subprocess
 
 import pytest
-from rules_kit import Feed, clarification, delegate, finding, stop_error
+from rules_kit import Feed, clarification, completion, delegate, finding, stop_error
 
 from bus.errors import BusError
+from bus.events import AgentStarted
 from bus.signals import StopWork
 from coordinator.console import inbox_lines, render
 from coordinator.rules import summarize
@@ -181,3 +182,36 @@ def test_a_group_with_a_severity_conflict_waits_for_a_review() -> None:
         "          review: subagent-bus findings --merged --group '-g 1'",
     ]
     assert _words(lines[1].split(": ", 1)[1]) == ["subagent-bus", "findings", "--merged", "--group", "-g 1"]
+
+
+def test_every_suggested_command_names_a_namespace_other_than_the_default() -> None:
+    feed = _feed()
+    feed.send(finding("security-auditor", severity="critical"), "auditor")
+    feed.send(finding("qa-engineer", severity="minor"), "qa")
+    summary = summarize(feed.state)
+    lines = inbox_lines([summary], "demo x")
+    tails = [line[line.index("subagent-bus") :] for line in lines if "subagent-bus" in line]
+    commands = [part.strip("`") for tail in tails for part in tail.split("  |  ")]
+    assert len(commands) == 6  # answer, resolve, recover, approve, deny, findings --merged
+    for command in commands:
+        words = _words(command.split("  #")[0])
+        assert words[words.index("--namespace") + 1] == "demo x", command
+    assert "--namespace 'demo x'" in render(summary, "demo x")[-1]
+    assert not any("--namespace" in line for line in inbox_lines([summary]) + render(summary))
+
+
+def test_a_verdict_is_the_last_one_while_agents_work() -> None:
+    feed = Feed()
+    feed.send(completion("a"), "a")
+    assert ", 0 active, verdict continue;" in render(summarize(feed.state))[0]
+    feed.send(AgentStarted(task="more"), "b")
+    assert ", 1 active, last verdict continue;" in render(summarize(feed.state))[0]
+
+
+def test_an_agent_that_finished_with_a_blocker_unresolved_waits_for_a_review() -> None:
+    feed = Feed(group="g 1")
+    feed.send(stop_error("a"), "a")
+    feed.send(completion("a"), "a")
+    lines = inbox_lines([summarize(feed.state)], "ns")
+    assert lines[0].startswith("review    a finished with a blocker unresolved: error: ")
+    assert lines[1:] == ["          see: subagent-bus status --group 'g 1' --namespace ns"]

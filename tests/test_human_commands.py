@@ -296,6 +296,12 @@ def test_findings_of_different_groups_are_merged_apart(redis_url: str) -> None:
     ok(redis_url, "trim", "--findings", "0")
     assert ok(redis_url, "findings").splitlines() == ["0 findings"]
     assert orjson.loads(ok(redis_url, "findings", "--merged", "--json")) == merged
+    agent_says(redis_url, "quiet-1", "quiet", stop("quiet-1"))  # a known group without findings
+    coordinate(redis_url)
+    quiet = cli(redis_url, "findings", "--merged", "--group", "quiet")
+    assert quiet.stderr.strip().splitlines()[-1] == (
+        "no findings for group 'quiet' in namespace 'sbus': none of its agents reported one yet"
+    )
 
 
 @pytest.mark.parametrize(

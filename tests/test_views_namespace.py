@@ -74,6 +74,16 @@ def test_an_empty_status_says_when_signals_wait_for_a_coordinator(redis_url: str
     assert run(redis_url, "coordinator", "--burst").returncode == 0
     assert run(redis_url, "status").stdout.startswith("group g: ")
     assert run(redis_url, "inbox").stdout == "nothing waits for a human\n"
+    asked = run(redis_url, "findings", "add", '{"title": "u"}', "--agent-id", "a", "--group", "g")
+    assert asked.returncode == 0, asked.stderr
+    stopped = (
+        "(1 signal(s) not applied yet: no coordinator is running; start one, `subagent-bus coordinator`)"
+    )
+    assert run(redis_url, "inbox").stdout == f"nothing waits for a human {stopped}\n"
+    assert run(redis_url, "status").stdout.endswith(f"\n{stopped}\n")
+    assert run(redis_url, "coordinator", "--burst").returncode == 0
+    assert run(redis_url, "inbox").stdout == "nothing waits for a human\n"
+    assert stopped not in run(redis_url, "status").stdout
     typo = run(redis_url, "status", "--group", "h").stdout
     assert typo == "no groups yet named h in namespace 'typo'; known groups: g\n"
 
