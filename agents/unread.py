@@ -8,9 +8,10 @@ one would record a wrong outcome. Yet an agent that finishes without printing a 
 way most likely wrote it under such a heading, and its status and findings would vanish without a word.
 
 So the last such section that reads as a report is held, unless the agent printed a report before it
-(then it is a recap). A report that follows (or the error of one that does not read) drops it; the agent's completion, its ``COMPLETION_REPORT`` or the end of its
-output, turns it into the :class:`~agents.items.ErrorItem` of a result report, which an adapter
-publishes as a lost result: a blocker the parent sees, which leaves the group in review.
+(then it is a recap). A report that follows (or the error of one that does not read) drops it; the
+agent's completion, its ``COMPLETION_REPORT`` or the end of its output, turns it into the
+:class:`~agents.items.ErrorItem` of a result report, which an adapter publishes as a lost result: a
+blocker the parent sees, which leaves the group in review.
 
 That error is placed just before what completed the agent, at the offset one byte before it (the newline
 that ends the line before), or at the end of the output, one byte past its last: no item starts there,

@@ -168,7 +168,12 @@ def inbox(settings: Settings, as_json: bool) -> None:
     group_id).
     """
 
-    summaries = run_command(_summaries(settings))
+    async def read(client: Client, keys: Keys) -> tuple[list[GroupSummary], str]:
+        summaries = await load_summaries(client, keys, None)
+        return summaries, "" if as_json else await no_coordinator_note(client, keys)
+
+    nothing: tuple[list[GroupSummary], str] = ([], "")
+    summaries, note = run_command(_read(settings, read, nothing))
     if as_json:
         items: dict[str, list[tuple[str, Model]]] = {
             "questions": [(s.group_id, q) for s in summaries for q in s.open_questions if not q.answered],
@@ -193,7 +198,6 @@ def inbox(settings: Settings, as_json: bool) -> None:
         click.echo(_dump(listed))
         return
     lines = inbox_lines(summaries, settings.namespace)
-    note = run_command(_read(settings, no_coordinator_note, ""))  # what waits may not be shown yet
     if note and lines == [NOTHING_WAITS]:
         lines[-1] += note
     elif note:
@@ -228,14 +232,18 @@ async def _no_findings(client: Client, keys: Keys, settings: Settings, group_id:
     if retired:
         click.echo(retired, err=True)
         return
-    known = group_id in await group_ids(client, keys)
-    hint = ": none of its agents reported one yet" if known else await _known(client, keys, group_id)
+    known = await group_ids(client, keys)
+    hint = ": none of its agents reported one yet" if group_id in known else _others(known, group_id)
     click.echo(f"no findings for group {group_id!r} in namespace {settings.namespace!r}{hint}", err=True)
 
 
 async def _known(client: Client, keys: Keys, group_id: str) -> str:
     """The other groups the coordinators know, for a message about ``group_id`` (a typo, maybe)."""
-    known = [g for g in await group_ids(client, keys) if g != group_id]
+    return _others(await group_ids(client, keys), group_id)
+
+
+def _others(groups: list[str], group_id: str) -> str:
+    known = [g for g in groups if g != group_id]
     return f"; known groups: {', '.join(known[:10])}{' ...' if len(known) > 10 else ''}" if known else ""
 
 
