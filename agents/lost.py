@@ -31,18 +31,28 @@ AWAITED: Final = frozenset(
 )
 """What the agent waits on, or ends with, once printed."""
 
+_ENDS: Final = frozenset({EnvelopeType.COMPLETION_REPORT, EnvelopeType.RESULT})
+"""What the agent ends with: most often it has finished by the time its loss is read."""
+
 
 def lost_signal(agent_id: str, type_: EnvelopeType, where: str, why: str) -> StopWork:
     """The STOP_WORK error published in place of the agent's ``type_`` (at ``where`` in its output)
     that cannot reach the parent for the reason ``why``."""
     what = "result report" if type_ is EnvelopeType.RESULT else type_.value
+    if type_ in _ENDS:
+        then = (
+            "Its outcome is not recorded. If the agent still runs, resolve this with what it needs (for "
+            f"example, ask it to print the {what} again, corrected); if it has finished, nothing resumes "
+            "it: read its output, and run it again if its work is needed."
+        )
+    else:
+        then = (
+            f"The agent waits for a reply: resolve this with what it needs (for example, ask it to send "
+            f"the {what} again, corrected), or choose a recovery."
+        )
     return StopWork(
         agent_id=agent_id,
         stop_reason=StopReason.ERROR,
         blocker_type=BlockerType.ERROR,
-        details=(
-            f"The agent printed a {what} ({where}) that did not reach the coordinator: {why}. It may "
-            f"be waiting for a reply, or have finished: resolve this with what it needs (for example, "
-            f"ask it to send the {what} again, corrected), or choose a recovery."
-        ),
+        details=f"The agent printed a {what} ({where}) that did not reach the coordinator: {why}. {then}",
     )

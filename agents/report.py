@@ -69,9 +69,12 @@ _JUSTIFICATION: Final = re.compile(
     re.IGNORECASE,
 )
 _LABEL: Final = re.compile(
-    r"[ \t]*+(?:[-*][ \t]++)?+\**+[ \t]*+(status|summary)[ \t]*+\**+[ \t]*+:[ \t]*+\**+[ \t]*+(.*)", re.I
+    r"[ \t]*+(?:>[ \t]*+)?+(?:(?:[-*+]|\d{1,3}[.)])[ \t]++)?+\**+[ \t]*+(?:(?:overall|final)[ \t]++)?+"
+    r"(status|summary)[ \t]*+\**+[ \t]*+:[ \t]*+\**+[ \t]*+(.*)",
+    re.I,
 )
-"""``**Status:** SUCCESS``, ``Summary: ...``: a contract section written as a labelled line."""
+"""``**Status:** SUCCESS``, ``Summary: ...``: a contract section written as a labelled line, in a list
+(``-``, ``*``, ``+``, ``1.``) or a quote too, or qualified (``**Overall Status:**``)."""
 _EVIDENCE_START: Final = re.compile(r"\s*\*\*([A-Za-z]+[-_]?\d+)\b")
 _TRUE: Final = frozenset({"true", "yes", "y"})
 _FALSE: Final = frozenset({"false", "no", "n"})
@@ -139,10 +142,15 @@ def _items(lines: list[Line]) -> list[tuple[int, list[str]]]:
 
 def _labelled(label: re.Match[str]) -> bool:
     """Whether a labelled line gives its section: a status only when its value is the status word alone
-    (``Status: failed checks were fixed`` is prose)."""
+    (``Status: failed checks were fixed`` is prose), or none (``**Status:**`` over the word)."""
     if _key(label.group(1)) == "status":
-        return _STATUS.fullmatch(label.group(2).strip().strip("*`_. ")) is not None
+        value = label.group(2).strip()
+        return not value.strip("*") or _is_status(value)
     return True
+
+
+def _is_status(text: str) -> bool:
+    return _STATUS.fullmatch(text.strip().strip("*`_. ")) is not None
 
 
 def _section_key(title: str) -> str:
@@ -197,6 +205,8 @@ class _Builder:
                 continue
             key, value = _key(label.group(1)), label.group(2).strip().rstrip("*").rstrip()
             body = [(number, value)] if value else []
+            if not value and key == "status" and index < len(preamble) and _is_status(preamble[index][1]):
+                body, index = [preamble[index]], index + 1
             while key == "summary" and index < len(preamble) and preamble[index][1].strip():
                 following = preamble[index][1]
                 if _LABEL.fullmatch(following.rstrip()) or fence_after(None, following)[1]:

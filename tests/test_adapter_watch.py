@@ -232,6 +232,7 @@ async def test_an_unreadable_signal_is_a_stop_work_error_in_its_place(redis_url:
         "The agent printed a STOP_WORK (line 1) that did not reach the coordinator: "
     )
     assert "field 'stop_reason'" in lost.details
+    assert "The agent waits for a reply: resolve this" in lost.details
     assert signals[0].id == deterministic_id("a6", source_of(out.absolute(), 0), 0)  # where the block was
     said = log.read_text()
     assert "line 1: not published: STOP_WORK block at line 1" in said

@@ -328,6 +328,7 @@ def test_a_report_under_another_heading_is_named_when_the_agent_completes_withou
         "coordinator: the section '## Security Auditor Results' reads as a result report (1 finding) but was "
         "not read as one: only a '## <Agent Name> Result' heading starts a report."
     ), violation
+    assert "if it has finished, nothing resumes it" in violation  # it has: not told to resolve it
     inbox = sb(redis_url, "inbox")
     assert inbox.startswith("review    auditor finished with a blocker unresolved: error: The agent printed")
     [item] = orjson.loads(sb(redis_url, "inbox", "--json"))["unresolved"]

@@ -60,6 +60,12 @@ def test_status_and_summary_are_required() -> None:
         "## A Result\nStatus: `PARTIAL`\n\nSummary:\nChecked the login\nmodule.\n",
         "## A Result\n### Status: PARTIAL\n### Summary\nChecked the login\nmodule.\n",
         "## A Result\n### Summary: Checked the login\nmodule.\n### Status\nPartial\n",
+        "## A Result\n**Overall Status:** PARTIAL\n**Summary:** Checked the login module.\n",
+        "## A Result\n+ **Status:** PARTIAL\n+ **Summary:** Checked the login module.\n",
+        "## A Result\n1. **Status**: PARTIAL\n2. **Summary**: Checked the login module.\n",
+        "## A Result\n> **Status:** PARTIAL\n> **Summary:** Checked the login module.\n",
+        "## A Result\n**Status:**\n`PARTIAL`\n\n**Summary:**\nChecked the login module.\n",
+        "## A Result\n### Final Status: PARTIAL\n### Summary\nChecked the login module.\n",
     ],
 )
 def test_status_and_summary_as_labelled_lines(text: str) -> None:
@@ -98,6 +104,13 @@ def test_rows_that_say_nothing_are_no_findings() -> None:
     parsed = parse_report(report(table))
     assert [(f.id, f.file, f.line) for f in parsed.findings] == [("SEC-2", "src/a.ts", 3)]
     assert parsed.violations == []
+
+
+def test_a_status_label_over_a_line_that_is_no_status_word_is_prose() -> None:
+    with pytest.raises(ReportError, match="missing '### Status' section"):
+        parse_report("## A Result\n**Status:**\nmostly done\n**Summary:** ok\n")
+    parsed = parse_report(report().replace("### Status", "**Overall Status:**\n\n### Status"))
+    assert parsed.status is ResultStatus.SUCCESS and parsed.sections[0].text == "**Overall Status:**"
 
 
 def test_a_label_that_is_no_status_is_prose() -> None:
