@@ -8,6 +8,7 @@ from typing import Final
 
 from agents.blocks import BlockError, SignalPayload, decode_body, is_template
 from agents.lines import Heading
+from agents.markdown import deepened
 from agents.report import ReportError, parse_report
 from bus.envelope import EnvelopeType
 from bus.fields import Model, trusted_instance
@@ -102,8 +103,8 @@ def report_item(
     (``context`` follows its line), since the rest of a report is worth more than a byte."""
     text = content.decode(errors="replace")
     title, _, body = text.partition("\n")
-    if heading is Heading.UNREAD:
-        text = "## Unread Result\n" + body
+    if heading is Heading.UNREAD:  # its sections may be a level up (`# Auditor Result` over `## Status`)
+        text = "## Unread Result\n" + deepened(body, 2)
     try:
         report = parse_report(text)
     except ReportError as exc:

@@ -19,6 +19,7 @@ __all__ = [
     "Fence",
     "Line",
     "Part",
+    "deepened",
     "fence_after",
     "list_items",
     "parse_tables",
@@ -65,6 +66,20 @@ def fence_after(fence: Fence | None, line: str) -> tuple[Fence | None, bool]:
         return (marker[0], len(marker)), True
     closes = marker[0] == fence[0] and len(marker) >= fence[1] and not info
     return (None if closes else fence), True
+
+
+def deepened(text: str, level: int) -> str:
+    """``text`` with each heading of ``level`` outside code fences one level deeper."""
+    lines = text.split("\n")
+    fence: Fence | None = None
+    for index, line in enumerate(lines):
+        outside = fence is None
+        fence, is_fence = fence_after(fence, line)
+        if outside and not is_fence and line.lstrip(" ").startswith("#"):
+            heading = HEADING.fullmatch(line.rstrip())
+            if heading is not None and len(heading.group(1)) == level:
+                lines[index] = line[: heading.start(1)] + "#" + line[heading.start(1) :]
+    return "\n".join(lines)
 
 
 def split_sections(lines: list[Line], level: int) -> tuple[list[Line], list[Part]]:

@@ -42,7 +42,9 @@ Recognition rules:
   Result``, ``## Result ✅``) starts no report; what it holds, read as a report's sections, is an
   :class:`UnreadReportItem` when it reads as one, and prose either way. It runs to the next
   heading of level 1 or 2, the next opening tag, or the end of input; headings inside code fences do not
-  end it. A report that starts inside a fence (the seeds show reports inside ```markdown fences) also
+  end it. A section of level 1 that starts outside code fences runs over the headings of level 2 that
+  start nothing, read as its sections (``# Tester Result`` over ``## Status``: a report a level up), or
+  as far as the first of them when the whole reads as less. A report that starts inside a fence (the seeds show reports inside ```markdown fences) also
   ends at that fence's closing line. A bare fence line there is ambiguous (it may open a code block
   inside the report), so it is taken as the end only once the lines after it show it (a heading or a
   fence with an info string inside the supposed code block, a signal, the end of input, or the size

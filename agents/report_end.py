@@ -6,13 +6,19 @@ ends at that fence's closing line; but a bare fence line there may as well open 
 report, so it stays pending until the lines after it show which: a heading or a fence with an info string
 inside the supposed code block, or an opening tag, mean it closed the report (the scanner's end of input
 and size limit settle it too); a bare fence that closes the supposed code block means it did not.
+
+A section under a heading that may title a report (:attr:`~agents.lines.Heading.UNREAD`) ends the same
+way, and also before a heading in a fence of its own that starts a report. One of level 1 that starts
+outside code fences runs over the headings of level 2 that start nothing (``# Auditor Result`` over ``##
+Status``: a report's sections a level up); once it has, a heading in its fences that may title a report
+ends it too, as it did when the section ended at its first heading of level 2.
 """
 
 from __future__ import annotations
 
 from enum import Enum, auto
 
-from agents.lines import Fence, Hit
+from agents.lines import Fence, Heading, Hit
 
 __all__ = ["End", "ReportEnd"]
 
@@ -31,11 +37,16 @@ class End(Enum):
 class ReportEnd:
     """The fences of one open report, and the bare fence that may have ended it."""
 
-    __slots__ = ("fence", "outer", "pending")
+    __slots__ = ("extended", "fence", "heading", "level", "outer", "pending")
 
-    def __init__(self, outer: Fence | None) -> None:
-        """``outer``: the fence open in the prose where the report starts, if any."""
+    def __init__(self, outer: Fence | None, heading: Heading = Heading.CONTRACT, level: int = 2) -> None:
+        """``outer``: the fence open in the prose where the report starts, if any; ``heading`` and
+        ``level``: the report's heading."""
         self.outer = outer
+        self.heading = heading
+        self.level = level
+        self.extended = False
+        """The section has run over a heading of level 2 (see :meth:`runs_over`)."""
         self.fence: Fence | None = None
         """A fence open inside the report."""
         self.pending: tuple[int, int, int] | None = None
@@ -45,6 +56,20 @@ class ReportEnd:
     def fence_after(self) -> Fence | None:
         """The fence open in the prose after a report that ended before a line."""
         return self.fence or self.outer
+
+    def runs_over(self, hit: Hit) -> bool:
+        """Whether the hit is a heading of level 2 that is part of the open section of level 1 (see the
+        module); the section is then :attr:`extended`."""
+        over = (
+            self.level == 1
+            and hit.hashes == 2
+            and hit.is_heading
+            and self.outer is None
+            and self.fence is None
+            and hit.report() is None
+        )
+        self.extended |= over
+        return over
 
     def at(self, hit: Hit, *, read_past: bool) -> End | None:
         """What a candidate line means for the report's end (None: it is part of the report). A report
@@ -56,11 +81,17 @@ class ReportEnd:
             return End.BEFORE if self.pending is None else End.PENDING
         if hit.fence is not None:
             return self._fence_line(hit, read_past=read_past)
-        if hit.is_heading:
-            if self.fence is None:
-                return End.BEFORE
-            if self.pending is not None:
-                return End.PENDING
+        return self._heading_line(hit) if hit.is_heading else None
+
+    def _heading_line(self, hit: Hit) -> End | None:
+        if self.fence is None:
+            return End.BEFORE
+        if self.pending is not None:
+            return End.PENDING
+        if self.heading is Heading.UNREAD and (report := hit.report()) is not None:
+            # in a fence of the section: a report is not the section's, nor one more section that may
+            # title a report once the section ran over a heading (it would have ended before that one)
+            return End.BEFORE if report[1] is not Heading.UNREAD or self.extended else None
         return None
 
     def _fence_line(self, hit: Hit, *, read_past: bool) -> End | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from enum import Enum, auto
 
-from agents.items import ErrorItem, Found, block_item, report_item
+from agents.items import ErrorItem, Found, UnreadReportItem, block_item, report_item
 from agents.lines import HIT, MAX_TAG_LINE, TAG_GROUP, TAG_LINE, TYPE_OF_TAG, Fence, Heading, Hit, tentative
 from agents.report import is_placeholder
 from agents.report_end import End, ReportEnd
@@ -64,6 +64,7 @@ class Scanner:
         self._discard = False
         self._ends = ReportEnd(None)  # where the open report ends
         self._heading = Heading.CONTRACT  # how the open report's heading may start one
+        self._prefix: UnreadReportItem | None = None  # an extended section's start read (see _emit_report)
 
     def drain(self) -> list[Found]:
         """The items completed since the last call."""
@@ -97,8 +98,8 @@ class Scanner:
             self._rescan(self._decide(False) if self._tent is not None else self._resolve())
         if self._state is _State.BLOCK and not self._discard:
             self._error("not terminated (end of input)")
-        elif self._state is _State.REPORT and not self._discard:
-            self._emit_report(bytes(self._body))
+        elif self._state is _State.REPORT:
+            self._emit_report(None if self._discard else bytes(self._body))
         self._state = _State.OUTSIDE
 
     def run(self, region: bytes, base: int) -> None:
@@ -282,12 +283,13 @@ class Scanner:
         self._state = _State.REPORT
         self._agent = agent
         self._heading = heading
+        self._prefix = None
         self._open(hit.line, hit.at, hit.start)
         # A quoted or echoed template (``## [Agent Name] Result``) is read past like a report too big to
         # keep: its sections must not be taken for anything else, and it yields nothing.
         self._discard = is_placeholder(agent.decode(errors="replace"))
         self._start_offset = hit.at + len(hit.indent)
-        self._ends, self._fence = ReportEnd(self._fence), None
+        self._ends, self._fence = ReportEnd(self._fence, heading, hit.hashes), None
 
     def _open(self, line: int, body_start: int, seg: int) -> None:
         self._start_line = line
@@ -308,9 +310,13 @@ class Scanner:
         rewind = self._report_limits(hit)
         if rewind is not None:
             return rewind
+        first = not self._ends.extended
+        if self._ends.runs_over(hit):
+            if first and not self._discard:
+                prefix = self._report_item(self._before(hit))
+                self._prefix = prefix if isinstance(prefix, UnreadReportItem) else None
+            return None
         end = self._ends.at(hit, read_past=self._discard)
-        if end is None and self._heading is Heading.UNREAD and _starts_report(hit):
-            end = End.BEFORE  # a report in a fence of the section is not the section's
         if end is End.PENDING:
             return self._resolve()
         if end is not None:
@@ -318,8 +324,7 @@ class Scanner:
         return None
 
     def _end_report(self, hit: Hit, fence: Fence | None) -> None:
-        if not self._discard:
-            self._emit_report(self._before(hit))
+        self._emit_report(None if self._discard else self._before(hit))
         self._state = _State.OUTSIDE
         self._fence = fence
 
@@ -372,8 +377,22 @@ class Scanner:
         if item is not None:
             self._out.append(item)
 
-    def _emit_report(self, content: bytes) -> None:
-        item = report_item(
+    def _emit_report(self, content: bytes | None) -> None:
+        """Emit the open report's item; ``content`` None: its bytes were dropped (a template, or over the
+        size limit). A section that ran over headings of level 2 is what it reads as up to the first of
+        them when the whole reads as less: its own later sections may undo it (an empty ``## Status``
+        after ``**Status:** SUCCESS``), and only its start is left over the size limit."""
+        item = None if content is None else self._report_item(content)
+        prefix = self._prefix
+        if prefix is not None and not (
+            isinstance(item, UnreadReportItem) and item.findings >= prefix.findings
+        ):
+            item = prefix
+        if item is not None:
+            self._out.append(item)
+
+    def _report_item(self, content: bytes) -> Found | None:
+        return report_item(
             content,
             heading=self._heading,
             line=self._start_line,
@@ -381,10 +400,3 @@ class Scanner:
             where=self._where,
             context=self._context,
         )
-        if item is not None:
-            self._out.append(item)
-
-
-def _starts_report(hit: Hit) -> bool:
-    report = hit.report()
-    return report is not None and report[1] is not Heading.UNREAD

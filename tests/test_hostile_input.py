@@ -256,6 +256,16 @@ def test_a_flood_of_sections_that_may_be_reports() -> None:
 
 
 @pytest.mark.timeout(10)
+def test_level_1_sections_over_level_2_headings_are_read_in_linear_time() -> None:
+    sections = b"# Results\n## Status\nSUCCESS\n## Summary\nok\n" * 5_000
+    one = b"# Results\n## Status\nSUCCESS\n## Summary\nok\n" + b"## a\n" * 50_000
+    fenced = b"# Results\n## a\n" + b"```\n## X Results\n### Status\nSUCCESS\n### Summary\nok\n```\n" * 5_000
+    assert kinds(parse_text(sections + VALID)) == ["UnreadReportItem"] * 5_000 + ["SignalItem"]
+    assert kinds(parse_text(one + VALID)) == ["UnreadReportItem", "SignalItem"]
+    assert kinds(parse_text(fenced + VALID)) == ["UnreadReportItem"] * 5_000 + ["SignalItem"]
+
+
+@pytest.mark.timeout(10)
 def test_reports_in_fences_before_a_long_output_are_read_in_linear_time() -> None:
     # A report's closing fence is known to close it only at the line after it that shows it; the lines
     # after the fence are then scanned again, which must not copy the rest of the output each time.

@@ -497,6 +497,61 @@ def test_a_section_under_a_heading_that_is_not_a_reports_is_no_report_but_is_fou
     assert (item.heading, item.findings, item.line, item.offset) == (heading, 1, 2, len("Working.\n"))
 
 
+_FLAKY = "| ID | Issue | File:Line |\n|--|--|--|\n| T-1 | flaky | `a.py:3` |\n"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        f"## Status\nFAILED\n## Summary\n2 fail.\n## Findings\n### Flaky\n{_FLAKY}## Notes\nsee CI\n",
+        f"### Status\nFAILED\n### Summary\n2 fail.\n## Findings\n{_FLAKY}",
+        f"**Status:** FAILED\n**Summary:** 2 fail.\n\n## Findings\n{_FLAKY}",
+        f"## Overview\n### Status\nFAILED\n### Summary\n2 fail.\n```\n## Code\n```\n## Findings\n{_FLAKY}",
+    ],
+)
+def test_a_level_1_section_runs_over_its_level_2_headings_read_as_a_reports_sections(body: str) -> None:
+    """``# Tester Result`` over ``## Status``: a report's sections, a level up; ``###`` sections under it
+    are read too, and a level-2 heading after them is one more section."""
+    item = only(parse_text(f"Working.\n# Tester Result\n{body}\n# Next\n## Status\nSUCCESS\n"))
+    assert isinstance(item, UnreadReportItem)
+    assert (item.heading, item.findings, item.line) == ("# Tester Result", 1, 2)
+
+
+@pytest.mark.parametrize(
+    "rest",
+    [
+        "## Status\nAll green\n",  # no status: it would undo the one above
+        "## Details\n### Status\nsee the table\n",
+        "## Summary\n\n## Appendix\n" + "log line\n" * 200,  # and past the size limit
+    ],
+)
+def test_a_level_1_section_reads_as_far_as_its_first_level_2_heading_when_the_whole_reads_as_less(
+    rest: str,
+) -> None:
+    text = f"# Tester Result\n**Status:** FAILED\n**Summary:** 2 fail.\n### Findings\n{_FLAKY}{rest}"
+    item = only(parse_text(text, max_block_bytes=1000))
+    assert isinstance(item, UnreadReportItem) and (item.heading, item.findings) == ("# Tester Result", 1)
+
+
+def test_a_level_1_section_ends_at_a_report_or_a_section_that_may_be_one() -> None:
+    section = "# Tester Result\n## Status\nFAILED\n## Summary\nno\n"
+    first, second = parse_text(f"{section}## Test Results\n{UNREAD}")
+    assert isinstance(first, UnreadReportItem) and first.heading == "# Tester Result"
+    assert isinstance(second, UnreadReportItem) and (second.heading, second.line) == ("## Test Results", 6)
+    first, second = parse_text(f"{section}{REPORT}")  # the report then drops the section held
+    assert isinstance(first, UnreadReportItem) and isinstance(second, ResultItem) and second.line == 6
+    fenced = f"{section}```markdown\n## Auditor Results\n{UNREAD}```\n"  # held, as it was when the
+    first, second = parse_text(fenced)  # section ended at its first level-2 heading
+    assert isinstance(second, UnreadReportItem) and (second.heading, second.line) == ("## Auditor Results", 7)
+
+
+def test_a_level_1_section_in_a_fence_ends_at_its_first_level_2_heading() -> None:
+    """In a fence the section does not know where the fence ends: it ends as any section does."""
+    assert parse_text("```\n# Tester Result\n## Status\nSUCCESS\n## Summary\nok\n```\n") == []
+    (item,) = parse_text("```\n# Tester Result\n### Status\nSUCCESS\n### Summary\nok\n## Notes\n```\n")
+    assert isinstance(item, UnreadReportItem)
+
+
 @pytest.mark.parametrize(
     "heading",
     ["### Security Auditor Results", "## Subresult", "## Results are in", "## Resultset", "Results"],

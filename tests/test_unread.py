@@ -120,3 +120,12 @@ def test_a_transcript_holds_it_from_one_message_to_the_completion_in_a_later_one
     assert data[error.offset : error.offset + 1] == b"\n"  # the end of the JSONL line before
     [end] = parse(line(UNREAD) + line("bye"), size, Format.CLAUDE_JSONL)
     assert isinstance(end, ErrorItem) and end.message == NAMED
+
+
+@pytest.mark.parametrize("size", [None, 1, 7, 64])
+def test_a_level_1_heading_over_level_2_sections_is_named_too(size: int | None) -> None:
+    section = UNREAD.replace("## Security", "# Security").replace("\n### ", "\n## ")
+    assert section.startswith("# Security Auditor Results\n\n## Status\n")
+    error, signal = parse(f"Working.\n{section}\n## Next steps\nnone\n{COMPLETION}".encode(), size)
+    assert isinstance(error, ErrorItem) and isinstance(signal, SignalItem)
+    assert error.message == NAMED.replace("'## Security", "'# Security") and error.line == 2
