@@ -9,7 +9,7 @@ from typing import Final
 from agents.blocks import BlockError, SignalPayload, decode_body, is_template
 from agents.lines import Heading
 from agents.markdown import deepened
-from agents.report import ReportError, parse_report
+from agents.report import ReportError, keeps_placeholders, parse_report
 from bus.envelope import EnvelopeType
 from bus.fields import Model, trusted_instance
 from bus.results import ResultReport
@@ -62,6 +62,8 @@ class UnreadReportItem(Model):
     findings: int
     line: int
     offset: int
+    template: bool = False
+    """Its heading names a template's placeholder (``## [Agent Name] Result``)."""
 
 
 Item = SignalItem | ResultItem | ErrorItem
@@ -99,11 +101,12 @@ def report_item(
     """The item of a report (heading at ``line``): the report, or an error whose message starts with
     ``where()``. Under a heading written otherwise than the contract's, a report that does not read as
     one is prose: None; under one that is not a report's (:attr:`Heading.UNREAD`), one that does is an
-    :class:`UnreadReportItem`. Invalid UTF-8 is read as U+FFFD and named in the report's violations
+    :class:`UnreadReportItem`, and so is a template's filled in (:attr:`Heading.TEMPLATE`). Invalid UTF-8 is read as U+FFFD and named in the report's violations
     (``context`` follows its line), since the rest of a report is worth more than a byte."""
     text = content.decode(errors="replace")
     title, _, body = text.partition("\n")
-    if heading is Heading.UNREAD:  # its sections may be a level up (`# Auditor Result` over `## Status`)
+    unread = heading is Heading.UNREAD or heading is Heading.TEMPLATE
+    if unread:  # its sections may be a level up (`# Auditor Result` over `## Status`)
         text = "## Unread Result\n" + deepened(body, 2)
     try:
         report = parse_report(text)
@@ -120,8 +123,14 @@ def report_item(
         bad = line + content.count(b"\n", 0, exc.start)
         violation = f"invalid UTF-8 at line {bad}{context} (read as U+FFFD)"
         report = report.model_copy(update={"violations": [*report.violations, violation]})
-    if heading is Heading.UNREAD:
+    if heading is Heading.TEMPLATE and keeps_placeholders(report.summary):
+        return None  # the template, quoted or echoed
+    if unread:
         return UnreadReportItem(
-            heading=title.strip(), findings=len(report.findings), line=line, offset=offset
+            heading=title.strip(),
+            findings=len(report.findings),
+            line=line,
+            offset=offset,
+            template=heading is Heading.TEMPLATE,
         )
     return ResultItem(report=report, line=line, offset=offset)

@@ -48,11 +48,12 @@ from bus.results import (
     Table,
 )
 
-__all__ = ["ReportError", "is_placeholder", "parse_report"]
+__all__ = ["ReportError", "is_placeholder", "keeps_placeholders", "parse_report"]
 
 _REPORT_HEADING: Final = re.compile(r" {0,3}##[ \t]+\**+(\S(?:.*\S)?)[ \t]+(?i:result)[ \t*:#]*")
 """``## <Agent> Result``, also in any case, in bold or with a colon."""
 _PLACEHOLDERS: Final = frozenset({"agent name", "agent", "name", "agent-name", "agent_name", "agent type"})
+_PLACEHOLDER_TEXT: Final = re.compile(r"\[[^\[\]\n]{1,80}\](?!\()|<[A-Za-z][\w -]{0,40}>")
 _STATUS: Final = re.compile(r"(SUCCESS|PARTIAL|FAILED)\b", re.IGNORECASE)
 # The expressions of a report's lines are possessive (`*+`, `?+`) where runs of spaces meet: a line of
 # agent output may hold a megabyte of them, and backtracking into every split of a run is quadratic.
@@ -112,6 +113,12 @@ def is_placeholder(name: str) -> bool:
     name = name.strip("*_` ")
     bracketed = len(name) > 2 and (name[0], name[-1]) in {("[", "]"), ("<", ">")}
     return bracketed and name[1:-1].strip().lower() in _PLACEHOLDERS
+
+
+def keeps_placeholders(text: str) -> bool:
+    """Whether a template's text still has its placeholders (``[error category]``, ``<agent-id>``; not a
+    Markdown link)."""
+    return _PLACEHOLDER_TEXT.search(text) is not None
 
 
 def _section(part: Part) -> Section:

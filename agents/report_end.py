@@ -79,8 +79,8 @@ class ReportEnd:
             if not hit.opens:
                 return None
             return End.BEFORE if self.pending is None else End.PENDING
-        if hit.fence is not None:
-            return self._fence_line(hit, read_past=read_past)
+        if hit.fence is not None:  # a template's sections are not worth a code block of their own
+            return self._fence_line(hit, read_past=read_past or self.heading is Heading.TEMPLATE)
         return self._heading_line(hit) if hit.is_heading else None
 
     def _heading_line(self, hit: Hit) -> End | None:

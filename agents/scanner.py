@@ -282,12 +282,11 @@ class Scanner:
     def _open_report(self, hit: Hit, agent: bytes, heading: Heading) -> None:
         self._state = _State.REPORT
         self._agent = agent
+        if heading is not Heading.UNREAD and is_placeholder(agent.decode(errors="replace")):
+            heading = Heading.TEMPLATE
         self._heading = heading
         self._prefix = None
         self._open(hit.line, hit.at, hit.start)
-        # A quoted or echoed template (``## [Agent Name] Result``) is read past like a report too big to
-        # keep: its sections must not be taken for anything else, and it yields nothing.
-        self._discard = is_placeholder(agent.decode(errors="replace"))
         self._start_offset = hit.at + len(hit.indent)
         self._ends, self._fence = ReportEnd(self._fence, heading, hit.hashes), None
 

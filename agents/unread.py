@@ -6,6 +6,7 @@ A section under a heading that is not a report's but may title one (``## Securit
 ``## Test Results`` with a status and a summary is part of its work, not its result, and taking it for
 one would record a wrong outcome. Yet an agent that finishes without printing a report the contract's
 way most likely wrote it under such a heading, and its status and findings would vanish without a word.
+So with a report's template filled in but for the agent's name (``## [Agent Name] Result``).
 
 So the last such section that reads as a report is held, unless the agent printed a report before it
 (then it is a recap). A report that follows (or the error of one that does not read) drops it; the
@@ -60,8 +61,10 @@ class UnreadReports:
             return []
         heading = held.heading if len(held.heading) <= 80 else held.heading[:79] + "…"
         found = f"{held.findings} finding{'' if held.findings == 1 else 's'}"
-        message = (
-            f"the section '{heading}' reads as a result report ({found}) but was not read as one: "
-            "only a '## <Agent Name> Result' heading starts a report"
+        why = (
+            "its heading has the template's placeholder where the agent's name goes"
+            if held.template
+            else "only a '## <Agent Name> Result' heading starts a report"
         )
+        message = f"the section '{heading}' reads as a result report ({found}) but was not read as one: {why}"
         return [ErrorItem(line=held.line, offset=offset, message=message, type=EnvelopeType.RESULT)]

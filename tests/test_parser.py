@@ -592,6 +592,22 @@ def test_a_report_template_quoted_or_echoed_is_nothing(name: str) -> None:
     assert isinstance(item, SignalItem) and item.line == 8
 
 
+@pytest.mark.parametrize("name", ["[Agent Name]", "**[Agent Name]**", "<agent>"])
+def test_a_report_template_filled_in_is_found_as_a_section_to_hold(name: str) -> None:
+    """Filled in but for the name: no report (it names no agent), but not to be lost without a word."""
+    text = f"## {name} Result\n### Status\nPARTIAL\n### Summary\nHalf of [the docs](d.md) done.\n"
+    item = only(parse_text(text + "### Findings\n" + _FLAKY))
+    assert isinstance(item, UnreadReportItem) and item.template and item.findings == 1
+    assert item.heading == f"## {name} Result"
+
+
+def test_a_template_in_a_fence_ends_with_it_and_over_the_size_limit_is_nothing() -> None:
+    template = "## [Agent Name] Result\n### Status\nSUCCESS\n### Summary\nDone.\n"
+    first, second = parse_text(f"```markdown\n{template}```\n{REPORT}")
+    assert isinstance(first, UnreadReportItem) and isinstance(second, ResultItem)
+    assert parse_text(template + "x\n" * 600, max_block_bytes=1000) == []
+
+
 def test_an_invalid_status_is_an_error_item() -> None:
     item = only(parse_text(REPORT.replace("SUCCESS", "DONE")))
     assert isinstance(item, ErrorItem)
@@ -634,6 +650,8 @@ FRAGMENTS = [
     b"## [Agent Name] Result\n### Status\n[SUCCESS]\n",
     b"[PROGRESS] - on my way\nagent_id: t\npercent: 40\n[/PROGRESS]\n",  # tentative, then confirmed
     b"[STOP_WORK] is what I print when blocked.\n",  # tentative, then prose
+    b"## [Agent Name] Result\n### Status\nSUCCESS\n### Summary\nDone.\n",  # filled in
+    b"# Tester Result\n## Status\nFAILED\n## Summary\nno\n",
 ]
 
 
@@ -677,6 +695,8 @@ def test_byte_by_byte_feeding_of_a_mixed_document() -> None:
         ("SignalItem", 75),
         ("ResultItem", 80),
         ("SignalItem", 91),
+        ("UnreadReportItem", 96),
+        ("UnreadReportItem", 101),
     ]
 
 

@@ -129,3 +129,12 @@ def test_a_level_1_heading_over_level_2_sections_is_named_too(size: int | None) 
     error, signal = parse(f"Working.\n{section}\n## Next steps\nnone\n{COMPLETION}".encode(), size)
     assert isinstance(error, ErrorItem) and isinstance(signal, SignalItem)
     assert error.message == NAMED.replace("'## Security", "'# Security") and error.line == 2
+
+
+def test_a_template_filled_in_is_named_for_its_placeholder() -> None:
+    section = UNREAD.replace("## Security Auditor Results", "## [Agent Name] Result")
+    error, _ = parse(f"{section}\n{COMPLETION}".encode())
+    assert isinstance(error, ErrorItem) and error.message == (
+        "the section '## [Agent Name] Result' reads as a result report (2 findings) but was not read as "
+        "one: its heading has the template's placeholder where the agent's name goes"
+    )
