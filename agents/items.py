@@ -8,7 +8,7 @@ from typing import Final
 
 from agents.blocks import BlockError, SignalPayload, decode_body, is_template
 from agents.lines import Heading
-from agents.markdown import deepened
+from agents.markdown import releveled
 from agents.report import ReportError, keeps_placeholders, parse_report
 from bus.envelope import EnvelopeType
 from bus.fields import Model, trusted_instance
@@ -72,6 +72,9 @@ Found = Item | UnreadReportItem
 """What the text parser finds: an :data:`Item`, or a section to hold (:class:`UnreadReportItem`)."""
 
 _SIGNAL_FIELDS: Final = frozenset(SignalItem.model_fields)
+_MOVES: Final = {1: {2: 3}, 3: {4: 3, 5: 4, 6: 5}}
+"""Where the headings of a section under a heading of level 1 or 3 go, to be read as a report's (whose
+sections are of level 3, their sub-sections of level 4)."""
 
 
 def signal_item(kind: EnvelopeType, payload: SignalPayload, line: int, offset: int) -> SignalItem:
@@ -101,13 +104,15 @@ def report_item(
     """The item of a report (heading at ``line``): the report, or an error whose message starts with
     ``where()``. Under a heading written otherwise than the contract's, a report that does not read as
     one is prose: None; under one that is not a report's (:attr:`Heading.UNREAD`), one that does is an
-    :class:`UnreadReportItem`, and so is a template's filled in (:attr:`Heading.TEMPLATE`). Invalid UTF-8 is read as U+FFFD and named in the report's violations
-    (``context`` follows its line), since the rest of a report is worth more than a byte."""
+    :class:`UnreadReportItem`, and so is a template's filled in (:attr:`Heading.TEMPLATE`). Invalid UTF-8
+    is read as U+FFFD and named in the report's violations (``context`` follows its line), since the rest
+    of a report is worth more than a byte."""
     text = content.decode(errors="replace")
     title, _, body = text.partition("\n")
     unread = heading is Heading.UNREAD or heading is Heading.TEMPLATE
-    if unread:  # its sections may be a level up (`# Auditor Result` over `## Status`)
-        text = "## Unread Result\n" + deepened(body, 2)
+    if unread:  # its sections may be a level up (`# Auditor Result` over `## Status`) or down
+        marks = title.lstrip(" ")
+        text = "## Unread Result\n" + releveled(body, _MOVES.get(len(marks) - len(marks.lstrip("#")), {}))
     try:
         report = parse_report(text)
     except ReportError as exc:

@@ -1,4 +1,4 @@
-"""The lines the parser acts on: signal tags, code fences and level-1/2 headings, found by one regex.
+"""The lines the parser acts on: signal tags, code fences and headings of level 1 to 3, found by one regex.
 
 Every region the parser scans starts with a newline, so the expressions are anchored on it and the regex
 engine tries line starts only. A :class:`Hit` is one such line, with what the parser needs to know of it.
@@ -13,6 +13,8 @@ from typing import Final
 from agents.blocks import SIGNAL_TYPES
 
 __all__ = [
+    "HASHES_GROUP",
+    "HEADING_GROUP",
     "HIT",
     "LOOSE_RESULT_HEADING",
     "MAX_TAG_LINE",
@@ -45,9 +47,11 @@ _LONE: Final = re.compile(_DECO + rb"[ \t]*\r?")
 # only tries line starts; the groups: indent, "/", tag | fence marker, info | hashes, heading text.
 # (The lookahead is for speed: it ends the try at a prose line's first character.)
 HIT: Final = re.compile(
-    rb"\n([ \t]*)(?=[\[*_\x1b`~#])(?:" + _TAG + rb"|(`{3,}|~{3,})([^\n]*)|(#{1,2})[ \t]([^\n]*))"
+    rb"\n([ \t]*)(?=[\[*_\x1b`~#])(?:" + _TAG + rb"|(`{3,}|~{3,})([^\n]*)|(#{1,3})[ \t]([^\n]*))"
 )
 TAG_GROUP: Final = 3  # the group of HIT a tag line ends with (``m.lastindex``)
+HASHES_GROUP: Final = 6  # the groups of HIT with a heading's hashes and its text
+HEADING_GROUP: Final = 7
 TAG_LINE: Final = re.compile(rb"\n([ \t]*)" + _TAG)  # the tag lines of HIT, with the same groups
 RESULT_HEADING: Final = re.compile(rb"[ \t]*(\S(?:.*\S)?)[ \t]+[Rr]esult[ \t#]*\r?")
 """The text of a ``## <Agent> Result`` heading (the agent's name in group 1)."""
@@ -82,14 +86,15 @@ def _unread_heading(heading: bytes) -> bool:
 
 
 class Heading(Enum):
-    """How a heading of level 1 or 2 may start a report."""
+    """How a heading may start a report."""
 
     CONTRACT = auto()
     """``## <Agent> Result``: a report, or an error when it does not read as one."""
     LOOSE = auto()
     """A report's heading written otherwise (``## **Auditor Result**``): a report if it reads as one."""
     UNREAD = auto()
-    """Not a report's heading, yet it may title one (``## Auditor Results``, ``# Auditor Result``): what
+    """Not a report's heading, yet it may title one (``## Auditor Results``, ``# Auditor Result``, ``###
+    Auditor Result``): what
     it holds is no report, but is worth a word when it reads as one (see :mod:`agents.unread`)."""
     TEMPLATE = auto()
     """A report's heading that names a template's placeholder (``## [Agent Name] Result``, seeds 001/002):
@@ -132,13 +137,19 @@ class Hit:
         return self.at + self.end - self.start + 1
 
     @property
+    def level(self) -> int:
+        """The level of a heading, 0 for any other line (one indented by a tab or more than 3 spaces)."""
+        return self.hashes if len(self.indent) <= 3 and b"\t" not in self.indent else 0
+
+    @property
     def is_heading(self) -> bool:
-        return self.hashes > 0 and len(self.indent) <= 3 and b"\t" not in self.indent
+        """A heading of level 1 or 2 (one of level 3 ends only a section of its level)."""
+        return 0 < self.level <= 2
 
     def report(self) -> tuple[bytes, Heading] | None:
         """When the line is a heading that may start a report: the agent's name (the whole heading for
         :attr:`Heading.UNREAD`), and how."""
-        if not self.is_heading:
+        if not self.level:
             return None
         if self.hashes == 2 and may_be_report(self.heading):
             name = RESULT_HEADING.fullmatch(self.heading)

@@ -9,6 +9,7 @@ character at least as long; headings and tables inside a fence are content.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -19,10 +20,10 @@ __all__ = [
     "Fence",
     "Line",
     "Part",
-    "deepened",
     "fence_after",
     "list_items",
     "parse_tables",
+    "releveled",
     "split_cells",
     "split_sections",
 ]
@@ -68,8 +69,8 @@ def fence_after(fence: Fence | None, line: str) -> tuple[Fence | None, bool]:
     return (None if closes else fence), True
 
 
-def deepened(text: str, level: int) -> str:
-    """``text`` with each heading of ``level`` outside code fences one level deeper."""
+def releveled(text: str, moves: Mapping[int, int]) -> str:
+    """``text`` with each heading outside code fences whose level ``moves`` has at the level it gives."""
     lines = text.split("\n")
     fence: Fence | None = None
     for index, line in enumerate(lines):
@@ -77,8 +78,9 @@ def deepened(text: str, level: int) -> str:
         fence, is_fence = fence_after(fence, line)
         if outside and not is_fence and line.lstrip(" ").startswith("#"):
             heading = HEADING.fullmatch(line.rstrip())
-            if heading is not None and len(heading.group(1)) == level:
-                lines[index] = line[: heading.start(1)] + "#" + line[heading.start(1) :]
+            if heading is not None and len(heading.group(1)) in moves:
+                level = moves[len(heading.group(1))]
+                lines[index] = line[: heading.start(1)] + "#" * level + line[heading.end(1) :]
     return "\n".join(lines)
 
 

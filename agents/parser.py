@@ -38,18 +38,20 @@ Recognition rules:
 - A report starts at a ``## <Agent> Result`` heading, or at one written otherwise (``## **Auditor
   Result**``, ``## Auditor RESULT:``), which makes a report only if it reads as one: anything wrong with
   it means prose. A report of ``[Agent Name]`` (a quoted template) yields nothing, or an
-  :class:`UnreadReportItem` when filled in (a summary without ``[placeholders]``). A heading of level 1 or
-  2 whose last word is ``Result`` or ``Results`` otherwise (``## Auditor Results``, ``# Auditor Result``,
+  :class:`UnreadReportItem` when filled in (a summary without ``[placeholders]``). A heading of level 1 to
+  3 whose last word is ``Result`` or ``Results`` otherwise (``## Auditor Results``, ``# Auditor Result``,
   ``## Result ✅``) starts no report; what it holds, read as a report's sections, is an
   :class:`UnreadReportItem` when it reads as one, and prose either way. It runs to the next heading of
-  level 1 or 2, the next opening tag, or the end of input; headings inside code fences do not end it. A
-  section of level 1 that starts outside code fences runs over the headings of level 2 that start nothing,
-  read as its sections (``# Tester Result`` over ``## Status``: a report a level up), or as far as the
-  first of them when the whole reads as less. A report that starts inside a fence (the seeds show reports
-  inside ```markdown fences) also ends at that fence's closing line. A bare fence line there is ambiguous
-  (it may open a code block inside the report), so it is taken as the end only once the lines after it
-  show it (a heading or a fence with an info string inside the supposed code block, a signal, the end of
-  input, or the size limit); the bytes after it are then scanned again.
+  level 1 or 2 (one of level 3 also to the next of level 3), the next opening tag, or the end of input;
+  headings inside code fences do not end it. A section of level 1 that starts outside code fences runs
+  over the headings of level 2 that start nothing, read as its sections (``# Tester Result`` over ``##
+  Status``: a report a level up), and one of level 3 over those of level 3 (``### Tester Result`` over
+  ``### Status`` as over ``#### Status``), or as far as the first of them when the whole reads as less. A
+  report that starts inside a fence (the seeds show reports inside ```markdown fences) also ends at that
+  fence's closing line. A bare fence line there is ambiguous (it may open a code block inside the report),
+  so it is taken as the end only once the lines after it show it (a heading or a fence with an info string
+  inside the supposed code block, a signal, the end of input, or the size limit); the bytes after it are
+  then scanned again.
 
 A UTF-8 byte order mark at the very start of the output (some editors and Windows tools write one) is
 skipped, so the first line can still be a tag line; offsets still count its three bytes, as they are

@@ -11,16 +11,24 @@ A section under a heading that may title a report (:attr:`~agents.lines.Heading.
 way, and also before a heading in a fence of its own that starts a report. One of level 1 that starts
 outside code fences runs over the headings of level 2 that start nothing (``# Auditor Result`` over ``##
 Status``: a report's sections a level up); once it has, a heading in its fences that may title a report
-ends it too, as it did when the section ended at its first heading of level 2.
+ends it too, as it did when the section ended at the first heading it now runs over. One of level 3
+starts only outside code fences and runs over the headings of level 3 that start nothing (``### Auditor
+Result`` over ``### Status``, as over ``#### Status``); it ends before one that may title a report, and
+before any heading of level 1 or 2, in its fences too, so that what follows it is read as it was before
+such sections were read.
 """
 
 from __future__ import annotations
 
 from enum import Enum, auto
+from typing import Final
 
 from agents.lines import Fence, Heading, Hit
 
 __all__ = ["End", "ReportEnd"]
+
+_RUNS_OVER: Final = {1: 2, 3: 3}
+"""The level of the headings a section of a level runs over (see the module)."""
 
 
 class End(Enum):
@@ -46,7 +54,7 @@ class ReportEnd:
         self.heading = heading
         self.level = level
         self.extended = False
-        """The section has run over a heading of level 2 (see :meth:`runs_over`)."""
+        """The section has run over a heading (see :meth:`runs_over`)."""
         self.fence: Fence | None = None
         """A fence open inside the report."""
         self.pending: tuple[int, int, int] | None = None
@@ -58,12 +66,10 @@ class ReportEnd:
         return self.fence or self.outer
 
     def runs_over(self, hit: Hit) -> bool:
-        """Whether the hit is a heading of level 2 that is part of the open section of level 1 (see the
-        module); the section is then :attr:`extended`."""
+        """Whether the hit is a heading that the open section runs over (see the module); the section is
+        then :attr:`extended`."""
         over = (
-            self.level == 1
-            and hit.hashes == 2
-            and hit.is_heading
+            hit.level == _RUNS_OVER.get(self.level)
             and self.outer is None
             and self.fence is None
             and hit.report() is None
@@ -81,11 +87,13 @@ class ReportEnd:
             return End.BEFORE if self.pending is None else End.PENDING
         if hit.fence is not None:  # a template's sections are not worth a code block of their own
             return self._fence_line(hit, read_past=read_past or self.heading is Heading.TEMPLATE)
-        return self._heading_line(hit) if hit.is_heading else None
+        return self._heading_line(hit) if hit.is_heading or hit.level == 3 else None
 
     def _heading_line(self, hit: Hit) -> End | None:
         if self.fence is None:
             return End.BEFORE
+        if self.level == 3:  # in its fences too, so what follows is read as before (see the module)
+            return End.BEFORE if hit.is_heading else None
         if self.pending is not None:
             return End.PENDING
         if self.heading is Heading.UNREAD and (report := hit.report()) is not None:

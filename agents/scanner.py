@@ -6,8 +6,8 @@ result report, and a tentative block open over any of these but a block (:mod:`a
 rules it follows are the parser's (see :mod:`agents.parser`).
 
 A region is a newline followed by complete lines, so the expressions of :mod:`agents.lines` are anchored
-on newlines, and only candidate lines (tags, fences, level-1/2 headings) are looked at; the bytes of an
-open block or report are kept between them. Some lines are decided only by the lines after them (a bare
+on newlines, and only candidate lines (tags, fences, headings of level 1 to 3) are looked at; the bytes of
+an open block or report are kept between them. Some lines are decided only by the lines after them (a bare
 fence that may end a report, a tentative tag line): the lines kept since are then scanned again, before
 the rest of the region, which is resumed, never copied.
 """
@@ -18,7 +18,19 @@ import re
 from enum import Enum, auto
 
 from agents.items import ErrorItem, Found, UnreadReportItem, block_item, report_item
-from agents.lines import HIT, MAX_TAG_LINE, TAG_GROUP, TAG_LINE, TYPE_OF_TAG, Fence, Heading, Hit, tentative
+from agents.lines import (
+    HASHES_GROUP,
+    HEADING_GROUP,
+    HIT,
+    MAX_TAG_LINE,
+    TAG_GROUP,
+    TAG_LINE,
+    TYPE_OF_TAG,
+    Fence,
+    Heading,
+    Hit,
+    tentative,
+)
 from agents.report import is_placeholder
 from agents.report_end import End, ReportEnd
 from agents.tentative import Tentative
@@ -135,6 +147,8 @@ class Scanner:
             maybe = is_tag and tentative(m)
             if self._state is _State.BLOCK and (maybe or not is_tag):
                 continue  # fences, headings and tags with text after them mean nothing inside a block
+            if m.end(HASHES_GROUP) - m.start(HASHES_GROUP) == 3 and not self._third_level(m):
+                continue  # a heading of level 3 is a report's section, or may start a section in the prose
             start = m.start()
             end = region.find(b"\n", resume)
             if end - start > MAX_TAG_LINE + 1:
@@ -191,6 +205,15 @@ class Scanner:
         elif (report := hit.report()) is not None:
             self._open_report(hit, *report)
         return None
+
+    def _third_level(self, m: re.Match[bytes]) -> bool:
+        """Whether a heading of level 3 may mean something here: in the prose outside code fences, one
+        that may title a report written a level down; in a section under such a heading, any."""
+        if self._tent is not None:
+            return False
+        if self._state is _State.OUTSIDE:
+            return self._fence is None and b"esult" in m.group(HEADING_GROUP).lower()  # a cheap look first
+        return self._state is _State.REPORT and self._ends.level == 3
 
     def _decided_hit(self, hit: Hit) -> Hit:
         """The hit, a tentative tag line taken as what the lines after it were found to make it."""

@@ -205,6 +205,7 @@ def test_invalid_utf8_in_a_report_is_replaced_and_named_in_its_violations() -> N
         b"## " + b" " * 4000 + b"Result",
         b"## Results " + "\u2705".encode() * 1300,  # a heading that may title a report, read back over emoji
         b"# " + b"x" * 4000 + b" Results",
+        b"### " + b"x" * 4000 + b" Results",
     ],
 )
 def test_lines_built_to_make_the_expressions_backtrack_are_read_in_linear_time(line: bytes) -> None:
@@ -263,6 +264,16 @@ def test_level_1_sections_over_level_2_headings_are_read_in_linear_time() -> Non
     assert kinds(parse_text(sections + VALID)) == ["UnreadReportItem"] * 5_000 + ["SignalItem"]
     assert kinds(parse_text(one + VALID)) == ["UnreadReportItem", "SignalItem"]
     assert kinds(parse_text(fenced + VALID)) == ["UnreadReportItem"] * 5_000 + ["SignalItem"]
+
+
+@pytest.mark.timeout(10)
+def test_level_3_sections_are_read_in_linear_time() -> None:
+    sections = b"### Results\n#### Status\nSUCCESS\n#### Summary\nok\n" * 5_000
+    one = b"### Results\n#### Status\nSUCCESS\n#### Summary\nok\n" + b"### a\n" * 50_000
+    prose = b"### A heading\ntext\n" * 100_000
+    assert kinds(parse_text(sections + VALID)) == ["UnreadReportItem"] * 5_000 + ["SignalItem"]
+    assert kinds(parse_text(one + VALID)) == ["UnreadReportItem", "SignalItem"]
+    assert kinds(parse_text(prose + VALID)) == ["SignalItem"]
 
 
 @pytest.mark.timeout(10)

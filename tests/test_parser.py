@@ -533,6 +533,55 @@ def test_a_level_1_section_reads_as_far_as_its_first_level_2_heading_when_the_wh
     assert isinstance(item, UnreadReportItem) and (item.heading, item.findings) == ("# Tester Result", 1)
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        f"#### Status\nFAILED\n#### Summary\n2 fail.\n#### Findings\n##### Flaky\n{_FLAKY}### Notes\nsee CI\n",
+        f"### Status\nFAILED\n### Summary\n2 fail.\n### Findings\n{_FLAKY}",
+        f"**Status:** FAILED\n**Summary:** 2 fail.\n\n#### Findings\n{_FLAKY}",
+    ],
+)
+def test_a_level_3_section_is_read_as_a_reports_a_level_down_or_as_its_siblings(body: str) -> None:
+    """``### Tester Result`` over ``#### Status``, or over ``### Status``: a report written a level down."""
+    item = only(parse_text(f"## Work\nWorking.\n### Tester Result\n{body}\n## Next\n### Status\nSUCCESS\n"))
+    assert isinstance(item, UnreadReportItem)
+    assert (item.heading, item.findings, item.line) == ("### Tester Result", 1, 3)
+
+
+def test_a_level_3_heading_means_nothing_in_a_report_a_block_or_a_section_of_another_level() -> None:
+    (item,) = parse_text(f"{REPORT}### Tester Result\n#### Status\nFAILED\n#### Summary\nno\n")
+    assert isinstance(item, ResultItem) and item.report.agent == "Code Explorer"
+    assert [s.title for s in item.report.sections][-1:] == ["Tester Result"]
+    section = "## Test Results\n### Status\nFAILED\n### Summary\nno\n### QA Results\n#### Status\nSUCCESS\n"
+    (item,) = parse_text(section + "#### Summary\nok\n")
+    assert isinstance(item, UnreadReportItem) and item.heading == "## Test Results"
+    block = "[STOP_WORK]\n### QA Result\n#### Status\nSUCCESS\n#### Summary\nok\n[/STOP_WORK]\n"
+    assert [type(i) for i in parse_text(block)] == [ErrorItem]  # YAML comments, and no signal
+
+
+def test_a_level_3_section_ends_at_a_heading_of_its_level_that_may_title_a_report() -> None:
+    first, second = parse_text(f"### Tester Result\n{UNREAD}### Final Results\n{UNREAD}")
+    assert isinstance(first, UnreadReportItem) and isinstance(second, UnreadReportItem)
+    assert (first.heading, second.heading, second.line) == ("### Tester Result", "### Final Results", 6)
+
+
+def test_a_level_3_heading_in_a_code_fence_starts_nothing() -> None:
+    """(A section there would hand its own fences back to the prose, as it saw them.)"""
+    text = "```markdown\n### Test Results\n~~~\n## Tester Result\n```\n" + REPORT
+    error, item = parse_text(text)
+    assert isinstance(error, ErrorItem) and isinstance(item, ResultItem) and item.line == 6
+
+
+def test_a_level_3_section_ends_at_a_level_1_or_2_heading_in_its_fences_too() -> None:
+    """What follows the section is read as it was before such sections were read."""
+    (item,) = parse_text("### Test Results\n```\n# Tester Result\n### Status\nFAILED\n### Summary\nok\n")
+    assert isinstance(item, UnreadReportItem) and (item.heading, item.line) == ("# Tester Result", 3)
+    broken = REPORT.replace("SUCCESS", "")
+    error, report = parse_text(f"### Results\n```python\n## Test Results\n~~~\n{broken}~~~\n{REPORT}")
+    assert isinstance(error, ErrorItem) and error.line == 5
+    assert isinstance(report, ResultItem) and report.report.agent == "Code Explorer"
+
+
 def test_a_level_1_section_ends_at_a_report_or_a_section_that_may_be_one() -> None:
     section = "# Tester Result\n## Status\nFAILED\n## Summary\nno\n"
     first, second = parse_text(f"{section}## Test Results\n{UNREAD}")
@@ -554,7 +603,7 @@ def test_a_level_1_section_in_a_fence_ends_at_its_first_level_2_heading() -> Non
 
 @pytest.mark.parametrize(
     "heading",
-    ["### Security Auditor Results", "## Subresult", "## Results are in", "## Resultset", "Results"],
+    ["#### Security Auditor Results", "## Subresult", "## Results are in", "## Resultset", "Results"],
 )
 def test_other_headings_and_lines_find_nothing(heading: str) -> None:
     assert parse_text(f"{heading}\n{UNREAD}") == []
@@ -652,6 +701,7 @@ FRAGMENTS = [
     b"[STOP_WORK] is what I print when blocked.\n",  # tentative, then prose
     b"## [Agent Name] Result\n### Status\nSUCCESS\n### Summary\nDone.\n",  # filled in
     b"# Tester Result\n## Status\nFAILED\n## Summary\nno\n",
+    b"# Notes\n### QA Result\n#### Status\nSUCCESS\n### Summary\nok\n",
 ]
 
 
@@ -697,6 +747,7 @@ def test_byte_by_byte_feeding_of_a_mixed_document() -> None:
         ("SignalItem", 91),
         ("UnreadReportItem", 96),
         ("UnreadReportItem", 101),
+        ("UnreadReportItem", 107),
     ]
 
 
