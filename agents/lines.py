@@ -94,8 +94,8 @@ class Heading(Enum):
     """A report's heading written otherwise (``## **Auditor Result**``): a report if it reads as one."""
     UNREAD = auto()
     """Not a report's heading, yet it may title one (``## Auditor Results``, ``# Auditor Result``, ``###
-    Auditor Result``): what
-    it holds is no report, but is worth a word when it reads as one (see :mod:`agents.unread`)."""
+    Auditor Result``): what it holds is no report, but is worth a word when it reads as one (see
+    :mod:`agents.unread`)."""
     TEMPLATE = auto()
     """A report's heading that names a template's placeholder (``## [Agent Name] Result``, seeds 001/002):
     a template, quoted or echoed, is nothing; one filled in is worth a word, as :attr:`UNREAD`."""

@@ -85,7 +85,7 @@ class ReportEnd:
             if not hit.opens:
                 return None
             return End.BEFORE if self.pending is None else End.PENDING
-        if hit.fence is not None:  # a template's sections are not worth a code block of their own
+        if hit.fence is not None:  # a template (quoted, most often in a fence) ends with its fence at once
             return self._fence_line(hit, read_past=read_past or self.heading is Heading.TEMPLATE)
         return self._heading_line(hit) if hit.is_heading or hit.level == 3 else None
 

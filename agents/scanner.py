@@ -400,9 +400,9 @@ class Scanner:
             self._out.append(item)
 
     def _emit_report(self, content: bytes | None) -> None:
-        """Emit the open report's item; ``content`` None: its bytes were dropped (a template, or over the
-        size limit). A section that ran over headings of level 2 is what it reads as up to the first of
-        them when the whole reads as less: its own later sections may undo it (an empty ``## Status``
+        """Emit the open report's item; ``content`` None: its bytes were dropped (over the size limit). A
+        section that ran over headings (:meth:`ReportEnd.runs_over`) is what it reads as up to the first
+        of them when the whole reads as less: its own later sections may undo it (an empty ``## Status``
         after ``**Status:** SUCCESS``), and only its start is left over the size limit."""
         item = None if content is None else self._report_item(content)
         prefix = self._prefix
