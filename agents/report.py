@@ -18,6 +18,7 @@ false) leave that value unset and are listed in ``violations``, so a report is n
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Final
 
 from pydantic import ValidationError
@@ -55,6 +56,9 @@ _REPORT_HEADING: Final = re.compile(r" {0,3}##[ \t]+\**+(\S(?:.*\S)?)[ \t]+(?i:r
 _PLACEHOLDERS: Final = frozenset({"agent name", "agent", "name", "agent-name", "agent_name", "agent type"})
 _PLACEHOLDER_TEXT: Final = re.compile(r"\[[^\[\]\n]{1,80}\](?!\()|<[A-Za-z][\w -]{0,40}>")
 _STATUS: Final = re.compile(r"(SUCCESS|PARTIAL|FAILED)\b", re.IGNORECASE)
+_MARKS: Final = frozenset(" \t*`_.:")
+_MARK_CATEGORIES: Final = frozenset({"So", "Sk", "Mn", "Cf", "Zs"})
+"""Symbols (emoji), modifiers, combining marks (an emoji's variation selector), format characters."""
 # The expressions of a report's lines are possessive (`*+`, `?+`) where runs of spaces meet: a line of
 # agent output may hold a megabyte of them, and backtracking into every split of a run is quadratic.
 _SCORE: Final = re.compile(
@@ -157,7 +161,22 @@ def _labelled(label: re.Match[str]) -> bool:
 
 
 def _is_status(text: str) -> bool:
-    return _STATUS.fullmatch(text.strip().strip("*`_. ")) is not None
+    return _STATUS.fullmatch(_bare(text)) is not None
+
+
+def _bare(text: str) -> str:
+    """``text`` without the marks agents put around a status: spaces, emphasis, code marks and emoji
+    (``**✅ SUCCESS**``, ``⚠️ PARTIAL``). Brackets stay: ``[SUCCESS | FAILED]`` is a template's."""
+    start, end = 0, len(text)
+    while start < end and _is_mark(text[start]):
+        start += 1
+    while end > start and _is_mark(text[end - 1]):
+        end -= 1
+    return text[start:end]
+
+
+def _is_mark(char: str) -> bool:
+    return char in _MARKS or unicodedata.category(char) in _MARK_CATEGORIES
 
 
 def _section_key(title: str) -> str:
@@ -259,7 +278,7 @@ class _Builder:
 
     def status_(self, part: Part) -> None:
         value = next((t.strip() for _, t in part.lines if t.strip()), "")
-        match = _STATUS.match(value.strip("*`_ "))
+        match = _STATUS.match(_bare(value))
         if match is None:
             raise ReportError(f"status '{value}' is not SUCCESS, PARTIAL or FAILED", part.line)
         self.status = ResultStatus(match.group(1).upper())

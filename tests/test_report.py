@@ -35,7 +35,22 @@ def test_status_is_case_insensitive_and_may_carry_markup(status: str) -> None:
     assert parse_report(text).status.value == status.strip("*`").split()[0].upper()
 
 
-@pytest.mark.parametrize("status", ["DONE", "[SUCCESS | PARTIAL | FAILED]", "Successful", ""])
+@pytest.mark.parametrize(
+    "status", ["✅ SUCCESS", "❌ FAILED", "⚠️ PARTIAL", "**✅ Success**", "SUCCESS ✅", "🟢 `PARTIAL`: 3 of 4"]
+)
+def test_status_may_carry_emoji(status: str) -> None:
+    """Agents mark a status with an emoji as often as with emphasis: the report must not be lost for it."""
+    word = next(w for w in ("SUCCESS", "PARTIAL", "FAILED") if w in status.upper())
+    assert parse_report(report().replace("SUCCESS", status)).status.value == word
+    labelled = f"## A Result\n**Status:** {status}\n**Summary:** Checked.\n"
+    heading = f"## A Result\n### Status: {status}\n### Summary\nok\n"
+    if ":" not in status:  # a label's value is the status word alone, or prose
+        assert parse_report(labelled).status.value == parse_report(heading).status.value == word
+
+
+@pytest.mark.parametrize(
+    "status", ["DONE", "[SUCCESS | PARTIAL | FAILED]", "[SUCCESS]", "Successful", "✅ Done", "✅", ""]
+)
 def test_an_unknown_status_is_an_error_with_its_line(status: str) -> None:
     with pytest.raises(ReportError) as caught:
         parse_report(report().replace("SUCCESS", status))
