@@ -8,6 +8,7 @@ Lenient means a cell that cannot be read leaves its value unset and adds a line 
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Final
 
 from pydantic import ValidationError
@@ -15,8 +16,11 @@ from pydantic import ValidationError
 from bus.findings import Finding, Severity
 from bus.results import Table
 
-__all__ = ["NONE", "cell", "column", "findings", "number", "severity", "split_location"]
+__all__ = ["NONE", "bare", "cell", "column", "findings", "number", "severity", "split_location"]
 
+_MARKS: Final = frozenset(" \t*`_.:")
+_MARK_CATEGORIES: Final = frozenset({"So", "Sk", "Mn", "Cf", "Zs"})
+"""Symbols (emoji), modifiers, combining marks (an emoji's variation selector), format characters."""
 NONE: Final = frozenset({"none", "n/a", "na", "nothing", "no issues", "no blockers", "-"})
 """What an empty section or cell says instead of being empty."""
 
@@ -98,9 +102,24 @@ def cell(row: list[str], index: int | None) -> str:
     return emphasis.group(2) if emphasis else text
 
 
+def bare(text: str) -> str:
+    """``text`` without the marks agents put around a value: spaces, emphasis, code marks and emoji
+    (``**✅ SUCCESS**``, ``🔴 Critical``). Brackets stay: ``[SUCCESS | FAILED]`` is a template's."""
+    start, end = 0, len(text)
+    while start < end and _is_mark(text[start]):
+        start += 1
+    while end > start and _is_mark(text[end - 1]):
+        end -= 1
+    return text[start:end]
+
+
+def _is_mark(char: str) -> bool:
+    return char in _MARKS or unicodedata.category(char) in _MARK_CATEGORIES
+
+
 def severity(raw: str, what: str, violations: list[str]) -> Severity | None:
     """The severity a cell names; an unknown one is a violation of ``what`` and reads as none."""
-    raw = raw.strip().strip("*`").lower()
+    raw = bare(raw).lower()
     if not raw:
         return None
     try:

@@ -18,12 +18,11 @@ false) leave that value unset and are listed in ``violations``, so a report is n
 from __future__ import annotations
 
 import re
-import unicodedata
 from typing import Final
 
 from pydantic import ValidationError
 
-from agents.cells import NONE, cell, column, findings, number, severity, split_location
+from agents.cells import NONE, bare, cell, column, findings, number, severity, split_location
 from agents.markdown import (
     HEADING,
     Fence,
@@ -56,9 +55,6 @@ _REPORT_HEADING: Final = re.compile(r" {0,3}##[ \t]+\**+(\S(?:.*\S)?)[ \t]+(?i:r
 _PLACEHOLDERS: Final = frozenset({"agent name", "agent", "name", "agent-name", "agent_name", "agent type"})
 _PLACEHOLDER_TEXT: Final = re.compile(r"\[[^\[\]\n]{1,80}\](?!\()|<[A-Za-z][\w -]{0,40}>")
 _STATUS: Final = re.compile(r"(SUCCESS|PARTIAL|FAILED)\b", re.IGNORECASE)
-_MARKS: Final = frozenset(" \t*`_.:")
-_MARK_CATEGORIES: Final = frozenset({"So", "Sk", "Mn", "Cf", "Zs"})
-"""Symbols (emoji), modifiers, combining marks (an emoji's variation selector), format characters."""
 # The expressions of a report's lines are possessive (`*+`, `?+`) where runs of spaces meet: a line of
 # agent output may hold a megabyte of them, and backtracking into every split of a run is quadratic.
 _SCORE: Final = re.compile(
@@ -73,13 +69,17 @@ _JUSTIFICATION: Final = re.compile(
     r"\s*+[-*•]?+\s*+(score|evidence count|verification method|(?:potential )?blind spots)\s*+:\s*+(.*)",
     re.IGNORECASE,
 )
+_EMOJI: Final = "[\u2190-\u2bff\ufe0f\u200d\U0001f000-\U0001faff]"
+"""An emoji (or a symbol, an arrow) and what joins emoji, as agents put them before a label."""
 _LABEL: Final = re.compile(
-    r"[ \t]*+(?:>[ \t]*+)?+(?:(?:[-*+]|\d{1,3}[.)])[ \t]++)?+\**+[ \t]*+(?:(?:overall|final)[ \t]++)?+"
+    r"[ \t]*+(?:>[ \t]*+)?+(?:(?:[-*+]|\d{1,3}[.)])[ \t]++)?+(?:" + _EMOJI + r"++[ \t]*+)?+\**+[ \t]*+"
+    r"(?:" + _EMOJI + r"++[ \t]*+)?+(?:(?:overall|final)[ \t]++)?+"
     r"(status|summary)[ \t]*+\**+[ \t]*+:[ \t]*+\**+[ \t]*+(.*)",
     re.I,
 )
 """``**Status:** SUCCESS``, ``Summary: ...``: a contract section written as a labelled line, in a list
-(``-``, ``*``, ``+``, ``1.``) or a quote too, or qualified (``**Overall Status:**``)."""
+(``-``, ``*``, ``+``, ``1.``) or a quote too, qualified (``**Overall Status:**``), or after an emoji
+(``**📋 Summary:**``)."""
 _EVIDENCE_START: Final = re.compile(r"\s*\*\*([A-Za-z]+[-_]?\d+)\b")
 _TRUE: Final = frozenset({"true", "yes", "y"})
 _FALSE: Final = frozenset({"false", "no", "n"})
@@ -130,8 +130,9 @@ def _section(part: Part) -> Section:
 
 
 def _key(title: str) -> str:
-    title = _without_parentheses(title.replace("*", "").replace("`", ""))
-    return " ".join(title.strip().rstrip(":").lower().split())
+    """A section's title as the contract names it: ``### 📋 Summary:`` is the Summary."""
+    title = bare(_without_parentheses(title.replace("*", "").replace("`", "")))
+    return " ".join(title.lower().split())
 
 
 def _without_parentheses(text: str) -> str:
@@ -161,22 +162,7 @@ def _labelled(label: re.Match[str]) -> bool:
 
 
 def _is_status(text: str) -> bool:
-    return _STATUS.fullmatch(_bare(text)) is not None
-
-
-def _bare(text: str) -> str:
-    """``text`` without the marks agents put around a status: spaces, emphasis, code marks and emoji
-    (``**✅ SUCCESS**``, ``⚠️ PARTIAL``). Brackets stay: ``[SUCCESS | FAILED]`` is a template's."""
-    start, end = 0, len(text)
-    while start < end and _is_mark(text[start]):
-        start += 1
-    while end > start and _is_mark(text[end - 1]):
-        end -= 1
-    return text[start:end]
-
-
-def _is_mark(char: str) -> bool:
-    return char in _MARKS or unicodedata.category(char) in _MARK_CATEGORIES
+    return _STATUS.fullmatch(bare(text)) is not None
 
 
 def _section_key(title: str) -> str:
@@ -278,7 +264,7 @@ class _Builder:
 
     def status_(self, part: Part) -> None:
         value = next((t.strip() for _, t in part.lines if t.strip()), "")
-        match = _STATUS.match(_bare(value))
+        match = _STATUS.match(bare(value))
         if match is None:
             raise ReportError(f"status '{value}' is not SUCCESS, PARTIAL or FAILED", part.line)
         self.status = ResultStatus(match.group(1).upper())

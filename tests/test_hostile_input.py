@@ -219,6 +219,7 @@ def test_lines_built_to_make_the_expressions_backtrack_are_read_in_linear_time(l
         b"- " + b"*" * 100_000 + b"status" + b" " * 100_000,  # a label tried at every split of its spaces
         b"**Summary" + b" " * 200_000 + b"x",
         b"**Status:** " + "\u2705".encode() * 200_000 + b" x",  # a status read past its emoji
+        b"- " + "\u2705".encode() * 200_000 + b" **status" + b" " * 200_000 + b"x",  # a label's emoji
         b"### **summary" + b" " * 200_000 + b"** x:",  # a heading's title, its spaces and its label
         b"### " + b"(" * 200_000,  # a section title's parentheses
         b"### Confidence\n85" + b" " * 200_000 + b"x",

@@ -49,6 +49,25 @@ def test_status_may_carry_emoji(status: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "head",
+    [
+        "## A Result\n### ✅ Status\nPARTIAL\n### 📋 Summary:\nChecked.\n",
+        "## A Result\n**✅ Status:** PARTIAL\n**📋 Summary:** Checked.\n",
+        "## A Result\n- ✅ **Status:** PARTIAL\n- 📋 **Summary:** Checked.\n",
+        "## A Result\n### ⚠️ Status: PARTIAL\n### Summary 📋\nChecked.\n",
+    ],
+)
+def test_section_titles_and_labels_may_carry_emoji(head: str) -> None:
+    table = (
+        "| ID | Issue | File:Line | Severity |\n|--|--|--|--|\n| SEC-1 | x | `a.py:3` | 🔴 **Critical** |\n"
+    )
+    parsed = parse_report(f"{head}### 🔍 Findings\n{table}")
+    assert (parsed.status, parsed.summary) == (ResultStatus.PARTIAL, "Checked.")
+    assert [(f.id, f.severity) for f in parsed.findings] == [("SEC-1", Severity.CRITICAL)]
+    assert parsed.violations == []
+
+
+@pytest.mark.parametrize(
     "status", ["DONE", "[SUCCESS | PARTIAL | FAILED]", "[SUCCESS]", "Successful", "✅ Done", "✅", ""]
 )
 def test_an_unknown_status_is_an_error_with_its_line(status: str) -> None:
