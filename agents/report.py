@@ -100,7 +100,8 @@ def parse_report(text: str) -> ResultReport:
     heading = _REPORT_HEADING.fullmatch(lines[0].rstrip())
     if heading is None:
         raise ReportError("not a '## <Agent Name> Result' heading", 1)
-    builder = _Builder(heading.group(1).strip("*_ \t"))
+    name = heading.group(1)
+    builder = _Builder(bare(name) or name.strip("*_ \t"))  # `## 🔒 Auditor Result` is the Auditor's
     preamble, parts = split_sections(list(enumerate(lines[1:], start=2)), 3)
     preamble = builder.labels(preamble, {_section_key(part.title) for part in parts})
     if any(t.strip() for _, t in preamble):

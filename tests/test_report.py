@@ -68,6 +68,15 @@ def test_section_titles_and_labels_may_carry_emoji(head: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("heading", "agent"),
+    [("🔒 Security Auditor", "Security Auditor"), ("Security Auditor ✅", "Security Auditor"), ("✅", "✅")],
+)
+def test_an_agent_name_is_read_without_its_emoji(heading: str, agent: str) -> None:
+    """(Its findings name it, and expertise weights and agreement go by that name.)"""
+    assert parse_report(report(agent=heading)).agent == agent
+
+
+@pytest.mark.parametrize(
     "status", ["DONE", "[SUCCESS | PARTIAL | FAILED]", "[SUCCESS]", "Successful", "✅ Done", "✅", ""]
 )
 def test_an_unknown_status_is_an_error_with_its_line(status: str) -> None:
