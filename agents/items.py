@@ -112,7 +112,8 @@ def report_item(
     unread = heading is Heading.UNREAD or heading is Heading.TEMPLATE
     if unread:  # its sections may be a level up (`# Auditor Result` over `## Status`) or down
         marks = title.lstrip(" ")
-        text = "## Unread Result\n" + releveled(body, _MOVES.get(len(marks) - len(marks.lstrip("#")), {}))
+        moves = _MOVES.get(len(marks) - len(marks.lstrip("#")))
+        text = "## Unread Result\n" + (releveled(body, moves) if moves else body)
     try:
         report = parse_report(text)
     except ReportError as exc:
