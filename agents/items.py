@@ -9,7 +9,8 @@ from typing import Final
 from agents.blocks import BlockError, SignalPayload, decode_body, is_template
 from agents.lines import Heading
 from agents.markdown import releveled
-from agents.report import ReportError, keeps_placeholders, parse_report
+from agents.report import ReportError, parse_report
+from agents.titles import keeps_placeholders
 from bus.envelope import EnvelopeType
 from bus.fields import Model, trusted_instance
 from bus.results import ResultReport

@@ -25,15 +25,14 @@ from pydantic import ValidationError
 from agents.cells import NONE, bare, cell, column, findings, number, severity, split_location
 from agents.markdown import (
     HEADING,
-    Fence,
     Line,
     Part,
-    fence_after,
     list_items,
     parse_tables,
     split_cells,
     split_sections,
 )
+from agents.titles import STATUS, key, label, labelled_parts, section_key
 from bus.errors import ProtocolError
 from bus.results import (
     ConfidenceJustification,
@@ -48,13 +47,10 @@ from bus.results import (
     Table,
 )
 
-__all__ = ["ReportError", "is_placeholder", "keeps_placeholders", "parse_report"]
+__all__ = ["ReportError", "parse_report"]
 
 _REPORT_HEADING: Final = re.compile(r" {0,3}##[ \t]+\**+(\S(?:.*\S)?)[ \t]+(?i:result)[ \t*:#]*")
 """``## <Agent> Result``, also in any case, in bold or with a colon."""
-_PLACEHOLDERS: Final = frozenset({"agent name", "agent", "name", "agent-name", "agent_name", "agent type"})
-_PLACEHOLDER_TEXT: Final = re.compile(r"\[[^\[\]\n]{1,80}\](?!\()|<[A-Za-z][\w -]{0,40}>")
-_STATUS: Final = re.compile(r"(SUCCESS|PARTIAL|FAILED)\b", re.IGNORECASE)
 # The expressions of a report's lines are possessive (`*+`, `?+`) where runs of spaces meet: a line of
 # agent output may hold a megabyte of them, and backtracking into every split of a run is quadratic.
 _SCORE: Final = re.compile(
@@ -69,17 +65,6 @@ _JUSTIFICATION: Final = re.compile(
     r"\s*+[-*•]?+\s*+(score|evidence count|verification method|(?:potential )?blind spots)\s*+:\s*+(.*)",
     re.IGNORECASE,
 )
-_EMOJI: Final = "[\u2190-\u2bff\ufe0f\u200d\U0001f000-\U0001faff]"
-"""An emoji (or a symbol, an arrow) and what joins emoji, as agents put them before a label."""
-_LABEL: Final = re.compile(
-    r"[ \t]*+(?:>[ \t]*+)?+(?:(?:[-*+]|\d{1,3}[.)])[ \t]++)?+(?:" + _EMOJI + r"++[ \t]*+)?+\**+[ \t]*+"
-    r"(?:" + _EMOJI + r"++[ \t]*+)?+(?:(?:overall|final)[ \t]++)?+"
-    r"(status|summary)[ \t]*+\**+[ \t]*+:[ \t]*+\**+[ \t]*+(.*)",
-    re.I,
-)
-"""``**Status:** SUCCESS``, ``Summary: ...``: a contract section written as a labelled line, in a list
-(``-``, ``*``, ``+``, ``1.``) or a quote too, qualified (``**Overall Status:**``), or after an emoji
-(``**📋 Summary:**``)."""
 _EVIDENCE_START: Final = re.compile(r"\s*\*\*([A-Za-z]+[-_]?\d+)\b")
 _TRUE: Final = frozenset({"true", "yes", "y"})
 _FALSE: Final = frozenset({"false", "no", "n"})
@@ -103,7 +88,9 @@ def parse_report(text: str) -> ResultReport:
     name = heading.group(1)
     builder = _Builder(bare(name) or name.strip("*_ \t"))  # `## 🔒 Auditor Result` is the Auditor's
     preamble, parts = split_sections(list(enumerate(lines[1:], start=2)), 3)
-    preamble = builder.labels(preamble, {_section_key(part.title) for part in parts})
+    labelled, preamble = labelled_parts(preamble, {section_key(part.title) for part in parts})
+    for part in labelled:
+        builder.add(part)
     if any(t.strip() for _, t in preamble):
         builder.sections.append(_section(Part("", 2, preamble)))
     for part in parts:
@@ -111,65 +98,13 @@ def parse_report(text: str) -> ResultReport:
     return builder.build()
 
 
-def is_placeholder(name: str) -> bool:
-    """An agent name that is a template's placeholder (``[Agent Name]``, ``<agent>``): the report is one
-    of the protocol's templates, quoted or echoed by an agent, not a result. (``[Security Auditor]`` is a
-    name, filled in where the template had one.)"""
-    name = name.strip("*_` ")
-    bracketed = len(name) > 2 and (name[0], name[-1]) in {("[", "]"), ("<", ">")}
-    return bracketed and name[1:-1].strip().lower() in _PLACEHOLDERS
-
-
-def keeps_placeholders(text: str) -> bool:
-    """Whether a template's text still has its placeholders (``[error category]``, ``<agent-id>``; not a
-    Markdown link)."""
-    return _PLACEHOLDER_TEXT.search(text) is not None
-
-
 def _section(part: Part) -> Section:
     return Section(title=part.title, text=part.text, tables=parse_tables(part.lines))
-
-
-def _key(title: str) -> str:
-    """A section's title as the contract names it: ``### 📋 Summary:`` is the Summary."""
-    title = bare(_without_parentheses(title.replace("*", "").replace("`", "")))
-    return " ".join(title.lower().split())
-
-
-def _without_parentheses(text: str) -> str:
-    """``text`` without each ``(`` and what follows it up to the first ``)``, in one pass (an expression
-    for it scanned the rest of the text again from every ``(`` without a ``)`` after it)."""
-    kept: list[str] = []
-    at = 0
-    while (start := text.find("(", at)) != -1 and (end := text.find(")", start)) != -1:
-        kept.append(text[at:start])
-        at = end + 1
-    kept.append(text[at:])
-    return "".join(kept)
 
 
 def _items(lines: list[Line]) -> list[tuple[int, list[str]]]:
     """The list items of a section, without the "None" placeholders of empty sections."""
     return [(n, texts) for n, texts in list_items(lines) if texts[0].lower().strip(" .*") not in NONE]
-
-
-def _labelled(label: re.Match[str]) -> bool:
-    """Whether a labelled line gives its section: a status only when its value is the status word alone
-    (``Status: failed checks were fixed`` is prose), or none (``**Status:**`` over the word)."""
-    if _key(label.group(1)) == "status":
-        value = label.group(2).strip()
-        return not value.strip("*") or _is_status(value)
-    return True
-
-
-def _is_status(text: str) -> bool:
-    return _STATUS.fullmatch(bare(text)) is not None
-
-
-def _section_key(title: str) -> str:
-    """The key of a section's title, ``### Status: PARTIAL`` being the Status section."""
-    inline = _LABEL.fullmatch(title)
-    return _key(inline.group(1)) if inline is not None and _labelled(inline) else _key(title)
 
 
 def _is_resolution(line: str) -> bool:
@@ -200,49 +135,17 @@ class _Builder:
         self.evidence: dict[str, str] = {}
         self.seen: set[str] = set()
 
-    def labels(self, preamble: list[Line], sections: set[str]) -> list[Line]:
-        """The Status and Summary given as labelled lines before the first section (``**Status:**
-        SUCCESS``) taken as those sections, unless the report has the section (``sections``: the keys of
-        its sections); the rest of the preamble. A summary runs to a blank line; fenced lines are content."""
-        rest: list[Line] = []
-        fence: Fence | None = None
-        index = 0
-        while index < len(preamble):
-            number, text = preamble[index]
-            outside = fence is None
-            fence, is_fence = fence_after(fence, text)
-            label = _LABEL.fullmatch(text.rstrip()) if outside and not is_fence else None
-            index += 1
-            if label is None or not _labelled(label) or _key(label.group(1)) in self.seen | sections:
-                rest.append((number, text))
-                continue
-            key, value = _key(label.group(1)), label.group(2).strip().rstrip("*").rstrip()
-            body = [(number, value)] if value else []
-            if not value and key == "status" and index < len(preamble) and _is_status(preamble[index][1]):
-                body, index = [preamble[index]], index + 1
-            while key == "summary" and index < len(preamble) and preamble[index][1].strip():
-                following = preamble[index][1]
-                if _LABEL.fullmatch(following.rstrip()) or fence_after(None, following)[1]:
-                    break
-                body.append(preamble[index])
-                index += 1
-            if body:
-                self.add(Part(key.capitalize(), number, body))
-            else:  # `**Summary:**` and a blank line: no summary here
-                rest.append((number, text))
-        return rest
-
     def add(self, part: Part) -> None:
-        key = _key(part.title)
-        inline = _LABEL.fullmatch(part.title)  # `### Status: SUCCESS`
-        if key not in _HANDLERS and inline is not None and _labelled(inline):
-            part = Part(inline.group(1), part.line, [(part.line, inline.group(2)), *part.lines])
-            key = _key(part.title)
-        handler = _HANDLERS.get(key)
-        if handler is not None and key in self.seen:
+        name = key(part.title)
+        inline = label(part.title)  # `### Status: SUCCESS`
+        if name not in _HANDLERS and inline is not None:
+            name = inline.key
+            part = Part(inline.title, part.line, [(part.line, inline.value), *part.lines])
+        handler = _HANDLERS.get(name)
+        if handler is not None and name in self.seen:
             self.violations.append(f"duplicate section '### {part.title}' (line {part.line}); first one used")
             handler = None
-        self.seen.add(key)
+        self.seen.add(name)
         self._collect_evidence(part.lines)
         if handler is None:
             section = _section(part)
@@ -265,7 +168,7 @@ class _Builder:
 
     def status_(self, part: Part) -> None:
         value = next((t.strip() for _, t in part.lines if t.strip()), "")
-        match = _STATUS.match(bare(value))
+        match = STATUS.match(bare(value))
         if match is None:
             raise ReportError(f"status '{value}' is not SUCCESS, PARTIAL or FAILED", part.line)
         self.status = ResultStatus(match.group(1).upper())
@@ -375,7 +278,7 @@ class _Builder:
             aspect, colon, value = texts[0].partition(":")
             if colon:
                 pairs.append((aspect, value))
-        values = {_key(k).replace(" ", ""): v.strip() for k, v in pairs}
+        values = {key(k).replace(" ", ""): v.strip() for k, v in pairs}
         recoverable: bool | None = None
         raw = values.get("recoverable", "")
         if raw.lower() in _TRUE | _FALSE:

@@ -31,9 +31,9 @@ from agents.lines import (
     Hit,
     tentative,
 )
-from agents.report import is_placeholder
 from agents.report_end import End, ReportEnd
 from agents.tentative import Tentative
+from agents.titles import is_placeholder
 from bus.envelope import EnvelopeType
 
 __all__ = ["Scanner"]
