@@ -12,12 +12,15 @@ from __future__ import annotations
 import re
 import shlex
 from collections import Counter
+from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 from bus.directives import RecoveryOption
 from bus.display import counted, cut, one_line
+from bus.envelope import EnvelopeType
 from bus.findings import Finding
 from bus.settings import DEFAULT_NAMESPACE
+from coordinator.queued import QueuedCommand
 from coordinator.rules import GroupSummary, MergedFinding
 from coordinator.rules.summary import AgentSummary, PendingDelegation, ResumePath
 from coordinator.state import ViolationRule
@@ -131,14 +134,20 @@ def _suggest(verb: str, ids: list[str], words: list[str], options: list[str]) ->
     return " ".join(["subagent-bus", verb, *words, *options])
 
 
-def inbox_lines(summaries: list[GroupSummary], namespace: str = DEFAULT_NAMESPACE) -> list[str]:
-    """What waits for a human, each item with the command that acts on it.
+def inbox_lines(
+    summaries: list[GroupSummary], namespace: str = DEFAULT_NAMESPACE, queued: Sequence[QueuedCommand] = ()
+) -> list[str]:
+    """What waits for a human, each item with the command that acts on it, or the one ``queued`` for it
+    that no coordinator has applied yet.
 
     An agent or request id known in several groups gets ``--group`` in its commands, which need it then;
     every command names ``namespace`` unless it is the default.
     """
-    agents = _Ids(Counter(a.agent_id for s in summaries for a in s.agents), _in(namespace))
-    requests = _Ids(Counter(d.request_id for s in summaries for d in s.pending_delegations), _in(namespace))
+    queued_lines = _queued(queued)
+    agents = _Ids(Counter(a.agent_id for s in summaries for a in s.agents), _in(namespace), queued_lines)
+    requests = _Ids(
+        Counter(d.request_id for s in summaries for d in s.pending_delegations), _in(namespace), queued_lines
+    )
     lines: list[str] = []
     for s in summaries:
         lines += _questions(s, agents)
@@ -160,6 +169,26 @@ class _Ids(NamedTuple):
     """How many groups know each id."""
     where: list[str]
     """The options of every command (the namespace)."""
+    queued: dict[tuple[str, ...], str]
+    """The line that says what is queued for an item (see :func:`_queued`)."""
+
+
+def _queued(queued: Sequence[QueuedCommand]) -> dict[tuple[str, ...], str]:
+    """By ``(group, what, id)``: the line naming the human command queued for a question (``answer``,
+    agent, question), a blocker (``blocker``, agent), a delegation (``request``, id) or an escalation
+    (``dismiss``, agent). The item stays in the inbox until a coordinator applies it."""
+    lines: dict[tuple[str, ...], str] = {}
+    for q in (q for q in queued if q.human):
+        line = f"          queued: {q.command.value.lower()} {q.id}, applied when a coordinator runs"
+        if q.command is EnvelopeType.ANSWER:
+            lines.update({(q.group_id, "answer", q.agent_id, qid): line for qid in q.question_ids})
+        elif q.request_id is not None:
+            lines[(q.group_id, "request", q.request_id)] = line
+        elif q.command is EnvelopeType.DISMISS:
+            lines[(q.group_id, "dismiss", q.agent_id)] = line
+        else:
+            lines[(q.group_id, "blocker", q.agent_id)] = line
+    return lines
 
 
 def _group(s: GroupSummary, ids: _Ids, item_id: str) -> list[str]:
@@ -180,7 +209,11 @@ def _questions(s: GroupSummary, agents: _Ids) -> list[str]:
         if q.agent_id not in explained:
             explained.add(q.agent_id)
             lines += _detail("reason", q.reason) + _detail("can resume with", q.can_resume_with)
-        lines.append(f"          answer: {command}")
+        lines.append(
+            agents.queued.get(
+                (s.group_id, "answer", q.agent_id, q.question_id), f"          answer: {command}"
+            )
+        )
         lines += _note(q.resume)
     return lines
 
@@ -192,8 +225,9 @@ def _blockers(s: GroupSummary, agents: _Ids) -> list[str]:
         resolve = _suggest("resolve", [b.agent_id], [_arg(b.agent_id)], ['--resolution "..."', *options])
         lines.append(f"blocker   {one_line(b.agent_id)} ({one_line(b.blocker_type)}): {_text(b.details)}")
         lines += _detail("needs", b.resume_requirements) + _detail("recovery", b.error_recovery)
-        lines.append(f"          resolve: {resolve}")
-        if "error" in (b.stop_reason, b.blocker_type):  # seed 003's recovery patterns apply
+        queued = agents.queued.get((s.group_id, "blocker", b.agent_id))
+        lines.append(queued or f"          resolve: {resolve}")
+        if not queued and "error" in (b.stop_reason, b.blocker_type):  # seed 003's recovery patterns apply
             first, *others = (o.value for o in RecoveryOption)  # a line that runs when pasted: no `|`
             recover = _suggest("recover", [b.agent_id], [_arg(b.agent_id)], [f"--option {first}", *options])
             lines.append(f"          or recover: {recover}  # or --option {' / '.join(others)}")
@@ -225,7 +259,9 @@ def _delegations(s: GroupSummary, requests: _Ids) -> list[str]:
             f"({d.priority.value}, {d.independence.value}): {cut(_text(d.task), _DETAIL)}"
         )
         lines += _checklist(d)
-        lines.append(f"          {approve}  |  {deny}")
+        lines.append(
+            requests.queued.get((s.group_id, "request", d.request_id), f"          {approve}  |  {deny}")
+        )
         lines += _note(d.resume)
     return lines
 
@@ -246,7 +282,9 @@ def _escalations(s: GroupSummary, agents: _Ids) -> list[str]:
     for e in s.escalations:
         dismiss = _suggest("dismiss", [e.agent_id], [_arg(e.agent_id)], _group(s, agents, e.agent_id))
         lines.append(f"escalated {one_line(e.agent_id)}: {_text(e.reason)}")
-        lines.append(f"          when handled: {dismiss}")
+        lines.append(
+            agents.queued.get((s.group_id, "dismiss", e.agent_id), f"          when handled: {dismiss}")
+        )
     return lines
 
 

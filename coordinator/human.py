@@ -39,6 +39,7 @@ from bus.params import not_blank
 from bus.publisher import Publisher
 from bus.settings import Settings
 from coordinator.lease import lease_key
+from coordinator.queued import load_queued, superseded
 from coordinator.rules.aggregation import open_escalation
 from coordinator.rules.blockers import error_stop, open_blocker
 from coordinator.rules.clarification import answerable
@@ -143,8 +144,12 @@ async def _publish(
             if retired is None:
                 raise BusError(f"{exc}{await no_coordinator_note(client, keys)}") from None
             raise BusError(retired) from None
-        envelope = new_envelope(payload, agent_id=agent_id, group_id=group_id, source=source)
         shard = keys.shard_of(group_id)
+        state = next(g for g in groups if g.group_id == group_id)
+        refused = superseded(payload, agent_id, state, await load_queued(client, keys, [shard]))
+        if refused is not None:
+            raise BusError(refused)
+        envelope = new_envelope(payload, agent_id=agent_id, group_id=group_id, source=source)
         events = keys.stream(shard, StreamKind.EVENTS)
         with translated():
             last: Any = await client.xrevrange(events, count=1)

@@ -32,6 +32,7 @@ from coordinator.console import (
     unresolved_blockers,
 )
 from coordinator.policy import Policy
+from coordinator.queued import QueuedCommand, load_queued
 from coordinator.rules import GroupSummary, MergedFinding, merge_findings, merged_view
 from coordinator.view import (
     group_ids,
@@ -165,15 +166,17 @@ def inbox(settings: Settings, as_json: bool) -> None:
     blocker unresolved (a result report that did not reach the coordinator, say).
 
     Each item comes with the command that acts on it, or that shows more (with --json, each names its
-    group_id).
+    group_id). A command given while no coordinator runs waits on the bus until one does: its item
+    stays here with the command queued for it (with --json, under "queued").
     """
 
-    async def read(client: Client, keys: Keys) -> tuple[list[GroupSummary], str]:
+    async def read(client: Client, keys: Keys) -> tuple[list[GroupSummary], list[QueuedCommand], str]:
         summaries = await load_summaries(client, keys, None)
-        return summaries, "" if as_json else await no_coordinator_note(client, keys)
+        queued = await load_queued(client, keys, range(keys.shards))
+        return summaries, queued, "" if as_json else await no_coordinator_note(client, keys)
 
-    nothing: tuple[list[GroupSummary], str] = ([], "")
-    summaries, note = run_command(_read(settings, read, nothing))
+    nothing: tuple[list[GroupSummary], list[QueuedCommand], str] = ([], [], "")
+    summaries, queued, note = run_command(_read(settings, read, nothing))
     if as_json:
         items: dict[str, list[tuple[str, Model]]] = {
             "questions": [(s.group_id, q) for s in summaries for q in s.open_questions if not q.answered],
@@ -195,9 +198,10 @@ def inbox(settings: Settings, as_json: bool) -> None:
             for s in summaries
             if s.severity_conflicts
         ]
+        listed["queued"] = [q.model_dump(mode="json") for q in queued if q.human]
         click.echo(_dump(listed))
         return
-    lines = inbox_lines(summaries, settings.namespace)
+    lines = inbox_lines(summaries, settings.namespace, queued)
     if note and lines == [NOTHING_WAITS]:
         lines[-1] += note
     elif note:
