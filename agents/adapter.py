@@ -312,7 +312,7 @@ class OutputStream:
     ) -> None:
         self.bus = bus
         self.source = source
-        self.parser = AnyParser(fmt, max_block_bytes=max_block_bytes)
+        self.parser = AnyParser(fmt, max_block_bytes=max_block_bytes, first_line=base_line)
         self.base = base
         self.base_line = base_line
         self.done = done
@@ -333,10 +333,15 @@ class OutputStream:
 
     @property
     def restart(self) -> tuple[int, int]:
-        """(offset, line) where a fresh stream can take over from this one."""
-        if self.parser.format is Format.CLAUDE_JSONL:
+        """(offset, line) where a fresh stream can take over from this one: in a transcript, the start of
+        the first incomplete JSONL line, or of the line of a section held until the agent's end
+        (:mod:`agents.unread`), so that a fresh stream holds it again."""
+        if self.parser.format is not Format.CLAUDE_JSONL:
+            return self.base, self.base_line
+        held = self.parser.held
+        if held is None or held.reread_from is None:
             return self._line_start
-        return self.base, self.base_line
+        return min(self._line_start, (held.reread_from + self.base, held.line))
 
     def feed(self, chunk: bytes) -> list[Envelope]:
         """The envelopes completed by the next bytes of output."""
@@ -362,7 +367,7 @@ class OutputStream:
                 continue
             self.done = offset + 1
             if isinstance(item, ErrorItem):
-                line = item.line + self.base_line - 1
+                line = item.line
                 self.bus.log(f"{self.bus.agent_id}: {self.source} line {line}: not published: {item.message}")
                 if self.bus.metrics is not None:
                     self.bus.metrics.rejected.labels("parse_error").inc()

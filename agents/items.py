@@ -65,6 +65,9 @@ class UnreadReportItem(Model):
     offset: int
     template: bool = False
     """Its heading names a template's placeholder (``## [Agent Name] Result``)."""
+    reread_from: int | None = None
+    """In a transcript, the offset of its JSONL line: where a fresh parser reads it again (an adapter
+    restarted from a checkpoint must, to hold it again)."""
 
 
 Item = SignalItem | ResultItem | ErrorItem

@@ -25,6 +25,7 @@ from typing import Any, Final
 
 import orjson
 
+from agents.items import UnreadReportItem
 from agents.lenient_json import loads_lenient
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Found, Item, Parser
 from agents.unread import UnreadReports
@@ -121,17 +122,20 @@ def _is_entry(line: bytes, *, complete: bool) -> bool:
 
 
 class AssistantText(Model):
-    """One ``text`` block of an assistant message; ``offset`` is where its first byte is counted."""
+    """One ``text`` block of an assistant message; ``offset`` is where its first byte is counted,
+    ``start`` where its JSONL line starts."""
 
     text: str
     line: int
     offset: int
+    start: int
 
 
 class TranscriptReader:
     """Incremental JSONL reader yielding the assistant's texts (and errors for malformed lines)."""
 
-    def __init__(self, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+    def __init__(self, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, first_line: int = 1) -> None:
+        """``first_line`` is the number of the first line fed (a reading resumed mid-transcript)."""
         self.max_line_bytes = max_line_bytes
         self.session_id: str | None = None
         """The first ``sessionId`` seen (what a resume needs)."""
@@ -140,7 +144,7 @@ class TranscriptReader:
         self._partial = bytearray()  # the current line, unless it is being skipped
         self._length = 0  # bytes of the current line so far
         self._pos = 0  # offset of the current line
-        self._line = 1
+        self._line = first_line
         self._skipping = False
         self._out: list[AssistantText | ErrorItem] = []
 
@@ -220,10 +224,11 @@ class TranscriptReader:
                 )
             )
             return
+        start = offset
         for block in content:
             if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
                 text: str = block["text"]
-                self._out.append(AssistantText(text=text, line=line, offset=offset))
+                self._out.append(AssistantText(text=text, line=line, offset=offset, start=start))
                 offset += len(text.encode())
 
 
@@ -239,10 +244,14 @@ class TranscriptParser:
     """Parses a transcript's assistant texts into items placed on the transcript (see the module)."""
 
     def __init__(
-        self, *, max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+        self,
+        *,
+        max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        first_line: int = 1,
     ) -> None:
         self.max_block_bytes = max_block_bytes
-        self.reader = TranscriptReader(max_line_bytes=max_line_bytes)
+        self.reader = TranscriptReader(max_line_bytes=max_line_bytes, first_line=first_line)
 
     @property
     def session_id(self) -> str | None:
@@ -269,9 +278,10 @@ class TranscriptParser:
             )
             data = event.text.encode()
             for item in parser.feed(data) + parser.close():
-                items.append(
-                    item.model_copy(update={"line": event.line, "offset": event.offset + item.offset})
-                )
+                placed = {"line": event.line, "offset": event.offset + item.offset}
+                if isinstance(item, UnreadReportItem):
+                    placed["reread_from"] = event.start
+                items.append(item.model_copy(update=placed))
         return items
 
 
@@ -279,10 +289,20 @@ class AnyParser:
     """A parser for either format; with :attr:`Format.AUTO` it buffers the first lines to decide (see
     :func:`detect_format`)."""
 
-    def __init__(self, fmt: Format = Format.AUTO, *, max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> None:
+    def __init__(
+        self,
+        fmt: Format = Format.AUTO,
+        *,
+        max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
+        first_line: int = 1,
+    ) -> None:
+        """``first_line`` numbers the first line of a transcript fed from its middle (a reading resumed from
+        a checkpoint), so that items and messages name the transcript's lines. Plain text is always read
+        from its beginning."""
         self.format = fmt
         """The format being parsed; :attr:`Format.AUTO` until the first bytes decide it."""
         self.max_block_bytes = max_block_bytes
+        self._first_line = first_line
         self._head = bytearray()
         self._detector = _Detector()
         self._started = False  # a non-blank byte was buffered: only a newline can decide now
@@ -315,6 +335,11 @@ class AnyParser:
             return []
         return self._start(found)
 
+    @property
+    def held(self) -> UnreadReportItem | None:
+        """The section :mod:`agents.unread` holds, if any."""
+        return self._unread.held
+
     def close(self) -> list[Item]:
         """End of output: the last items, and a section held by :mod:`agents.unread` named."""
         items: list[Item] = []
@@ -326,7 +351,7 @@ class AnyParser:
     def _start(self, fmt: Format) -> list[Item]:
         self.format = fmt
         if fmt is Format.CLAUDE_JSONL:
-            self._parser = TranscriptParser(max_block_bytes=self.max_block_bytes)
+            self._parser = TranscriptParser(max_block_bytes=self.max_block_bytes, first_line=self._first_line)
         else:
             self._parser = Parser(max_block_bytes=self.max_block_bytes)
         head, self._head = bytes(self._head), bytearray()

@@ -36,6 +36,10 @@ class UnreadReports:
         self._held: UnreadReportItem | None = None
         self._reported = False  # a report was read (or meant): a recap under another heading is no loss
 
+    @property
+    def held(self) -> UnreadReportItem | None:
+        return self._held
+
     def items(self, found: list[Found]) -> list[Item]:
         """The items of what the parser found, the held section named before a completion."""
         out: list[Item] = []

@@ -275,3 +275,52 @@ async def test_with_a_pid_it_beats_while_the_agent_lives_and_reports_its_exit(
     assert [e.type for e in envelopes if e.type is not T.HEARTBEAT] == [
         T.AGENT_STARTED, *[T.PROGRESS] * 5, T.AGENT_EXITED,
     ]  # fmt: skip
+
+
+def _assistant(text: str) -> bytes:
+    entry = {"type": "assistant", "sessionId": "s1", "message": {"content": [{"type": "text", "text": text}]}}
+    return orjson.dumps(entry) + b"\n"
+
+
+async def test_a_section_held_in_a_transcript_is_held_again_after_a_sigkill(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A result report under another heading is held until the agent ends (agents.unread). An adapter
+    killed after it checkpointed past that section's line restarts from the line, not after it: the
+    section is held again, and the agent's completion names it (a lost result), as without the kill."""
+    progress = "[PROGRESS]\nagent_id: a7\npercent: {}\n[/PROGRESS]"
+    unread = "## Auditor Results\n\n### Status\nSUCCESS\n\n### Summary\nReviewed the auth module.\n"
+    head = _assistant("Starting.") + _assistant(unread)
+    head += b"".join(_assistant(progress.format(p)) for p in (10, 20, 30))
+    tail = _assistant(
+        "[COMPLETION_REPORT]\nagent_id: a7\ntimestamp: 2026-01-11T10:00:00Z\nstatus: success\n"
+        "deliverables: none\nsummary: Reviewed the auth module\n[/COMPLETION_REPORT]"
+    )
+    args = ("--format", "claude-jsonl")
+    out, log = tmp_path / "agent.jsonl", tmp_path / "adapter.log"
+    out.write_bytes(head)
+    async with open_bus(redis_url) as bus:
+        first = start(watch_args(out, "a7", *args), redis_url, log)
+
+        async def progress_published() -> bool:
+            return await bus.count(GROUP, T.PROGRESS) == 3
+
+        await wait_until(progress_published, 30, "the progress signals")  # checkpointed with them
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        with out.open("ab") as stream:
+            stream.write(tail)
+        second = start(watch_args(out, "a7", "--until-complete", *args), redis_url, log)
+        assert await exited(second, 60) == 0, log.read_text()
+        signals = [e for e in await bus.envelopes(GROUP) if e.kind is Kind.SIGNAL]
+    assert [e.type for e in signals] == [T.PROGRESS] * 3 + [T.STOP_WORK, T.COMPLETION_REPORT]
+    lost = signals[3].payload
+    assert (
+        isinstance(lost, StopWork)
+        and "the section '## Auditor Results' reads as a result report" in lost.details
+    )
+    parser = TranscriptParser()  # the same items, with the same ids, as one reading of the whole output
+    items = parser.feed(head + tail) + parser.close()
+    assert len(items) == 5 and [e.id for e in signals[:3]] == [
+        deterministic_id("a7", source_of(out.absolute(), 0), item.offset) for item in items[1:4]
+    ]

@@ -269,3 +269,17 @@ def test_any_parser_on_text_and_forced_formats() -> None:
     short = AnyParser()
     assert short.close() == []
     assert short.format is Format.TEXT
+
+
+def test_a_reading_resumed_mid_transcript_names_the_transcripts_lines() -> None:
+    """An adapter resumed from a checkpoint feeds the transcript from a line's start: its items and its
+    messages name the transcript's line numbers, as a reading from the start would."""
+    later = b"".join(LINES[2:])
+    whole, _ = parse(TRANSCRIPT + b'{"type": "assistant", "message": {"content": 7}}\n')
+    resumed = AnyParser(Format.CLAUDE_JSONL, first_line=3)
+    part = resumed.feed(later + b'{"type": "assistant", "message": {"content": 7}}\n') + resumed.close()
+    [error] = [i for i in part if isinstance(i, ErrorItem)]
+    assert len(part) > 2 and error.line == len(LINES) + 1 and f"JSONL line {len(LINES) + 1}:" in error.message
+    assert [(i.line, i.offset + line_start(3)) for i in part] == [
+        (i.line, i.offset) for i in whole if i.offset >= line_start(3)
+    ]
