@@ -14,7 +14,7 @@ import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 from urllib.parse import urlsplit
 
 import redis.asyncio
@@ -199,6 +199,10 @@ def tcp_options(socket_timeout: float | None) -> dict[int, int]:
     return {getattr(socket, name): value for name, value in wanted.items() if hasattr(socket, name)}
 
 
+_UNBOUNDED: Final = 2**31 - 1
+"""A pool's size when the settings set none."""
+
+
 def _options(settings: Settings) -> dict[str, Any]:
     options: dict[str, Any] = {
         "decode_responses": False,
@@ -209,6 +213,6 @@ def _options(settings: Settings) -> dict[str, Any]:
     if settings.scheme != "unix":  # a Unix socket has no TCP options (and redis-py refuses them there)
         options["socket_keepalive"] = True
         options["socket_keepalive_options"] = tcp_options(settings.socket_timeout)
-    if settings.max_connections is not None:
-        options["max_connections"] = settings.max_connections
+    # redis-py caps a pool at 100 connections unless told otherwise, and a coordinator holds one per shard
+    options["max_connections"] = settings.max_connections or _UNBOUNDED
     return options

@@ -109,7 +109,7 @@ class Settings(BaseModel, extra="forbid", frozen=True):
     :class:`~bus.consumer.Consumer` refuses one that is not). ``None``: no limit."""
     socket_connect_timeout: float = Field(default=5.0, gt=0, allow_inf_nan=False)
     max_connections: int | None = Field(default=None, ge=1)
-    """Per server (per node on a cluster); ``None``: redis-py's default (unbounded)."""
+    """Per server (per node on a cluster); ``None``: unbounded."""
     health_check_interval: float = Field(default=30.0, ge=0)
 
     @field_validator("url")

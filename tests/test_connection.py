@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import click
+import orjson
 import pytest
 import redis
 import redis.asyncio
@@ -235,6 +237,21 @@ def test_shards_option_creates_a_namespace_and_refuses_another_count(redis_url: 
     assert result.exit_code == 2
     assert "--shards" in result.output
     assert redis.Redis.from_url(redis_url).get("{sharded}:meta") == b"4"
+
+
+def test_a_coordinator_of_many_shards_is_not_held_back_by_a_pool_size(redis_url: str) -> None:
+    """A coordinator holds a connection per shard loop; redis-py's pools stop at 100 unless told
+    otherwise, which ended a coordinator of 64 shards with MaxConnectionsError."""
+    options = ["--redis-url", redis_url, "--namespace", "wide"]
+    cli = str(Path(sys.executable).parent / "subagent-bus")
+    for group in ("a", "b", "c"):
+        adapter = [cli, "adapter", "stdin", "--agent-id", "x", "--group", group, "--shards", "160", *options]
+        done = subprocess.run(adapter, input=b"", capture_output=True, check=False, timeout=120)
+        assert done.returncode == 0, done.stderr
+    result = CliRunner().invoke(main, ["coordinator", "--burst", *options])
+    assert result.exit_code == 0, result.output
+    status = CliRunner().invoke(main, ["status", "--json", *options])
+    assert sorted(g["group_id"] for g in orjson.loads(status.output)) == ["a", "b", "c"]
 
 
 def test_an_argument_that_is_not_utf8_is_a_usage_error(redis_url: str) -> None:
