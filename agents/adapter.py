@@ -291,7 +291,8 @@ class OutputStream:
     """One output of an agent, parsed and turned into envelopes with deterministic ids.
 
     ``base``/``base_line`` place the first byte fed on the whole output (a file adapter that resumes
-    mid-file); items before ``done`` (an offset) were published before and are skipped. For a Claude
+    mid-file); items before ``done`` (an offset) were published before and are skipped; ``reported``: a
+    result report came before ``base`` (see :mod:`agents.unread`). For a Claude
     Code transcript, :attr:`restart` is the start of the first incomplete JSONL line: a fresh stream
     started there yields exactly the remaining items, since each line is parsed on its own. Plain text
     can only be re-parsed from its beginning (code fences around a report change its meaning), so
@@ -307,12 +308,13 @@ class OutputStream:
         base: int = 0,
         base_line: int = 1,
         done: int = 0,
+        reported: bool = False,
         session_id: str | None = None,
         max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
     ) -> None:
         self.bus = bus
         self.source = source
-        self.parser = AnyParser(fmt, max_block_bytes=max_block_bytes, first_line=base_line)
+        self.parser = AnyParser(fmt, max_block_bytes=max_block_bytes, first_line=base_line, reported=reported)
         self.base = base
         self.base_line = base_line
         self.done = done

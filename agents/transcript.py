@@ -295,10 +295,11 @@ class AnyParser:
         *,
         max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
         first_line: int = 1,
+        reported: bool = False,
     ) -> None:
         """``first_line`` numbers the first line of a transcript fed from its middle (a reading resumed from
-        a checkpoint), so that items and messages name the transcript's lines. Plain text is always read
-        from its beginning."""
+        a checkpoint), so that items and messages name the transcript's lines, and ``reported`` says that
+        a result report came before (:mod:`agents.unread`). Plain text is always read from its beginning."""
         self.format = fmt
         """The format being parsed; :attr:`Format.AUTO` until the first bytes decide it."""
         self.max_block_bytes = max_block_bytes
@@ -307,7 +308,7 @@ class AnyParser:
         self._detector = _Detector()
         self._started = False  # a non-blank byte was buffered: only a newline can decide now
         self._parser: Parser | TranscriptParser | None = None
-        self._unread = UnreadReports()
+        self._unread = UnreadReports(reported=reported)
         self._fed = 0
         if fmt is not Format.AUTO:
             self._start(fmt)
@@ -339,6 +340,11 @@ class AnyParser:
     def held(self) -> UnreadReportItem | None:
         """The section :mod:`agents.unread` holds, if any."""
         return self._unread.held
+
+    @property
+    def reported(self) -> bool:
+        """A result report was read (:mod:`agents.unread`)."""
+        return self._unread.reported
 
     def close(self) -> list[Item]:
         """End of output: the last items, and a section held by :mod:`agents.unread` named."""

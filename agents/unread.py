@@ -32,13 +32,18 @@ class UnreadReports:
 
     __slots__ = ("_held", "_reported")
 
-    def __init__(self) -> None:
+    def __init__(self, *, reported: bool = False) -> None:
+        """``reported``: a report came before what this is given (a reading resumed mid-output)."""
         self._held: UnreadReportItem | None = None
-        self._reported = False  # a report was read (or meant): a recap under another heading is no loss
+        self._reported = reported  # a report was read (or meant): a recap under another heading is no loss
 
     @property
     def held(self) -> UnreadReportItem | None:
         return self._held
+
+    @property
+    def reported(self) -> bool:
+        return self._reported
 
     def items(self, found: list[Found]) -> list[Item]:
         """The items of what the parser found, the held section named before a completion."""

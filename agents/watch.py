@@ -58,6 +58,9 @@ class Checkpoint(Model):
     resume: int = 0
     resume_line: int = 1
     done: int = 0
+    reported: bool = False
+    """A result report was read before ``resume``: a section under another heading after it is a recap,
+    not a report to hold (:mod:`agents.unread`)."""
     format: Format = Format.AUTO
     session_id: str | None = None
     completed: bool = False
@@ -231,6 +234,7 @@ class FileWatch:
             base=cp.resume,
             base_line=cp.resume_line,
             done=cp.done,
+            reported=cp.reported,
             session_id=cp.session_id,
         )
 
@@ -278,6 +282,7 @@ class FileWatch:
             resume=resume,
             resume_line=resume_line,
             done=stream.done,
+            reported=stream.parser.reported,
             format=stream.format,
             session_id=stream.session_id,
             completed=cp.completed or any(e.type in COMPLETING for e in envelopes),

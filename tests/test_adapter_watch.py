@@ -22,7 +22,7 @@ from agents.parser import ErrorItem, SignalItem, parse_text
 from agents.transcript import TranscriptParser
 from agents.watch import source_of
 from bus.directives import AnswerItem, ClarificationResponse
-from bus.envelope import EnvelopeType, Kind, deterministic_id, new_envelope
+from bus.envelope import Envelope, EnvelopeType, Kind, deterministic_id, new_envelope
 from bus.publisher import Publisher
 from bus.signals import StopReason, StopWork
 
@@ -282,23 +282,20 @@ def _assistant(text: str) -> bytes:
     return orjson.dumps(entry) + b"\n"
 
 
-async def test_a_section_held_in_a_transcript_is_held_again_after_a_sigkill(
-    redis_url: str, tmp_path: Path
-) -> None:
-    """A result report under another heading is held until the agent ends (agents.unread). An adapter
-    killed after it checkpointed past that section's line restarts from the line, not after it: the
-    section is held again, and the agent's completion names it (a lost result), as without the kill."""
-    progress = "[PROGRESS]\nagent_id: a7\npercent: {}\n[/PROGRESS]"
-    unread = "## Auditor Results\n\n### Status\nSUCCESS\n\n### Summary\nReviewed the auth module.\n"
-    head = _assistant("Starting.") + _assistant(unread)
-    head += b"".join(_assistant(progress.format(p)) for p in (10, 20, 30))
-    tail = _assistant(
-        "[COMPLETION_REPORT]\nagent_id: a7\ntimestamp: 2026-01-11T10:00:00Z\nstatus: success\n"
-        "deliverables: none\nsummary: Reviewed the auth module\n[/COMPLETION_REPORT]"
-    )
+_PROGRESS = "".join(f"[PROGRESS]\nagent_id: a7\npercent: {p}\n[/PROGRESS]\n" for p in (10, 20, 30))
+_UNREAD = "## Auditor Results\n\n### Status\nSUCCESS\n\n### Summary\nReviewed the auth module.\n"
+_COMPLETION = _assistant(
+    "[COMPLETION_REPORT]\nagent_id: a7\ntimestamp: 2026-01-11T10:00:00Z\nstatus: success\n"
+    "deliverables: none\nsummary: Reviewed the auth module\n[/COMPLETION_REPORT]"
+)
+
+
+async def _killed_after_progress(redis_url: str, tmp_path: Path, head: bytes, tail: bytes) -> list[Envelope]:
+    """The agent's signals when its adapter is killed once ``head`` (three progress signals last) is
+    checkpointed, and a new one follows ``tail`` to the agent's completion."""
     args = ("--format", "claude-jsonl")
     out, log = tmp_path / "agent.jsonl", tmp_path / "adapter.log"
-    out.write_bytes(head)
+    out.write_bytes(head + _assistant(_PROGRESS))
     async with open_bus(redis_url) as bus:
         first = start(watch_args(out, "a7", *args), redis_url, log)
 
@@ -313,14 +310,38 @@ async def test_a_section_held_in_a_transcript_is_held_again_after_a_sigkill(
         second = start(watch_args(out, "a7", "--until-complete", *args), redis_url, log)
         assert await exited(second, 60) == 0, log.read_text()
         signals = [e for e in await bus.envelopes(GROUP) if e.kind is Kind.SIGNAL]
+    parser = TranscriptParser()  # the same items, with the same ids, as one reading of the whole output
+    items = [i for i in parser.feed(out.read_bytes()) + parser.close() if isinstance(i, SignalItem)]
+    ids = [deterministic_id("a7", source_of(out.absolute(), 0), item.offset) for item in items]
+    assert [e.id for e in signals if e.type is not T.STOP_WORK] == ids
+    return signals
+
+
+async def test_a_section_held_in_a_transcript_is_held_again_after_a_sigkill(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A result report under another heading is held until the agent ends (agents.unread). An adapter
+    killed after it checkpointed past that section's line restarts from the line, not after it: the
+    section is held again, and the agent's completion names it (a lost result), as without the kill."""
+    head = _assistant("Starting.") + _assistant(_UNREAD)
+    signals = await _killed_after_progress(redis_url, tmp_path, head, _COMPLETION)
     assert [e.type for e in signals] == [T.PROGRESS] * 3 + [T.STOP_WORK, T.COMPLETION_REPORT]
     lost = signals[3].payload
     assert (
         isinstance(lost, StopWork)
         and "the section '## Auditor Results' reads as a result report" in lost.details
     )
-    parser = TranscriptParser()  # the same items, with the same ids, as one reading of the whole output
-    items = parser.feed(head + tail) + parser.close()
-    assert len(items) == 5 and [e.id for e in signals[:3]] == [
-        deterministic_id("a7", source_of(out.absolute(), 0), item.offset) for item in items[1:4]
-    ]
+
+
+async def test_a_recap_after_a_report_is_no_lost_result_after_a_sigkill(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A section under another heading after a report is a recap, not a report to hold: a restarted
+    adapter knows a report came before, from its checkpoint."""
+    broken = "## Explorer Result\n\n### Status\nMAYBE\n\n### Summary\nLooked around.\n"  # meant as one
+    signals = await _killed_after_progress(
+        redis_url, tmp_path, _assistant(broken), _assistant(_UNREAD) + _COMPLETION
+    )
+    assert [e.type for e in signals] == [T.STOP_WORK] + [T.PROGRESS] * 3 + [T.COMPLETION_REPORT]
+    lost = signals[0].payload
+    assert isinstance(lost, StopWork) and "status 'MAYBE' is not SUCCESS" in lost.details
