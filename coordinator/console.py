@@ -169,26 +169,34 @@ class _Ids(NamedTuple):
     """How many groups know each id."""
     where: list[str]
     """The options of every command (the namespace)."""
-    queued: dict[tuple[str, ...], str]
-    """The line that says what is queued for an item (see :func:`_queued`)."""
+    queued: dict[tuple[str, ...], list[str]]
+    """The human commands queued for each item (see :func:`_queued`)."""
+
+    def queued_line(self, s: GroupSummary, item_id: str, *key: str) -> str | None:
+        """The line naming the commands queued for an item (with its group when several know its id)."""
+        commands = self.queued.get((s.group_id, *key))
+        if not commands:
+            return None
+        where = f" (group {one_line(s.group_id)})" if self.counts[item_id] > 1 else ""
+        return f"          queued: {', '.join(commands)}{where}, not applied yet"
 
 
-def _queued(queued: Sequence[QueuedCommand]) -> dict[tuple[str, ...], str]:
-    """By ``(group, what, id)``: the line naming the human command queued for a question (``answer``,
-    agent, question), a blocker (``blocker``, agent), a delegation (``request``, id) or an escalation
-    (``dismiss``, agent). The item stays in the inbox until a coordinator applies it."""
-    lines: dict[tuple[str, ...], str] = {}
-    for q in (q for q in queued if q.human):
-        line = f"          queued: {q.command.value.lower()} {q.id}, applied when a coordinator runs"
+def _queued(queued: Sequence[QueuedCommand]) -> dict[tuple[str, ...], list[str]]:
+    """By ``(group, what, id)``: the human commands queued for a question (``answer``, agent, question),
+    a blocker (``blocker``, agent), a delegation (``request``, id) or an escalation (``dismiss``, agent).
+    The item stays in the inbox until a coordinator applies them."""
+    found: dict[tuple[str, ...], list[str]] = {}
+    for q in queued:
+        keys: list[tuple[str, ...]]
         if q.command is EnvelopeType.ANSWER:
-            lines.update({(q.group_id, "answer", q.agent_id, qid): line for qid in q.question_ids})
+            keys = [(q.group_id, "answer", q.agent_id, qid) for qid in q.question_ids]
         elif q.request_id is not None:
-            lines[(q.group_id, "request", q.request_id)] = line
-        elif q.command is EnvelopeType.DISMISS:
-            lines[(q.group_id, "dismiss", q.agent_id)] = line
+            keys = [(q.group_id, "request", q.request_id)]
         else:
-            lines[(q.group_id, "blocker", q.agent_id)] = line
-    return lines
+            keys = [(q.group_id, "dismiss" if q.command is EnvelopeType.DISMISS else "blocker", q.agent_id)]
+        for key in keys:
+            found.setdefault(key, []).append(f"{q.command.value.lower()} {one_line(q.id)}")
+    return found
 
 
 def _group(s: GroupSummary, ids: _Ids, item_id: str) -> list[str]:
@@ -209,11 +217,8 @@ def _questions(s: GroupSummary, agents: _Ids) -> list[str]:
         if q.agent_id not in explained:
             explained.add(q.agent_id)
             lines += _detail("reason", q.reason) + _detail("can resume with", q.can_resume_with)
-        lines.append(
-            agents.queued.get(
-                (s.group_id, "answer", q.agent_id, q.question_id), f"          answer: {command}"
-            )
-        )
+        queued = agents.queued_line(s, q.agent_id, "answer", q.agent_id, q.question_id)
+        lines.append(queued or f"          answer: {command}")
         lines += _note(q.resume)
     return lines
 
@@ -225,7 +230,7 @@ def _blockers(s: GroupSummary, agents: _Ids) -> list[str]:
         resolve = _suggest("resolve", [b.agent_id], [_arg(b.agent_id)], ['--resolution "..."', *options])
         lines.append(f"blocker   {one_line(b.agent_id)} ({one_line(b.blocker_type)}): {_text(b.details)}")
         lines += _detail("needs", b.resume_requirements) + _detail("recovery", b.error_recovery)
-        queued = agents.queued.get((s.group_id, "blocker", b.agent_id))
+        queued = agents.queued_line(s, b.agent_id, "blocker", b.agent_id)
         lines.append(queued or f"          resolve: {resolve}")
         if not queued and "error" in (b.stop_reason, b.blocker_type):  # seed 003's recovery patterns apply
             first, *others = (o.value for o in RecoveryOption)  # a line that runs when pasted: no `|`
@@ -259,9 +264,8 @@ def _delegations(s: GroupSummary, requests: _Ids) -> list[str]:
             f"({d.priority.value}, {d.independence.value}): {cut(_text(d.task), _DETAIL)}"
         )
         lines += _checklist(d)
-        lines.append(
-            requests.queued.get((s.group_id, "request", d.request_id), f"          {approve}  |  {deny}")
-        )
+        queued = requests.queued_line(s, d.request_id, "request", d.request_id)
+        lines.append(queued or f"          {approve}  |  {deny}")
         lines += _note(d.resume)
     return lines
 
@@ -282,9 +286,8 @@ def _escalations(s: GroupSummary, agents: _Ids) -> list[str]:
     for e in s.escalations:
         dismiss = _suggest("dismiss", [e.agent_id], [_arg(e.agent_id)], _group(s, agents, e.agent_id))
         lines.append(f"escalated {one_line(e.agent_id)}: {_text(e.reason)}")
-        lines.append(
-            agents.queued.get((s.group_id, "dismiss", e.agent_id), f"          when handled: {dismiss}")
-        )
+        queued = agents.queued_line(s, e.agent_id, "dismiss", e.agent_id)
+        lines.append(queued or f"          when handled: {dismiss}")
     return lines
 
 

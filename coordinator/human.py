@@ -39,7 +39,9 @@ from bus.params import not_blank
 from bus.publisher import Publisher
 from bus.settings import Settings
 from coordinator.lease import lease_key
-from coordinator.queued import load_queued, superseded
+from coordinator.policy import Policy
+from coordinator.queued import load_queued, project, queued_before
+from coordinator.rules import apply
 from coordinator.rules.aggregation import open_escalation
 from coordinator.rules.blockers import error_stop, open_blocker
 from coordinator.rules.clarification import answerable
@@ -125,10 +127,10 @@ def _group_of(
 
 
 async def _publish(
-    settings: Settings, build: Build, source: str, group_id: str | None, wait_s: float
+    settings: Settings, build: Build, source: str, subject: str, group_id: str | None, wait_s: float
 ) -> tuple[Envelope, Decision | None, bool]:
     """The envelope published, the coordinator's first decision on it, and whether a coordinator held
-    the shard (no decision is waited for otherwise)."""
+    the shard (no decision is waited for otherwise). ``subject`` is the agent or request it is about."""
     client = await connect(settings)
     try:
         keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
@@ -137,6 +139,10 @@ async def _publish(
             retired = await retired_note(client, keys, group_id)
             unknown = f"no group {group_id!r} is known to the coordinators"
             raise BusError(retired or unknown + await no_coordinator_note(client, keys))
+        # Checked as a coordinator will apply it: after what is queued before it (coordinator.queued).
+        queued = await load_queued(client, keys, sorted({keys.shard_of(g.group_id) for g in groups}))
+        policy = Policy()  # the coordinators' own is not known here; human commands do not depend on it
+        groups = [project(g, queued, policy) for g in groups]
         try:
             payload, agent_id, group_id = build(groups)
         except UnknownAgent as exc:
@@ -144,12 +150,14 @@ async def _publish(
             if retired is None:
                 raise BusError(f"{exc}{await no_coordinator_note(client, keys)}") from None
             raise BusError(retired) from None
-        shard = keys.shard_of(group_id)
-        state = next(g for g in groups if g.group_id == group_id)
-        refused = superseded(payload, agent_id, state, await load_queued(client, keys, [shard]))
-        if refused is not None:
-            raise BusError(refused)
+        except BusError as exc:
+            raise BusError(f"{exc}{queued_before(queued, subject)}") from None
         envelope = new_envelope(payload, agent_id=agent_id, group_id=group_id, source=source)
+        state = next(g for g in groups if g.group_id == group_id)
+        rejected = apply(state, envelope, policy).rejected
+        if rejected is not None:
+            raise BusError(f"{rejected}{queued_before(queued, subject)}")
+        shard = keys.shard_of(group_id)
         events = keys.stream(shard, StreamKind.EVENTS)
         with translated():
             last: Any = await client.xrevrange(events, count=1)
@@ -179,8 +187,10 @@ async def _decision(client: Client, events: str, cursor: Any, cause: str, wait_s
     return None
 
 
-def _run(settings: Settings, build: Build, source: str, group_id: str | None, wait_s: float) -> None:
-    envelope, decision, held = run_command(_publish(settings, build, source, group_id, wait_s))
+def _run(
+    settings: Settings, build: Build, source: str, subject: str, group_id: str | None, wait_s: float
+) -> None:
+    envelope, decision, held = run_command(_publish(settings, build, source, subject, group_id, wait_s))
     if decision is None:
         when = "no coordinator runs now"
         if held:
@@ -234,7 +244,7 @@ def answer(
         items = [AnswerItem(question_id=qid, answer=text) for qid, text in pairs]
         return HumanAnswer(answers=items, next_step=next_step), agent_id, group.group_id
 
-    _run(settings, build, "answer", group_id, wait_s)
+    _run(settings, build, "answer", agent_id, group_id, wait_s)
 
 
 @click.command()
@@ -258,7 +268,7 @@ def resolve(
         group = _agent_group(groups, agent_id, group_id, open_blocker)
         return HumanResolve(resolution=resolution, instructions=instructions), agent_id, group.group_id
 
-    _run(settings, build, "resolve", group_id, wait_s)
+    _run(settings, build, "resolve", agent_id, group_id, wait_s)
 
 
 @click.command()
@@ -299,7 +309,7 @@ def recover(
         payload = HumanRecover(option=RecoveryOption(option), instructions=instructions)
         return payload, agent_id, group.group_id
 
-    _run(settings, build, "recover", group_id, wait_s)
+    _run(settings, build, "recover", agent_id, group_id, wait_s)
 
 
 def _delegation_command(approve: bool) -> Callable[..., None]:
@@ -329,7 +339,7 @@ def _delegation_command(approve: bool) -> Callable[..., None]:
         alternative: str | None = None,
     ) -> None:
         source = "approve" if approve else "deny"
-        _run(settings, build_for(request_id, reason, alternative), source, group_id, wait_s)
+        _run(settings, build_for(request_id, reason, alternative), source, request_id, group_id, wait_s)
 
     return command
 
@@ -383,7 +393,7 @@ def dismiss(settings: Settings, agent_id: str, note: str | None, group_id: str |
         group = _group_of(groups, agent_id, group_id, lambda g: open_escalation(g, agent_id))
         return HumanDismiss(note=note), agent_id, group.group_id
 
-    _run(settings, build, "dismiss", group_id, wait_s)
+    _run(settings, build, "dismiss", agent_id, group_id, wait_s)
 
 
 commands: list[click.Command] = [answer, resolve, recover, approve, deny, dismiss]

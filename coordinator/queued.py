@@ -1,46 +1,54 @@
-"""Human commands published but not applied yet: what ``inbox`` shows as queued, and what a second
-command for the same thing would be rejected for.
+"""What waits on the shard streams, not applied yet: the human commands ``inbox`` shows as queued, and
+the state a new command is checked against.
 
 A human command is an entry of its group's shard stream; a coordinator applies it in order. While none
 runs (or one is paused), a command waits there and the state the views read does not show it: the
 question still looks open, and a second answer, queued behind the first, would be rejected when the
 first resumes the agent, with only the coordinator's log to say so. So the views and the commands also
 read the entries no coordinator has applied: the ones its consumer group has not been given yet and the
-ones given but not acknowledged (a commit acknowledges what it applied).
+ones given but not acknowledged (a commit acknowledges what it applied). A new command is checked against
+the committed state with those entries applied by the rules themselves (:func:`project`), the way a
+coordinator will apply them: an answer after queued answers that resume the agent, a second resolution,
+an approval of a request a queued denial decides are refused before they are published, and an answer
+to a question the agent asks again in the queue is accepted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Final, cast
+from collections.abc import Iterable, Sequence
+from typing import Any, Final, NamedTuple, cast
 
 from bus.connection import Client, as_text, translated
 from bus.consumer import stream_entries
 from bus.directives import HumanAnswer, HumanApprove, HumanDeny
-from bus.envelope import Envelope, EnvelopeType, Kind, Payload, decode, type_of
+from bus.envelope import Envelope, EnvelopeType, Kind, decode
 from bus.errors import DecodeError
 from bus.fields import Model
 from bus.keys import ConsumerGroup, Keys, StreamKind
+from coordinator.policy import Policy
+from coordinator.rules import apply
 from coordinator.state import GroupState
 
-__all__ = ["QueuedCommand", "load_queued", "open_questions", "superseded"]
+__all__ = ["Queued", "QueuedCommand", "human_commands", "load_queued", "project", "queued_before"]
 
 _PAGE: Final = 1000
 _PENDING_MAX: Final = 100_000
 """A coordinator holds at most a few batches of 100 entries per shard unacknowledged."""
-_T = EnvelopeType
-_BLOCKER: Final = frozenset({_T.RESOLVE, _T.RECOVER})
-"""Either settles an agent's blocker."""
-_DELEGATION: Final = frozenset({_T.APPROVE, _T.DENY})
-_REOPENED_BY: Final = {_T.ANSWER: _T.CLARIFICATION_NEEDED, _T.RESOLVE: _T.STOP_WORK, _T.RECOVER: _T.STOP_WORK}
-"""The agent's signals that open again what a human command settles: new questions, a new blocker."""
-_REOPENING: Final = frozenset(_REOPENED_BY.values())
-_WORDS: Final = (b'"human"', *(f'"{t.value}"'.encode() for t in _REOPENING))
+_LISTED: Final = 3
+"""Queued entries a refusal names (and how many more)."""
+_SAID: Final = frozenset({Kind.HUMAN, Kind.SIGNAL, Kind.RESULT})
+"""What a refusal names: the commands, the agent's signals and results (not its lifecycle events)."""
+
+
+class Queued(NamedTuple):
+    """An entry not applied yet: its id in the stream and its envelope."""
+
+    entry_id: str
+    envelope: Envelope
 
 
 class QueuedCommand(Model):
-    """A human command on its shard's stream that no coordinator has applied yet (or an agent's signal
-    that opens again what one settles: :attr:`human` is false)."""
+    """A human command on its shard's stream that no coordinator has applied yet."""
 
     id: str
     """The envelope's id, which the command printed."""
@@ -54,21 +62,20 @@ class QueuedCommand(Model):
     request_id: str | None = None
     """The delegation an ``approve`` or ``deny`` decides."""
 
-    @property
-    def human(self) -> bool:
-        return self.command not in _REOPENING
 
-
-async def load_queued(client: Client, keys: Keys, shards: Iterable[int]) -> list[QueuedCommand]:
-    """What is queued on ``shards`` and not applied yet, oldest first in each."""
-    queued: list[QueuedCommand] = []
+async def load_queued(
+    client: Client, keys: Keys, shards: Iterable[int], *, human: bool = False
+) -> list[Queued]:
+    """The entries of ``shards`` not applied yet, oldest first in each (the human commands only, with
+    ``human``: the others are not decoded)."""
+    queued: list[Queued] = []
     with translated():
         for shard in shards:
-            queued += await _shard(client, keys.stream(shard, StreamKind.SIGNALS))
+            queued += await _shard(client, keys.stream(shard, StreamKind.SIGNALS), human)
     return queued
 
 
-async def _shard(client: Client, stream: str) -> list[QueuedCommand]:
+async def _shard(client: Client, stream: str, human: bool) -> list[Queued]:
     group = ConsumerGroup.COORDINATOR.value
     if not await client.exists(stream):
         return []
@@ -81,14 +88,14 @@ async def _shard(client: Client, stream: str) -> list[QueuedCommand]:
             given = await client.xpending_range(stream, group, "-", "+", _PENDING_MAX)
             pending = {as_text(cast(bytes, p["message_id"])) for p in given}
             start = min(pending, key=_order, default=start)
-    found: list[QueuedCommand] = []
+    found: list[Queued] = []
     while True:
         page = stream_entries([[stream, await client.xrange(stream, start, "+", count=_PAGE)]])
         for raw_id, fields in page:
             entry_id = as_text(raw_id)
             if entry_id in pending or _order(entry_id) > delivered:  # else applied (acknowledged)
-                command = _command(entry_id, fields)
-                found += [command] if command is not None else []
+                envelope = _envelope(fields, human)
+                found += [Queued(entry_id, envelope)] if envelope is not None else []
         if len(page) < _PAGE:
             return found
         start = "(" + as_text(page[-1][0])
@@ -99,72 +106,69 @@ def _order(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq)
 
 
-def _command(entry_id: str, fields: Any) -> QueuedCommand | None:
+def _envelope(fields: Any, human: bool) -> Envelope | None:
     data = fields.get(b"data") if fields else None
-    # Only what may be a human command or a signal that reopens what one settles is decoded: its JSON
-    # names its kind or type. (One that spells them with escapes, which no client here writes, is applied
-    # all the same; it is only not seen here.)
-    if not isinstance(data, bytes) or not any(word in data for word in _WORDS):
+    # A human envelope's JSON names its kind; one that spells it with escapes, which no client here
+    # writes, is applied all the same, only not listed as queued.
+    if not isinstance(data, bytes) or (human and b'"human"' not in data):
         return None
     try:
         envelope = decode(data)
     except DecodeError:
         return None  # the coordinator dead-letters it
-    if envelope.kind is not Kind.HUMAN and envelope.type not in _REOPENING:
-        return None
-    return _queued(entry_id, envelope)
+    return None if human and envelope.kind is not Kind.HUMAN else envelope
 
 
-def _queued(entry_id: str, envelope: Envelope) -> QueuedCommand:
+def human_commands(queued: Sequence[Queued]) -> list[QueuedCommand]:
+    """The human commands among ``queued``."""
+    return [
+        QueuedCommand(
+            id=q.envelope.id,
+            entry_id=q.entry_id,
+            group_id=q.envelope.group_id,
+            agent_id=q.envelope.agent_id,
+            command=q.envelope.type,
+            question_ids=tuple(a.question_id for a in p.answers) if isinstance(p, HumanAnswer) else (),
+            request_id=p.request_id if isinstance(p, HumanApprove | HumanDeny) else None,
+        )
+        for q in queued
+        if q.envelope.kind is Kind.HUMAN
+        for p in [q.envelope.payload]
+    ]
+
+
+def project(state: GroupState, queued: Sequence[Queued], policy: Policy) -> GroupState:
+    """``state`` with the group's ``queued`` entries applied by the rules, as a coordinator will apply
+    them. Not the ticks: a coordinator's policy (which a command does not know) decides what they time
+    out, and a command is better accepted, then rejected, than refused for a timeout that may not come."""
+    for q in queued:
+        envelope = q.envelope
+        if envelope.group_id != state.group_id or envelope.type is EnvelopeType.TICK:
+            continue
+        try:
+            state = apply(state, envelope, policy).state
+        except Exception:  # a rule's bug: the coordinator dead-letters the entry, which changes nothing
+            continue
+    return state
+
+
+def queued_before(queued: Sequence[Queued], subject: str) -> str:
+    """``" (counting what is queued before it, which no coordinator has applied yet: ...)"``: the queued
+    entries of ``subject`` (an agent, or a delegation request), or ``""`` when there are none."""
+    mine = [
+        q
+        for q in queued
+        if q.envelope.kind in _SAID
+        and q.envelope.type is not EnvelopeType.PROGRESS
+        and subject in (q.envelope.agent_id, _request(q.envelope))
+    ]
+    if not mine:
+        return ""
+    listed = ", ".join(f"{q.envelope.type.value.lower()} {q.envelope.id}" for q in mine[-_LISTED:])
+    more = f"{len(mine) - _LISTED} more, then " if len(mine) > _LISTED else ""
+    return f" (counting what is queued before it, which no coordinator has applied yet: {more}{listed})"
+
+
+def _request(envelope: Envelope) -> str | None:
     payload = envelope.payload
-    return QueuedCommand(
-        id=envelope.id,
-        entry_id=entry_id,
-        group_id=envelope.group_id,
-        agent_id=envelope.agent_id,
-        command=envelope.type,
-        question_ids=tuple(a.question_id for a in payload.answers)
-        if isinstance(payload, HumanAnswer)
-        else (),
-        request_id=payload.request_id if isinstance(payload, HumanApprove | HumanDeny) else None,
-    )
-
-
-def superseded(payload: Payload, agent_id: str, state: GroupState, queued: list[QueuedCommand]) -> str | None:
-    """Why a new human command would be rejected because of the ones queued before it, which settle what
-    it is about, or none: an answer when queued answers already answer every open question of the agent
-    (they resume it), a resolve or recover when one is queued for the agent's blocker, an approve or deny
-    of a request already decided by one, a second dismiss. Unless the agent asks again or stops again
-    after them: then what the new command is about is not known before a coordinator applies them."""
-    command = type_of(payload)
-    mine = [q for q in queued if q.group_id == state.group_id]
-    theirs = [q for q in mine if q.agent_id == agent_id]
-    if isinstance(payload, HumanApprove | HumanDeny):
-        earlier = [q for q in mine if q.command in _DELEGATION and q.request_id == payload.request_id]
-        what = f"request {payload.request_id!r} is already decided"
-    elif command is _T.ANSWER:
-        earlier = [q for q in theirs if q.command is _T.ANSWER]
-        if open_questions(state, agent_id) - {qid for q in earlier for qid in q.question_ids}:
-            earlier = []  # they leave a question open: this one may answer it, or answer one again
-        what = f"every open question of agent {agent_id!r} is answered"
-    elif command in _BLOCKER:
-        earlier = [q for q in theirs if q.command in _BLOCKER]
-        what = f"the blocker of agent {agent_id!r} is already resolved"
-    else:
-        earlier = [q for q in theirs if q.command is command]
-        what = f"the escalation of agent {agent_id!r} is already dismissed"
-    reopening = _REOPENED_BY.get(command)
-    if not earlier or any(
-        q.command is reopening and _order(q.entry_id) > _order(earlier[0].entry_id) for q in theirs
-    ):
-        return None
-    queued_as = " and ".join(f"the {q.command.value.lower()} queued as {q.id}" for q in earlier)
-    return f"{what} by {queued_as}, which no coordinator has applied yet: this one would be rejected"
-
-
-def open_questions(state: GroupState, agent_id: str) -> set[str]:
-    """The questions of the agent's clarification that are not answered yet."""
-    record = state.agents.get(agent_id)
-    if record is None or record.questions is None:
-        return set()
-    return {q.question_id for q in record.questions.questions} - {a.question_id for a in record.answers}
+    return payload.request_id if isinstance(payload, HumanApprove | HumanDeny) else None

@@ -264,7 +264,8 @@ async def no_coordinator_note(client: Client, keys: Keys) -> str:
                 else []
             )
             seen = seen or bool(ours)
-            waiting += int(ours[0].get("lag") or 0) if ours else length
+            # unread, and read by a coordinator that did not commit them (its lease has expired)
+            waiting += int(ours[0].get("lag") or 0) + int(ours[0]["pending"]) if ours else length
     start = "start one, `subagent-bus coordinator`"
     if not waiting:
         return ""

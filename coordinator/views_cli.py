@@ -32,7 +32,7 @@ from coordinator.console import (
     unresolved_blockers,
 )
 from coordinator.policy import Policy
-from coordinator.queued import QueuedCommand, load_queued
+from coordinator.queued import QueuedCommand, human_commands, load_queued
 from coordinator.rules import GroupSummary, MergedFinding, merge_findings, merged_view
 from coordinator.view import (
     group_ids,
@@ -172,7 +172,7 @@ def inbox(settings: Settings, as_json: bool) -> None:
 
     async def read(client: Client, keys: Keys) -> tuple[list[GroupSummary], list[QueuedCommand], str]:
         summaries = await load_summaries(client, keys, None)
-        queued = await load_queued(client, keys, range(keys.shards))
+        queued = human_commands(await load_queued(client, keys, range(keys.shards), human=True))
         return summaries, queued, "" if as_json else await no_coordinator_note(client, keys)
 
     nothing: tuple[list[GroupSummary], list[QueuedCommand], str] = ([], [], "")
@@ -198,7 +198,7 @@ def inbox(settings: Settings, as_json: bool) -> None:
             for s in summaries
             if s.severity_conflicts
         ]
-        listed["queued"] = [q.model_dump(mode="json") for q in queued if q.human]
+        listed["queued"] = [q.model_dump(mode="json") for q in queued]
         click.echo(_dump(listed))
         return
     lines = inbox_lines(summaries, settings.namespace, queued)

@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from bus.errors import ConfigError
+from bus.signals import DelegateWork
 from coordinator.policy import Policy
 
 CLI = str(Path(sys.executable).parent / "subagent-bus")
@@ -389,45 +390,35 @@ def test_with_a_coordinator_running_a_command_says_what_became_of_it(redis_url: 
     queued = ok(redis_url, "answer", "asker", "Q1=JWT")
     assert "(no coordinator runs now); a coordinator applies it in order" in queued, queued
     env = {**os.environ, "SUBAGENT_BUS_REDIS_URL": redis_url}
-    # A lease that outlives the pause below: the answers must find the coordinator holding the shard.
-    command = [CLI, "coordinator", "--lease-ttl", "600000"]
+    # A lease that outlives the pause below: the approval must find the coordinator holding the shard.
+    Path("policy.toml").write_text('auto_approve = ["P0", "P1", "P2"]\nhuman_approval = []\n')
+    command = [CLI, "coordinator", "--lease-ttl", "600000", "--policy", "policy.toml"]
     coordinator = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
     try:
         ask("Q2")
         until(lambda: "Q2" in ok(redis_url, "inbox"), "the coordinator to open the question")
         applied = ok(redis_url, "answer", "asker", "Q2=JWT", "--wait", "120")  # a loaded machine's CI
         assert applied.startswith("answer applied as ") and ": question_answered: " in applied, applied
-        # An answer that passes the command's own check but not the coordinator's: the one queued before
-        # it answers the question, and the agent asks again in between (so the command cannot know what
-        # its answer is about). The coordinator rejects it, which the command says (exit status 1).
         ask("Q3")
         until(lambda: "Q3" in ok(redis_url, "inbox"), "the coordinator to open the next question")
         not_waiting = ok(redis_url, "answer", "asker", "Q3=maybe", "--wait", "0")
         assert "(its decision not waited for); a coordinator applies it in order" in not_waiting, not_waiting
-        ask("Q4")  # the answer above may have been applied by now: ask again, to answer twice below
-        until(lambda: "Q4" in ok(redis_url, "inbox"), "the coordinator to open the next question")
+        # A command that passes the command's own check but not the coordinator's: the command checks it
+        # against the default policy, under which a P2 delegation queued before it waits for a human,
+        # while this coordinator's policy approves it at once. It says so (exit status 1).
         coordinator.send_signal(signal.SIGSTOP)
-
-        def answer(text: str) -> subprocess.Popen[str]:
-            command = [CLI, "answer", "asker", f"Q4={text}", "--wait", "120"]
-            return subprocess.Popen(
-                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-            )
-
-        def answers() -> int:
-            return sum(e["type"] == "ANSWER" for e in said(redis_url))
-
-        published = answers()
-        first = answer("yes")
-        until(lambda: answers() == published + 1, "the first answer to be published")
-        ask("Q5")
-        second = answer("no")
-        until(lambda: answers() == published + 2, "the second answer to be published")
+        agent_says(redis_url, "lead", "g-said", DELEGATE)
+        [delegate] = [e for e in said(redis_url) if e["type"] == "DELEGATE_WORK"]
+        request = DelegateWork.model_validate(delegate["payload"]).request_id()
+        command = [CLI, "approve", request, "--wait", "120"]
+        approve = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        until(lambda: any(e["type"] == "APPROVE" for e in said(redis_url)), "the approval to be published")
         coordinator.send_signal(signal.SIGCONT)
-        ok_code, ok_out, _ = finished(first)
-        assert ok_code == 0 and "answer applied as " in ok_out, ok_out
-        bad_code, _, bad_err = finished(second)
-        assert bad_code == 1 and "was rejected by the coordinator: " in bad_err, bad_err
+        code, _, err = finished(approve)
+        assert code == 1 and f"delegation request '{request}' is already approved" in err, err
+        assert "was rejected by the coordinator: " in err, err
     finally:
         coordinator.kill()
         coordinator.wait()

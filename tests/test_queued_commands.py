@@ -25,10 +25,20 @@ def _scratch_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
 
 
-def two_questions(agent_id: str) -> str:
-    return clarify(agent_id).replace(
-        "can_resume_with:", "  - question_id: Q2\n    text: Which expiry?\ncan_resume_with:"
+def asks(agent_id: str, *questions: str) -> str:
+    """A CLARIFICATION_NEEDED of these questions (``Q2?``: an optional one)."""
+    listed = "".join(
+        f"  - question_id: {q.rstrip('?')}\n    text: What about {q.rstrip('?')}?\n"
+        + ("    type: optional\n" if q.endswith("?") else "")
+        for q in questions
     )
+    start, _, rest = clarify(agent_id).partition("questions:\n")
+    return start + "questions:\n" + listed + "can_resume_with:" + rest.split("can_resume_with:", 1)[1]
+
+
+def queued_as(out: str) -> str:
+    assert "queued " in out and " (no coordinator runs now)" in out, out
+    return out.split(" as ", 1)[1].split(maxsplit=1)[0]
 
 
 def refused(url: str, *args: str) -> str:
@@ -39,17 +49,22 @@ def refused(url: str, *args: str) -> str:
     return done.stderr
 
 
+def rejections(url: str) -> list[str]:
+    out = ok(url, "tail", "--stream", "events", "--from", "0", "--timeout", "0.5", "--json")
+    decisions = [orjson.loads(line)["payload"] for line in out.splitlines()]
+    return [d["detail"] for d in decisions if d.get("decision") == "rejected"]
+
+
 def test_answers_queued_for_every_question_refuse_another_until_applied(redis_url: str) -> None:
-    agent_says(redis_url, "asker", "g", two_questions("asker"))
+    agent_says(redis_url, "asker", "g", asks("asker", "Q1", "Q2"))
     assert orjson.loads(ok(redis_url, "inbox", "--json"))["queued"] == []  # a signal is not a command
     coordinate(redis_url)
 
-    first = ok(redis_url, "answer", "asker", "Q1=JWT")
-    assert "queued answer as " in first and "no coordinator runs now" in first, first
-    entry = first.split("queued answer as ", 1)[1].split()[0]
+    entry = queued_as(ok(redis_url, "answer", "asker", "Q1=JWT"))
     inbox = ok(redis_url, "inbox")
-    assert f"queued: answer {entry}, applied when a coordinator runs" in inbox, inbox
+    assert f"queued: answer {entry}, not applied yet" in inbox, inbox
     assert 'subagent-bus answer asker Q2="..."' in inbox and 'answer asker Q1="..."' not in inbox, inbox
+    assert "(1 signal(s) not applied yet: no coordinator is running" in inbox, inbox
     [queued] = orjson.loads(ok(redis_url, "inbox", "--json"))["queued"]
     assert "-" in queued.pop("entry_id")
     assert queued == {
@@ -61,11 +76,12 @@ def test_answers_queued_for_every_question_refuse_another_until_applied(redis_ur
         "request_id": None,
     }
 
-    ok(redis_url, "answer", "asker", "Q1=OAuth2")  # Q2 is still open: answering Q1 again replaces it
-    last = ok(redis_url, "answer", "asker", "Q2=1h").split("queued answer as ", 1)[1].split()[0]
+    again = queued_as(ok(redis_url, "answer", "asker", "Q1=OAuth2"))  # Q2 still open: Q1's answer replaced
+    assert f"queued: answer {entry}, answer {again}, not applied yet" in ok(redis_url, "inbox")
+    last = queued_as(ok(redis_url, "answer", "asker", "Q2=1h"))
     error = refused(redis_url, "answer", "asker", "Q2=2h")
-    assert "every open question of agent 'asker' is answered by the answer queued as " in error, error
-    assert f"and the answer queued as {last}, which no coordinator has applied yet" in error, error
+    assert "agent 'asker' has no open questions (counting what is queued before it, which no " in error
+    assert f"applied yet: answer {entry}, answer {again}, answer {last})" in error, error
 
     coordinate(redis_url)
     [response] = directives(redis_url, "asker")
@@ -73,28 +89,61 @@ def test_answers_queued_for_every_question_refuse_another_until_applied(redis_ur
     assert answers == {"Q1": "OAuth2", "Q2": "1h"}, response
     assert "nothing waits for a human" in ok(redis_url, "inbox")
     assert orjson.loads(ok(redis_url, "inbox", "--json"))["queued"] == []
-    status = orjson.loads(ok(redis_url, "status", "--json"))
-    assert status[0]["agents"][0]["state"] == "running", status
+    assert rejections(redis_url) == []
+
+
+@pytest.mark.parametrize(
+    ("steps", "refused_answer"),
+    [
+        # asked again after an answer: the question asked again may be answered, once
+        (["Q1", "answer Q1=one", "Q1", "answer Q1=two"], "Q1=three"),
+        # asked again with one more question before the answer: that one may be answered too
+        (["Q1", "Q1 Q2", "answer Q1=one", "answer Q1=again", "answer Q2=two"], "Q2=three"),
+        # asked again with fewer questions: the one left out is not asked any more
+        (["Q1 Q2", "Q1", "answer Q1=one"], "Q2=two"),
+        # an optional question: the agent resumes without its answer
+        (["Q1 Q2?", "answer Q1=one"], "Q2=two"),
+    ],
+)
+def test_answers_are_checked_against_what_the_queue_leaves_open(
+    redis_url: str, steps: list[str], refused_answer: str
+) -> None:
+    """The first step is applied; the others wait in the queue: questions the agent asks, answers."""
+    agent_says(redis_url, "a", "g", asks("a", *steps[0].split()))
+    coordinate(redis_url)
+    for step in steps[1:]:
+        verb, _, answer = step.partition(" ")
+        if verb == "answer":
+            queued_as(ok(redis_url, "answer", "a", answer))
+        else:
+            agent_says(redis_url, "a", "g", asks("a", *step.split()))
+    error = refused(redis_url, "answer", "a", refused_answer)
+    assert "agent 'a' has no open questions (counting what is queued before it" in error, error
+    coordinate(redis_url)
+    assert rejections(redis_url) == []
+    assert "nothing waits for a human" in ok(redis_url, "inbox")
 
 
 def test_a_blocker_resolved_in_the_queue_refuses_another_resolution(redis_url: str) -> None:
     agent_says(redis_url, "stuck", "g", stop("stuck", reason="error", kind="error"))
     coordinate(redis_url)
-    entry = ok(redis_url, "resolve", "stuck", "--resolution", "fixed").split(" as ", 1)[1].split()[0]
+    entry = queued_as(ok(redis_url, "resolve", "stuck", "--resolution", "fixed"))
     inbox = ok(redis_url, "inbox")
-    assert f"queued: resolve {entry}" in inbox and "subagent-bus recover" not in inbox, inbox
+    assert f"queued: resolve {entry}, not applied yet" in inbox and "subagent-bus recover" not in inbox
     for again in (
         ["resolve", "stuck", "--resolution", "again"],
         ["recover", "stuck", "--option", "delegate"],
     ):
         error = refused(redis_url, *again)
-        assert f"the blocker of agent 'stuck' is already resolved by the resolve queued as {entry}" in error
+        assert "agent 'stuck' has no open blocker" in error and f"applied yet: resolve {entry})" in error
 
-    # The agent stops again after the resolution: what a new resolution is about is not known before a
-    # coordinator applies the queue, so it is not refused (it resolves the second blocker).
+    # The agent stops again after the resolution: a new resolution is for that blocker, once.
     agent_says(redis_url, "stuck", "g", stop("stuck"))
-    ok(redis_url, "resolve", "stuck", "--resolution", "fixed again")
+    queued_as(ok(redis_url, "resolve", "stuck", "--resolution", "fixed again"))
+    error = refused(redis_url, "resolve", "stuck", "--resolution", "a third time")
+    assert "agent 'stuck' has no open blocker" in error, error
     coordinate(redis_url)
+    assert rejections(redis_url) == []
     assert "nothing waits for a human" in ok(redis_url, "inbox")
 
 
@@ -103,11 +152,12 @@ def test_a_delegation_decided_in_the_queue_refuses_another_decision(redis_url: s
     coordinate(redis_url)
     [delegation] = orjson.loads(ok(redis_url, "inbox", "--json"))["delegations"]
     request = delegation["request_id"]
-    entry = ok(redis_url, "approve", request).split(" as ", 1)[1].split()[0]
-    assert f"queued: approve {entry}" in ok(redis_url, "inbox")
+    entry = queued_as(ok(redis_url, "approve", request))
+    assert f"queued: approve {entry}, not applied yet" in ok(redis_url, "inbox")
     error = refused(redis_url, "deny", request, "--reason", "too late")
-    assert f"request '{request}' is already decided by the approve queued as {entry}" in error, error
+    assert f"request '{request}' is already approved" in error and f"yet: approve {entry})" in error, error
     coordinate(redis_url)
+    assert rejections(redis_url) == []
     assert "nothing waits for a human" in ok(redis_url, "inbox")
 
 
@@ -133,7 +183,7 @@ def test_what_a_coordinator_took_but_did_not_commit_is_still_queued(redis_url: s
             entry_ids = [i.decode() for i, _ in stream_entries(taken)]
             await bus.client.xack(stream, group, entry_ids[0])  # committed: applied
             queued = await load_queued(bus.client, bus.keys, range(bus.keys.shards))
-            assert [q.id for q in queued] == ids[1:]
+            assert [q.envelope.id for q in queued] == ids[1:]
             return entry_ids, [q.entry_id for q in queued]
 
     taken, queued = asyncio.run(scenario())
