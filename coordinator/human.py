@@ -141,7 +141,8 @@ async def _publish(
             raise BusError(retired or unknown + await no_coordinator_note(client, keys))
         # Checked as a coordinator will apply it: after what is queued before it (coordinator.queued).
         queued = await load_queued(client, keys, sorted({keys.shard_of(g.group_id) for g in groups}))
-        policy = Policy()  # the coordinators' own is not known here; human commands do not depend on it
+        # The coordinators' own policy is not known here; it matters only for a delegation still queued.
+        policy = Policy()
         groups = [project(g, queued, policy) for g in groups]
         try:
             payload, agent_id, group_id = build(groups)
