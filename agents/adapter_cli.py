@@ -135,7 +135,10 @@ def adapter() -> None:
 @adapter.command("watch")
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
-    "--until-complete", is_flag=True, help="Stop once the agent sent COMPLETION_REPORT or a result."
+    "--until-complete",
+    is_flag=True,
+    help="Stop once the agent sent COMPLETION_REPORT, or its result report and nothing more for 2 s "
+    "(the COMPLETION_REPORT it prints after the report is followed).",
 )
 @click.option(
     "--pid",

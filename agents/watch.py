@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import os
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -30,7 +31,7 @@ from agents.adapter import COMPLETING, AgentBus, OutputStream, heartbeat_loop
 from agents.transcript import Format
 from bus.connection import translated
 from bus.embedded import pid_alive
-from bus.envelope import Envelope, deterministic_id
+from bus.envelope import Envelope, EnvelopeType, deterministic_id
 from bus.fields import Model
 from bus.waits import wait_for
 
@@ -48,6 +49,10 @@ _PRINT: Final = 4096
 """Bytes hashed for each fingerprint."""
 _SAVE_EVERY: Final = 4 << 20
 """Bytes read without any item before the checkpoint is written anyway."""
+_COMPLETION: Final = EnvelopeType.COMPLETION_REPORT
+AFTER_RESULT_S: Final = 2.0
+"""How long ``--until-complete`` goes on following the file, once the agent's result report is read
+without a COMPLETION_REPORT, for the one it prints next (the order its prompt asks for)."""
 
 
 class Checkpoint(Model):
@@ -64,6 +69,9 @@ class Checkpoint(Model):
     format: Format = Format.AUTO
     session_id: str | None = None
     completed: bool = False
+    """A COMPLETION_REPORT or a result report was published."""
+    completion_report: bool = False
+    """A COMPLETION_REPORT was published: with ``--until-complete``, nothing more is followed."""
     started: bool = False
     """AGENT_STARTED was published (once per generation, not per adapter restart)."""
     ended: bool = False
@@ -240,8 +248,9 @@ class FileWatch:
 
     async def _follow(self) -> bool:
         options = self.options
+        quiet_since: float | None = None  # the end of the file was reached, and nothing came since then
         while not self.stop.is_set():
-            if options.until_complete and self.checkpoint.completed:
+            if options.until_complete and self._complete(quiet_since):
                 break
             assert self._fd is not None and self.stream is not None
             chunk = os.read(self._fd, options.chunk_bytes)
@@ -251,9 +260,11 @@ class FileWatch:
                 await self._switch(self._fd)
                 continue
             if chunk:
-                self._grew = True
+                self._grew, quiet_since = True, None
                 await self._publish(self.stream.feed(chunk), force=False)
                 continue
+            if quiet_since is None:
+                quiet_since = time.monotonic()
             await self._publish([], force=True)
             await self.bus.flush()  # at the end of the file: everything read is on the server
             if await self._rotated():
@@ -267,6 +278,14 @@ class FileWatch:
         if self.checkpoint.completed and options.until_complete:
             await self._exited()
         return self.checkpoint.completed
+
+    def _complete(self, quiet_since: float | None) -> bool:
+        """Whether the agent completed: its COMPLETION_REPORT was read, or its result report and, for
+        :data:`AFTER_RESULT_S` after the end of the file, nothing more."""
+        cp = self.checkpoint
+        if cp.completion_report or not cp.completed:
+            return cp.completion_report
+        return quiet_since is not None and time.monotonic() - quiet_since >= AFTER_RESULT_S
 
     def _current(self, envelopes: list[Envelope]) -> Checkpoint:
         """The checkpoint once ``envelopes`` are published."""
@@ -286,6 +305,7 @@ class FileWatch:
             format=stream.format,
             session_id=stream.session_id,
             completed=cp.completed or any(e.type in COMPLETING for e in envelopes),
+            completion_report=cp.completion_report or any(e.type is _COMPLETION for e in envelopes),
             started=cp.started,
             ended=cp.ended,
             head=head,

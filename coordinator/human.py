@@ -141,7 +141,8 @@ async def _publish(
             raise BusError(retired or unknown + await no_coordinator_note(client, keys))
         # Checked as a coordinator will apply it: after what is queued before it (coordinator.queued).
         queued = await load_queued(client, keys, sorted({keys.shard_of(g.group_id) for g in groups}))
-        # The coordinators' own policy is not known here; it matters only for a delegation still queued.
+        # The coordinators' own policy is not known here: it matters only for what is still queued (a
+        # delegation's approval, a failure's retry or escalation), which then may be decided otherwise.
         policy = Policy()
         groups = [project(g, queued, policy) for g in groups]
         try:

@@ -345,3 +345,14 @@ async def test_a_recap_after_a_report_is_no_lost_result_after_a_sigkill(
     assert [e.type for e in signals] == [T.STOP_WORK] + [T.PROGRESS] * 3 + [T.COMPLETION_REPORT]
     lost = signals[0].payload
     assert isinstance(lost, StopWork) and "status 'MAYBE' is not SUCCESS" in lost.details
+
+
+async def test_the_completion_report_after_a_result_report_is_followed_after_a_restart(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A result report completes the agent, but its prompt asks for a COMPLETION_REPORT after it:
+    ``--until-complete`` follows the file for it (here after a restart, from a checkpoint that has the
+    report) instead of stopping at the report."""
+    report = "## Explorer Result\n\n### Status\nSUCCESS\n\n### Summary\nLooked around.\n"
+    signals = await _killed_after_progress(redis_url, tmp_path, _assistant(report), _COMPLETION)
+    assert [e.type for e in signals] == [T.PROGRESS] * 3 + [T.COMPLETION_REPORT]
