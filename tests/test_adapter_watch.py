@@ -107,10 +107,10 @@ async def test_waits_for_a_file_that_does_not_exist_yet(redis_url: str, tmp_path
     adapter = start(watch_args(out, "a3", "--until-complete"), redis_url, log)
     async with open_bus(redis_url) as bus:
 
-        async def connected() -> bool:
-            return len(await bus.client.client_list()) >= 2
+        async def waiting() -> bool:  # the directory appears only after the adapter said so
+            return "waiting for" in log.read_text()
 
-        await wait_until(connected, 10, "the adapter to connect")
+        await wait_until(waiting, 10, "the adapter to wait for the file")
         assert adapter.poll() is None
         out.parent.mkdir()
         await run_ok(fake("progress:50", "complete", out=out, agent_id="a3"))
