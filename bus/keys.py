@@ -22,7 +22,15 @@ from bus.connection import Client, translated
 from bus.errors import ConfigError, NamespaceMissing, PermissionDenied
 from bus.settings import MAX_SHARDS, NAMESPACE_PATTERN
 
-__all__ = ["ConsumerGroup", "Keys", "StreamKind", "dead_stream_for", "meta_key", "open_namespace"]
+__all__ = [
+    "ConsumerGroup",
+    "Keys",
+    "StreamKind",
+    "dead_stream_for",
+    "entry_order",
+    "meta_key",
+    "open_namespace",
+]
 
 _NAMESPACE: Final = re.compile(NAMESPACE_PATTERN)
 DEFAULT_SHARDS: Final = 8
@@ -98,6 +106,12 @@ class Keys:
 def meta_key(namespace: str) -> str:
     """The key holding a namespace's shard count."""
     return f"{{{namespace}}}:meta"
+
+
+def entry_order(entry_id: str) -> tuple[int, int]:
+    """A stream entry id (``ms-seq``, or ``ms`` alone) as a sort key: ids compare as numbers, not text."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 def dead_stream_for(stream: str) -> str:

@@ -26,7 +26,7 @@ import click
 from bus.cli_connection import redis_options, run_command
 from bus.connection import Client, connect, translated
 from bus.errors import CommandFailed, ConfigError
-from bus.keys import ConsumerGroup, Keys, StreamKind, open_namespace
+from bus.keys import ConsumerGroup, Keys, StreamKind, entry_order, open_namespace
 from bus.settings import Settings
 
 __all__ = [
@@ -148,7 +148,7 @@ async def trim(
         newest_kept = await _nth_newest(client, stream, maxlen)
         if newest_kept is None:
             return 0  # no more entries than maxlen
-        floor_id = newest_kept if floor_id is None else min(floor_id, newest_kept, key=_id_key)
+        floor_id = newest_kept if floor_id is None else min(floor_id, newest_kept, key=entry_order)
     with translated():
         reply = await client.eval(
             _TRIM_SCRIPT, 1, stream, "0" if maxlen == 0 else "", floor_id or "", reader or ""
@@ -171,11 +171,6 @@ async def _nth_newest(client: Client, stream: str, n: int) -> str | None:
         left -= int(seen)
         start = f"({last}"
     return last
-
-
-def _id_key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
 
 
 async def _trim_acked(client: Client, stream: str, maxlen: int | None, minid: str | None) -> int | None:

@@ -27,6 +27,7 @@ import click
 from bus.connection import Client, as_text, translated
 from bus.consumer import Ack, Consumer, Delivery, stream_entries
 from bus.errors import BusError, CommandFailed, ConnectionFailed
+from bus.keys import entry_order
 
 __all__ = ["Item", "TailOptions", "tail_streams"]
 
@@ -55,8 +56,7 @@ class Item:
     @property
     def order(self) -> tuple[int, int, int]:
         """Merge key across shards: the id's milliseconds and sequence, then the shard."""
-        ms, _, seq = self.entry_id.partition("-")
-        return int(ms), int(seq or 0), self.shard
+        return (*entry_order(self.entry_id), self.shard)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from bus.directives import HumanAnswer, HumanApprove, HumanDeny
 from bus.envelope import Envelope, EnvelopeType, Kind, decode
 from bus.errors import DecodeError
 from bus.fields import Model
-from bus.keys import ConsumerGroup, Keys, StreamKind
+from bus.keys import ConsumerGroup, Keys, StreamKind, entry_order
 from coordinator.policy import Policy
 from coordinator.rules import apply
 from coordinator.state import GroupState
@@ -82,28 +82,23 @@ async def _shard(client: Client, stream: str, human: bool) -> list[Queued]:
     ours = [g for g in await client.xinfo_groups(stream) if as_text(g["name"]) == group]
     start, delivered, pending = "-", (0, -1), set[str]()
     if ours:
-        delivered = _order(as_text(ours[0]["last-delivered-id"]))
+        delivered = entry_order(as_text(ours[0]["last-delivered-id"]))
         start = "(" + as_text(ours[0]["last-delivered-id"])
         if int(ours[0]["pending"]):  # a live coordinator may acknowledge them before they are listed
             given = await client.xpending_range(stream, group, "-", "+", _PENDING_MAX)
             pending = {as_text(cast(bytes, p["message_id"])) for p in given}
-            start = min(pending, key=_order, default=start)
+            start = min(pending, key=entry_order, default=start)
     found: list[Queued] = []
     while True:
         page = stream_entries([[stream, await client.xrange(stream, start, "+", count=_PAGE)]])
         for raw_id, fields in page:
             entry_id = as_text(raw_id)
-            if entry_id in pending or _order(entry_id) > delivered:  # else applied (acknowledged)
+            if entry_id in pending or entry_order(entry_id) > delivered:  # else applied (acknowledged)
                 envelope = _envelope(fields, human)
                 found += [Queued(entry_id, envelope)] if envelope is not None else []
         if len(page) < _PAGE:
             return found
         start = "(" + as_text(page[-1][0])
-
-
-def _order(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq)
 
 
 def _envelope(fields: Any, human: bool) -> Envelope | None:
@@ -129,7 +124,7 @@ def human_commands(queued: Sequence[Queued]) -> list[QueuedCommand]:
             agent_id=q.envelope.agent_id,
             command=q.envelope.type,
             question_ids=tuple(a.question_id for a in p.answers) if isinstance(p, HumanAnswer) else (),
-            request_id=p.request_id if isinstance(p, HumanApprove | HumanDeny) else None,
+            request_id=_request(q.envelope),
         )
         for q in queued
         if q.envelope.kind is Kind.HUMAN
@@ -152,15 +147,17 @@ def project(state: GroupState, queued: Sequence[Queued], policy: Policy) -> Grou
     return state
 
 
-def queued_before(queued: Sequence[Queued], subject: str) -> str:
+def queued_before(queued: Sequence[Queued], subject: str, group_id: str | None) -> str:
     """``" (counting what is queued before it, which no coordinator has applied yet: ...)"``: the queued
-    entries of ``subject`` (an agent, or a delegation request), or ``""`` when there are none."""
+    entries of ``subject`` (an agent, or a delegation request) in group ``group_id`` (any, with None), or
+    ``""`` when there are none."""
     mine = [
         q
         for q in queued
         if q.envelope.kind in _SAID
         and q.envelope.type is not EnvelopeType.PROGRESS
         and subject in (q.envelope.agent_id, _request(q.envelope))
+        and group_id in (None, q.envelope.group_id)
     ]
     if not mine:
         return ""

@@ -17,7 +17,7 @@ from bus.directives import AnswerItem, HumanAnswer, HumanResolve
 from bus.envelope import Payload, new_envelope
 from bus.keys import ConsumerGroup
 from bus.publisher import Publisher
-from coordinator.queued import load_queued
+from coordinator.queued import Queued, load_queued, queued_before
 
 
 @pytest.fixture(autouse=True)
@@ -188,3 +188,15 @@ def test_what_a_coordinator_took_but_did_not_commit_is_still_queued(redis_url: s
 
     taken, queued = asyncio.run(scenario())
     assert queued[:2] == taken[1:] and len(queued) == 3, (taken, queued)
+
+
+def test_a_refusal_names_what_is_queued_for_that_agent_in_that_group_only() -> None:
+    def resolve(group_id: str, n: int) -> Queued:
+        envelope = new_envelope(HumanResolve(resolution="done"), agent_id="twin", group_id=group_id)
+        return Queued(f"{n}-0", envelope)
+
+    queued = [resolve("g1", 1), resolve("g2", 2)]
+    assert queued[0].envelope.id in queued_before(queued, "twin", "g1")
+    assert queued[1].envelope.id not in queued_before(queued, "twin", "g1")
+    assert all(q.envelope.id in queued_before(queued, "twin", None) for q in queued)
+    assert queued_before(queued, "twin", "g3") == ""
