@@ -11,8 +11,10 @@ second answer, is rejected there: exit status 1); with none running, the envelop
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -57,6 +59,7 @@ from coordinator.view import (
     retired_agent_note,
     retired_note,
 )
+from coordinator.views_cli import POLICY_OPTION
 
 __all__ = ["commands"]
 
@@ -80,6 +83,26 @@ _WAIT = click.option(
     show_default=True,
     help="Seconds to wait for a running coordinator's decision on it (0: publish and return).",
 )
+
+
+@dataclass(frozen=True)
+class How:
+    """What every human command takes: the group its id is in, how long to wait for the decision, and
+    the policy it is checked under."""
+
+    group_id: str | None
+    wait_s: float
+    policy: Policy
+
+
+def _how(command: Callable[..., None]) -> Callable[..., None]:
+    """``--group``, ``--wait`` and ``--policy``, given to ``command`` as one :class:`How`."""
+
+    @functools.wraps(command)
+    def given(*args: Any, group_id: str | None, wait_s: float, policy: Policy, **kwargs: Any) -> None:
+        command(*args, how=How(group_id, wait_s, policy), **kwargs)
+
+    return _GROUP(_WAIT(POLICY_OPTION(given)))
 
 
 def _text(*names: str, **kwargs: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:
@@ -127,10 +150,11 @@ def _group_of(
 
 
 async def _publish(
-    settings: Settings, build: Build, source: str, subject: str, group_id: str | None, wait_s: float
+    settings: Settings, how: How, build: Build, source: str, subject: str
 ) -> tuple[Envelope, Decision | None, bool]:
     """The envelope published, the coordinator's first decision on it, and whether a coordinator held
     the shard (no decision is waited for otherwise). ``subject`` is the agent or request it is about."""
+    group_id, wait_s = how.group_id, how.wait_s
     client = await connect(settings)
     try:
         keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
@@ -141,10 +165,7 @@ async def _publish(
             raise BusError(retired or unknown + await no_coordinator_note(client, keys))
         # Checked as a coordinator will apply it: after what is queued before it (coordinator.queued).
         queued = await load_queued(client, keys, sorted({keys.shard_of(g.group_id) for g in groups}))
-        # The coordinators' own policy is not known here: it matters only for what is still queued (a
-        # delegation's approval, a failure's retry or escalation), which then may be decided otherwise.
-        policy = Policy()
-        groups = [project(g, queued, policy) for g in groups]
+        groups = [project(g, queued, how.policy) for g in groups]
         try:
             payload, agent_id, group_id = build(groups)
         except UnknownAgent as exc:
@@ -156,7 +177,7 @@ async def _publish(
             raise BusError(f"{exc}{queued_before(queued, subject, group_id)}") from None
         envelope = new_envelope(payload, agent_id=agent_id, group_id=group_id, source=source)
         state = next(g for g in groups if g.group_id == group_id)
-        rejected = apply(state, envelope, policy).rejected
+        rejected = apply(state, envelope, how.policy).rejected
         if rejected is not None:
             raise BusError(f"{rejected}{queued_before(queued, subject, group_id)}")
         shard = keys.shard_of(group_id)
@@ -189,14 +210,12 @@ async def _decision(client: Client, events: str, cursor: Any, cause: str, wait_s
     return None
 
 
-def _run(
-    settings: Settings, build: Build, source: str, subject: str, group_id: str | None, wait_s: float
-) -> None:
-    envelope, decision, held = run_command(_publish(settings, build, source, subject, group_id, wait_s))
+def _run(settings: Settings, how: How, build: Build, source: str, subject: str) -> None:
+    envelope, decision, held = run_command(_publish(settings, how, build, source, subject))
     if decision is None:
         when = "no coordinator runs now"
         if held:
-            when = f"no decision within {wait_s:g}s" if wait_s else "its decision not waited for"
+            when = f"no decision within {how.wait_s:g}s" if how.wait_s else "its decision not waited for"
         click.echo(f"queued {source} as {envelope.id} ({when}); a coordinator applies it in order")
         return
     detail = one_line(decision.detail.split("\n", 1)[0])
@@ -223,16 +242,14 @@ def _split_answers(pairs: tuple[str, ...]) -> list[tuple[str, str]]:
 @click.argument("agent_id")
 @click.argument("answers", nargs=-1, required=True)
 @_text("--next-step", help="What the agent should do next (default: continue with the answers).")
-@_GROUP
-@_WAIT
+@_how
 @redis_options
 def answer(
     settings: Settings,
     agent_id: str,
     answers: tuple[str, ...],
     next_step: str | None,
-    group_id: str | None,
-    wait_s: float,
+    how: How,
 ) -> None:
     """Answer an agent's CLARIFICATION_NEEDED: `answer AGENT_ID Q1="..." Q2="..."`.
 
@@ -242,35 +259,33 @@ def answer(
     pairs = _split_answers(answers)
 
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
-        group = _agent_group(groups, agent_id, group_id, lambda r: answerable(r, [q for q, _ in pairs]))
+        group = _agent_group(groups, agent_id, how.group_id, lambda r: answerable(r, [q for q, _ in pairs]))
         items = [AnswerItem(question_id=qid, answer=text) for qid, text in pairs]
         return HumanAnswer(answers=items, next_step=next_step), agent_id, group.group_id
 
-    _run(settings, build, "answer", agent_id, group_id, wait_s)
+    _run(settings, how, build, "answer", agent_id)
 
 
 @click.command()
 @click.argument("agent_id")
 @_text("--resolution", required=True, help="What was done about the blocker.")
 @_text("--instructions", help="Resume instructions (default: the agent's own resume requirements).")
-@_GROUP
-@_WAIT
+@_how
 @redis_options
 def resolve(
     settings: Settings,
     agent_id: str,
     resolution: str,
     instructions: str | None,
-    group_id: str | None,
-    wait_s: float,
+    how: How,
 ) -> None:
     """Resolve the blocker of an agent that sent STOP_WORK."""
 
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
-        group = _agent_group(groups, agent_id, group_id, open_blocker)
+        group = _agent_group(groups, agent_id, how.group_id, open_blocker)
         return HumanResolve(resolution=resolution, instructions=instructions), agent_id, group.group_id
 
-    _run(settings, build, "resolve", agent_id, group_id, wait_s)
+    _run(settings, how, build, "resolve", agent_id)
 
 
 @click.command()
@@ -287,16 +302,14 @@ def resolve(
     help="What the agent is told, instead of the option's default (with delegate, {agent} in it becomes "
     "the id of the agent that takes the failing work over).",
 )
-@_GROUP
-@_WAIT
+@_how
 @redis_options
 def recover(
     settings: Settings,
     agent_id: str,
     option: str,
     instructions: str | None,
-    group_id: str | None,
-    wait_s: float,
+    how: How,
 ) -> None:
     """Choose how an agent that stopped on an error recovers.
 
@@ -307,11 +320,11 @@ def recover(
     """
 
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
-        group = _agent_group(groups, agent_id, group_id, error_stop)
+        group = _agent_group(groups, agent_id, how.group_id, error_stop)
         payload = HumanRecover(option=RecoveryOption(option), instructions=instructions)
         return payload, agent_id, group.group_id
 
-    _run(settings, build, "recover", agent_id, group_id, wait_s)
+    _run(settings, how, build, "recover", agent_id)
 
 
 def _delegation_command(approve: bool) -> Callable[..., None]:
@@ -336,12 +349,11 @@ def _delegation_command(approve: bool) -> Callable[..., None]:
         settings: Settings,
         request_id: str,
         reason: str | None,
-        group_id: str | None,
-        wait_s: float,
+        how: How,
         alternative: str | None = None,
     ) -> None:
         source = "approve" if approve else "deny"
-        _run(settings, build_for(request_id, reason, alternative), source, request_id, group_id, wait_s)
+        _run(settings, how, build_for(request_id, reason, alternative), source, request_id)
 
     return command
 
@@ -349,42 +361,36 @@ def _delegation_command(approve: bool) -> Callable[..., None]:
 @click.command()
 @click.argument("request_id")
 @_text("--reason", help="Why it is approved (kept in the decision event).")
-@_GROUP
-@_WAIT
+@_how
 @redis_options
-def approve(
-    settings: Settings, request_id: str, reason: str | None, group_id: str | None, wait_s: float
-) -> None:
+def approve(settings: Settings, request_id: str, reason: str | None, how: How) -> None:
     """Approve a pending delegation request (ids are listed by `inbox`)."""
-    _delegation_command(True)(settings, request_id, reason, group_id, wait_s)
+    _delegation_command(True)(settings, request_id, reason, how)
 
 
 @click.command()
 @click.argument("request_id")
 @_text("--reason", required=True, help="Why it is denied (sent to the requesting agent).")
 @_text("--alternative", help="What the agent should do instead.")
-@_GROUP
-@_WAIT
+@_how
 @redis_options
 def deny(
     settings: Settings,
     request_id: str,
     reason: str,
     alternative: str | None,
-    group_id: str | None,
-    wait_s: float,
+    how: How,
 ) -> None:
     """Deny a pending delegation request."""
-    _delegation_command(False)(settings, request_id, reason, group_id, wait_s, alternative)
+    _delegation_command(False)(settings, request_id, reason, how, alternative)
 
 
 @click.command()
 @click.argument("agent_id")
 @_text("--note", help="What the human does about it (kept in the decision event).")
-@_GROUP
-@_WAIT
+@_how
 @redis_options
-def dismiss(settings: Settings, agent_id: str, note: str | None, group_id: str | None, wait_s: float) -> None:
+def dismiss(settings: Settings, agent_id: str, note: str | None, how: How) -> None:
     """Take an agent's escalation (failed after its retries) off the inbox: a human has it now.
 
     The agent stays failed and the group's status is unchanged; the events stream keeps the escalation
@@ -392,10 +398,10 @@ def dismiss(settings: Settings, agent_id: str, note: str | None, group_id: str |
     """
 
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
-        group = _group_of(groups, agent_id, group_id, lambda g: open_escalation(g, agent_id))
+        group = _group_of(groups, agent_id, how.group_id, lambda g: open_escalation(g, agent_id))
         return HumanDismiss(note=note), agent_id, group.group_id
 
-    _run(settings, build, "dismiss", agent_id, group_id, wait_s)
+    _run(settings, how, build, "dismiss", agent_id)
 
 
 commands: list[click.Command] = [answer, resolve, recover, approve, deny, dismiss]

@@ -403,9 +403,9 @@ def test_with_a_coordinator_running_a_command_says_what_became_of_it(redis_url: 
         until(lambda: "Q3" in ok(redis_url, "inbox"), "the coordinator to open the next question")
         not_waiting = ok(redis_url, "answer", "asker", "Q3=maybe", "--wait", "0")
         assert "(its decision not waited for); a coordinator applies it in order" in not_waiting, not_waiting
-        # A command that passes the command's own check but not the coordinator's: the command checks it
-        # against the default policy, under which a P2 delegation queued before it waits for a human,
-        # while this coordinator's policy approves it at once. It says so (exit status 1).
+        # A command that passes the command's own check but not the coordinator's: given no --policy, the
+        # command checks it against the default policy, under which a P2 delegation queued before it
+        # waits for a human, while this coordinator's policy approves it at once. It says so (exit 1).
         coordinator.send_signal(signal.SIGSTOP)
         agent_says(redis_url, "lead", "g-said", DELEGATE)
         [delegate] = [e for e in said(redis_url) if e["type"] == "DELEGATE_WORK"]

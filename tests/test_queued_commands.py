@@ -17,6 +17,7 @@ from bus.directives import AnswerItem, HumanAnswer, HumanResolve
 from bus.envelope import Payload, new_envelope
 from bus.keys import ConsumerGroup
 from bus.publisher import Publisher
+from bus.signals import DelegateWork
 from coordinator.queued import Queued, load_queued, queued_before
 
 
@@ -200,3 +201,15 @@ def test_a_refusal_names_what_is_queued_for_that_agent_in_that_group_only() -> N
     assert queued[1].envelope.id not in queued_before(queued, "twin", "g1")
     assert all(q.envelope.id in queued_before(queued, "twin", None) for q in queued)
     assert queued_before(queued, "twin", "g3") == ""
+
+
+def test_a_command_is_checked_under_the_policy_it_is_given(redis_url: str) -> None:
+    agent_says(redis_url, "lead", "g", DELEGATE)
+    coordinate(redis_url)  # the group is known; the next request is queued
+    agent_says(redis_url, "lead", "g", DELEGATE.replace("Document every", "Document all"))
+    [_, queued] = [e for e in said(redis_url) if e["type"] == "DELEGATE_WORK"]
+    request = DelegateWork.model_validate(queued["payload"]).request_id()
+    Path("policy.toml").write_text('auto_approve = ["P0", "P1", "P2"]\nhuman_approval = []\n')
+    error = refused(redis_url, "approve", request, "--policy", "policy.toml")
+    assert f"request '{request}' is already approved" in error, error
+    queued_as(ok(redis_url, "approve", request))  # the default policy leaves a P2 request to a human
