@@ -42,7 +42,7 @@ from bus.publisher import Publisher
 from bus.settings import Settings
 from coordinator.lease import lease_key
 from coordinator.policy import Policy
-from coordinator.queued import load_queued, project, queued_before
+from coordinator.queued import load_queued, project, queued_before, unapplied
 from coordinator.rules import apply
 from coordinator.rules.aggregation import open_escalation
 from coordinator.rules.blockers import error_stop, open_blocker
@@ -164,7 +164,8 @@ async def _publish(
             unknown = f"no group {group_id!r} is known to the coordinators"
             raise BusError(retired or unknown + await no_coordinator_note(client, keys))
         # Checked as a coordinator will apply it: after what is queued before it (coordinator.queued).
-        queued = await load_queued(client, keys, sorted({keys.shard_of(g.group_id) for g in groups}))
+        shards = sorted({keys.shard_of(g.group_id) for g in groups})
+        queued = await unapplied(client, keys, await load_queued(client, keys, shards))
         groups = [project(g, queued, how.policy) for g in groups]
         try:
             payload, agent_id, group_id = build(groups)

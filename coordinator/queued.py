@@ -28,8 +28,17 @@ from bus.keys import ConsumerGroup, Keys, StreamKind, entry_order
 from coordinator.policy import Policy
 from coordinator.rules import apply
 from coordinator.state import GroupState
+from coordinator.store import seen_key
 
-__all__ = ["Queued", "QueuedCommand", "human_commands", "load_queued", "project", "queued_before"]
+__all__ = [
+    "Queued",
+    "QueuedCommand",
+    "human_commands",
+    "load_queued",
+    "project",
+    "queued_before",
+    "unapplied",
+]
 
 _PAGE: Final = 1000
 _PENDING_MAX: Final = 100_000
@@ -99,6 +108,18 @@ async def _shard(client: Client, stream: str, human: bool) -> list[Queued]:
         if len(page) < _PAGE:
             return found
         start = "(" + as_text(page[-1][0])
+
+
+async def unapplied(client: Client, keys: Keys, queued: Sequence[Queued]) -> list[Queued]:
+    """``queued`` without the envelopes their group has applied before (an adapter that died between its
+    publish and its checkpoint publishes them again): a coordinator drops those, and so must a
+    projection, or a command would be checked against a blocker or a question that is not open."""
+    windows: dict[str, set[str]] = {}
+    with translated():
+        for gid in {q.envelope.group_id for q in queued if q.envelope.type is not EnvelopeType.TICK}:
+            seen = await client.lrange(seen_key(keys, keys.shard_of(gid), gid), 0, -1)
+            windows[gid] = {as_text(s) for s in seen}
+    return [q for q in queued if q.envelope.id not in windows.get(q.envelope.group_id, ())]
 
 
 def _envelope(fields: Any, human: bool) -> Envelope | None:

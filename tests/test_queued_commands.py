@@ -213,3 +213,23 @@ def test_a_command_is_checked_under_the_policy_it_is_given(redis_url: str) -> No
     error = refused(redis_url, "approve", request, "--policy", "policy.toml")
     assert f"request '{request}' is already approved" in error, error
     queued_as(ok(redis_url, "approve", request))  # the default policy leaves a P2 request to a human
+
+
+def test_a_signal_published_again_after_it_was_applied_is_not_counted_again(redis_url: str) -> None:
+    agent_says(redis_url, "stuck", "g", stop("stuck"))
+    coordinate(redis_url)
+    queued_as(ok(redis_url, "resolve", "stuck", "--resolution", "fixed"))
+    coordinate(redis_url)  # resolved: the agent resumes
+
+    async def publish_again() -> None:  # as an adapter does that died before its checkpoint
+        async with open_bus(redis_url) as bus:
+            stream = bus.stream("g")
+            entries = stream_entries([[stream, await bus.client.xrange(stream)]])
+            [data] = [f[b"data"] for _, f in entries if b'"STOP_WORK"' in f[b"data"]]
+            await bus.client.xadd(stream, {b"data": data})
+
+    asyncio.run(publish_again())
+    error = refused(redis_url, "resolve", "stuck", "--resolution", "again")
+    assert "agent 'stuck' has no open blocker" in error, error
+    coordinate(redis_url)
+    assert rejections(redis_url) == []
