@@ -20,7 +20,7 @@ from bus.display import counted, cut, one_line
 from bus.envelope import EnvelopeType
 from bus.findings import Finding
 from bus.settings import DEFAULT_NAMESPACE
-from coordinator.queued import QueuedCommand
+from coordinator.queued import QueuedCommand, listed
 from coordinator.rules import GroupSummary, MergedFinding
 from coordinator.rules.summary import AgentSummary, PendingDelegation, ResumePath
 from coordinator.state import ViolationRule
@@ -178,7 +178,7 @@ class _Ids(NamedTuple):
         if not commands:
             return None
         where = f" (group {one_line(s.group_id)})" if self.counts[item_id] > 1 else ""
-        return f"          queued: {', '.join(commands)}{where}, not applied yet"
+        return f"          queued: {listed(commands)}{where}, not applied yet"
 
 
 def _queued(queued: Sequence[QueuedCommand]) -> dict[tuple[str, ...], list[str]]:

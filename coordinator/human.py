@@ -42,7 +42,7 @@ from bus.publisher import Publisher
 from bus.settings import Settings
 from coordinator.lease import lease_key
 from coordinator.policy import Policy
-from coordinator.queued import load_queued, project, queued_before, unapplied
+from coordinator.queued import projected, queued_before
 from coordinator.rules import apply
 from coordinator.rules.aggregation import open_escalation
 from coordinator.rules.blockers import error_stop, open_blocker
@@ -159,14 +159,14 @@ async def _publish(
     try:
         keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
         groups = await load_groups(client, keys, group_id, findings=False)
-        if group_id is not None and not groups:
-            retired = await retired_note(client, keys, group_id)
-            unknown = f"no group {group_id!r} is known to the coordinators"
-            raise BusError(retired or unknown + await no_coordinator_note(client, keys))
+        retired = await retired_note(client, keys, group_id) if group_id is not None and not groups else None
+        if retired is not None:
+            raise BusError(retired)
         # Checked as a coordinator will apply it: after what is queued before it (coordinator.queued).
-        shards = sorted({keys.shard_of(g.group_id) for g in groups})
-        queued = await unapplied(client, keys, await load_queued(client, keys, shards))
-        groups = [project(g, queued, how.policy) for g in groups]
+        groups, queued = await projected(client, keys, groups, group_id, how.policy)
+        if group_id is not None and not groups:
+            unknown = f"no group {group_id!r} is known to the coordinators"
+            raise BusError(unknown + await no_coordinator_note(client, keys))
         try:
             payload, agent_id, group_id = build(groups)
         except UnknownAgent as exc:

@@ -16,6 +16,7 @@ Unknown keys and bad values are a :class:`~bus.errors.ConfigError` naming the ke
 from __future__ import annotations
 
 import re
+import stat
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Final
@@ -146,6 +147,8 @@ def _read_mapping(file: Path) -> dict[str, Any]:
             f"policy file {file}: unknown format {suffix or '(none)'!r}; use .toml, .yaml or .yml"
         )
     try:
+        if not stat.S_ISREG(file.stat().st_mode):  # a pipe would wait for a writer, a device never end
+            raise ConfigError(f"policy file {file}: not a regular file")
         with file.open("rb") as handle:
             data = handle.read(MAX_POLICY_BYTES + 1)
         text = data.decode("utf-8")

@@ -25,17 +25,21 @@ from bus.envelope import Envelope, EnvelopeType, Kind, decode
 from bus.errors import DecodeError
 from bus.fields import Model
 from bus.keys import ConsumerGroup, Keys, StreamKind, entry_order
+from bus.signals import DelegateWork
 from coordinator.policy import Policy
 from coordinator.rules import apply
 from coordinator.state import GroupState
 from coordinator.store import seen_key
+from coordinator.tombstones import retired_key
 
 __all__ = [
     "Queued",
     "QueuedCommand",
     "human_commands",
+    "listed",
     "load_queued",
     "project",
+    "projected",
     "queued_before",
     "unapplied",
 ]
@@ -153,6 +157,29 @@ def human_commands(queued: Sequence[Queued]) -> list[QueuedCommand]:
     ]
 
 
+async def projected(
+    client: Client, keys: Keys, committed: Sequence[GroupState], group_id: str | None, policy: Policy
+) -> tuple[list[GroupState], list[Queued]]:
+    """The groups a command is checked against (``group_id``'s, or all), by group id, with what is
+    queued applied (:func:`project`), and the entries queued on their shards.
+
+    Besides the ``committed`` groups, the ones only the queue knows yet: a group's first signals wait
+    there until a coordinator runs, and a command about them is applied then. Not a retired group's
+    (its late signals a coordinator drops, see :mod:`coordinator.tombstones`)."""
+    shards = [keys.shard_of(group_id)] if group_id is not None else range(keys.shards)
+    queued = await unapplied(client, keys, await load_queued(client, keys, shards))
+    known = {g.group_id for g in committed}
+    states = list(committed)
+    with translated():
+        for gid in sorted({q.envelope.group_id for q in queued if q.envelope.type is not EnvelopeType.TICK}):
+            if gid in known or group_id not in (None, gid):
+                continue
+            if not await client.hexists(retired_key(keys, keys.shard_of(gid)), gid):
+                states.append(GroupState(group_id=gid))
+    states.sort(key=lambda g: g.group_id)
+    return [project(g, queued, policy) for g in states], queued
+
+
 def project(state: GroupState, queued: Sequence[Queued], policy: Policy) -> GroupState:
     """``state`` with the group's ``queued`` entries applied by the rules, as a coordinator will apply
     them. Not the ticks: a coordinator's policy (which a command does not know) decides what they time
@@ -174,7 +201,7 @@ def queued_before(queued: Sequence[Queued], subject: str, group_id: str | None) 
     ``""`` when there are none."""
     mine = [
         q
-        for q in queued
+        for q in {q.envelope.id: q for q in queued}.values()  # a copy is applied once
         if q.envelope.kind in _SAID
         and q.envelope.type is not EnvelopeType.PROGRESS
         and subject in (q.envelope.agent_id, _request(q.envelope))
@@ -182,11 +209,19 @@ def queued_before(queued: Sequence[Queued], subject: str, group_id: str | None) 
     ]
     if not mine:
         return ""
-    listed = ", ".join(f"{q.envelope.type.value.lower()} {q.envelope.id}" for q in mine[-_LISTED:])
-    more = f"{len(mine) - _LISTED} more, then " if len(mine) > _LISTED else ""
-    return f" (counting what is queued before it, which no coordinator has applied yet: {more}{listed})"
+    named = listed([f"{q.envelope.type.value.lower()} {q.envelope.id}" for q in mine])
+    return f" (counting what is queued before it, which no coordinator has applied yet: {named})"
+
+
+def listed(names: Sequence[str]) -> str:
+    """The last few of ``names``, after how many more there are: ``"7 more, then a, b, c"``."""
+    more = f"{len(names) - _LISTED} more, then " if len(names) > _LISTED else ""
+    return more + ", ".join(names[-_LISTED:])
 
 
 def _request(envelope: Envelope) -> str | None:
+    """The delegation request an envelope asks for or decides."""
     payload = envelope.payload
+    if isinstance(payload, DelegateWork):
+        return payload.request_id()
     return payload.request_id if isinstance(payload, HumanApprove | HumanDeny) else None

@@ -8,10 +8,12 @@ import subprocess
 import pytest
 from rules_kit import Feed, clarification, completion, delegate, finding, stop_error
 
+from bus.envelope import EnvelopeType
 from bus.errors import BusError
 from bus.events import AgentStarted
 from bus.signals import StopWork
 from coordinator.console import inbox_lines, render
+from coordinator.queued import QueuedCommand
 from coordinator.rules import summarize
 from coordinator.view import find_agent
 
@@ -215,3 +217,25 @@ def test_an_agent_that_finished_with_a_blocker_unresolved_waits_for_a_review() -
     lines = inbox_lines([summarize(feed.state)], "ns")
     assert lines[0].startswith("review    a finished with a blocker unresolved: error: ")
     assert lines[1:] == ["          see: subagent-bus status --group 'g 1' --namespace ns"]
+
+
+def test_many_commands_queued_for_one_item_are_counted_not_listed() -> None:
+    feed = Feed()
+    feed.send(clarification("asker"), "asker")
+    question = summarize(feed.state).open_questions[0]
+    queued = [
+        QueuedCommand(
+            id=f"answer-{n}",
+            entry_id=f"{n}-0",
+            group_id=feed.state.group_id,
+            agent_id="asker",
+            command=EnvelopeType.ANSWER,
+            question_ids=(question.question_id,),
+        )
+        for n in range(100)
+    ]
+    [line] = [line for line in inbox_lines([summarize(feed.state)], queued=queued) if "queued: " in line]
+    assert (
+        line.strip()
+        == "queued: 97 more, then answer answer-97, answer answer-98, answer answer-99, not applied yet"
+    )

@@ -322,6 +322,13 @@ def test_policy_values_that_would_be_misread_are_refused(tmp_path: Path, text: s
     assert message in str(caught.value)
 
 
+def test_a_policy_path_that_is_a_pipe_is_refused_not_waited_on(tmp_path: Path) -> None:
+    path = tmp_path / "policy.toml"
+    os.mkfifo(path)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        Policy.load(path)
+
+
 def test_a_policy_in_yaml_with_yes_for_a_number_is_refused(tmp_path: Path, redis_url: str) -> None:
     path = tmp_path / "policy.yaml"
     path.write_text("max_retries: yes\n", encoding="utf-8")

@@ -201,6 +201,8 @@ def test_a_refusal_names_what_is_queued_for_that_agent_in_that_group_only() -> N
     assert queued[1].envelope.id not in queued_before(queued, "twin", "g1")
     assert all(q.envelope.id in queued_before(queued, "twin", None) for q in queued)
     assert queued_before(queued, "twin", "g3") == ""
+    copied = [queued[0], Queued("3-0", queued[0].envelope)]  # published again: applied once
+    assert queued_before(copied, "twin", "g1").count(queued[0].envelope.id) == 1
 
 
 def test_a_command_is_checked_under_the_policy_it_is_given(redis_url: str) -> None:
@@ -233,3 +235,27 @@ def test_a_signal_published_again_after_it_was_applied_is_not_counted_again(redi
     assert "agent 'stuck' has no open blocker" in error, error
     coordinate(redis_url)
     assert rejections(redis_url) == []
+
+
+def test_a_group_only_the_queue_knows_takes_commands_that_are_applied_later(redis_url: str) -> None:
+    agent_says(redis_url, "w", "alpha", stop("w"))  # no coordinator has run
+    queued_as(ok(redis_url, "resolve", "w", "--resolution", "fixed"))
+    error = refused(redis_url, "resolve", "w", "--resolution", "again")
+    assert "agent 'w' has no open blocker" in error and "applied yet: stop_work " in error, error
+    agent_says(redis_url, "w", "beta", asks("w", "Q1"))
+    queued_as(ok(redis_url, "answer", "w", "Q1=x", "--group", "beta"))
+    agent_says(redis_url, "lead", "gamma", DELEGATE)
+    [delegate] = [e for e in said(redis_url) if e["type"] == "DELEGATE_WORK"]
+    request = DelegateWork.model_validate(delegate["payload"]).request_id()
+    queued_as(ok(redis_url, "approve", request))
+    error = refused(redis_url, "deny", request, "--reason", "no")
+    assert (
+        f"is already approved (counting what is queued before it, which no coordinator has applied yet: delegate_work {delegate['id']}, approve "
+        in error
+    ), error
+    assert "no group 'delta' is known" in refused(
+        redis_url, "resolve", "w", "--resolution", "x", "--group", "delta"
+    )
+    coordinate(redis_url)
+    assert rejections(redis_url) == []
+    assert "nothing waits for a human" in ok(redis_url, "inbox")

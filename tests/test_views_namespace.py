@@ -69,8 +69,13 @@ def test_an_empty_status_says_when_signals_wait_for_a_coordinator(redis_url: str
     assert run(redis_url, "status", "--group", "g").stdout == "no groups yet named g in namespace 'typo'\n"
     hint = "(1 signal(s) wait for a coordinator: start one, `subagent-bus coordinator`)"
     assert run(redis_url, "inbox").stdout == f"nothing waits for a human {hint}\n"
-    answer = run(redis_url, "answer", "a", "Q1=yes")
-    assert answer.returncode == 1 and f"no agent 'a' is known to the coordinators {hint}" in answer.stderr
+    answer = run(redis_url, "answer", "b", "Q1=yes")
+    assert (
+        answer.returncode == 1
+        and f"no agent 'b' is known to the coordinators (known: a) {hint}" in answer.stderr
+    )
+    answer = run(redis_url, "answer", "a", "Q1=yes")  # known from the queue
+    assert answer.returncode == 1 and "agent 'a' has no open questions" in answer.stderr
     assert run(redis_url, "coordinator", "--burst").returncode == 0
     assert run(redis_url, "status").stdout.startswith("group g: ")
     assert run(redis_url, "inbox").stdout == "nothing waits for a human\n"
