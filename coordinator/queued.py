@@ -182,8 +182,9 @@ async def projected(
 
 def project(state: GroupState, queued: Sequence[Queued], policy: Policy) -> GroupState:
     """``state`` with the group's ``queued`` entries applied by the rules, as a coordinator will apply
-    them. Not the ticks: a coordinator's policy (which a command does not know) decides what they time
-    out, and a command is better accepted, then rejected, than refused for a timeout that may not come."""
+    them. Not the ticks: what they time out depends on the coordinators' policy, which a command may not
+    be given, and a command is better accepted, then rejected, than refused for a timeout that may not
+    come."""
     for q in queued:
         envelope = q.envelope
         if envelope.group_id != state.group_id or envelope.type is EnvelopeType.TICK:
