@@ -79,13 +79,19 @@ class QueuedCommand(Model):
 async def load_queued(
     client: Client, keys: Keys, shards: Iterable[int], *, human: bool = False
 ) -> list[Queued]:
-    """The entries of ``shards`` not applied yet, oldest first in each (the human commands only, with
-    ``human``: the others are not decoded)."""
+    """The entries of ``shards`` not applied yet, oldest first (by entry id: a shard's in stream order),
+    the human commands only with ``human`` (the others are not decoded)."""
     queued: list[Queued] = []
     with translated():
         for shard in shards:
-            queued += await _shard(client, keys.stream(shard, StreamKind.SIGNALS), human)
-    return queued
+            found = await _shard(client, keys.stream(shard, StreamKind.SIGNALS), human)
+            # a raw publisher's entry on another shard than its group's: a coordinator dead-letters it
+            queued += [
+                q
+                for q in found
+                if q.envelope.type is EnvelopeType.TICK or keys.shard_of(q.envelope.group_id) == shard
+            ]
+    return sorted(queued, key=lambda q: entry_order(q.entry_id))
 
 
 async def _shard(client: Client, stream: str, human: bool) -> list[Queued]:

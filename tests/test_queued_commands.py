@@ -15,7 +15,7 @@ from test_human_commands import DELEGATE, agent_says, clarify, cli, coordinate, 
 from bus.consumer import stream_entries
 from bus.directives import AnswerItem, HumanAnswer, HumanResolve
 from bus.envelope import Payload, new_envelope
-from bus.keys import ConsumerGroup
+from bus.keys import ConsumerGroup, StreamKind
 from bus.publisher import Publisher
 from bus.signals import DelegateWork
 from coordinator.queued import Queued, load_queued, queued_before
@@ -259,3 +259,18 @@ def test_a_group_only_the_queue_knows_takes_commands_that_are_applied_later(redi
     coordinate(redis_url)
     assert rejections(redis_url) == []
     assert "nothing waits for a human" in ok(redis_url, "inbox")
+
+
+def test_an_entry_on_another_shard_than_its_group_is_not_counted(redis_url: str) -> None:
+    agent_says(redis_url, "w", "gm", stop("w"))
+
+    async def move() -> None:  # as a raw publisher that computed the wrong shard
+        async with open_bus(redis_url) as bus:
+            stream = bus.stream("gm")
+            other = bus.keys.stream((bus.keys.shard_of("gm") + 1) % bus.keys.shards, StreamKind.SIGNALS)
+            for entry_id, fields in stream_entries([[stream, await bus.client.xrange(stream)]]):
+                await bus.client.xadd(other, {b"data": fields[b"data"]})
+                await bus.client.xdel(stream, entry_id)
+
+    asyncio.run(move())
+    assert "no agent 'w' is known" in refused(redis_url, "resolve", "w", "--resolution", "fixed")
