@@ -30,7 +30,7 @@ from coordinator.policy import Policy
 from coordinator.rules import apply
 from coordinator.state import GroupState
 from coordinator.store import seen_key
-from coordinator.tombstones import retired_key
+from coordinator.view import retired_note
 
 __all__ = [
     "Queued",
@@ -176,12 +176,9 @@ async def projected(
     queued = await unapplied(client, keys, await load_queued(client, keys, shards))
     known = {g.group_id for g in committed}
     states = list(committed)
-    with translated():
-        for gid in sorted({q.envelope.group_id for q in queued if q.envelope.type is not EnvelopeType.TICK}):
-            if gid in known or group_id not in (None, gid):
-                continue
-            if not await client.hexists(retired_key(keys, keys.shard_of(gid)), gid):
-                states.append(GroupState(group_id=gid))
+    for gid in sorted({q.envelope.group_id for q in queued if q.envelope.type is not EnvelopeType.TICK}):
+        if gid not in known and group_id in (None, gid) and await retired_note(client, keys, gid) is None:
+            states.append(GroupState(group_id=gid))
     states.sort(key=lambda g: g.group_id)
     return [project(g, queued, policy) for g in states], queued
 
