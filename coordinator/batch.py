@@ -26,7 +26,7 @@ from coordinator.rules.run import Run
 from coordinator.rules.trusted import evolve
 from coordinator.state import GroupState
 from coordinator.store import Touched, delete_group, write_changes
-from coordinator.tombstones import Late, Tombstones, bury, late_entry, late_reason, unbury
+from coordinator.tombstones import Late, Tombstones, admit, bury, late_reason, unbury
 
 __all__ = ["Batch", "Entry", "Fields", "entries_of", "target_streams"]
 
@@ -226,28 +226,15 @@ class Batch:
         if state is None:
             state = self.stored.get(gid)
         run = self.runs.get(gid)
-        retired, members = False, self._tomb(gid)
-        if state is not None and state.retired_at is not None:  # by a tick of the batch
-            retired, members = True, members | frozenset(state.agents)
-        elif (
-            members
-            and state is not None
-            and (envelope.type is EnvelopeType.TICK or envelope.agent_id in state.agents)
-        ):
-            # a tick (its agent id is a coordinator's name), or an agent of the group as it is now (one
-            # the rules registered again: a retry's id is the same in each of the group's lives)
-            members = _NO_AGENTS
-        if members:
-            late = late_entry(envelope, members)
-            if late is Late.DEAD_LETTERED:
-                return late_reason(envelope)
-            if late is Late.DROPPED:
-                log.debug(
-                    "%s of retired group %s: dropped", envelope.type.value, gid, extra={"group_id": gid}
-                )
-                return None
-            self._keep_tomb(gid, envelope, members, retired=retired)
-        if state is None or retired:  # a new group, or a retired one that starts anew
+        admission = admit(state, self._tomb(gid), envelope)
+        if admission.late is Late.DEAD_LETTERED:
+            return late_reason(envelope)
+        if admission.late is Late.DROPPED:
+            log.debug("%s of retired group %s: dropped", envelope.type.value, gid, extra={"group_id": gid})
+            return None
+        if admission.tomb is not None:
+            self.tombs[gid] = admission.tomb
+        if state is None or admission.anew:  # a new group, or a retired one that starts anew
             state, run = GroupState(group_id=gid), None
         if run is None:
             run = self.runs[gid] = Run()
@@ -258,14 +245,6 @@ class Batch:
             return f"rule failed: {type(exc).__name__}: {exc}"
         self._record(gid, envelope, state, outcome)
         return None
-
-    def _keep_tomb(self, gid: str, envelope: Envelope, members: frozenset[str], *, retired: bool) -> None:
-        """Keep the tombstone of a group with retired ``members`` that ``envelope`` applies to (it starts
-        the group anew, or comes to the group started anew): an AGENT_STARTED of one of them takes it
-        out (its entries count again), and a group the batch retired gets one."""
-        left = members - {envelope.agent_id} if envelope.type is EnvelopeType.AGENT_STARTED else members
-        if retired or left != members:
-            self.tombs[gid] = left
 
     def _record(self, gid: str, envelope: Envelope, state: GroupState, outcome: Outcome) -> None:
         """Keep what applying ``envelope`` to the group's ``state`` gave, and add its emits to the commit."""

@@ -159,14 +159,12 @@ async def _publish(
     try:
         keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
         groups = await load_groups(client, keys, group_id, findings=False)
-        retired = await retired_note(client, keys, group_id) if group_id is not None and not groups else None
-        if retired is not None:
-            raise BusError(retired)
         # Checked as a coordinator will apply it: after what is queued before it (coordinator.queued).
         groups, queued = await projected(client, keys, groups, group_id, how.policy)
         if group_id is not None and not groups:
+            retired = await retired_note(client, keys, group_id)
             unknown = f"no group {group_id!r} is known to the coordinators"
-            raise BusError(unknown + await no_coordinator_note(client, keys))
+            raise BusError(retired or unknown + await no_coordinator_note(client, keys))
         try:
             payload, agent_id, group_id = build(groups)
         except UnknownAgent as exc:

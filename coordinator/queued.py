@@ -30,7 +30,7 @@ from coordinator.policy import Policy
 from coordinator.rules import apply
 from coordinator.state import GroupState
 from coordinator.store import seen_key
-from coordinator.view import retired_note
+from coordinator.tombstones import Late, admit, tombstones_of
 
 __all__ = [
     "Queued",
@@ -167,36 +167,53 @@ async def projected(
     client: Client, keys: Keys, committed: Sequence[GroupState], group_id: str | None, policy: Policy
 ) -> tuple[list[GroupState], list[Queued]]:
     """The groups a command is checked against (``group_id``'s, or all), by group id, with what is
-    queued applied (:func:`project`), and the entries queued on their shards.
+    queued applied (:func:`project`), and the queued entries that count (a coordinator will apply them).
 
-    Besides the ``committed`` groups, the ones only the queue knows yet: a group's first signals wait
-    there until a coordinator runs, and a command about them is applied then. Not a retired group's
-    (its late signals a coordinator drops, see :mod:`coordinator.tombstones`)."""
+    Besides the ``committed`` groups, the ones only the queue starts: a group's first signals wait there
+    until a coordinator runs, and a command about them is applied then; a retired group's signals may
+    start it anew (see :mod:`coordinator.tombstones`)."""
     shards = [keys.shard_of(group_id)] if group_id is not None else range(keys.shards)
     queued = await unapplied(client, keys, await load_queued(client, keys, shards))
-    known = {g.group_id for g in committed}
-    states = list(committed)
-    for gid in sorted({q.envelope.group_id for q in queued if q.envelope.type is not EnvelopeType.TICK}):
-        if gid not in known and group_id in (None, gid) and await retired_note(client, keys, gid) is None:
-            states.append(GroupState(group_id=gid))
-    states.sort(key=lambda g: g.group_id)
-    return [project(g, queued, policy) for g in states], queued
+    known = {g.group_id: g for g in committed}
+    queued_ids = {q.envelope.group_id for q in queued if q.envelope.type is not EnvelopeType.TICK}
+    with translated():
+        tombs = await tombstones_of(client, keys, queued_ids)
+    states: list[GroupState] = []
+    counted: list[Queued] = []
+    for gid in sorted(known.keys() | {g for g in queued_ids if group_id in (None, g)}):
+        state, applied = project(known.get(gid), gid, tombs.get(gid, frozenset()), queued, policy)
+        states += [state] if state is not None else []
+        counted += applied
+    return states, sorted(counted, key=lambda q: entry_order(q.entry_id))
 
 
-def project(state: GroupState, queued: Sequence[Queued], policy: Policy) -> GroupState:
-    """``state`` with the group's ``queued`` entries applied by the rules, as a coordinator will apply
-    them. Not the ticks: what they time out depends on the coordinators' policy, which a command may not
-    be given, and a command is better accepted, then rejected, than refused for a timeout that may not
+def project(
+    state: GroupState | None, group_id: str, tomb: frozenset[str], queued: Sequence[Queued], policy: Policy
+) -> tuple[GroupState | None, list[Queued]]:
+    """The state of group ``group_id`` (``state``: the committed one, None when there is none) with its
+    ``queued`` entries applied by the rules, as a coordinator will apply them, the group's tombstone
+    (``tomb``'s agents) included (None when the queue does not start the group either); and the entries
+    that count, those a coordinator will not drop or dead-letter by the tombstone.
+
+    Not the ticks: what they time out depends on the coordinators' policy, which a command may not be
+    given, and a command is better accepted, then rejected, than refused for a timeout that may not
     come."""
+    applied: list[Queued] = []
     for q in queued:
         envelope = q.envelope
-        if envelope.group_id != state.group_id or envelope.type is EnvelopeType.TICK:
+        if envelope.group_id != group_id or envelope.type is EnvelopeType.TICK:
             continue
+        admission = admit(state, tomb, envelope)
+        if admission.late is not Late.APPLIED:
+            continue
+        applied.append(q)
+        tomb = tomb if admission.tomb is None else admission.tomb
+        base = state if state is not None and not admission.anew else GroupState(group_id=group_id)
         try:
-            state = apply(state, envelope, policy).state
+            state = apply(base, envelope, policy).state
         except Exception:  # a rule's bug: the coordinator dead-letters the entry, which changes nothing
             continue
-    return state
+    return state, applied
 
 
 def queued_before(queued: Sequence[Queued], subject: str, group_id: str | None) -> str:

@@ -13,7 +13,7 @@ from bus.events import AgentStarted, Decision, DecisionType, Heartbeat, Tick
 from bus.findings import Finding
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.publisher import Publisher
-from bus.signals import CompletionReport, CompletionStatus
+from bus.signals import ClarificationNeeded, CompletionReport, CompletionStatus, Question
 from coordinator.policy import Policy
 from coordinator.service import TICK_GROUP, Coordinator, CoordinatorOptions
 from coordinator.store import GROUPS_KEY, group_key, merged_key, seen_key
@@ -203,3 +203,54 @@ async def test_a_group_started_anew_keeps_out_the_old_agents_until_they_start_ag
             assert await _coordinator(client, keys, "f", batch).run(burst=True) == 2
             assert sorted((await load_shard(client, keys, 0))[DONE].agents) == [AGENT, "bg-3"]
             assert await client.hlen(keys.state(0, "retired")) == 0
+
+
+def _asks(agent: str) -> Envelope:
+    question = Question(question_id="Q1", text="Keep going?")
+    asked = ClarificationNeeded(agent_id=agent, blocked_at="scan", reason="unsure", questions=[question])
+    return _envelope(asked, DONE, agent)
+
+
+async def test_a_command_s_check_starts_a_retired_group_anew_as_the_coordinator_will(redis_url: str) -> None:
+    """With no coordinator running, a retired group's new agent asks a question: the answer is accepted
+    before any coordinator applied the question, and the coordinator then applies both."""
+    async with connected(redis_url) as client:
+        keys = await _applied(client, "check-anew")
+        await _tick(client, keys, 8)
+        assert await _coordinator(client, keys, "d").run(burst=True) == 1
+        await Publisher(client, keys).publish_many([_envelope(AgentStarted(task="next"), DONE, "bg-3")])
+        await Publisher(client, keys).publish_many([_asks("bg-3")])
+
+        where = ["--redis-url", redis_url, "--namespace", "check-anew"]
+        out = await run_ok([CLI, "answer", "bg-3", "Q1=yes", *where])
+        assert b"queued " in out, out
+        assert await _coordinator(client, keys, "e").run(burst=True) == 3
+        events = [
+            decode(fields[b"data"]) for _, fields in await entries(client, keys.stream(0, StreamKind.EVENTS))
+        ]
+        decided = [e.payload for e in events if isinstance(e.payload, Decision) and e.agent_id == "bg-3"]
+        assert DecisionType.QUESTION_ANSWERED in [d.decision for d in decided], decided
+        assert DecisionType.REJECTED not in [d.decision for d in decided], decided
+        assert await client.xlen(keys.inbox(0, "bg-3")) == 1  # the CLARIFICATION RESPONSE
+
+
+async def test_a_command_s_check_keeps_an_old_agent_s_late_entries_out_as_the_coordinator_does(
+    redis_url: str,
+) -> None:
+    """A group started anew by a new agent keeps its old agent's re-published question out (the
+    coordinator dead-letters it): an answer to it is refused, not published to be dead-lettered too."""
+    async with connected(redis_url) as client:
+        keys = await _applied(client, "check-late")
+        await _tick(client, keys, 8)
+        await Publisher(client, keys).publish_many([_envelope(AgentStarted(task="next"), DONE, "bg-3")])
+        assert await _coordinator(client, keys, "d").run(burst=True) == 2
+        await Publisher(client, keys).publish_many([_asks(AGENT)])
+        published = await client.xlen(keys.stream(0, StreamKind.SIGNALS))
+
+        where = ["--redis-url", redis_url, "--namespace", "check-late"]
+        code, _, err = await run([CLI, "answer", AGENT, "Q1=yes", "--group", DONE, *where])
+        assert (code, err.decode().strip()) == (1, f"Error: no agent {AGENT!r} in group {DONE!r}"), err
+        code, _, err = await run([CLI, "answer", AGENT, "Q1=yes", *where])
+        said = f"agent {AGENT!r} was in group 'done' before it was retired; the group started anew without"
+        assert code == 1 and said in err.decode(), err
+        assert await client.xlen(keys.stream(0, StreamKind.SIGNALS)) == published
