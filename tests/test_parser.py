@@ -559,6 +559,17 @@ def test_a_level_3_heading_means_nothing_in_a_report_a_block_or_a_section_of_ano
     assert [type(i) for i in parse_text(block)] == [ErrorItem]  # YAML comments, and no signal
 
 
+def test_what_the_readme_leaves_uncovered_a_level_4_heading_and_a_level_3_one_in_a_level_1_section() -> None:
+    """A ``####`` heading titles nothing, whatever its sections; a ``###`` one in a level-1 section that
+    may title a report is part of that section (only the level-1 heading is named)."""
+    assert parse_text("#### Tester Result\n##### Status\nFAILED\n##### Summary\nno\n") == []
+    assert parse_text("#### Tester Result\n#### Status\nFAILED\n#### Summary\nno\n") == []
+    (item,) = parse_text("# Results\n### Auditor Result\n### Status\nFAILED\n### Summary\nno\n")
+    assert isinstance(item, UnreadReportItem) and (item.heading, item.line) == ("# Results", 1)
+    (item,) = parse_text("# Notes\n### Auditor Result\n### Status\nFAILED\n### Summary\nno\n")
+    assert isinstance(item, UnreadReportItem) and (item.heading, item.line) == ("### Auditor Result", 2)
+
+
 def test_a_level_3_section_ends_at_a_heading_of_its_level_that_may_title_a_report() -> None:
     first, second = parse_text(f"### Tester Result\n{UNREAD}### Final Results\n{UNREAD}")
     assert isinstance(first, UnreadReportItem) and isinstance(second, UnreadReportItem)
