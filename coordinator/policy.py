@@ -172,14 +172,29 @@ def _read_mapping(file: Path) -> dict[str, Any]:
 def _yaml(file: Path, text: str) -> Any:
     # An alias repeats what it names without copying it: a few lines of them ("billion laughs") make a
     # list of 10^8 items that validation would walk for minutes. A policy is a few settings and needs none.
+    # A key given twice is a mistake that PyYAML would settle silently (the last one wins).
     loader = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
-    depth = 0
+    open_: list[tuple[set[str] | None, list[bool]]] = []  # per collection: a mapping's keys; a key next?
     for event in yaml.parse(text, Loader=loader):
+        line = event.start_mark.line + 1 if event.start_mark else "?"
         if isinstance(event, yaml.AliasEvent):
-            line = event.start_mark.line + 1 if event.start_mark else "?"
             raise ConfigError(f"policy file {file}: line {line}: aliases (*{event.anchor}) are not allowed")
-        depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
-        if depth > _MAX_DEPTH:
+        if (
+            isinstance(event, yaml.ScalarEvent | yaml.CollectionStartEvent)
+            and open_
+            and open_[-1][0] is not None
+        ):
+            keys, key_next = open_[-1]
+            if key_next[0] and isinstance(event, yaml.ScalarEvent):
+                if event.value in keys:
+                    raise ConfigError(f"policy file {file}: line {line}: duplicate key {event.value!r}")
+                keys.add(event.value)
+            key_next[0] = not key_next[0]
+        if isinstance(event, yaml.CollectionStartEvent):
+            open_.append((set() if isinstance(event, yaml.MappingStartEvent) else None, [True]))
+        elif isinstance(event, yaml.CollectionEndEvent):
+            open_.pop()
+        if len(open_) > _MAX_DEPTH:
             raise ConfigError(f"policy file {file}: nested too deeply")
     return yaml.load(text, Loader=loader)
 

@@ -64,6 +64,12 @@ def test_load_yaml(tmp_path: Path) -> None:
         ("p.toml", "max_retries = \n", "not valid TOML"),
         ("p.yaml", "- a list\n", "the top level must be a table"),
         ("p.yaml", "a: [unclosed\n", "not valid YAML"),
+        (
+            "twice.yaml",
+            "agreement_bonus: 0\nagreement_bonus: 50\n",
+            "line 2: duplicate key 'agreement_bonus'",
+        ),
+        ("twice.yml", "expertise:\n  qa: 1\n  dev: [2]\n  qa: 3\n", "line 4: duplicate key 'qa'"),
         ("p.json", "{}", "unknown format '.json'"),
         ("deep.yaml", "expertise: " + "[" * 100_000, "exceeded maximum nesting depth"),
         ("deep.yml", "".join(f"{'  ' * n}k{n}:\n" for n in range(40)), "nested too deeply"),
