@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import stat
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Final
 
@@ -174,29 +175,32 @@ def _yaml(file: Path, text: str) -> Any:
     # list of 10^8 items that validation would walk for minutes. A policy is a few settings and needs none.
     # A key given twice is a mistake that PyYAML would settle silently (the last one wins).
     loader = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
-    open_: list[tuple[set[str] | None, list[bool]]] = []  # per collection: a mapping's keys; a key next?
+    open_: list[_Mapping | None] = []  # the collections open at this event (None: a sequence)
     for event in yaml.parse(text, Loader=loader):
         line = event.start_mark.line + 1 if event.start_mark else "?"
         if isinstance(event, yaml.AliasEvent):
             raise ConfigError(f"policy file {file}: line {line}: aliases (*{event.anchor}) are not allowed")
-        if (
-            isinstance(event, yaml.ScalarEvent | yaml.CollectionStartEvent)
-            and open_
-            and open_[-1][0] is not None
-        ):
-            keys, key_next = open_[-1]
-            if key_next[0] and isinstance(event, yaml.ScalarEvent):
-                if event.value in keys:
+        if isinstance(event, yaml.NodeEvent) and open_ and (mapping := open_[-1]) is not None:
+            if mapping.key_next and isinstance(event, yaml.ScalarEvent):
+                if event.value in mapping.keys:
                     raise ConfigError(f"policy file {file}: line {line}: duplicate key {event.value!r}")
-                keys.add(event.value)
-            key_next[0] = not key_next[0]
+                mapping.keys.add(event.value)
+            mapping.key_next = not mapping.key_next
         if isinstance(event, yaml.CollectionStartEvent):
-            open_.append((set() if isinstance(event, yaml.MappingStartEvent) else None, [True]))
+            open_.append(_Mapping() if isinstance(event, yaml.MappingStartEvent) else None)
         elif isinstance(event, yaml.CollectionEndEvent):
             open_.pop()
         if len(open_) > _MAX_DEPTH:
             raise ConfigError(f"policy file {file}: nested too deeply")
     return yaml.load(text, Loader=loader)
+
+
+@dataclass
+class _Mapping:
+    """A YAML mapping being read: its keys so far, and whether the next node is a key."""
+
+    keys: set[str] = field(default_factory=set)
+    key_next: bool = True
 
 
 _MAX_DEPTH: Final = 32
