@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,9 +37,10 @@ from bus.envelope import Envelope, Payload, decode, new_envelope
 from bus.errors import BusError, DecodeError
 from bus.events import Decision, DecisionType
 from bus.keys import StreamKind, open_namespace
-from bus.params import not_blank
+from bus.params import FiniteFloatRange, not_blank
 from bus.publisher import Publisher
 from bus.settings import Settings
+from bus.signals import Question
 from coordinator.lease import lease_key
 from coordinator.policy import Policy
 from coordinator.queued import projected, queued_before
@@ -78,7 +79,7 @@ _GROUP = click.option(
 _WAIT = click.option(
     "--wait",
     "wait_s",
-    type=click.FloatRange(0, 3600),
+    type=FiniteFloatRange(0, 3600),
     default=10.0,
     show_default=True,
     help="Seconds to wait for a running coordinator's decision on it (0: publish and return).",
@@ -223,10 +224,13 @@ def _run(settings: Settings, how: How, build: Build, source: str, subject: str) 
     click.echo(f"{source} applied as {envelope.id}: {decision.decision.value}: {detail}")
 
 
-def _split_answers(pairs: tuple[str, ...]) -> list[tuple[str, str]]:
+def _split_answers(pairs: tuple[str, ...], known: Collection[str] = ()) -> list[tuple[str, str]]:
+    """``QUESTION_ID=answer`` arguments as (id, answer); an id may hold ``=`` itself when it is one of
+    the ``known`` ids (the longest that the argument starts with, followed by ``=``)."""
     out: dict[str, str] = {}
     for pair in pairs:
-        qid, sep, answer = pair.partition("=")
+        whole = max((q for q in known if pair.startswith(f"{q}=")), key=len, default=None)
+        qid, sep, answer = (whole, "=", pair[len(whole) + 1 :]) if whole else pair.partition("=")
         if not sep or not qid.strip():
             raise click.BadParameter(f"{pair!r} is not QUESTION_ID=answer", param_hint="ANSWERS")
         if not answer.strip():
@@ -253,16 +257,24 @@ def answer(
     """Answer an agent's CLARIFICATION_NEEDED: `answer AGENT_ID Q1="..." Q2="..."`.
 
     Questions may be answered all at once or a few at a time; answering one again replaces the earlier
-    answer until the agent has them all. An id that starts with - goes after `--`.
+    answer until the agent has them all. An id that starts with - goes after `--`; one that holds = is
+    written as it is (`a=b="..."`: the agent's longest question id the argument starts with).
     """
-    pairs = _split_answers(answers)
+    for pair in answers:  # a usage error before connecting (which ids hold "=" is known only then)
+        _split_answers((pair,))
 
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
+        records = [g.agents[agent_id] for g in groups if agent_id in g.agents]
+        pairs = _split_answers(answers, {q.question_id for r in records for q in _questions(r)})
         group = _agent_group(groups, agent_id, how.group_id, lambda r: answerable(r, [q for q, _ in pairs]))
         items = [AnswerItem(question_id=qid, answer=text) for qid, text in pairs]
         return HumanAnswer(answers=items, next_step=next_step), agent_id, group.group_id
 
     _run(settings, how, build, "answer", agent_id)
+
+
+def _questions(record: AgentRecord) -> list[Question]:
+    return record.questions.questions if record.questions is not None else []
 
 
 @click.command()

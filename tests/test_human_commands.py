@@ -227,6 +227,9 @@ def test_a_blank_text_is_a_usage_error_and_publishes_nothing(redis_url: str) -> 
         assert f"Invalid value for '{option}': must not be blank" in done.stderr
     blank_answer = cli(redis_url, "answer", "asker", "Q1=   ")
     assert blank_answer.returncode == 2 and "the answer to Q1 is blank" in blank_answer.stderr
+    for wait in ("nan", "inf", "-1"):
+        waited = cli(redis_url, "answer", "asker", "Q1=x", "--wait", wait)
+        assert waited.returncode == 2 and "Invalid value for '--wait'" in waited.stderr, (wait, waited.stderr)
     assert len(said(redis_url)) == published
 
 
@@ -441,3 +444,16 @@ def until(condition: Callable[[], bool], what: str, seconds: float = 60) -> None
     while not condition():
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}")
+
+
+def test_a_question_id_that_holds_an_equals_sign_is_answered_as_inbox_suggests(redis_url: str) -> None:
+    asked = clarify("eq").replace("  - question_id: Q1\n", '  - question_id: "a=b"\n')
+    asked = asked.replace("can_resume_with:", "  - question_id: a\n    text: And a?\ncan_resume_with:")
+    agent_says(redis_url, "eq", "g", asked)
+    coordinate(redis_url)
+    assert 'subagent-bus answer eq a=b="..."' in ok(redis_url, "inbox")
+    ok(redis_url, "answer", "eq", "a=b=x=1", "a=y", "--wait", "0")
+    coordinate(redis_url)
+    [directive] = directives(redis_url, "eq")
+    answers = {a["question_id"]: a["answer"] for a in directive["payload"]["answers"]}
+    assert answers == {"a=b": "x=1", "a": "y"}
