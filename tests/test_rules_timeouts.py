@@ -137,3 +137,14 @@ def test_a_tick_emits_the_same_whatever_the_order_of_the_agents_map() -> None:
     tick = feed.envelope(Tick(now=T0 + timedelta(seconds=200)), TICKER, at=200)
     emitted = [[e.data for e in apply(state, tick, POLICY).emits] for state in (feed.state, reordered)]
     assert emitted[0] == emitted[1] and len(emitted[0]) == 3
+
+
+def test_a_tick_is_not_counted_for_an_agent_that_has_its_coordinator_s_name() -> None:
+    """A tick's agent id is the coordinator's name: an agent of that id does not count it as applied."""
+    feed = Feed(POLICY)
+    feed.send(AgentStarted(), TICKER, at=0)
+    before = feed.state.agents[TICKER]
+    _tick(feed, 10)
+    after = feed.state.agents[TICKER]
+    assert (after.applied, after.last_applied_id) == (1, before.last_applied_id)
+    assert feed.state.applied == 2  # the group counts it

@@ -261,13 +261,13 @@ class Step:
         run.ids[envelope.id] = None
         if rejected is None:
             changes["applied"] = changes.get("applied", self._input.applied) + 1
-            if envelope.type is not EnvelopeType.TICK:
+            if envelope.type is not EnvelopeType.TICK:  # a tick's agent id is a coordinator's name
                 last = changes.get("last_applied_at", self._input.last_applied_at)
                 if last is None or envelope.ts > last:
                     changes["last_applied_at"] = envelope.ts
-            record = self.find(envelope.agent_id)
-            if record is not None:
-                self._count(record)
+                record = self.find(envelope.agent_id)
+                if record is not None:
+                    self._count(record)
         if run.agents is not None:
             changes["agents"] = run.agents
         if run.findings is not None:
