@@ -47,7 +47,12 @@ def _text(text: str) -> str:
 
 
 _DETAIL = 200
-"""Characters of an agent's text shown on a line of detail (the seeds' examples fit)."""
+"""Characters of an agent's text shown on an inbox line (the seeds' examples fit)."""
+
+
+def _cut(text: str) -> str:
+    """An agent's text on an inbox line: as one line, cut to :data:`_DETAIL` characters."""
+    return cut(_text(text), _DETAIL)
 
 
 def _detail(label: str, text: str | None, suffix: str = "") -> list[str]:
@@ -55,7 +60,7 @@ def _detail(label: str, text: str | None, suffix: str = "") -> list[str]:
     characters; no line when there is no text."""
     if text is None or not text.strip():
         return []
-    return [f"          {label}: {cut(_text(text), _DETAIL)}{suffix}"]
+    return [f"          {label}: {_cut(text)}{suffix}"]
 
 
 def merged_command(group_id: str, namespace: str = DEFAULT_NAMESPACE) -> str:
@@ -143,11 +148,11 @@ def inbox_lines(
     An agent or request id known in several groups gets ``--group`` in its commands, which need it then;
     every command names ``namespace`` unless it is the default.
     """
-    queued_lines = _queued(queued)
-    agents = _Ids(Counter(a.agent_id for s in summaries for a in s.agents), _in(namespace), queued_lines)
-    requests = _Ids(
-        Counter(d.request_id for s in summaries for d in s.pending_delegations), _in(namespace), queued_lines
-    )
+    queued_lines, shown = _queued(queued), set[tuple[str, ...]]()
+    agent_ids = Counter(a.agent_id for s in summaries for a in s.agents)
+    agents = _Ids(agent_ids, _in(namespace), queued_lines, shown)
+    request_ids = Counter(d.request_id for s in summaries for d in s.pending_delegations)
+    requests = _Ids(request_ids, _in(namespace), queued_lines, shown)
     lines: list[str] = []
     for s in summaries:
         lines += _questions(s, agents)
@@ -161,6 +166,12 @@ def inbox_lines(
         lines += _reviews(s, namespace)
     for s in summaries:
         lines += _unresolved(s, namespace)
+    lines += [  # what it acts on is not applied yet either (no coordinator ran since it was signalled)
+        f"queued    {q.command.value.lower()} {one_line(q.id)} ({one_line(q.agent_id)}, group "
+        f"{one_line(q.group_id)}), not applied yet"
+        for q in queued
+        if not shown.intersection(_keys(q))
+    ]
     return lines or [NOTHING_WAITS]
 
 
@@ -171,9 +182,12 @@ class _Ids(NamedTuple):
     """The options of every command (the namespace)."""
     queued: dict[tuple[str, ...], list[str]]
     """The human commands queued for each item (see :func:`_queued`)."""
+    shown: set[tuple[str, ...]]
+    """The items shown so far (by the key of :func:`_queued`)."""
 
     def queued_line(self, s: GroupSummary, item_id: str, *key: str) -> str | None:
         """The line naming the commands queued for an item (with its group when several know its id)."""
+        self.shown.add((s.group_id, *key))
         commands = self.queued.get((s.group_id, *key))
         if not commands:
             return None
@@ -187,16 +201,18 @@ def _queued(queued: Sequence[QueuedCommand]) -> dict[tuple[str, ...], list[str]]
     The item stays in the inbox until a coordinator applies them."""
     found: dict[tuple[str, ...], list[str]] = {}
     for q in queued:
-        keys: list[tuple[str, ...]]
-        if q.command is EnvelopeType.ANSWER:
-            keys = [(q.group_id, "answer", q.agent_id, qid) for qid in q.question_ids]
-        elif q.request_id is not None:
-            keys = [(q.group_id, "request", q.request_id)]
-        else:
-            keys = [(q.group_id, "dismiss" if q.command is EnvelopeType.DISMISS else "blocker", q.agent_id)]
-        for key in keys:
+        for key in _keys(q):
             found.setdefault(key, []).append(f"{q.command.value.lower()} {one_line(q.id)}")
     return found
+
+
+def _keys(q: QueuedCommand) -> list[tuple[str, ...]]:
+    """The keys of the items a queued command acts on (see :func:`_queued`)."""
+    if q.command is EnvelopeType.ANSWER:
+        return [(q.group_id, "answer", q.agent_id, qid) for qid in q.question_ids]
+    if q.request_id is not None:
+        return [(q.group_id, "request", q.request_id)]
+    return [(q.group_id, "dismiss" if q.command is EnvelopeType.DISMISS else "blocker", q.agent_id)]
 
 
 def _group(s: GroupSummary, ids: _Ids, item_id: str) -> list[str]:
@@ -212,7 +228,7 @@ def _questions(s: GroupSummary, agents: _Ids) -> list[str]:
     for q in (q for q in s.open_questions if not q.answered):
         words = [_arg(q.agent_id), f'{_arg(q.question_id)}="..."']
         command = _suggest("answer", [q.agent_id, q.question_id], words, _group(s, agents, q.agent_id))
-        lines.append(f"question  {one_line(q.agent_id)} {one_line(q.question_id)}: {_text(q.text)}")
+        lines.append(f"question  {one_line(q.agent_id)} {one_line(q.question_id)}: {_cut(q.text)}")
         lines += _detail("context", q.context)
         if q.agent_id not in explained:
             explained.add(q.agent_id)
@@ -228,7 +244,7 @@ def _blockers(s: GroupSummary, agents: _Ids) -> list[str]:
     for b in s.blockers:
         options = _group(s, agents, b.agent_id)
         resolve = _suggest("resolve", [b.agent_id], [_arg(b.agent_id)], ['--resolution "..."', *options])
-        lines.append(f"blocker   {one_line(b.agent_id)} ({one_line(b.blocker_type)}): {_text(b.details)}")
+        lines.append(f"blocker   {one_line(b.agent_id)} ({one_line(b.blocker_type)}): {_cut(b.details)}")
         lines += _detail("needs", b.resume_requirements) + _detail("recovery", b.error_recovery)
         queued = agents.queued_line(s, b.agent_id, "blocker", b.agent_id)
         lines.append(queued or f"          resolve: {resolve}")
@@ -261,7 +277,7 @@ def _delegations(s: GroupSummary, requests: _Ids) -> list[str]:
         deny = _suggest("deny", ids, words, ["--reason ...", *options])
         lines.append(
             f"delegate  {one_line(d.request_id)} from {one_line(d.requester_id)} "
-            f"({d.priority.value}, {d.independence.value}): {cut(_text(d.task), _DETAIL)}"
+            f"({d.priority.value}, {d.independence.value}): {_cut(d.task)}"
         )
         lines += _checklist(d)
         queued = requests.queued_line(s, d.request_id, "request", d.request_id)
@@ -285,7 +301,7 @@ def _escalations(s: GroupSummary, agents: _Ids) -> list[str]:
     lines = []
     for e in s.escalations:
         dismiss = _suggest("dismiss", [e.agent_id], [_arg(e.agent_id)], _group(s, agents, e.agent_id))
-        lines.append(f"escalated {one_line(e.agent_id)}: {_text(e.reason)}")
+        lines.append(f"escalated {one_line(e.agent_id)}: {_cut(e.reason)}")
         queued = agents.queued_line(s, e.agent_id, "dismiss", e.agent_id)
         lines.append(queued or f"          when handled: {dismiss}")
     return lines
@@ -320,9 +336,7 @@ def _unresolved(s: GroupSummary, namespace: str) -> list[str]:
     """Agents that finished with a blocker unresolved: no command undoes that, but a human should look."""
     lines = []
     for agent_id, blocker in unresolved_blockers(s):
-        lines.append(
-            f"review    {one_line(agent_id)} finished with a blocker unresolved: {cut(_text(blocker), _DETAIL)}"
-        )
+        lines.append(f"review    {one_line(agent_id)} finished with a blocker unresolved: {_cut(blocker)}")
         status = _suggest("status", [], [], ["--group", _arg(s.group_id), *_in(namespace)])
         lines.append(f"          see: {status}")
     return lines

@@ -165,6 +165,15 @@ def test_long_texts_in_the_inbox_are_cut_and_absent_ones_leave_no_line() -> None
     assert len(needs) == len("          needs: ") + 200
     delegation = _item(lines, "delegate")
     assert delegation[0].endswith("…") and len(delegation[0].split(": ", 1)[1]) == 200
+    asked = clarification("asker")
+    feed.send(
+        asked.model_copy(update={"questions": [asked.questions[0].model_copy(update={"text": long})]}),
+        "asker",
+    )
+    feed.send(RESOURCE_LIMIT.model_copy(update={"agent_id": "stuck", "details": long}), "stuck")
+    lines = inbox_lines([summarize(feed.state)])
+    for first in (_item(lines, "question")[0], _item(lines, "blocker   stuck")[0]):
+        assert first.endswith("…") and len(first.split(": ", 1)[1]) == 200, first
     assert [line.split(":")[0].strip() for line in delegation[1:3]] == ["reason", "coordination"]
     assert delegation[3].startswith("          subagent-bus approve ") and len(delegation) == 4
 
@@ -239,3 +248,27 @@ def test_many_commands_queued_for_one_item_are_counted_not_listed() -> None:
         line.strip()
         == "queued: 97 more, then answer answer-97, answer answer-98, answer answer-99, not applied yet"
     )
+
+
+def test_a_command_queued_for_an_item_not_applied_yet_is_listed_on_its_own() -> None:
+    feed = Feed()
+    feed.send(clarification("asker"), "asker")
+    question = summarize(feed.state).open_questions[0]
+    queued = [
+        QueuedCommand(
+            id=f"answer-{agent}",
+            entry_id=f"{n}-0",
+            group_id=feed.state.group_id,
+            agent_id=agent,
+            command=EnvelopeType.ANSWER,
+            question_ids=(question.question_id,),
+        )
+        for n, agent in enumerate(["asker", "new\nagent"])
+    ]
+    lines = inbox_lines([summarize(feed.state)], queued=queued)
+    assert "          queued: answer answer-asker, not applied yet" in lines
+    assert (
+        lines[-1]
+        == f"queued    answer answer-new\\nagent (new\\nagent, group {feed.state.group_id}), not applied yet"
+    )
+    assert inbox_lines([], queued=queued[1:]) == [lines[-1]]
