@@ -228,7 +228,8 @@ def test_an_agent_that_finished_with_a_blocker_unresolved_waits_for_a_review() -
     assert lines[1:] == ["          see: subagent-bus status --group 'g 1' --namespace ns"]
 
 
-def test_many_commands_queued_for_one_item_are_counted_not_listed() -> None:
+def _asked_and_answered(agents: list[str]) -> tuple[Feed, list[QueuedCommand]]:
+    """A group where ``asker`` asks a question, and one answer to it queued from each of ``agents``."""
     feed = Feed()
     feed.send(clarification("asker"), "asker")
     question = summarize(feed.state).open_questions[0]
@@ -237,12 +238,17 @@ def test_many_commands_queued_for_one_item_are_counted_not_listed() -> None:
             id=f"answer-{n}",
             entry_id=f"{n}-0",
             group_id=feed.state.group_id,
-            agent_id="asker",
+            agent_id=agent,
             command=EnvelopeType.ANSWER,
             question_ids=(question.question_id,),
         )
-        for n in range(100)
+        for n, agent in enumerate(agents)
     ]
+    return feed, queued
+
+
+def test_many_commands_queued_for_one_item_are_counted_not_listed() -> None:
+    feed, queued = _asked_and_answered(["asker"] * 100)
     [line] = [line for line in inbox_lines([summarize(feed.state)], queued=queued) if "queued: " in line]
     assert (
         line.strip()
@@ -251,24 +257,10 @@ def test_many_commands_queued_for_one_item_are_counted_not_listed() -> None:
 
 
 def test_a_command_queued_for_an_item_not_applied_yet_is_listed_on_its_own() -> None:
-    feed = Feed()
-    feed.send(clarification("asker"), "asker")
-    question = summarize(feed.state).open_questions[0]
-    queued = [
-        QueuedCommand(
-            id=f"answer-{agent}",
-            entry_id=f"{n}-0",
-            group_id=feed.state.group_id,
-            agent_id=agent,
-            command=EnvelopeType.ANSWER,
-            question_ids=(question.question_id,),
-        )
-        for n, agent in enumerate(["asker", "new\nagent"])
-    ]
+    feed, queued = _asked_and_answered(["asker", "new\nagent"])
     lines = inbox_lines([summarize(feed.state)], queued=queued)
-    assert "          queued: answer answer-asker, not applied yet" in lines
+    assert "          queued: answer answer-0, not applied yet" in lines
     assert (
-        lines[-1]
-        == f"queued    answer answer-new\\nagent (new\\nagent, group {feed.state.group_id}), not applied yet"
+        lines[-1] == f"queued    answer answer-1 (new\\nagent, group {feed.state.group_id}), not applied yet"
     )
     assert inbox_lines([], queued=queued[1:]) == [lines[-1]]
