@@ -9,6 +9,7 @@ from bus.envelope import EnvelopeType
 from bus.events import AgentState, DecisionType
 from bus.results import ResultStatus
 from bus.signals import StopWork
+from coordinator.policy import Policy
 from coordinator.rules import Target, summarize
 
 AGENT = "bg-task-def456"
@@ -131,6 +132,20 @@ def test_recover_delegate_launches_an_agent_for_the_failing_work() -> None:
     assert directive.render().startswith("## PARTIAL RESUME")
     assert request.new_agent_id in directive.instructions
     assert feed.state.agents[request.new_agent_id].parent_agent_id == "bg-task-stu901"
+
+
+def test_recover_delegate_is_held_to_the_policy_s_resources() -> None:
+    for policy, why in [
+        (Policy(max_parallel_agents=1), "no parallel slot free (1 of 1 in use)"),
+        (Policy(max_delegation_depth=0), "delegation depth limit 0 reached (requester depth 0)"),
+        (Policy(max_agents_per_group=1), "the group's budget of 1 agents is used up"),
+    ]:
+        feed = Feed(policy)
+        feed.send(stop_error(), "bg-task-stu901")
+        outcome = feed.send(HumanRecover(option=RecoveryOption.DELEGATE), "bg-task-stu901")
+        assert outcome.rejected == f"no agent can take over bg-task-stu901's work now: {why}"
+        assert of_type(outcome, EnvelopeType.LAUNCH) == [] and list(feed.state.agents) == ["bg-task-stu901"]
+        assert feed.state.agents["bg-task-stu901"].state is AgentState.BLOCKED
 
 
 def test_recover_on_a_plain_blocker_is_rejected() -> None:

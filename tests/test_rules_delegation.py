@@ -215,6 +215,25 @@ def test_p2_waits_for_a_human_then_launches_on_approve() -> None:
     assert twice.rejected == f"delegation request {request.request_id()!r} is already approved"
 
 
+def test_a_human_approval_is_held_to_the_slots_and_the_request_waits_on() -> None:
+    """The checklist's judgement is the human's, its resources are not: with no parallel slot free
+    the approval is rejected, the request stays pending, and an approval once a slot frees launches."""
+    feed = Feed(Policy(max_parallel_agents=2))
+    request = delegate(priority="P2")
+    feed.send(request, REQUESTER)
+    feed.send(AgentStarted(task="other"), "other")
+    full = feed.send(HumanApprove(request_id=request.request_id()), "human")
+    assert full.rejected == (
+        f"delegation request {request.request_id()} cannot be launched now: no parallel slot free "
+        "(2 of 2 in use) (approve it again once that changes, or deny it)"
+    )
+    assert of_type(full, EnvelopeType.LAUNCH) == []
+    assert [d.request_id for d in summarize(feed.state).pending_delegations] == [request.request_id()]
+    feed.send(completion("other"), "other")
+    approved = feed.send(HumanApprove(request_id=request.request_id()), "human")
+    assert approved.rejected is None and len(payloads(approved, EnvelopeType.LAUNCH, Target.TASKS)) == 1
+
+
 def test_p2_denied_by_a_human() -> None:
     feed = Feed()
     request = delegate(priority="P2")

@@ -29,6 +29,7 @@ from bus.events import AgentState, DecisionType
 from bus.results import ResultStatus
 from bus.signals import BlockerType, StopReason, StopWork
 from coordinator.rules.aggregation import finish, report_group, unresolved
+from coordinator.rules.delegation import launch_limits
 from coordinator.rules.ids import recovery_agent_id, recovery_request_id
 from coordinator.rules.launch import Launch, deliver, launch
 from coordinator.rules.step import Rejected, Step
@@ -147,6 +148,9 @@ def on_recover(step: Step) -> None:
     stop = error_stop(record)
     instructions = command.instructions or DEFAULT_RECOVERY[command.option]
     if command.option is RecoveryOption.DELEGATE:
+        limits = launch_limits(record, step.state, step.policy)
+        if limits is not None:
+            raise Rejected(f"no agent can take over {record.agent_id}'s work now: {limits}")
         delegate = _launch_takeover(step, record, stop)
         instructions = instructions.replace("{agent}", delegate)
     directive = ErrorRecovery(
@@ -161,7 +165,7 @@ def on_recover(step: Step) -> None:
 def _launch_takeover(step: Step, record: AgentRecord, stop: StopWork) -> str:
     """The ``delegate`` recovery: a new agent takes over the failing work.
 
-    A human chose it, so the delegation checklist does not apply.
+    A human chose it, so the delegation checklist does not apply, but for its resources (checked first).
     """
     request_id = recovery_request_id(step.envelope.id)
     work = (stop.blocked_work or stop.details).strip()

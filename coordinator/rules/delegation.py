@@ -13,7 +13,8 @@ The seed's checklist, against the policy (:func:`evaluate`):
 
 A failing check denies the request with the reasons and an alternative. Otherwise an auto-approve
 priority launches the delegate at once; a human-approval priority waits for APPROVE / DENY by request id
-(a human's approval launches without re-running the checklist). With ``blocks_current_work`` the requester
+(a human's approval is not judged again, but is held to the resources: with no slot free, or
+past the depth or the budget, it is rejected and the request waits on). With ``blocks_current_work`` the requester
 is ``delegating`` until its delegate's final outcome comes back as DELEGATION_COMPLETED. A requester that
 finished while its request waited for a human gets no directive (it would resume a finished agent), but
 an approved delegate is still launched.
@@ -47,6 +48,7 @@ __all__ = [
     "Evaluation",
     "Verdict",
     "evaluate",
+    "launch_limits",
     "on_approve",
     "on_delegate",
     "on_deny",
@@ -150,11 +152,21 @@ def _priority(request: DelegateWork, policy: Policy) -> CheckFailure | None:
     )
 
 
+def launch_limits(
+    requester: AgentRecord, state: GroupState, policy: Policy, request: DelegateWork | None = None
+) -> str | None:
+    """Why no agent can be launched for ``requester`` now (a free parallel slot, the depth, the group's
+    budget), or None: the checklist's resources, which a human's choice to launch one is held to too."""
+    checks = (_slots(request, requester, state, policy), _depth(requester, policy), _budget(state, policy))
+    return "; ".join(f.reason for f in checks if f is not None) or None
+
+
 def _slots(
-    request: DelegateWork, requester: AgentRecord, state: GroupState, policy: Policy
+    request: DelegateWork | None, requester: AgentRecord, state: GroupState, policy: Policy
 ) -> CheckFailure | None:
     used = state.active_count
-    lends = request.independence is Independence.BLOCKS_CURRENT_WORK and requester.state in ACTIVE_STATES
+    blocks = request is not None and request.independence is Independence.BLOCKS_CURRENT_WORK
+    lends = blocks and requester.state in ACTIVE_STATES
     if lends and not requester.waiting_on:
         used -= 1  # the requester waits, so its slot goes to the delegate (to its first one: it has one)
     if used < policy.max_parallel_agents:
@@ -226,6 +238,13 @@ def on_delegate(step: Step) -> None:
 def on_approve(step: Step) -> None:
     command = step.payload(HumanApprove)
     delegation = pending(step.state, command.request_id)
+    requester = step.agent(delegation.requester_id)
+    limits = launch_limits(requester, step.state, step.policy, delegation.request)
+    if limits is not None:
+        raise Rejected(
+            f"delegation request {command.request_id} cannot be launched now: {limits} "
+            "(approve it again once that changes, or deny it)"
+        )
     _approve(
         step, delegation, f"approved by a human{': ' + command.reason.strip() if command.reason else ''}"
     )
