@@ -24,6 +24,7 @@ from agents.delivery import Runner as DeliveryRunner
 from agents.findings_io import import_findings
 from agents.options import Common, check_program, common_options
 from agents.process import ProcessOptions, Session, stdin_chunks
+from agents.spawn import STOP_SIGNALS
 from agents.watch import FileWatch, WatchOptions
 from bus.cli_connection import redis_options, run_command
 from bus.consumer import Consumer
@@ -83,8 +84,11 @@ def _values(common: Common, session_id: Callable[[], str | None]) -> Values:
 
 def _on_signals(handler: Callable[[int], None]) -> None:
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, handler, sig)
+    # A launcher starts its adapters with these blocked (agents.spawn), so that one stopped as it started
+    # waits until here to be told, instead of dying unheard: what came meanwhile is handled now.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def _serve(settings: Settings, common: Common, body: Callable[[AgentBus], Awaitable[int]]) -> int:

@@ -137,9 +137,13 @@ class Session:
         try:
             task = await self._start(argv, source, first=True)
         except DeliveryFailed as exc:
-            code = 127 if isinstance(exc.__cause__, FileNotFoundError) else 126
             self.bus.log(str(exc))  # no agent ran, so nothing else would tell the terminal why
-            await self._report_end(source, code, str(exc))
+            if self.signalled is not None:
+                code = 128 + self.signalled
+                await self._report_end(source, code, "", why=str(exc))
+            else:
+                code = 127 if isinstance(exc.__cause__, FileNotFoundError) else 126
+                await self._report_end(source, code, str(exc))
             self.last_code = code
             self.idle.set()
             return code
@@ -179,6 +183,9 @@ class Session:
             raise self._gave_up
 
     async def _start(self, argv: list[str], source: str, *, first: bool) -> asyncio.Task[int]:
+        if self.signalled is not None:  # a stop signal came first (a launcher stopped as it started us)
+            name = signal.Signals(self.signalled).name
+            raise DeliveryFailed(f"{name} stopped the adapter before it started the agent")
         self.idle.clear()
         try:
             process = await asyncio.create_subprocess_exec(
@@ -193,6 +200,8 @@ class Session:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             raise DeliveryFailed(f"cannot start {argv[0]}: {why}") from exc
         self.process = process
+        if self.signalled is not None:  # it came while the process started, which it is meant for
+            process.send_signal(self.signalled)
         task = asyncio.create_task(self._supervise(process, argv, source, first=first))
         self._runs.add(task)
         task.add_done_callback(self._runs.discard)
@@ -309,11 +318,14 @@ class Session:
             self._stderr = self.options.stderr_log.open("ab")
         return self._stderr
 
-    async def _report_end(self, source: str, code: int, tail: str) -> None:
-        """A STOP_WORK error for a failed exit without completion, then AGENT_EXITED."""
+    async def _report_end(self, source: str, code: int, tail: str, *, why: str | None = None) -> None:
+        """A STOP_WORK error for a failed exit without completion (``why``: why the agent did not run
+        at all), then AGENT_EXITED."""
         if code != 0 and not self.bus.completed:
             how = f"was killed by signal {code - 128}" if code > 128 else f"exited with code {code}"
             details = f"The agent process {how} without a completion report."
+            if why is not None:
+                details = f"The agent did not run: {why}."
             if tail.strip():
                 details += f"\n\nLast lines of its stderr:\n{tail}"
             stop = StopWork(

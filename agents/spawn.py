@@ -14,6 +14,7 @@ import hashlib
 import logging
 import os
 import shutil
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,10 @@ from bus.cli_connection import NAMESPACE_ENV, URL_ENV
 from bus.directives import LaunchRequest
 from bus.ops import METRICS_PORT_ENV
 
-__all__ = ["PLACEHOLDERS", "Spawner", "adapter_command", "file_stem"]
+__all__ = ["PLACEHOLDERS", "STOP_SIGNALS", "Spawner", "adapter_command", "file_stem"]
+
+STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
+"""What stops an adapter (it passes them on to its agent)."""
 
 PLACEHOLDERS: Final = frozenset(
     {"agent_id", "group_id", "prompt_file", "prompt", "parent_agent_id", "request_id"}
@@ -125,15 +129,22 @@ class Spawner:
         }
         if self.cluster is not None:
             argv.insert(argv.index("run") + 1, "--cluster" if self.cluster else "--no-cluster")
-        with path.open("ab") as out:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-                env=env,
-                start_new_session=True,
-            )
+        # The adapter inherits the stop signals blocked and unblocks them once it handles them: a launcher
+        # stopped the moment after this start would otherwise kill it before it could report anything,
+        # and its agent would look running until declared lost.
+        unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            with path.open("ab") as out:
+                process = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=out,
+                    env=env,
+                    start_new_session=True,
+                )
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
         orphan = Orphan(
             agent_id=request.new_agent_id,
             group_id=group_id,

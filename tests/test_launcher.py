@@ -221,6 +221,33 @@ async def test_stopping_a_launcher_stops_the_agents_it_adopted(redis_url: str, t
     assert not list((tmp_path / "logs").glob("*.pid"))
 
 
+async def test_a_launcher_stopped_as_it_launches_leaves_the_agent_blocked_not_running(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """SIGTERM the moment an adapter was started, before it handles signals: it is told once it does,
+    and reports the agent stopped (a blocker, for recover) instead of dying unheard while the agent
+    looks running until declared lost."""
+    log = tmp_path / "launcher.log"
+    tpl = template(f"wait-file:{tmp_path / 'never'}", "complete")
+    async with open_bus(redis_url) as bus:
+        agent = await request(bus, 0)
+        launcher = start(launcher_args(tmp_path, tpl), redis_url, log)
+
+        async def launched() -> bool:
+            return f"launched {agent}" in log.read_text()
+
+        await wait_until(launched, 60, "the launch")
+        launcher.send_signal(signal.SIGTERM)
+        assert await exited(launcher, 60) == 0, log.read_text()
+        assert f"agent {agent} ended with exit status 143" in log.read_text()
+        [stop] = [e.payload for e in await bus.of_type(GROUP, T.STOP_WORK)]
+        assert isinstance(stop, StopWork) and stop.agent_id == agent
+        assert "SIGTERM stopped the adapter before it started the agent" in stop.details or (
+            f"killed by signal {int(signal.SIGTERM)}" in stop.details
+        ), stop.details
+        assert [e.agent_id for e in await bus.of_type(GROUP, T.AGENT_EXITED)] == [agent]
+
+
 async def test_a_request_read_by_a_launcher_that_died_is_taken_over(redis_url: str, tmp_path: Path) -> None:
     async with open_bus(redis_url) as bus:
         agent = await request(bus, 7)
