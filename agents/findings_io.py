@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from agents.adapter import AgentBus, connect_bus, oversize
 from agents.findings_parse import LeftOut, finding_of, located_findings, parse_findings
 from agents.options import check_id, id_problem
-from agents.watch import Checkpoint, fingerprints, open_file
+from agents.watch import Checkpoint, canonical, fingerprints, open_file
 from bus.cli_connection import redis_options, run_command
 from bus.connection import translated
 from bus.envelope import Envelope, content_id, deterministic_id, encode
@@ -178,7 +178,7 @@ async def import_file(
 ) -> ImportReport:
     """Import the complete lines of a findings JSONL file into ``bus``'s group, from the checkpoint.
 
-    ``path`` names the file in the envelope ids and the checkpoint key: pass it absolute. ``on_batch``
+    ``path`` names the file in the envelope ids and the checkpoint key: pass it :func:`~agents.watch.canonical`. ``on_batch``
     is told the byte offset and line number reached after each batch published.
     """
     spec = _Import(path, agent_field, default_agent, on_batch)
@@ -353,7 +353,7 @@ def import_findings(
     Exit status 2 when some lines were bad.
     """
 
-    absolute = path.absolute()
+    absolute = canonical(path)
 
     async def main() -> ImportReport:
         bus = await connect_bus(settings, default_agent or "findings-import", group_id, workdir=workdir)

@@ -39,6 +39,7 @@ __all__ = [
     "Checkpoint",
     "FileWatch",
     "WatchOptions",
+    "canonical",
     "checkpoint_key",
     "fingerprints",
     "open_file",
@@ -80,6 +81,18 @@ class Checkpoint(Model):
     tail: str = ""
 
 
+def canonical(path: Path) -> Path:
+    """The path that names a file in its checkpoint key and its envelopes' ids: absolute, through its
+    directory's real path (``../logs/a.log`` and ``a.log`` in ``logs`` are one file, so a restart that
+    spells it otherwise resumes instead of publishing everything again). The last part stays as given:
+    a symbolic link is followed by its name, to whatever file it names at the time."""
+    absolute = path.absolute()
+    try:
+        return absolute.parent.resolve() / absolute.name
+    except (OSError, RuntimeError):  # a loop of links (RuntimeError before Python 3.13): as given
+        return absolute
+
+
 def checkpoint_key(bus: AgentBus, path: Path) -> str:
     digest = hashlib.sha256(str(path).encode()).hexdigest()[:16]
     return bus.state_key(f"offset:{bus.agent_id}:{digest}")
@@ -117,7 +130,7 @@ class FileWatch:
     def __init__(self, bus: AgentBus, options: WatchOptions, stop: asyncio.Event) -> None:
         self.bus = bus
         self.options = options
-        self.path = options.path.absolute()
+        self.path = canonical(options.path)
         self.stop = stop
         self.key = checkpoint_key(bus, self.path)
         self.checkpoint = Checkpoint()

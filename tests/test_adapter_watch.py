@@ -20,7 +20,7 @@ from adapter_kit import Bus, exited, fake, open_bus, run_ok, spawn, start, wait_
 from agents.identity import build_prompt
 from agents.parser import ErrorItem, SignalItem, parse_text
 from agents.transcript import TranscriptParser
-from agents.watch import source_of
+from agents.watch import canonical, source_of
 from bus.directives import AnswerItem, ClarificationResponse
 from bus.envelope import Envelope, EnvelopeType, Kind, deterministic_id, new_envelope
 from bus.publisher import Publisher
@@ -42,7 +42,7 @@ def expected_ids(path: Path, agent: str, fmt: str, generation: int = 0) -> list[
         items = parser.feed(data) + parser.close()
     else:
         items = parse_text(data)
-    source = source_of(path.absolute(), generation)
+    source = source_of(canonical(path), generation)
     return [deterministic_id(agent, source, item.offset) for item in items if not isinstance(item, ErrorItem)]
 
 
@@ -99,6 +99,31 @@ async def test_a_lost_checkpoint_republishes_with_the_same_ids(bus_url: str, tmp
         assert [e.id for e in after] == [e.id for e in before]  # recognisable downstream as repeats
         assert [e.payload for e in after] == [e.payload for e in before]
         assert [e.type for e in before] == [T.PROGRESS, T.CLARIFICATION_NEEDED, T.COMPLETION_REPORT]
+
+
+async def test_a_restart_that_spells_the_path_otherwise_resumes(redis_url: str, tmp_path: Path) -> None:
+    out, log = tmp_path / "agent.out", tmp_path / "adapter.log"
+    await run_ok(fake("say:hello", "progress:10", "complete", out=out, agent_id="a5"))
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path, target_is_directory=True)
+    async with open_bus(redis_url) as bus:
+        for spelled in (out, tmp_path / "sub" / ".." / "agent.out", tmp_path / "link" / "agent.out"):
+            watcher = start(watch_args(spelled, "a5", "--until-complete"), redis_url, log)
+            assert await exited(watcher, 30) == 0, log.read_text()
+        types = Counter(e.type for e in await bus.envelopes(GROUP))
+        assert (types[T.PROGRESS], types[T.COMPLETION_REPORT]) == (1, 1), types
+
+
+def test_a_path_is_named_by_its_directory_s_real_path_and_its_own_name(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "dir").symlink_to(tmp_path / "real", target_is_directory=True)
+    (tmp_path / "real" / "file.link").symlink_to(tmp_path / "real" / "a.log")
+    real = tmp_path.resolve() / "real"
+    assert canonical(tmp_path / "dir" / ".." / "real" / "a.log") == real / "a.log"
+    assert canonical(tmp_path / "dir" / "a.log") == real / "a.log"
+    assert canonical(tmp_path / "dir" / "file.link") == real / "file.link"  # followed by its name
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    assert canonical(tmp_path / "loop" / "a.log") == tmp_path.absolute() / "loop" / "a.log"
 
 
 async def test_waits_for_a_file_that_does_not_exist_yet(redis_url: str, tmp_path: Path) -> None:
