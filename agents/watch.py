@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import hashlib
 import os
 import stat
@@ -28,6 +29,7 @@ from typing import Final
 from pydantic import ValidationError
 
 from agents.adapter import COMPLETING, AgentBus, OutputStream, heartbeat_loop
+from agents.items import ResultItem
 from agents.transcript import Format
 from bus.connection import translated
 from bus.embedded import pid_alive
@@ -136,6 +138,8 @@ class FileWatch:
         self.checkpoint = Checkpoint()
         self.stream: OutputStream | None = None
         self._fd: int | None = None
+        self._tried_at: float | None = None
+        """The quiet spell in which :meth:`_ends_a_report` looked for a report ending the file."""
         self._saved: Checkpoint | None = None
         self._loaded = Checkpoint()
         self._grew = False
@@ -263,7 +267,9 @@ class FileWatch:
         options = self.options
         quiet_since: float | None = None  # the end of the file was reached, and nothing came since then
         while not self.stop.is_set():
-            if options.until_complete and self._complete(quiet_since):
+            if options.until_complete and (
+                self._complete(quiet_since) or await self._ends_a_report(quiet_since)
+            ):
                 break
             assert self._fd is not None and self.stream is not None
             chunk = os.read(self._fd, options.chunk_bytes)
@@ -299,6 +305,21 @@ class FileWatch:
         if cp.completion_report or not cp.completed:
             return cp.completion_report
         return quiet_since is not None and time.monotonic() - quiet_since >= AFTER_RESULT_S
+
+    async def _ends_a_report(self, quiet_since: float | None) -> bool:
+        """Whether a result report ended the file, nothing following it for :data:`AFTER_RESULT_S`: in
+        text a report ends at the next heading or tag, which then never comes. The output is taken as
+        ended, and the report published, when that makes it a result (tried once per quiet spell)."""
+        assert self.stream is not None
+        if self.checkpoint.completed or quiet_since is None or quiet_since == self._tried_at:
+            return False
+        if time.monotonic() - quiet_since < AFTER_RESULT_S:
+            return False
+        self._tried_at = quiet_since
+        if not any(isinstance(item, ResultItem) for item in copy.deepcopy(self.stream.parser).close()):
+            return False
+        await self._publish(self.stream.close(), force=True)
+        return True
 
     def _current(self, envelopes: list[Envelope]) -> Checkpoint:
         """The checkpoint once ``envelopes`` are published."""

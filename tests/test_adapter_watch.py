@@ -24,6 +24,7 @@ from agents.watch import canonical, source_of
 from bus.directives import AnswerItem, ClarificationResponse
 from bus.envelope import Envelope, EnvelopeType, Kind, deterministic_id, new_envelope
 from bus.publisher import Publisher
+from bus.results import ResultReport
 from bus.signals import StopReason, StopWork
 
 T = EnvelopeType
@@ -112,6 +113,22 @@ async def test_a_restart_that_spells_the_path_otherwise_resumes(redis_url: str, 
             assert await exited(watcher, 30) == 0, log.read_text()
         types = Counter(e.type for e in await bus.envelopes(GROUP))
         assert (types[T.PROGRESS], types[T.COMPLETION_REPORT]) == (1, 1), types
+
+
+async def test_a_report_that_ends_the_file_completes_the_agent_once_nothing_follows(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """In text a report ends at the next heading, which never comes when the report is the output's last
+    word: with ``--until-complete`` it is published, and the adapter ends, once the file stays quiet."""
+    out, log = tmp_path / "agent.out", tmp_path / "adapter.log"
+    out.write_text("## Tester Result\n\n### Status\nSUCCESS\n\n### Summary\nAll good.\n")
+    async with open_bus(redis_url) as bus:
+        for _ in range(2):  # and a restart publishes it no more
+            watcher = start(watch_args(out, "a6", "--until-complete", "--format", "text"), redis_url, log)
+            assert await exited(watcher, 30) == 0, log.read_text()
+        [result] = await bus.of_type(GROUP, T.RESULT)
+        assert isinstance(result.payload, ResultReport) and result.payload.summary == "All good."
+        assert await bus.count(GROUP, T.STOP_WORK) == 0
 
 
 def test_a_path_is_named_by_its_directory_s_real_path_and_its_own_name(tmp_path: Path) -> None:
