@@ -13,7 +13,7 @@ from typing import Final
 
 from pydantic import ValidationError
 
-from bus.findings import Finding, Severity
+from bus.findings import MAX_LINE, Finding, Severity
 from bus.results import Table
 
 __all__ = ["NONE", "bare", "cell", "column", "findings", "number", "severity", "split_location"]
@@ -29,7 +29,10 @@ _NOTHING: Final = NONE | {"—", "–"}
 _WHERE: Final = ("fileline", "location", "file", "path")
 """The headers of a finding's place: ``file:line`` in one cell, or a file with a ``Line`` column."""
 _LOCATION: Final = re.compile(r"(\S+?):(-?\d+)(?:[-:]\d+)?\b.*")
-_NOT_A_LINE: Final = re.compile(r":(-\d+|0+)\b")
+_SPACED: Final = re.compile(r"([^:]++):(\d++)(?:[-:]\d++)?+")
+"""``src/my file.ts:3``: a path with spaces, then its line and nothing else (see :func:`_located`)."""
+_EXTENSION: Final = re.compile(r"\.\w+$")
+_NOT_A_LINE: Final = re.compile(r":(-\d+|0+|\d{10,})\b")
 
 
 _LINK: Final = re.compile(r"\[([^\]]*+)\]\(\s*+<?+([^)\s>]*+)>?+(?:\s++\"[^\"]*+\")?+\s*+\)")
@@ -64,13 +67,27 @@ def _linked(text: str, target: str) -> tuple[str | None, int | None]:
 
 
 def _located(location: str) -> tuple[str | None, int | None]:
-    match = _LOCATION.fullmatch(location)
-    if match is not None and int(match.group(2)) >= 1:
-        return match.group(1), int(match.group(2))
+    match = _LOCATION.fullmatch(location) or _spaced(location)
+    if match is not None:
+        path, line = match.group(1), int(match.group(2))
+        if 1 <= line <= MAX_LINE:
+            return path, line
+        if " " in path:  # a path with spaces, known as one by its line
+            return path, None
     path = match.group(1) if match else location
     if path and " " not in path and path.lower() not in NONE and ("/" in path or "." in path.strip(".")):
         return path, None
     return None, None
+
+
+def _spaced(location: str) -> re.Match[str] | None:
+    """A path with spaces and its line: prose has spaces too, so only the whole text as ``path:line``,
+    the path with a directory or an extension, counts (``My Documents/a.py:7``, ``src/my file.ts:3``)."""
+    match = _SPACED.fullmatch(location)
+    if match is None:
+        return None
+    path = match.group(1)
+    return match if path == path.strip() and ("/" in path or _EXTENSION.search(path)) else None
 
 
 def number(text: str) -> float | None:
@@ -184,7 +201,7 @@ def _finding(
         place = f"{place}:{line_cell}"
     file, line = split_location(place)
     if line is None and _NOT_A_LINE.search(place):
-        violations.append(f"{name}: '{place}' names no line (lines start at 1): kept without one")
+        violations.append(f"{name}: '{place}' names no line (lines are 1 to {MAX_LINE}): kept without one")
     level = severity(cell(row, column(headers, ("severity",))), name, violations)
     category = cell(row, column(headers, ("category", "type", "kind"))).strip() or None
     raw = cell(row, column(headers, ("confidence", "conf")))

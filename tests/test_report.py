@@ -334,21 +334,24 @@ def test_issue_tables_become_findings_anywhere() -> None:
     assert parsed.sections[0].title == "Review"
 
 
-def test_a_location_with_line_zero_or_negative_keeps_the_finding_without_a_line() -> None:
+def test_a_location_with_line_zero_negative_or_too_high_keeps_the_finding_without_a_line() -> None:
     parsed = parse_report(
         report(
             "### Review\n| Issue | Location | Severity |\n|---|---|---|\n"
             "| Zero | `a.py:0` | Low |\n| Negative | a.py:-3 | Low |\n| Fine | a.py:7 | Low |\n"
+            "| Huge | a.py:99999999999 | Low |\n"
         )
     )
     assert [(f.title, f.file, f.line) for f in parsed.findings] == [
         ("Zero", "a.py", None),
         ("Negative", "a.py", None),
         ("Fine", "a.py", 7),
+        ("Huge", "a.py", None),
     ]
     assert parsed.violations == [
-        "finding 'Zero': 'a.py:0' names no line (lines start at 1): kept without one",
-        "finding 'Negative': 'a.py:-3' names no line (lines start at 1): kept without one",
+        "finding 'Zero': 'a.py:0' names no line (lines are 1 to 2147483647): kept without one",
+        "finding 'Negative': 'a.py:-3' names no line (lines are 1 to 2147483647): kept without one",
+        "finding 'Huge': 'a.py:99999999999' names no line (lines are 1 to 2147483647): kept without one",
     ]
 
 
@@ -366,7 +369,7 @@ def test_file_and_line_in_columns_of_their_own() -> None:
         ("Zero", "a.py", None),
     ]
     assert parsed.violations == [
-        "finding 'SEC-003': 'a.py:0' names no line (lines start at 1): kept without one"
+        "finding 'SEC-003': 'a.py:0' names no line (lines are 1 to 2147483647): kept without one"
     ]
 
 
@@ -479,6 +482,16 @@ def test_key_references_split_file_and_line() -> None:
         ("Makefile.am", ("Makefile.am", None)),
         ("step 3 of the build", (None, None)),
         ("", (None, None)),
+        # a path with spaces, known by its line; prose with a colon and a number is not one
+        ("src/my file.ts:3", ("src/my file.ts", 3)),
+        ("`My Documents/x.py:7-9`", ("My Documents/x.py", 7)),
+        ("my notes.md:0", ("my notes.md", None)),
+        ("src/my file.ts", (None, None)),
+        ("Note that the total:12", (None, None)),
+        ("see step 3 of src/build.py:12 first", (None, None)),
+        # a line past any file's: the file without it
+        ("src/a.ts:2147483647", ("src/a.ts", 2147483647)),
+        ("src/a.ts:99999999999", ("src/a.ts", None)),
         # Markdown links, as Claude writes references: the relative target is the path, #L the line
         ("[src/auth.ts:42](src/auth.ts#L42)", ("src/auth.ts", 42)),
         ("[auth.ts](src/auth.ts#L42)", ("src/auth.ts", 42)),
