@@ -15,6 +15,11 @@ from __future__ import annotations
 
 from typing import Final
 
+import orjson
+
+from agents import yamlsafe
+from bus.errors import ProtocolError
+
 __all__ = [
     "IDENTITY_STATEMENT",
     "PROGRESS_TEMPLATE",
@@ -22,6 +27,7 @@ __all__ = [
     "RESULT_TEMPLATE",
     "SIGNAL_TEMPLATES",
     "build_prompt",
+    "yaml_text",
 ]
 
 IDENTITY_STATEMENT: Final = """\
@@ -188,9 +194,21 @@ def build_prompt(task: str, agent_id: str | None = None) -> str:
     template, task."""
     parts = [IDENTITY_STATEMENT]
     if agent_id:
-        parts.append(f"**Your Agent ID:** {agent_id}\nUse `agent_id: {agent_id}` in every signal you emit.\n")
+        written = yaml_text(agent_id)
+        parts.append(f"**Your Agent ID:** {agent_id}\nUse `agent_id: {written}` in every signal you emit.\n")
     templates = "\n\n".join(f"```yaml\n{template}\n```" for template in SIGNAL_TEMPLATES)
     parts.append(f"{_HOW_TO_SIGNAL}\n{templates}\n")
     parts.append(f"## RESULT REPORT\n\n{RESULT_INSTRUCTIONS}\n```markdown\n{RESULT_TEMPLATE}\n```\n")
     parts.append(f"## YOUR TASK\n{task.strip()}\n")
     return "\n".join(parts)
+
+
+def yaml_text(value: str) -> str:
+    """``value`` as a YAML value that reads back as this text: as it is where it does, else quoted (an id
+    such as ``*star`` would be an alias, ``a #1`` a comment, ``1234`` a number)."""
+    try:
+        if yamlsafe.load(f"v: {value}\n") == {"v": value}:
+            return value
+    except ProtocolError:
+        pass
+    return orjson.dumps(value).decode()

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from agents.cli import prompt
 from agents.identity import IDENTITY_STATEMENT, RESULT_TEMPLATE, SIGNAL_TEMPLATES, build_prompt
-from agents.parser import SIGNAL_TYPES, ErrorItem, ResultItem, parse_text
+from agents.parser import SIGNAL_TYPES, ErrorItem, ResultItem, SignalItem, parse_text
 from bus.findings import Severity
 from bus.results import ResultStatus
 
@@ -113,3 +113,17 @@ def test_prompt_command_errors() -> None:
     assert missing.exit_code == 2
     assert "cannot read /no/such/task.md" in missing.output
     assert runner.invoke(prompt, ["task.md"]).exit_code == 2  # --agent-id is required
+
+
+def test_the_prompt_writes_an_agent_id_that_yaml_would_read_otherwise_quoted() -> None:
+    """An id such as ``*star`` is an alias in YAML, ``a #1`` a comment, ``1234`` a number: a signal
+    written as the prompt says must name the agent all the same."""
+    for agent_id in ["*star", "- dash", "a #1", "{c}", "1234", "true", "a: b", "bg-task-1"]:
+        line = next(line for line in build_prompt("Task.", agent_id).splitlines() if line.startswith("Use `"))
+        written = line.split("`agent_id: ", 1)[1].split("` in every signal", 1)[0]
+        assert (written == agent_id) is (agent_id == "bg-task-1"), written
+        signal = (
+            f"[PROGRESS]\nagent_id: {written}\ntimestamp: 2026-01-11T08:45:00Z\npercent: 5\n[/PROGRESS]\n"
+        )
+        [item] = parse_text(signal)
+        assert isinstance(item, SignalItem) and item.payload.agent_id == agent_id, item
