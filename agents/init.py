@@ -246,7 +246,10 @@ def _inside(directory: Path, relative: Path) -> Path:
     writes where links lead (``CLAUDE.md`` -> ``AGENTS.md``), and a cloned repository's links could lead
     it to a file of the user's (``~/.claude/settings.json``, ``~/.bashrc``)."""
     path = directory / relative
-    target = path.resolve()
+    try:
+        target = path.resolve()
+    except (OSError, RuntimeError) as exc:  # a loop of links (RuntimeError before Python 3.13)
+        raise Conflict(f"it cannot be followed: {exc}") from None
     if not target.is_relative_to(directory.resolve()):
         raise Conflict(f"it leads out of the repository (to {target}); init does not write there")
     return path

@@ -189,6 +189,7 @@ def test_links_out_of_the_repository_and_read_only_files_are_refused(tmp_path: P
     (repo / ".claude/settings.json").symlink_to("../../home/.claude/settings.json")  # dangling
     (repo / ".mcp.json").write_text("{}")
     (repo / ".mcp.json").chmod(0o444)
+    (repo / "CLAUDE.md").symlink_to("CLAUDE.md")  # a loop
     before = snapshot(tmp_path)
     refused = run_init(repo, "--force")
     assert refused.exit_code == 1
@@ -199,6 +200,7 @@ def test_links_out_of_the_repository_and_read_only_files_are_refused(tmp_path: P
     )
     assert any(line.startswith(".claude/settings.json: it leads out of the repository") for line in lines)
     assert ".mcp.json: it is read-only; make it writable for init to update it" in lines
+    assert any(line.startswith("CLAUDE.md: it cannot be followed: ") for line in lines), lines
     assert snapshot(tmp_path) == before
     assert not (outside / ".claude").exists()
 
