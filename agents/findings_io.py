@@ -158,6 +158,9 @@ class ImportReport:
     bad: list[str] = field(default_factory=list)
     left_out: LeftOut = field(default_factory=LeftOut)
     """The fields of published lines that are no finding's."""
+    unfinished: int | None = None
+    """The number of a last line left for the next run: no newline ends it, and it is no JSON yet (its
+    writer may be writing it). Not a bad line."""
 
 
 @dataclass(frozen=True)
@@ -239,7 +242,7 @@ async def _import_from(
         try:
             orjson.loads(pending)
         except orjson.JSONDecodeError:
-            report.bad.append(f"{spec.path}:{line}: incomplete last line (no newline); left for the next run")
+            report.unfinished = line
         else:
             _line(bus, spec, source, pending, offset, line, batch, report)
             offset, line = offset + len(pending), line + 1
@@ -264,7 +267,7 @@ def _line(
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        report.bad.append(f"{spec.path}:{line}: not JSON ({exc})")
+        report.bad.append(f"{spec.path}:{line}: " + ("not UTF-8" if _not_utf8(text) else f"not JSON ({exc})"))
         return
     ignored: list[str] = []
     try:
@@ -288,10 +291,22 @@ def _line(
     report.left_out.add(ignored)
 
 
+def _not_utf8(text: bytes) -> bool:
+    try:
+        text.decode()
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
 def _agent_of(value: Any, spec: _Import) -> str:
     """The agent a line is from: its agent field, else the default; ``ValueError`` when neither."""
-    agent = value.get(spec.agent_field) if isinstance(value, dict) else None
-    agent = agent if isinstance(agent, str) and agent.strip() else spec.default_agent
+    if not isinstance(value, dict):
+        raise ValueError(f"not a JSON object but {type(value).__name__}")
+    given = value.get(spec.agent_field)
+    agent = given if isinstance(given, str) and given.strip() else spec.default_agent
+    if agent is None and given is not None:
+        raise ValueError(f"field {spec.agent_field!r} is not an agent id: {orjson.dumps(given).decode():.80}")
     if agent is None:
         raise ValueError(f"no {spec.agent_field!r} field and no default agent id")
     problem = id_problem(agent)
@@ -380,6 +395,8 @@ def _summary(report: ImportReport, echo: Callable[..., None]) -> None:
         echo(message, err=True)
     if report.left_out:
         echo(report.left_out.note(), err=True)
+    if report.unfinished is not None:
+        echo(f"line {report.unfinished}: incomplete last line (no newline); left for the next run", err=True)
     echo(
         f"imported {report.published} finding(s); {len(report.bad)} bad line(s); "
         f"{report.skipped} line(s) imported before"
