@@ -366,6 +366,8 @@ class FileWatch:
             at_path = os.stat(self.path)
         except FileNotFoundError:
             return False  # deleted: the agent may still write to it; a new file is picked up later
+        if not stat.S_ISREG(at_path.st_mode):
+            return False  # not a file (yet): as if deleted, until a file is there again
         mine = os.fstat(self._fd)
         if (at_path.st_dev, at_path.st_ino) != (mine.st_dev, mine.st_ino):
             try:

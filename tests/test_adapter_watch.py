@@ -211,6 +211,32 @@ async def test_truncated_or_replaced_file_is_a_new_generation(
     assert "generation 1" in said
 
 
+async def test_a_path_that_is_a_directory_for_a_while_is_waited_for_like_a_deleted_file(
+    redis_url: str, tmp_path: Path
+) -> None:
+    out, log = tmp_path / "agent.out", tmp_path / "adapter.log"
+    await run_ok(fake("progress:10", out=out, agent_id="a7"))
+    beating = ("--heartbeat", "0.1", "--pid", str(os.getpid()))  # a beat while this process lives
+    adapter = start(watch_args(out, "a7", "--until-complete", *beating), redis_url, log)
+    async with open_bus(redis_url) as bus:
+
+        async def beats(n: int) -> bool:
+            return await bus.count(GROUP, T.HEARTBEAT) >= n
+
+        await wait_until(lambda: beats(1), 20, "the adapter to follow the file")
+        out.unlink()
+        out.mkdir()
+        seen = await bus.count(GROUP, T.HEARTBEAT)
+        await wait_until(lambda: beats(seen + 5), 20, "the adapter to go on past the directory")
+        assert adapter.poll() is None, log.read_text()
+        out.rmdir()
+        new = tmp_path / "agent.new"
+        await run_ok(fake("progress:20", "complete", out=new, agent_id="a7"))
+        os.replace(new, out)
+        assert await exited(adapter, 30) == 0, log.read_text()
+        assert await bus.count(GROUP, T.COMPLETION_REPORT) == 1
+
+
 async def test_claude_transcript_publishes_only_the_assistants_signals(
     redis_url: str, tmp_path: Path
 ) -> None:
