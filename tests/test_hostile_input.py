@@ -168,6 +168,15 @@ def test_hostile_yaml_is_an_error_and_the_next_block_parses(body: str, message: 
     assert not Path("/tmp/subagent-bus-pwned").exists()
 
 
+@pytest.mark.parametrize(("key", "written"), [("1", "1"), ("true", "true"), ("null", "null"), ("~", "null")])
+def test_a_field_name_yaml_reads_as_no_text_is_named_as_written(key: str, written: str) -> None:
+    first, second = parse_text(block(f"agent_id: a\n{key}: x"))
+    assert isinstance(first, ErrorItem) and isinstance(second, SignalItem)
+    assert first.message == (
+        f'STOP_WORK block at line 1: field name {written} is not a text: quote it ("{written}": ...)'
+    )
+
+
 def test_aliases_within_the_limits_are_fine() -> None:
     loaded = yamlsafe.load("base: &b {text: shared}\nquestions: [*b, *b]\n")
     assert loaded == {"base": {"text": "shared"}, "questions": [{"text": "shared"}, {"text": "shared"}]}
