@@ -181,8 +181,9 @@ async def import_file(
 ) -> ImportReport:
     """Import the complete lines of a findings JSONL file into ``bus``'s group, from the checkpoint.
 
-    ``path`` names the file in the envelope ids and the checkpoint key: pass it :func:`~agents.watch.canonical`. ``on_batch``
-    is told the byte offset and line number reached after each batch published.
+    ``path`` names the file in the envelope ids and the checkpoint key: pass it
+    :func:`~agents.watch.canonical`. ``on_batch`` is told the byte offset and line number reached after
+    each batch published.
     """
     spec = _Import(path, agent_field, default_agent, on_batch)
     key = bus.state_key(f"import:{hashlib.sha256(str(spec.path).encode()).hexdigest()[:16]}")

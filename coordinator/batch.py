@@ -226,15 +226,21 @@ class Batch:
         if state is None:
             state = self.stored.get(gid)
         run = self.runs.get(gid)
-        admission = admit(state, self._tomb(gid), envelope)
-        if admission.late is Late.DEAD_LETTERED:
-            return late_reason(envelope)
-        if admission.late is Late.DROPPED:
-            log.debug("%s of retired group %s: dropped", envelope.type.value, gid, extra={"group_id": gid})
-            return None
-        if admission.tomb is not None:
-            self.tombs[gid] = admission.tomb
-        if state is None or admission.anew:  # a new group, or a retired one that starts anew
+        tomb = self._tomb(gid)
+        if tomb or (state is not None and state.retired_at is not None):  # else admit() applies it
+            admission = admit(state, tomb, envelope)
+            if admission.late is Late.DEAD_LETTERED:
+                return late_reason(envelope)
+            if admission.late is Late.DROPPED:
+                log.debug(
+                    "%s of retired group %s: dropped", envelope.type.value, gid, extra={"group_id": gid}
+                )
+                return None
+            if admission.tomb is not None:
+                self.tombs[gid] = admission.tomb
+            if admission.anew:
+                state = None
+        if state is None:  # a new group, or a retired one that starts anew
             state, run = GroupState(group_id=gid), None
         if run is None:
             run = self.runs[gid] = Run()
