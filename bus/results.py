@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from bus.fields import Confidence, Model, Text
+from bus.fields import Confidence, Model, NonBlankText, Text
 from bus.findings import Finding, Severity
 
 __all__ = [
@@ -98,9 +98,9 @@ class ErrorDetails(Model):
 class ResultReport(Model):
     """A parsed ``## <Agent> Result`` report."""
 
-    agent: str
+    agent: NonBlankText
     status: ResultStatus
-    summary: Text
+    summary: NonBlankText
     sections: list[Section] = Field(default_factory=list)
     findings: list[Finding] = Field(default_factory=list)
     key_references: list[Reference] = Field(default_factory=list)

@@ -202,6 +202,8 @@ INVALID_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("add_finding", {"title": "t", "line": 0}, "line"),
     ("submit_result", {"agent": "A", "status": "DONE", "summary": "s"}, "status"),
+    ("submit_result", {"agent": "A", "status": "SUCCESS", "summary": " "}, "must not be blank"),
+    ("submit_result", {"agent": "", "status": "SUCCESS", "summary": "s"}, "must not be blank"),
     ("wait_for_directive", {"timeout_seconds": -1}, "timeout_seconds"),
     ("status", {"verbose": True}, "verbose"),
     ("no_such_tool", {}, "unknown tool"),
