@@ -244,6 +244,8 @@ class ProtocolServer:
             if task is None or not task.cancelling():
                 raise
             raise asyncio.CancelledError from None  # a message came in as Ctrl-C stopped the server
+        except* (BrokenPipeError, ConnectionResetError):
+            pass  # the client closed its end of our stdout (it crashed): no one is left to answer
         finally:
             await self.aclose()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -255,3 +256,42 @@ async def test_an_over_long_line_is_answered_at_the_limit_and_skipped_in_bounded
         assert peak_memory_kib(client.process.pid) - peak < 16 << 10  # the skipped 64 MiB were not kept
         await client.assert_served()
     assert f"to a line over {MAX_LINE_BYTES} bytes" in stderr.read_text(encoding="utf-8")
+
+
+def test_a_client_gone_from_the_server_s_output_stops_it_quietly(redis_url: str, tmp_path: Path) -> None:
+    """A client that crashed: the server's next reply finds no reader, and it stops without a traceback."""
+    read_end, write_end = os.pipe()
+    with (tmp_path / "stderr").open("wb") as log:
+        process = subprocess.Popen(
+            [CLI, "mcp", "--redis-url", redis_url, "--agent-id", AGENT, "--group", GROUP_ID],
+            stdin=subprocess.PIPE,
+            stdout=write_end,
+            stderr=log,
+        )
+    os.close(write_end)
+    try:
+        assert process.stdin is not None
+        hello = {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        }
+        process.stdin.write(
+            orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello})
+        )
+        process.stdin.write(b"\n")
+        process.stdin.flush()
+        reply = b""
+        while not reply.endswith(b"\n"):
+            chunk = os.read(read_end, 1 << 16)
+            assert chunk, "the server closed its output"
+            reply += chunk
+        os.close(read_end)
+        process.stdin.write(b'{"jsonrpc": "2.0", "id": 2, "method": "ping"}\n')
+        process.stdin.flush()
+        assert process.wait(timeout=REPLY_TIMEOUT_S) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert "Traceback" not in (tmp_path / "stderr").read_text(), (tmp_path / "stderr").read_text()
