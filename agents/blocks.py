@@ -84,9 +84,6 @@ def decode_body(kind: EnvelopeType, body: bytes, *, indent: int = 0, first_line:
             raise BlockError(f"invalid YAML{at}: {exc.message}") from None
     if not isinstance(data, dict):
         raise BlockError(f"the body must be a YAML mapping of fields, not {_kind(data)}")
-    names = [_written(key) for key in data if not isinstance(key, str)]
-    if names:  # YAML reads `1:`, `true:` and `null:` as a number, a boolean and nothing
-        raise BlockError(f'field name {names[0]} is not a text: quote it ("{names[0]}": ...)')
     data = _unwrapped(kind, data)
     try:
         # what ``model_validate`` runs, without its wrapper: the payload is validated once, here
@@ -176,13 +173,6 @@ def describe_errors(exc: ValidationError, limit: int = 3) -> str:
         parts.append(f"field '{loc}': {err['msg']}" if loc else err["msg"])
     more = exc.error_count() - limit
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
-
-
-def _written(key: object) -> str:
-    """A YAML key that is no text, as it was written (near enough)."""
-    if key is None or isinstance(key, bool):
-        return {None: "null", True: "true", False: "false"}[key]
-    return str(key)
 
 
 def _kind(value: object) -> str:

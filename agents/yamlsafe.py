@@ -247,10 +247,16 @@ class _Builder:
         mapping: dict[Value, Value] = {}
         height = 0
         while not isinstance(self._peek(), MappingEndEvent):
-            key_line = _line(self._peek())
+            written = self._peek()
+            key_line = _line(written)
             key, key_height = self._node()
             if isinstance(key, (list, dict)):
                 raise YamlError("a mapping key must be a scalar", key_line)
+            if not isinstance(key, str):
+                # A key read as a number, a boolean or null names a field as written (`1:` is "1"): JSON
+                # has only text keys, and `1:` beside `"1":` (or `true:` beside `1:`, equal in Python)
+                # must be a duplicate or not as the writer sees it, not lose a value.
+                key = written.value if isinstance(written, ScalarEvent) else str(key)
             if key in mapping:
                 raise YamlError(f"duplicate key {key!r}", key_line)
             value, child = self._node()

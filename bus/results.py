@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from bus.fields import Confidence, Model, NonBlankText, Text
+from bus.fields import Confidence, Model, NonBlankText
 from bus.findings import Finding, Severity
 
 __all__ = [

@@ -168,13 +168,20 @@ def test_hostile_yaml_is_an_error_and_the_next_block_parses(body: str, message: 
     assert not Path("/tmp/subagent-bus-pwned").exists()
 
 
-@pytest.mark.parametrize(("key", "written"), [("1", "1"), ("true", "true"), ("null", "null"), ("~", "null")])
-def test_a_field_name_yaml_reads_as_no_text_is_named_as_written(key: str, written: str) -> None:
-    first, second = parse_text(block(f"agent_id: a\n{key}: x"))
+def test_a_key_yaml_reads_as_no_text_names_a_field_as_written() -> None:
+    """``1:``, ``true:`` and ``~:`` are fields "1", "true" and "~" (JSON keys are texts), so ``1:`` beside
+    ``"1":`` is a duplicate, and ``1:`` beside ``true:`` (equal in Python) is not."""
+
+    def progress(fields: str) -> bytes:
+        return f"[PROGRESS]\nagent_id: a\npercent: 5\n{fields}\n[/PROGRESS]\n".encode()
+
+    [item] = parse_text(progress("1: x\ntrue: y\n~: z\nmeta: {1: a, 1.0: b}"))
+    assert isinstance(item, SignalItem)
+    extra = item.payload.model_dump(include={"1", "true", "~", "meta"})
+    assert extra == {"1": "x", "true": "y", "~": "z", "meta": {"1": "a", "1.0": "b"}}
+    first, second = parse_text(progress('meta: {1: a, "1": b}') + VALID)
     assert isinstance(first, ErrorItem) and isinstance(second, SignalItem)
-    assert first.message == (
-        f'STOP_WORK block at line 1: field name {written} is not a text: quote it ("{written}": ...)'
-    )
+    assert first.message.endswith("duplicate key '1'"), first.message
 
 
 def test_aliases_within_the_limits_are_fine() -> None:
