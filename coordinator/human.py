@@ -224,20 +224,25 @@ def _run(settings: Settings, how: How, build: Build, source: str, subject: str) 
     click.echo(f"{source} applied as {envelope.id}: {decision.decision.value}: {detail}")
 
 
-def _split_answers(pairs: tuple[str, ...], known: Collection[str] = ()) -> list[tuple[str, str]]:
-    """``QUESTION_ID=answer`` arguments as (id, answer); an id may hold ``=`` itself when it is one of
-    the ``known`` ids (the longest that the argument starts with, followed by ``=``)."""
+def _split_answers(pairs: tuple[str, ...], known: Collection[str]) -> list[tuple[str, str]]:
+    """``QUESTION_ID=answer`` arguments as (id, answer). An id may hold ``=`` itself, or start or end with
+    spaces, when it is one of the ``known`` ids, taken as it is: the longest that the argument starts
+    with, followed by ``=``."""
     out: dict[str, str] = {}
     for pair in pairs:
-        whole = max((q for q in known if pair.startswith(f"{q}=")), key=len, default=None)
-        qid, sep, answer = (whole, "=", pair[len(whole) + 1 :]) if whole else pair.partition("=")
-        if not sep or not qid.strip():
-            raise click.BadParameter(f"{pair!r} is not QUESTION_ID=answer", param_hint="ANSWERS")
+        qid = max((q for q in known if pair.startswith(f"{q}=")), key=len, default=None)
+        if qid is not None:
+            answer = pair[len(qid) + 1 :]
+        else:
+            written, _, answer = pair.partition("=")
+            qid = written.strip()
+            if not qid:
+                raise click.BadParameter(f"{pair!r} is not QUESTION_ID=answer", param_hint="ANSWERS")
         if not answer.strip():
-            raise click.BadParameter(f"the answer to {qid.strip()} is blank", param_hint="ANSWERS")
-        if qid.strip() in out:
-            raise click.BadParameter(f"{qid.strip()} is answered twice", param_hint="ANSWERS")
-        out[qid.strip()] = answer.strip()
+            raise click.BadParameter(f"the answer to {qid} is blank", param_hint="ANSWERS")
+        if qid in out:
+            raise click.BadParameter(f"{qid} is answered twice", param_hint="ANSWERS")
+        out[qid] = answer.strip()
     return list(out.items())
 
 
@@ -261,7 +266,8 @@ def answer(
     written as it is (`a=b="..."`: the agent's longest question id the argument starts with).
     """
     for pair in answers:  # a usage error before connecting (which ids hold "=" is known only then)
-        _split_answers((pair,))
+        if "=" not in pair:
+            raise click.BadParameter(f"{pair!r} is not QUESTION_ID=answer", param_hint="ANSWERS")
 
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
         records = [g.agents[agent_id] for g in groups if agent_id in g.agents]

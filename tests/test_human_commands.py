@@ -447,13 +447,18 @@ def until(condition: Callable[[], bool], what: str, seconds: float = 60) -> None
 
 
 def test_a_question_id_that_holds_an_equals_sign_is_answered_as_inbox_suggests(redis_url: str) -> None:
-    asked = clarify("eq").replace("  - question_id: Q1\n", '  - question_id: "a=b"\n')
-    asked = asked.replace("can_resume_with:", "  - question_id: a\n    text: And a?\ncan_resume_with:")
+    ids = ["a=b", "a", "=x", " sp "]  # with "=", a prefix of another, starting with "=", in spaces
+    listed = "".join(f'  - question_id: "{qid}"\n    text: What of {qid}?\n' for qid in ids)
+    asked = clarify("eq").replace(
+        "  - question_id: Q1\n    text: OAuth2 or JWT?\n    context: both exist\n", listed
+    )
     agent_says(redis_url, "eq", "g", asked)
     coordinate(redis_url)
-    assert 'subagent-bus answer eq a=b="..."' in ok(redis_url, "inbox")
-    ok(redis_url, "answer", "eq", "a=b=x=1", "a=y", "--wait", "0")
+    inbox = ok(redis_url, "inbox")
+    for suggested in ['answer eq a=b="..."', 'answer eq =x="..."', "answer eq ' sp '=\"...\""]:
+        assert suggested in inbox, inbox
+    ok(redis_url, "answer", "eq", "a=b=x=1", "a=y", "=x==", " sp =z", "--wait", "0")
     coordinate(redis_url)
     [directive] = directives(redis_url, "eq")
     answers = {a["question_id"]: a["answer"] for a in directive["payload"]["answers"]}
-    assert answers == {"a=b": "x=1", "a": "y"}
+    assert answers == {"a=b": "x=1", "a": "y", "=x": "=", " sp ": "z"}
