@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_NAMESPACE",
     "DEFAULT_SOCKET_TIMEOUT",
     "LONGEST_BLOCK_MS",
+    "MAX_NAMESPACE_CHARS",
     "MAX_SHARDS",
     "MIN_SOCKET_TIMEOUT",
     "NAMESPACE_PATTERN",
@@ -38,6 +39,7 @@ __all__ = [
 
 NAMESPACE_PATTERN: Final = r"^[A-Za-z0-9_.-]+$"
 DEFAULT_NAMESPACE: Final = "sbus"
+MAX_NAMESPACE_CHARS: Final = 64
 MAX_SHARDS: Final = 16384
 """One shard per Redis Cluster hash slot at most."""
 LONGEST_BLOCK_MS: Final = 1000
@@ -98,7 +100,9 @@ class Settings(BaseModel, extra="forbid", frozen=True):
     """How to reach the bus. Build it with :meth:`from_url`, which reports mistakes as ``ConfigError``."""
 
     url: str
-    namespace: str = Field(default=DEFAULT_NAMESPACE, pattern=NAMESPACE_PATTERN, max_length=64)
+    namespace: str = Field(
+        default=DEFAULT_NAMESPACE, pattern=NAMESPACE_PATTERN, max_length=MAX_NAMESPACE_CHARS
+    )
     shards: int | None = Field(default=None, ge=1, le=MAX_SHARDS)
     """The shard count of a namespace this process creates; ``None``: 8. A namespace that exists keeps
     the count it was created with, and a different number here is an error (:func:`bus.keys.open_namespace`)."""

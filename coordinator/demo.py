@@ -36,7 +36,7 @@ from bus.errors import BusError, DecodeError
 from bus.events import Decision, DecisionType
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.params import FiniteFloatRange
-from bus.settings import Settings, redact
+from bus.settings import MAX_NAMESPACE_CHARS, Settings, redact
 from coordinator.policy import Policy
 from coordinator.rules import GroupSummary, MergedFinding, merge_findings, summarize
 from coordinator.view import iter_findings, load_groups
@@ -222,6 +222,10 @@ def _check(result: DemoResult) -> None:
         result.problems.append("no finding was reported by three agents")
 
 
+_SUFFIX_CHARS: Final = len("-demo-") + 6
+"""What the demo adds to the namespace it is given: ``-demo-`` and six hex digits of its own."""
+
+
 async def run_demo(
     settings: Settings, *, seconds: float, workdir: Path, say: Callable[[str], None]
 ) -> DemoResult:
@@ -322,6 +326,12 @@ def demo(settings: Settings, as_json: bool, timeout: float, workdir: Path) -> No
     shown as they happen; exit status 1 if any step did not happen. It plays in a namespace of its own,
     NAMESPACE-demo- and six hex digits (sbus-demo-1a2b3c), which its last line names.
     """
+    longest = MAX_NAMESPACE_CHARS - _SUFFIX_CHARS
+    if len(settings.namespace) > longest:  # before any process starts, each to refuse it
+        raise click.BadParameter(
+            f"at most {longest} characters for the demo, which adds '-demo-' and six hex digits",
+            param_hint="'--namespace'",
+        )
     say = (lambda _line: None) if as_json else click.echo
     try:
         result = run_command(run_demo(settings, seconds=timeout, workdir=workdir, say=say))

@@ -120,3 +120,13 @@ def test_sigterm_stops_every_process_the_demo_started(redis_url: str, tmp_path: 
                 os.kill(pid, signal.SIGKILL)
         if demo.poll() is None:
             demo.kill()
+
+
+def test_a_namespace_too_long_for_the_demo_s_suffix_is_refused_at_once(tmp_path: Path) -> None:
+    """The demo plays in NAMESPACE-demo-xxxxxx, at most 64 characters: a longer one is a usage error before
+    anything starts (every process it started refused it, and the demo waited out its timeout)."""
+    args = ["demo", "--redis-url", "redis://127.0.0.1:1/0", "--workdir", str(tmp_path)]
+    command = [CLI, *args, "--namespace", "n" * 53]
+    done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "at most 52 characters for the demo, which adds '-demo-' and six hex digits" in done.stderr
