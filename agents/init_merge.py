@@ -124,6 +124,10 @@ def merge_mcp(existing: str | None, entry: dict[str, Any], force: bool) -> tuple
     if done is None:
         kept = current != entry
         return None, f"{what} up to date{f' (its {URL_VARIABLE} kept)' if kept else ''}"
+    earlier = current.get("env") if isinstance(current, dict) else None
+    if "env" not in entry and isinstance(earlier, dict) and isinstance(earlier.get(URL_VARIABLE), str):
+        entry = {**entry, "env": {URL_VARIABLE: earlier[URL_VARIABLE]}}  # replaced, but for its URL
+        done += f" (its {URL_VARIABLE} kept)"
     servers[SERVER_NAME] = entry
     return _dumps(config), done
 
@@ -143,6 +147,16 @@ def _hook_without_url(groups: Any) -> Any:
             if isinstance(hook, dict) and isinstance(hook.get("command"), str):
                 hook["command"] = _command_without_url(hook["command"])
     return plain
+
+
+def _hook_url(groups: list[Any]) -> str | None:
+    """The ``--redis-url`` of init's hook command among ``groups``, if it has one."""
+    for group in groups:
+        for hook in group.get("hooks", []):
+            command = hook.get("command") if isinstance(hook, dict) else None
+            if isinstance(command, str) and _command_without_url(command) != command:
+                return shlex.split(command)[-1]
+    return None
 
 
 def _command_without_url(command: str) -> str:
@@ -168,6 +182,12 @@ def merge_hooks(
     done = _url_merge("PostToolUse hook", current, [entry], _hook_without_url, url_given, force)
     if done is None:
         return None, f"PostToolUse hook up to date{' (its --redis-url kept)' if current != [entry] else ''}"
+    earlier = None if url_given else _hook_url(found)
+    if earlier is not None:  # replaced, but for its URL
+        entry = copy.deepcopy(entry)
+        for hook in entry["hooks"]:
+            hook["command"] += f" --redis-url {shlex.quote(earlier)}"
+        done += " (its --redis-url kept)"
     for group in found:
         group["hooks"] = [hook for hook in group["hooks"] if not _ours({"hooks": [hook]})]
     emptied = {id(group) for group in found if not group["hooks"]}

@@ -281,6 +281,30 @@ def test_a_run_without_url_keeps_the_url_an_earlier_run_wrote(tmp_path: Path) ->
         assert hooks == [hook_entry("redis://elsewhere:6379/0")]
 
 
+def test_force_without_url_replaces_hand_edits_but_keeps_the_url_an_earlier_run_wrote(tmp_path: Path) -> None:
+    """Else the MCP server would read the local Redis and the hook's adapters publish to the URL's."""
+    for url, written in (
+        ("redis://agent:s3cret@redis.internal:6379/0", URL_REFERENCE),
+        ("redis://redis.internal:6379/2", "redis://redis.internal:6379/2"),
+    ):
+        directory = tmp_path / written.replace("/", "_")
+        directory.mkdir()
+        assert run_init(directory, "--url", url).exit_code == 0
+        mcp = load(directory / ".mcp.json")
+        mcp["mcpServers"]["subagent-bus"]["args"] = ["mcp", "--workdir", "."]  # edited by hand
+        (directory / ".mcp.json").write_text(json.dumps(mcp))
+        settings = load(directory / ".claude/settings.json")
+        [group] = settings["hooks"]["PostToolUse"]
+        group["hooks"][0]["timeout"] = 99
+        (directory / ".claude/settings.json").write_text(json.dumps(settings))
+        forced = run_init(directory, "--force")
+        assert forced.exit_code == 0, forced.output
+        assert "mcpServers.subagent-bus replaced (its SUBAGENT_BUS_REDIS_URL kept)" in forced.output
+        assert load(directory / ".mcp.json")["mcpServers"]["subagent-bus"] == server_entry(url)
+        hooks = load(directory / ".claude/settings.json")["hooks"]["PostToolUse"]
+        assert hooks == [hook_entry(url)], forced.output
+
+
 def test_a_url_given_later_reaches_the_mcp_server_and_the_hook(tmp_path: Path) -> None:
     assert run_init(tmp_path).exit_code == 0
     url = "redis://redis.internal:6379/2?client_name=a b"
