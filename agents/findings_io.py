@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from agents.adapter import AgentBus, connect_bus, oversize
 from agents.findings_parse import LeftOut, finding_of, located_findings, parse_findings
 from agents.options import check_id, id_problem
-from agents.watch import Checkpoint, canonical, fingerprints, open_file
+from agents.watch import Checkpoint, fingerprints, named, open_file
 from bus.cli_connection import redis_options, run_command
 from bus.connection import translated
 from bus.envelope import Envelope, content_id, deterministic_id, encode
@@ -182,11 +182,11 @@ async def import_file(
     """Import the complete lines of a findings JSONL file into ``bus``'s group, from the checkpoint.
 
     ``path`` names the file in the envelope ids and the checkpoint key: pass it
-    :func:`~agents.watch.canonical`. ``on_batch`` is told the byte offset and line number reached after
+    :func:`~agents.watch.named`. ``on_batch`` is told the byte offset and line number reached after
     each batch published.
     """
     spec = _Import(path, agent_field, default_agent, on_batch)
-    key = bus.state_key(f"import:{hashlib.sha256(str(spec.path).encode()).hexdigest()[:16]}")
+    key = import_key(bus, spec.path)
     with translated():
         raw = await bus.client.get(key)
     try:
@@ -207,6 +207,11 @@ async def import_file(
     finally:
         os.close(fd)
     return report
+
+
+def import_key(bus: AgentBus, path: Path) -> str:
+    """The checkpoint key of importing the file at ``path``."""
+    return bus.state_key(f"import:{hashlib.sha256(str(path).encode()).hexdigest()[:16]}")
 
 
 async def _import_from(
@@ -369,11 +374,10 @@ def import_findings(
     Exit status 2 when some lines were bad.
     """
 
-    absolute = canonical(path)
-
     async def main() -> ImportReport:
         bus = await connect_bus(settings, default_agent or "findings-import", group_id, workdir=workdir)
         try:
+            absolute = await named(bus, path, lambda name: import_key(bus, name))
             size = max(1, absolute.stat().st_size)  # lines appended meanwhile are imported too: cap at 100%
             with Progress() as progress:
 

@@ -22,6 +22,7 @@ import hashlib
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -44,6 +45,7 @@ __all__ = [
     "canonical",
     "checkpoint_key",
     "fingerprints",
+    "named",
     "open_file",
     "source_of",
 ]
@@ -93,6 +95,24 @@ def canonical(path: Path) -> Path:
         return absolute.parent.resolve() / absolute.name
     except (OSError, RuntimeError):  # a loop of links (RuntimeError before Python 3.13): as given
         return absolute
+
+
+async def named(bus: AgentBus, given: Path, key_of: Callable[[Path], str]) -> Path:
+    """:func:`canonical` of ``given``, or ``given`` made absolute when only that names a checkpoint
+    (``key_of`` a path): one written before files were named by their directory's real path, whose file
+    goes on under its old name (and envelope ids) instead of being published again."""
+    path, old = _names(given)
+    if path == old:
+        return path
+    with translated():
+        if await bus.client.exists(key_of(path)) or not await bus.client.exists(key_of(old)):
+            return path
+    return old
+
+
+def _names(given: Path) -> tuple[Path, Path]:
+    """:func:`canonical` of a path, and the path made absolute: its name before canonical()."""
+    return canonical(given), given.absolute()
 
 
 def checkpoint_key(bus: AgentBus, path: Path) -> str:
@@ -151,6 +171,8 @@ class FileWatch:
 
     async def run(self) -> bool:
         """Follow the file; whether the agent completed."""
+        self.path = await named(self.bus, self.options.path, lambda path: checkpoint_key(self.bus, path))
+        self.key = checkpoint_key(self.bus, self.path)
         self.checkpoint = self._saved = self._loaded = await self._load()
         if self.checkpoint.completed:
             self.bus.mark_completed()  # published by an earlier run of the adapter

@@ -6,6 +6,7 @@ start a new generation with new ids; a Claude Code transcript publishes the assi
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -129,6 +130,38 @@ async def test_a_report_that_ends_the_file_completes_the_agent_once_nothing_foll
         [result] = await bus.of_type(GROUP, T.RESULT)
         assert isinstance(result.payload, ResultReport) and result.payload.summary == "All good."
         assert await bus.count(GROUP, T.STOP_WORK) == 0
+
+
+async def test_a_checkpoint_named_by_the_path_as_given_goes_on_under_that_name(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A checkpoint written before files were named by their directory's real path (through a link
+    here) is taken up by that name: the file is not published again under new ids."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
+    given, log = tmp_path / "link" / "agent.out", tmp_path / "adapter.log"
+    await run_ok(fake("progress:10", out=given, agent_id="a8"))
+    async with open_bus(redis_url) as bus:
+        first = start(watch_args(given, "a8"), redis_url, log)
+
+        async def published() -> bool:
+            return await bus.count(GROUP, T.PROGRESS) == 1
+
+        await wait_until(published, 30, "the first signal")
+        first.send_signal(signal.SIGTERM)
+        assert await exited(first, 30) == 0, log.read_text()
+        [key] = [k async for k in bus.client.scan_iter(match=b"*offset:a8:*")]
+        digest = hashlib.sha256(str(canonical(given)).encode()).hexdigest()[:16]
+        old = hashlib.sha256(str(given.absolute()).encode()).hexdigest()[:16]
+        await bus.client.rename(
+            key, key.replace(digest.encode(), old.encode())
+        )  # as an older version named it
+        await run_ok(fake("progress:20", "complete", out=given, agent_id="a8"))
+        second = start(watch_args(given, "a8", "--until-complete"), redis_url, log)
+        assert await exited(second, 30) == 0, log.read_text()
+        signals = [e for e in await bus.envelopes(GROUP) if e.kind is Kind.SIGNAL]
+        assert [e.type for e in signals] == [T.PROGRESS, T.PROGRESS, T.COMPLETION_REPORT]
+        assert {e.source for e in signals[1:]} == {f"file:{given.absolute()}"}
 
 
 def test_a_path_is_named_by_its_directory_s_real_path_and_its_own_name(tmp_path: Path) -> None:
