@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from agents.adapter import AgentBus, connect_bus, oversize
 from agents.findings_parse import LeftOut, finding_of, located_findings, parse_findings
 from agents.options import check_id, id_problem
-from agents.watch import Checkpoint, fingerprints, named, open_file
+from agents.watched_file import Checkpoint, fingerprints, named, open_file
 from bus.cli_connection import redis_options, run_command
 from bus.connection import translated
 from bus.envelope import Envelope, content_id, deterministic_id, encode
@@ -182,7 +182,7 @@ async def import_file(
     """Import the complete lines of a findings JSONL file into ``bus``'s group, from the checkpoint.
 
     ``path`` names the file in the envelope ids and the checkpoint key: pass it
-    :func:`~agents.watch.named`. ``on_batch`` is told the byte offset and line number reached after
+    :func:`~agents.watched_file.named`. ``on_batch`` is told the byte offset and line number reached after
     each batch published.
     """
     spec = _Import(path, agent_field, default_agent, on_batch)

@@ -21,7 +21,7 @@ from adapter_kit import Bus, exited, fake, open_bus, run_ok, spawn, start, wait_
 from agents.identity import build_prompt
 from agents.parser import ErrorItem, SignalItem, parse_text
 from agents.transcript import TranscriptParser
-from agents.watch import canonical, source_of
+from agents.watched_file import canonical, source_of
 from bus.directives import AnswerItem, ClarificationResponse
 from bus.envelope import Envelope, EnvelopeType, Kind, deterministic_id, new_envelope
 from bus.publisher import Publisher

@@ -1,0 +1,131 @@
+"""A file an adapter takes onto the bus resumably: its name there, its checkpoint, the fingerprints that
+tell it is still the same output, and opening it safely. Shared by ``adapter watch``
+(:mod:`agents.watch`) and ``adapter import-findings`` (:mod:`agents.findings_io`).
+
+A file is named by its directory's real path and its own name (:func:`canonical`): that name is hashed
+into its checkpoint key and is part of its envelopes' ids (their ``source``), so a restart that spells
+the path otherwise resumes instead of publishing everything again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+from agents.adapter import AgentBus
+from agents.transcript import Format
+from bus.connection import translated
+from bus.fields import Model
+
+__all__ = [
+    "Checkpoint",
+    "canonical",
+    "checkpoint_key",
+    "fingerprints",
+    "named",
+    "open_file",
+    "source_of",
+]
+
+_PRINT: Final = 4096
+"""Bytes hashed for each fingerprint."""
+
+
+class Checkpoint(Model):
+    """How far one agent's output file has been taken onto the bus."""
+
+    generation: int = 0
+    read: int = 0
+    resume: int = 0
+    resume_line: int = 1
+    done: int = 0
+    reported: bool = False
+    """A result report was read before ``resume``: a section under another heading after it is a recap,
+    not a report to hold (:mod:`agents.unread`)."""
+    format: Format = Format.AUTO
+    session_id: str | None = None
+    completed: bool = False
+    """A COMPLETION_REPORT or a result report was published."""
+    completion_report: bool = False
+    """A COMPLETION_REPORT was published: with ``--until-complete``, nothing more is followed."""
+    started: bool = False
+    """AGENT_STARTED was published (once per generation, not per adapter restart)."""
+    ended: bool = False
+    """AGENT_EXITED was published."""
+    head: str = ""
+    tail: str = ""
+
+
+def canonical(path: Path) -> Path:
+    """The path that names a file in its checkpoint key and its envelopes' ids: absolute, through its
+    directory's real path (``../logs/a.log`` and ``a.log`` in ``logs`` are one file, so a restart that
+    spells it otherwise resumes instead of publishing everything again). The last part stays as given:
+    a symbolic link is followed by its name, to whatever file it names at the time."""
+    absolute = path.absolute()
+    try:
+        return absolute.parent.resolve() / absolute.name
+    except (OSError, RuntimeError):  # a loop of links (RuntimeError before Python 3.13): as given
+        return absolute
+
+
+async def named(bus: AgentBus, given: Path, key_of: Callable[[Path], str]) -> Path:
+    """:func:`canonical` of ``given``, or ``given`` made absolute when only that names a checkpoint
+    (``key_of`` a path): one written before files were named by their directory's real path, whose file
+    goes on under its old name (and envelope ids) instead of being published again."""
+    path, old = _names(given)
+    if path == old:
+        return path
+    with translated():
+        if await bus.client.exists(key_of(path)) or not await bus.client.exists(key_of(old)):
+            return path
+    return old
+
+
+def _names(given: Path) -> tuple[Path, Path]:
+    """:func:`canonical` of a path, and the path made absolute: its name before canonical()."""
+    return canonical(given), given.absolute()
+
+
+def checkpoint_key(bus: AgentBus, path: Path) -> str:
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:16]
+    return bus.state_key(f"offset:{bus.agent_id}:{digest}")
+
+
+def source_of(path: Path, generation: int) -> str:
+    """The ``source`` of the envelopes of one generation of a file (part of their ids)."""
+    return f"file:{path}" if generation == 0 else f"file:{path}#{generation}"
+
+
+def fingerprints(fd: int, read: int) -> tuple[str, str]:
+    """Hashes of the first bytes of a file and of the bytes just before ``read``."""
+    head = os.pread(fd, min(_PRINT, read), 0)
+    start = max(0, read - _PRINT)
+    tail = os.pread(fd, read - start, start)
+    return hashlib.sha256(head).hexdigest(), hashlib.sha256(tail).hexdigest()
+
+
+_PIPE_HINT: Final = "pipe the agent's output into `subagent-bus adapter stdin` instead"
+
+
+def open_file(path: Path, pipe_hint: str = _PIPE_HINT) -> int:
+    """A read-only descriptor of the regular file at ``path``; anything else is an ``OSError`` that
+    says why (``pipe_hint`` says what to do with a pipe). Opened without blocking, so a FIFO with no
+    writer cannot hang the caller; ``FileNotFoundError`` is raised as it is."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise OSError(f"cannot read {path}: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISREG(mode):
+        os.set_blocking(fd, True)
+        return fd
+    os.close(fd)
+    if stat.S_ISDIR(mode):
+        raise OSError(f"cannot read {path}: it is a directory, not a file")
+    raise OSError(f"cannot read {path}: it is a pipe or a device, not a regular file ({pipe_hint})")
