@@ -22,6 +22,7 @@ from typing import Final
 
 from pydantic import ValidationError
 
+from agents.blocks import describe_errors
 from agents.cells import NONE, bare, cell, column, findings, number, severity, split_location
 from agents.markdown import (
     HEADING,
@@ -86,7 +87,10 @@ def parse_report(text: str) -> ResultReport:
     if heading is None:
         raise ReportError("not a '## <Agent Name> Result' heading", 1)
     name = heading.group(1)
-    builder = _Builder(bare(name) or name.strip("*_ \t"))  # `## 🔒 Auditor Result` is the Auditor's
+    agent = bare(name) or name.strip("*_ \t")  # `## 🔒 Auditor Result` is the Auditor's
+    if not agent.strip():  # `## _ Result`: emphasis around nothing
+        raise ReportError("the heading names no agent", 1)
+    builder = _Builder(agent)
     preamble, parts = split_sections(list(enumerate(lines[1:], start=2)), 3)
     labelled, preamble = labelled_parts(preamble, {section_key(part.title) for part in parts})
     for part in labelled:
@@ -324,6 +328,12 @@ class _Builder:
         if not self.summary:
             raise ReportError("missing or empty '### Summary' section")
         confidence = self._confidence()
+        try:
+            return self._report(confidence)
+        except ValidationError as exc:  # what the checks above miss is an error too, never a crash
+            raise ReportError(describe_errors(exc)) from None
+
+    def _report(self, confidence: ConfidenceReport | None) -> ResultReport:
         return ResultReport(
             agent=self.agent,
             status=self.status,

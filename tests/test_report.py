@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agents.cells import split_location
+from agents.parser import ErrorItem, parse_text
 from agents.report import ReportError, parse_report
 from bus.findings import Severity
 from bus.results import ResultStatus
@@ -511,3 +512,12 @@ def test_crlf_reports() -> None:
     parsed = parse_report(text)
     assert parsed.summary == "Checked the login module."
     assert parsed.next_steps == ["one"]
+
+
+@pytest.mark.parametrize("heading", ["## _ Result", "## __ Result"])
+def test_a_heading_that_names_no_agent_is_an_error_not_a_crash(heading: str) -> None:
+    text = f"{heading}\n\n### Status\nSUCCESS\n\n### Summary\nDone.\n"
+    with pytest.raises(ReportError, match="the heading names no agent"):
+        parse_report(text)
+    [item] = parse_text(text)
+    assert isinstance(item, ErrorItem) and "the heading names no agent" in item.message, item
