@@ -7,7 +7,9 @@ was done, or raises :class:`Conflict` for a part that differs from what init wri
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import itertools
 import json
 import shlex
 from collections.abc import Callable
@@ -150,12 +152,21 @@ def _hook_without_url(groups: Any) -> Any:
 
 
 def _hook_url(groups: list[Any]) -> str | None:
-    """The ``--redis-url`` of init's hook command among ``groups``, if it has one."""
+    """The ``--redis-url`` of init's hook command among ``groups`` (wherever it is among its options), if
+    it has one."""
     for group in groups:
         for hook in group.get("hooks", []):
             command = hook.get("command") if isinstance(hook, dict) else None
-            if isinstance(command, str) and _command_without_url(command) != command:
-                return shlex.split(command)[-1]
+            if not isinstance(command, str) or not command.startswith(HOOK_COMMAND):
+                continue
+            with contextlib.suppress(ValueError):  # unbalanced quotes: no URL to be read
+                words = shlex.split(command)
+                for option, value in itertools.pairwise(words):
+                    if option == "--redis-url":
+                        return value
+                named = [w.partition("=")[2] for w in words if w.startswith("--redis-url=")]
+                if named:
+                    return named[0]
     return None
 
 

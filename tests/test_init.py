@@ -296,6 +296,8 @@ def test_force_without_url_replaces_hand_edits_but_keeps_the_url_an_earlier_run_
         settings = load(directory / ".claude/settings.json")
         [group] = settings["hooks"]["PostToolUse"]
         group["hooks"][0]["timeout"] = 99
+        words = shlex.split(group["hooks"][0]["command"])  # an option of one's own before --redis-url
+        group["hooks"][0]["command"] = shlex.join([*words[:3], "--log-dir", "logs", *words[3:]])
         (directory / ".claude/settings.json").write_text(json.dumps(settings))
         forced = run_init(directory, "--force")
         assert forced.exit_code == 0, forced.output
