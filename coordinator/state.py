@@ -240,13 +240,37 @@ class GroupState(Model):
 
     @property
     def progress(self) -> GroupProgress:
+        """Per piece of work, its last attempt's state, but completed when an earlier attempt (slow, not
+        gone) completed it after the last failed."""
         counted = [a for a in self.agents.values() if a.retried_by is None and a.watched]
+        done = {a.agent_id for a in counted if a.state is AgentState.COMPLETED or self.completed_earlier(a)}
+        failing = {AgentState.FAILED, AgentState.LOST}
         return GroupProgress(
             total=len(counted),
-            completed=sum(a.state is AgentState.COMPLETED for a in counted),
-            failed=sum(a.state in {AgentState.FAILED, AgentState.LOST} for a in counted),
+            completed=len(done),
+            failed=sum(a.state in failing and a.agent_id not in done for a in counted),
             active=sum(a.state in ACTIVE_STATES for a in counted),
         )
+
+    def completed_earlier(self, attempt: AgentRecord) -> AgentRecord | None:
+        """The earlier attempt at ``attempt``'s work that completed it (one declared lost that came back:
+        slow, not gone), if any."""
+        earlier = self.agents.get(attempt.retry_of) if attempt.retry_of else None
+        while earlier is not None:
+            if earlier.state is AgentState.COMPLETED and earlier.completion is not None:
+                return earlier
+            earlier = self.agents.get(earlier.retry_of) if earlier.retry_of else None
+        return None
+
+    def attempts_after(self, attempt: AgentRecord) -> list[str]:
+        """The ids of the later attempts at ``attempt``'s work (its retry, the retry's retry...)."""
+        later: list[str] = []
+        while attempt.retried_by is not None and attempt.retried_by not in later:
+            later.append(attempt.retried_by)
+            if (found := self.agents.get(attempt.retried_by)) is None:
+                break
+            attempt = found
+        return later
 
     @property
     def budget_used(self) -> int:

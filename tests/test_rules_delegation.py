@@ -9,7 +9,7 @@ from rules_kit import GROUP, T0, Feed, completion, decisions, delegate, kinds, o
 
 from bus.directives import HumanApprove, HumanDeny, LaunchReason
 from bus.envelope import EnvelopeType
-from bus.events import AgentStarted, AgentState, DecisionType
+from bus.events import AgentStarted, AgentState, DecisionType, Tick
 from bus.signals import DelegateWork, Priority
 from coordinator.policy import Policy
 from coordinator.rules import Target, Verdict, apply, evaluate, summarize
@@ -358,3 +358,21 @@ def test_a_requester_that_finished_meanwhile_gets_no_directive() -> None:
     assert of_type(outcome, EnvelopeType.DELEGATION_APPROVED) == []
     assert one(outcome, EnvelopeType.LAUNCH).parent_agent_id == REQUESTER
     assert kinds(outcome)[-1] is DecisionType.DELEGATION_APPROVED
+
+
+def test_a_blocking_delegate_declared_lost_that_completes_resumes_the_requester_with_its_results() -> None:
+    """Slow, not gone: its results reach the requester, which waited for its retry by then; the retry's
+    later loss is no news to the requester and no escalation."""
+    policy = Policy(heartbeat_timeout_seconds=120, lost_timeout_seconds=900)
+    feed = Feed(policy)
+    delegate_id = _blocking(feed)
+    feed.send(Tick(now=T0 + timedelta(seconds=1000)), "coordinator", at=1000)  # lost: retried
+    retry = feed.state.agents[delegate_id].retried_by
+    assert retry is not None and feed.state.agents[REQUESTER].waiting_on == (retry,)
+    outcome = feed.send(completion(delegate_id, summary="ZAP installed, fixtures created."), delegate_id)
+    directive = one(outcome, EnvelopeType.DELEGATION_COMPLETED)
+    assert (directive.delegate_agent_id, directive.status) == (delegate_id, "SUCCESS")
+    requester = feed.state.agents[REQUESTER]
+    assert requester.state is AgentState.RUNNING and requester.waiting_on == ()
+    later = feed.send(Tick(now=T0 + timedelta(seconds=3000)), "coordinator", at=3000)  # the retry is lost
+    assert of_type(later, EnvelopeType.DELEGATION_COMPLETED) == [] and feed.state.escalations == ()

@@ -148,3 +148,30 @@ def test_a_tick_is_not_counted_for_an_agent_that_has_its_coordinator_s_name() ->
     after = feed.state.agents[TICKER]
     assert (after.applied, after.last_applied_id) == (1, before.last_applied_id)
     assert feed.state.applied == 2  # the group counts it
+
+
+def test_a_retry_lost_after_the_slow_first_attempt_completed_the_work_is_not_retried_nor_escalated() -> None:
+    feed = Feed(Policy(heartbeat_timeout_seconds=120, lost_timeout_seconds=900, max_retries=2))
+    feed.send(AgentStarted(), AGENT, at=0)
+    _tick(feed, 1000)  # lost: retried
+    retry = retry_agent_id(GROUP, AGENT, 2)
+    feed.send(AgentStarted(), retry, at=1000)
+    feed.send(completion(AGENT), AGENT, at=1001)  # the first attempt was slow, not gone
+    lost = _tick(feed, 3000)
+    assert DecisionType.ESCALATED not in lost and DecisionType.RETRY_REQUESTED not in lost, lost
+    assert retry_agent_id(GROUP, AGENT, 3) not in feed.state.agents
+    assert feed.state.escalations == ()
+    progress = feed.state.progress
+    assert (progress.total, progress.completed, progress.failed) == (1, 1, 0)
+
+
+def test_the_slow_attempt_that_completes_the_work_withdraws_a_retry_s_escalation() -> None:
+    feed = Feed(POLICY)  # one retry
+    feed.send(AgentStarted(), AGENT, at=0)
+    _tick(feed, 1000)  # lost: retried
+    retry = retry_agent_id(GROUP, AGENT, 2)
+    feed.send(AgentStarted(), retry, at=1000)
+    assert DecisionType.ESCALATED in _tick(feed, 2000)  # the retry lost too: escalated
+    done = feed.send(completion(AGENT), AGENT, at=2001)
+    assert DecisionType.ESCALATION_DISMISSED in kinds(done)
+    assert feed.state.escalations == ()

@@ -84,8 +84,27 @@ def finish(
     if completion.status is ResultStatus.FAILED:
         _handle_failure(step, record, completion)
     else:
+        _withdraw_escalations(step, record)
         _notify_parent(step, record, completion)
     report_group(step, agent_id)
+
+
+def _withdraw_escalations(step: Step, record: AgentRecord) -> None:
+    """An attempt that completed its work (slow, not gone) settles the escalation of another attempt at
+    it: no human needs to handle a failure whose work is done."""
+    state = step.state
+    earlier = state.agents.get(record.retry_of) if record.retry_of else None
+    attempts = {record.agent_id, *state.attempts_after(record)}
+    while earlier is not None and earlier.agent_id not in attempts:
+        attempts.add(earlier.agent_id)
+        earlier = state.agents.get(earlier.retry_of) if earlier.retry_of else None
+    settled = [e.agent_id for e in state.escalations if e.agent_id in attempts]
+    if not settled:
+        return
+    step.replace(escalations=tuple(e for e in state.escalations if e.agent_id not in attempts))
+    for agent_id in settled:
+        detail = f"withdrawn: the work was completed by {record.agent_id}"
+        step.decide(DecisionType.ESCALATION_DISMISSED, agent_id, detail)
 
 
 def unresolved(step: Step, agent_id: str, stop: StopWork) -> None:
@@ -100,6 +119,11 @@ def unresolved(step: Step, agent_id: str, stop: StopWork) -> None:
 def _handle_failure(step: Step, record: AgentRecord, completion: Completion) -> None:
     if record.retried_by is not None:
         return  # a replaced attempt; its retry carries the work now
+    done = step.state.completed_earlier(record)
+    if done is not None:  # an earlier attempt, declared lost, came back and completed the work
+        detail = f"the work was completed by {done.agent_id}, an earlier attempt: not retried"
+        step.decide(DecisionType.COMPLETED, record.agent_id, detail)
+        return
     budget = step.policy.max_agents_per_group
     within = step.state.budget_used < budget
     if record.attempt <= step.policy.max_retries and within:
@@ -174,9 +198,13 @@ def _first_attempt(state: GroupState, record: AgentRecord) -> AgentRecord:
 def _notify_parent(step: Step, record: AgentRecord, completion: Completion) -> None:
     """Resume a parent that waits for this agent, with the agent's final outcome."""
     parent = step.find(record.parent_agent_id) if record.parent_agent_id else None
-    if not record.blocks_parent or parent is None or record.agent_id not in parent.waiting_on:
+    if not record.blocks_parent or parent is None:
         return
-    waiting = tuple(a for a in parent.waiting_on if a != record.agent_id)
+    # the parent waits for the work's latest attempt: an earlier one that completes it answers for it
+    attempts = {record.agent_id, *step.state.attempts_after(record)}
+    if not attempts & set(parent.waiting_on):
+        return
+    waiting = tuple(a for a in parent.waiting_on if a not in attempts)
     step.update(parent.agent_id, waiting_on=waiting)
     if parent.state in FINAL_STATES:
         return
@@ -246,12 +274,7 @@ def _deciding(state: GroupState, last: AgentRecord) -> AgentRecord | None:
     or an earlier attempt that completed it after ``last`` failed; None when the work failed."""
     if last.state not in {AgentState.FAILED, AgentState.LOST}:
         return last
-    earlier = state.agents.get(last.retry_of) if last.retry_of else None
-    while earlier is not None:
-        if earlier.state is AgentState.COMPLETED and earlier.completion is not None:
-            return earlier
-        earlier = state.agents.get(earlier.retry_of) if earlier.retry_of else None
-    return None
+    return state.completed_earlier(last)
 
 
 def report_group(step: Step, agent_id: str) -> None:
