@@ -97,12 +97,18 @@ def test_one_tick_gives_each_group_its_own_emitted_ids() -> None:
     assert len(ids) == len(set(ids)) == 2
 
 
-def test_a_lost_agent_that_completes_after_its_retry_was_lost_too_completes_the_work() -> None:
-    feed = Feed(POLICY)  # one retry
+def _lost_and_retried(feed: Feed) -> str:
+    """AGENT started, lost at 1000 s and retried; the retry's id, started then."""
     feed.send(AgentStarted(), AGENT, at=0)
-    _tick(feed, 1000)  # lost: retried
+    _tick(feed, 1000)
     retry = retry_agent_id(GROUP, AGENT, 2)
     feed.send(AgentStarted(), retry, at=1000)
+    return retry
+
+
+def test_a_lost_agent_that_completes_after_its_retry_was_lost_too_completes_the_work() -> None:
+    feed = Feed(POLICY)  # one retry
+    retry = _lost_and_retried(feed)
     assert DecisionType.ESCALATED in _tick(feed, 2000)  # the retry lost too: escalated
     feed.send(Heartbeat(), retry, at=2001)  # heard from again...
     assert _tick(feed, 3000)[:2] == [DecisionType.LOST, DecisionType.ESCALATED]  # ...and lost again
@@ -152,10 +158,7 @@ def test_a_tick_is_not_counted_for_an_agent_that_has_its_coordinator_s_name() ->
 
 def test_a_retry_lost_after_the_slow_first_attempt_completed_the_work_is_not_retried_nor_escalated() -> None:
     feed = Feed(Policy(heartbeat_timeout_seconds=120, lost_timeout_seconds=900, max_retries=2))
-    feed.send(AgentStarted(), AGENT, at=0)
-    _tick(feed, 1000)  # lost: retried
-    retry = retry_agent_id(GROUP, AGENT, 2)
-    feed.send(AgentStarted(), retry, at=1000)
+    _lost_and_retried(feed)
     feed.send(completion(AGENT), AGENT, at=1001)  # the first attempt was slow, not gone
     lost = _tick(feed, 3000)
     assert DecisionType.ESCALATED not in lost and DecisionType.RETRY_REQUESTED not in lost, lost
@@ -167,10 +170,7 @@ def test_a_retry_lost_after_the_slow_first_attempt_completed_the_work_is_not_ret
 
 def test_the_slow_attempt_that_completes_the_work_withdraws_a_retry_s_escalation() -> None:
     feed = Feed(POLICY)  # one retry
-    feed.send(AgentStarted(), AGENT, at=0)
-    _tick(feed, 1000)  # lost: retried
-    retry = retry_agent_id(GROUP, AGENT, 2)
-    feed.send(AgentStarted(), retry, at=1000)
+    _lost_and_retried(feed)
     assert DecisionType.ESCALATED in _tick(feed, 2000)  # the retry lost too: escalated
     done = feed.send(completion(AGENT), AGENT, at=2001)
     assert DecisionType.ESCALATION_DISMISSED in kinds(done)
