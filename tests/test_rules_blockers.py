@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rules_kit import Feed, decisions, kinds, of_type, one, stop_dependency, stop_error
+from rules_kit import Feed, clarification, decisions, kinds, of_type, one, stop_dependency, stop_error
 
-from bus.directives import HumanRecover, HumanResolve, LaunchReason, RecoveryOption
+from bus.directives import AnswerItem, HumanAnswer, HumanRecover, HumanResolve, LaunchReason, RecoveryOption
 from bus.envelope import EnvelopeType
 from bus.events import AgentState, DecisionType
 from bus.results import ResultStatus
@@ -74,6 +74,16 @@ def test_resume_instructions_default_to_the_blocked_work_then_the_requirements()
         feed.send(HumanResolve(resolution="Ran npm install"), AGENT), EnvelopeType.BLOCKER_RESOLVED
     )
     assert directive.resume_instructions == "Run: npm install (in parent session)"
+    for snapshot, then in (
+        ("Files analyzed: 47/120", "from the checkpoint above"),
+        (None, "from where you stopped"),
+    ):
+        bare = stop_dependency().model_copy(
+            update={"blocked_work": None, "resume_requirements": None, "state_snapshot": snapshot}
+        )
+        feed.send(bare, AGENT)
+        directive = one(feed.send(HumanResolve(resolution="Done"), AGENT), EnvelopeType.BLOCKER_RESOLVED)
+        assert directive.resume_instructions == f"Continue the task {then}."
 
 
 def test_resolve_without_a_blocker_is_rejected() -> None:
@@ -184,3 +194,29 @@ def test_stop_reason_completion_is_a_completion() -> None:
     feed.send(partial, "bg-task-other")
     other = feed.state.agents["bg-task-other"].completion
     assert other is not None and other.status is ResultStatus.PARTIAL
+
+
+def test_a_directive_that_leaves_the_agent_held_tells_it_to_wait_then_what_to_do() -> None:
+    """Blocked and with questions open: resolving the blocker alone (or answering alone) must not tell
+    the agent to go on; the directive that frees it does."""
+    for first, second in (("resolve", "answer"), ("answer", "resolve")):
+        feed = Feed()
+        feed.send(stop_dependency(), AGENT)
+        feed.send(clarification(AGENT), AGENT)
+        commands: dict[str, tuple[HumanResolve | HumanAnswer, EnvelopeType]] = {
+            "resolve": (HumanResolve(resolution="Ran npm install"), EnvelopeType.BLOCKER_RESOLVED),
+            "answer": (
+                HumanAnswer(answers=[AnswerItem(question_id=q, answer="JWT, 3.0") for q in ("Q1", "Q2")]),
+                EnvelopeType.CLARIFICATION_RESPONSE,
+            ),
+        }
+        command, kind = commands[first]
+        held = one(feed.send(command, AGENT), kind)
+        waiting = held.resume_instructions if kind is EnvelopeType.BLOCKER_RESOLVED else held.next_step
+        for_what = "your questions are answered" if first == "resolve" else "your blocker is resolved"
+        assert waiting.startswith(f"Do not go on yet: you will be resumed once {for_what}. Then: "), waiting
+        command, kind = commands[second]
+        freed = one(feed.send(command, AGENT), kind)
+        going = freed.resume_instructions if kind is EnvelopeType.BLOCKER_RESOLVED else freed.next_step
+        assert not going.startswith("Do not go on yet"), going
+        assert feed.state.agents[AGENT].state is AgentState.RUNNING

@@ -32,7 +32,7 @@ from coordinator.rules.aggregation import finish, report_group, unresolved
 from coordinator.rules.delegation import launch_limits
 from coordinator.rules.ids import recovery_agent_id, recovery_request_id
 from coordinator.rules.launch import Launch, deliver, launch
-from coordinator.rules.step import Rejected, Step
+from coordinator.rules.step import Rejected, Step, still_held
 from coordinator.state import FINAL_STATES, AgentRecord, Completion
 
 __all__ = [
@@ -119,13 +119,15 @@ def on_resolve(step: Step) -> None:
     command = step.payload(HumanResolve)
     record = step.agent(step.envelope.agent_id)
     stop = open_blocker(record)
+    then = command.instructions or _resume_instructions(stop)
+    wait = still_held(record, step.state, then, blocker=None)  # e.g. questions it asked too
     directive = BlockerResolved(
         issue=stop.details,
         resolution=command.resolution,
         state_restoration=stop.state_snapshot,
-        resume_instructions=command.instructions or _resume_instructions(stop),
+        resume_instructions=wait or then,
     )
-    deliver(step, record.agent_id, directive)
+    deliver(step, record.agent_id, directive, hold=wait is not None)
     step.resume(
         record.agent_id,
         DecisionType.BLOCKER_RESOLVED,
@@ -139,7 +141,9 @@ def _resume_instructions(stop: StopWork) -> str:
         return f"Continue with the work that was blocked:\n{stop.blocked_work.strip()}"
     if stop.resume_requirements and stop.resume_requirements.strip():
         return stop.resume_requirements.strip()
-    return "Continue the task from the checkpoint above."
+    if stop.state_snapshot and stop.state_snapshot.strip():
+        return "Continue the task from the checkpoint above."
+    return "Continue the task from where you stopped."
 
 
 def on_recover(step: Step) -> None:

@@ -13,7 +13,7 @@ from bus.directives import AnswerItem, ClarificationResponse, HumanAnswer
 from bus.events import AgentState, DecisionType
 from bus.signals import ClarificationNeeded, QuestionType
 from coordinator.rules.launch import deliver
-from coordinator.rules.step import Rejected, Step
+from coordinator.rules.step import Rejected, Step, still_held
 from coordinator.state import AgentRecord
 
 __all__ = ["DEFAULT_NEXT_STEP", "answerable", "on_answer", "on_clarification"]
@@ -55,13 +55,15 @@ def on_answer(step: Step) -> None:
         detail = f"answered {answered}; waiting for {', '.join(missing)}"
         step.decide(DecisionType.QUESTION_ANSWERED, record.agent_id, detail)
         return
+    then = command.next_step or DEFAULT_NEXT_STEP
+    wait = still_held(record, step.state, then, questions=None, answers=())  # e.g. a blocker of its own
     response = ClarificationResponse(
         answers=list(answers),
         continue_from=questions.blocked_at,
         current_state=questions.current_state,
-        next_step=command.next_step or DEFAULT_NEXT_STEP,
+        next_step=wait or then,
     )
-    deliver(step, record.agent_id, response)
+    deliver(step, record.agent_id, response, hold=wait is not None)
     step.resume(
         record.agent_id,
         DecisionType.QUESTION_ANSWERED,

@@ -305,6 +305,23 @@ def held(record: AgentRecord, state: GroupState) -> AgentState | None:
     return None
 
 
+_WAIT_FOR: Final = {
+    AgentState.BLOCKED: "your blocker is resolved",
+    AgentState.AWAITING_CLARIFICATION: "your questions are answered",
+    AgentState.DELEGATING: "the work you wait for is done",
+}
+
+
+def still_held(record: AgentRecord, state: GroupState, then: str, **settled: Any) -> str | None:
+    """The instructions of a directive that settles one thing the agent waits on (``settled``: the record
+    changes that settle it) while another still holds it: to wait, and ``then`` once resumed; None when
+    nothing else holds it (``then`` alone goes)."""
+    holder = held(evolve(record, **settled), state)
+    if holder is None:
+        return None
+    return f"Do not go on yet: you will be resumed once {_WAIT_FOR[holder]}. Then: {then}"
+
+
 def waits_for_delegation(record: AgentRecord, state: GroupState) -> bool:
     """Whether the agent waits for a delegate, or for a human to decide a blocking request of its own."""
     return bool(record.waiting_on) or any(
