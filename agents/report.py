@@ -214,14 +214,15 @@ class _Builder:
         for index, line in enumerate(lines):
             breakdown = _BREAKDOWN.search(line)
             match = _SCORE.fullmatch(line) if index == 0 else None
-            if breakdown is not None:
+            if match is not None:  # `88 - why`, which may name the breakdown too: `(verified: 90, ...)`
+                score = float(match.group(1))
+                why += [" - ".join(x.strip() for x in match.group(2, 3) if x and x.strip())]
+                self.breakdown |= {b.group(1).lower(): float(b.group(2)) for b in _BREAKDOWN.finditer(line)}
+            elif breakdown is not None:
                 kind = breakdown.group(1).lower()
                 self.breakdown[kind] = float(breakdown.group(2))
                 reason = line[breakdown.end() :].strip(" \t()-–—:|")
                 why += [f"{kind}: {reason}"] if reason else []
-            elif match is not None:
-                score = float(match.group(1))
-                why += [" - ".join(x.strip() for x in match.group(2, 3) if x and x.strip())]
             else:
                 why.append(line)
         if score is None and self.breakdown:  # only the breakdown, as seed 001's example has it

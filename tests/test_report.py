@@ -242,6 +242,19 @@ def test_a_breakdown_alone_gives_the_score(lines: str, score: float) -> None:
 
 
 @pytest.mark.parametrize(
+    "line",
+    [
+        "88 - high (verified_confidence: 90, inferred_confidence: 86)",
+        "88 (verified: 90, inferred: 86) - read every file",
+    ],
+)
+def test_a_score_line_that_names_its_breakdown_too_is_both(line: str) -> None:
+    parsed = parse_report(report(f"### Confidence\n{line}\n"))
+    assert parsed.confidence is not None and parsed.violations == []
+    assert (parsed.confidence.score, parsed.confidence.verified, parsed.confidence.inferred) == (88, 90, 86)
+
+
+@pytest.mark.parametrize(
     ("line", "violation"),
     [
         ("High - lots of evidence", "Confidence 'High - lots of evidence' is not a score from 0 to 100"),
