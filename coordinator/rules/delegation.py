@@ -13,11 +13,11 @@ The seed's checklist, against the policy (:func:`evaluate`):
 
 A failing check denies the request with the reasons and an alternative. Otherwise an auto-approve
 priority launches the delegate at once; a human-approval priority waits for APPROVE / DENY by request id
-(a human's approval is not judged again, but is held to the resources: with no slot free, or
-past the depth or the budget, it is rejected and the request waits on). With ``blocks_current_work`` the requester
-is ``delegating`` until its delegate's final outcome comes back as DELEGATION_COMPLETED. A requester that
-finished while its request waited for a human gets no directive (it would resume a finished agent), but
-an approved delegate is still launched.
+(a human's approval is not judged again, but is held to the resources: with no slot free, or past the
+depth or the budget, it is rejected and the request stays pending). With ``blocks_current_work`` the
+requester is ``delegating`` until its delegate's final outcome comes back as DELEGATION_COMPLETED. A
+requester that finished while its request waited for a human gets no directive (it would resume a
+finished agent), but an approved delegate is still launched.
 """
 
 from __future__ import annotations
