@@ -255,12 +255,20 @@ class GroupState(Model):
     def completed_earlier(self, attempt: AgentRecord) -> AgentRecord | None:
         """The earlier attempt at ``attempt``'s work that completed it (one declared lost that came back:
         slow, not gone), if any."""
-        earlier = self.agents.get(attempt.retry_of) if attempt.retry_of else None
-        while earlier is not None:
-            if earlier.state is AgentState.COMPLETED and earlier.completion is not None:
-                return earlier
-            earlier = self.agents.get(earlier.retry_of) if earlier.retry_of else None
-        return None
+        before = self.attempts_before(attempt)
+        return next((a for a in before if a.state is AgentState.COMPLETED and a.completion is not None), None)
+
+    def attempts_before(self, attempt: AgentRecord) -> list[AgentRecord]:
+        """The earlier attempts at ``attempt``'s work, the latest first (the one it retries, and so on)."""
+        earlier: list[AgentRecord] = []
+        seen = {attempt.agent_id}
+        while attempt.retry_of is not None and attempt.retry_of not in seen:
+            if (found := self.agents.get(attempt.retry_of)) is None:
+                break
+            earlier.append(found)
+            seen.add(found.agent_id)
+            attempt = found
+        return earlier
 
     def attempts_after(self, attempt: AgentRecord) -> list[str]:
         """The ids of the later attempts at ``attempt``'s work (its retry, the retry's retry...)."""

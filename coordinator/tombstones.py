@@ -100,8 +100,6 @@ def admit(state: GroupState | None, tomb: frozenset[str], envelope: Envelope) ->
     A ``state`` retired by an earlier entry (a tick of the same batch) counts as a tombstone naming its
     agents besides ``tomb``'s."""
     retired = state is not None and state.retired_at is not None
-    if not tomb and not retired:  # the common case: no tombstone, no retirement in this batch
-        return _LIVE if state is not None else _NEW
     members = tomb | frozenset(state.agents) if state is not None and retired else tomb
     if (
         members
@@ -121,10 +119,6 @@ def admit(state: GroupState | None, tomb: frozenset[str], envelope: Envelope) ->
     # an AGENT_STARTED of one of them takes it out (its entries count again); a retired group gets one
     left = members - {envelope.agent_id} if envelope.type is EnvelopeType.AGENT_STARTED else members
     return Admission(late, anew, left if retired or left != members else None)
-
-
-_LIVE: Final = Admission(Late.APPLIED, False, None)
-_NEW: Final = Admission(Late.APPLIED, True, None)
 
 
 def late_reason(envelope: Envelope) -> str:

@@ -9,6 +9,7 @@ import shlex
 import socket
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -256,7 +257,9 @@ def test_a_url_with_a_password_is_never_written(tmp_path: Path) -> None:
         assert "hush" not in query.output
 
 
-def test_a_run_without_url_keeps_the_url_an_earlier_run_wrote(tmp_path: Path) -> None:
+def initialized_with_urls(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
+    """(url, what .mcp.json holds of it, a directory init was run in with ``--url url``): a URL with a
+    password, then one without."""
     for url, written in (
         ("redis://agent:s3cret@redis.internal:6379/0", URL_REFERENCE),
         ("redis://redis.internal:6379/2", "redis://redis.internal:6379/2"),
@@ -264,6 +267,11 @@ def test_a_run_without_url_keeps_the_url_an_earlier_run_wrote(tmp_path: Path) ->
         directory = tmp_path / written.replace("/", "_")
         directory.mkdir()
         assert run_init(directory, "--url", url).exit_code == 0
+        yield url, written, directory
+
+
+def test_a_run_without_url_keeps_the_url_an_earlier_run_wrote(tmp_path: Path) -> None:
+    for _, written, directory in initialized_with_urls(tmp_path):
         before = snapshot(directory)
         again = run_init(directory)
         assert again.exit_code == 0, again.output
@@ -283,13 +291,7 @@ def test_a_run_without_url_keeps_the_url_an_earlier_run_wrote(tmp_path: Path) ->
 
 def test_force_without_url_replaces_hand_edits_but_keeps_the_url_an_earlier_run_wrote(tmp_path: Path) -> None:
     """Else the MCP server would read the local Redis and the hook's adapters publish to the URL's."""
-    for url, written in (
-        ("redis://agent:s3cret@redis.internal:6379/0", URL_REFERENCE),
-        ("redis://redis.internal:6379/2", "redis://redis.internal:6379/2"),
-    ):
-        directory = tmp_path / written.replace("/", "_")
-        directory.mkdir()
-        assert run_init(directory, "--url", url).exit_code == 0
+    for url, _, directory in initialized_with_urls(tmp_path):
         mcp = load(directory / ".mcp.json")
         mcp["mcpServers"]["subagent-bus"]["args"] = ["mcp", "--workdir", "."]  # edited by hand
         (directory / ".mcp.json").write_text(json.dumps(mcp))

@@ -93,11 +93,8 @@ def _withdraw_escalations(step: Step, record: AgentRecord) -> None:
     """An attempt that completed its work (slow, not gone) settles the escalation of another attempt at
     it: no human needs to handle a failure whose work is done."""
     state = step.state
-    earlier = state.agents.get(record.retry_of) if record.retry_of else None
-    attempts = {record.agent_id, *state.attempts_after(record)}
-    while earlier is not None and earlier.agent_id not in attempts:
-        attempts.add(earlier.agent_id)
-        earlier = state.agents.get(earlier.retry_of) if earlier.retry_of else None
+    before = [a.agent_id for a in state.attempts_before(record)]
+    attempts = {record.agent_id, *before, *state.attempts_after(record)}
     settled = [e.agent_id for e in state.escalations if e.agent_id in attempts]
     if not settled:
         return
