@@ -157,6 +157,8 @@ class DelegationCompleted(Model):
     status: str
     summary: Text
     deliverables: Text | None = None
+    results: Text | None = None
+    """A result report's findings, issues, next steps and blockers, as text."""
     resume_instructions: Text | None = None
 
     def render(self) -> str:
@@ -168,6 +170,7 @@ class DelegationCompleted(Model):
                 _labelled("Summary", self.summary),
                 _labelled("Deliverables", self.deliverables),
             ),
+            _section("RESULTS", (self.results or "").strip()),
             _section("RESUME INSTRUCTIONS", (self.resume_instructions or "").strip()),
         )
 

@@ -73,6 +73,8 @@ class Completion(Model):
     status: ResultStatus
     summary: str
     deliverables: str | None = None
+    results: str | None = None
+    """A result report's findings, issues, next steps and blockers, as text."""
     metrics: str | None = None
     confidence: float | None = None
     source: EnvelopeType

@@ -5,11 +5,25 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from rules_kit import GROUP, T0, Feed, completion, decisions, delegate, kinds, of_type, one, payloads
+from rules_kit import (
+    GROUP,
+    T0,
+    Feed,
+    completion,
+    decisions,
+    delegate,
+    finding,
+    kinds,
+    of_type,
+    one,
+    payloads,
+    result,
+)
 
 from bus.directives import HumanApprove, HumanDeny, LaunchReason
 from bus.envelope import EnvelopeType
 from bus.events import AgentStarted, AgentState, DecisionType, Tick
+from bus.results import ResultBlocker, ResultStatus
 from bus.signals import DelegateWork, Priority
 from coordinator.policy import Policy
 from coordinator.rules import Target, Verdict, apply, evaluate, summarize
@@ -293,6 +307,37 @@ def test_blocking_delegation_resumes_the_requester_when_the_delegate_completes()
     resumed_decision = next(d for d in decisions(outcome) if d.decision is DecisionType.DELEGATION_COMPLETED)
     assert resumed_decision.state is AgentState.RUNNING
     assert resumed_decision.request_id == directive.request_id == feed.state.agents[delegate_id].request_id
+
+
+def test_a_requester_is_resumed_with_its_delegates_result_report() -> None:
+    feed = Feed()
+    delegate_id = _blocking(feed)
+    report = result("security-auditor", ResultStatus.PARTIAL, findings=[finding("security-auditor")])
+    report = report.model_copy(
+        update={
+            "next_steps": ["Rotate the JWT secret"],
+            "blockers": [ResultBlocker(description="No staging access", resolution="a staging token")],
+        }
+    )
+    directive = one(feed.send(report, delegate_id), EnvelopeType.DELEGATION_COMPLETED)
+    assert directive.results == (
+        "Findings:\n- [critical] SEC-001 Hardcoded JWT secret (src/config/jwt.ts:8, confidence 95)\n"
+        "Next steps:\n- Rotate the JWT secret\n"
+        "Blockers:\n- No staging access (needs: a staging token)"
+    )
+    assert f"## RESULTS\n{directive.results}\n\n## RESUME INSTRUCTIONS\n" in directive.render()
+
+
+def test_a_result_lists_at_most_twenty_findings_to_its_requester() -> None:
+    feed = Feed()
+    delegate_id = _blocking(feed)
+    many = [finding("qa-engineer", id=f"QA-{n:03}", line=n + 1, title=f"case {n}") for n in range(25)]
+    directive = one(
+        feed.send(result("qa-engineer", findings=many), delegate_id), EnvelopeType.DELEGATION_COMPLETED
+    )
+    lines = directive.results.splitlines()
+    assert lines[0] == "Findings:" and len(lines) == 22
+    assert lines[-1] == "- … and 5 more (`subagent-bus findings`)"
 
 
 def test_blocking_delegate_that_fails_is_retried_and_the_requester_waits_for_the_retry() -> None:

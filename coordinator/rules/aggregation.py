@@ -212,6 +212,7 @@ def _notify_parent(step: Step, record: AgentRecord, completion: Completion) -> N
         status=completion.status.value,
         summary=completion.summary,
         deliverables=completion.deliverables,
+        results=completion.results,
         resume_instructions=_resume_after(completion.status),
     )
     deliver(step, parent.agent_id, directive, hold=bool(waiting))
