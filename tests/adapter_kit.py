@@ -22,6 +22,7 @@ __all__ = [
     "Bus",
     "exited",
     "fake",
+    "kill_started",
     "open_bus",
     "run",
     "run_ok",
@@ -32,6 +33,19 @@ __all__ = [
 
 CLI = str(Path(sys.executable).parent / "subagent-bus")
 FAKE = str(Path(__file__).parent / "fake_agents" / "fake_agent.py")
+
+_started: list[subprocess.Popen[bytes]] = []
+"""The processes :func:`start` and :func:`spawn` started during the current test."""
+
+
+def kill_started() -> None:
+    """Kill what the test started and left running (it failed before waiting for it): a failed test
+    leaves no adapter behind to publish into the next one's server."""
+    while _started:
+        process = _started.pop()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def fake(*steps: str, **options: str | float | Path) -> list[str]:
@@ -45,7 +59,7 @@ def fake(*steps: str, **options: str | float | Path) -> list[str]:
 def start(args: list[str], url: str, log: Path, **kwargs: Any) -> subprocess.Popen[bytes]:
     """``subagent-bus ARGS --redis-url URL`` (the URL goes in through the environment)."""
     env = {**kwargs.pop("env", {}), "SUBAGENT_BUS_REDIS_URL": url}
-    return subprocess.Popen(
+    return spawn(
         [CLI, *args],
         stdout=kwargs.pop("stdout", subprocess.DEVNULL),
         stderr=log.open("ab"),
@@ -115,8 +129,10 @@ async def open_bus(url: str) -> AsyncIterator[Bus]:
 
 
 def spawn(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-    """Any process (a fake agent, a producer for a pipe)."""
-    return subprocess.Popen(argv, **kwargs)
+    """Any process (a fake agent, a producer for a pipe); killed after the test if it still runs."""
+    process = subprocess.Popen(argv, **kwargs)
+    _started.append(process)
+    return process
 
 
 async def run(argv: list[str], stdin: bytes | None = None) -> tuple[int, bytes, bytes]:

@@ -20,8 +20,15 @@ from pathlib import Path
 
 import pytest
 import redis
+from adapter_kit import kill_started
 
 from bus.embedded import RedisCluster, RedisProcess
+
+
+@pytest.fixture(autouse=True)
+def _no_process_left() -> Iterator[None]:
+    yield
+    kill_started()
 
 
 @pytest.fixture(scope="session")
