@@ -18,6 +18,7 @@ from rules_kit import (
     one,
     payloads,
     result,
+    stop_dependency,
 )
 
 from bus.directives import HumanApprove, HumanDeny, LaunchReason
@@ -390,8 +391,27 @@ def test_requester_with_two_blocking_delegates_resumes_after_both() -> None:
     halfway = feed.send(completion(first), first)
     assert feed.state.agents[REQUESTER].state is AgentState.DELEGATING
     assert f"still waiting for {second}" in decisions(halfway)[-1].detail
-    feed.send(completion(second), second)
+    assert one(halfway, EnvelopeType.DELEGATION_COMPLETED).resume_instructions == (
+        "Do not go on yet: you will be resumed once the work you wait for is done. "
+        "Then: The delegated work is done. Continue your task using its results."
+    )
+    last = feed.send(completion(second), second)
     assert feed.state.agents[REQUESTER].state is AgentState.RUNNING
+    assert one(last, EnvelopeType.DELEGATION_COMPLETED).resume_instructions.startswith("The delegated work")
+
+
+def test_a_requester_blocked_since_it_delegated_is_told_to_wait_for_its_blocker() -> None:
+    """Seed 000's blocking delegation says the requester "will STOP_WORK until infrastructure ready": the
+    delegate's results do not resolve that blocker, so they tell the requester to wait for it."""
+    feed = Feed()
+    delegate_id = _blocking(feed)
+    feed.send(stop_dependency(REQUESTER), REQUESTER)
+    outcome = feed.send(completion(delegate_id), delegate_id)
+    assert one(outcome, EnvelopeType.DELEGATION_COMPLETED).resume_instructions == (
+        "Do not go on yet: you will be resumed once your blocker is resolved. "
+        "Then: The delegated work is done. Continue your task using its results."
+    )
+    assert feed.state.agents[REQUESTER].state is AgentState.BLOCKED
 
 
 def test_a_requester_that_finished_meanwhile_gets_no_directive() -> None:

@@ -27,7 +27,7 @@ from bus.results import ResultStatus
 from bus.signals import StopWork
 from coordinator.rules.ids import retry_agent_id, retry_request_id
 from coordinator.rules.launch import Launch, deliver, launch
-from coordinator.rules.step import Rejected, Step
+from coordinator.rules.step import Rejected, Step, still_held
 from coordinator.state import (
     FINAL_STATES,
     AgentRecord,
@@ -206,6 +206,8 @@ def _notify_parent(step: Step, record: AgentRecord, completion: Completion) -> N
     if parent.state in FINAL_STATES:
         return
     request_id = _first_attempt(step.state, record).request_id or ""
+    then = _resume_after(completion.status)
+    wait = still_held(step.agent(parent.agent_id), step.state, then)  # more delegates, a blocker since
     directive = DelegationCompleted(
         request_id=request_id,
         delegate_agent_id=record.agent_id,
@@ -213,9 +215,9 @@ def _notify_parent(step: Step, record: AgentRecord, completion: Completion) -> N
         summary=completion.summary,
         deliverables=completion.deliverables,
         results=completion.results,
-        resume_instructions=_resume_after(completion.status),
+        resume_instructions=wait or then,
     )
-    deliver(step, parent.agent_id, directive, hold=bool(waiting))
+    deliver(step, parent.agent_id, directive, hold=wait is not None)
     detail = f"delegate {record.agent_id} finished {completion.status.value}"
     if waiting or parent.state is not AgentState.DELEGATING:
         detail += (
