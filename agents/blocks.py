@@ -170,7 +170,8 @@ def describe_errors(exc: ValidationError, limit: int = 3) -> str:
     parts = []
     for err in exc.errors()[:limit]:
         loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
-        parts.append(f"field '{loc}': {err['msg']}" if loc else err["msg"])
+        message = err["msg"].removeprefix("Value error, ")  # a model's own check: its message says it all
+        parts.append(f"field '{loc}': {message}" if loc else message)
     more = exc.error_count() - limit
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
 

@@ -18,11 +18,11 @@ from bus.envelope import Payload
 from bus.fields import Model
 from bus.findings import Finding
 from bus.results import Reference, ResultReport
-from bus.signals import CompletionReport
+from bus.signals import DELIVERABLES_VERIFIED, CompletionReport
 
 __all__ = ["DELIVERABLES_FIELD", "DeliverableCheck", "Verifier", "deliverable_paths", "split_location"]
 
-DELIVERABLES_FIELD: Final = "deliverables_verified"
+DELIVERABLES_FIELD: Final = DELIVERABLES_VERIFIED
 """The field added to a COMPLETION_REPORT payload (an open model) with the deliverable checks."""
 
 _LOCATION = re.compile(r"^(?P<file>.+?):(?P<line>\d+)(?:[-:]\d+)?$")

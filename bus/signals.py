@@ -13,13 +13,14 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any, Self
+from typing import Any, Final, Self
 
 from pydantic import Field, field_validator, model_validator
 
 from bus.fields import LenientEnum, NonBlankText, OpenModel, Percent, Text, Timestamp
 
 __all__ = [
+    "DELIVERABLES_VERIFIED",
     "BlockerType",
     "ClarificationNeeded",
     "CompletionReport",
@@ -33,6 +34,11 @@ __all__ = [
     "StopReason",
     "StopWork",
 ]
+
+
+DELIVERABLES_VERIFIED: Final = "deliverables_verified"
+"""The extra field of a COMPLETION_REPORT in which an adapter with ``--workdir`` notes its deliverables'
+checks."""
 
 
 class QuestionType(LenientEnum):
@@ -131,13 +137,25 @@ class StopWork(OpenModel):
     agent_id: str
     timestamp: Timestamp | None = None
     stop_reason: StopReason
-    blocker_type: BlockerType
+    blocker_type: BlockerType | None = None
+    """Required but with ``stop_reason: completion``, which none of the seed's blocker types fits."""
     details: NonBlankText
     completed_work: Text | None = None
     blocked_work: Text | None = None
     state_snapshot: Text | None = None
     resume_requirements: Text | None = None
     error_recovery: Text | None = None
+
+    @model_validator(mode="after")
+    def _blocker_type_given(self) -> Self:
+        if self.blocker_type is None and self.stop_reason is not StopReason.COMPLETION:
+            raise ValueError(f"blocker_type is required with stop_reason: {self.stop_reason.value}")
+        return self
+
+    @property
+    def kind(self) -> str:
+        """The blocker type, or the stop reason when it has none (a completion)."""
+        return (self.blocker_type or self.stop_reason).value
 
 
 class Independence(LenientEnum):
@@ -168,14 +186,11 @@ class DelegateWork(OpenModel):
     def request_id(self) -> str:
         """A stable id for this request; the seed's signal has none.
 
-        It hashes the requesting agent, the timestamp and the task, so the same signal parsed twice (or
-        re-published after a crash) names the same request, and two different requests never share one.
+        It hashes every field, so the same signal parsed twice (or re-published after a crash) names the
+        same request, and two different requests never share one: a request asked again with a better
+        ``delegation_reason`` is a new one, whatever its timestamp.
         """
-        stamp = self.timestamp.isoformat() if self.timestamp else ""
-        digest = hashlib.sha256(
-            "\x1f".join((self.agent_id, stamp, self.new_task_description)).encode()
-        ).hexdigest()
-        return f"dlg-{digest[:16]}"
+        return f"dlg-{hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]}"
 
 
 class CompletionStatus(LenientEnum):
@@ -201,6 +216,21 @@ class CompletionReport(OpenModel):
     issues_encountered: Text | None = None
     recommendations: Text | None = None
     total_duration: Text | None = None
+
+    def unverified_deliverables(self) -> list[str]:
+        """The deliverables an adapter with ``--workdir`` did not find: those its extra field
+        ``deliverables_verified`` (one ``{path, verified}`` per deliverable) marks not verified. Anything
+        else in that field (a hand-written signal may hold anything there) is not read."""
+        checks = (self.model_extra or {}).get(DELIVERABLES_VERIFIED)
+        if not isinstance(checks, list):
+            return []
+        return [
+            check["path"]
+            for check in checks
+            if isinstance(check, dict)
+            and check.get("verified") is False
+            and isinstance(check.get("path"), str)
+        ]
 
 
 class Progress(OpenModel):

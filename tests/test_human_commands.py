@@ -167,7 +167,7 @@ def test_an_agent_id_known_in_two_groups_is_acted_on_in_the_right_one(redis_url:
 
 
 def test_a_delegation_request_id_known_in_two_groups_needs_its_group(redis_url: str) -> None:
-    # the id derives from the agent, the timestamp and the task: the same signal in two groups shares it
+    # the id derives from the signal's fields: the same signal in two groups shares it
     agent_says(redis_url, "lead", "alpha", DELEGATE)
     agent_says(redis_url, "lead", "beta", DELEGATE)
     coordinate(redis_url)

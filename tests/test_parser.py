@@ -64,6 +64,16 @@ def test_a_block_alone_on_its_lines_is_a_signal() -> None:
     assert (item.line, item.offset) == (1, 0)
 
 
+def test_a_completion_stop_needs_no_blocker_type_and_a_blocker_does() -> None:
+    """None of the seed's blocker types fits ``stop_reason: completion``, which the README accepts."""
+    done = only(parse_text(stop(stop_reason="completion", blocker_type="")))
+    assert isinstance(done, SignalItem) and isinstance(done.payload, StopWork)
+    assert (done.payload.blocker_type, done.payload.kind) == (None, "completion")
+    stuck = only(parse_text(stop(blocker_type="")))
+    assert isinstance(stuck, ErrorItem)
+    assert stuck.message.endswith("blocker_type is required with stop_reason: blocker")
+
+
 def test_inline_mentions_and_greps_are_prose() -> None:
     text = (
         "I will emit [STOP_WORK] if the key is missing, then [/STOP_WORK].\n"

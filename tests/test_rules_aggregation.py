@@ -19,7 +19,7 @@ from rules_kit import (
 from bus.directives import HumanDeny, HumanDismiss, LaunchReason
 from bus.envelope import EnvelopeType
 from bus.events import AgentExited, AgentStarted, AgentState, DecisionType, Heartbeat
-from bus.results import ResultStatus
+from bus.results import ErrorDetails, ResultBlocker, ResultStatus
 from coordinator.policy import Policy
 from coordinator.rules import Target, summarize
 from coordinator.rules.ids import retry_agent_id, retry_request_id
@@ -138,6 +138,28 @@ def test_failure_is_retried_once_with_reduced_scope_then_escalated() -> None:
     assert feed.state.status is GroupVerdict.ESCALATE
     assert _group_status(feed) == ["escalate: 1/2 completed, 1 failed, 0 active"]
     assert summarize(feed.state).escalations == (escalation,)
+
+
+def test_a_retry_is_told_what_the_failed_report_said() -> None:
+    """Seed 002's error result format: its error, root cause, actions and blockers go to the retry."""
+    feed = Feed()
+    _start(feed, A)
+    report = result("security-auditor", ResultStatus.FAILED, summary="No database credentials").model_copy(
+        update={
+            "error": ErrorDetails(type="ConfigError", message="DATABASE_URL is invalid", recoverable=False),
+            "root_cause": "The credentials expired",
+            "attempted_actions": ["Read .env", "Tried the default URL"],
+            "blockers": [ResultBlocker(description="Database credentials are invalid", resolution="a URL")],
+        }
+    )
+    launch = one(feed.send(report, A), EnvelopeType.LAUNCH)
+    assert launch.context == (
+        f"Previous attempt {A} ended FAILED:\nNo database credentials\n\n"
+        "Error:\n- ConfigError DATABASE_URL is invalid\n"
+        "Root cause:\n- The credentials expired\n"
+        "Attempted:\n- Read .env\n- Tried the default URL\n"
+        "Blockers:\n- Database credentials are invalid (needs: a URL)"
+    )
 
 
 def test_a_successful_retry_replaces_the_failed_attempt() -> None:

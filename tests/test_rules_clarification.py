@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from rules_kit import Feed, answers, clarification, decisions, kinds, of_type, one
+from rules_kit import Feed, answers, clarification, completion, decisions, kinds, of_type, one
 
 from bus.directives import ClarificationResponse
 from bus.envelope import EnvelopeType
 from bus.events import AgentStarted, AgentState, DecisionType
-from bus.signals import ClarificationNeeded
+from bus.signals import ClarificationNeeded, QuestionType
 from coordinator.rules import Target, summarize
+from coordinator.state import GroupVerdict
 
 AGENT = "bg-task-abc123"
 
@@ -147,3 +148,31 @@ def test_a_new_clarification_replaces_open_questions() -> None:
     record = feed.state.agents[AGENT]
     assert record.questions is not None and record.questions.blocked_at == "Reviewing session handling"
     assert record.answers == ()
+
+
+def test_an_agent_that_finishes_with_questions_unanswered_leaves_them_for_review() -> None:
+    """It went on with its assumptions: a human should look at them, as at a blocker it left."""
+    feed = Feed()
+    agent = "bg-task-abc123"
+    feed.send(clarification(agent), agent)
+    feed.send(answers(("Q1", "both")), agent)
+    outcome = feed.send(completion(agent), agent)
+    assert [d.detail for d in decisions(outcome) if d.decision is DecisionType.CONTRACT_VIOLATION] == [
+        "unresolved_blocker: questions left unanswered: Q2"
+    ]
+    assert feed.state.status is GroupVerdict.REVIEW
+    assert summarize(feed.state).open_questions == ()
+
+
+def test_optional_questions_left_unanswered_are_no_matter() -> None:
+    feed = Feed()
+    asked = clarification().model_copy(
+        update={
+            "questions": [
+                q.model_copy(update={"type": QuestionType.OPTIONAL}) for q in clarification().questions
+            ]
+        }
+    )
+    feed.send(asked, "bg-task-abc123")
+    feed.send(completion("bg-task-abc123"), "bg-task-abc123")
+    assert feed.state.status is GroupVerdict.CONTINUE

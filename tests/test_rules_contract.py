@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from rules_kit import Feed, decisions, result
+from rules_kit import Feed, completion, decisions, finding, result
 
 from bus.events import DecisionType
-from bus.results import ConfidenceJustification, ConfidenceReport, Reference, ResultReport, ResultStatus
+from bus.results import (
+    ConfidenceJustification,
+    ConfidenceReport,
+    Reference,
+    ResultBlocker,
+    ResultReport,
+    ResultStatus,
+)
 from coordinator.policy import Policy
 from coordinator.rules import check_result, estimate_tokens, summarize
 from coordinator.state import ViolationRule
@@ -99,3 +106,61 @@ def test_violations_are_kept_on_the_agent_and_announced() -> None:
     assert agent.violations[0].startswith("missing_confidence_breakdown: confidence 92 >= 75")
     # violations do not stop aggregation
     assert record.completion is not None and record.completion.confidence == 92
+
+
+def test_unverified_findings() -> None:
+    """Seed 001: never submit results with hallucinated file paths (``--workdir`` marks them)."""
+    findings = [
+        finding("a", id="SEC-009", file="src/db/nonexistent.ts", line=999).model_copy(
+            update={"verified": False}
+        ),
+        finding("a").model_copy(update={"verified": True}),
+        finding("a", id=None, title="No place", file=None, line=None),
+    ]
+    found = check_result(result("a", confidence=FULL, findings=findings), Policy())
+    assert found == [
+        (
+            ViolationRule.UNVERIFIED_REFERENCE,
+            "finding 'src/db/nonexistent.ts:999' (SEC-009) could not be verified",
+        )
+    ]
+
+
+def test_a_report_s_blockers_leave_its_group_for_review() -> None:
+    """Seed 001: always report blockers that prevent completion (the orchestrator needs to know)."""
+    blockers = [
+        ResultBlocker(description="node_modules missing, npm audit not run", resolution="run npm install"),
+        ResultBlocker(description="No staging access"),
+    ]
+    report = result("a", ResultStatus.PARTIAL, confidence=FULL).model_copy(update={"blockers": blockers})
+    assert check_result(report, Policy()) == [
+        (
+            ViolationRule.UNRESOLVED_BLOCKER,
+            "reported: node_modules missing, npm audit not run (resolution: run npm install)",
+        ),
+        (ViolationRule.UNRESOLVED_BLOCKER, "reported: No staging access"),
+    ]
+    feed = Feed()
+    feed.send(result("a", confidence=FULL).model_copy(update={"blockers": blockers[1:]}), "bg-task-a")
+    summary = summarize(feed.state)
+    assert summary.status is not None and summary.status.value == "review"
+
+
+def test_a_completion_report_s_deliverables_not_found_are_violations() -> None:
+    """Seed 003, completion: validate deliverables exist (an adapter with ``--workdir`` checks them)."""
+    report = completion("bg-task-a").model_copy(
+        update={
+            "deliverables_verified": [
+                {"path": "SECURITY_ANALYSIS.md", "verified": True},
+                {"path": "AUTH_REVIEW.md", "verified": False},
+                {"path": 7, "verified": False},  # hand-written nonsense is not read
+                "junk",
+            ]
+        }
+    )
+    feed = Feed()
+    outcome = feed.send(report, "bg-task-a")
+    assert [d.detail for d in decisions(outcome) if d.decision is DecisionType.CONTRACT_VIOLATION] == [
+        "unverified_reference: deliverable 'AUTH_REVIEW.md' not found"
+    ]
+    assert [v.rule for v in feed.state.agents["bg-task-a"].violations] == [ViolationRule.UNVERIFIED_REFERENCE]

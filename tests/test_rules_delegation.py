@@ -188,6 +188,26 @@ def test_full_group_denies_with_retry_alternative() -> None:
     assert denied.alternative.startswith("Retry the delegation when a parallel slot frees")
 
 
+def test_a_denied_request_asked_again_with_a_better_reason_is_evaluated() -> None:
+    """The denial says to ask again with a concrete reason; an agent that keeps the timestamp and task
+    (a copy of its block) and mends the reason asks a new request."""
+    feed = Feed()
+    one(feed.send(delegate(reason="big"), REQUESTER), EnvelopeType.DELEGATION_DENIED)
+    again = feed.send(delegate(), REQUESTER)
+    assert again.rejected is None
+    one(again, EnvelopeType.DELEGATION_APPROVED)
+
+
+def test_a_request_denied_for_want_of_a_slot_is_evaluated_again_when_asked_again() -> None:
+    feed = Feed(Policy(max_parallel_agents=1))
+    one(feed.send(delegate(), REQUESTER), EnvelopeType.DELEGATION_DENIED)
+    feed.policy = Policy(max_parallel_agents=2)  # a slot frees
+    again = feed.send(delegate(), REQUESTER)
+    assert again.rejected is None
+    one(again, EnvelopeType.DELEGATION_APPROVED)
+    assert feed.state.delegations[delegate().request_id()].status is DelegationStatus.APPROVED
+
+
 def test_the_same_request_twice_is_rejected() -> None:
     feed = Feed()
     feed.send(delegate(), REQUESTER)

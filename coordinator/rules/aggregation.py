@@ -21,10 +21,10 @@
 
 from __future__ import annotations
 
-from bus.directives import DelegationCompleted, HumanDismiss, LaunchReason
+from bus.directives import AnswerItem, DelegationCompleted, HumanDismiss, LaunchReason
 from bus.events import AgentState, DecisionType
 from bus.results import ResultStatus
-from bus.signals import StopWork
+from bus.signals import ClarificationNeeded, QuestionType, StopWork
 from coordinator.rules.ids import retry_agent_id, retry_request_id
 from coordinator.rules.launch import Launch, deliver, launch
 from coordinator.rules.step import Rejected, Step, still_held
@@ -74,6 +74,8 @@ def finish(
         return
     if record.blocker is not None:
         unresolved(step, agent_id, record.blocker)
+    if record.questions is not None:
+        _unanswered(step, agent_id, record.questions, record.answers)
     if state is None:
         state = AgentState.FAILED if completion.status is ResultStatus.FAILED else AgentState.COMPLETED
     step.update(agent_id, state=state, completion=completion, questions=None, answers=(), blocker=None)
@@ -107,7 +109,25 @@ def _withdraw_escalations(step: Step, record: AgentRecord) -> None:
 def unresolved(step: Step, agent_id: str, stop: StopWork) -> None:
     """Keep a blocker of the agent's that its outcome leaves unresolved, as an ``unresolved_blocker``
     violation (which makes its settled group ``review``)."""
-    detail = f"{stop.blocker_type.value}: {stop.details.strip()}"
+    _left_open(step, agent_id, f"{stop.kind}: {stop.details.strip()}")
+
+
+def _unanswered(
+    step: Step, agent_id: str, asked: ClarificationNeeded, answers: tuple[AnswerItem, ...]
+) -> None:
+    """Questions the agent finished without (it went on with its assumptions): a blocking or required
+    one left unanswered is kept like an unresolved blocker, for a human to review; optional ones are not."""
+    answered = {a.question_id for a in answers}
+    left = [
+        q.question_id
+        for q in asked.questions
+        if q.question_id not in answered and q.type is not QuestionType.OPTIONAL
+    ]
+    if left:
+        _left_open(step, agent_id, f"questions left unanswered: {', '.join(left)}")
+
+
+def _left_open(step: Step, agent_id: str, detail: str) -> None:
     violation = Violation(rule=ViolationRule.UNRESOLVED_BLOCKER, detail=detail, envelope_id=step.envelope.id)
     step.update(agent_id, violations=(*step.agent(agent_id).violations, violation))
     step.decide(DecisionType.CONTRACT_VIOLATION, agent_id, f"{violation.rule.value}: {detail}")
@@ -146,8 +166,13 @@ def _retry(step: Step, record: AgentRecord, completion: Completion) -> None:
     attempt = record.attempt + 1
     new_id = retry_agent_id(step.group_id, record.agent_id, attempt)
     parent = step.find(record.parent_agent_id) if record.parent_agent_id else None
-    previous = (
-        f"Previous attempt {record.agent_id} ended {completion.status.value}:\n{completion.summary.strip()}"
+    previous = "\n\n".join(
+        part
+        for part in (
+            f"Previous attempt {record.agent_id} ended {completion.status.value}:\n{completion.summary.strip()}",
+            completion.results,  # its report's blockers, root cause, findings: what to skip or build on
+        )
+        if part
     )
     launch(
         step,

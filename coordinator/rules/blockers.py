@@ -66,7 +66,7 @@ def on_stop(step: Step) -> None:
     if stop.stop_reason is StopReason.COMPLETION:
         _stop_as_completion(step, stop)
         return
-    detail = f"{stop.blocker_type.value}: {stop.details.strip()}"
+    detail = f"{stop.kind}: {stop.details.strip()}"
     if is_error(stop):
         detail += "\nrecovery options: " + ", ".join(option.value for option in RecoveryOption)
     step.transition(agent_id, AgentState.BLOCKED, DecisionType.BLOCKER_OPENED, detail, blocker=stop)

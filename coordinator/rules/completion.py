@@ -4,7 +4,10 @@ Both record the agent's status, deliverables and metrics, update the group's pro
 aggregation (:mod:`coordinator.rules.aggregation`). A COMPLETION_REPORT's ``success`` /
 ``partial_success`` / ``failed`` map onto the result contract's SUCCESS / PARTIAL / FAILED. A RESULT also
 names the agent's kind (its heading), carries findings (published and merged like FINDING envelopes) and
-is checked against the result contract (:mod:`coordinator.rules.contract`). Its findings, issues, next
+is checked against the result contract (:mod:`coordinator.rules.contract`). A finding of a report that
+gives it no confidence of its own (its table has no Confidence column) takes the report's ``###
+Confidence`` score, the agent's stated confidence in its results (seed 001's worked example combines
+the agents' confidences). Its findings, issues, next
 steps and blockers are kept as text with the completion: a requester that waited for the agent
 (``blocks_current_work``) is resumed with them.
 """
@@ -23,7 +26,8 @@ from coordinator.rules.aggregation import finish
 from coordinator.rules.contract import check_result
 from coordinator.rules.findings import record_finding
 from coordinator.rules.step import Step
-from coordinator.state import Completion, Violation
+from coordinator.rules.trusted import evolve
+from coordinator.state import Completion, Violation, ViolationRule
 
 __all__ = ["MAX_LISTED", "STATUS_OF_COMPLETION", "on_completion_report", "on_result"]
 
@@ -47,6 +51,8 @@ def on_completion_report(step: Step) -> None:
         source=EnvelopeType.COMPLETION_REPORT,
         envelope_id=step.envelope.id,
     )
+    missing = report.unverified_deliverables()  # seed 003: validate deliverables exist (file checks)
+    _violations(step, [(ViolationRule.UNVERIFIED_REFERENCE, f"deliverable {p!r} not found") for p in missing])
     finish(step, step.envelope.agent_id, completion)
 
 
@@ -56,9 +62,13 @@ def on_result(step: Step) -> None:
     record = step.agent(agent_id)
     if record.name is None and report.agent.strip():
         step.update(agent_id, name=agent_key(report.agent))
+    score = report.confidence.score if report.confidence is not None else None
     for finding in report.findings:
-        record_finding(step, finding, agent_id)
-    _check_contract(step, report)
+        if finding.confidence is None and score is not None:  # a table without a Confidence column
+            record_finding(step, evolve(finding, confidence=score), agent_id)
+        else:
+            record_finding(step, finding, agent_id)
+    _violations(step, check_result(report, step.policy))
     completion = Completion(
         status=report.status,
         summary=report.summary,
@@ -71,11 +81,17 @@ def on_result(step: Step) -> None:
 
 
 def _results(report: ResultReport) -> str | None:
-    """The report's findings (the first :data:`MAX_LISTED`), issues, next steps and blockers as text."""
+    """The report's error (type, message, root cause, actions attempted, recovery options), findings (the
+    first :data:`MAX_LISTED`), issues, next steps and blockers as text."""
     findings = [_finding_line(f) for f in report.findings[:MAX_LISTED]]
     if len(report.findings) > MAX_LISTED:
         findings.append(f"… and {len(report.findings) - MAX_LISTED} more (`subagent-bus findings`)")
+    error = " ".join(filter(None, (report.error.type, report.error.message))) if report.error else ""
     parts = (
+        ("Error", [error] if error else []),
+        ("Root cause", [report.root_cause] if report.root_cause else []),
+        ("Attempted", report.attempted_actions),
+        ("Recovery options", report.recovery_options),
         ("Findings", findings),
         ("Issues", [f"[{i.severity.value}] {i.title}" if i.severity else i.title for i in report.issues]),
         ("Next steps", report.next_steps),
@@ -97,11 +113,11 @@ def _finding_line(finding: Finding) -> str:
     return " ".join(w for w in (*words, f"({where})" if where else "") if w)
 
 
-def _check_contract(step: Step, report: ResultReport) -> None:
-    agent_id = step.envelope.agent_id
-    found = check_result(report, step.policy)
+def _violations(step: Step, found: list[tuple[ViolationRule, str]]) -> None:
+    """Keep contract violations on the agent's record, each announced."""
     if not found:
         return
+    agent_id = step.envelope.agent_id
     added = tuple(Violation(rule=rule, detail=detail, envelope_id=step.envelope.id) for rule, detail in found)
     step.update(agent_id, violations=(*step.agent(agent_id).violations, *added))
     for violation in added:

@@ -31,7 +31,7 @@ def estimate_tokens(text: str) -> int:
 
 def check_result(report: ResultReport, policy: Policy) -> list[tuple[ViolationRule, str]]:
     """Every contract violation of one report, in a fixed order."""
-    found = _summary(report, policy) + _confidence(report) + _references(report)
+    found = _summary(report, policy) + _confidence(report) + _references(report) + _blockers(report)
     found += [(ViolationRule.REPORTED, text) for text in report.violations]
     return found
 
@@ -75,8 +75,30 @@ def _confidence(report: ResultReport) -> list[tuple[ViolationRule, str]]:
 
 
 def _references(report: ResultReport) -> list[tuple[ViolationRule, str]]:
-    return [
-        (ViolationRule.UNVERIFIED_REFERENCE, f"reference {ref.location!r} ({ref.item}) could not be verified")
+    """The Key References and findings whose place an adapter with ``--workdir`` did not find (seed 001:
+    never submit results with hallucinated file paths)."""
+    rule = ViolationRule.UNVERIFIED_REFERENCE
+    found = [
+        (rule, f"reference {ref.location!r} ({ref.item}) could not be verified")
         for ref in report.key_references
         if ref.verified is False
+    ]
+    found += [
+        (rule, f"finding {f.location!r} ({f.id or f.title}) could not be verified")
+        for f in report.findings
+        if f.verified is False
+    ]
+    return found
+
+
+def _blockers(report: ResultReport) -> list[tuple[ViolationRule, str]]:
+    """The report's Blockers: left unresolved by its agent, which has finished (seed 001: the
+    orchestrator needs to know), so its group is reviewed."""
+    return [
+        (
+            ViolationRule.UNRESOLVED_BLOCKER,
+            f"reported: {b.description.strip()}"
+            + (f" (resolution: {b.resolution.strip()})" if b.resolution.strip() else ""),
+        )
+        for b in report.blockers
     ]

@@ -228,7 +228,7 @@ def _blocker(record: AgentRecord, stop: StopWork) -> OpenBlocker:
         agent_id=record.agent_id,
         resume=_resume_path(record),
         stop_reason=stop.stop_reason.value,
-        blocker_type=stop.blocker_type.value,
+        blocker_type=stop.kind,
         details=stop.details,
         resume_requirements=stop.resume_requirements,
         error_recovery=stop.error_recovery,
