@@ -286,7 +286,10 @@ def _questions(record: AgentRecord) -> list[Question]:
 @click.command()
 @click.argument("agent_id")
 @_text("--resolution", required=True, help="What was done about the blocker.")
-@_text("--instructions", help="Resume instructions (default: the agent's own resume requirements).")
+@_text(
+    "--instructions",
+    help="Resume instructions (default: continue with the work the stop names as blocked, else from its checkpoint).",
+)
 @_how
 @redis_options
 def resolve(

@@ -73,7 +73,8 @@ def test_resume_instructions_default_to_the_blocked_work_then_the_requirements()
     directive = one(
         feed.send(HumanResolve(resolution="Ran npm install"), AGENT), EnvelopeType.BLOCKER_RESOLVED
     )
-    assert directive.resume_instructions == "Run: npm install (in parent session)"
+    # its resume_requirements say what the parent had to do (or offer options): not instructions
+    assert directive.resume_instructions == "Continue the task from the checkpoint above."
     for snapshot, then in (
         ("Files analyzed: 47/120", "from the checkpoint above"),
         (None, "from where you stopped"),

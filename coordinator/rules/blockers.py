@@ -2,7 +2,7 @@
 
 - ``stop_reason: blocker`` -> the agent is ``blocked``; RESOLVE sends BLOCKER_RESOLVED (issue = the
   stop's ``details``, state restoration = its ``state_snapshot``, resume instructions = the human's, else
-  the stop's ``blocked_work``, else its ``resume_requirements``).
+  to continue with the stop's ``blocked_work``, else to continue from the checkpoint).
 - ``stop_reason: error`` (or ``blocker_type: error``) -> blocked too, and the decision lists the recovery
   patterns of seed 003. RECOVER sends ERROR_RECOVERY for the chosen option; ``delegate`` also launches an
   agent for the failing work. RESOLVE works for errors as well (the human fixed the cause).
@@ -139,8 +139,8 @@ def on_resolve(step: Step) -> None:
 def _resume_instructions(stop: StopWork) -> str:
     if stop.blocked_work and stop.blocked_work.strip():
         return f"Continue with the work that was blocked:\n{stop.blocked_work.strip()}"
-    if stop.resume_requirements and stop.resume_requirements.strip():
-        return stop.resume_requirements.strip()
+    # not its resume_requirements: what the parent had to do, or a menu of options (seed 000's examples),
+    # of which the resolution above says what was done or chosen
     if stop.state_snapshot and stop.state_snapshot.strip():
         return "Continue the task from the checkpoint above."
     return "Continue the task from where you stopped."
