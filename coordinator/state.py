@@ -56,6 +56,8 @@ class ViolationRule(StrEnum):
     MISSING_CONFIDENCE = "missing_confidence"
     MISSING_BREAKDOWN = "missing_confidence_breakdown"
     MISSING_JUSTIFICATION = "missing_confidence_justification"
+    INCONSISTENT_BREAKDOWN = "inconsistent_confidence_breakdown"
+    MISSING_UNCERTAINTY = "missing_uncertainty_section"
     UNVERIFIED_REFERENCE = "unverified_reference"
     REPORTED = "reported_by_parser"
     UNRESOLVED_BLOCKER = "unresolved_blocker"

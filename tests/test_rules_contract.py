@@ -12,6 +12,7 @@ from bus.results import (
     ResultBlocker,
     ResultReport,
     ResultStatus,
+    Section,
 )
 from coordinator.policy import Policy
 from coordinator.rules import check_result, estimate_tokens, summarize
@@ -21,7 +22,7 @@ FULL = ConfidenceReport(
     score=94,
     justification="Issues verified with code evidence",
     verified=95,
-    inferred=90,
+    inferred=93,
     detailed=ConfidenceJustification(
         score=94, evidence_count="3", verification_method="read", blind_spots="none"
     ),
@@ -164,3 +165,28 @@ def test_a_completion_report_s_deliverables_not_found_are_violations() -> None:
         "unverified_reference: deliverable 'AUTH_REVIEW.md' not found"
     ]
     assert [v.rule for v in feed.state.agents["bg-task-a"].violations] == [ViolationRule.UNVERIFIED_REFERENCE]
+
+
+def test_a_breakdown_must_add_up() -> None:
+    """Seed 001: combined_confidence = (verified + inferred) / 2 (agents round it: one point either way)."""
+    assert _rules(result("a", confidence=FULL.model_copy(update={"score": 95}))) == []
+    off = FULL.model_copy(update={"score": 80, "verified": 40, "inferred": 30})
+    assert check_result(result("a", confidence=off), Policy()) == [
+        (
+            ViolationRule.INCONSISTENT_BREAKDOWN,
+            "combined confidence 80 is not (verified 40 + inferred 30) / 2 = 35",
+        )
+    ]
+    stated = FULL.model_copy(update={"score": 80, "verified": 90, "inferred": 70, "combined": 80})
+    assert _rules(result("a", confidence=stated)) == []
+
+
+def test_low_confidence_needs_an_uncertainty_section() -> None:
+    """Seed 001, cross-verification triggers: confidence < 70 -> include an "Uncertainty" section."""
+    low = ConfidenceReport(score=55, justification="Speculation")
+    assert _rules(result("a", confidence=low)) == [ViolationRule.MISSING_UNCERTAINTY]
+    said = result("a", confidence=low).model_copy(
+        update={"sections": [Section(title="Uncertainty", text="Not sure about the auth flow.")]}
+    )
+    assert _rules(said) == []
+    assert _rules(result("a", confidence=ConfidenceReport(score=70))) == []

@@ -12,12 +12,22 @@ from bus.results import ResultReport, ResultStatus
 from coordinator.policy import Policy
 from coordinator.state import ViolationRule
 
-__all__ = ["BREAKDOWN_THRESHOLD", "JUSTIFICATION_THRESHOLD", "check_result", "estimate_tokens"]
+__all__ = [
+    "BREAKDOWN_THRESHOLD",
+    "JUSTIFICATION_THRESHOLD",
+    "UNCERTAINTY_THRESHOLD",
+    "check_result",
+    "estimate_tokens",
+]
 
 BREAKDOWN_THRESHOLD = 75.0
 """At or above this confidence the verified/inferred breakdown is required (L1)."""
 JUSTIFICATION_THRESHOLD = 85.0
 """At or above this confidence the ``Confidence Justification`` section is required (L2)."""
+UNCERTAINTY_THRESHOLD = 70.0
+"""Below this confidence an ``Uncertainty`` section is required (L2, cross-verification triggers)."""
+BREAKDOWN_TOLERANCE = 1.0
+"""How far the score may be from ``(verified + inferred) / 2`` (agents round it)."""
 
 
 def estimate_tokens(text: str) -> int:
@@ -61,6 +71,24 @@ def _confidence(report: ResultReport) -> list[tuple[ViolationRule, str]]:
             (
                 ViolationRule.MISSING_BREAKDOWN,
                 f"confidence {score:g} >= {BREAKDOWN_THRESHOLD:g} without verified/inferred breakdown",
+            )
+        )
+    if confidence.verified is not None and confidence.inferred is not None:
+        combined = (confidence.verified + confidence.inferred) / 2
+        stated = confidence.combined if confidence.combined is not None else score
+        if abs(stated - combined) > BREAKDOWN_TOLERANCE:
+            found.append(
+                (
+                    ViolationRule.INCONSISTENT_BREAKDOWN,
+                    f"combined confidence {stated:g} is not (verified {confidence.verified:g} + inferred "
+                    f"{confidence.inferred:g}) / 2 = {combined:g}",
+                )
+            )
+    if score < UNCERTAINTY_THRESHOLD and not any("uncertain" in s.title.casefold() for s in report.sections):
+        found.append(
+            (
+                ViolationRule.MISSING_UNCERTAINTY,
+                f"confidence {score:g} < {UNCERTAINTY_THRESHOLD:g} without an Uncertainty section",
             )
         )
     if score >= JUSTIFICATION_THRESHOLD and confidence.detailed is None:
