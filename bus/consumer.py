@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 DELETED_REASON: Final = "deleted before processing"
 _MAX_REASON: Final = 2000
+_MAX_DEAD_FIELDS: Final = 100
+"""Fields of a dead entry kept in its dead letter (see :func:`dead_letter_fields`)."""
 _Entry = tuple[str, Mapping[Any, Any]]
 
 
@@ -93,12 +95,16 @@ def dead_letter_fields(
     others: Sequence[tuple[bytes, bytes]] = (),
 ) -> dict[str | bytes, bytes | str]:
     """The fields of a dead-letter entry: the original ``data`` bytes untouched, the entry's other fields
-    (``others``: name and value) as ``field:<name>``, and why it died."""
+    (``others``: name and value) as ``field:<name>``, and why it died. Of an entry with thousands of
+    fields (hostile: a script cannot write them in one command) the first :data:`_MAX_DEAD_FIELDS` are
+    kept and ``fields_dropped`` counts the rest."""
     fields: dict[str | bytes, bytes | str] = {}
     if raw is not None:
         fields["data"] = raw
-    for name, value in others:
+    for name, value in others[:_MAX_DEAD_FIELDS]:
         fields[b"field:" + name] = value
+    if len(others) > _MAX_DEAD_FIELDS:
+        fields["fields_dropped"] = str(len(others) - _MAX_DEAD_FIELDS)
     fields["reason"] = reason[:_MAX_REASON]
     fields["stream"] = stream
     fields["entry_id"] = entry_id

@@ -16,9 +16,11 @@ A batch is committed by one Lua script, so either all of it happens or none of i
    written, and the lease is extended.
 
 Redis does not undo what a script wrote before one of its commands failed, so before its first write the
-script checks that every key it writes holds the type of its write (or nothing) and, on Redis 7+, that the
-user may write it: a key of another type in the namespace, or a role without a permission, fails the
-batch with nothing written, rather than writing its first entries again at every retry.
+script checks that every key it writes holds the type of its write (or nothing), that a stream it adds to
+has ids left (one added as the last possible id leaves none), and, on Redis 7+, that the user may write
+it: a key of another type in the namespace, or a role without a permission, fails the batch with nothing
+written, rather than writing its first entries again at every retry. Long lists of arguments (the acks
+and idempotency ids of a batch of thousands) go out in slices: Lua's ``unpack`` stops at about 8 000.
 
 Every key lies in the shard's hash slot, so the script runs unchanged on Redis Cluster.
 """
@@ -55,6 +57,16 @@ if n > 0 then
   end
 end
 local ops = cmsgpack.unpack(ARGV[6 + n])
+-- Lua's unpack stops at about 8 000 values: a long list goes out in slices
+local function sliced(command, key, extra, list, first, last)
+  for s = first, last, 1000 do
+    if extra then
+      redis.call(command, key, extra, unpack(list, s, math.min(s + 999, last)))
+    else
+      redis.call(command, key, unpack(list, s, math.min(s + 999, last)))
+    end
+  end
+end
 local function span(i)
   local op = ops[i]
   if op == 'X' then return 3 + tonumber(ops[i + 2]) end
@@ -71,6 +83,7 @@ local probes = {X = {'XADD', '*', 'f', 'v'}, H = {'HSET', 'f', 'v'}, D = {'HDEL'
 local refused = 'nothing of the batch was written'
 local role = refused .. ' (an ACL user made by `subagent-bus acl` for an earlier version lacks it: ' ..
   'apply the rules of this one)'
+local last_id = '18446744073709551615-18446744073709551615'
 local checked = {}
 local i = 1
 while i <= #ops do
@@ -86,6 +99,18 @@ while i <= #ops do
     if types[op] and have ~= 'none' and have ~= types[op] then
       return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. have .. ', not a ' .. types[op] ..
         ': ' .. refused)
+    end
+    if op == 'X' and have == 'stream' then  -- an entry added with the last possible id: XADD * fails
+      local info = redis.call('XINFO', 'STREAM', key)
+      for j = 1, #info, 2 do
+        if info[j] == 'last-generated-id' then
+          if info[j + 1] == last_id then
+            return redis.error_reply('ERR ' .. key .. ' has used up its entry ids (one was added as ' ..
+              last_id .. '): ' .. refused)
+          end
+          break
+        end
+      end
     end
     if redis.acl_check_cmd and not redis.acl_check_cmd(probe[1], key, unpack(probe, 2)) then
       return redis.error_reply('NOPERM this user may not ' .. probe[1] .. ' ' .. key .. ': ' .. role)
@@ -113,12 +138,12 @@ while i <= #ops do
     redis.call('DEL', KEYS[tonumber(ops[i + 1])])
   else
     local key, count, keep = KEYS[tonumber(ops[i + 1])], tonumber(ops[i + 2]), tonumber(ops[i + 3])
-    redis.call('RPUSH', key, unpack(ops, i + 4, i + 3 + count))
+    sliced('RPUSH', key, nil, ops, i + 4, i + 3 + count)
     redis.call('LTRIM', key, -keep, -1)
   end
   i = i + span(i)
 end
-if n > 0 then redis.call('XACK', KEYS[2], group, unpack(ARGV, 6, 5 + n)) end
+if n > 0 then sliced('XACK', KEYS[2], group, ARGV, 6, 5 + n) end
 redis.call('INCR', KEYS[3])
 redis.call('PEXPIRE', KEYS[1], ttl)
 return 'ok'

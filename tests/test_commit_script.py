@@ -62,3 +62,36 @@ def test_a_write_the_user_may_not_make_fails_the_batch_before_anything_is_writte
     assert admin.exists("events", "version", "group") == 0
     client.close()
     admin.close()
+
+
+def test_a_stream_without_ids_left_fails_the_batch_before_anything_is_written(server_url: str) -> None:
+    """A user that may add to a stream (an adapter, to the dead letters) can add its last possible id."""
+    client = redis.Redis.from_url(server_url)
+    client.set("lease", "token")
+    last = "18446744073709551615-18446744073709551615"
+    client.xadd("events", {"f": "v"}, id=last)
+    client.xdel("events", last)  # gone, but its id stays the stream's last
+    with pytest.raises(redis.ResponseError, match=r"events has used up its entry ids.*nothing of the batch"):
+        _run(client, _commit())
+    assert client.exists("group", "version") == 0
+    client.close()
+
+
+def test_a_batch_of_thousands_is_acked_and_remembered_whole(server_url: str) -> None:
+    """Lua's unpack stops at about 8 000 values: the acks and a long list go out in slices."""
+    client = redis.Redis.from_url(server_url)
+    client.set("lease", "token")
+    client.xgroup_create("signals", "coordinator", id="0", mkstream=True)
+    for start in range(0, 9000, 1000):
+        pipe = client.pipeline(transaction=False)
+        for n in range(start, start + 1000):
+            pipe.xadd("signals", {"data": b"x"}, id=f"1-{n + 1}")
+        pipe.execute()
+    client.xreadgroup("coordinator", "c", {"signals": ">"}, count=9000)
+    commit = Commit("lease", "signals", "version")
+    commit.entry_ids = [b"1-%d" % (n + 1) for n in range(9000)]
+    commit.rpush_trim("seen", [str(n) for n in range(9000)], 10_000)
+    assert _run(client, commit) == b"ok"
+    assert client.xpending("signals", "coordinator")["pending"] == 0
+    assert client.llen("seen") == 9000 and client.lindex("seen", -1) == b"8999"
+    client.close()
