@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from dataclasses import replace
 
@@ -110,7 +111,8 @@ def run_coordinator(
     Run as many as you like, on any machines: they split the shards through leases, and a shard whose
     coordinator dies is taken over (its pending entries first) once the lease expires. SIGTERM or
     Ctrl-C applies every entry pending on its shards (the batch in hand included) and releases the
-    leases.
+    leases; a second one stops it at once (as a crash would: what it had not committed is applied by
+    whoever takes its shards over once its leases expire).
     """
     setup_logging(json=log_json, level=log_level)
     options = CoordinatorOptions(
@@ -129,7 +131,7 @@ def run_coordinator(
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, _on_signal, stop, sig)
         coordinator = Coordinator(client, keys, policy, options, metrics)
         log.info("coordinator %s: %d shards in namespace %s", options.name, keys.shards, keys.namespace)
         collector = asyncio.create_task(collect_garbage(stop))
@@ -143,6 +145,18 @@ def run_coordinator(
     applied = run_command(main())
     entries = "entry" if applied == 1 else "entries"
     log.info("coordinator %s stopped after applying %d %s", options.name, applied, entries)
+
+
+def _on_signal(stop: asyncio.Event, sig: signal.Signals) -> None:
+    """The first SIGTERM or SIGINT stops gracefully; a second one (the server stalled, say, and the
+    graceful stop waits for it) exits at once, which loses nothing: commits are atomic."""
+    if not stop.is_set():
+        log.info("%s: stopping after the entries pending on this process's shards (again: at once)", sig.name)
+        stop.set()
+        return
+    log.warning("%s again: stopping at once; another coordinator takes the shards over", sig.name)
+    logging.shutdown()
+    os._exit(128 + sig)
 
 
 _ATTACH = """\

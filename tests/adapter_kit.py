@@ -23,6 +23,7 @@ __all__ = [
     "exited",
     "fake",
     "kill_started",
+    "logged",
     "open_bus",
     "run",
     "run_ok",
@@ -74,6 +75,15 @@ async def wait_until(condition: Callable[[], Awaitable[bool]], seconds: float, w
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out after {seconds}s waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+def logged(log: Path, text: str) -> Callable[[], Awaitable[bool]]:
+    """A condition for :func:`wait_until`: ``text`` is in the log file."""
+
+    async def condition() -> bool:
+        return text in await asyncio.to_thread(log.read_text)
+
+    return condition
 
 
 async def exited(process: subprocess.Popen[bytes], seconds: float) -> int:

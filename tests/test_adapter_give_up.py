@@ -3,14 +3,13 @@ that has no agent to stop (real adapters, real redis-servers killed by the test,
 
 from __future__ import annotations
 
-import asyncio
 import re
 import signal
 import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from adapter_kit import exited, fake, open_bus, spawn, start, wait_until
+from adapter_kit import exited, fake, logged, open_bus, spawn, start, wait_until
 
 from bus.embedded import RedisProcess, pid_alive
 from bus.envelope import EnvelopeType
@@ -22,13 +21,6 @@ GROUP = "g-give-up"
 
 def run_args(agent: str, *extra: str) -> list[str]:
     return ["adapter", "run", "--agent-id", agent, "--group", GROUP, *extra, "--"]
-
-
-def logged(log: Path, text: str) -> Callable[[], Awaitable[bool]]:
-    async def condition() -> bool:
-        return text in await asyncio.to_thread(log.read_text)
-
-    return condition
 
 
 def gone(pid: int) -> Callable[[], Awaitable[bool]]:
