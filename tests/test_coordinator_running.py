@@ -1,4 +1,6 @@
-"""Stopping a coordinator: the first SIGTERM or Ctrl-C stops it gracefully, a second one at once.
+"""A running coordinator and its surroundings: stopping it, a server that lost the namespace.
+
+The first SIGTERM or Ctrl-C stops a coordinator gracefully, a second one at once.
 
 A graceful stop applies what is pending on the process's shards and releases its leases, which waits for
 the server; with the server stalled a supervisor's second signal must still end the process (commits are
@@ -11,9 +13,11 @@ import signal
 from pathlib import Path
 
 import pytest
+import redis
 from adapter_kit import exited, logged, start, wait_until
 
 from bus.embedded import RedisProcess
+from bus.keys import Keys
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -36,3 +40,29 @@ async def test_a_second_signal_stops_a_coordinator_waiting_for_a_stalled_server(
     finally:
         fresh_redis.process.send_signal(signal.SIGCONT)
     assert f"{sig.name} again: stopping at once" in log.read_text()
+
+
+async def test_a_running_coordinator_writes_back_the_namespace_a_server_lost(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A server restarted without its data under running coordinators: the namespace's shard count is
+    written back, so the next command does not create the namespace anew with another count."""
+    log = tmp_path / "coordinator.log"
+    coordinator = start(["coordinator", "--name", "keeper", "--shards", "2"], redis_url, log)
+    admin = redis.Redis.from_url(redis_url)
+    meta = Keys("sbus", 2).meta
+    try:
+        await wait_until(logged(log, "shard 1 acquired by keeper"), 30, "the coordinator to take its shards")
+        admin.delete(meta)
+
+        async def written_back() -> bool:
+            return admin.get(meta) == b"2"
+
+        await wait_until(written_back, 30, "the shard count to be written back")
+        await wait_until(logged(log, f"{meta} was missing"), 10, "the coordinator to say so")
+        admin.set(meta, "3")  # a command created it anew, between the loss and the write-back
+        await wait_until(logged(log, f"{meta} says '3' shards while this coordinator runs 2"), 30, "an error")
+    finally:
+        coordinator.terminate()
+        admin.close()
+    assert await exited(coordinator, 30) == 0
