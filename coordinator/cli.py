@@ -10,10 +10,12 @@ import signal
 from dataclasses import replace
 
 import click
+import redis.asyncio
 
 from bus.cli_connection import redis_options, run_command
-from bus.connection import connect
-from bus.keys import open_namespace
+from bus.connection import Client, connect, translated
+from bus.errors import ConfigError
+from bus.keys import DEFAULT_SHARDS, open_namespace
 from bus.logs import setup_logging
 from bus.metrics import Metrics
 from bus.ops import serve_metrics
@@ -127,7 +129,11 @@ def run_coordinator(
 
     async def main() -> int:
         client = await connect(settings)
+        requested = settings.shards or DEFAULT_SHARDS
+        await _check_connections(client, requested)  # before a namespace is created with that count
         keys = await open_namespace(client, settings.namespace, settings.shards)
+        if keys.shards != requested:
+            await _check_connections(client, keys.shards)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -145,6 +151,23 @@ def run_coordinator(
     applied = run_command(main())
     entries = "entry" if applied == 1 else "entries"
     log.info("coordinator %s stopped after applying %d %s", options.name, applied, entries)
+
+
+async def _check_connections(client: Client, shards: int) -> None:
+    """A coordinator holds two connections per shard it owns (its blocking read and its commits), and
+    may own them all: refuse a count the server's ``maxclients`` cannot take, rather than lock every
+    client of the server out. (On a cluster each node holds a part of the shards: not checked.)"""
+    if isinstance(client, redis.asyncio.RedisCluster):
+        return
+    with translated():
+        info = await client.info("clients")
+    limit, connected = int(info.get("maxclients", 0)), int(info.get("connected_clients", 0))
+    if limit and 2 * shards + connected > limit:
+        raise ConfigError(
+            f"a coordinator of {shards} shards may hold {2 * shards} connections (two per shard), and the "
+            f"server takes {limit} clients, {connected} of them connected: use a namespace of fewer shards, "
+            "or raise the server's maxclients"
+        )
 
 
 def _on_signal(stop: asyncio.Event, sig: signal.Signals) -> None:

@@ -10,11 +10,12 @@ atomic, so stopping at once is a crash, which loses nothing).
 from __future__ import annotations
 
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 import redis
-from adapter_kit import exited, logged, start, wait_until
+from adapter_kit import CLI, exited, logged, start, wait_until
 
 from bus.embedded import RedisProcess
 from bus.keys import Keys
@@ -66,3 +67,26 @@ async def test_a_running_coordinator_writes_back_the_namespace_a_server_lost(
         coordinator.terminate()
         admin.close()
     assert await exited(coordinator, 30) == 0
+
+
+def test_a_shard_count_the_server_s_maxclients_cannot_take_is_refused(tmp_path: Path) -> None:
+    """Two connections per shard: 12 000 shards held every client of a default server out."""
+    server = RedisProcess(tmp_path / "redis", config={"maxclients": "100"})
+    server.start()
+    try:
+        argv = [CLI, "coordinator", "--burst", "--redis-url", server.url, "--namespace", "many"]
+        done = subprocess.run(
+            [*argv, "--shards", "60"], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 1
+        assert (
+            "a coordinator of 60 shards may hold 120 connections (two per shard), and the server takes 100"
+            in (done.stderr)
+        )
+        # refused before the namespace was created: it may still be made with fewer
+        done = subprocess.run(
+            [*argv, "--shards", "40"], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 0, done.stderr
+    finally:
+        server.stop()
