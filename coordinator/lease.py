@@ -88,7 +88,7 @@ end
 return pruned
 """
 
-# KEYS[1]: the members set; ARGV: name, ttl in ms, and 'leave' to unregister. Returns the live count.
+# KEYS[1]: the members set; ARGV: member, ttl in ms, and 'leave' to unregister. Returns the live count.
 MEMBERS_SCRIPT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -131,6 +131,9 @@ class Leases:
         self.client = client
         self.keys = keys
         self.name = name
+        self.member = f"{name}:{uuid.uuid4().hex[:12]}"
+        """This process in the members set: two processes given one ``--name`` count as two live ones,
+        and split the shards like any two."""
         self.ttl_ms = ttl_ms
         self.prune_idle_ms = prune_idle_ms
         self._renew = wire.Script(RENEW_SCRIPT)
@@ -236,12 +239,12 @@ class Leases:
 
     async def heartbeat(self) -> int:
         """Register this process as live for a TTL; the number of live coordinators."""
-        return int(await self._run(self._members, None, [self._members_key], self.name, self.ttl_ms))
+        return int(await self._run(self._members, None, [self._members_key], self.member, self.ttl_ms))
 
     async def leave(self) -> None:
         """Unregister this process, so the others take their larger share at once."""
         with contextlib.suppress(BusError):
-            await self._run(self._members, None, [self._members_key], self.name, 0, "leave")
+            await self._run(self._members, None, [self._members_key], self.member, 0, "leave")
 
     async def _run(
         self, script: wire.Script, pipe: wire.Pipe | None, keys: list[str], *args: str | bytes | int

@@ -7,7 +7,7 @@ from typing import Any
 from workers.kit import connected
 
 from bus.keys import Keys, StreamKind
-from coordinator.lease import CLAIM_SCRIPT, PRUNE_SCRIPT, RENEW_SCRIPT
+from coordinator.lease import CLAIM_SCRIPT, PRUNE_SCRIPT, RENEW_SCRIPT, Leases, fair_share
 
 KEYS = Keys("lease", 8)
 SHARD = 3
@@ -80,3 +80,14 @@ async def test_renew_extends_only_its_own_lease_and_retakes_only_a_free_one(bus_
         assert await renew(keys=[LEASE], args=["mine", 60_000, "retake"]) == 1
         assert await client.get(LEASE) == b"mine"
         assert 0 < await client.pttl(LEASE) <= 60_000
+
+
+async def test_two_processes_of_one_name_are_two_members(bus_url: str) -> None:
+    """Two coordinators given one ``--name`` split the shards: one of them held them all."""
+    async with connected(bus_url) as client:
+        first, second = (Leases(client, KEYS, name="same", ttl_ms=60_000, prune_idle_ms=1) for _ in range(2))
+        assert await first.heartbeat() == 1
+        assert await second.heartbeat() == 2
+        assert fair_share(KEYS.shards, await first.heartbeat()) == 4
+        await second.leave()
+        assert await first.heartbeat() == 1
