@@ -67,14 +67,25 @@ def translated() -> Iterator[None]:
         # bus.wire's own read timeout is a TimeoutError without a message
         detail = str(exc) or "no reply within the socket timeout"
         raise ConnectionFailed(f"Redis unavailable ({type(exc).__name__}): {detail}") from exc
-    except rex.NoPermissionError as exc:
-        raise PermissionDenied(f"Redis refused the command ({type(exc).__name__}): {exc}") from exc
     except rex.RedisError as exc:
-        raise CommandFailed(f"Redis refused the command ({type(exc).__name__}): {exc}") from exc
+        raise _refused(exc) from exc
     except (AttributeError, TypeError) as exc:
         if not _closed_while_writing(exc):
             raise
         raise ConnectionFailed(f"Redis unavailable (connection closed while writing): {exc}") from exc
+
+
+def _refused(exc: rex.RedisError) -> BusError:
+    """The error of a command the server refused."""
+    said = f"({type(exc).__name__}): {exc}"
+    if isinstance(exc, rex.NoPermissionError):
+        return PermissionDenied(f"Redis refused the command {said}")
+    if isinstance(exc, rex.AskError):  # MovedError too: only a client that is not a cluster client sees one
+        return CommandFailed(
+            f"the server is a Redis Cluster node: it sent a key to another node {said}; use the cluster "
+            "client (leave out --no-cluster)"
+        )
+    return CommandFailed(f"Redis refused the command {said}")
 
 
 _CONNECTION_MODULE = os.path.join("redis", "asyncio", "connection.py")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 import redis.asyncio
+from adapter_kit import CLI
 from workers.kit import connected, progress
 
 from bus.connection import translated
@@ -77,3 +80,16 @@ async def test_a_shard_transaction_spans_its_streams_and_state_but_not_two_shard
         pipe.set(keys.state(other, "b"), "1")
         with pytest.raises(CommandFailed, match="slot"), translated():
             await pipe.execute()
+
+
+def test_the_cli_without_the_cluster_client_names_a_cluster_node(cluster_url: str) -> None:
+    """``--no-cluster`` against a cluster node: a key of another node's slot is the clue."""
+    done = subprocess.run(
+        [CLI, "status", "--no-cluster", "--redis-url", cluster_url, "--namespace", "elsewhere-xyz"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "the server is a Redis Cluster node: it sent a key to another node (MovedError)" in done.stderr
