@@ -284,7 +284,9 @@ async def test_an_adapter_before_any_coordinator_is_told_to_start_one(bus: AclSe
     admin.close()
     client = await bus.client(Role.ADAPTER)
     try:
-        with pytest.raises(NamespaceMissing, match="this user may not create it: under ACLs a coordinator"):
+        with pytest.raises(
+            NamespaceMissing, match="may not create it: under ACLs only the coordinator role's"
+        ):
             await open_namespace(client, NS)
     finally:
         await client.aclose()
