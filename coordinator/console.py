@@ -239,6 +239,13 @@ def _questions(s: GroupSummary, agents: _Ids) -> list[str]:
     return lines
 
 
+_RECOVERIES: Final = {
+    True: tuple(RecoveryOption),
+    False: (RecoveryOption.DELEGATE, RecoveryOption.SKIP_AND_CONTINUE),
+}
+"""The recoveries ``inbox`` suggests for an error's stop, and for another blocker's."""
+
+
 def _blockers(s: GroupSummary, agents: _Ids) -> list[str]:
     lines = []
     for b in s.blockers:
@@ -248,8 +255,9 @@ def _blockers(s: GroupSummary, agents: _Ids) -> list[str]:
         lines += _detail("needs", b.resume_requirements) + _detail("recovery", b.error_recovery)
         queued = agents.queued_line(s, b.agent_id, "blocker", b.agent_id)
         lines.append(queued or f"          resolve: {resolve}")
-        if not queued and "error" in (b.stop_reason, b.blocker_type):  # seed 003's recovery patterns apply
-            first, *others = (o.value for o in RecoveryOption)  # a line that runs when pasted: no `|`
+        if not queued:  # seed 003's recovery patterns; a blocker's cause is not an error to retry past
+            first, *others = (o.value for o in _RECOVERIES["error" in (b.stop_reason, b.blocker_type)])
+            # a line that runs when pasted: no `|`
             recover = _suggest("recover", [b.agent_id], [_arg(b.agent_id)], [f"--option {first}", *options])
             lines.append(f"          or recover: {recover}  # or --option {' / '.join(others)}")
         lines += _note(b.resume)

@@ -46,7 +46,7 @@ from coordinator.policy import Policy
 from coordinator.queued import projected, queued_before
 from coordinator.rules import apply
 from coordinator.rules.aggregation import open_escalation
-from coordinator.rules.blockers import error_stop, open_blocker
+from coordinator.rules.blockers import open_blocker, recoverable_stop
 from coordinator.rules.clarification import answerable
 from coordinator.rules.delegation import pending
 from coordinator.rules.step import Rejected
@@ -315,7 +315,7 @@ def resolve(
     "option",
     required=True,
     type=click.Choice([o.value for o in RecoveryOption]),
-    help="The recovery pattern for an agent stopped with stop_reason: error.",
+    help="The recovery pattern (seed 003); retry_from_checkpoint only for a stop on an error.",
 )
 @_text(
     "--instructions",
@@ -331,17 +331,18 @@ def recover(
     instructions: str | None,
     how: How,
 ) -> None:
-    """Choose how an agent that stopped on an error recovers.
+    """Choose how an agent that stopped on an error (or any blocker: the last two options) recovers.
 
     \b
     retry_from_checkpoint: the cause is fixed; retry the failed step from the checkpoint
     skip_and_continue: skip the failing item (logged for review), do the rest
-    delegate: a new agent takes the failing work over; this one does the rest
+    delegate: a new agent takes the work it stopped on over; this one does the rest
     """
 
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
-        group = _agent_group(groups, agent_id, how.group_id, error_stop)
-        payload = HumanRecover(option=RecoveryOption(option), instructions=instructions)
+        chosen = RecoveryOption(option)
+        group = _agent_group(groups, agent_id, how.group_id, lambda record: recoverable_stop(record, chosen))
+        payload = HumanRecover(option=chosen, instructions=instructions)
         return payload, agent_id, group.group_id
 
     _run(settings, how, build, "recover", agent_id)

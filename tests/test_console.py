@@ -134,6 +134,7 @@ def test_the_inbox_shows_what_a_human_needs_to_answer_resolve_or_approve() -> No
         "multiple agents (see DELEGATE_WORK protocol) Option 3: Continue with single agent (accept 6+ hour "
         "runtime)",
         '          resolve: subagent-bus resolve bg-task-ghi789 --resolution "..."',
+        "          or recover: subagent-bus recover bg-task-ghi789 --option delegate  # or --option skip_and_continue",
     ]
     assert _item(lines, "blocker   bg-task-stu901")[1:3] == [
         "          recovery: 1. Skip problematic file and continue",

@@ -537,10 +537,10 @@ def test_human_commands_that_cannot_apply_are_refused_and_publish_nothing(redis_
     assert malformed.returncode == 2 and "'Q1' is not QUESTION_ID=answer" in malformed.stderr
     twice = refused("answer", "bg-task-def456", "Q1=yes", "Q1=no")
     assert twice.returncode == 2 and "Q1 is answered twice" in twice.stderr
-    not_an_error = refused("recover", "bg-task-def456", "--option", "skip_and_continue")
+    not_an_error = refused("recover", "bg-task-def456", "--option", "retry_from_checkpoint")
     assert not_an_error.returncode == 1
     assert (
-        "agent 'bg-task-def456' is blocked, not stopped by an error; resolve it instead"
+        "agent 'bg-task-def456' is blocked, not stopped by an error: resolve it instead"
         in not_an_error.stderr
     )
     no_questions = refused("answer", "bg-task-def456", "Q1=yes")

@@ -170,6 +170,7 @@ def test_the_inbox_shows_what_the_seeds_have_the_parent_present(redis_url: str) 
         "multiple agents (see DELEGATE_WORK protocol) Option 3: Continue with single agent (accept 6+ hour "
         "runtime)",
         '          resolve: subagent-bus resolve big --resolution "..."',
+        "          or recover: subagent-bus recover big --option delegate  # or --option skip_and_continue",
         UNREAD,
         f"delegate  {request} from lead (P2, optional): Document every deprecated endpoint in the public "
         "API and propose removal dates",

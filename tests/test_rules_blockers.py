@@ -159,12 +159,34 @@ def test_recover_delegate_is_held_to_the_policy_s_resources() -> None:
         assert feed.state.agents["bg-task-stu901"].state is AgentState.BLOCKED
 
 
-def test_recover_on_a_plain_blocker_is_rejected() -> None:
+def test_a_retry_from_the_checkpoint_of_a_plain_blocker_is_rejected() -> None:
     feed = Feed()
     feed.send(stop_dependency(), AGENT)
-    outcome = feed.send(HumanRecover(option=RecoveryOption.SKIP_AND_CONTINUE), AGENT)
+    outcome = feed.send(HumanRecover(option=RecoveryOption.RETRY_FROM_CHECKPOINT), AGENT)
     assert outcome.rejected is not None and "resolve it instead" in outcome.rejected
     assert feed.state.agents[AGENT].state is AgentState.BLOCKED
+
+
+def test_a_plain_blocker_may_be_skipped_or_delegated() -> None:
+    """Seed 000's resource-limit stop offers "Delegate to multiple agents" and "Reduce scope"."""
+    feed = Feed()
+    feed.send(stop_dependency(), AGENT)
+    outcome = feed.send(HumanRecover(option=RecoveryOption.DELEGATE), AGENT)
+    request = one(outcome, EnvelopeType.LAUNCH)
+    assert request.task.startswith(f"Take over work that agent {AGENT} could not complete (blocked: external")
+    assert (request.context or "").startswith(f"Blocker reported by {AGENT}:\nnode_modules missing")
+    directive = one(outcome, EnvelopeType.ERROR_RECOVERY, Target.INBOX)
+    assert directive.instructions == (
+        f"Leave the work you stopped on to {request.new_agent_id}, which takes it over, "
+        "and continue with the rest of your task."
+    )
+    assert feed.state.agents[AGENT].state is AgentState.RUNNING
+    feed.send(stop_dependency(), AGENT)
+    skipped = feed.send(HumanRecover(option=RecoveryOption.SKIP_AND_CONTINUE), AGENT)
+    assert (
+        skipped.rejected is None
+        and one(skipped, EnvelopeType.ERROR_RECOVERY).option is RecoveryOption.SKIP_AND_CONTINUE
+    )
 
 
 def test_resolve_also_clears_an_error_stop() -> None:

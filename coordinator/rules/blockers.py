@@ -5,7 +5,8 @@
   to continue with the stop's ``blocked_work``, else to continue from the checkpoint).
 - ``stop_reason: error`` (or ``blocker_type: error``) -> blocked too, and the decision lists the recovery
   patterns of seed 003. RECOVER sends ERROR_RECOVERY for the chosen option; ``delegate`` also launches an
-  agent for the failing work. RESOLVE works for errors as well (the human fixed the cause).
+  agent for the failing work. RESOLVE works for errors as well (the human fixed the cause), and RECOVER
+  with ``skip_and_continue`` or ``delegate`` for any blocker (seed 000's resource-limit stop offers both).
 - ``stop_reason: completion`` -> treated as a completion report: SUCCESS, or PARTIAL when the stop lists
   ``blocked_work``, with ``completed_work`` as the summary.
 - A stop from an agent whose outcome is decided is nothing to resume: it is kept as an unresolved blocker
@@ -37,13 +38,13 @@ from coordinator.state import FINAL_STATES, AgentRecord, Completion
 
 __all__ = [
     "DEFAULT_RECOVERY",
-    "error_stop",
     "is_error",
     "on_late_stop",
     "on_recover",
     "on_resolve",
     "on_stop",
     "open_blocker",
+    "recoverable_stop",
 ]
 
 DEFAULT_RECOVERY: Final = {
@@ -51,7 +52,7 @@ DEFAULT_RECOVERY: Final = {
     "Restore from the checkpoint and retry the step that failed.",
     RecoveryOption.SKIP_AND_CONTINUE: "Skip the problematic item and continue with the remaining work. "
     "Log the skipped item to SKIPPED_ITEMS.md for manual review.",
-    RecoveryOption.DELEGATE: "Skip the failing work (delegated to {agent}) "
+    RecoveryOption.DELEGATE: "Leave the work you stopped on to {agent}, which takes it over, "
     "and continue with the rest of your task.",
 }
 
@@ -107,11 +108,17 @@ def open_blocker(record: AgentRecord) -> StopWork:
     return record.blocker
 
 
-def error_stop(record: AgentRecord) -> StopWork:
-    """The agent's open blocker if an error caused it (also checked by the ``recover`` command)."""
+def recoverable_stop(record: AgentRecord, option: RecoveryOption) -> StopWork:
+    """The agent's open blocker, if ``option`` recovers it (also checked by the ``recover`` command).
+
+    Any blocker may be skipped or handed to a new agent (seed 000's resource-limit and timeout stops offer
+    both); a retry from the checkpoint is for an error, whose cause was fixed (a blocker is resolved)."""
     stop = open_blocker(record)
-    if not is_error(stop):
-        raise Rejected(f"agent {record.agent_id!r} is blocked, not stopped by an error; resolve it instead")
+    if option is RecoveryOption.RETRY_FROM_CHECKPOINT and not is_error(stop):
+        raise Rejected(
+            f"agent {record.agent_id!r} is blocked, not stopped by an error: resolve it instead (or recover "
+            "it with skip_and_continue or delegate)"
+        )
     return stop
 
 
@@ -149,7 +156,7 @@ def _resume_instructions(stop: StopWork) -> str:
 def on_recover(step: Step) -> None:
     command = step.payload(HumanRecover)
     record = step.agent(step.envelope.agent_id)
-    stop = error_stop(record)
+    stop = recoverable_stop(record, command.option)
     instructions = command.instructions or DEFAULT_RECOVERY[command.option]
     if command.option is RecoveryOption.DELEGATE:
         limits = launch_limits(record, step.state, step.policy)
@@ -167,16 +174,17 @@ def on_recover(step: Step) -> None:
 
 
 def _launch_takeover(step: Step, record: AgentRecord, stop: StopWork) -> str:
-    """The ``delegate`` recovery: a new agent takes over the failing work.
+    """The ``delegate`` recovery: a new agent takes over the work the agent stopped on.
 
     A human chose it, so the delegation checklist does not apply, but for its resources (checked first).
     """
     request_id = recovery_request_id(step.envelope.id)
     work = (stop.blocked_work or stop.details).strip()
+    what, stopped = ("an error", "Error") if is_error(stop) else (f"blocked: {stop.kind}", "Blocker")
     context = "\n\n".join(
         part
         for part in (
-            f"Error reported by {record.agent_id}:\n{stop.details.strip()}",
+            f"{stopped} reported by {record.agent_id}:\n{stop.details.strip()}",
             f"Checkpoint:\n{stop.state_snapshot.strip()}" if stop.state_snapshot else "",
         )
         if part
@@ -187,7 +195,7 @@ def _launch_takeover(step: Step, record: AgentRecord, stop: StopWork) -> str:
             new_agent_id=recovery_agent_id(request_id),
             request_id=request_id,
             reason=LaunchReason.DELEGATION,
-            task=f"Take over work that agent {record.agent_id} could not complete (an error):\n{work}",
+            task=f"Take over work that agent {record.agent_id} could not complete ({what}):\n{work}",
             context=context,
             parent=record,
             depth=record.depth + 1,
