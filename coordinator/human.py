@@ -2,26 +2,20 @@
 
 Each one checks what it can against the committed state with the rules' own checks (so a typo is an
 immediate, clear error, worded as the coordinator would refuse it), then publishes a ``human`` envelope
-onto the group's shard stream: the coordinator applies it in order and exactly once, like any signal,
-and the directive it produces reaches the agent's inbox. While a coordinator holds the shard, the
-command waits for its decision on the envelope and says it (a command that raced another one, say a
-second answer, is rejected there: exit status 1); with none running, the envelope waits for one.
+onto the group's shard stream (:mod:`coordinator.human_publish`): the coordinator applies it in order
+and exactly once, like any signal, and the directive it produces reaches the agent's inbox. A command
+that raced another one (say a second answer) is rejected there: exit status 1.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
 from typing import Any
 
 import click
 
-from bus.cli_connection import redis_options, run_command
-from bus.connection import Client, connect, translated
-from bus.consumer import stream_entries
+from bus.cli_connection import redis_options
 from bus.directives import (
     AnswerItem,
     HumanAnswer,
@@ -32,41 +26,21 @@ from bus.directives import (
     HumanResolve,
     RecoveryOption,
 )
-from bus.display import one_line
-from bus.envelope import Envelope, Payload, decode, new_envelope
-from bus.errors import BusError, DecodeError
-from bus.events import Decision, DecisionType
-from bus.keys import StreamKind, open_namespace
+from bus.envelope import Payload
 from bus.params import FiniteFloatRange, not_blank
-from bus.publisher import Publisher
 from bus.settings import Settings
 from bus.signals import Question
-from coordinator.lease import lease_key
+from coordinator.human_publish import Build, How, agent_group, group_of, only, publish_command
 from coordinator.policy import Policy
-from coordinator.queued import projected, queued_before
-from coordinator.rules import apply
 from coordinator.rules.aggregation import open_escalation
 from coordinator.rules.blockers import open_blocker, recoverable_stop
 from coordinator.rules.clarification import answerable
 from coordinator.rules.delegation import pending
-from coordinator.rules.step import Rejected
 from coordinator.state import AgentRecord, GroupState
-from coordinator.view import (
-    UnknownAgent,
-    find_agent,
-    find_request,
-    load_groups,
-    no_coordinator_note,
-    retired_agent_note,
-    retired_note,
-)
+from coordinator.view import find_request
 from coordinator.views_cli import POLICY_OPTION
 
 __all__ = ["commands"]
-
-Build = Callable[[list[GroupState]], tuple[Payload, str, str]]
-"""From the committed groups: the payload, the target agent id and its group id."""
-
 
 _GROUP = click.option(
     "--group",
@@ -86,16 +60,6 @@ _WAIT = click.option(
 )
 
 
-@dataclass(frozen=True)
-class How:
-    """What every human command takes: the group its id is in, how long to wait for the decision, and
-    the policy it is checked under."""
-
-    group_id: str | None
-    wait_s: float
-    policy: Policy
-
-
 def _how(command: Callable[..., None]) -> Callable[..., None]:
     """``--group``, ``--wait`` and ``--policy``, given to ``command`` as one :class:`How`."""
 
@@ -108,120 +72,6 @@ def _how(command: Callable[..., None]) -> Callable[..., None]:
 
 def _text(*names: str, **kwargs: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:
     return click.option(*names, callback=not_blank, **kwargs)
-
-
-def _only(holding: list[GroupState], what: str, check: Callable[[GroupState], object]) -> GroupState:
-    """The one group of ``holding`` where ``check`` passes; an error naming the groups otherwise."""
-    fits: list[GroupState] = []
-    errors: list[str] = []
-    for group in holding:
-        try:
-            check(group)
-        except Rejected as exc:
-            if len(holding) == 1:
-                raise
-            errors.append(f"in group {group.group_id!r}: {exc}")
-        else:
-            fits.append(group)
-    if len(fits) == 1:
-        return fits[0]
-    if not fits:
-        raise BusError("; ".join(errors))
-    names = ", ".join(repr(g.group_id) for g in fits)
-    raise BusError(f"{what} is known in groups {names}: choose one with --group")
-
-
-def _agent_group(
-    groups: list[GroupState], agent_id: str, group_id: str | None, check: Callable[[AgentRecord], object]
-) -> GroupState:
-    """The group whose agent ``agent_id`` the command applies to (``check`` passes on its record)."""
-    return _group_of(groups, agent_id, group_id, lambda g: check(g.agents[agent_id]))
-
-
-def _group_of(
-    groups: list[GroupState], agent_id: str, group_id: str | None, check: Callable[[GroupState], object]
-) -> GroupState:
-    """The group of agent ``agent_id`` where ``check`` passes."""
-    holding = [g for g in groups if agent_id in g.agents]
-    if not holding and group_id is not None:
-        raise BusError(f"no agent {agent_id!r} in group {group_id!r}")
-    if not holding:
-        find_agent(groups, agent_id)  # raises, naming the known agents
-    return _only(holding, f"agent {agent_id!r}", check)
-
-
-async def _publish(
-    settings: Settings, how: How, build: Build, source: str, subject: str
-) -> tuple[Envelope, Decision | None, bool]:
-    """The envelope published, the coordinator's first decision on it, and whether a coordinator held
-    the shard (no decision is waited for otherwise). ``subject`` is the agent or request it is about."""
-    group_id, wait_s = how.group_id, how.wait_s
-    client = await connect(settings)
-    try:
-        keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
-        groups = await load_groups(client, keys, group_id, findings=False)
-        # Checked as a coordinator will apply it: after what is queued before it (coordinator.queued).
-        groups, queued = await projected(client, keys, groups, group_id, how.policy)
-        if group_id is not None and not groups:
-            retired = await retired_note(client, keys, group_id)
-            unknown = f"no group {group_id!r} is known to the coordinators"
-            raise BusError(retired or unknown + await no_coordinator_note(client, keys))
-        try:
-            payload, agent_id, group_id = build(groups)
-        except UnknownAgent as exc:
-            retired = await retired_agent_note(client, keys, exc.agent_id)
-            if retired is None:
-                raise BusError(f"{exc}{await no_coordinator_note(client, keys)}") from None
-            raise BusError(retired) from None
-        except BusError as exc:
-            raise BusError(f"{exc}{queued_before(queued, subject, group_id)}") from None
-        envelope = new_envelope(payload, agent_id=agent_id, group_id=group_id, source=source)
-        state = next(g for g in groups if g.group_id == group_id)
-        rejected = apply(state, envelope, how.policy).rejected
-        if rejected is not None:
-            raise BusError(f"{rejected}{queued_before(queued, subject, group_id)}")
-        shard = keys.shard_of(group_id)
-        events = keys.stream(shard, StreamKind.EVENTS)
-        with translated():
-            last: Any = await client.xrevrange(events, count=1)
-            held = bool(await client.exists(lease_key(keys, shard)))
-        await Publisher(client, keys).publish(envelope)
-        if not held or not wait_s:
-            return envelope, None, held
-        since = last[0][0] if last else "0-0"
-        return envelope, await _decision(client, events, since, envelope.id, wait_s), True
-    finally:
-        await client.aclose()
-
-
-async def _decision(client: Client, events: str, cursor: Any, cause: str, wait_s: float) -> Decision | None:
-    """The first decision on the events stream after ``cursor`` caused by envelope ``cause`` (it comes
-    within milliseconds from a running coordinator), if one comes within ``wait_s``."""
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        with translated():
-            reply = await client.xread({events: cursor}, count=100, block=500)
-        for entry_id, fields in stream_entries(reply):
-            cursor = entry_id
-            with contextlib.suppress(DecodeError):
-                payload = decode(fields.get(b"data")).payload
-                if isinstance(payload, Decision) and payload.cause == cause:
-                    return payload
-    return None
-
-
-def _run(settings: Settings, how: How, build: Build, source: str, subject: str) -> None:
-    envelope, decision, held = run_command(_publish(settings, how, build, source, subject))
-    if decision is None:
-        when = "no coordinator runs now"
-        if held:
-            when = f"no decision within {how.wait_s:g}s" if how.wait_s else "its decision not waited for"
-        click.echo(f"queued {source} as {envelope.id} ({when}); a coordinator applies it in order")
-        return
-    detail = one_line(decision.detail.split("\n", 1)[0])
-    if decision.decision is DecisionType.REJECTED:
-        raise click.ClickException(f"{source} {envelope.id} was rejected by the coordinator: {detail}")
-    click.echo(f"{source} applied as {envelope.id}: {decision.decision.value}: {detail}")
 
 
 def _split_answers(pairs: tuple[str, ...], known: Collection[str]) -> list[tuple[str, str]]:
@@ -272,11 +122,11 @@ def answer(
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
         records = [g.agents[agent_id] for g in groups if agent_id in g.agents]
         pairs = _split_answers(answers, {q.question_id for r in records for q in _questions(r)})
-        group = _agent_group(groups, agent_id, how.group_id, lambda r: answerable(r, [q for q, _ in pairs]))
+        group = agent_group(groups, agent_id, how.group_id, lambda r: answerable(r, [q for q, _ in pairs]))
         items = [AnswerItem(question_id=qid, answer=text) for qid, text in pairs]
         return HumanAnswer(answers=items, next_step=next_step), agent_id, group.group_id
 
-    _run(settings, how, build, "answer", agent_id)
+    publish_command(settings, how, build, "answer", agent_id)
 
 
 def _questions(record: AgentRecord) -> list[Question]:
@@ -302,10 +152,10 @@ def resolve(
     """Resolve the blocker of an agent that sent STOP_WORK."""
 
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
-        group = _agent_group(groups, agent_id, how.group_id, open_blocker)
+        group = agent_group(groups, agent_id, how.group_id, open_blocker)
         return HumanResolve(resolution=resolution, instructions=instructions), agent_id, group.group_id
 
-    _run(settings, how, build, "resolve", agent_id)
+    publish_command(settings, how, build, "resolve", agent_id)
 
 
 @click.command()
@@ -341,11 +191,11 @@ def recover(
 
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
         chosen = RecoveryOption(option)
-        group = _agent_group(groups, agent_id, how.group_id, lambda record: recoverable_stop(record, chosen))
+        group = agent_group(groups, agent_id, how.group_id, lambda record: recoverable_stop(record, chosen))
         payload = HumanRecover(option=chosen, instructions=instructions)
         return payload, agent_id, group.group_id
 
-    _run(settings, how, build, "recover", agent_id)
+    publish_command(settings, how, build, "recover", agent_id)
 
 
 def _delegation_command(approve: bool) -> Callable[..., None]:
@@ -354,7 +204,7 @@ def _delegation_command(approve: bool) -> Callable[..., None]:
             holding = [g for g in groups if request_id in g.delegations]
             if not holding:
                 find_request(groups, request_id)  # raises
-            group = _only(holding, f"delegation request {request_id!r}", lambda g: pending(g, request_id))
+            group = only(holding, f"delegation request {request_id!r}", lambda g: pending(g, request_id))
             delegation = pending(group, request_id)
             requester = delegation.requester_id
             payload: Payload = (
@@ -374,7 +224,7 @@ def _delegation_command(approve: bool) -> Callable[..., None]:
         alternative: str | None = None,
     ) -> None:
         source = "approve" if approve else "deny"
-        _run(settings, how, build_for(request_id, reason, alternative), source, request_id)
+        publish_command(settings, how, build_for(request_id, reason, alternative), source, request_id)
 
     return command
 
@@ -419,10 +269,10 @@ def dismiss(settings: Settings, agent_id: str, note: str | None, how: How) -> No
     """
 
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
-        group = _group_of(groups, agent_id, how.group_id, lambda g: open_escalation(g, agent_id))
+        group = group_of(groups, agent_id, how.group_id, lambda g: open_escalation(g, agent_id))
         return HumanDismiss(note=note), agent_id, group.group_id
 
-    _run(settings, how, build, "dismiss", agent_id)
+    publish_command(settings, how, build, "dismiss", agent_id)
 
 
 commands: list[click.Command] = [answer, resolve, recover, approve, deny, dismiss]

@@ -1,0 +1,171 @@
+"""Publishing a human command: checked first as a coordinator will apply it, then waited on.
+
+A command is built from the committed group states with what is queued before it applied
+(:mod:`coordinator.queued`), and refused before it is published when the rules would reject it (worded as
+the coordinator would refuse it). While a coordinator holds the shard, the command waits for its decision
+on the envelope and says it; with none running, the envelope waits for one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from bus.cli_connection import run_command
+from bus.connection import Client, connect, translated
+from bus.consumer import stream_entries
+from bus.display import one_line
+from bus.envelope import Envelope, Payload, decode, new_envelope
+from bus.errors import BusError, DecodeError
+from bus.events import Decision, DecisionType
+from bus.keys import StreamKind, open_namespace
+from bus.publisher import Publisher
+from bus.settings import Settings
+from coordinator.lease import lease_key
+from coordinator.policy import Policy
+from coordinator.queued import projected, queued_before
+from coordinator.rules import apply
+from coordinator.rules.step import Rejected
+from coordinator.state import AgentRecord, GroupState
+from coordinator.view import (
+    UnknownAgent,
+    find_agent,
+    load_groups,
+    no_coordinator_note,
+    retired_agent_note,
+    retired_note,
+)
+
+__all__ = ["Build", "How", "agent_group", "group_of", "only", "publish_command"]
+
+Build = Callable[[list[GroupState]], tuple[Payload, str, str]]
+"""From the committed groups: the payload, the target agent id and its group id."""
+
+
+@dataclass(frozen=True)
+class How:
+    """What every human command takes: the group its id is in, how long to wait for the decision, and
+    the policy it is checked under."""
+
+    group_id: str | None
+    wait_s: float
+    policy: Policy
+
+
+def only(holding: list[GroupState], what: str, check: Callable[[GroupState], object]) -> GroupState:
+    """The one group of ``holding`` where ``check`` passes; an error naming the groups otherwise."""
+    fits: list[GroupState] = []
+    errors: list[str] = []
+    for group in holding:
+        try:
+            check(group)
+        except Rejected as exc:
+            if len(holding) == 1:
+                raise
+            errors.append(f"in group {group.group_id!r}: {exc}")
+        else:
+            fits.append(group)
+    if len(fits) == 1:
+        return fits[0]
+    if not fits:
+        raise BusError("; ".join(errors))
+    names = ", ".join(repr(g.group_id) for g in fits)
+    raise BusError(f"{what} is known in groups {names}: choose one with --group")
+
+
+def agent_group(
+    groups: list[GroupState], agent_id: str, group_id: str | None, check: Callable[[AgentRecord], object]
+) -> GroupState:
+    """The group whose agent ``agent_id`` the command applies to (``check`` passes on its record)."""
+    return group_of(groups, agent_id, group_id, lambda g: check(g.agents[agent_id]))
+
+
+def group_of(
+    groups: list[GroupState], agent_id: str, group_id: str | None, check: Callable[[GroupState], object]
+) -> GroupState:
+    """The group of agent ``agent_id`` where ``check`` passes."""
+    holding = [g for g in groups if agent_id in g.agents]
+    if not holding and group_id is not None:
+        raise BusError(f"no agent {agent_id!r} in group {group_id!r}")
+    if not holding:
+        find_agent(groups, agent_id)  # raises, naming the known agents
+    return only(holding, f"agent {agent_id!r}", check)
+
+
+async def _publish(
+    settings: Settings, how: How, build: Build, source: str, subject: str
+) -> tuple[Envelope, Decision | None, bool]:
+    """The envelope published, the coordinator's first decision on it, and whether a coordinator held
+    the shard (no decision is waited for otherwise). ``subject`` is the agent or request it is about."""
+    group_id, wait_s = how.group_id, how.wait_s
+    client = await connect(settings)
+    try:
+        keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
+        groups = await load_groups(client, keys, group_id, findings=False)
+        # Checked as a coordinator will apply it: after what is queued before it (coordinator.queued).
+        groups, queued = await projected(client, keys, groups, group_id, how.policy)
+        if group_id is not None and not groups:
+            retired = await retired_note(client, keys, group_id)
+            unknown = f"no group {group_id!r} is known to the coordinators"
+            raise BusError(retired or unknown + await no_coordinator_note(client, keys))
+        try:
+            payload, agent_id, group_id = build(groups)
+        except UnknownAgent as exc:
+            retired = await retired_agent_note(client, keys, exc.agent_id)
+            if retired is None:
+                raise BusError(f"{exc}{await no_coordinator_note(client, keys)}") from None
+            raise BusError(retired) from None
+        except BusError as exc:
+            raise BusError(f"{exc}{queued_before(queued, subject, group_id)}") from None
+        envelope = new_envelope(payload, agent_id=agent_id, group_id=group_id, source=source)
+        state = next(g for g in groups if g.group_id == group_id)
+        rejected = apply(state, envelope, how.policy).rejected
+        if rejected is not None:
+            raise BusError(f"{rejected}{queued_before(queued, subject, group_id)}")
+        shard = keys.shard_of(group_id)
+        events = keys.stream(shard, StreamKind.EVENTS)
+        with translated():
+            last: Any = await client.xrevrange(events, count=1)
+            held = bool(await client.exists(lease_key(keys, shard)))
+        await Publisher(client, keys).publish(envelope)
+        if not held or not wait_s:
+            return envelope, None, held
+        since = last[0][0] if last else "0-0"
+        return envelope, await _decision(client, events, since, envelope.id, wait_s), True
+    finally:
+        await client.aclose()
+
+
+async def _decision(client: Client, events: str, cursor: Any, cause: str, wait_s: float) -> Decision | None:
+    """The first decision on the events stream after ``cursor`` caused by envelope ``cause`` (it comes
+    within milliseconds from a running coordinator), if one comes within ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        with translated():
+            reply = await client.xread({events: cursor}, count=100, block=500)
+        for entry_id, fields in stream_entries(reply):
+            cursor = entry_id
+            with contextlib.suppress(DecodeError):
+                payload = decode(fields.get(b"data")).payload
+                if isinstance(payload, Decision) and payload.cause == cause:
+                    return payload
+    return None
+
+
+def publish_command(settings: Settings, how: How, build: Build, source: str, subject: str) -> None:
+    envelope, decision, held = run_command(_publish(settings, how, build, source, subject))
+    if decision is None:
+        when = "no coordinator runs now"
+        if held:
+            when = f"no decision within {how.wait_s:g}s" if how.wait_s else "its decision not waited for"
+        click.echo(f"queued {source} as {envelope.id} ({when}); a coordinator applies it in order")
+        return
+    detail = one_line(decision.detail.split("\n", 1)[0])
+    if decision.decision is DecisionType.REJECTED:
+        raise click.ClickException(f"{source} {envelope.id} was rejected by the coordinator: {detail}")
+    click.echo(f"{source} applied as {envelope.id}: {decision.decision.value}: {detail}")
