@@ -46,6 +46,7 @@ from bus.results import (
     ResultStatus,
     Section,
     Table,
+    says_nothing,
 )
 
 __all__ = ["ReportError", "parse_report"]
@@ -108,7 +109,11 @@ def _section(part: Part) -> Section:
 
 def _items(lines: list[Line]) -> list[tuple[int, list[str]]]:
     """The list items of a section, without the "None" placeholders of empty sections."""
-    return [(n, texts) for n, texts in list_items(lines) if texts[0].lower().strip(" .*") not in NONE]
+    return [
+        (n, texts)
+        for n, texts in list_items(lines)
+        if texts[0].lower().strip(" .*") not in NONE and not says_nothing(texts[0])
+    ]
 
 
 def _is_resolution(line: str) -> bool:

@@ -8,7 +8,9 @@ Check, ...) are kept as structured tables, and issue tables with a ``File:Line``
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
+from typing import Final
 
 from pydantic import Field
 
@@ -26,7 +28,21 @@ __all__ = [
     "ResultStatus",
     "Section",
     "Table",
+    "says_nothing",
 ]
+
+_NOTHING: Final = re.compile(
+    r"(?:\[[ xX]?\]\s*)?(?:none|n/?a|nothing|no (?:issues?|blockers?|next steps?|findings?|known \w+))"
+    r"(?:\s+(?:identified|found|reported|known|so far|at this time|yet|currently|to report|blocking))*\W*",
+    re.IGNORECASE,
+)
+
+
+def says_nothing(text: str) -> bool:
+    """Whether a list item of a report's section says there is nothing to list (``None``, ``- [ ] None
+    identified``, ``No blockers at this time``) rather than listing something (``None of the tests
+    run``)."""
+    return _NOTHING.fullmatch(text.strip(" \t*_`.")) is not None
 
 
 class ResultStatus(StrEnum):

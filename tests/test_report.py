@@ -534,3 +534,24 @@ def test_a_heading_that_names_no_agent_is_an_error_not_a_crash(heading: str) -> 
         parse_report(text)
     [item] = parse_text(text)
     assert isinstance(item, ErrorItem) and "the heading names no agent" in item.message, item
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        "None identified",
+        "[ ] None",
+        "**None found.**",
+        "No blockers at this time",
+        "N/A",
+        "nothing to report",
+    ],
+)
+def test_a_list_item_that_says_there_is_nothing_lists_nothing(item: str) -> None:
+    parsed = parse_report(report(f"### Blockers\n- {item}\n", f"### Next Steps\n- {item}\n"))
+    assert (parsed.blockers, parsed.next_steps) == ([], [])
+
+
+def test_a_list_item_that_starts_like_none_is_kept() -> None:
+    parsed = parse_report(report("### Blockers\n- None of the tests run on CI\n- No staging access\n"))
+    assert [b.description for b in parsed.blockers] == ["None of the tests run on CI", "No staging access"]

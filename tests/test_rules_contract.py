@@ -141,6 +141,8 @@ def test_a_report_s_blockers_leave_its_group_for_review() -> None:
         ),
         (ViolationRule.UNRESOLVED_BLOCKER, "reported: No staging access"),
     ]
+    said_none = report.model_copy(update={"blockers": [ResultBlocker(description="None identified")]})
+    assert check_result(said_none, Policy()) == []  # as a report sent without the parser may say it
     feed = Feed()
     feed.send(result("a", confidence=FULL).model_copy(update={"blockers": blockers[1:]}), "bg-task-a")
     summary = summarize(feed.state)

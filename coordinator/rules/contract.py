@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from math import ceil
 
-from bus.results import ResultReport, ResultStatus
+from bus.results import ResultReport, ResultStatus, says_nothing
 from coordinator.policy import Policy
 from coordinator.state import ViolationRule
 
@@ -129,4 +129,5 @@ def _blockers(report: ResultReport) -> list[tuple[ViolationRule, str]]:
             + (f" (resolution: {b.resolution.strip()})" if b.resolution.strip() else ""),
         )
         for b in report.blockers
+        if not says_nothing(b.description)  # "None identified" (a report sent without the parser)
     ]
