@@ -14,7 +14,7 @@ import redis.asyncio
 
 from bus.cli_connection import redis_options, run_command
 from bus.connection import Client, connect, translated
-from bus.errors import ConfigError
+from bus.errors import ConfigError, NamespaceMissing
 from bus.keys import DEFAULT_SHARDS, open_namespace
 from bus.logs import setup_logging
 from bus.metrics import Metrics
@@ -129,10 +129,12 @@ def run_coordinator(
 
     async def main() -> int:
         client = await connect(settings)
-        requested = settings.shards or DEFAULT_SHARDS
-        await _check_connections(client, requested)  # before a namespace is created with that count
-        keys = await open_namespace(client, settings.namespace, settings.shards)
-        if keys.shards != requested:
+        try:
+            keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
+        except NamespaceMissing:  # checked before the namespace is created with that count
+            await _check_connections(client, settings.shards or DEFAULT_SHARDS)
+            keys = await open_namespace(client, settings.namespace, settings.shards)
+        else:
             await _check_connections(client, keys.shards)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -155,18 +157,18 @@ def run_coordinator(
 
 async def _check_connections(client: Client, shards: int) -> None:
     """A coordinator holds two connections per shard it owns (its blocking read and its commits), and
-    may own them all: refuse a count the server's ``maxclients`` cannot take, rather than lock every
-    client of the server out. (On a cluster each node holds a part of the shards: not checked.)"""
+    may own them all: refuse a count the server's ``maxclients`` can never take, rather than lock every
+    client of the server out. (Other coordinators are not counted: they share the shards with this one.
+    On a cluster each node holds a part of the shards: not checked.)"""
     if isinstance(client, redis.asyncio.RedisCluster):
         return
     with translated():
-        info = await client.info("clients")
-    limit, connected = int(info.get("maxclients", 0)), int(info.get("connected_clients", 0))
-    if limit and 2 * shards + connected > limit:
+        limit = int((await client.info("clients")).get("maxclients", 0))
+    if limit and 2 * shards > limit:
         raise ConfigError(
-            f"a coordinator of {shards} shards may hold {2 * shards} connections (two per shard), and the "
-            f"server takes {limit} clients, {connected} of them connected: use a namespace of fewer shards, "
-            "or raise the server's maxclients"
+            f"a coordinator of {shards} shards may hold {2 * shards} connections (two per shard), more than "
+            f"the {limit} clients the server takes: use a namespace of fewer shards, or raise the server's "
+            "maxclients"
         )
 
 
