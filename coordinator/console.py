@@ -331,10 +331,11 @@ _UNRESOLVED: Final = f"{ViolationRule.UNRESOLVED_BLOCKER.value}: "
 
 def unresolved_blockers(summary: GroupSummary) -> list[tuple[str, str]]:
     """The agents that finished with a blocker of theirs unresolved, each with the blocker (the group's
-    status is ``review`` for them): an ``unresolved_blocker`` violation."""
+    status is ``review`` for them): an ``unresolved_blocker`` violation of an agent whose outcome counts."""
     return [
         (a.agent_id, v.removeprefix(_UNRESOLVED))
         for a in summary.agents
+        if a.counted
         for v in a.violations
         if v.startswith(_UNRESOLVED)
     ]

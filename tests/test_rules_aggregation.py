@@ -20,10 +20,11 @@ from bus.directives import HumanDeny, HumanDismiss, LaunchReason
 from bus.envelope import EnvelopeType
 from bus.events import AgentExited, AgentStarted, AgentState, DecisionType, Heartbeat
 from bus.results import ErrorDetails, ResultBlocker, ResultStatus
+from coordinator.console import unresolved_blockers
 from coordinator.policy import Policy
 from coordinator.rules import Target, summarize
 from coordinator.rules.ids import retry_agent_id, retry_request_id
-from coordinator.state import GroupVerdict
+from coordinator.state import GroupVerdict, ViolationRule
 
 A, B, C = "bg-task-a", "bg-task-b", "bg-task-c"
 
@@ -160,6 +161,10 @@ def test_a_retry_is_told_what_the_failed_report_said() -> None:
         "Attempted:\n- Read .env\n- Tried the default URL\n"
         "Blockers:\n- Database credentials are invalid (needs: a URL)"
     )
+    assert [v.rule for v in feed.state.agents[A].violations] == [ViolationRule.UNRESOLVED_BLOCKER]
+    feed.send(completion(launch.new_agent_id), launch.new_agent_id)  # the retry made it good
+    assert feed.state.status is GroupVerdict.CONTINUE
+    assert unresolved_blockers(summarize(feed.state)) == []  # what inbox lists for review agrees
 
 
 def test_a_successful_retry_replaces_the_failed_attempt() -> None:

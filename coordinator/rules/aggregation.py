@@ -40,6 +40,7 @@ from coordinator.state import (
 )
 
 __all__ = [
+    "deciding",
     "finish",
     "on_dismiss",
     "open_escalation",
@@ -288,6 +289,12 @@ def _unresolved_count(state: GroupState) -> int:
 def _left_blocked(record: AgentRecord | None) -> bool:
     rule = ViolationRule.UNRESOLVED_BLOCKER
     return record is not None and any(v.rule is rule for v in record.violations)
+
+
+def deciding(state: GroupState) -> frozenset[str]:
+    """The agents whose outcome is their work's (see :func:`verdict`): a blocker one of them left
+    unresolved is for review; one an attempt left that a later or earlier one made good is not."""
+    return frozenset(r.agent_id for r in _deciding_attempts(state) if r is not None)
 
 
 def _deciding_attempts(state: GroupState) -> list[AgentRecord | None]:

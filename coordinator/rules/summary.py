@@ -9,6 +9,7 @@ from bus.events import AgentState
 from bus.fields import Model
 from bus.results import ResultStatus
 from bus.signals import Independence, Priority, StopWork
+from coordinator.rules.aggregation import deciding
 from coordinator.state import (
     FINAL_STATES,
     AgentRecord,
@@ -60,6 +61,9 @@ class AgentSummary(Model):
     violations: tuple[str, ...]
     waiting_on: tuple[str, ...]
     retried_by: str | None
+    counted: bool
+    """Whether its outcome is its work's, the one the group's status counts (not an attempt another one
+    replaced or made good)."""
     resume: ResumePath
     """How a directive for the agent reaches it."""
     watched: bool
@@ -139,12 +143,13 @@ def summarize(state: GroupState, *, findings: int | None = None) -> GroupSummary
     ``findings`` is the number of merged findings when ``state`` was loaded without them.
     """
     records = list(state.agents.values())
+    counted = deciding(state)
     return GroupSummary(
         group_id=state.group_id,
         status=state.status,
         progress=state.progress,
         applied=state.applied,
-        agents=tuple(_agent(r) for r in records),
+        agents=tuple(_agent(r, r.agent_id in counted) for r in records),
         open_questions=tuple(q for r in records for q in _questions(r)),
         blockers=tuple(_blocker(r, r.blocker) for r in records if r.blocker is not None),
         pending_delegations=tuple(
@@ -174,8 +179,9 @@ def _delegation(delegation: Delegation, requester: AgentRecord | None) -> Pendin
     )
 
 
-def _agent(record: AgentRecord) -> AgentSummary:
+def _agent(record: AgentRecord, counted: bool) -> AgentSummary:
     return AgentSummary(
+        counted=counted,
         agent_id=record.agent_id,
         name=record.name,
         state=record.state,
