@@ -17,7 +17,7 @@ A batch is committed by one Lua script, so either all of it happens or none of i
 
 Redis does not undo what a script wrote before one of its commands failed, so before its first write the
 script checks that every key it writes holds the type of its write (or nothing), that a stream it adds to
-has ids left (one added as the last possible id leaves none), and, on Redis 7+, that the user may write
+has ids left (an entry added with an id of the last millisecond leaves next to none), and, on Redis 7+, that the user may write
 it: a key of another type in the namespace, or a role without a permission, fails the batch with nothing
 written, rather than writing its first entries again at every retry. Long lists of arguments (the acks
 and idempotency ids of a batch of thousands) go out in slices: Lua's ``unpack`` stops at about 8 000.
@@ -83,7 +83,7 @@ local probes = {X = {'XADD', '*', 'f', 'v'}, H = {'HSET', 'f', 'v'}, D = {'HDEL'
 local refused = 'nothing of the batch was written'
 local role = refused .. ' (an ACL user made by `subagent-bus acl` for an earlier version lacks it: ' ..
   'apply the rules of this one)'
-local last_id = '18446744073709551615-18446744073709551615'
+local last_ms = '18446744073709551615-'  -- an id of the last millisecond: only someone's XADD makes one
 local checked = {}
 local i = 1
 while i <= #ops do
@@ -100,13 +100,13 @@ while i <= #ops do
       return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. have .. ', not a ' .. types[op] ..
         ': ' .. refused)
     end
-    if op == 'X' and have == 'stream' then  -- an entry added with the last possible id: XADD * fails
+    if op == 'X' and have == 'stream' then  -- XADD * fails once the last id is used: none is near it
       local info = redis.call('XINFO', 'STREAM', key)
       for j = 1, #info, 2 do
         if info[j] == 'last-generated-id' then
-          if info[j + 1] == last_id then
-            return redis.error_reply('ERR ' .. key .. ' has used up its entry ids (one was added as ' ..
-              last_id .. '): ' .. refused)
+          if string.sub(info[j + 1], 1, #last_ms) == last_ms then
+            return redis.error_reply('ERR ' .. key .. ' has (next to) no entry ids left: its last is ' ..
+              info[j + 1] .. ': ' .. refused)
           end
           break
         end
