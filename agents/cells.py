@@ -26,6 +26,7 @@ NONE: Final = frozenset({"none", "n/a", "na", "nothing", "no issues", "no blocke
 
 _NOTHING: Final = NONE | {"—", "–"}
 """What a cell of a row with no finding in it says."""
+_CONFIDENCE: Final = ("confidence", "conf")
 _WHERE: Final = ("fileline", "location", "file", "path")
 """The headers of a finding's place: ``file:line`` in one cell, or a file with a ``Line`` column."""
 _LOCATION: Final = re.compile(r"(\S+?):(-?\d+)(?:[-:]\d+)?\b.*")
@@ -147,18 +148,27 @@ def severity(raw: str, what: str, violations: list[str]) -> Severity | None:
 
 
 def findings(
-    tables: list[Table], agent: str, evidence: dict[str, str], violations: list[str]
+    tables: list[Table],
+    agent: str,
+    evidence: dict[str, str],
+    violations: list[str],
+    confidence: float | None = None,
 ) -> list[Finding]:
     """The findings of every issue table (a location column and a severity or issue column), each with
-    the evidence paragraph that starts with its id, when there is one."""
+    the evidence paragraph that starts with its id, when there is one. A table without a Confidence
+    column gives its findings ``confidence``, the report's own (seed 001's worked example combines the
+    agents' confidences); a blank cell of that column is no confidence."""
     found: list[Finding] = []
     for table in tables:
         if not _places(table.headers):
             continue
         if column(table.headers, ("severity", "issue", "finding")) is None:
             continue
+        scored = column(table.headers, _CONFIDENCE) is not None
         for row in table.rows:
             finding = _finding(table.headers, row, agent, evidence, violations)
+            if finding is not None and not scored and confidence is not None:
+                finding = finding.model_copy(update={"confidence": confidence})
             if finding is not None:
                 found.append(finding)
     return found
@@ -204,7 +214,7 @@ def _finding(
         violations.append(f"{name}: '{place}' names no line (lines are 1 to {MAX_LINE}): kept without one")
     level = severity(cell(row, column(headers, ("severity",))), name, violations)
     category = cell(row, column(headers, ("category", "type", "kind"))).strip() or None
-    raw = cell(row, column(headers, ("confidence", "conf")))
+    raw = cell(row, column(headers, _CONFIDENCE))
     confidence = number(raw) if raw else None
     if raw and (confidence is None or not 0 <= confidence <= 100):
         violations.append(f"{name}: confidence '{raw}' is not 0-100")

@@ -9,6 +9,8 @@ from agents.parser import ErrorItem, parse_text
 from agents.report import ReportError, parse_report
 from bus.findings import Severity
 from bus.results import ResultStatus
+from coordinator.policy import Policy
+from coordinator.rules import merge_findings
 
 
 def report(*sections: str, agent: str = "QA Engineer") -> str:
@@ -555,3 +557,31 @@ def test_a_list_item_that_says_there_is_nothing_lists_nothing(item: str) -> None
 def test_a_list_item_that_starts_like_none_is_kept() -> None:
     parsed = parse_report(report("### Blockers\n- None of the tests run on CI\n- No staging access\n"))
     assert [b.description for b in parsed.blockers] == ["None of the tests run on CI", "No staging access"]
+
+
+def test_a_table_without_a_confidence_column_gives_its_findings_the_report_s_confidence() -> None:
+    """Seed 001's worked example, the qa-engineer's table without the column: (95 + 78) / 2 + 10."""
+    table = "### Findings\n| ID | Issue | File:Line | Severity |\n|---|---|---|---|\n"
+    qa = parse_report(
+        report(
+            table + "| SEC-001 | Hardcoded JWT secret | `src/config/jwt.ts:8` | Critical |\n",
+            "### Confidence\n78",
+        )
+    )
+    assert [f.confidence for f in qa.findings] == [78]
+    sec = parse_report(
+        report(
+            "### Findings\n| ID | Issue | File:Line | Severity | Confidence |\n|---|---|---|---|---|\n"
+            "| SEC-001 | Hardcoded JWT secret | `src/config/jwt.ts:8` | Critical | 95 |\n"
+            "| SEC-002 | Maybe weak hash | `src/auth/hash.ts:3` | Minor | unknown |\n"
+            "| SEC-003 | Guess | `src/auth/x.ts:3` | Minor |  |\n",
+            "### Confidence\n92",
+            agent="Security Auditor",
+        )
+    )
+    # a Confidence column's cell that gives none is none: the agent left it unscored
+    assert [f.confidence for f in sec.findings] == [95, None, None]
+    merged = {m.location: m for m in merge_findings([*sec.findings, *qa.findings], Policy())}
+    assert merged["src/config/jwt.ts:8"].confidence == pytest.approx(96.5)
+    unscored = parse_report(report(table + "| QA-1 | Flaky | `t.py:3` | Minor |\n"))
+    assert [f.confidence for f in unscored.findings] == [None]

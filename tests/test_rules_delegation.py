@@ -24,7 +24,8 @@ from rules_kit import (
 from bus.directives import HumanApprove, HumanDeny, LaunchReason
 from bus.envelope import EnvelopeType
 from bus.events import AgentStarted, AgentState, DecisionType, Tick
-from bus.results import ResultBlocker, ResultStatus
+from bus.findings import Severity
+from bus.results import Issue, ResultBlocker, ResultStatus
 from bus.signals import DelegateWork, Priority
 from coordinator.policy import Policy
 from coordinator.rules import Target, Verdict, apply, evaluate, summarize
@@ -338,11 +339,13 @@ def test_a_requester_is_resumed_with_its_delegates_result_report() -> None:
         update={
             "next_steps": ["Rotate the JWT secret"],
             "blockers": [ResultBlocker(description="No staging access", resolution="a staging token")],
+            "issues": [Issue(title="Raw SQL", description="used in migrations", severity=Severity.IMPORTANT)],
         }
     )
     directive = one(feed.send(report, delegate_id), EnvelopeType.DELEGATION_COMPLETED)
     assert directive.results == (
         "Findings:\n- [critical] SEC-001 Hardcoded JWT secret (src/config/jwt.ts:8, confidence 95)\n"
+        "Issues:\n- [important] Raw SQL: used in migrations\n"
         "Next steps:\n- Rotate the JWT secret\n"
         "Blockers:\n- No staging access (needs: a staging token)"
     )
@@ -358,7 +361,7 @@ def test_a_result_lists_at_most_twenty_findings_to_its_requester() -> None:
     )
     lines = directive.results.splitlines()
     assert lines[0] == "Findings:" and len(lines) == 22
-    assert lines[-1] == "- … and 5 more (`subagent-bus findings`)"
+    assert lines[-1] == f"- … and 5 more (`subagent-bus findings --group {GROUP}`)"
 
 
 def test_blocking_delegate_that_fails_is_retried_and_the_requester_waits_for_the_retry() -> None:

@@ -10,7 +10,7 @@ from rules_kit import T0, Feed, completion, decisions, finding, kinds, of_type, 
 from bus.envelope import EnvelopeType
 from bus.events import AgentStarted, AgentState, DecisionType, Heartbeat, Tick
 from bus.findings import Finding, Severity
-from bus.results import ConfidenceReport, ResultStatus
+from bus.results import ResultStatus
 from coordinator.policy import Policy
 from coordinator.rules import Target, merge_findings, merged_view, summarize
 from coordinator.rules.ids import emitted_id
@@ -137,20 +137,6 @@ def test_paths_and_categories_are_compared_as_agents_mean_them() -> None:
     (merged,) = views[0]
     assert merged.agents == ("qa-engineer", "reviewer", "security-auditor")
     assert (merged.location, merged.category) == ("src/config/jwt.ts:8", "SEC")  # the best report's
-
-
-def test_a_finding_without_a_confidence_takes_its_report_s() -> None:
-    """The worked example with the qa-engineer's table lacking a Confidence column: its report's 78."""
-    feed = Feed()
-    feed.send(result("security-auditor", findings=[finding("", confidence=95)]), "bg-task-a")
-    qa = result("qa-engineer", findings=[finding("", confidence=None)], confidence=ConfidenceReport(score=78))
-    outcome = feed.send(qa, "bg-task-b")
-    assert one(outcome, EnvelopeType.FINDING, Target.FINDINGS).confidence == 78
-    (merged,) = merged_view(feed.state, feed.policy)
-    assert merged.confidence == pytest.approx(96.5)
-    unscored = result("docs-checker", findings=[finding("", confidence=None, line=9)])
-    unscored = unscored.model_copy(update={"confidence": None})
-    assert one(feed.send(unscored, "bg-task-c"), EnvelopeType.FINDING, Target.FINDINGS).confidence is None
 
 
 def test_result_findings_go_to_the_findings_stream_once_each() -> None:

@@ -4,10 +4,7 @@ Both record the agent's status, deliverables and metrics, update the group's pro
 aggregation (:mod:`coordinator.rules.aggregation`). A COMPLETION_REPORT's ``success`` /
 ``partial_success`` / ``failed`` map onto the result contract's SUCCESS / PARTIAL / FAILED. A RESULT also
 names the agent's kind (its heading), carries findings (published and merged like FINDING envelopes) and
-is checked against the result contract (:mod:`coordinator.rules.contract`). A finding of a report that
-gives it no confidence of its own (its table has no Confidence column) takes the report's ``###
-Confidence`` score, the agent's stated confidence in its results (seed 001's worked example combines
-the agents' confidences). Its findings, issues, next
+is checked against the result contract (:mod:`coordinator.rules.contract`). Its findings, issues, next
 steps and blockers are kept as text with the completion: a requester that waited for the agent
 (``blocks_current_work``) is resumed with them.
 """
@@ -19,14 +16,13 @@ from typing import Final
 from bus.envelope import EnvelopeType
 from bus.events import DecisionType
 from bus.findings import Finding
-from bus.results import ResultReport, ResultStatus
+from bus.results import Issue, ResultReport, ResultStatus
 from bus.signals import CompletionReport, CompletionStatus
 from coordinator.policy import agent_key
 from coordinator.rules.aggregation import finish
 from coordinator.rules.contract import check_result
 from coordinator.rules.findings import record_finding
 from coordinator.rules.step import Step
-from coordinator.rules.trusted import evolve
 from coordinator.state import Completion, Violation, ViolationRule
 
 __all__ = ["MAX_LISTED", "STATUS_OF_COMPLETION", "on_completion_report", "on_result"]
@@ -62,17 +58,13 @@ def on_result(step: Step) -> None:
     record = step.agent(agent_id)
     if record.name is None and report.agent.strip():
         step.update(agent_id, name=agent_key(report.agent))
-    score = report.confidence.score if report.confidence is not None else None
     for finding in report.findings:
-        if finding.confidence is None and score is not None:  # a table without a Confidence column
-            record_finding(step, evolve(finding, confidence=score), agent_id)
-        else:
-            record_finding(step, finding, agent_id)
+        record_finding(step, finding, agent_id)
     _violations(step, check_result(report, step.policy))
     completion = Completion(
         status=report.status,
         summary=report.summary,
-        results=_results(report),
+        results=_results(report, step.group_id),
         confidence=report.confidence.score if report.confidence is not None else None,
         source=EnvelopeType.RESULT,
         envelope_id=step.envelope.id,
@@ -80,12 +72,13 @@ def on_result(step: Step) -> None:
     finish(step, agent_id, completion)
 
 
-def _results(report: ResultReport) -> str | None:
+def _results(report: ResultReport, group_id: str) -> str | None:
     """The report's error (type, message, root cause, actions attempted, recovery options), findings (the
     first :data:`MAX_LISTED`), issues, next steps and blockers as text."""
     findings = [_finding_line(f) for f in report.findings[:MAX_LISTED]]
     if len(report.findings) > MAX_LISTED:
-        findings.append(f"… and {len(report.findings) - MAX_LISTED} more (`subagent-bus findings`)")
+        more = len(report.findings) - MAX_LISTED
+        findings.append(f"… and {more} more (`subagent-bus findings --group {group_id}`)")
     error = " ".join(filter(None, (report.error.type, report.error.message))) if report.error else ""
     parts = (
         ("Error", [error] if error else []),
@@ -93,7 +86,7 @@ def _results(report: ResultReport) -> str | None:
         ("Attempted", report.attempted_actions),
         ("Recovery options", report.recovery_options),
         ("Findings", findings),
-        ("Issues", [f"[{i.severity.value}] {i.title}" if i.severity else i.title for i in report.issues]),
+        ("Issues", [_issue_line(i) for i in report.issues]),
         ("Next steps", report.next_steps),
         (
             "Blockers",
@@ -104,6 +97,11 @@ def _results(report: ResultReport) -> str | None:
         f"{label}:\n" + "\n".join(f"- {line}" for line in lines) for label, lines in parts if lines
     )
     return text or None
+
+
+def _issue_line(issue: Issue) -> str:
+    said = f"{issue.title}: {issue.description}" if issue.description else issue.title
+    return f"[{issue.severity.value}] {said}" if issue.severity else said
 
 
 def _finding_line(finding: Finding) -> str:
