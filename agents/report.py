@@ -61,7 +61,9 @@ _SCORE: Final = re.compile(
     re.IGNORECASE,
 )
 _BREAKDOWN: Final = re.compile(
-    r"\b(verified|inferred|combined)(?:[ _]confidence)?\s*[:=]\s*(\d{1,3}(?:\.\d+)?)", re.IGNORECASE
+    r"\b(verified|inferred|combined)(?:[ _]confidence)?\s*[:=]\s*(\d{1,3}(?:\.\d+)?)"
+    r"(?![\d.]|\s*(?:of|out of)\b|\s*/\s*(?!100\b)\d)",  # a count (`verified: 2 of 3`) is no score
+    re.IGNORECASE,
 )
 _JUSTIFICATION: Final = re.compile(
     r"\s*+[-*•]?+\s*+(score|evidence count|verification method|(?:potential )?blind spots)\s*+:\s*+(.*)",

@@ -585,3 +585,12 @@ def test_a_table_without_a_confidence_column_gives_its_findings_the_report_s_con
     assert merged["src/config/jwt.ts:8"].confidence == pytest.approx(96.5)
     unscored = parse_report(report(table + "| QA-1 | Flaky | `t.py:3` | Minor |\n"))
     assert [f.confidence for f in unscored.findings] == [None]
+
+
+def test_a_count_after_verified_is_no_breakdown() -> None:
+    """``verified: 2 of 3 endpoints`` counts things; a breakdown gives scores (``90``, ``90/100``)."""
+    counted = parse_report(report("### Confidence\n78 - verified: 2 of 3 endpoints traced, 4/5 files read"))
+    assert counted.confidence is not None and counted.confidence.verified is None
+    scored = parse_report(report("### Confidence\n80 - verified: 90/100, inferred: 70/100"))
+    assert scored.confidence is not None
+    assert (scored.confidence.verified, scored.confidence.inferred) == (90, 70)

@@ -191,4 +191,6 @@ def test_low_confidence_needs_an_uncertainty_section() -> None:
         update={"sections": [Section(title="Uncertainty", text="Not sure about the auth flow.")]}
     )
     assert _rules(said) == []
+    within = ConfidenceReport(score=55, justification="Speculation\n#### Uncertainty\nNot sure about the ORM")
+    assert _rules(result("a", confidence=within)) == []
     assert _rules(result("a", confidence=ConfidenceReport(score=70))) == []

@@ -84,7 +84,7 @@ def _confidence(report: ResultReport) -> list[tuple[ViolationRule, str]]:
                     f"{confidence.inferred:g}) / 2 = {combined:g}",
                 )
             )
-    if score < UNCERTAINTY_THRESHOLD and not any("uncertain" in s.title.casefold() for s in report.sections):
+    if score < UNCERTAINTY_THRESHOLD and not _states_uncertainty(report):
         found.append(
             (
                 ViolationRule.MISSING_UNCERTAINTY,
@@ -100,6 +100,13 @@ def _confidence(report: ResultReport) -> list[tuple[ViolationRule, str]]:
             )
         )
     return found
+
+
+def _states_uncertainty(report: ResultReport) -> bool:
+    """An ``Uncertainty`` section, or (seed 001: flag uncertainty explicitly) the word in the confidence
+    section, which holds its own subsections (``#### Uncertainty``)."""
+    said = report.confidence.justification if report.confidence is not None else ""
+    return "uncertain" in said.casefold() or any("uncertain" in s.title.casefold() for s in report.sections)
 
 
 def _references(report: ResultReport) -> list[tuple[ViolationRule, str]]:
