@@ -2,7 +2,8 @@
 
 A reference ``file:line`` is verified when the file exists under the workdir and has at least ``line``
 lines; a reference without a line only needs the file. A path that leaves the workdir (``..``, an
-absolute path elsewhere, a symlink pointing out) is never opened and counts as not verified. The
+absolute path elsewhere, a symlink pointing out) is never opened and counts as not verified, but for a
+deliverable, which is not judged then (nor is a URL): it may well exist where the agent wrote it. The
 outcome is written on the payload: :attr:`Finding.verified`, :attr:`Reference.verified`, and for a
 COMPLETION_REPORT the extra field ``deliverables_verified``: one ``{path, verified}`` per deliverable
 listed as ``- NAME (comment)``.
@@ -127,8 +128,12 @@ class Verifier:
         )
 
     def completion(self, report: CompletionReport) -> CompletionReport:
+        """The report with a check of each deliverable in the workdir; one elsewhere (a URL, a path outside
+        it) is not judged: it is never opened, and not finding it here would say nothing."""
         checks = [
-            DeliverableCheck(path=p, verified=self.exists(p)) for p in deliverable_paths(report.deliverables)
+            DeliverableCheck(path=p, verified=self.exists(p))
+            for p in deliverable_paths(report.deliverables)
+            if "://" not in p and self.locate(p) is not None
         ]
         if not checks:
             return report

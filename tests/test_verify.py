@@ -104,14 +104,14 @@ def test_findings_references_and_deliverables_are_marked(workdir: Path) -> None:
         status=CompletionStatus.SUCCESS,
         summary="done",
         deliverables="Generated files:\n  - SECURITY_ANALYSIS.md (comprehensive report)\n"
-        "  - SECURITY_FINDINGS.jsonl (structured findings, 47 entries)\n  - reports/\n  - ../secret.txt",
+        "  - SECURITY_FINDINGS.jsonl (structured findings, 47 entries)\n  - reports/\n  - ../secret.txt\n"
+        "  - https://github.com/acme/app/pull/42\n  - /etc/hostname",
     )
     extra = verifier.completion(completion).model_dump()[DELIVERABLES_FIELD]
-    assert extra == [
+    assert extra == [  # one outside the workdir, or a URL, is not judged: it is never looked at
         {"path": "SECURITY_ANALYSIS.md", "verified": True},
         {"path": "SECURITY_FINDINGS.jsonl", "verified": False},
         {"path": "reports/", "verified": True},
-        {"path": "../secret.txt", "verified": False},
     ]
 
 
