@@ -202,10 +202,8 @@ def _budget(state: GroupState, policy: Policy) -> CheckFailure | None:
 def on_delegate(step: Step) -> None:
     request = step.payload(DelegateWork)
     request_id = request.request_id()
-    earlier = step.state.delegations.get(request_id)
-    if earlier is not None and earlier.status is not DelegationStatus.DENIED:  # printed twice (a recap)
+    if request_id in step.state.delegations:  # the same block printed again (a recap): asked once
         raise Rejected(f"delegation request {request_id} was already received")
-    # one denied and asked again unchanged (as the denial suggests, once a slot is free) is evaluated anew
     requester = step.agent(step.envelope.agent_id)
     evaluation = evaluate(request, requester, step.state, step.policy)
     delegation = Delegation(
