@@ -138,7 +138,7 @@ class StopWork(OpenModel):
     timestamp: Timestamp | None = None
     stop_reason: StopReason
     blocker_type: BlockerType | None = None
-    """Required but with ``stop_reason: completion``, which none of the seed's blocker types fits."""
+    """Required with ``stop_reason: blocker``; an error's is implied, and none fits a completion."""
     details: NonBlankText
     completed_work: Text | None = None
     blocked_work: Text | None = None
@@ -148,13 +148,13 @@ class StopWork(OpenModel):
 
     @model_validator(mode="after")
     def _blocker_type_given(self) -> Self:
-        if self.blocker_type is None and self.stop_reason is not StopReason.COMPLETION:
+        if self.blocker_type is None and self.stop_reason is StopReason.BLOCKER:
             raise ValueError(f"blocker_type is required with stop_reason: {self.stop_reason.value}")
         return self
 
     @property
     def kind(self) -> str:
-        """The blocker type, or the stop reason when it has none (a completion)."""
+        """The blocker type, or the stop reason when it has none (an error, a completion)."""
         return (self.blocker_type or self.stop_reason).value
 
 

@@ -72,6 +72,9 @@ def test_a_completion_stop_needs_no_blocker_type_and_a_blocker_does() -> None:
     stuck = only(parse_text(stop(blocker_type="")))
     assert isinstance(stuck, ErrorItem)
     assert stuck.message.endswith("blocker_type is required with stop_reason: blocker")
+    failed = only(parse_text(stop(stop_reason="error", blocker_type="")))  # seed 003's diagram writes it so
+    assert isinstance(failed, SignalItem) and isinstance(failed.payload, StopWork)
+    assert failed.payload.kind == "error"
 
 
 def test_inline_mentions_and_greps_are_prose() -> None:
