@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from bus import wire
 from bus.connection import Client, as_text, check_block, translated
 from bus.envelope import encode, new_envelope
-from bus.errors import BusError
+from bus.errors import BusError, CommandFailed
 from bus.events import Tick
 from bus.keys import Keys, StreamKind
 from bus.metrics import Metrics
@@ -106,7 +106,7 @@ class Coordinator:
         """Run until ``stop`` is set (or, with ``burst``, until every shard is drained); entries applied."""
         stop = stop or asyncio.Event()
         for shard in self._shards:
-            await self._ensure_group(shard.index)
+            await self._ensure_group(shard.index, starting=True)
         try:
             if burst:
                 await self._burst(stop)
@@ -293,10 +293,17 @@ class Coordinator:
             shard.pipe, shard.index, shard.token, GROUP, idle_ms=idle_ms, count=count, until_done=until_done
         )
 
-    async def _ensure_group(self, index: int) -> None:
+    async def _ensure_group(self, index: int, *, starting: bool = False) -> None:
+        """Create the shard's consumer group unless it exists. Starting, a refusal other than that is a
+        misconfiguration that no retry mends (a cluster node forced off the cluster client sends the
+        shard's keys to another node): it stops the process, rather than a shard retrying for ever."""
         stream = self.keys.stream(index, StreamKind.SIGNALS)
-        with contextlib.suppress(BusError), translated():
-            await self.client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+        try:
+            with translated():
+                await self.client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+        except BusError as exc:
+            if starting and isinstance(exc, CommandFailed) and "BUSYGROUP" not in str(exc):
+                raise
 
     async def _maybe_tick(self, shard: Shard) -> None:
         now = time.monotonic()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+import redis
 import redis.asyncio
 from adapter_kit import CLI
 from workers.kit import connected, progress
@@ -12,7 +13,7 @@ from workers.kit import connected, progress
 from bus.connection import translated
 from bus.consumer import Ack, Consumer, Delivery
 from bus.errors import CommandFailed
-from bus.keys import StreamKind, open_namespace
+from bus.keys import Keys, StreamKind, open_namespace
 from bus.publisher import Publisher
 from bus.retention import trim_namespace
 
@@ -93,3 +94,22 @@ def test_the_cli_without_the_cluster_client_names_a_cluster_node(cluster_url: st
     )
     assert done.returncode == 1
     assert "the server is a Redis Cluster node: it sent a key to another node (MovedError)" in done.stderr
+
+
+def test_a_coordinator_without_the_cluster_client_stops_with_the_reason(cluster_url: str) -> None:
+    """Its namespace on the node of the URL, some shard on another: it stopped applying nothing there."""
+    cluster = redis.RedisCluster.from_url(cluster_url)
+    here = int(cluster_url.rsplit(":", 1)[1].split("/", maxsplit=1)[0])
+
+    def port_of(key: str) -> int:
+        return int(cluster.nodes_manager.get_node_from_slot(cluster.keyslot(key)).port)
+
+    namespace = next(f"nc{i}" for i in range(200) if port_of(Keys(f"nc{i}", 2).meta) == here)
+    keys = Keys(namespace, 2)
+    assert any(port_of(keys.stream(s, StreamKind.SIGNALS)) != here for s in keys.all_shards())
+    cluster.set(keys.meta, "2")
+    cluster.close()
+    argv = [CLI, "coordinator", "--no-cluster", "--redis-url", cluster_url, "--namespace", namespace]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)  # not for ever
+    assert done.returncode == 1
+    assert "the server is a Redis Cluster node: it sent a key to another node" in done.stderr
