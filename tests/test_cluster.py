@@ -8,6 +8,7 @@ import pytest
 import redis
 import redis.asyncio
 from adapter_kit import CLI
+from redis.crc import key_slot
 from workers.kit import connected, progress
 
 from bus.connection import translated
@@ -102,7 +103,7 @@ def test_a_coordinator_without_the_cluster_client_stops_with_the_reason(cluster_
     here = int(cluster_url.rsplit(":", 1)[1].split("/", maxsplit=1)[0])
 
     def port_of(key: str) -> int:
-        return int(cluster.nodes_manager.get_node_from_slot(cluster.keyslot(key)).port)
+        return int(cluster.nodes_manager.get_node_from_slot(key_slot(key.encode())).port)
 
     namespace = next(f"nc{i}" for i in range(200) if port_of(Keys(f"nc{i}", 2).meta) == here)
     keys = Keys(namespace, 2)

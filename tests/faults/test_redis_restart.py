@@ -333,7 +333,9 @@ class _Renewals:
         self.seen = 0
 
     async def count(self) -> int:
-        score = await self.client.zscore(f"{NAMESPACE}:coordinators", self.name)
+        members: Any = await self.client.zrange(f"{NAMESPACE}:coordinators", 0, -1, withscores=True)
+        prefix = f"{self.name}:".encode()  # a member is the process's name and a part of its own
+        score = next((float(s) for m, s in members if m.startswith(prefix)), None)
         if score is not None and score != self.last:
             self.seen += self.last is not None
             self.last = score
