@@ -14,7 +14,7 @@ started again by the same process. A request that cannot be started after ``max_
 (at once when its command line is too long) is dead-lettered with the reason, and so is one read after
 it expired (``expires_at``, which the coordinator sets to when it will declare the agent lost and retry
 it: started then, the agent would run twice). Stopping a launcher with SIGTERM or SIGINT stops the
-adapters it started, which stop their agents. A launcher killed with SIGKILL leaves its agents running;
+adapters it started, which stop their agents (a second signal has them kill an agent that ignores it). A launcher killed with SIGKILL leaves its agents running;
 the next launcher on the same log directory counts them against its ``max_parallel`` until they end
 (:mod:`agents.orphans`).
 """
@@ -280,13 +280,18 @@ class Launcher:
         log.info(f"agent {agent_id} ended with exit status {code}", extra=extra)
         self._changed.set()
 
-    async def _shutdown(self) -> None:
-        """Pass SIGTERM on to the adapters still running and wait for them."""
+    def terminate(self) -> None:
+        """Pass SIGTERM on to the adapters still running: each stops its agent on the first, and kills
+        it on a second (the launcher's own second signal sends that)."""
         for process in list(self.running.values()):
             if process.returncode is None:
                 process.terminate()
         for orphan in list(self.adopted.values()):
             orphan.adapter.terminate()
+
+    async def _shutdown(self) -> None:
+        """Stop the adapters still running and wait for them."""
+        self.terminate()
         if self._waiters:
             await asyncio.gather(*list(self._waiters), return_exceptions=True)
 

@@ -158,10 +158,18 @@ def launcher(
         try:
             keys = await open_namespace(client, settings.namespace, settings.shards)
             stop = asyncio.Event()
+            launcher = Launcher(client, keys, settings, options, metrics)
+
+            def signalled(sig: signal.Signals) -> None:
+                if stop.is_set():  # again: an agent that ignores SIGTERM keeps its adapter waiting
+                    log.warning("%s again: passed on again, so the adapters kill their agents", sig.name)
+                    launcher.terminate()
+                stop.set()
+
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop.set)
-            return await Launcher(client, keys, settings, options, metrics).run(stop)
+                loop.add_signal_handler(sig, signalled, sig)
+            return await launcher.run(stop)
         finally:
             await client.aclose()
 

@@ -376,3 +376,33 @@ def test_file_names_of_distinct_agents_are_distinct() -> None:
     assert len(set(stems)) == len(names)
     assert stems[0] == "agent-7" and stems[5] == "é"
     assert all("/" not in stem and "\\" not in stem and not stem.startswith(".") for stem in stems)
+
+
+async def test_a_second_signal_stops_a_launcher_whose_agent_ignores_sigterm(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The first SIGTERM reaches the agent, which goes on; the second has its adapter kill it."""
+    stubborn, heard = tmp_path / "stubborn.sh", tmp_path / "heard"
+    stubborn.write_text(
+        f"trap 'echo term >> {heard}' TERM\necho started > {tmp_path / 'up'}\nwhile true; do sleep 0.1; done\n"
+    )
+    log = tmp_path / "launcher.log"
+    async with open_bus(redis_url) as bus:
+        agent = await request(bus, 0)
+        launcher = start(launcher_args(tmp_path, f"sh {stubborn} {{agent_id}}"), redis_url, log)
+
+        async def up() -> bool:
+            return (tmp_path / "up").exists()
+
+        async def signalled() -> bool:
+            return heard.exists()
+
+        await wait_until(up, 60, "the agent to start")
+        launcher.send_signal(signal.SIGTERM)
+        await wait_until(signalled, 30, "the agent to be told")
+        assert launcher.poll() is None  # it waits for the agent, which goes on
+        launcher.send_signal(signal.SIGTERM)
+        assert await exited(launcher, 30) == 0, log.read_text()
+    text = log.read_text()
+    assert "SIGTERM again: passed on again" in text
+    assert f"agent {agent} ended with exit status" in text
