@@ -406,3 +406,35 @@ async def test_a_second_signal_stops_a_launcher_whose_agent_ignores_sigterm(
     text = log.read_text()
     assert "SIGTERM again: passed on again" in text
     assert f"agent {agent} ended with exit status" in text
+
+
+async def test_a_command_gone_since_the_launcher_started_is_a_start_that_failed(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Removed while the launcher runs (being reinstalled): tried again, then dead-lettered, not taken for
+    started while the adapter refused it."""
+    program = tmp_path / "agent-bin.sh"
+    program.write_text("echo hi\n")
+    program.chmod(0o755)
+    log = tmp_path / "launcher.log"
+    args = [*launcher_args(tmp_path, f"{program} {{agent_id}}"), "--max-attempts", "2", "--reclaim-ms", "50"]
+    async with open_bus(redis_url) as bus:
+        tasks = bus.stream(GROUP, StreamKind.TASKS)
+        launcher = start(args, redis_url, log)
+
+        async def reading() -> bool:
+            return bool(await bus.client.exists(tasks)) and bool(await bus.client.xinfo_groups(tasks))
+
+        await wait_until(reading, 60, "the launcher to read the tasks")
+        program.unlink()
+        agent = await request(bus, 0)
+
+        async def dead_lettered() -> bool:
+            return bool(await stream_fields(bus.client, dead_stream_for(tasks)))
+
+        await wait_until(dead_lettered, 60, "the request to be dead-lettered")
+        [dead] = await stream_fields(bus.client, dead_stream_for(tasks))
+        launcher.send_signal(signal.SIGTERM)
+        assert await exited(launcher, 60) == 0, log.read_text()
+    assert dead[b"reason"].decode() == f"cannot start agent {agent}: {program} is not an executable file"
+    assert f"launched {agent}" not in log.read_text()
