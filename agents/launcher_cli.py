@@ -11,6 +11,7 @@ import click
 from agents.delivery import DeliverySpec
 from agents.launcher import Launcher, LauncherOptions, log
 from agents.options import check_program, check_response_file
+from agents.spawn import AGENT_FILE
 from bus.cli_connection import redis_options, run_command
 from bus.connection import connect
 from bus.keys import open_namespace
@@ -41,7 +42,13 @@ def _adapter_args(
         if spec.argv:
             check_program(list(spec.argv), "--deliver")
         if spec.path is not None:
-            check_response_file(spec.path)
+            if AGENT_FILE not in str(spec.path):
+                raise click.BadParameter(
+                    f"file:{spec.path} would be one file for every agent the launcher starts, each reading "
+                    f"the others' directives: put {AGENT_FILE} in its name (file:directives/{AGENT_FILE}.md)",
+                    param_hint="--deliver",
+                )
+            check_response_file(Path(str(spec.path).replace(AGENT_FILE, "agent")))
         args += ["--deliver", deliver]
     if workdir is not None:
         args += ["--workdir", str(workdir.absolute())]
@@ -82,7 +89,11 @@ def _adapter_args(
     type=click.Path(file_okay=False, path_type=Path),
     help="Where each agent's adapter writes its log (AGENT_ID.log).",
 )
-@click.option("--deliver", help="Passed to each agent's adapter (print, file:PATH, command:TEMPLATE).")
+@click.option(
+    "--deliver",
+    help="Passed to each agent's adapter (print, file:PATH, command:TEMPLATE); a file:PATH names "
+    "{agent_id}, each agent's own file.",
+)
 @click.option(
     "--workdir", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Passed to each adapter."
 )

@@ -49,6 +49,10 @@ def adapter_command() -> list[str]:
     return [sys.executable, "-c", "from bus.cli import main; main()"]
 
 
+AGENT_FILE: Final = "{agent_id}"
+"""In the launcher's ``--deliver file:PATH``: each agent's own file (its id, as a file name)."""
+
+
 def file_stem(agent_id: str) -> str:
     """An agent id usable as a file name (distinct ids stay distinct: ``a/b`` and ``a_b`` differ)."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in agent_id).lstrip(".")[:100]
@@ -104,7 +108,8 @@ class Spawner:
             "--task-file",
             str(prompt_file),
             "--quiet",
-            *self.adapter_args,
+            # a file:PATH delivery is one file per agent (the launcher makes it name {agent_id})
+            *(a.replace(AGENT_FILE, file_stem(request.new_agent_id)) for a in self.adapter_args),
             "--",
             *agent,
         ]

@@ -10,6 +10,8 @@ from pathlib import Path
 from adapter_kit import CLI, Bus, exited, fake, open_bus, run_ok, start, stream_fields, wait_until
 
 from agents.launcher import file_stem
+from agents.orphans import Proc
+from agents.spawn import Spawner
 from bus.directives import DelegationApproved, LaunchReason, LaunchRequest
 from bus.envelope import EnvelopeType, decode, new_envelope
 from bus.events import AgentStarted, Heartbeat
@@ -438,3 +440,26 @@ async def test_a_command_gone_since_the_launcher_started_is_a_start_that_failed(
         assert await exited(launcher, 60) == 0, log.read_text()
     assert dead[b"reason"].decode() == f"cannot start agent {agent}: {program} is not an executable file"
     assert f"launched {agent}" not in log.read_text()
+
+
+def test_a_file_delivery_is_one_file_per_agent(tmp_path: Path) -> None:
+    """Every launched agent appended its directives to one file and read the others' answers there."""
+    shared = subprocess.run(
+        [CLI, "launcher", "--command", "echo {agent_id}", "--deliver", f"file:{tmp_path}/d.md",
+         "--redis-url", "redis://127.0.0.1:1"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert shared.returncode == 2 and "would be one file for every agent the launcher starts" in shared.stderr
+    spawner = Spawner(
+        template=["agent", "{agent_id}"],
+        prompt_dir=tmp_path,
+        log_dir=tmp_path,
+        adapter_args=("--deliver", f"file:{tmp_path}/{{agent_id}}.md"),
+        url="redis://127.0.0.1:1/0",
+        namespace="sbus",
+        cluster=None,
+        launcher=Proc(pid=1),
+    )
+    launch = LaunchRequest(request_id="r", new_agent_id="a/1", reason=LaunchReason.DELEGATION, task="t")
+    argv = spawner.command(launch, GROUP, tmp_path / "p.md", "t")
+    assert argv[argv.index("--deliver") + 1] == f"file:{tmp_path}/{file_stem('a/1')}.md"
