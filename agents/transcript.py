@@ -20,6 +20,8 @@ envelope ids deterministic.
 
 from __future__ import annotations
 
+import contextlib
+import re
 from enum import StrEnum
 from typing import Any, Final
 
@@ -193,7 +195,7 @@ class TranscriptReader:
         try:
             entry = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
-            entry = loads_lenient(data)
+            entry = loads_lenient(data) or _replaced(data)
             if entry is None:
                 self._out.append(
                     ErrorItem(line=line, offset=offset, message=f"JSONL line {line}: {_why(data, exc)}")
@@ -230,6 +232,22 @@ class TranscriptReader:
                 text: str = block["text"]
                 self._out.append(AssistantText(text=text, line=line, offset=offset, start=start))
                 offset += len(text.encode())
+
+
+def _replaced(data: bytes) -> Any:
+    """The line read with each byte of invalid UTF-8 as ``?`` (a signal in it is not lost); None when that
+    does not make it JSON either. One byte for one keeps a text no longer than its line (offsets)."""
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        text = _ESCAPED.sub("?", data.decode(errors="surrogateescape"))
+        with contextlib.suppress(orjson.JSONDecodeError):
+            return orjson.loads(text)
+    return None
+
+
+_ESCAPED: Final = re.compile("[\udc80-\udcff]")
+"""The bytes ``surrogateescape`` could not decode, one code point each."""
 
 
 def _why(data: bytes, exc: orjson.JSONDecodeError) -> str:

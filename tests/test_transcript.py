@@ -148,8 +148,18 @@ def test_a_lone_surrogate_escape_is_replaced_not_the_line_lost() -> None:
 
 
 def test_a_line_that_is_not_utf8_says_so() -> None:
-    (error,) = parse(b'{"type": "assistant", "x": "\xff"}\n')[0]
-    assert isinstance(error, ErrorItem) and error.message == "JSONL line 1: not valid UTF-8 (byte 28)"
+    (error,) = parse(b'{"type": "assistant", "x": \xff}\n')[0]
+    assert isinstance(error, ErrorItem) and error.message == "JSONL line 1: not valid UTF-8 (byte 27)"
+
+
+def test_invalid_utf8_in_an_assistant_text_is_read_as_question_marks_not_the_signal_lost() -> None:
+    """As text output is read with U+FFFD: the agent's COMPLETION_REPORT was skipped with the line."""
+    done = "[COMPLETION_REPORT]\nagent_id: a1\nstatus: success\nsummary: all done XX\n[/COMPLETION_REPORT]\n"
+    line = assistant_line("Finished.\n" + done).replace(b"XX", b"\xff\xfe")
+    (item,) = parse(line)[0]
+    assert isinstance(item, SignalItem) and isinstance(item.payload, CompletionReport)
+    assert item.payload.summary == "all done ??"  # one byte for one: offsets stay inside the line
+    assert item.offset < len(line)
 
 
 def test_errors_inside_an_assistant_text_name_the_jsonl_line() -> None:
