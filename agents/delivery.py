@@ -72,6 +72,8 @@ ABANDONED_MS: Final = 60_000
 """An entry an adapter has left that long is an adapter's that died: ``listen`` takes it over."""
 PLACEHOLDERS: Final = frozenset({"prompt", "agent_id", "group_id", "session_id", "type", "directive_id"})
 _PLACEHOLDER: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_FORMATTED: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?:[.!\[]|:(?!\s))")
+"""``{agent_id!r}``, ``{prompt_file:>60}``; not a jq object (``{agent_id: .x}``)."""
 # A known name after "{" that ends its argument or a word was meant as a placeholder: "{prompt" is a typo,
 # while "{agent_id: 1}" (jq, JSON) is not.
 _UNCLOSED: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?=\s|$)")
@@ -144,6 +146,12 @@ def split_template(template: str, allowed: frozenset[str] = PLACEHOLDERS) -> lis
         names = ", ".join(f"{{{n}}}" for n in unknown)
         known = ", ".join(f"{{{n}}}" for n in sorted(allowed))
         raise ValueError(f"unknown placeholder {names} in the command template (known: {known})")
+    formatted = sorted({name for arg in argv for name in _FORMATTED.findall(arg)} & allowed)
+    if formatted:  # Python's format syntax, which a value is never put through
+        names = ", ".join(f"{{{n}...}}" for n in formatted)
+        raise ValueError(
+            f"{names} in the command template: a placeholder takes no attribute, index or format"
+        )
     unclosed = sorted({name for arg in argv for name in _UNCLOSED.findall(arg)} & allowed)
     if unclosed:
         names = ", ".join(f"{{{n}" for n in unclosed)

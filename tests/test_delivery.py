@@ -75,6 +75,9 @@ def test_bad_templates_are_refused() -> None:
         split_template("claude -p {prompt")
     with pytest.raises(ValueError, match="unclosed placeholder \\{agent_id,"):
         split_template("run '--tag {agent_id x' {type")
+    for formatted in ("{agent_id!r}", "{prompt:>60}", "{agent_id.__class__}", "{agent_id[0]}"):
+        with pytest.raises(ValueError, match="takes no attribute, index or format"):
+            split_template(f"run {formatted}")
     assert split_template("""jq '{a: 1}' {"b":2}""")[1] == "{a: 1}"  # braces that are not placeholders
     assert split_template("jq '{agent_id: .x}' {other")[1:] == ["{agent_id: .x}", "{other"]
 
