@@ -16,7 +16,7 @@ from typing import Final
 from bus.envelope import EnvelopeType
 from bus.events import DecisionType
 from bus.findings import Finding
-from bus.results import Issue, ResultReport, ResultStatus
+from bus.results import Issue, ResultReport, ResultStatus, says_nothing
 from bus.signals import CompletionReport, CompletionStatus
 from coordinator.policy import agent_key
 from coordinator.rules.aggregation import finish
@@ -90,7 +90,11 @@ def _results(report: ResultReport, group_id: str) -> str | None:
         ("Next steps", report.next_steps),
         (
             "Blockers",
-            [b.description + (f" (needs: {b.resolution})" if b.resolution else "") for b in report.blockers],
+            [
+                b.description + (f" (needs: {b.resolution})" if b.resolution else "")
+                for b in report.blockers
+                if not says_nothing(b.description)
+            ],
         ),
     )
     text = "\n".join(
