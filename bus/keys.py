@@ -154,8 +154,8 @@ async def open_namespace(
             except PermissionDenied:
                 raise NamespaceMissing(
                     f"namespace {namespace!r} does not exist on this server (no {key}), and this user may "
-                    "not create it: under ACLs only the coordinator role's user does (start a coordinator as that user "
-                    "first)"
+                    "not create it: under ACLs only the coordinator role's user does (start a coordinator "
+                    "as that user first)"
                 ) from None
             stored = await client.get(key)
     text = stored.decode(errors="replace") if isinstance(stored, bytes) else str(stored)
