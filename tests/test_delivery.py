@@ -255,6 +255,7 @@ async def test_a_killed_adapter_redelivers_on_restart(redis_url: str, tmp_path: 
         await wait_until(in_hand, 20, "the delivery to start")
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)
+        go.touch()  # the delivery command the killed adapter left running ends too
         assert await pending(bus, "d4") == 1  # not acknowledged: the delivery never finished
         responses = tmp_path / "responses.md"
         second = start(idle_adapter(tmp_path, "d4", "--deliver", f"file:{responses}"), redis_url, log)
@@ -284,6 +285,7 @@ async def test_a_directive_a_killed_adapter_held_is_taken_over_by_listen(
         await wait_until(in_hand, 20, "the delivery to start")
         doomed.send_signal(signal.SIGKILL)  # the adapter dies, and nothing starts it again
         doomed.wait(timeout=10)
+        go.touch()  # the delivery command it left running ends too
         listener = InboxListener(bus.client, bus.inbox(GROUP, "d7"), abandoned_ms=500)
         received = await listener.next(15)
         assert received is not None and received.directive.envelope == sent
