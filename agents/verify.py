@@ -51,15 +51,19 @@ def split_location(file: str, line: int | None) -> tuple[str, int | None]:
 
 def deliverable_paths(text: str | None) -> list[str]:
     """The paths listed in a ``deliverables`` text: the first word of each list item that looks like a
-    file or directory name (``- SECURITY_ANALYSIS.md (comprehensive report)`` -> the file name)."""
+    file or directory name (``- SECURITY_ANALYSIS.md (comprehensive report)`` -> the file name), and a
+    line that is one such word (a YAML list, ``[a.md, b.md]``, or a single path, arrives one per line)."""
     if not text:
         return []
     found: list[str] = []
     for raw in text.splitlines():
         match = _ITEM.match(raw)
-        if match is None:
+        if match is not None:
+            token = _first_word(match["rest"])
+        elif len(raw.split()) == 1:
+            token = _first_word(raw)
+        else:
             continue
-        token = _first_word(match["rest"])
         if ("/" in token or _FILE_NAME.match(token)) and token not in found:
             found.append(token)
     return found

@@ -127,6 +127,19 @@ def test_deliverable_lists() -> None:
         "CHANGELOG.md",
     ]
     assert deliverable_paths(None) == []
+    # a YAML list (``deliverables:`` then ``  - a``), a flow list or one path arrive as one path a line
+    assert deliverable_paths(
+        CompletionReport.model_validate(
+            {
+                "agent_id": "a",
+                "status": "success",
+                "summary": "s",
+                "deliverables": ["src/real.py", "src/ghost.py"],
+            }
+        ).deliverables
+    ) == ["src/real.py", "src/ghost.py"]
+    assert deliverable_paths("src/ghost.py") == ["src/ghost.py"]
+    assert deliverable_paths("Done:\nnothing else") == []
 
 
 async def test_the_adapter_publishes_verified_payloads(redis_url: str, workdir: Path, tmp_path: Path) -> None:

@@ -249,7 +249,7 @@ def _notify_parent(step: Step, record: AgentRecord, completion: Completion) -> N
         detail += (
             f"; still waiting for {', '.join(waiting)}"
             if waiting
-            else f"; results sent while {parent.state.value}"
+            else f"; results sent; still {parent.state.value}"
         )
         step.decide(DecisionType.DELEGATION_COMPLETED, parent.agent_id, detail, request_id=request_id)
         return
