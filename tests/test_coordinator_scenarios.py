@@ -406,7 +406,7 @@ def test_the_text_views_show_what_waits_and_the_commands_that_act_on_it(redis_ur
     coordinate(redis_url)
     [launch] = tasks(redis_url)
     assert task in launch["payload"]["task"]
-    assert "delegate" not in sb(redis_url, "inbox")
+    assert request not in sb(redis_url, "inbox")  # the delegation's item is gone
 
 
 @pytest.mark.usefixtures("interruptible")
