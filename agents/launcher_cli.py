@@ -42,13 +42,13 @@ def _adapter_args(
         if spec.argv:
             check_program(list(spec.argv), "--deliver")
         if spec.path is not None:
-            if AGENT_FILE not in str(spec.path):
+            if AGENT_FILE not in spec.path.name:
                 raise click.BadParameter(
                     f"file:{spec.path} would be one file for every agent the launcher starts, each reading "
                     f"the others' directives: put {AGENT_FILE} in its name (file:directives/{AGENT_FILE}.md)",
-                    param_hint="--deliver",
+                    param_hint="'--deliver'",
                 )
-            check_response_file(Path(str(spec.path).replace(AGENT_FILE, "agent")))
+            check_response_file(spec.path)
         args += ["--deliver", deliver]
     if workdir is not None:
         args += ["--workdir", str(workdir.absolute())]
@@ -92,7 +92,7 @@ def _adapter_args(
 @click.option(
     "--deliver",
     help="Passed to each agent's adapter (print, file:PATH, command:TEMPLATE); a file:PATH names "
-    "{agent_id}, each agent's own file.",
+    "{agent_id} in its file name, each agent's own file.",
 )
 @click.option(
     "--workdir", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Passed to each adapter."

@@ -194,7 +194,11 @@ def test_a_pid_that_names_no_single_process_is_a_usage_error(pid: str) -> None:
         ),
         (
             ["launcher", "--command", "touch {prompt_file}", "--deliver", "file:."],
-            "Invalid value for '--deliver': . is a directory",
+            "Invalid value for '--deliver': file:. would be one file for every agent the launcher starts",
+        ),
+        (
+            ["launcher", "--command", "touch {prompt_file}", "--deliver", "file:missing/{agent_id}.md"],
+            "Invalid value for '--deliver': the directory of missing/{agent_id}.md does not exist",
         ),
     ],
 )  # fmt: skip
