@@ -14,9 +14,9 @@ started again by the same process. A request that cannot be started after ``max_
 (at once when its command line is too long) is dead-lettered with the reason, and so is one read after
 it expired (``expires_at``, which the coordinator sets to when it will declare the agent lost and retry
 it: started then, the agent would run twice). Stopping a launcher with SIGTERM or SIGINT stops the
-adapters it started, which stop their agents (a second signal has them kill an agent that ignores it). A launcher killed with SIGKILL leaves its agents running;
-the next launcher on the same log directory counts them against its ``max_parallel`` until they end
-(:mod:`agents.orphans`).
+adapters it started, which stop their agents (a second signal has them kill an agent that ignores it).
+A launcher killed with SIGKILL leaves its agents running; the next launcher on the same log directory
+counts them against its ``max_parallel`` until they end (:mod:`agents.orphans`).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ writes to ``<agent>.log`` in the log directory, and has its pid recorded beside 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import os
@@ -51,6 +52,12 @@ def adapter_command() -> list[str]:
 
 AGENT_FILE: Final = "{agent_id}"
 """In the launcher's ``--deliver file:PATH``: each agent's own file (its id, as a file name)."""
+
+
+def _own_file(agent_id: str, arg: str) -> str:
+    """A ``--deliver file:PATH`` for this agent: its own file (the launcher makes PATH name
+    :data:`AGENT_FILE`). Any other argument as it is: a command delivery fills its own placeholders."""
+    return arg.replace(AGENT_FILE, file_stem(agent_id)) if arg.startswith("file:") else arg
 
 
 def file_stem(agent_id: str) -> str:
@@ -108,8 +115,7 @@ class Spawner:
             "--task-file",
             str(prompt_file),
             "--quiet",
-            # a file:PATH delivery is one file per agent (the launcher makes it name {agent_id})
-            *(a.replace(AGENT_FILE, file_stem(request.new_agent_id)) for a in self.adapter_args),
+            *map(functools.partial(_own_file, request.new_agent_id), self.adapter_args),
             "--",
             *agent,
         ]

@@ -195,7 +195,9 @@ class TranscriptReader:
         try:
             entry = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
-            entry = loads_lenient(data) or _replaced(data)
+            entry = loads_lenient(data)
+            if entry is None:
+                entry = _replaced(data)
             if entry is None:
                 self._out.append(
                     ErrorItem(line=line, offset=offset, message=f"JSONL line {line}: {_why(data, exc)}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -463,3 +464,7 @@ def test_a_file_delivery_is_one_file_per_agent(tmp_path: Path) -> None:
     launch = LaunchRequest(request_id="r", new_agent_id="a/1", reason=LaunchReason.DELEGATION, task="t")
     argv = spawner.command(launch, GROUP, tmp_path / "p.md", "t")
     assert argv[argv.index("--deliver") + 1] == f"file:{tmp_path}/{file_stem('a/1')}.md"
+    # a command delivery's {agent_id} is its own placeholder, filled by the adapter with the id itself
+    command = replace(spawner, adapter_args=("--deliver", "command:resume --id {agent_id} {prompt}"))
+    argv = command.command(launch, GROUP, tmp_path / "p.md", "t")
+    assert argv[argv.index("--deliver") + 1] == "command:resume --id {agent_id} {prompt}"
