@@ -10,7 +10,6 @@ writes to ``<agent>.log`` in the log directory, and has its pid recorded beside 
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import logging
 import os
@@ -115,7 +114,7 @@ class Spawner:
             "--task-file",
             str(prompt_file),
             "--quiet",
-            *map(functools.partial(_own_file, request.new_agent_id), self.adapter_args),
+            *(_own_file(request.new_agent_id, arg) for arg in self.adapter_args),
             "--",
             *agent,
         ]

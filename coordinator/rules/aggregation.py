@@ -213,9 +213,8 @@ def _retry_task(first: AgentRecord, attempt: int) -> str:
 
 def _first_attempt(state: GroupState, record: AgentRecord) -> AgentRecord:
     """The record of the first attempt at this agent's work (a retry names the attempt it replaced)."""
-    while record.retry_of is not None and record.retry_of in state.agents:
-        record = state.agents[record.retry_of]
-    return record
+    earlier = state.attempts_before(record)
+    return earlier[-1] if earlier else record
 
 
 def _notify_parent(step: Step, record: AgentRecord, completion: Completion) -> None:
