@@ -239,6 +239,12 @@ async def _end(bus: AgentBus, session: Session, until_complete: bool) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Append the agent's stderr here (default: this command's stderr, as it is even with --log-json).",
 )
+@click.option(
+    "--idle-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Create this file while the agent waits between two turns (--until-complete) and remove it when "
+    "the next one starts; a launcher passes it, and gives a waiting agent's slot to another meanwhile.",
+)
 @common_options
 @redis_options
 def run(
@@ -248,6 +254,7 @@ def run(
     until_complete: bool,
     quiet: bool,
     stderr_log: Path | None,
+    idle_file: Path | None,
 ) -> None:
     """Run an agent command and publish what it prints; exit with its exit status.
 
@@ -268,6 +275,7 @@ def run(
         common.name,
         common.session_id,
         until_complete=until_complete,
+        idle_file=idle_file,
     )
 
     async def body(bus: AgentBus) -> int:
@@ -278,8 +286,11 @@ def run(
             await _end(bus, session, until_complete)
             return code
 
-        code = await _with_inbox(bus, common, deliverer, work())
-        await session.finished()  # a resume the inbox started just before it stopped
+        try:
+            code = await _with_inbox(bus, common, deliverer, work())
+            await session.finished()  # a resume the inbox started just before it stopped
+        finally:
+            session.ended()
         return session.last_code if session.last_code is not None else code
 
     raise SystemExit(_serve(settings, common, body))

@@ -4,7 +4,8 @@ Launchers read LAUNCH requests (:class:`bus.directives.LaunchRequest`) from ever
 stream as the consumer group ``launchers``, so any number of them, on any machines, share the work. Each
 request becomes an agent, started wrapped by ``subagent-bus adapter run`` (:mod:`agents.spawn`).
 
-At most ``max_parallel`` agents run at once. A launcher reads no more requests than it has free slots,
+At most ``max_parallel`` agents run at once (an agent that waits between two turns does not count,
+see :meth:`Launcher.busy`). A launcher reads no more requests than it has free slots,
 so the others stay in the stream for any launcher, and it acknowledges a request only once its agent
 started: a launcher killed before that leaves the request pending, and another launcher (or its own
 restart) starts it. So a request is started at least once: a launcher killed between starting an agent
@@ -132,7 +133,15 @@ class Launcher:
         self._unacked: dict[tuple[str, str], tuple[Consumer, Delivery]] = {}
 
     def busy(self) -> int:
-        """The slots taken: agents running, started here or adopted."""
+        """The slots taken: agents running, started here or adopted, but those waiting between two turns
+        (``--until-complete``), whose slots go to other agents meanwhile: a parent waiting for its
+        delegate would otherwise hold the slot the delegate needs. A waiting agent resumed takes a slot
+        again, beyond ``max_parallel`` if none is free, and nothing more starts until one is."""
+        idle = self._spawner.idle_file
+        return sum(not idle(agent_id).exists() for agent_id in (*self.running, *self.adopted))
+
+    def _alive(self) -> int:
+        """The adapters running, waiting agents' too."""
         return len(self.running) + len(self.adopted)
 
     async def run(self, stop: asyncio.Event) -> int:
@@ -144,7 +153,7 @@ class Launcher:
             while not stop.is_set():
                 try:
                     found = await self._fill_slots()
-                    if self.options.burst and not found and not self.busy() and await self._drained():
+                    if self.options.burst and not found and not self._alive() and await self._drained():
                         break
                 except ConnectionFailed as exc:  # the agents keep running; the queue waits
                     log.warning("%s; retrying", exc)
@@ -174,6 +183,7 @@ class Launcher:
         forget(path)
         if self.adopted.get(orphan.agent_id) is orphan:
             del self.adopted[orphan.agent_id]
+            self._spawner.idle_file(orphan.agent_id).unlink(missing_ok=True)  # its adapter was killed
         extra = {"agent_id": orphan.agent_id, "group_id": orphan.group_id}
         log.info(f"adopted agent {orphan.agent_id} ended", extra=extra)
         self._changed.set()
@@ -281,6 +291,7 @@ class Launcher:
             del self.running[agent_id]
             del self._requests[agent_id]
             forget(self._spawner.pid_file(agent_id))
+            self._spawner.idle_file(agent_id).unlink(missing_ok=True)  # its adapter was killed
         extra = {"agent_id": agent_id, "group_id": group_id, "exit_code": code}
         log.info(f"agent {agent_id} ended with exit status {code}", extra=extra)
         self._changed.set()

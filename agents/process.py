@@ -61,6 +61,8 @@ class ProcessOptions:
     session_id: str | None = None
     until_complete: bool = False
     """The adapter resumes the agent with its directives until it completes (``--until-complete``)."""
+    idle_file: Path | None = None
+    """Exists while the agent waits between two turns (``--idle-file``): its launcher's slot is free."""
 
 
 def exit_status(returncode: int) -> int:
@@ -187,6 +189,7 @@ class Session:
             name = signal.Signals(self.signalled).name
             raise DeliveryFailed(f"{name} stopped the adapter before it started the agent")
         self.idle.clear()
+        self._waiting(False)
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -257,6 +260,26 @@ class Session:
                 await process.wait()
             self.process = None
             self.idle.set()
+            self._waiting(self.options.until_complete and not self.stop.is_set() and not self.bus.completed)
+
+    def _waiting(self, waiting: bool) -> None:
+        """Say in :attr:`ProcessOptions.idle_file` whether the agent waits between two turns: a launcher
+        gives a waiting agent's slot to another meanwhile (a parent waiting for its delegate would
+        otherwise hold the slot the delegate needs)."""
+        path = self.options.idle_file
+        if path is None:
+            return
+        try:
+            if waiting:
+                path.touch()
+            else:
+                path.unlink(missing_ok=True)
+        except OSError as exc:
+            self.bus.log(f"cannot {'create' if waiting else 'remove'} {path}: {exc}")
+
+    def ended(self) -> None:
+        """The adapter ends: its agent waits no more."""
+        self._waiting(False)
 
     async def _drained(self, process: asyncio.subprocess.Process, pumps: asyncio.Future[Any]) -> None:
         """Wait for the agent's exit and the end of its output; a process it left running that keeps

@@ -4,7 +4,8 @@ The agent's prompt (identity statement and task) is written to a file, and the a
 template is started wrapped by ``subagent-bus adapter run``, which puts it on the bus. The template is
 split like a shell line, the placeholders are replaced inside each argument, and nothing runs through a
 shell. The adapter runs in a session of its own (so the agent outlives a launcher killed with SIGKILL),
-writes to ``<agent>.log`` in the log directory, and has its pid recorded beside it (:mod:`agents.orphans`).
+writes to ``<agent>.log`` in the log directory, and has its pid recorded beside it (:mod:`agents.orphans`)
+and, while its agent waits between two turns, an ``<agent>.idle`` file.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 PLACEHOLDERS: Final = frozenset(
     {"agent_id", "group_id", "prompt_file", "prompt", "parent_agent_id", "request_id"}
 )
+_IDLE_SUFFIX: Final = ".idle"
 log = logging.getLogger("subagent_bus.launcher")
 
 
@@ -90,6 +92,10 @@ class Spawner:
         """Where the pid of the agent's adapter is recorded while it runs."""
         return self.log_dir / f"{file_stem(agent_id)}{PID_SUFFIX}"
 
+    def idle_file(self, agent_id: str) -> Path:
+        """The file the agent's adapter keeps while its agent waits between two turns (``--idle-file``)."""
+        return self.log_dir / f"{file_stem(agent_id)}{_IDLE_SUFFIX}"
+
     def command(self, request: LaunchRequest, group_id: str, prompt_file: Path, prompt: str) -> list[str]:
         """The ``adapter run`` command line that starts this request's agent."""
         agent = fill(
@@ -114,6 +120,8 @@ class Spawner:
             "--task-file",
             str(prompt_file),
             "--quiet",
+            "--idle-file",
+            str(self.idle_file(request.new_agent_id)),
             *(_own_file(request.new_agent_id, arg) for arg in self.adapter_args),
             "--",
             *agent,
@@ -129,6 +137,7 @@ class Spawner:
         argv = self.command(request, group_id, prompt_file, prompt)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         path = self.log_dir / f"{file_stem(request.new_agent_id)}.log"
+        self.idle_file(request.new_agent_id).unlink(missing_ok=True)  # left by an adapter killed with -9
         env = {
             **{name: value for name, value in os.environ.items() if name != METRICS_PORT_ENV},
             URL_ENV: self.url,

@@ -144,7 +144,9 @@ class LauncherMetrics(RoleMetrics):
             registry=r,
         )
         self.agents = Gauge(
-            "subagent_bus_agents_running", "Agents this launcher started that still run", registry=r
+            "subagent_bus_agents_running",
+            "Agents this launcher started that still run (but for those waiting between two turns)",
+            registry=r,
         )
 
 

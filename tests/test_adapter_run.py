@@ -106,18 +106,19 @@ async def test_sigterm_is_passed_to_the_agent(redis_url: str, tmp_path: Path) ->
 async def test_sigterm_between_turns_says_nobody_resumes_the_agent_any_more(
     redis_url: str, tmp_path: Path
 ) -> None:
-    log = tmp_path / "adapter.log"
+    log, idle = tmp_path / "adapter.log", tmp_path / "r12.idle"
     resume = f"command:{' '.join(fake('complete', agent_id='r12'))}"
-    args = [*run_args("r12", "--until-complete", "--deliver", resume), *fake("stop", agent_id="r12")]
-    adapter = start(args, redis_url, log)
+    options = ("--until-complete", "--deliver", resume, "--idle-file", str(idle))
+    adapter = start([*run_args("r12", *options), *fake("stop", agent_id="r12")], redis_url, log)
     async with open_bus(redis_url) as bus:
 
-        async def turn_ended() -> bool:
-            return await bus.has(GROUP, T.AGENT_EXITED)
+        async def waiting() -> bool:
+            return await bus.has(GROUP, T.AGENT_EXITED) and idle.exists()
 
-        await wait_until(turn_ended, 20, "the agent's first turn to end")
+        await wait_until(waiting, 20, "the agent's first turn to end and the adapter to say it waits")
         adapter.send_signal(signal.SIGTERM)  # it waits for a directive to resume the agent with
         assert await exited(adapter, 20) == 0, log.read_text()
+        assert not idle.exists()
         exits = [e.payload for e in await bus.of_type(GROUP, T.AGENT_EXITED) if e.agent_id == "r12"]
     assert exits == [
         AgentExited(exit_code=0, completed=False, resumable=True),

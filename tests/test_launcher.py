@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import signal
 import subprocess
 from dataclasses import replace
@@ -300,6 +301,51 @@ async def test_a_delegation_is_launched(redis_url: str, tmp_path: Path) -> None:
         assert isinstance(started, AgentStarted)
         assert started.task is not None
         assert "Refactor the authentication module" in started.task
+
+
+async def test_a_parent_waiting_for_its_blocking_delegate_gives_it_its_slot(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # one slot; the parent delegates work it waits for, and is resumed (--until-complete) with the
+    # delegate's results: the delegate can only run in the slot of the parent, which waits meanwhile
+    log, record = tmp_path / "log", tmp_path / "record"
+    tpl = shlex.join(
+        fake(
+            "unless-prompt:Refactor the authentication=delegate:blocks_current_work",
+            "unless-prompt:scan module=complete",
+            agent_id="{agent_id}",
+            prompt_file="{prompt_file}",
+            record=record,
+        )
+    )
+    resume = shlex.join(
+        fake("if-prompt:DELEGATED WORK COMPLETE=complete", agent_id="{agent_id}", resumed="{prompt}")
+    )
+    coordinator = start(["coordinator", "--name", "c1"], redis_url, log)
+    launcher = start(
+        launcher_args(
+            tmp_path, tpl, "--max-parallel", "1", "--until-complete", "--deliver", f"command:{resume}"
+        ),
+        redis_url,
+        log,
+    )
+    try:
+        async with open_bus(redis_url) as bus:
+            parent = await request(bus, 1)
+
+            async def both_completed() -> bool:
+                return len(await bus.of_type(GROUP, T.COMPLETION_REPORT)) == 2
+
+            await wait_until(both_completed, 60, "the parent and its delegate to complete")
+            # the parent last: it completes only when resumed with its delegate's results
+            [delegate, last] = [e.agent_id for e in await bus.of_type(GROUP, T.COMPLETION_REPORT)]
+            assert (last, delegate != parent) == (parent, True)
+        launcher.send_signal(signal.SIGTERM)
+        assert await exited(launcher, 60) == 0, log.read_text()
+        assert not list((tmp_path / "logs").glob("*.idle"))
+    finally:
+        coordinator.terminate()
+        await exited(coordinator, 30)
 
 
 def test_a_bad_template_is_a_usage_error(tmp_path: Path) -> None:
