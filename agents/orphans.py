@@ -83,7 +83,7 @@ def _stat(pid: int) -> tuple[str | None, int | None]:
         return None, None
 
 
-def record(path: Path, orphan: Orphan) -> None:
+def record(path: Path, orphan: BaseModel) -> None:
     """Write the pid file (whole or not at all: a reader never sees half of one)."""
     partial = path.with_name(path.name + ".partial")
     partial.write_bytes(orjson.dumps(orphan.model_dump(mode="json")))

@@ -7,6 +7,11 @@ starts ``subagent-bus adapter watch <outputFile> --agent-id <agentId> --group <g
 in a session of its own, so it outlives the hook, and returns at once. The adapter publishes the agent's
 signals and results, and stops once the agent completed.
 
+A resumed agent (Task ``resume``) is launched again under the same ``agentId``. Its adapter is recorded
+in ``<log dir>/<agent>.watch``: while it runs, a launch with the same output file starts no second one
+(it follows the file on), and a launch with another file stops it (SIGTERM) before following the new
+one: the earlier run ended before it was resumed, and its file was read meanwhile.
+
 The group is ``--group`` (or ``SUBAGENT_BUS_GROUP``), else the Claude Code session id: every background
 agent of one session is one task group. The agent's prompt goes to ``<log dir>/<agent>.prompt.md`` and
 into AGENT_STARTED; the adapter's messages go to ``<log dir>/<agent>.log``. The adapter reaches Redis at
@@ -31,8 +36,10 @@ from typing import Any, Final
 
 import click
 import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agents.options import id_problem
+from agents.orphans import Proc, record
 from agents.spawn import adapter_command, file_stem
 from bus.cli_connection import URL_ENV
 from bus.ops import METRICS_PORT_ENV
@@ -107,10 +114,30 @@ def watch_argv(launch: TaskLaunch, group_id: str, task_file: Path | None) -> lis
     return [*argv, "--", str(launch.output_file)]  # a path that starts with "-" is still a path
 
 
-def _start(launch: TaskLaunch, group_id: str, log_dir: Path, url: str | None) -> Path:
-    """Start the adapter detached; the path of its log."""
+class _Watcher(BaseModel):
+    """What ``<agent>.watch`` says: the adapter that follows the agent, and the file it follows."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    adapter: Proc
+    output_file: str
+
+
+def _running(path: Path) -> _Watcher | None:
+    """The adapter a hook started for the agent before, if it still runs."""
+    try:
+        watcher = _Watcher.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError):
+        return None  # none recorded, or not by this hook: nothing to stop
+    return watcher if watcher.adapter.alive() else None
+
+
+def _start(launch: TaskLaunch, group_id: str, log_dir: Path, url: str | None) -> tuple[Path, bool]:
+    """Start the adapter detached (unless one follows the same file already); the path of its log and
+    whether it was started."""
     cwd = launch.cwd if launch.cwd is not None and launch.cwd.is_dir() else Path.cwd()
-    if (cwd / launch.output_file).is_dir():
+    output = Path(os.path.abspath(cwd / launch.output_file))
+    if output.is_dir():
         raise ValueError(f"the outputFile {launch.output_file} is a directory")
     env = {name: value for name, value in os.environ.items() if name != METRICS_PORT_ENV}
     if url is not None:
@@ -118,13 +145,18 @@ def _start(launch: TaskLaunch, group_id: str, log_dir: Path, url: str | None) ->
     logs = log_dir if log_dir.is_absolute() else cwd / log_dir
     logs.mkdir(parents=True, exist_ok=True)
     stem = file_stem(launch.agent_id)
+    log, recorded = logs / f"{stem}.log", logs / f"{stem}.watch"
+    previous = _running(recorded)
+    if previous is not None:
+        if previous.output_file == str(output):
+            return log, False
+        previous.adapter.terminate()
     task_file = None
     if launch.prompt is not None:
         task_file = logs / f"{stem}.prompt.md"
         task_file.write_text(launch.prompt, encoding="utf-8")
-    log = logs / f"{stem}.log"
     with log.open("ab") as stderr:
-        subprocess.Popen(
+        adapter = subprocess.Popen(
             watch_argv(launch, group_id, task_file),
             cwd=cwd,
             stdin=subprocess.DEVNULL,
@@ -133,7 +165,11 @@ def _start(launch: TaskLaunch, group_id: str, log_dir: Path, url: str | None) ->
             start_new_session=True,
             env=env,  # without a metrics port: every adapter would try to serve on the one it names
         )
-    return log
+    try:
+        record(recorded, _Watcher(adapter=Proc.of(adapter.pid), output_file=str(output)))
+    except OSError as exc:  # it runs all the same
+        click.echo(f"subagent-bus: {exc}: a resume of {launch.agent_id} will not find this adapter", err=True)
+    return log, True
 
 
 @click.command("hook-task")
@@ -179,9 +215,10 @@ def hook_task(group_id: str | None, log_dir: Path, url: str | None) -> None:
             raise ValueError("no task group: the call has no session_id; pass --group")
         if (problem := id_problem(group)) is not None:
             raise ValueError(f"the task group {group!r} {problem}")
-        log = _start(launch, group, log_dir, url)
+        log, started = _start(launch, group, log_dir, url)
     except (OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
+    following = "following" if started else "already following"
     click.echo(
-        f"subagent-bus: following {launch.agent_id} (group {group}) from {launch.output_file}; log: {log}"
+        f"subagent-bus: {following} {launch.agent_id} (group {group}) from {launch.output_file}; log: {log}"
     )

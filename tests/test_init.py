@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -20,6 +21,7 @@ from click.testing import CliRunner, Result
 from agents.identity import IDENTITY_STATEMENT, RESULT_TEMPLATE, SIGNAL_TEMPLATES
 from agents.init import HOOK_MATCHER, URL_REFERENCE, hook_entry, init, server_entry
 from agents.init_merge import MARK_END, MARK_START
+from agents.orphans import Proc
 from agents.parser import parse_text
 from agents.task_hook import HOOK_COMMAND
 from bus.envelope import EnvelopeType
@@ -417,6 +419,51 @@ async def test_the_task_hook_puts_a_background_agent_on_the_bus(redis_url: str, 
     logs = tmp_path / ".subagent-bus/hooks"
     assert (logs / "agent-xyz.prompt.md").read_text() == "Find auth files"  # passed as --task-file
     assert (logs / "agent-xyz.log").exists()
+
+
+async def test_a_resumed_agent_is_followed_by_one_adapter(redis_url: str, tmp_path: Path) -> None:
+    first, second = tmp_path / "output-1.md", tmp_path / "output-2.md"
+    first.write_text("Working on it...\n")
+    second.write_text(
+        "Resumed.\n[COMPLETION_REPORT]\nagent_id: agent-r\nstatus: success\nsummary: done\n[/COMPLETION_REPORT]\n"
+    )
+
+    def launched(output: Path) -> dict[str, object]:
+        response = {"status": "async_launched", "agentId": "agent-r", "outputFile": str(output)}
+        return {"session_id": "s-r", "cwd": str(tmp_path), "tool_name": "Task", "tool_response": response}
+
+    recorded = tmp_path / ".subagent-bus/hooks/agent-r.watch"
+    done = hook(json.dumps(launched(first)).encode(), tmp_path, redis_url)
+    assert done.returncode == 0, done.stderr
+    adapter = Proc.model_validate(json.loads(recorded.read_text())["adapter"])
+    async with open_bus(redis_url) as bus, contextlib.AsyncExitStack() as cleanup:
+        cleanup.callback(adapter.terminate)  # should the test fail: it never completes
+
+        async def started() -> bool:
+            return await bus.has("s-r", EnvelopeType.AGENT_STARTED)
+
+        await wait_until(started, 30, "the adapter to follow the first file")
+        # resumed, writing on in the same file: the adapter that follows it is left alone
+        again = hook(json.dumps(launched(first)).encode(), tmp_path, redis_url)
+        assert b"already following agent-r" in again.stdout, again
+        assert adapter.alive()
+        # resumed with another file: the first adapter stops, a new one follows the new file
+        resumed = hook(json.dumps(launched(second)).encode(), tmp_path, redis_url)
+        assert resumed.returncode == 0, resumed.stderr
+        assert b"subagent-bus: following agent-r" in resumed.stdout
+
+        async def first_ended() -> bool:
+            return not adapter.alive()
+
+        await wait_until(first_ended, 30, "the first adapter to stop")
+
+        async def exited() -> bool:
+            return await bus.has("s-r", EnvelopeType.AGENT_EXITED)
+
+        await wait_until(exited, 30, "the new adapter to publish the completion and the exit")
+        assert await bus.has("s-r", EnvelopeType.COMPLETION_REPORT)
+        # the stopped adapter said nothing of an exit (the agent was resumed): only the new one did
+        assert len(await bus.of_type("s-r", EnvelopeType.AGENT_EXITED)) == 1
 
 
 async def test_the_task_hook_ignores_other_calls_and_reports_bad_input(
