@@ -4,8 +4,9 @@ Agents write their signals as hand-typed YAML, so a few lenient conversions are 
 the model (never deeper): a multi-line field written as a YAML list becomes one line per item, a scalar
 that YAML resolved to a number becomes its text (as written: ``0755``, ``1.10``, an id of digits), a
 value of a closed set matches in any case and with spaces, hyphens or underscores alike
-(:class:`LenientEnum`), and a percentage may carry its ``%`` sign. Timestamps are the one strict field:
-one without a time zone is rejected, because ordering signals from several machines needs an absolute
+(:class:`LenientEnum`), a percentage may carry its ``%`` sign, and a signal's timestamp may be written in
+ISO 8601's basic format (``20260111T100000Z``). Timestamps are otherwise the one strict field: one
+without a time zone is rejected, because ordering signals from several machines needs an absolute
 instant.
 """
 
@@ -36,6 +37,7 @@ __all__ = [
     "NonBlankText",
     "OpenModel",
     "Percent",
+    "SignalTimestamp",
     "Text",
     "Timestamp",
     "trusted_instance",
@@ -74,6 +76,24 @@ to other languages' publishers."""
 
 Timestamp = AwareDatetime
 """An ISO-8601 instant that must carry a time zone."""
+
+_BASIC: Final = re.compile(
+    r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2}(?:[.,]\d+)?)?(Z|[+-]\d{2}(?::?\d{2})?)", re.ASCII
+)
+
+
+def _extended(value: Any) -> Any:
+    """ISO 8601's basic format (``20260111T100000Z``, ``20260111T1000+0100``) in its extended one."""
+    if not isinstance(value, str) or (basic := _BASIC.fullmatch(value.strip())) is None:
+        return value
+    year, month, day, hour, minute, second, zone = basic.groups()
+    if zone != "Z":
+        zone = f"{zone[:3]}:{zone[-2:] if len(zone) > 3 else '00'}"
+    return f"{year}-{month}-{day}T{hour}:{minute}:{(second or '00').replace(',', '.')}{zone}"
+
+
+SignalTimestamp = Annotated[AwareDatetime, BeforeValidator(_extended)]
+"""A :data:`Timestamp` an agent wrote: in ISO 8601's basic format too."""
 
 Confidence = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
 """A confidence score on the protocol's 0-100 scale."""

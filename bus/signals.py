@@ -17,7 +17,7 @@ from typing import Any, Final, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from bus.fields import LenientEnum, NonBlankText, OpenModel, Percent, Text, Timestamp
+from bus.fields import LenientEnum, NonBlankText, OpenModel, Percent, SignalTimestamp, Text
 
 __all__ = [
     "DELIVERABLES_VERIFIED",
@@ -90,7 +90,7 @@ class ClarificationNeeded(OpenModel):
     """``[CLARIFICATION_NEEDED]``: the agent needs answers before it can go on."""
 
     agent_id: str
-    timestamp: Timestamp | None = None
+    timestamp: SignalTimestamp | None = None
     blocked_at: NonBlankText
     reason: NonBlankText
     questions: list[Question] = Field(
@@ -135,7 +135,7 @@ class StopWork(OpenModel):
     """``[STOP_WORK]``: the agent cannot proceed without the parent."""
 
     agent_id: str
-    timestamp: Timestamp | None = None
+    timestamp: SignalTimestamp | None = None
     stop_reason: StopReason
     blocker_type: BlockerType | None = None
     """Required with ``stop_reason: blocker``; an error's is implied, and none fits a completion."""
@@ -174,7 +174,7 @@ class DelegateWork(OpenModel):
     """``[DELEGATE_WORK]``: the agent asks for another background agent."""
 
     agent_id: str
-    timestamp: Timestamp | None = None
+    timestamp: SignalTimestamp | None = None
     delegation_reason: NonBlankText
     new_task_description: NonBlankText
     independence: Independence
@@ -208,7 +208,7 @@ class CompletionReport(OpenModel):
     """``[COMPLETION_REPORT]``: the agent finished (well or not) and lists what it delivered."""
 
     agent_id: str
-    timestamp: Timestamp | None = None
+    timestamp: SignalTimestamp | None = None
     status: CompletionStatus
     deliverables: Text | None = None
     summary: NonBlankText
@@ -237,7 +237,7 @@ class Progress(OpenModel):
     """``[PROGRESS]``: the progress-reporting extension of seed 000 (percent complete, ETA)."""
 
     agent_id: str
-    timestamp: Timestamp | None = None
+    timestamp: SignalTimestamp | None = None
     percent: Percent
     message: Text | None = None
     eta: Text | None = None

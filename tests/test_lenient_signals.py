@@ -245,6 +245,28 @@ def test_a_percent_with_its_sign_is_still_checked(written: str, message: str) ->
     assert message in error(f"[PROGRESS]\nagent_id: a\npercent: {written}\n[/PROGRESS]\n")
 
 
+@pytest.mark.parametrize(
+    ("written", "instant"),
+    [
+        ("20260111T150000Z", "2026-01-11T15:00:00+00:00"),
+        ("20260111T1000-0500", "2026-01-11T10:00:00-05:00"),
+        ("20260111T100000,25+01:00", "2026-01-11T10:00:00.250000+01:00"),
+        ("'20260111T100000-05'", "2026-01-11T10:00:00-05:00"),
+    ],
+)
+def test_a_timestamp_may_be_in_the_basic_format(written: str, instant: str) -> None:
+    payload = signal(DELEGATE.format(stamp=written, independence="optional", priority="P2")).payload
+    assert isinstance(payload, DelegateWork)
+    assert payload.timestamp is not None and payload.timestamp.isoformat() == instant
+
+
+@pytest.mark.parametrize("written", ["20260111T100000", "20261311T100000Z", "20260111T10Z"])
+def test_a_basic_timestamp_without_a_zone_or_with_an_impossible_date_is_still_an_error(written: str) -> None:
+    assert "field 'timestamp'" in error(
+        DELEGATE.format(stamp=written, independence="optional", priority="P2")
+    )
+
+
 JSON_FORM = (
     '{"signal_type": "CLARIFICATION_NEEDED", "agent_id": "bg-task-abc123", "timestamp": "2026-01-11T08:45:00-05:00", '
     '"payload": {"blocked_at": "src/auth/", "reason": "Multiple strategies", '
