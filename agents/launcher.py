@@ -99,7 +99,7 @@ class Launcher:
         self._requests: dict[str, str] = {}
         """The request each running agent was started for."""
         self.adopted: dict[str, Orphan] = {}
-        """Agents a killed launcher left running (:mod:`agents.orphans`): each holds a slot until it ends."""
+        """Agents a killed launcher left running (:mod:`agents.orphans`): each counts like one started here."""
         self._me = Proc.of(os.getpid())
         self._spawner = Spawner(
             template=options.template,
@@ -171,7 +171,7 @@ class Launcher:
             self.adopted[orphan.agent_id] = orphan
             message = (
                 f"adopted {orphan.agent_id} (group {orphan.group_id}, adapter pid {orphan.adapter.pid}), "
-                "left running by a launcher that ended: it holds a slot until it ends"
+                "left running by a launcher that ended: it counts against --max-parallel until it ends"
             )
             log.info(message, extra={"agent_id": orphan.agent_id, "group_id": orphan.group_id})
             self._watch(self._ended(path, orphan))

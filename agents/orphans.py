@@ -4,7 +4,7 @@ A launcher writes ``<agent>.pid`` next to each agent's log when it starts the ag
 removes it when the adapter ends. A launcher killed with SIGKILL leaves its adapters running (they run
 in sessions of their own, so their agents finish their work) and their pid files behind. A launcher
 started on the same log directory adopts each one whose adapter still runs and whose launcher does not:
-the adopted agent holds one of its ``max_parallel`` slots until it ends, and stopping that launcher
+the adopted agent counts against its ``max_parallel`` until it ends, and stopping that launcher
 stops it like the agents it started itself. Without this, a restarted launcher started a full
 ``max_parallel`` of new agents beside the ones still running.
 
@@ -19,10 +19,10 @@ import logging
 import os
 import signal
 from pathlib import Path
-from typing import Final
+from typing import Annotated, Final
 
 import orjson
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bus.embedded import pid_alive
 
@@ -37,7 +37,9 @@ class Proc(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    pid: int
+    pid: Annotated[int, Field(ge=2)]
+    """Not 0 or below, nor init's 1: signalled, those would reach a group or every process (a pid file is
+    something anyone who can write the directory can write)."""
     started: int | None = None
 
     @classmethod

@@ -200,6 +200,7 @@ class Session:
             )
         except (OSError, ValueError) as exc:
             self.idle.set()
+            self._waiting(self._between_turns())
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             raise DeliveryFailed(f"cannot start {argv[0]}: {why}") from exc
         self.process = process
@@ -260,7 +261,11 @@ class Session:
                 await process.wait()
             self.process = None
             self.idle.set()
-            self._waiting(self.options.until_complete and not self.stop.is_set() and not self.bus.completed)
+            self._waiting(self._between_turns())
+
+    def _between_turns(self) -> bool:
+        """Whether the agent, no process of it running, waits for the directive that resumes it."""
+        return self.options.until_complete and not self.stop.is_set() and not self.bus.completed
 
     def _waiting(self, waiting: bool) -> None:
         """Say in :attr:`ProcessOptions.idle_file` whether the agent waits between two turns: a launcher
@@ -369,7 +374,7 @@ class Session:
         """Whether this adapter goes on resuming the agent with its directives after this exit: only
         with ``--until-complete``, and not once it was told to stop. Otherwise it ends with the agent,
         and the coordinator has a launcher start an agent it launched again instead."""
-        self._resumable = self.options.until_complete and not self.stop.is_set() and not self.bus.completed
+        self._resumable = self._between_turns()
         return self._resumable
 
     async def stopped(self) -> None:

@@ -8,15 +8,19 @@ in a session of its own, so it outlives the hook, and returns at once. The adapt
 signals and results, and stops once the agent completed.
 
 A resumed agent (Task ``resume``) is launched again under the same ``agentId``. Its adapter is recorded
-in ``<log dir>/<agent>.watch``: while it runs, a launch with the same output file starts no second one
-(it follows the file on), and a launch with another file stops it (SIGTERM) before following the new
-one: the earlier run ended before it was resumed, and its file was read meanwhile.
+in ``<log dir>/<agent>.watch``: while it runs, a launch with the same output file and group starts no
+second one (it follows the file on), and a launch with another file stops it (SIGTERM) before following
+the new one: the earlier run ended before it was resumed, and its file was read meanwhile.
+
+The adapter runs in the project directory (``--project-dir``, which Claude Code sets as
+``CLAUDE_PROJECT_DIR``; else the call's ``cwd``), where a relative ``--log-dir`` is too: a session that
+changed directory since still finds the adapters it started, and the same local server.
 
 The group is ``--group`` (or ``SUBAGENT_BUS_GROUP``), else the Claude Code session id: every background
 agent of one session is one task group. The agent's prompt goes to ``<log dir>/<agent>.prompt.md`` and
 into AGENT_STARTED; the adapter's messages go to ``<log dir>/<agent>.log``. The adapter reaches Redis at
 ``--redis-url`` (which ``init --url`` writes into the hook's command), else as configured in the hook's
-environment (``SUBAGENT_BUS_REDIS_URL``), else the local server of the directory Claude Code runs in.
+environment (``SUBAGENT_BUS_REDIS_URL``), else the local server of the project directory.
 
 Any other call (a foreground Task, another tool) is ignored with exit status 0. Input that is not a hook
 call, or a launch the adapter would refuse (an agent or group id it does not take, an output file that is
@@ -41,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from agents.options import id_problem
 from agents.orphans import Proc, record
 from agents.spawn import adapter_command, file_stem
+from agents.watched_file import canonical
 from bus.cli_connection import URL_ENV
 from bus.ops import METRICS_PORT_ENV
 
@@ -103,52 +108,61 @@ def task_launch(call: Any) -> TaskLaunch | None:
     )
 
 
-def watch_argv(launch: TaskLaunch, group_id: str, task_file: Path | None) -> list[str]:
-    """The adapter command that follows the agent's output file."""
+def watch_argv(launch: TaskLaunch, group_id: str, output: Path, task_file: Path | None) -> list[str]:
+    """The adapter command that follows the agent's output file (``output``, absolute)."""
     argv = [*adapter_command(), "adapter", "watch"]
     argv += ["--agent-id", launch.agent_id, "--group", group_id, "--until-complete"]
     if launch.name:
         argv += ["--name", launch.name]
     if task_file is not None:
         argv += ["--task-file", str(task_file)]
-    return [*argv, "--", str(launch.output_file)]  # a path that starts with "-" is still a path
+    return [*argv, "--", str(output)]
 
 
 class _Watcher(BaseModel):
-    """What ``<agent>.watch`` says: the adapter that follows the agent, and the file it follows."""
+    """What ``<agent>.watch`` says: the adapter that follows the agent, where it publishes, and the file
+    it follows."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     adapter: Proc
+    group_id: str
     output_file: str
 
 
 def _running(path: Path) -> _Watcher | None:
-    """The adapter a hook started for the agent before, if it still runs."""
+    """The adapter a hook started for the agent before, if it still runs: known by its start time too,
+    so that a record whose pid now names another process (or one written by something else) stops
+    nothing. Where no ``/proc`` tells a start time, no record is trusted: a resumed agent then gets a
+    second adapter beside the first (each envelope is published twice, under one id, which the
+    coordinator applies once)."""
     try:
         watcher = _Watcher.model_validate_json(path.read_bytes())
     except (OSError, ValidationError):
         return None  # none recorded, or not by this hook: nothing to stop
-    return watcher if watcher.adapter.alive() else None
+    adapter = watcher.adapter
+    return watcher if adapter.started is not None and adapter.alive() else None
 
 
-def _start(launch: TaskLaunch, group_id: str, log_dir: Path, url: str | None) -> tuple[Path, bool]:
-    """Start the adapter detached (unless one follows the same file already); the path of its log and
-    whether it was started."""
-    cwd = launch.cwd if launch.cwd is not None and launch.cwd.is_dir() else Path.cwd()
-    output = Path(os.path.abspath(cwd / launch.output_file))
+def _start(
+    launch: TaskLaunch, group_id: str, base: Path, log_dir: Path, url: str | None
+) -> tuple[Path, bool]:
+    """Start the adapter detached in ``base`` (unless one follows the same file for the same group
+    already); the path of its log and whether it was started."""
+    cwd = launch.cwd if launch.cwd is not None and launch.cwd.is_dir() else base
+    output = canonical(cwd / launch.output_file)
     if output.is_dir():
         raise ValueError(f"the outputFile {launch.output_file} is a directory")
     env = {name: value for name, value in os.environ.items() if name != METRICS_PORT_ENV}
     if url is not None:
         env[URL_VARIABLE] = url
-    logs = log_dir if log_dir.is_absolute() else cwd / log_dir
+    logs = log_dir if log_dir.is_absolute() else base / log_dir
     logs.mkdir(parents=True, exist_ok=True)
     stem = file_stem(launch.agent_id)
     log, recorded = logs / f"{stem}.log", logs / f"{stem}.watch"
     previous = _running(recorded)
     if previous is not None:
-        if previous.output_file == str(output):
+        if (previous.group_id, previous.output_file) == (group_id, str(output)):
             return log, False
         previous.adapter.terminate()
     task_file = None
@@ -157,16 +171,17 @@ def _start(launch: TaskLaunch, group_id: str, log_dir: Path, url: str | None) ->
         task_file.write_text(launch.prompt, encoding="utf-8")
     with log.open("ab") as stderr:
         adapter = subprocess.Popen(
-            watch_argv(launch, group_id, task_file),
-            cwd=cwd,
+            watch_argv(launch, group_id, output, task_file),
+            cwd=base,  # where the local server is, when there is no URL
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             start_new_session=True,
             env=env,  # without a metrics port: every adapter would try to serve on the one it names
         )
+    watcher = _Watcher(adapter=Proc.of(adapter.pid), group_id=group_id, output_file=str(output))
     try:
-        record(recorded, _Watcher(adapter=Proc.of(adapter.pid), output_file=str(output)))
+        record(recorded, watcher)
     except OSError as exc:  # it runs all the same
         click.echo(f"subagent-bus: {exc}: a resume of {launch.agent_id} will not find this adapter", err=True)
     return log, True
@@ -185,7 +200,15 @@ def _start(launch: TaskLaunch, group_id: str, log_dir: Path, url: str | None) ->
     type=click.Path(file_okay=False, path_type=Path),
     default=Path(".subagent-bus/hooks"),
     show_default=True,
-    help="Where prompts and adapter logs go (relative: to the session's directory).",
+    help="Where prompts and adapter logs go (relative: to the project directory).",
+)
+@click.option(
+    "--project-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    envvar="CLAUDE_PROJECT_DIR",
+    show_envvar=True,
+    help="The directory a relative --log-dir and the local server belong to, wherever the session has "
+    "gone since (default: the directory of the call, its cwd).",
 )
 @click.option(
     "--redis-url",
@@ -193,7 +216,7 @@ def _start(launch: TaskLaunch, group_id: str, log_dir: Path, url: str | None) ->
     metavar="URL",
     help="The Redis the adapters publish to (default: SUBAGENT_BUS_REDIS_URL, else the local server).",
 )
-def hook_task(group_id: str | None, log_dir: Path, url: str | None) -> None:
+def hook_task(group_id: str | None, log_dir: Path, project_dir: Path | None, url: str | None) -> None:
     """PostToolUse hook of Claude Code's Task tool: follow a background agent with an adapter.
 
     Reads the hook call (JSON) on stdin. Exit status 0 when an adapter was started or the call was not a
@@ -215,7 +238,8 @@ def hook_task(group_id: str | None, log_dir: Path, url: str | None) -> None:
             raise ValueError("no task group: the call has no session_id; pass --group")
         if (problem := id_problem(group)) is not None:
             raise ValueError(f"the task group {group!r} {problem}")
-        log, started = _start(launch, group, log_dir, url)
+        base = project_dir or (launch.cwd if launch.cwd is not None and launch.cwd.is_dir() else Path.cwd())
+        log, started = _start(launch, group, base.absolute(), log_dir, url)
     except (OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     following = "following" if started else "already following"

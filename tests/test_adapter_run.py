@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from adapter_kit import exited, fake, open_bus, spawn, start, wait_until
+from adapter_kit import exited, fake, logged, open_bus, spawn, start, wait_until
 
-from bus.directives import AnswerItem, ClarificationResponse
+from bus.directives import AnswerItem, BlockerResolved, ClarificationResponse
 from bus.envelope import EnvelopeType, Kind, new_envelope
 from bus.events import AgentExited, AgentStarted, Heartbeat
 from bus.publisher import Publisher
@@ -124,6 +124,31 @@ async def test_sigterm_between_turns_says_nobody_resumes_the_agent_any_more(
         AgentExited(exit_code=0, completed=False, resumable=True),
         AgentExited(exit_code=None, completed=False, resumable=False),
     ]
+
+
+async def test_an_agent_whose_resume_cannot_start_still_waits_without_a_slot(
+    redis_url: str, tmp_path: Path
+) -> None:
+    log, idle, program = tmp_path / "adapter.log", tmp_path / "r16.idle", tmp_path / "resume-agent"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    options = ("--until-complete", "--deliver", f"command:{program} {{prompt}}", "--idle-file", str(idle))
+    adapter = start([*run_args("r16", *options), *fake("stop", agent_id="r16")], redis_url, log)
+    async with open_bus(redis_url) as bus:
+
+        async def waiting() -> bool:
+            return await bus.has(GROUP, EnvelopeType.AGENT_EXITED) and idle.exists()
+
+        await wait_until(waiting, 20, "the agent's first turn to end")
+        program.unlink()  # being reinstalled, say
+        resolved = BlockerResolved(issue="node_modules is missing", resolution="installed")
+        directive = new_envelope(resolved, agent_id="r16", group_id=GROUP, source="coordinator")
+        await Publisher(bus.client, bus.keys).send_directive(directive)
+        await wait_until(logged(log, "cannot start"), 20, "the resume to fail")
+        assert idle.exists()  # it waits on: a launcher's slot is still free for others
+        adapter.send_signal(signal.SIGTERM)
+        assert await exited(adapter, 20) == 0, log.read_text()
+        assert not idle.exists()
 
 
 async def test_a_directive_after_the_completion_starts_no_other_turn(redis_url: str, tmp_path: Path) -> None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
 import shlex
 import socket
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -427,43 +429,75 @@ async def test_a_resumed_agent_is_followed_by_one_adapter(redis_url: str, tmp_pa
     second.write_text(
         "Resumed.\n[COMPLETION_REPORT]\nagent_id: agent-r\nstatus: success\nsummary: done\n[/COMPLETION_REPORT]\n"
     )
+    (tmp_path / "sub").mkdir()
+    project = {"CLAUDE_PROJECT_DIR": str(tmp_path)}
 
-    def launched(output: Path) -> dict[str, object]:
+    def launched(output: Path, cwd: Path = tmp_path, group: str = "s-r") -> bytes:
         response = {"status": "async_launched", "agentId": "agent-r", "outputFile": str(output)}
-        return {"session_id": "s-r", "cwd": str(tmp_path), "tool_name": "Task", "tool_response": response}
+        call = {"session_id": group, "cwd": str(cwd), "tool_name": "Task", "tool_response": response}
+        return json.dumps(call).encode()
 
-    recorded = tmp_path / ".subagent-bus/hooks/agent-r.watch"
-    done = hook(json.dumps(launched(first)).encode(), tmp_path, redis_url)
+    def adapter() -> Proc:
+        recorded = tmp_path / ".subagent-bus/hooks/agent-r.watch"
+        return Proc.model_validate(json.loads(recorded.read_text())["adapter"])
+
+    async def stopped(proc: Proc) -> bool:
+        return not proc.alive()
+
+    done = hook(launched(first), tmp_path, redis_url, env=project)
     assert done.returncode == 0, done.stderr
-    adapter = Proc.model_validate(json.loads(recorded.read_text())["adapter"])
+    following = adapter()
     async with open_bus(redis_url) as bus, contextlib.AsyncExitStack() as cleanup:
-        cleanup.callback(adapter.terminate)  # should the test fail: it never completes
+        cleanup.callback(lambda: adapter().terminate())  # should the test fail: it never completes
 
         async def started() -> bool:
             return await bus.has("s-r", EnvelopeType.AGENT_STARTED)
 
         await wait_until(started, 30, "the adapter to follow the first file")
-        # resumed, writing on in the same file: the adapter that follows it is left alone
-        again = hook(json.dumps(launched(first)).encode(), tmp_path, redis_url)
+        # resumed, writing on in the same file, the session gone to another directory meanwhile: the
+        # adapter that follows it is left alone (the project directory holds its record)
+        again = hook(launched(first, tmp_path / "sub"), tmp_path / "sub", redis_url, env=project)
         assert b"already following agent-r" in again.stdout, again
-        assert adapter.alive()
-        # resumed with another file: the first adapter stops, a new one follows the new file
-        resumed = hook(json.dumps(launched(second)).encode(), tmp_path, redis_url)
-        assert resumed.returncode == 0, resumed.stderr
-        assert b"subagent-bus: following agent-r" in resumed.stdout
-
-        async def first_ended() -> bool:
-            return not adapter.alive()
-
-        await wait_until(first_ended, 30, "the first adapter to stop")
+        assert following.alive()
+        assert not (tmp_path / "sub/.subagent-bus").exists()
+        # the same file for another group: followed for that group instead
+        other = hook(launched(first, group="s-other"), tmp_path, redis_url, env=project)
+        assert b"subagent-bus: following agent-r (group s-other)" in other.stdout, other
+        await wait_until(functools.partial(stopped, following), 30, "the first adapter to stop")
+        following = adapter()
+        # resumed with another file: the adapter stops, a new one follows the new file
+        resumed = hook(launched(second), tmp_path, redis_url, env=project)
+        assert b"subagent-bus: following agent-r (group s-r)" in resumed.stdout, resumed
+        await wait_until(functools.partial(stopped, following), 30, "the second adapter to stop")
 
         async def exited() -> bool:
             return await bus.has("s-r", EnvelopeType.AGENT_EXITED)
 
         await wait_until(exited, 30, "the new adapter to publish the completion and the exit")
         assert await bus.has("s-r", EnvelopeType.COMPLETION_REPORT)
-        # the stopped adapter said nothing of an exit (the agent was resumed): only the new one did
+        # the stopped adapters said nothing of an exit (the agent was resumed): only the last one did
         assert len(await bus.of_type("s-r", EnvelopeType.AGENT_EXITED)) == 1
+        assert not await bus.has("s-other", EnvelopeType.AGENT_EXITED)
+
+
+def test_a_record_that_names_another_process_stops_nothing(redis_url: str, tmp_path: Path) -> None:
+    hooks = tmp_path / ".subagent-bus/hooks"
+    hooks.mkdir(parents=True)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        # a record without a start time (or with a pid of a group) is not trusted: nothing is stopped
+        for adapter in ({"pid": sleeper.pid}, {"pid": 0}, {"pid": -1}):
+            record = {"adapter": adapter, "group_id": "s", "output_file": str(tmp_path / "elsewhere.md")}
+            (hooks / "agent-q.watch").write_text(json.dumps(record))
+            response = {"status": "async_launched", "agentId": "agent-q", "outputFile": "missing.md"}
+            call = {"session_id": "s", "cwd": str(tmp_path), "tool_response": response}
+            done = hook(json.dumps(call).encode(), tmp_path, redis_url)
+            assert b"subagent-bus: following agent-q" in done.stdout, done
+            Proc.model_validate(json.loads((hooks / "agent-q.watch").read_text())["adapter"]).terminate()
+            assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 async def test_the_task_hook_ignores_other_calls_and_reports_bad_input(

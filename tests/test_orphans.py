@@ -56,6 +56,11 @@ def test_a_following_launcher_adopts_only_running_agents_of_launchers_that_ended
     others = pid_file("others", running, running)  # its launcher still runs: not ours to count
     done = pid_file("done", gone, gone)
     (tmp_path / "junk.pid").write_text("12345\n")
+    # pid 0 or -1 would signal a process group, or every process: not a pid file of an adapter
+    for pid in (0, -1, 1):
+        (tmp_path / f"group{pid}.pid").write_text(
+            f'{{"agent_id": "x", "group_id": "g", "adapter": {{"pid": {pid}}}, "launcher": {{"pid": {pid}}}}}'
+        )
     with caplog.at_level(logging.WARNING):
         found = left_running(tmp_path, me)
     assert list(found) == [left]
@@ -64,4 +69,5 @@ def test_a_following_launcher_adopts_only_running_agents_of_launchers_that_ended
     assert others.exists()
     assert not done.exists()
     assert "ignoring" in caplog.text and "junk.pid" in caplog.text
+    assert all(f"group{pid}.pid" in caplog.text for pid in (0, -1, 1))
     assert left_running(tmp_path / "missing", me) == {}
