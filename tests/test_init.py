@@ -384,7 +384,11 @@ def hook(
         capture_output=True,
         timeout=60,
         check=False,
-        env={**os.environ, "SUBAGENT_BUS_REDIS_URL": url, **(env or {})},
+        env={
+            **{name: value for name, value in os.environ.items() if name != "CLAUDE_PROJECT_DIR"},
+            "SUBAGENT_BUS_REDIS_URL": url,
+            **(env or {}),
+        },
     )
 
 
