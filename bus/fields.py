@@ -84,7 +84,10 @@ _BASIC: Final = re.compile(
 
 def _extended(value: Any) -> Any:
     """ISO 8601's basic format (``20260111T100000Z``, ``20260111T1000+0100``) in its extended one."""
-    if not isinstance(value, str) or (basic := _BASIC.fullmatch(value.strip())) is None:
+    if type(value) is not str or not value[4:5].isdigit():  # the extended format (or no timestamp)
+        return value
+    basic = _BASIC.fullmatch(value)
+    if basic is None:
         return value
     year, month, day, hour, minute, second, zone = basic.groups()
     if zone != "Z":
