@@ -163,7 +163,11 @@ def watch(
     settings: Settings, common: Common, path: Path, until_complete: bool, pid: int | None, poll_s: float
 ) -> None:
     """Follow a growing output file (a Claude Code outputFile, or any log); restarts resume where they
-    stopped, truncation or replacement starts a new generation. The file may not exist yet."""
+    stopped, truncation or replacement starts a new generation. The file may not exist yet.
+
+    SIGUSR1 has it publish the file to its end (waiting for Redis as long as that takes) and exit,
+    without saying the agent exited: the Task hook sends it when a resumed agent writes another file.
+    """
 
     async def body(bus: AgentBus) -> int:
         stop = asyncio.Event()
@@ -184,6 +188,7 @@ def watch(
             name=common.name,
         )
         follower = FileWatch(bus, options, stop)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, follower.finish)
         deliverer = _deliverer(
             common, _values(common, lambda: follower.session_id or common.session_id), None, bus
         )
@@ -242,8 +247,9 @@ async def _end(bus: AgentBus, session: Session, until_complete: bool) -> None:
 @click.option(
     "--idle-file",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Create this file while the agent waits between two turns (--until-complete) and remove it when "
-    "the next one starts; a launcher passes it, and gives a waiting agent's slot to another meanwhile.",
+    help="Create this file while the agent waits between two turns (--until-complete) for a blocking "
+    "delegation request of its own, and remove it when the next turn starts; a launcher passes it, and "
+    "lends the waiting agent's slot to its delegates meanwhile.",
 )
 @common_options
 @redis_options

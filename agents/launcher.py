@@ -4,8 +4,8 @@ Launchers read LAUNCH requests (:class:`bus.directives.LaunchRequest`) from ever
 stream as the consumer group ``launchers``, so any number of them, on any machines, share the work. Each
 request becomes an agent, started wrapped by ``subagent-bus adapter run`` (:mod:`agents.spawn`).
 
-At most ``max_parallel`` agents run at once (an agent that waits between two turns does not count,
-see :meth:`Launcher.busy`). A launcher reads no more requests than it has free slots,
+At most ``max_parallel`` agents run at once (an agent that waits for its blocking delegates lends them its
+slot, see :mod:`agents.delegate_wait`). A launcher reads no more requests than it has free slots,
 so the others stay in the stream for any launcher, and it acknowledges a request only once its agent
 started: a launcher killed before that leaves the request pending, and another launcher (or its own
 restart) starts it. So a request is started at least once: a launcher killed between starting an agent
@@ -133,10 +133,8 @@ class Launcher:
         self._unacked: dict[tuple[str, str], tuple[Consumer, Delivery]] = {}
 
     def busy(self) -> int:
-        """The slots taken: agents running, started here or adopted, but those waiting between two turns
-        (``--until-complete``), whose slots go to other agents meanwhile: a parent waiting for its
-        delegate would otherwise hold the slot the delegate needs. A waiting agent resumed takes a slot
-        again, beyond ``max_parallel`` if none is free, and nothing more starts until one is."""
+        """The slots taken: agents running, started here or adopted, but those waiting for their blocking
+        delegates (:mod:`agents.delegate_wait`), which lend them their slots."""
         idle = self._spawner.idle_file
         return sum(not idle(agent_id).exists() for agent_id in (*self.running, *self.adopted))
 

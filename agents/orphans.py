@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Annotated, Final
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from bus.embedded import pid_alive
 
-__all__ = ["PID_SUFFIX", "Orphan", "Proc", "forget", "left_running", "record"]
+__all__ = ["PID_SUFFIX", "Adapter", "Orphan", "Proc", "forget", "left_running", "record"]
 
 PID_SUFFIX: Final = ".pid"
 log = logging.getLogger("subagent_bus.launcher")
@@ -37,9 +37,7 @@ class Proc(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    pid: Annotated[int, Field(ge=2)]
-    """Not 0 or below, nor init's 1: signalled, those would reach a group or every process (a pid file is
-    something anyone who can write the directory can write)."""
+    pid: int
     started: int | None = None
 
     @classmethod
@@ -55,9 +53,24 @@ class Proc(BaseModel):
 
     def terminate(self) -> None:
         """SIGTERM, if it still runs."""
-        if self.alive():
+        self.send(signal.SIGTERM)
+
+    def send(self, sig: int) -> None:
+        """Send ``sig``, if it still runs."""
+        if self.pid > 1 and self.alive():  # not a group, every process, or init
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(self.pid, signal.SIGTERM)
+                os.kill(self.pid, sig)
+
+
+def _signalled(proc: Proc) -> Proc:
+    if proc.pid < 2:
+        raise ValueError(f"pid {proc.pid}: signalled, it would reach a process group, every process or init")
+    return proc
+
+
+Adapter = Annotated[Proc, AfterValidator(_signalled)]
+"""An adapter's process, which a file (anyone who can write its directory can write one) names to be
+stopped with a signal: never a pid of 1 or below."""
 
 
 class Orphan(BaseModel):
@@ -67,7 +80,7 @@ class Orphan(BaseModel):
 
     agent_id: str
     group_id: str
-    adapter: Proc
+    adapter: Adapter
     launcher: Proc
 
 
@@ -85,10 +98,10 @@ def _stat(pid: int) -> tuple[str | None, int | None]:
         return None, None
 
 
-def record(path: Path, orphan: BaseModel) -> None:
-    """Write the pid file (whole or not at all: a reader never sees half of one)."""
+def record(path: Path, model: BaseModel) -> None:
+    """Write a pid file, or any record of a process (whole or not at all: a reader never sees half)."""
     partial = path.with_name(path.name + ".partial")
-    partial.write_bytes(orjson.dumps(orphan.model_dump(mode="json")))
+    partial.write_bytes(orjson.dumps(model.model_dump(mode="json")))
     partial.replace(path)
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from agents.adapter import AgentBus, GaveUp, OutputStream, heartbeat_loop
+from agents.delegate_wait import DelegateWait
 from agents.delivery import AgentDone, DeliveryFailed, Directive
 from agents.transcript import Format
 from bus.envelope import deterministic_id
@@ -62,7 +63,7 @@ class ProcessOptions:
     until_complete: bool = False
     """The adapter resumes the agent with its directives until it completes (``--until-complete``)."""
     idle_file: Path | None = None
-    """Exists while the agent waits between two turns (``--idle-file``): its launcher's slot is free."""
+    """Exists while the agent waits for its blocking delegates (:mod:`agents.delegate_wait`)."""
 
 
 def exit_status(returncode: int) -> int:
@@ -109,6 +110,7 @@ class Session:
         self._gave_up: GaveUp | None = None
         self._resumable = False
         """What the last AGENT_EXITED said: the adapter goes on resuming the agent."""
+        self._delegates = DelegateWait(options.idle_file, bus.log)
 
     @property
     def session_id(self) -> str | None:
@@ -154,6 +156,7 @@ class Session:
     async def resume(self, argv: list[str], directive: Directive) -> None:
         """The runner of a command delivery: start the resume command once no process runs."""
         await self.idle.wait()
+        self._delegates.directed(directive.envelope)
         if self.bus.completed:
             raise AgentDone("the agent has completed; no turn is started for it")
         if self.stop.is_set():
@@ -189,7 +192,7 @@ class Session:
             name = signal.Signals(self.signalled).name
             raise DeliveryFailed(f"{name} stopped the adapter before it started the agent")
         self.idle.clear()
-        self._waiting(False)
+        self._delegates.between_turns(False)
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -200,7 +203,7 @@ class Session:
             )
         except (OSError, ValueError) as exc:
             self.idle.set()
-            self._waiting(self._between_turns())
+            self._delegates.between_turns(self._between_turns())
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             raise DeliveryFailed(f"cannot start {argv[0]}: {why}") from exc
         self.process = process
@@ -261,30 +264,15 @@ class Session:
                 await process.wait()
             self.process = None
             self.idle.set()
-            self._waiting(self._between_turns())
+            self._delegates.between_turns(self._between_turns())
 
     def _between_turns(self) -> bool:
         """Whether the agent, no process of it running, waits for the directive that resumes it."""
         return self.options.until_complete and not self.stop.is_set() and not self.bus.completed
 
-    def _waiting(self, waiting: bool) -> None:
-        """Say in :attr:`ProcessOptions.idle_file` whether the agent waits between two turns: a launcher
-        gives a waiting agent's slot to another meanwhile (a parent waiting for its delegate would
-        otherwise hold the slot the delegate needs)."""
-        path = self.options.idle_file
-        if path is None:
-            return
-        try:
-            if waiting:
-                path.touch()
-            else:
-                path.unlink(missing_ok=True)
-        except OSError as exc:
-            self.bus.log(f"cannot {'create' if waiting else 'remove'} {path}: {exc}")
-
     def ended(self) -> None:
         """The adapter ends: its agent waits no more."""
-        self._waiting(False)
+        self._delegates.between_turns(False)
 
     async def _drained(self, process: asyncio.subprocess.Process, pumps: asyncio.Future[Any]) -> None:
         """Wait for the agent's exit and the end of its output; a process it left running that keeps
@@ -313,8 +301,11 @@ class Session:
             self._copy(chunk)
             envelopes = stream.feed(chunk)
             if envelopes:
+                self._delegates.signalled(envelopes)
                 await self.bus.publish(envelopes, wait=False)
-        await self.bus.publish(stream.close())
+        envelopes = stream.close()
+        self._delegates.signalled(envelopes)
+        await self.bus.publish(envelopes)
 
     def _copy(self, chunk: bytes) -> None:
         """Copy the agent's output to stdout; a closed stdout stops the copying, not the adapter."""

@@ -5,7 +5,7 @@ template is started wrapped by ``subagent-bus adapter run``, which puts it on th
 split like a shell line, the placeholders are replaced inside each argument, and nothing runs through a
 shell. The adapter runs in a session of its own (so the agent outlives a launcher killed with SIGKILL),
 writes to ``<agent>.log`` in the log directory, and has its pid recorded beside it (:mod:`agents.orphans`)
-and, while its agent waits between two turns, an ``<agent>.idle`` file.
+and, while its agent waits for its blocking delegates, an ``<agent>.idle`` file.
 """
 
 from __future__ import annotations
@@ -93,7 +93,8 @@ class Spawner:
         return self.log_dir / f"{file_stem(agent_id)}{PID_SUFFIX}"
 
     def idle_file(self, agent_id: str) -> Path:
-        """The file the agent's adapter keeps while its agent waits between two turns (``--idle-file``)."""
+        """The file the agent's adapter keeps while its agent waits for its blocking delegates
+        (``--idle-file``)."""
         return self.log_dir / f"{file_stem(agent_id)}{_IDLE_SUFFIX}"
 
     def command(self, request: LaunchRequest, group_id: str, prompt_file: Path, prompt: str) -> list[str]:

@@ -9,8 +9,8 @@ signals and results, and stops once the agent completed.
 
 A resumed agent (Task ``resume``) is launched again under the same ``agentId``. Its adapter is recorded
 in ``<log dir>/<agent>.watch``: while it runs, a launch with the same output file and group starts no
-second one (it follows the file on), and a launch with another file stops it (SIGTERM) before following
-the new one: the earlier run ended before it was resumed, and its file was read meanwhile.
+second one (it follows the file on), and a launch with another file has it finish once a new adapter
+follows the new one: sent SIGUSR1, it publishes the rest of the earlier run's file, then ends.
 
 The adapter runs in the project directory (``--project-dir``, which Claude Code sets as
 ``CLAUDE_PROJECT_DIR``; else the call's ``cwd``), where a relative ``--log-dir`` is too: a session that
@@ -32,6 +32,7 @@ Limitation: the hook does not deliver directives to the background agent; the pa
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agents.options import id_problem
-from agents.orphans import Proc, record
+from agents.orphans import Adapter, Proc, record
 from agents.spawn import adapter_command, file_stem
 from agents.watched_file import canonical
 from bus.cli_connection import URL_ENV
@@ -56,7 +57,6 @@ __all__ = [
     "TaskLaunch",
     "hook_task",
     "task_launch",
-    "watch_argv",
 ]
 
 HOOK_COMMAND: Final = "subagent-bus init hook-task"
@@ -125,7 +125,7 @@ class _Watcher(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    adapter: Proc
+    adapter: Adapter
     group_id: str
     output_file: str
 
@@ -134,14 +134,21 @@ def _running(path: Path) -> _Watcher | None:
     """The adapter a hook started for the agent before, if it still runs: known by its start time too,
     so that a record whose pid now names another process (or one written by something else) stops
     nothing. Where no ``/proc`` tells a start time, no record is trusted: a resumed agent then gets a
-    second adapter beside the first (each envelope is published twice, under one id, which the
-    coordinator applies once)."""
+    second adapter beside the first (see the README)."""
     try:
         watcher = _Watcher.model_validate_json(path.read_bytes())
     except (OSError, ValidationError):
         return None  # none recorded, or not by this hook: nothing to stop
     adapter = watcher.adapter
     return watcher if adapter.started is not None and adapter.alive() else None
+
+
+def _base(project_dir: Path | None, launch: TaskLaunch) -> Path:
+    """The project directory, else the call's (a project directory that is gone is no reason to leave
+    the agent unfollowed: exit status 2 would even block Claude Code's session)."""
+    if project_dir is not None and project_dir.is_dir():
+        return project_dir.absolute()
+    return (launch.cwd if launch.cwd is not None and launch.cwd.is_dir() else Path.cwd()).absolute()
 
 
 def _start(
@@ -161,10 +168,8 @@ def _start(
     stem = file_stem(launch.agent_id)
     log, recorded = logs / f"{stem}.log", logs / f"{stem}.watch"
     previous = _running(recorded)
-    if previous is not None:
-        if (previous.group_id, previous.output_file) == (group_id, str(output)):
-            return log, False
-        previous.adapter.terminate()
+    if previous is not None and (previous.group_id, previous.output_file) == (group_id, str(output)):
+        return log, False
     task_file = None
     if launch.prompt is not None:
         task_file = logs / f"{stem}.prompt.md"
@@ -179,6 +184,10 @@ def _start(
             start_new_session=True,
             env=env,  # without a metrics port: every adapter would try to serve on the one it names
         )
+    if (
+        previous is not None
+    ):  # following the agent's earlier file (or group): it publishes the rest, then ends
+        previous.adapter.send(signal.SIGUSR1)
     watcher = _Watcher(adapter=Proc.of(adapter.pid), group_id=group_id, output_file=str(output))
     try:
         record(recorded, watcher)
@@ -204,11 +213,11 @@ def _start(
 )
 @click.option(
     "--project-dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    type=click.Path(file_okay=False, path_type=Path),
     envvar="CLAUDE_PROJECT_DIR",
     show_envvar=True,
     help="The directory a relative --log-dir and the local server belong to, wherever the session has "
-    "gone since (default: the directory of the call, its cwd).",
+    "gone since (default, and when it is no directory: the directory of the call, its cwd).",
 )
 @click.option(
     "--redis-url",
@@ -238,8 +247,7 @@ def hook_task(group_id: str | None, log_dir: Path, project_dir: Path | None, url
             raise ValueError("no task group: the call has no session_id; pass --group")
         if (problem := id_problem(group)) is not None:
             raise ValueError(f"the task group {group!r} {problem}")
-        base = project_dir or (launch.cwd if launch.cwd is not None and launch.cwd.is_dir() else Path.cwd())
-        log, started = _start(launch, group, base.absolute(), log_dir, url)
+        log, started = _start(launch, group, _base(project_dir, launch), log_dir, url)
     except (OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     following = "following" if started else "already following"

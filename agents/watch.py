@@ -85,6 +85,12 @@ class FileWatch:
         self._loaded = Checkpoint()
         self._grew = False
         self._vanished = False
+        self._finishing = False
+
+    def finish(self) -> None:
+        """Read the file to its end, publish all of it (waiting for Redis as long as that takes), then
+        stop without saying the agent exited: it goes on elsewhere (resumed with another output file)."""
+        self._finishing = True
 
     @property
     def session_id(self) -> str | None:
@@ -164,7 +170,7 @@ class FileWatch:
                     except FileNotFoundError:
                         self._vanished = True
                         return None
-                if await wait_for(self.stop, self.options.poll_s):
+                if self._finishing or await wait_for(self.stop, self.options.poll_s):
                     return None
 
     def _same_output(self, fd: int) -> bool:
@@ -229,6 +235,8 @@ class FileWatch:
                 quiet_since = time.monotonic()
             await self._publish([], force=True)
             await self.bus.flush()  # at the end of the file: everything read is on the server
+            if self._finishing:
+                break
             if await self._rotated():
                 continue
             if options.pid is not None and not pid_alive(options.pid):

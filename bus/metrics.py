@@ -145,7 +145,7 @@ class LauncherMetrics(RoleMetrics):
         )
         self.agents = Gauge(
             "subagent_bus_agents_running",
-            "Agents this launcher started that still run (but for those waiting between two turns)",
+            "Agents this launcher started that still run (but for those waiting for their delegates)",
             registry=r,
         )
 

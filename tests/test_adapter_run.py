@@ -11,7 +11,7 @@ from typing import Any
 
 from adapter_kit import exited, fake, logged, open_bus, spawn, start, wait_until
 
-from bus.directives import AnswerItem, BlockerResolved, ClarificationResponse
+from bus.directives import AnswerItem, ClarificationResponse, DelegationApproved
 from bus.envelope import EnvelopeType, Kind, new_envelope
 from bus.events import AgentExited, AgentStarted, Heartbeat
 from bus.publisher import Publisher
@@ -109,7 +109,8 @@ async def test_sigterm_between_turns_says_nobody_resumes_the_agent_any_more(
     log, idle = tmp_path / "adapter.log", tmp_path / "r12.idle"
     resume = f"command:{' '.join(fake('complete', agent_id='r12'))}"
     options = ("--until-complete", "--deliver", resume, "--idle-file", str(idle))
-    adapter = start([*run_args("r12", *options), *fake("stop", agent_id="r12")], redis_url, log)
+    steps = fake("delegate:blocks_current_work", agent_id="r12")
+    adapter = start([*run_args("r12", *options), *steps], redis_url, log)
     async with open_bus(redis_url) as bus:
 
         async def waiting() -> bool:
@@ -126,14 +127,15 @@ async def test_sigterm_between_turns_says_nobody_resumes_the_agent_any_more(
     ]
 
 
-async def test_an_agent_whose_resume_cannot_start_still_waits_without_a_slot(
+async def test_an_agent_whose_resume_cannot_start_still_waits_for_its_delegate_without_a_slot(
     redis_url: str, tmp_path: Path
 ) -> None:
     log, idle, program = tmp_path / "adapter.log", tmp_path / "r16.idle", tmp_path / "resume-agent"
     program.write_text("#!/bin/sh\n")
     program.chmod(0o755)
     options = ("--until-complete", "--deliver", f"command:{program} {{prompt}}", "--idle-file", str(idle))
-    adapter = start([*run_args("r16", *options), *fake("stop", agent_id="r16")], redis_url, log)
+    steps = fake("delegate:blocks_current_work", agent_id="r16")
+    adapter = start([*run_args("r16", *options), *steps], redis_url, log)
     async with open_bus(redis_url) as bus:
 
         async def waiting() -> bool:
@@ -141,8 +143,9 @@ async def test_an_agent_whose_resume_cannot_start_still_waits_without_a_slot(
 
         await wait_until(waiting, 20, "the agent's first turn to end")
         program.unlink()  # being reinstalled, say
-        resolved = BlockerResolved(issue="node_modules is missing", resolution="installed")
-        directive = new_envelope(resolved, agent_id="r16", group_id=GROUP, source="coordinator")
+        # the approval: it goes on waiting for its delegate, whose results resume it
+        approved = DelegationApproved(request_id="dlg-1", new_agent_id="r16-delegate", task="refactor")
+        directive = new_envelope(approved, agent_id="r16", group_id=GROUP, source="coordinator")
         await Publisher(bus.client, bus.keys).send_directive(directive)
         await wait_until(logged(log, "cannot start"), 20, "the resume to fail")
         assert idle.exists()  # it waits on: a launcher's slot is still free for others

@@ -457,3 +457,24 @@ async def test_the_completion_report_after_a_result_report_is_followed_after_a_r
     report = "## Explorer Result\n\n### Status\nSUCCESS\n\n### Summary\nLooked around.\n"
     signals = await _killed_after_progress(redis_url, tmp_path, _assistant(report), _COMPLETION)
     assert [e.type for e in signals] == [T.PROGRESS] * 3 + [T.COMPLETION_REPORT]
+
+
+async def test_sigusr1_publishes_the_file_to_its_end_then_stops_without_an_exit(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # what the Task hook sends the adapter of an agent resumed with another output file
+    output, log = tmp_path / "out.md", tmp_path / "adapter.log"
+    output.write_text("Working...\n")
+    adapter = start([*watch_args(output, "w-fin", "--until-complete", "--poll", "2")], redis_url, log)
+    async with open_bus(redis_url) as bus:
+
+        async def started() -> bool:
+            return await bus.has(GROUP, T.AGENT_STARTED)
+
+        await wait_until(started, 20, "the adapter to follow the file")
+        with output.open("a") as out:  # written as the signal comes, read at the adapter's next poll
+            out.write("[PROGRESS]\nagent_id: w-fin\npercent: 50\nmessage: half\n[/PROGRESS]\n")
+        adapter.send_signal(signal.SIGUSR1)
+        assert await exited(adapter, 20) == 0, log.read_text()
+        types = [e.type for e in await bus.envelopes(GROUP) if e.agent_id == "w-fin"]
+    assert types == [T.AGENT_STARTED, T.PROGRESS]

@@ -490,7 +490,8 @@ def test_a_record_that_names_another_process_stops_nothing(redis_url: str, tmp_p
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         # a record without a start time (or with a pid of a group) is not trusted: nothing is stopped
-        for adapter in ({"pid": sleeper.pid}, {"pid": 0}, {"pid": -1}):
+        wrong_start = {"pid": sleeper.pid, "started": 1}  # its pid, taken by another process since
+        for adapter in ({"pid": sleeper.pid}, wrong_start, {"pid": 0}, {"pid": -1}):
             record = {"adapter": adapter, "group_id": "s", "output_file": str(tmp_path / "elsewhere.md")}
             (hooks / "agent-q.watch").write_text(json.dumps(record))
             response = {"status": "async_launched", "agentId": "agent-q", "outputFile": "missing.md"}
@@ -544,10 +545,17 @@ async def test_the_task_hook_takes_the_url_init_wrote_and_any_output_path(
     )
     call = {"session_id": "s2", "tool_response": {"agentId": "h2", "outputFile": output.name}}
     elsewhere = {"SUBAGENT_BUS_REDIS_URL": "redis://127.0.0.1:1/0"}  # the environment names another Redis
+    gone = {"CLAUDE_PROJECT_DIR": str(tmp_path / "moved-away")}  # no directory: the call's is used
     done = hook(
-        json.dumps(call).encode(), tmp_path, elsewhere["SUBAGENT_BUS_REDIS_URL"], "--redis-url", redis_url
+        json.dumps(call).encode(),
+        tmp_path,
+        elsewhere["SUBAGENT_BUS_REDIS_URL"],
+        "--redis-url",
+        redis_url,
+        env=gone,
     )
     assert done.returncode == 0, done.stderr
+    assert (tmp_path / ".subagent-bus/hooks/h2.log").exists()
     async with open_bus(redis_url) as bus:
 
         async def completed() -> bool:

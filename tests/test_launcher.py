@@ -505,7 +505,7 @@ def test_a_file_delivery_is_one_file_per_agent(tmp_path: Path) -> None:
         url="redis://127.0.0.1:1/0",
         namespace="sbus",
         cluster=None,
-        launcher=Proc(pid=2),
+        launcher=Proc(pid=1),
     )
     launch = LaunchRequest(request_id="r", new_agent_id="a/1", reason=LaunchReason.DELEGATION, task="t")
     argv = spawner.command(launch, GROUP, tmp_path / "p.md", "t")

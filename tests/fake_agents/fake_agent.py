@@ -7,8 +7,8 @@ It prints prose and protocol blocks over time (each block in two writes, so read
 waits for a directive by watching a response file, or is re-run with a resume prompt, and can crash.
 Steps: say:TEXT  progress:N  many:N  clarify  stop  delegate[:INDEPENDENCE]  complete[:FILE,FILE]
 result:FILE:LINE  await:PATH  wait-file:PATH  sleep:SECONDS  crash:CODE
-unless-prompt:TEXT=STEP (STEP only when the --prompt-file does not contain TEXT)
-if-prompt:TEXT=STEP (STEP only when the --prompt-file or the --resumed prompt contains TEXT).
+unless-prompt:TEXT=STEP and if-prompt:TEXT=STEP (STEP only when the --prompt-file and the --resumed
+prompt do not contain TEXT, or when one does).
 Only the standard library is used, like any program that was never written for this project.
 """
 
@@ -255,7 +255,7 @@ def main() -> None:
             acknowledge(out, args.resumed)
         for item in args.steps:
             name, _, arg = item.partition(":")
-            step(out, args.agent_id, name, arg, task if name != "if-prompt" else task + (args.resumed or ""))
+            step(out, args.agent_id, name, arg, task + (args.resumed or ""))
     finally:
         if args.record:
             with open(args.record, "a") as record:
