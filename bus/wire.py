@@ -169,11 +169,13 @@ class Pipe:
     async def execute(self, commands: Sequence[Command], *, transaction: bool = False) -> list[Any]:
         """:meth:`send` and :meth:`settle` in one; a batch that fails is not kept in flight (the caller
         decides what to do again)."""
-        await self.send(commands, transaction=transaction)
+        if self._batch is not None:
+            raise RuntimeError("the batch in flight must be settled before the next is sent")
         try:
+            await self.send(commands, transaction=transaction)
             return await self.settle()
         finally:
-            self._batch = None
+            self._batch = None  # written or not: a write that failed (the server down) fails the batch too
 
     async def close(self) -> None:
         """Give a held connection back to the pool (a batch in flight is dropped)."""

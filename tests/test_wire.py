@@ -145,6 +145,20 @@ async def test_a_reply_later_than_the_socket_timeout_fails_the_batch(redis_url: 
         await client.aclose()
 
 
+@pytest.mark.parametrize("hold", [False, True])
+async def test_a_batch_that_could_not_be_written_is_not_left_in_flight(hold: bool) -> None:
+    # the server down: each batch fails as the connection does, and the next is tried anew
+    client = redis.asyncio.Redis.from_url("redis://127.0.0.1:1/0")  # nothing listens there
+    try:
+        pipe = wire.Pipe(client, STREAM, hold=hold)
+        for _ in range(2):
+            with pytest.raises(ConnectionFailed):
+                await pipe.execute([(b"PING",)])
+            assert not pipe.in_flight
+    finally:
+        await client.aclose()
+
+
 async def test_a_script_is_loaded_where_the_server_does_not_know_it(bus_url: str) -> None:
     script = wire.Script("return {KEYS[1], ARGV[1]}")
     async with connected(bus_url) as client:
