@@ -16,6 +16,7 @@ import os
 import signal
 import stat
 import sys
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -111,6 +112,8 @@ class Session:
         self._resumable = False
         """What the last AGENT_EXITED said: the adapter goes on resuming the agent."""
         self._delegates = DelegateWait(options.idle_file, bus.log)
+        self._publishing = False
+        """The output's reader waits for Redis to take what it read (not for the agent to write)."""
 
     @property
     def session_id(self) -> str | None:
@@ -276,11 +279,18 @@ class Session:
 
     async def _drained(self, process: asyncio.subprocess.Process, pumps: asyncio.Future[Any]) -> None:
         """Wait for the agent's exit and the end of its output; a process it left running that keeps
-        the output open (``server &``) is given :data:`_DRAIN_S` to close it, then it is not read any
-        more: the agent's exit must be reported, and its next turn started."""
+        the output open (``server &``) is given :data:`_DRAIN_S` of reading to close it, then it is not
+        read any more: the agent's exit must be reported, and its next turn started."""
         while process.returncode is None and not pumps.done():
             await asyncio.wait({pumps}, timeout=_EXITED_POLL_S)
-        await asyncio.wait({pumps}, timeout=_DRAIN_S)
+        # Only the time spent reading counts: while Redis does not take what was read (down, restarting)
+        # the rest of the agent's output waits in the pipe, and is read once it does.
+        reading = 0.0
+        while not pumps.done() and reading < _DRAIN_S:
+            publishing, since = self._publishing, time.monotonic()
+            await asyncio.wait({pumps}, timeout=_EXITED_POLL_S)
+            if not (publishing and self._publishing):
+                reading += time.monotonic() - since
         if not pumps.done():
             self.bus.log(
                 "the agent exited, but a process it started holds its output open: not read any more"
@@ -302,7 +312,10 @@ class Session:
             envelopes = stream.feed(chunk)
             if envelopes:
                 self._delegates.signalled(envelopes)
-                await self.bus.publish(envelopes, wait=False)
+                self._publishing = True
+                await self.bus.publish(envelopes, wait=False)  # waits while Redis does not take them
+                self._publishing = False
+        self._publishing = True
         envelopes = stream.close()
         self._delegates.signalled(envelopes)
         await self.bus.publish(envelopes)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -157,6 +158,34 @@ async def test_without_a_signal_output_waits_for_redis_to_come_back(
         types = [e.type for e in await bus.envelopes(GROUP)]
     assert types == [T.AGENT_STARTED, T.PROGRESS, T.PROGRESS, T.COMPLETION_REPORT, T.AGENT_EXITED]
     assert "gave up" not in log.read_text()
+
+
+BLOCKS = 1000
+
+
+async def test_output_left_in_the_pipe_when_the_agent_exits_waits_for_redis_too(
+    fresh_redis: RedisProcess, tmp_path: Path
+) -> None:
+    # the reader waits for Redis to take what it read; the rest of the output waits in the pipe, past the
+    # time a process the agent left running is given to close the output
+    go, log = tmp_path / "go", tmp_path / "adapter.log"
+    steps = fake("progress:10", f"wait-file:{go}", f"burst:{BLOCKS}", "complete", agent_id="d6")  # 160 kB
+    adapter = start([*run_args("d6", "--quiet"), *steps], fresh_redis.url, log)
+    try:
+        pid = await agent_pid(fresh_redis.url)
+        fresh_redis.kill()
+        go.touch()
+        await wait_until(gone(pid), 30, "the agent to exit")
+        # the sixth attempt: over 6 s of retrying since the first, and so over 2 s since the agent exited
+        await wait_until(logged(log, "retrying in 5.0s"), 30, "the adapter to retry for a while")
+        fresh_redis.start()
+        assert await exited(adapter, 60) == 0, log.read_text()
+    finally:
+        stop(adapter)
+    async with open_bus(fresh_redis.url) as bus:
+        types = Counter(e.type for e in await bus.envelopes(GROUP))
+    assert (types[T.PROGRESS], types[T.COMPLETION_REPORT]) == (BLOCKS + 1, 1), log.read_text()
+    assert "holds its output open" not in log.read_text()
 
 
 async def test_a_hung_server_does_not_hold_a_stopped_adapter(

@@ -5,7 +5,7 @@
 
 It prints prose and protocol blocks over time (each block in two writes, so readers see it split),
 waits for a directive by watching a response file, or is re-run with a resume prompt, and can crash.
-Steps: say:TEXT  progress:N  many:N  clarify  stop  delegate[:INDEPENDENCE]  complete[:FILE,FILE]
+Steps: say:TEXT  progress:N  many:N  burst:N  clarify  stop  delegate[:INDEPENDENCE]  complete[:FILE,FILE]
 result:FILE:LINE  await:PATH  wait-file:PATH  sleep:SECONDS  crash:CODE
 unless-prompt:TEXT=STEP and if-prompt:TEXT=STEP (STEP only when the --prompt-file and the --resumed
 prompt do not contain TEXT, or when one does).
@@ -102,6 +102,12 @@ def step(out: Output, agent: str, name: str, arg: str, prompt: str = "") -> None
                 ),
                 split=True,
             )
+    elif name == "burst":  # N blocks in one write: more than a reader takes in at once
+        blocks = (
+            block("PROGRESS", f"agent_id: {agent}\npercent: {i % 100}\nmessage: item {i} {'.' * 100}")
+            for i in range(int(arg))
+        )
+        out.text("\n".join(blocks))
     elif name == "clarify":
         out.text(
             block(
