@@ -138,53 +138,44 @@ async def test_a_watch_stopped_while_redis_is_down_leaves_the_rest_to_the_next_w
     assert types == [T.AGENT_STARTED, T.PROGRESS, T.PROGRESS, T.COMPLETION_REPORT, T.AGENT_EXITED]
 
 
+async def through_a_restart(server: RedisProcess, log: Path, agent: str, work: str, retried: str) -> list[T]:
+    """Run an agent that does ``work`` once Redis is down and exits; start Redis again once the adapter
+    logged ``retried``: the types of what was published."""
+    go = log.with_name("go")
+    steps = fake("progress:10", f"wait-file:{go}", work, "complete", agent_id=agent)
+    adapter = start([*run_args(agent, "--quiet"), *steps], server.url, log)
+    try:
+        pid = await agent_pid(server.url)
+        server.kill()
+        go.touch()
+        await wait_until(gone(pid), 30, "the agent to exit")
+        await wait_until(logged(log, retried), 30, "the adapter to retry")
+        server.start()
+        assert await exited(adapter, 60) == 0, log.read_text()  # noqa: ASYNC240 - a failed test's log
+    finally:
+        stop(adapter)
+    async with open_bus(server.url) as bus:
+        return [e.type for e in await bus.envelopes(GROUP)]
+
+
 async def test_without_a_signal_output_waits_for_redis_to_come_back(
     fresh_redis: RedisProcess, tmp_path: Path
 ) -> None:
-    go, log = tmp_path / "go", tmp_path / "adapter.log"
-    steps = fake("progress:10", f"wait-file:{go}", "progress:50", "complete", agent_id="d3")
-    adapter = start([*run_args("d3"), *steps], fresh_redis.url, log)
-    try:
-        pid = await agent_pid(fresh_redis.url)
-        fresh_redis.kill()
-        go.touch()
-        await wait_until(gone(pid), 20, "the agent to exit")
-        await wait_until(logged(log, "retrying"), 20, "the adapter to retry")
-        fresh_redis.start()
-        assert await exited(adapter, 30) == 0, log.read_text()
-    finally:
-        stop(adapter)
-    async with open_bus(fresh_redis.url) as bus:
-        types = [e.type for e in await bus.envelopes(GROUP)]
+    log = tmp_path / "adapter.log"
+    types = await through_a_restart(fresh_redis, log, "d3", "progress:50", "retrying")
     assert types == [T.AGENT_STARTED, T.PROGRESS, T.PROGRESS, T.COMPLETION_REPORT, T.AGENT_EXITED]
     assert "gave up" not in log.read_text()
-
-
-BLOCKS = 1000
 
 
 async def test_output_left_in_the_pipe_when_the_agent_exits_waits_for_redis_too(
     fresh_redis: RedisProcess, tmp_path: Path
 ) -> None:
     # the reader waits for Redis to take what it read; the rest of the output waits in the pipe, past the
-    # time a process the agent left running is given to close the output
-    go, log = tmp_path / "go", tmp_path / "adapter.log"
-    steps = fake("progress:10", f"wait-file:{go}", f"burst:{BLOCKS}", "complete", agent_id="d6")  # 160 kB
-    adapter = start([*run_args("d6", "--quiet"), *steps], fresh_redis.url, log)
-    try:
-        pid = await agent_pid(fresh_redis.url)
-        fresh_redis.kill()
-        go.touch()
-        await wait_until(gone(pid), 30, "the agent to exit")
-        # the sixth attempt: over 6 s of retrying since the first, and so over 2 s since the agent exited
-        await wait_until(logged(log, "retrying in 5.0s"), 30, "the adapter to retry for a while")
-        fresh_redis.start()
-        assert await exited(adapter, 60) == 0, log.read_text()
-    finally:
-        stop(adapter)
-    async with open_bus(fresh_redis.url) as bus:
-        types = Counter(e.type for e in await bus.envelopes(GROUP))
-    assert (types[T.PROGRESS], types[T.COMPLETION_REPORT]) == (BLOCKS + 1, 1), log.read_text()
+    # time a process the agent left running is given to close the output: the sixth attempt comes over
+    # 6 s after the first, and so over 2 s after the agent exited
+    log, blocks = tmp_path / "adapter.log", 1000  # 160 kB
+    types = Counter(await through_a_restart(fresh_redis, log, "d6", f"burst:{blocks}", "retrying in 5.0s"))
+    assert (types[T.PROGRESS], types[T.COMPLETION_REPORT]) == (blocks + 1, 1), log.read_text()
     assert "holds its output open" not in log.read_text()
 
 
