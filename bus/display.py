@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 __all__ = ["counted", "cut", "format_item", "has_control", "json_bytes", "one_line"]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_UNSHOWN = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""Control characters and Unicode's bidirectional controls, with which a text can make a terminal show
+the rest of its line in another order than it has (``\u202e`` reverses it)."""
 
 
 def format_item(item: Item, *, as_json: bool, dead: bool) -> tuple[bytes | str | None, str | None]:
@@ -81,8 +84,9 @@ def has_control(text: str) -> bool:
 
 
 def one_line(text: str) -> str:
-    """Text from the stream as one line: control characters escaped, none reaches the terminal."""
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+    """Text from the stream as one line: control characters (and bidirectional ones) escaped, none
+    reaches the terminal."""
+    return _UNSHOWN.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def counted(count: int, noun: str) -> str:

@@ -24,7 +24,7 @@ def _feed() -> Feed:
     feed = Feed()
     asked = clarification(AGENT)
     asked = asked.model_copy(
-        update={"questions": [asked.questions[0].model_copy(update={"text": "Which\none?"})]}
+        update={"questions": [asked.questions[0].model_copy(update={"text": "Which\none? \u202eevil"})]}
     )
     feed.send(asked, AGENT)
     stop = stop_error("it's\tbad").model_copy(update={"details": "line one\nline two"})
@@ -37,7 +37,8 @@ def test_status_lines_escape_control_characters_in_ids_and_flatten_texts() -> No
     lines = render(summarize(_feed().state))
     assert all("\n" not in line and "\x1b" not in line and "\t" not in line for line in lines)
     assert any(line.startswith("  evil\\nagent\\x1b[31m ") for line in lines)
-    assert any(line.endswith(": Which one?") and "evil\\nagent" in line for line in lines)
+    # a bidirectional override would show the rest of the line reversed
+    assert any(line.endswith(": Which one? \\u202eevil") and "evil\\nagent" in line for line in lines)
     assert any(line.endswith("(error): line one line two") for line in lines)
 
 
