@@ -23,8 +23,9 @@ from agents.delivery import (
 from agents.delivery import Runner as DeliveryRunner
 from agents.findings_io import import_findings
 from agents.options import Common, check_program, common_options
-from agents.process import ProcessOptions, Session, stdin_chunks
+from agents.process import ProcessOptions, Session
 from agents.spawn import STOP_SIGNALS
+from agents.stdin import stdin_chunks
 from agents.watch import FileWatch, WatchOptions
 from bus.cli_connection import redis_options, run_command
 from bus.consumer import Consumer

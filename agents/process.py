@@ -12,9 +12,7 @@ recover it like any error the agent reports itself.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import stat
 import sys
 import time
 import uuid
@@ -31,7 +29,7 @@ from agents.transcript import Format
 from bus.envelope import deterministic_id
 from bus.signals import BlockerType, StopReason, StopWork
 
-__all__ = ["ProcessOptions", "Session", "exit_status", "stdin_chunks"]
+__all__ = ["CHUNK", "Chunks", "ProcessOptions", "Session", "exit_status"]
 
 CHUNK: Final = 64 * 1024
 _TAIL_LINES: Final = 20
@@ -387,33 +385,3 @@ class Session:
         if self._resumable and not self.bus.completed:
             self._resumable = False
             await self.bus.exited(source=f"run:{self.base}:stop", exit_code=None, resumable=False)
-
-
-async def stdin_chunks() -> Chunks:
-    """A reader of the adapter's stdin: a pipe, socket or terminal without blocking the loop; a file, or
-    a device such as ``/dev/null`` (stdin under cron, nohup, CI), which the loop cannot watch, read
-    directly (a regular file) or in a thread."""
-    fd = sys.stdin.fileno()
-    mode = os.fstat(fd).st_mode
-    if stat.S_ISREG(mode):
-
-        async def from_file() -> bytes:
-            return os.read(fd, CHUNK)
-
-        return from_file
-    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)):
-
-        async def from_device() -> bytes:
-            return await asyncio.to_thread(os.read, fd, CHUNK)
-
-        return from_device
-    reader = asyncio.StreamReader(limit=CHUNK)
-    loop = asyncio.get_running_loop()
-    await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0, closefd=False)
-    )
-
-    async def from_pipe() -> bytes:
-        return await reader.read(CHUNK)
-
-    return from_pipe
