@@ -190,6 +190,7 @@ def watch(
         )
         follower = FileWatch(bus, options, stop)
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, follower.finish)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})  # blocked by a hook that started it
         deliverer = _deliverer(
             common, _values(common, lambda: follower.session_id or common.session_id), None, bus
         )

@@ -8,9 +8,10 @@ for an answer to a blocking delegation request of its own, its adapter keeps a f
 launcher the slot is free (:meth:`agents.launcher.Launcher.busy`); the parent resumes when its delegate
 completes and frees the slot again.
 
-Only that wait lends the slot: an agent waiting for a human (an answer, a resolution) keeps its slot, so
-``--max-parallel`` still bounds how many agents can be resumed at once. A request counts as answered
-when the agent's directive says so: the delegate's results (``DELEGATION_COMPLETED``) or a denial.
+Only that wait lends the slot (also while such a request waits for a human's approval): an agent waiting
+for a human's answer or resolution keeps its slot, so ``--max-parallel`` still bounds how many agents a
+round of answers resumes. A request counts as answered when the agent's directive says so: the
+delegate's results (``DELEGATION_COMPLETED``) or a denial.
 """
 
 from __future__ import annotations
@@ -32,19 +33,25 @@ class DelegateWait:
         self.path = path
         self._log = log
         self._requests: set[str] = set()
+        self._answered: set[str] = set()
+        """A request printed again once answered is one the coordinator answers no more (it refuses it
+        as received already): it must not lend the slot again."""
 
     def signalled(self, envelopes: Sequence[Envelope]) -> None:
         """What the agent printed: a blocking DELEGATE_WORK is a request it will wait for."""
         for envelope in envelopes:
             payload = envelope.payload
             if isinstance(payload, DelegateWork) and payload.independence is Independence.BLOCKS_CURRENT_WORK:
-                self._requests.add(payload.request_id())
+                request_id = payload.request_id()
+                if request_id not in self._answered:
+                    self._requests.add(request_id)
 
     def directed(self, envelope: Envelope) -> None:
         """A directive delivered to the agent: the results of a delegate, or a denial, answer a request."""
         payload = envelope.payload
         if isinstance(payload, DelegationCompleted | DelegationDenied):
             self._requests.discard(payload.request_id)
+            self._answered.add(payload.request_id)
 
     def between_turns(self, waiting: bool) -> None:
         """The agent's turn ended and it waits for a directive (``waiting``), or it does not (a turn starts,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Annotated, Final
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from bus.embedded import pid_alive
 
@@ -37,7 +37,7 @@ class Proc(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    pid: int
+    pid: Annotated[int, Field(ge=1)]
     started: int | None = None
 
     @classmethod

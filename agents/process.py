@@ -26,7 +26,7 @@ from agents.adapter import AgentBus, GaveUp, OutputStream, heartbeat_loop
 from agents.delegate_wait import DelegateWait
 from agents.delivery import AgentDone, DeliveryFailed, Directive
 from agents.transcript import Format
-from bus.envelope import deterministic_id
+from bus.envelope import Envelope, deterministic_id
 from bus.signals import BlockerType, StopReason, StopWork
 
 __all__ = ["CHUNK", "Chunks", "ProcessOptions", "Session", "exit_status"]
@@ -110,8 +110,9 @@ class Session:
         self._resumable = False
         """What the last AGENT_EXITED said: the adapter goes on resuming the agent."""
         self._delegates = DelegateWait(options.idle_file, bus.log)
-        self._publishing = False
-        """The output's reader waits for Redis to take what it read (not for the agent to write)."""
+        self._waited_for_redis = 0.0
+        self._publishing_since: float | None = None
+        """While the output's reader waits for Redis to take what it read (see :meth:`_drained`)."""
 
     @property
     def session_id(self) -> str | None:
@@ -283,12 +284,11 @@ class Session:
             await asyncio.wait({pumps}, timeout=_EXITED_POLL_S)
         # Only the time spent reading counts: while Redis does not take what was read (down, restarting)
         # the rest of the agent's output waits in the pipe, and is read once it does.
-        reading = 0.0
-        while not pumps.done() and reading < _DRAIN_S:
-            publishing, since = self._publishing, time.monotonic()
+        exited_at, waited = time.monotonic(), self._redis_wait()
+        while not pumps.done():
             await asyncio.wait({pumps}, timeout=_EXITED_POLL_S)
-            if not (publishing and self._publishing):
-                reading += time.monotonic() - since
+            if time.monotonic() - exited_at - (self._redis_wait() - waited) >= _DRAIN_S:
+                break
         if not pumps.done():
             self.bus.log(
                 "the agent exited, but a process it started holds its output open: not read any more"
@@ -310,13 +310,24 @@ class Session:
             envelopes = stream.feed(chunk)
             if envelopes:
                 self._delegates.signalled(envelopes)
-                self._publishing = True
-                await self.bus.publish(envelopes, wait=False)  # waits while Redis does not take them
-                self._publishing = False
-        self._publishing = True
+                await self._publish(envelopes, wait=False)
         envelopes = stream.close()
         self._delegates.signalled(envelopes)
-        await self.bus.publish(envelopes)
+        await self._publish(envelopes, wait=True)
+
+    async def _publish(self, envelopes: list[Envelope], *, wait: bool) -> None:
+        """Publish what the agent printed, counting the time spent waiting for Redis to take it."""
+        self._publishing_since = time.monotonic()
+        try:
+            await self.bus.publish(envelopes, wait=wait)
+        finally:
+            self._waited_for_redis += time.monotonic() - self._publishing_since
+            self._publishing_since = None
+
+    def _redis_wait(self) -> float:
+        """Seconds the output's reader has spent waiting for Redis to take what it read, so far."""
+        since = self._publishing_since
+        return self._waited_for_redis + (time.monotonic() - since if since is not None else 0.0)
 
     def _copy(self, chunk: bytes) -> None:
         """Copy the agent's output to stdout; a closed stdout stops the copying, not the adapter."""

@@ -174,19 +174,23 @@ def _start(
     if launch.prompt is not None:
         task_file = logs / f"{stem}.prompt.md"
         task_file.write_text(launch.prompt, encoding="utf-8")
-    with log.open("ab") as stderr:
-        adapter = subprocess.Popen(
-            watch_argv(launch, group_id, output, task_file),
-            cwd=base,  # where the local server is, when there is no URL
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            start_new_session=True,
-            env=env,  # without a metrics port: every adapter would try to serve on the one it names
-        )
-    if (
-        previous is not None
-    ):  # following the agent's earlier file (or group): it publishes the rest, then ends
+    # Started with SIGUSR1 blocked, which it unblocks once it handles it: sent (by a later resume) before
+    # that, it would end the adapter at once, with the rest of its file unpublished.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    try:
+        with log.open("ab") as stderr:
+            adapter = subprocess.Popen(
+                watch_argv(launch, group_id, output, task_file),
+                cwd=base,  # where the local server is, when there is no URL
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                start_new_session=True,
+                env=env,  # without a metrics port: every adapter would try to serve on the one it names
+            )
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    if previous is not None:  # it follows the earlier file (or group): it publishes the rest, then ends
         previous.adapter.send(signal.SIGUSR1)
     watcher = _Watcher(adapter=Proc.of(adapter.pid), group_id=group_id, output_file=str(output))
     try:
@@ -213,7 +217,7 @@ def _start(
 )
 @click.option(
     "--project-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),  # checked by _base: exit status 2 would block Claude Code
     envvar="CLAUDE_PROJECT_DIR",
     show_envvar=True,
     help="The directory a relative --log-dir and the local server belong to, wherever the session has "

@@ -235,7 +235,9 @@ class FileWatch:
                 quiet_since = time.monotonic()
             await self._publish([], force=True)
             await self.bus.flush()  # at the end of the file: everything read is on the server
-            if self._finishing:
+            if self._finishing:  # the end of its output: a report or block it leaves open ends here
+                await self._publish(self.stream.close(), force=True)
+                await self.bus.flush()
                 break
             if await self._rotated():
                 continue

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 from adapter_kit import exited, fake, logged, open_bus, spawn, start, wait_until
 
 from bus.directives import AnswerItem, ClarificationResponse, DelegationApproved
@@ -130,12 +131,12 @@ async def test_sigterm_between_turns_says_nobody_resumes_the_agent_any_more(
 async def test_an_agent_whose_resume_cannot_start_still_waits_for_its_delegate_without_a_slot(
     redis_url: str, tmp_path: Path
 ) -> None:
-    log, idle, program = tmp_path / "adapter.log", tmp_path / "r16.idle", tmp_path / "resume-agent"
+    log, idle, program = tmp_path / "adapter.log", tmp_path / "r17.idle", tmp_path / "resume-agent"
     program.write_text("#!/bin/sh\n")
     program.chmod(0o755)
     options = ("--until-complete", "--deliver", f"command:{program} {{prompt}}", "--idle-file", str(idle))
-    steps = fake("delegate:blocks_current_work", agent_id="r16")
-    adapter = start([*run_args("r16", *options), *steps], redis_url, log)
+    steps = fake("delegate:blocks_current_work", agent_id="r17")
+    adapter = start([*run_args("r17", *options), *steps], redis_url, log)
     async with open_bus(redis_url) as bus:
 
         async def waiting() -> bool:
@@ -144,8 +145,8 @@ async def test_an_agent_whose_resume_cannot_start_still_waits_for_its_delegate_w
         await wait_until(waiting, 20, "the agent's first turn to end")
         program.unlink()  # being reinstalled, say
         # the approval: it goes on waiting for its delegate, whose results resume it
-        approved = DelegationApproved(request_id="dlg-1", new_agent_id="r16-delegate", task="refactor")
-        directive = new_envelope(approved, agent_id="r16", group_id=GROUP, source="coordinator")
+        approved = DelegationApproved(request_id="dlg-1", new_agent_id="r17-delegate", task="refactor")
+        directive = new_envelope(approved, agent_id="r17", group_id=GROUP, source="coordinator")
         await Publisher(bus.client, bus.keys).send_directive(directive)
         await wait_until(logged(log, "cannot start"), 20, "the resume to fail")
         assert idle.exists()  # it waits on: a launcher's slot is still free for others
@@ -171,12 +172,13 @@ async def test_a_directive_after_the_completion_starts_no_other_turn(redis_url: 
     assert f"CLARIFICATION_RESPONSE {late.id} not delivered: the agent has completed" in log.read_text()
 
 
+@pytest.mark.parametrize("held", ["", ">/dev/null"])  # stdout and stderr, or stderr alone
 async def test_a_process_the_agent_leaves_running_does_not_hold_its_exit_back(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, held: str
 ) -> None:
     # `server &` in the agent: the server keeps the agent's output open after the agent exited
     log, pid_file = tmp_path / "adapter.log", tmp_path / "server.pid"
-    agent = f"sleep 120 & echo $! > {pid_file}; echo working; exit 3"
+    agent = f"sleep 120 {held} & echo $! > {pid_file}; echo working; exit 3"
     adapter = start([*run_args("r16"), "sh", "-c", agent], redis_url, log)
     try:
         assert await exited(adapter, 30) == 3, log.read_text()

@@ -474,7 +474,8 @@ async def test_sigusr1_publishes_the_file_to_its_end_then_stops_without_an_exit(
         await wait_until(started, 20, "the adapter to follow the file")
         with output.open("a") as out:  # written as the signal comes, read at the adapter's next poll
             out.write("[PROGRESS]\nagent_id: w-fin\npercent: 50\nmessage: half\n[/PROGRESS]\n")
+            out.write("[PROGRESS]\nagent_id: w-fin\npercent: 60\n[/PROGRESS]")  # its line ends with the file
         adapter.send_signal(signal.SIGUSR1)
         assert await exited(adapter, 20) == 0, log.read_text()
         types = [e.type for e in await bus.envelopes(GROUP) if e.agent_id == "w-fin"]
-    assert types == [T.AGENT_STARTED, T.PROGRESS]
+    assert types == [T.AGENT_STARTED, T.PROGRESS, T.PROGRESS]

@@ -49,8 +49,12 @@ def test_only_a_wait_for_a_blocking_delegate_lends_the_slot(tmp_path: Path) -> N
     )
     wait.between_turns(True)
     assert not idle.exists()  # its delegate answered: it waits for nothing it lent its slot for
-    wait.signalled([envelope(blocking)])
-    wait.directed(envelope(DelegationDenied(request_id=request, reason="no")))
+    wait.signalled([envelope(blocking)])  # printed again (a recap): answered, it waits for nothing
+    wait.between_turns(True)
+    assert not idle.exists()
+    second = delegate("lead", independence="blocks_current_work", task="Another task altogether")
+    wait.signalled([envelope(second)])
+    wait.directed(envelope(DelegationDenied(request_id=second.request_id(), reason="no")))
     wait.between_turns(True)
     assert not idle.exists() and logged == []
 

@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -469,10 +470,14 @@ async def test_a_resumed_agent_is_followed_by_one_adapter(redis_url: str, tmp_pa
         assert b"subagent-bus: following agent-r (group s-other)" in other.stdout, other
         await wait_until(functools.partial(stopped, following), 30, "the first adapter to stop")
         following = adapter()
-        # resumed with another file: the adapter stops, a new one follows the new file
+        # resumed with another file: a new adapter follows it, the one before publishes the rest of its
+        # file (told so moments after it started: it waits until it can take the signal), then stops
+        with first.open("a") as out:
+            out.write("[PROGRESS]\nagent_id: agent-r\npercent: 90\nmessage: last words\n[/PROGRESS]\n")
         resumed = hook(launched(second), tmp_path, redis_url, env=project)
         assert b"subagent-bus: following agent-r (group s-r)" in resumed.stdout, resumed
         await wait_until(functools.partial(stopped, following), 30, "the second adapter to stop")
+        assert await bus.has("s-other", EnvelopeType.PROGRESS)
 
         async def exited() -> bool:
             return await bus.has("s-r", EnvelopeType.AGENT_EXITED)
@@ -482,6 +487,27 @@ async def test_a_resumed_agent_is_followed_by_one_adapter(redis_url: str, tmp_pa
         # the stopped adapters said nothing of an exit (the agent was resumed): only the last one did
         assert len(await bus.of_type("s-r", EnvelopeType.AGENT_EXITED)) == 1
         assert not await bus.has("s-other", EnvelopeType.AGENT_EXITED)
+
+
+async def test_an_adapter_told_to_finish_as_it_starts_finishes(redis_url: str, tmp_path: Path) -> None:
+    # the hook starts it with SIGUSR1 blocked: sent before it handles it, the signal waits
+    output = tmp_path / "out.md"
+    output.write_text("[PROGRESS]\nagent_id: agent-f\npercent: 10\nmessage: early\n[/PROGRESS]\n")
+    response = {"status": "async_launched", "agentId": "agent-f", "outputFile": str(output)}
+    call = {"session_id": "s-f", "cwd": str(tmp_path), "tool_name": "Task", "tool_response": response}
+    done = hook(json.dumps(call).encode(), tmp_path, redis_url)
+    assert done.returncode == 0, done.stderr
+    recorded = json.loads((tmp_path / ".subagent-bus/hooks/agent-f.watch").read_text())
+    adapter = Proc.model_validate(recorded["adapter"])
+    adapter.send(signal.SIGUSR1)  # moments after it started: long before it could handle the signal
+
+    async def stopped() -> bool:
+        return not adapter.alive()
+
+    await wait_until(stopped, 30, "the adapter to finish")
+    async with open_bus(redis_url) as bus:
+        types = [e.type for e in await bus.envelopes("s-f")]
+    assert types == [EnvelopeType.AGENT_STARTED, EnvelopeType.PROGRESS]
 
 
 def test_a_record_that_names_another_process_stops_nothing(redis_url: str, tmp_path: Path) -> None:
@@ -545,7 +571,8 @@ async def test_the_task_hook_takes_the_url_init_wrote_and_any_output_path(
     )
     call = {"session_id": "s2", "tool_response": {"agentId": "h2", "outputFile": output.name}}
     elsewhere = {"SUBAGENT_BUS_REDIS_URL": "redis://127.0.0.1:1/0"}  # the environment names another Redis
-    gone = {"CLAUDE_PROJECT_DIR": str(tmp_path / "moved-away")}  # no directory: the call's is used
+    (tmp_path / "a-file").touch()
+    gone = {"CLAUDE_PROJECT_DIR": str(tmp_path / "a-file")}  # no directory: the call's is used
     done = hook(
         json.dumps(call).encode(),
         tmp_path,
