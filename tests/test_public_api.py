@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import agents
 import bus
 import coordinator
 
+ROOT = Path(__file__).parent.parent
 EXPECTED_BUS_API = {
     "Ack", "BusError", "Client", "CommandFailed", "ConfigError", "ConnectionFailed", "Consumer",
     "DecodeError", "Delivery", "EmbeddedRedisError", "Envelope", "EnvelopeTooLarge", "EnvelopeType",
@@ -57,3 +59,16 @@ def test_agents_and_coordinator_never_import_each_other(module_name: str) -> Non
     text = Path(source).read_text(encoding="utf-8")
     other = "coordinator" if module_name.startswith("agents") else "agents"
     assert f"from {other}" not in text and f"import {other}" not in text, module_name
+
+
+def test_every_package_is_installed() -> None:
+    # setuptools installs the packages pyproject.toml names, not their subpackages: one left out is in an
+    # editable install (the tests') and missing from a wheel (the image's), where every command fails
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    installed = set(config["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for top in ("bus", "agents", "coordinator")
+        for init in (ROOT / top).rglob("__init__.py")
+    }
+    assert installed == found
