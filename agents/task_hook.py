@@ -48,7 +48,9 @@ from agents.orphans import Adapter, Proc, record
 from agents.spawn import adapter_command, file_stem
 from agents.watched_file import canonical
 from bus.cli_connection import URL_ENV
+from bus.errors import ConfigError
 from bus.ops import METRICS_PORT_ENV
+from bus.settings import Settings
 
 __all__ = [
     "HOOK_COMMAND",
@@ -227,7 +229,9 @@ def _start(
     "--redis-url",
     "url",
     metavar="URL",
-    help="The Redis the adapters publish to (default: SUBAGENT_BUS_REDIS_URL, else the local server).",
+    envvar=URL_VARIABLE,
+    show_envvar=True,
+    help="The Redis the adapters publish to (default: the local server).",
 )
 def hook_task(group_id: str | None, log_dir: Path, project_dir: Path | None, url: str | None) -> None:
     """PostToolUse hook of Claude Code's Task tool: follow a background agent with an adapter.
@@ -251,8 +255,10 @@ def hook_task(group_id: str | None, log_dir: Path, project_dir: Path | None, url
             raise ValueError("no task group: the call has no session_id; pass --group")
         if (problem := id_problem(group)) is not None:
             raise ValueError(f"the task group {group!r} {problem}")
+        if url is not None:
+            Settings.from_url(url)  # what the adapter would refuse at once, refused where it is seen
         log, started = _start(launch, group, _base(project_dir, launch), log_dir, url)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, ConfigError) as exc:
         raise click.ClickException(str(exc)) from None
     following = "following" if started else "already following"
     click.echo(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -61,3 +62,9 @@ def test_service_runs_a_real_command_with_real_options(service: str) -> None:
     known = _envvars(main)
     for name in spec["environment"]:
         assert name in known, f"{service}: {name} is read by no command"
+
+
+def test_no_default_of_a_variable_holds_a_brace() -> None:
+    # compose ends `${VAR:-default}` at the first "}": `${VAR:-echo {prompt}}` leaves a "}" behind a value
+    for default in re.findall(r"\$\{[A-Z_]+:?[-?]([^}]*)\}", COMPOSE.read_text()):
+        assert "{" not in default, default

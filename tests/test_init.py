@@ -559,6 +559,12 @@ async def test_the_task_hook_ignores_other_calls_and_reports_bad_input(
         refused = hook(json.dumps(call).encode(), tmp_path, redis_url)
         assert refused.returncode == 1, refused
         assert message in refused.stderr
+    call = {"session_id": "s", "tool_response": {"agentId": "a", "outputFile": "o"}}
+    for url in (f"{redis_url}?bogus=1", "http://example.com"):  # from the environment, or the option
+        refused = hook(json.dumps(call).encode(), tmp_path, url)
+        assert (refused.returncode, b"invalid settings" in refused.stderr) == (1, True), refused
+        refused = hook(json.dumps(call).encode(), tmp_path, redis_url, "--redis-url", url)
+        assert (refused.returncode, b"invalid settings" in refused.stderr) == (1, True), refused
     assert not (tmp_path / ".subagent-bus").exists()
 
 
