@@ -19,7 +19,8 @@ Why stdin is not left to the SDK:
   and answers the others as JSON-RPC 2.0 says: ``-32700`` (parse error, id null) for what is not JSON,
   ``-32600`` (invalid request) for JSON that is not a message, with the message's id when it has a valid
   one, and ``-32602`` (invalid params) for a request whose parameters its method does not take (the SDK
-  says only "Invalid request parameters"). The messages say what is wrong (the position of a JSON error,
+  says only "Invalid request parameters", and says it too to any request but a ping before
+  ``initialize``, which gets ``-32600`` saying so). The messages say what is wrong (the position of a JSON error,
   the members a message lacks, the parameter and what it should be).
 
 Answers go out on the SDK's own write stream, so they never interleave with its replies on stdout.
@@ -280,6 +281,7 @@ class ScreenedLines:
         self.log = log
         self._send: Callable[[SessionMessage], Awaitable[None]] | None = None
         self._ready = asyncio.Event()
+        self._initialized = False
 
     def answer_on(self, send: Callable[[SessionMessage], Awaitable[None]]) -> None:
         self._send = send
@@ -296,12 +298,12 @@ class ScreenedLines:
                 continue
             else:
                 text = line.removesuffix("\n")  # or a JSON error's position would be on a line 2
-                found = rejection(text)
+                found = rejection(text) or self._premature(text)
                 if found is None:
                     return line
                 mended = _mended(text) if found.error.code == types.PARSE_ERROR else None
                 if mended is not None:
-                    found = rejection(mended)
+                    found = rejection(mended) or self._premature(mended)
                     if found is None:
                         return mended + "\n"
                 error, seen = found, f"a line of {len(text.encode())} bytes: {cut(one_line(text), 80)}"
@@ -309,6 +311,20 @@ class ScreenedLines:
             if not await self._answer(error):
                 break
         raise StopAsyncIteration
+
+    def _premature(self, text: str) -> types.JSONRPCError | None:
+        """A request before ``initialize`` (but a ping), which the SDK answers "Invalid request
+        parameters" whatever its parameters: the answer says what is wrong instead."""
+        if self._initialized:
+            return None
+        message = from_json(text)
+        method = message.get("method") if isinstance(message, dict) and "id" in message else None
+        if method == "initialize":
+            self._initialized = True
+        if method in (None, "initialize", "ping"):
+            return None
+        why = f"Invalid Request: {method} before initialize (a session starts with an initialize request)"
+        return _error(types.INVALID_REQUEST, why, _request_id(message))
 
     async def _answer(self, error: types.JSONRPCError) -> bool:
         """Send ``error``; False when the write stream is closed (the server is stopping)."""

@@ -200,6 +200,26 @@ async def raw_server(url: str, stderr: Path) -> AsyncIterator[RawClient]:
             await process.wait()
 
 
+async def test_a_request_before_initialize_is_told_so(redis_url: str, tmp_path: Path) -> None:
+    process = await asyncio.create_subprocess_exec(
+        CLI,
+        *("mcp", "--redis-url", redis_url, "--agent-id", AGENT, "--group", GROUP_ID),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    client = RawClient(process)
+    try:
+        await client.send(b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}\n')
+        answer = await client.reply()
+        assert (answer["id"], answer["error"]["code"]) == (1, INVALID), answer
+        assert "tools/list before initialize" in answer["error"]["message"]
+        assert await client.request("ping") == {}  # a ping is answered at any time
+    finally:
+        process.kill()
+        await process.wait()
+
+
 async def test_every_hostile_line_is_answered_and_the_server_goes_on(redis_url: str, tmp_path: Path) -> None:
     stderr = tmp_path / "stderr"
     async with raw_server(redis_url, stderr) as client:
