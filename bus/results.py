@@ -9,12 +9,11 @@ Check, ...) are kept as structured tables, and issue tables with a ``File:Line``
 from __future__ import annotations
 
 import re
-from enum import StrEnum
 from typing import Final
 
 from pydantic import Field
 
-from bus.fields import Confidence, Model, NonBlankText
+from bus.fields import Confidence, LenientEnum, Model, NonBlankText
 from bus.findings import Finding, Severity
 
 __all__ = [
@@ -45,7 +44,7 @@ def says_nothing(text: str) -> bool:
     return _NOTHING.fullmatch(text.strip(" \t*_`.")) is not None
 
 
-class ResultStatus(StrEnum):
+class ResultStatus(LenientEnum):  # ``success`` or ``Partial`` match too, as a signal's values do
     SUCCESS = "SUCCESS"
     PARTIAL = "PARTIAL"
     FAILED = "FAILED"

@@ -12,6 +12,7 @@ import pytest
 
 from agents.parser import ErrorItem, Found, SignalItem, parse_text
 from bus.envelope import EnvelopeType
+from bus.results import ResultReport, ResultStatus
 from bus.signals import (
     BlockerType,
     ClarificationNeeded,
@@ -339,3 +340,10 @@ def test_a_yaml_signal_with_a_signal_type_field_keeps_it_as_an_extra_field() -> 
         f'[STOP_WORK]\n{{"signal_type": "stop_work", "payload": {fields}}}\n[/STOP_WORK]\n'
     ).payload
     assert isinstance(payload, StopWork) and payload.details == "x"
+
+
+@pytest.mark.parametrize("written", ["success", "Success", " SUCCESS "])
+def test_a_result_status_matches_in_any_case_as_a_signal_s_values_do(written: str) -> None:
+    # the result contract writes SUCCESS; an MCP submit_result or another publisher may not
+    report = ResultReport.model_validate({"agent": "Tester", "status": written, "summary": "Done."})
+    assert report.status is ResultStatus.SUCCESS
