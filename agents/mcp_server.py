@@ -11,8 +11,8 @@ so each call gets a fresh id) and ``source`` (``mcp:<server instance>`` instead 
 
 Identity: the server speaks for one agent of one group, fixed when it starts (``--agent-id``/``--group``
 or ``SUBAGENT_BUS_AGENT_ID``/``SUBAGENT_BUS_GROUP``). Tools take no agent id; the payload's ``agent_id``
-is filled in (a call naming another agent is refused), and a finding without ``agent`` gets this one, as
-``findings add`` does. A server started without an identity lists its tools, and each call explains how
+is filled in (a call naming another agent is refused), and a finding or a result report without
+``agent`` gets this one, as ``findings add`` does. A server started without an identity lists its tools, and each call explains how
 to give it one.
 
 ``wait_for_directive`` is ``subagent-bus listen`` as a tool (same consumer group and consumer, see
@@ -131,7 +131,7 @@ PROTOCOL_TOOLS: Final[tuple[ProtocolTool, ...]] = (
         "submit_result",
         ResultReport,
         "Submit your result report (the result contract: status, summary, findings, references...).",
-        agent_field=None,
+        agent_field="agent",
     ),
 )
 
@@ -155,7 +155,8 @@ def input_schema(tool: ProtocolTool) -> dict[str, Any]:
     schema = tool.model.model_json_schema()
     if tool.agent_field == "agent_id":
         schema["properties"].pop("agent_id", None)
-        schema["required"] = [name for name in schema.get("required", []) if name != "agent_id"]
+    if tool.agent_field is not None:  # filled in, or defaulted to the agent's id
+        schema["required"] = [name for name in schema.get("required", []) if name != tool.agent_field]
     schema["description"] = tool.description
     return schema
 

@@ -25,6 +25,7 @@ from bus.directives import AnswerItem, ClarificationResponse
 from bus.envelope import Envelope, EnvelopeType, new_envelope
 from bus.keys import StreamKind
 from bus.publisher import Publisher
+from bus.results import ResultReport, ResultStatus
 
 TS = "2026-01-11T08:45:00-05:00"
 
@@ -142,7 +143,9 @@ async def test_list_tools_shows_typed_input_schemas(redis_url: str) -> None:
     assert delegate["$defs"]["Priority"]["enum"] == ["P0", "P1", "P2"]
     assert tools["report_progress"].input_schema["properties"]["percent"]["maximum"] == 100
     assert "title" in tools["add_finding"].input_schema["required"]
-    assert {"agent", "status", "summary"} <= set(tools["submit_result"].input_schema["required"])
+    result = tools["submit_result"].input_schema
+    assert {"status", "summary"} <= set(result["required"]) and "agent" in result["properties"]
+    assert "agent" not in result["required"]  # this agent's id when left out
     wait = tools["wait_for_directive"].input_schema["properties"]["timeout_seconds"]
     assert (wait["type"], wait["minimum"], wait["maximum"]) == ("number", 0, 3600)
     assert tools["status"].input_schema["properties"] == {}
@@ -168,6 +171,15 @@ async def test_submit_result_publishes_the_parsed_report(redis_url: str) -> None
         assert not result.is_error, text_of(result)
         [published] = await signals(bus)
         assert_same_signal(published, expected)
+
+
+async def test_a_result_without_its_agent_s_name_is_this_agent_s(redis_url: str) -> None:
+    async with open_bus(redis_url) as bus, session(redis_url) as client:
+        result = await call(client, "submit_result", {"status": "success", "summary": "Done."})
+        assert not result.is_error, text_of(result)
+        [published] = await signals(bus)
+    assert isinstance(published.payload, ResultReport)
+    assert (published.payload.agent, published.payload.status) == (AGENT, ResultStatus.SUCCESS)
 
 
 async def test_add_finding_publishes_what_findings_add_publishes(redis_url: str) -> None:
@@ -203,7 +215,6 @@ INVALID_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("add_finding", {"title": "t", "line": 0}, "line"),
     ("submit_result", {"agent": "A", "status": "DONE", "summary": "s"}, "status"),
     ("submit_result", {"agent": "A", "status": "SUCCESS", "summary": " "}, "must not be blank"),
-    ("submit_result", {"agent": "", "status": "SUCCESS", "summary": "s"}, "must not be blank"),
     ("wait_for_directive", {"timeout_seconds": -1}, "timeout_seconds"),
     ("status", {"verbose": True}, "verbose"),
     ("no_such_tool", {}, "unknown tool"),
