@@ -99,7 +99,8 @@ class Launcher:
         self._requests: dict[str, str] = {}
         """The request each running agent was started for."""
         self.adopted: dict[str, Orphan] = {}
-        """Agents a killed launcher left running (:mod:`agents.orphans`): each counts like one started here."""
+        """Agents a killed launcher left running (:mod:`agents.orphans`): each counts like one started
+        here."""
         self._me = Proc.of(os.getpid())
         self._spawner = Spawner(
             template=options.template,

@@ -12,8 +12,8 @@ so each call gets a fresh id) and ``source`` (``mcp:<server instance>`` instead 
 Identity: the server speaks for one agent of one group, fixed when it starts (``--agent-id``/``--group``
 or ``SUBAGENT_BUS_AGENT_ID``/``SUBAGENT_BUS_GROUP``). Tools take no agent id; the payload's ``agent_id``
 is filled in (a call naming another agent is refused), and a finding or a result report without
-``agent`` gets this one, as ``findings add`` does. A server started without an identity lists its tools, and each call explains how
-to give it one.
+``agent`` gets this one, as ``findings add`` does. A server started without an identity lists its
+tools, and each call explains how to give it one.
 
 ``wait_for_directive`` is ``subagent-bus listen`` as a tool (same consumer group and consumer, see
 :mod:`agents.listen`). Like ``listen``, it acknowledges the directive only once its reply was written to

@@ -20,8 +20,8 @@ Why stdin is not left to the SDK:
   ``-32600`` (invalid request) for JSON that is not a message, with the message's id when it has a valid
   one, and ``-32602`` (invalid params) for a request whose parameters its method does not take (the SDK
   says only "Invalid request parameters", and says it too to any request but a ping before
-  ``initialize``, which gets ``-32600`` saying so). The messages say what is wrong (the position of a JSON error,
-  the members a message lacks, the parameter and what it should be).
+  ``initialize``, which gets ``-32600`` saying so). The messages say what is wrong (the position of a
+  JSON error, the members a message lacks, the parameter and what it should be).
 
 Answers go out on the SDK's own write stream, so they never interleave with its replies on stdout.
 Each rejected line is also reported on stderr. Blank lines are skipped: there is nothing to answer.
