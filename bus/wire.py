@@ -132,8 +132,7 @@ class Pipe:
 
     async def send(self, commands: Sequence[Command], *, transaction: bool = False) -> None:
         """Write a batch (in MULTI/EXEC with ``transaction``); the batch before must be settled."""
-        if self._batch is not None:
-            raise RuntimeError("the batch in flight must be settled before the next is sent")
+        self._check_settled()
         if commands:
             self._batch = [_MULTI, *commands, _EXEC] if transaction else list(commands)
             self._transaction = transaction
@@ -169,13 +168,16 @@ class Pipe:
     async def execute(self, commands: Sequence[Command], *, transaction: bool = False) -> list[Any]:
         """:meth:`send` and :meth:`settle` in one; a batch that fails is not kept in flight (the caller
         decides what to do again)."""
-        if self._batch is not None:
-            raise RuntimeError("the batch in flight must be settled before the next is sent")
+        self._check_settled()  # before the try: a batch in flight is not this call's to drop
         try:
             await self.send(commands, transaction=transaction)
             return await self.settle()
         finally:
             self._batch = None  # written or not: a write that failed (the server down) fails the batch too
+
+    def _check_settled(self) -> None:
+        if self._batch is not None:
+            raise RuntimeError("the batch in flight must be settled before the next is sent")
 
     async def close(self) -> None:
         """Give a held connection back to the pool (a batch in flight is dropped)."""

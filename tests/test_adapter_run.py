@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from adapter_kit import exited, fake, logged, open_bus, spawn, start, wait_until
+from adapter_kit import Bus, exited, fake, logged, open_bus, spawn, start, wait_until
 
 from bus.directives import AnswerItem, ClarificationResponse, DelegationApproved
 from bus.envelope import EnvelopeType, Kind, new_envelope
@@ -104,20 +104,29 @@ async def test_sigterm_is_passed_to_the_agent(redis_url: str, tmp_path: Path) ->
         assert f"killed by signal {int(signal.SIGTERM)}" in stop.details
 
 
+async def waiting_for_its_delegate(
+    bus: Bus, url: str, tmp_path: Path, agent: str, deliver: str
+) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """An adapter whose agent delegated work it waits for and ended its turn: the adapter, its log and
+    its idle file (which says it waits)."""
+    log, idle = tmp_path / "adapter.log", tmp_path / f"{agent}.idle"
+    options = ("--until-complete", "--deliver", deliver, "--idle-file", str(idle))
+    steps = fake("delegate:blocks_current_work", agent_id=agent)
+    adapter = start([*run_args(agent, *options), *steps], url, log)
+
+    async def waiting() -> bool:
+        return await bus.has(GROUP, T.AGENT_EXITED) and idle.exists()
+
+    await wait_until(waiting, 20, "the agent's first turn to end and the adapter to say it waits")
+    return adapter, log, idle
+
+
 async def test_sigterm_between_turns_says_nobody_resumes_the_agent_any_more(
     redis_url: str, tmp_path: Path
 ) -> None:
-    log, idle = tmp_path / "adapter.log", tmp_path / "r12.idle"
     resume = f"command:{' '.join(fake('complete', agent_id='r12'))}"
-    options = ("--until-complete", "--deliver", resume, "--idle-file", str(idle))
-    steps = fake("delegate:blocks_current_work", agent_id="r12")
-    adapter = start([*run_args("r12", *options), *steps], redis_url, log)
     async with open_bus(redis_url) as bus:
-
-        async def waiting() -> bool:
-            return await bus.has(GROUP, T.AGENT_EXITED) and idle.exists()
-
-        await wait_until(waiting, 20, "the agent's first turn to end and the adapter to say it waits")
+        adapter, log, idle = await waiting_for_its_delegate(bus, redis_url, tmp_path, "r12", resume)
         adapter.send_signal(signal.SIGTERM)  # it waits for a directive to resume the agent with
         assert await exited(adapter, 20) == 0, log.read_text()
         assert not idle.exists()
@@ -131,18 +140,12 @@ async def test_sigterm_between_turns_says_nobody_resumes_the_agent_any_more(
 async def test_an_agent_whose_resume_cannot_start_still_waits_for_its_delegate_without_a_slot(
     redis_url: str, tmp_path: Path
 ) -> None:
-    log, idle, program = tmp_path / "adapter.log", tmp_path / "r17.idle", tmp_path / "resume-agent"
+    program = tmp_path / "resume-agent"
     program.write_text("#!/bin/sh\n")
     program.chmod(0o755)
-    options = ("--until-complete", "--deliver", f"command:{program} {{prompt}}", "--idle-file", str(idle))
-    steps = fake("delegate:blocks_current_work", agent_id="r17")
-    adapter = start([*run_args("r17", *options), *steps], redis_url, log)
     async with open_bus(redis_url) as bus:
-
-        async def waiting() -> bool:
-            return await bus.has(GROUP, EnvelopeType.AGENT_EXITED) and idle.exists()
-
-        await wait_until(waiting, 20, "the agent's first turn to end")
+        deliver = f"command:{program} {{prompt}}"
+        adapter, log, idle = await waiting_for_its_delegate(bus, redis_url, tmp_path, "r17", deliver)
         program.unlink()  # being reinstalled, say
         # the approval: it goes on waiting for its delegate, whose results resume it
         approved = DelegationApproved(request_id="dlg-1", new_agent_id="r17-delegate", task="refactor")
