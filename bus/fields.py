@@ -82,8 +82,22 @@ _BASIC: Final = re.compile(
 )
 
 
+_NUMBER: Final = re.compile(r"\s*[+-]?\d+(?:\.\d*)?\s*", re.ASCII)
+
+
 def _extended(value: Any) -> Any:
-    """ISO 8601's basic format (``20260111T100000Z``, ``20260111T1000+0100``) in its extended one."""
+    """ISO 8601's basic format (``20260111T100000Z``, ``20260111T1000+0100``) in its extended one.
+
+    A number is refused: pydantic would take it for Unix time, and an agent that writes the date
+    ``20261129`` (a YAML integer, or a string of digits) means no instant of 1970."""
+    if (isinstance(value, int | float) and not isinstance(value, bool)) or (
+        type(value) is str and _NUMBER.fullmatch(value)
+    ):
+        raise PydanticCustomError(
+            "timestamp_number",
+            "{value} is a number, not an ISO 8601 timestamp such as 2026-01-11T08:45:00-05:00",
+            {"value": str(value).strip()},
+        )
     if type(value) is not str or not value[4:5].isdigit():  # the extended format (or no timestamp)
         return value
     basic = _BASIC.fullmatch(value)

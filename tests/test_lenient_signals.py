@@ -268,6 +268,14 @@ def test_a_basic_timestamp_without_a_zone_or_with_an_impossible_date_is_still_an
     )
 
 
+@pytest.mark.parametrize("written", ["20261129", "'20261129'", "1764417000", "1764417000.5", "-5"])
+def test_a_timestamp_that_is_a_number_is_an_error_not_unix_time(written: str) -> None:
+    # pydantic reads a number as Unix time: the date 20261129 would have been an instant of 1970
+    assert "is a number, not an ISO 8601 timestamp" in error(
+        DELEGATE.format(stamp=written, independence="optional", priority="P2")
+    )
+
+
 JSON_FORM = (
     '{"signal_type": "CLARIFICATION_NEEDED", "agent_id": "bg-task-abc123", "timestamp": "2026-01-11T08:45:00-05:00", '
     '"payload": {"blocked_at": "src/auth/", "reason": "Multiple strategies", '
