@@ -357,6 +357,10 @@ class OutputStream:
         self.fed += len(chunk)
         return self._envelopes(items)
 
+    def settle(self) -> list[Envelope]:
+        """The output paused: the envelope of a signal whose closing tag ends it without a newline."""
+        return self._envelopes(self.parser.settle())
+
     def close(self) -> list[Envelope]:
         """End of this output: the envelopes of its last items."""
         return self._envelopes(self.parser.close())

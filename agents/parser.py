@@ -153,6 +153,22 @@ class Parser:
             self._skipping = True
         return self._scanner.drain()
 
+    def settle(self) -> list[Found]:
+        """The output paused: a partial line that is the closing tag of the open block ends it now, and
+        the rest of its line, if any comes, is skipped. An agent that ends its output with a closing tag
+        and no newline, then waits for its answer, would otherwise wait for ever. (What follows a closing
+        tag on its line is nothing, unless it makes the line longer than :data:`MAX_TAG_LINE`, which no
+        longer makes the line prose once it paused.)"""
+        if self._closed or self._skipping or not self._scanner.closes(self._partial):
+            return []
+        partial = bytes(self._partial)
+        self._scanner.run(b"\n" + partial + b"\n", self._pos)
+        self._scanner.line -= 1  # counted again when the skip reaches the line's newline
+        self._pos += len(partial)
+        self._partial = bytearray()
+        self._skipping = True
+        return self._scanner.drain()
+
     def close(self) -> list[Found]:
         """End of input: the last line is complete, and a block still open is an error."""
         if self._closed:

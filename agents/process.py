@@ -26,7 +26,7 @@ from agents.adapter import AgentBus, GaveUp, OutputStream, heartbeat_loop
 from agents.delegate_wait import DelegateWait
 from agents.delivery import AgentDone, DeliveryFailed, Directive
 from agents.transcript import Format
-from bus.envelope import Envelope, deterministic_id
+from bus.envelope import Envelope, EnvelopeType, deterministic_id
 from bus.signals import BlockerType, StopReason, StopWork
 
 __all__ = ["CHUNK", "Chunks", "ProcessOptions", "Session", "exit_status"]
@@ -46,6 +46,9 @@ Chunks = Callable[[], Awaitable[bytes]]
 _EXITED_POLL_S: Final = 0.2
 _DRAIN_S: Final = 2.0
 """How long the agent's output is read on after it exited, for a process it started that holds it open."""
+_WAITS: Final = frozenset({EnvelopeType.STOP_WORK, EnvelopeType.CLARIFICATION_NEEDED})
+_PAUSE_S: Final = 0.2
+"""How long an output that ends within a line must pause before that line is looked at as it is."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,9 @@ class Session:
         self._waited_for_redis = 0.0
         self._publishing_since: float | None = None
         """While the output's reader waits for Redis to take what it read (see :meth:`_drained`)."""
+        self._turn_waits = False
+        """The agent said in this turn's output that it waits (a question, a stop): its exit then ends
+        the turn, whatever its status, and is no error of its own to report over what it said."""
 
     @property
     def session_id(self) -> str | None:
@@ -195,6 +201,7 @@ class Session:
             raise DeliveryFailed(f"{name} stopped the adapter before it started the agent")
         self.idle.clear()
         self._delegates.between_turns(False)
+        self._turn_waits = False
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -305,15 +312,30 @@ class Session:
         if self.stream is not None and self.stream.session_id:
             self._session_id = self.stream.session_id
         stream = self.stream = OutputStream(self.bus, source, self.options.fmt)
-        while chunk := await chunks():
+        partial = False  # the output read so far ends within a line
+        while chunk := await (self._after_pause(chunks, stream) if partial else chunks()):
             self._copy(chunk)
-            envelopes = stream.feed(chunk)
-            if envelopes:
-                self._delegates.signalled(envelopes)
-                await self._publish(envelopes, wait=False)
-        envelopes = stream.close()
-        self._delegates.signalled(envelopes)
-        await self._publish(envelopes, wait=True)
+            partial = not chunk.endswith(b"\n")
+            await self._signalled(stream.feed(chunk), wait=False)
+        await self._signalled(stream.close(), wait=True)
+
+    async def _after_pause(self, chunks: Chunks, stream: OutputStream) -> bytes:
+        """The next chunk of an output that ends within a line; if the output pauses there for
+        :data:`_PAUSE_S`, what the pause completes (a closing tag without its newline) is published first."""
+        reading = asyncio.ensure_future(chunks())
+        try:
+            done, _ = await asyncio.wait({reading}, timeout=_PAUSE_S)
+            if not done:
+                await self._signalled(stream.settle(), wait=False)
+            return await reading
+        finally:
+            reading.cancel()  # when this task is cancelled: nothing once the read is done
+
+    async def _signalled(self, envelopes: list[Envelope], *, wait: bool) -> None:
+        if envelopes or wait:
+            self._turn_waits = self._turn_waits or any(e.type in _WAITS for e in envelopes)
+            self._delegates.signalled(envelopes)
+            await self._publish(envelopes, wait=wait)
 
     async def _publish(self, envelopes: list[Envelope], *, wait: bool) -> None:
         """Publish what the agent printed, counting the time spent waiting for Redis to take it."""
@@ -362,7 +384,7 @@ class Session:
     async def _report_end(self, source: str, code: int, tail: str, *, why: str | None = None) -> None:
         """A STOP_WORK error for a failed exit without completion (``why``: why the agent did not run
         at all), then AGENT_EXITED."""
-        if code != 0 and not self.bus.completed:
+        if code != 0 and not self.bus.completed and not self._turn_waits:
             how = f"was killed by signal {code - 128}" if code > 128 else f"exited with code {code}"
             details = f"The agent process {how} without a completion report."
             if why is not None:

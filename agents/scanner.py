@@ -103,6 +103,14 @@ class Scanner:
             self._check_size(end)
             return False
 
+    def closes(self, line: bytes | bytearray) -> bool:
+        """Whether ``line`` (the partial line) is the closing tag of the open block, so that what may
+        follow it on its line changes nothing: text after a closing tag is nothing."""
+        if self._state is not _State.BLOCK or self._tent is not None or not 0 < len(line) <= MAX_TAG_LINE:
+            return False
+        m = TAG_LINE.match(b"\n" + line + b"\n")
+        return m is not None and m.group(2) is not None and TYPE_OF_TAG[m.group(3)] is self._type
+
     def close(self) -> None:
         """End of input, after the last region: a tentative block is prose, a block still open an error,
         a report ends."""

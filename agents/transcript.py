@@ -366,6 +366,12 @@ class AnyParser:
         """A result report was read (:mod:`agents.unread`)."""
         return self._unread.reported
 
+    def settle(self) -> list[Item]:
+        """The output paused: plain text's :meth:`Parser.settle` (a transcript's lines are whole)."""
+        if isinstance(self._parser, Parser):
+            return self._unread.items(self._parser.settle())
+        return []
+
     def close(self) -> list[Item]:
         """End of output: the last items, and a section held by :mod:`agents.unread` named."""
         items: list[Item] = []

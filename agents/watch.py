@@ -233,7 +233,7 @@ class FileWatch:
                 continue
             if quiet_since is None:
                 quiet_since = time.monotonic()
-            await self._publish([], force=True)
+            await self._publish(self.stream.settle(), force=True)
             await self.bus.flush()  # at the end of the file: everything read is on the server
             if self._finishing:  # the end of its output: a report or block it leaves open ends here
                 await self._publish(self.stream.close(), force=True)

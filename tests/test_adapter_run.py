@@ -54,6 +54,28 @@ async def test_a_crashing_agent_becomes_a_stop_work_error(redis_url: str, tmp_pa
     assert "TypeError" in log.read_text()  # stderr passes through
 
 
+async def test_an_agent_that_said_it_waits_then_fails_keeps_its_own_stop_or_question(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # its blocker (with what it needs to go on) is what the parent must see, not "exited with code 3"
+    log = tmp_path / "adapter.log"
+    for agent, said in (("r16", "stop"), ("r17", "clarify")):
+        adapter = start([*run_args(agent), *fake(said, "crash:3", agent_id=agent)], redis_url, log)
+        assert await exited(adapter, 30) == 3
+    async with open_bus(redis_url) as bus:
+        envelopes = await bus.envelopes(GROUP)
+    assert [(e.agent_id, e.type) for e in envelopes if e.type is not T.AGENT_STARTED] == [
+        ("r16", T.STOP_WORK),
+        ("r16", T.AGENT_EXITED),
+        ("r17", T.CLARIFICATION_NEEDED),
+        ("r17", T.AGENT_EXITED),
+    ]
+    stop = envelopes[1].payload
+    assert isinstance(stop, StopWork) and stop.stop_reason is not StopReason.ERROR
+    exits = [e.payload for e in envelopes if isinstance(e.payload, AgentExited)]
+    assert all(x.exit_code == 3 and x.stderr_tail and "TypeError" in x.stderr_tail for x in exits)
+
+
 async def test_a_completed_agent_exits_cleanly_and_its_output_is_copied(
     redis_url: str, tmp_path: Path
 ) -> None:
@@ -282,6 +304,26 @@ async def test_stdin_publishes_a_piped_output(redis_url: str, tmp_path: Path) ->
     assert all(e.agent_id == "r7" and e.source.startswith("stdin:") for e in envelopes)
     assert envelopes[-1].payload == AgentExited(exit_code=None, completed=True, resumable=False)
     assert [e.kind for e in envelopes[1:4]] == [Kind.SIGNAL] * 3
+
+
+async def test_stdin_publishes_a_signal_that_ends_a_paused_pipe_without_a_newline(
+    redis_url: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "adapter.log"
+    read_end, write_end = os.pipe()
+    args = ["adapter", "stdin", "--agent-id", "r15", "--group", GROUP, "--quiet"]
+    adapter = start(args, redis_url, log, stdin=read_end)
+    os.close(read_end)
+    with os.fdopen(write_end, "wb") as agent:
+        agent.write(b"[STOP_WORK]\nagent_id: r15\nstop_reason: blocker\nblocker_type: missing_info\n")
+        agent.write(b"details: the key\n[/STOP_WORK]")
+        agent.flush()
+        async with open_bus(redis_url) as bus:  # the pipe stays open: the agent waits for its answer
+            await wait_until(lambda: bus.has(GROUP, T.STOP_WORK), 20, "the STOP_WORK")
+    assert await exited(adapter, 30) == 0, log.read_text()
+    async with open_bus(redis_url) as bus:
+        types = [e.type for e in await bus.envelopes(GROUP)]
+    assert types == [T.AGENT_STARTED, T.STOP_WORK, T.AGENT_EXITED]
 
 
 async def test_stdin_from_dev_null_is_an_empty_output(redis_url: str, tmp_path: Path) -> None:

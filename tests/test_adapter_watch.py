@@ -132,6 +132,28 @@ async def test_a_report_that_ends_the_file_completes_the_agent_once_nothing_foll
         assert await bus.count(GROUP, T.STOP_WORK) == 0
 
 
+async def test_a_signal_whose_closing_tag_ends_the_file_without_a_newline_is_published(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The agent waits for its answer: the adapter must not wait for a newline that never comes. What
+    the agent writes later on that line is nothing, and the ids are those of the whole file."""
+    out, log = tmp_path / "agent.out", tmp_path / "adapter.log"
+    stop = "[STOP_WORK]\nagent_id: a8\nstop_reason: blocker\nblocker_type: missing_info\ndetails: key\n"
+    out.write_text(stop + "[/STOP_WORK]")
+    watcher = start(watch_args(out, "a8"), redis_url, log)
+    try:
+        async with open_bus(redis_url) as bus:
+            await wait_until(lambda: bus.has(GROUP, T.STOP_WORK), 20, "the STOP_WORK")
+            with out.open("a") as more:
+                more.write(" (waiting)\n[PROGRESS]\nagent_id: a8\npercent: 5\n[/PROGRESS]\n")
+            await wait_until(lambda: bus.has(GROUP, T.PROGRESS), 20, "the PROGRESS")
+            assert await agent_output(bus) == expected_ids(out, "a8", "text")
+    finally:
+        watcher.terminate()
+        assert await exited(watcher, 30) == 0, log.read_text()
+    assert "not published" not in log.read_text()
+
+
 async def test_a_checkpoint_named_by_the_path_as_given_goes_on_under_that_name(
     redis_url: str, tmp_path: Path
 ) -> None:
