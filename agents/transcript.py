@@ -61,7 +61,8 @@ def detect_format(first_bytes: bytes, *, final: bool = False) -> Format:
     """The format of an output from its first bytes; :attr:`Format.AUTO` while they do not decide.
 
     A transcript's first non-blank character is ``{``: anything else is text at once. Then its first
-    non-empty lines are looked at, each a transcript entry (a JSON object with a ``type`` key) or not:
+    non-empty lines are looked at, each a transcript entry (a JSON object with a ``type`` of a transcript's,
+    or a ``type`` and a session id, a message or a uuid: see :data:`_ENTRY_KEYS`) or not:
     a first line that is an entry decides for a transcript; otherwise (a damaged or cut first line, a
     JSON object of something else) two entries among the first three lines do, and two lines that are
     not entries decide for text. ``final`` says no more bytes will come (end of input, or enough
@@ -111,6 +112,12 @@ class _Detector:
         return Format.AUTO
 
 
+_ENTRY_TYPES: Final = frozenset({"user", "assistant", "system", "summary", "result"})
+_ENTRY_KEYS: Final = ("message", "sessionId", "session_id", "uuid", "leafUuid", "messageId")
+"""A transcript entry's ``type`` is one of :data:`_ENTRY_TYPES`, or it has one of these keys: a structured
+log line such as ``{"type": "log", "msg": ...}`` is no entry."""
+
+
 def _is_entry(line: bytes, *, complete: bool) -> bool:
     """Whether a (stripped) line is a transcript entry; an incomplete one (cut by the buffering limit)
     is judged by its start."""
@@ -118,9 +125,14 @@ def _is_entry(line: bytes, *, complete: bool) -> bool:
         value = orjson.loads(line)
     except orjson.JSONDecodeError:
         if not complete:
-            return line[:1] == b"{" and b'"type"' in line
+            return line[:1] == b"{" and any(
+                f'"{name}"'.encode() in line for name in (*_ENTRY_TYPES, *_ENTRY_KEYS)
+            )
         value = loads_lenient(line)
-    return isinstance(value, dict) and "type" in value
+    if not isinstance(value, dict) or "type" not in value:
+        return False
+    kind = value["type"]
+    return (isinstance(kind, str) and kind in _ENTRY_TYPES) or any(key in value for key in _ENTRY_KEYS)
 
 
 class AssistantText(Model):

@@ -235,6 +235,10 @@ def test_the_reader_yields_assistant_texts() -> None:
         (b'{"type": "user", "mess\n\n{"type": "user"}\n', True, Format.CLAUDE_JSONL),
         (b"{not json}\nWorking on it\n", False, Format.TEXT),
         (b'{"kind": "log"}\n{"type": "x"}\nthen prose\n', False, Format.TEXT),
+        # a structured log line has a type, but is no entry: the prose after it decides
+        (b'{"type": "log", "msg": "starting"}\n[STOP_WORK]\nagent_id: a\n', False, Format.TEXT),
+        (b'{"type": ["user"]}\nprose\nmore prose\n', False, Format.TEXT),
+        (b'{"type": "queue-operation", "sessionId": "s"}\n', False, Format.CLAUDE_JSONL),
     ],
 )
 def test_detect_format(head: bytes, final: bool, expected: Format) -> None:
