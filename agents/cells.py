@@ -189,6 +189,20 @@ def _places(headers: list[str]) -> bool:
     return column(headers, ("file", "path")) is not None and column(headers, ("line", "severity")) is not None
 
 
+def _with_line(place: str, line_cell: str, name: str, violations: list[str]) -> str:
+    """The place of a ``| File | Line |`` row as ``file:line``: a line cell that says nothing (``N/A``,
+    ``-``) or names no line (``L5`` does: 5) leaves the file as it is, the latter with a violation."""
+    written = line_cell.replace("`", "").strip()
+    number = re.sub(r"^(?:lines?\s*|L)(?=\d)", "", written, flags=re.IGNORECASE)
+    if _says_nothing(written) or split_location(place)[1] is not None:
+        return place
+    glued = f"{place}:{number}"
+    if split_location(glued)[1] is None and not _NOT_A_LINE.search(glued):  # (that one is said below)
+        violations.append(f"{name}: line '{written}' is not a line number: kept without one")
+        return place
+    return glued
+
+
 def _finding(
     headers: list[str], row: list[str], agent: str, evidence: dict[str, str], violations: list[str]
 ) -> Finding | None:
@@ -206,9 +220,7 @@ def _finding(
         return None
     name = f"finding '{ident or cell(row, title)}'"
     place = cell(row, where).replace("`", "").strip()
-    line_cell = cell(row, line_column).replace("`", "").strip()
-    if line_cell and split_location(place)[1] is None:  # | File | Line |
-        place = f"{place}:{line_cell}"
+    place = _with_line(place, cell(row, line_column), name, violations)
     file, line = split_location(place)
     if line is None and _NOT_A_LINE.search(place):
         violations.append(f"{name}: '{place}' names no line (lines are 1 to {MAX_LINE}): kept without one")

@@ -377,15 +377,24 @@ def test_file_and_line_in_columns_of_their_own() -> None:
             "### Findings\n| ID | Issue | File | Line | Severity |\n|---|---|---|---|---|\n"
             "| SEC-001 | Hardcoded secret | `src/config/jwt.ts` | 8 | Critical |\n"
             "| SEC-002 | No line | src/api/auth.ts |  | High |\n| SEC-003 | Zero | a.py | 0 | Low |\n"
+            "| SEC-004 | None | b.py | N/A | Low |\n| SEC-005 | Dash | c.py | - | Low |\n"
+            "| SEC-006 | Anchor | d.py | L5 | Low |\n| SEC-007 | Range | e.py | lines 40-45 | Low |\n"
+            "| SEC-008 | Word | f.py | top | Low |\n"
         )
     )
     assert [(f.title, f.file, f.line) for f in parsed.findings] == [
         ("Hardcoded secret", "src/config/jwt.ts", 8),
         ("No line", "src/api/auth.ts", None),
         ("Zero", "a.py", None),
+        ("None", "b.py", None),  # not the file "b.py:N/A"
+        ("Dash", "c.py", None),
+        ("Anchor", "d.py", 5),
+        ("Range", "e.py", 40),
+        ("Word", "f.py", None),
     ]
     assert parsed.violations == [
-        "finding 'SEC-003': 'a.py:0' names no line (lines are 1 to 2147483647): kept without one"
+        "finding 'SEC-003': 'a.py:0' names no line (lines are 1 to 2147483647): kept without one",
+        "finding 'SEC-008': line 'top' is not a line number: kept without one",
     ]
 
 
