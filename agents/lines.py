@@ -11,9 +11,11 @@ from enum import Enum, auto
 from typing import Final
 
 from agents.blocks import SIGNAL_TYPES
+from bus.envelope import EnvelopeType
 
 __all__ = [
     "HASHES_GROUP",
+    "HEADING_2",
     "HEADING_GROUP",
     "HIT",
     "LOOSE_RESULT_HEADING",
@@ -25,6 +27,8 @@ __all__ = [
     "Fence",
     "Heading",
     "Hit",
+    "closing_tag",
+    "ends_block",
     "may_be_report",
     "tentative",
 ]
@@ -64,6 +68,33 @@ def tentative(m: re.Match[bytes]) -> bool:
     """Whether a tag line of :data:`HIT` or :data:`TAG_LINE` is an opening tag with other text after it
     on its line (``[STOP_WORK] - blocked on npm``): a block or prose, as the lines after it tell."""
     return m.group(2) is None and _LONE.fullmatch(m.string, m.end(3) + 1, m.end()) is None
+
+
+HEADING_2: Final = re.compile(rb"\n[ \t]*## ")
+"""A heading of level 2, which may end a block (:func:`ends_block`)."""
+
+
+def closing_tag(line: bytes | bytearray) -> EnvelopeType | None:
+    """The signal type of a (partial) line that is a closing tag, text after it or not."""
+    if not 0 < len(line) <= MAX_TAG_LINE:
+        return None
+    m = TAG_LINE.match(b"\n" + line + b"\n")
+    return TYPE_OF_TAG[m.group(3)] if m is not None and m.group(2) is not None else None
+
+
+def ends_block(m: re.Match[bytes], indent: int) -> bool:
+    """Whether a line of :data:`HIT` inside a block whose tag is indented by ``indent`` is a result
+    report's heading (``## Auditor Result``) no further right than the tag: no YAML body holds one (it
+    would be a comment), so the block was never terminated (agents forget a PROGRESS block's closing
+    tag), and the report is read."""
+    hashes, heading = m.group(HASHES_GROUP, HEADING_GROUP)
+    return (
+        hashes is not None
+        and len(hashes) == 2
+        and len(m.group(1)) <= indent
+        and may_be_report(heading)
+        and RESULT_HEADING.fullmatch(heading) is not None
+    )
 
 
 def may_be_report(heading: bytes) -> bool:

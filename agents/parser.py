@@ -31,7 +31,8 @@ Recognition rules:
 - An opening tag while a block is open ends the open block with an error (it was never terminated) and
   starts the new block: agents do not nest signals, and dropping the new, probably complete, block to
   keep waiting for a terminator that may never come would lose a valid signal. A closing tag of another
-  type also ends the open block with an error.
+  type also ends the open block with an error, and so does a ``## <Agent> Result`` heading no further
+  right than the block's tag (a YAML body holds none: it would be a comment), which starts its report.
 - A block still open at :meth:`Parser.close` is an error, never a partial signal.
 - A block that is not a valid signal and whose ``agent_id`` and ``timestamp`` are both ``<placeholders>``
   is a signal template (an agent echoing its prompt, or quoting the protocol): it yields nothing.

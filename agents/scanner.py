@@ -20,6 +20,7 @@ from enum import Enum, auto
 from agents.items import ErrorItem, Found, UnreadReportItem, block_item, report_item
 from agents.lines import (
     HASHES_GROUP,
+    HEADING_2,
     HEADING_GROUP,
     HIT,
     MAX_TAG_LINE,
@@ -29,6 +30,8 @@ from agents.lines import (
     Fence,
     Heading,
     Hit,
+    closing_tag,
+    ends_block,
     tentative,
 )
 from agents.report_end import End, ReportEnd
@@ -106,10 +109,7 @@ class Scanner:
     def closes(self, line: bytes | bytearray) -> bool:
         """Whether ``line`` (the partial line) is the closing tag of the open block, so that what may
         follow it on its line changes nothing: text after a closing tag is nothing."""
-        if self._state is not _State.BLOCK or self._tent is not None or not 0 < len(line) <= MAX_TAG_LINE:
-            return False
-        m = TAG_LINE.match(b"\n" + line + b"\n")
-        return m is not None and m.group(2) is not None and TYPE_OF_TAG[m.group(3)] is self._type
+        return self._state is _State.BLOCK and self._tent is None and closing_tag(line) is self._type
 
     def close(self) -> None:
         """End of input, after the last region: a tentative block is prose, a block still open an error,
@@ -153,7 +153,7 @@ class Scanner:
             resume = m.end()
             is_tag = m.lastindex == TAG_GROUP
             maybe = is_tag and tentative(m)
-            if self._state is _State.BLOCK and (maybe or not is_tag):
+            if self._state is _State.BLOCK and (maybe or not is_tag) and not ends_block(m, self._indent):
                 continue  # fences, headings and tags with text after them mean nothing inside a block
             if m.end(HASHES_GROUP) - m.start(HASHES_GROUP) == 3 and not self._third_level(m):
                 continue  # a heading of level 3 is a report's section, or may start a section in the prose
@@ -196,7 +196,10 @@ class Scanner:
         return None
 
     def _hit(self, hit: Hit) -> _Rewind | None:
-        """A fence or heading line outside a block, or any line in a report, or a tentative tag line."""
+        """A fence or heading line outside a block, or any line in a report, or a tentative tag line; or
+        a result report's heading in a block (:func:`~agents.lines.ends_block`)."""
+        if self._state is _State.BLOCK:
+            self._unterminated(hit)
         if hit.tentative:
             return self._open_tentative(hit)
         if self._state is _State.REPORT:
@@ -205,6 +208,20 @@ class Scanner:
                 return rewind
             if hit.fence is not None:
                 return None  # the report consumed its closing fence
+        self._outside(hit)
+        return None
+
+    def _unterminated(self, hit: Hit) -> None:
+        """End the open block at a report's heading, with its error (or the size limit's, as at a tag)."""
+        if hit.at - self._body_start > self._limit:
+            self._check_size(hit.at)
+        if not self._discard:
+            self._error(f"not terminated before the result report at line {hit.line}")
+        self._state = _State.OUTSIDE
+
+    def _outside(self, hit: Hit) -> None:
+        """A line outside a block or report: a tag opens a block, a fence opens or closes a code block, a
+        report's heading opens a report."""
         if hit.tag is not None:
             if hit.opens:
                 self._open_block(hit.tag, len(hit.indent), hit.at, hit.next_at, hit.end + 1, hit.line)
@@ -212,7 +229,6 @@ class Scanner:
             self._fence = None if hit.closes(self._fence) else self._fence or (hit.fence[0], len(hit.fence))
         elif (report := hit.report()) is not None:
             self._open_report(hit, *report)
-        return None
 
     def _third_level(self, m: re.Match[bytes]) -> bool:
         """Whether a heading of level 3 may mean something here: in the prose outside code fences, one
@@ -291,6 +307,7 @@ class Scanner:
             close = TAG_LINE.search(region, close.end())  # a line of the body
         if (
             close is None
+            or HEADING_2.search(region, end, close.start()) is not None  # it may end the block: see _scan
             or not close.group(2)
             or close.group(3) != tag
             or region.find(b"\n", close.end()) - close.start() > MAX_TAG_LINE + 1

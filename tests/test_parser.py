@@ -330,6 +330,25 @@ def test_an_opening_tag_inside_an_open_block_ends_it_with_an_error() -> None:
     assert second.line == 4
 
 
+def test_a_result_report_heading_inside_an_open_block_ends_it_with_an_error() -> None:
+    # an agent that forgot a PROGRESS block's closing tag must not lose the report after it
+    text = "[PROGRESS]\nagent_id: a\npercent: 90\n\n" + REPORT + stop("b")
+    first, second, third = parse_text(text)
+    assert isinstance(first, ErrorItem) and first.type is EnvelopeType.PROGRESS
+    assert first.message == "PROGRESS block at line 1: not terminated before the result report at line 5"
+    assert isinstance(second, ResultItem) and second.line == 5
+    assert isinstance(third, SignalItem) and third.payload.agent_id == "b"
+
+
+@pytest.mark.parametrize(
+    "inside",
+    ["  ## Auditor Result\n", "## Notes\n", "# Auditor Result\n", "### Auditor Result\n", "## Result\n"],
+)
+def test_other_headings_or_one_right_of_the_tag_are_part_of_the_body(inside: str) -> None:
+    item = only(parse_text(stop().replace("details:", inside + "details:")))
+    assert isinstance(item, SignalItem)  # a YAML comment
+
+
 def test_a_closing_tag_of_another_type_ends_the_block_with_an_error() -> None:
     text = stop().replace("[/STOP_WORK]", "[/DELEGATE_WORK]") + stop("c")
     first, second = parse_text(text)

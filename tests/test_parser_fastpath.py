@@ -39,6 +39,8 @@ FRAGMENTS = [
     b"[PROGRESS]\n" + _BODY + b"[STOP_WORK] in the body\n[/PROGRESS]\n",
     b"[PROGRESS] - halfway\n" + _BODY + b"[/PROGRESS]\n",
     b"[PROGRESS] in prose\n",
+    b"[PROGRESS]\n" + _BODY + b"## Auditor Result\n### Status\nSUCCESS\n### Summary\nok\n[/PROGRESS]\n",
+    b"  [PROGRESS]\n  " + _BODY + b"  ## Auditor Result\n  [/PROGRESS]\n",
     b"[PROGRESS]\nagent_id: p\npercent: 500\n[/PROGRESS]\n",
     b"[PROGRESS]\n\xff\xfe\n[/PROGRESS]\n",
     b"[/PROGRESS]\n",
