@@ -19,7 +19,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 import redis.exceptions as rex
 from redis.asyncio import RedisCluster
@@ -98,8 +98,9 @@ class Pipe:
     returns; :meth:`settle` reads its replies. Work done between the two overlaps the server's.
 
     A batch stays in flight until it is settled: when writing or reading it fails with
-    :class:`~bus.errors.ConnectionFailed`, the next :meth:`settle` writes it again (so a caller that
-    retries ``settle`` loses nothing; it may write entries twice, as any retried pipeline).
+    :class:`~bus.errors.ConnectionFailed`, or a reply says the server cannot take it for now
+    (``CLUSTERDOWN``, ``TRYAGAIN``, ``READONLY``), the next :meth:`settle` writes it again (so a caller
+    that retries ``settle`` loses nothing; it may write entries twice, as any retried pipeline).
 
     The connection comes from the client's pool for each batch, or, with ``hold``, is kept from one
     batch to the next until :meth:`close` (a loop that talks to one server all the time saves the
@@ -156,6 +157,9 @@ class Pipe:
                 replies = await _redis_py_pipeline(self.client, commands, transaction=self._transaction)
                 self._batch = None
                 return replies
+            transient = _transient(replies)
+            if transient is not None:
+                raise transient  # in flight still: the next settle writes the batch again
             self._batch = None
             if self._transaction:
                 _raise_first_error(replies[1:-1])  # a command refused while queueing aborts the EXEC
@@ -264,6 +268,21 @@ async def _redis_py_pipeline(client: Client, commands: Sequence[Command], *, tra
         name, *args = command
         pipe.execute_command(name.decode(), *args)  # a cluster pipeline looks the name up as text
     return list(await pipe.execute())
+
+
+_TRANSIENT: Final = (rex.ClusterDownError, rex.TryAgainError, rex.ReadOnlyError)
+"""Error replies of a server that cannot take writes for now (a cluster that is down or resharding, a
+master demoted to a replica): the batch is as unwritten as after a lost connection."""
+
+
+def _transient(replies: Sequence[Any]) -> Exception | None:
+    """The first transient error reply, the replies of an EXEC included."""
+    for reply in replies:
+        if isinstance(reply, _TRANSIENT):
+            return reply
+        if isinstance(reply, list) and (inside := _transient(reply)) is not None:
+            return inside
+    return None
 
 
 def _raise_first_error(replies: Sequence[Any]) -> None:

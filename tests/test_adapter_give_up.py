@@ -179,6 +179,33 @@ async def test_output_left_in_the_pipe_when_the_agent_exits_waits_for_redis_too(
     assert "holds its output open" not in log.read_text()
 
 
+async def test_a_server_that_refuses_writes_for_a_while_loses_nothing(
+    fresh_redis: RedisProcess, tmp_path: Path
+) -> None:
+    # READONLY (a master demoted to a replica), like CLUSTERDOWN and TRYAGAIN, refuses the batch: each
+    # retry took the refused batch for delivered, and the adapter exited 0 without the rest
+    log, go = tmp_path / "adapter.log", tmp_path / "go"
+    steps = fake("progress:10", f"wait-file:{go}", "progress:50", "complete", agent_id="d7")
+    adapter = start([*run_args("d7", "--quiet"), *steps], fresh_redis.url, log)
+    admin = fresh_redis.client()
+    try:
+        pid = await agent_pid(fresh_redis.url)
+        admin.execute_command("REPLICAOF", "127.0.0.1", "1")  # no master there: read-only until told
+        go.touch()
+        await wait_until(gone(pid), 30, "the agent to exit")
+        await wait_until(logged(log, "ReadOnlyError"), 30, "the adapter to retry")
+        admin.execute_command("REPLICAOF", "NO", "ONE")
+        assert await exited(adapter, 60) == 0, log.read_text()
+    finally:
+        admin.execute_command("REPLICAOF", "NO", "ONE")
+        admin.close()
+        stop(adapter)
+    async with open_bus(fresh_redis.url) as bus:
+        envelopes = await bus.envelopes(GROUP)
+    types = [e.type for e in envelopes]
+    assert types == [T.AGENT_STARTED, T.PROGRESS, T.PROGRESS, T.COMPLETION_REPORT, T.AGENT_EXITED], types
+
+
 async def test_a_hung_server_does_not_hold_a_stopped_adapter(
     fresh_redis: RedisProcess, tmp_path: Path
 ) -> None:

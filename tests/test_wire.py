@@ -116,6 +116,25 @@ async def test_a_batch_whose_reply_is_lost_is_written_again_by_the_next_settle(
         await proxy.close()
 
 
+async def test_a_batch_a_server_cannot_take_for_now_stays_in_flight(fresh_redis: RedisProcess) -> None:
+    # READONLY (a master demoted to a replica) stands for CLUSTERDOWN and TRYAGAIN too: the batch was
+    # dropped as settled, and an adapter that retried thought it delivered
+    async with connected(fresh_redis.url) as client, connected(fresh_redis.url) as admin:
+        for transaction in (False, True):
+            pipe = wire.Pipe(client, STREAM)
+            await admin.execute_command("REPLICAOF", "127.0.0.1", "1")  # nothing there: it stays read-only
+            try:
+                await pipe.send([xadd(b"%d" % transaction), xadd(b"more")], transaction=transaction)
+                with pytest.raises(ConnectionFailed, match="ReadOnlyError"):
+                    await pipe.settle()
+                assert pipe.in_flight
+            finally:
+                await admin.execute_command("REPLICAOF", "NO", "ONE")
+            await pipe.settle()
+            assert not pipe.in_flight
+        assert await _data(client) == [b"0", b"more", b"1", b"more"]
+
+
 @pytest.mark.cluster
 async def test_a_moved_slot_falls_back_to_redis_py_which_follows_it(cluster_url: str) -> None:
     async with connected(cluster_url) as client:
