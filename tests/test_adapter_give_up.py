@@ -190,14 +190,14 @@ async def test_a_server_that_refuses_writes_for_a_while_loses_nothing(
     admin = fresh_redis.client()
     try:
         pid = await agent_pid(fresh_redis.url)
-        admin.execute_command("REPLICAOF", "127.0.0.1", "1")  # no master there: read-only until told
+        admin.replicaof("127.0.0.1", 1)  # no master there: read-only until told
         go.touch()
         await wait_until(gone(pid), 30, "the agent to exit")
         await wait_until(logged(log, "ReadOnlyError"), 30, "the adapter to retry")
-        admin.execute_command("REPLICAOF", "NO", "ONE")
+        admin.replicaof("NO", "ONE")
         assert await exited(adapter, 60) == 0, log.read_text()
     finally:
-        admin.execute_command("REPLICAOF", "NO", "ONE")
+        admin.replicaof("NO", "ONE")
         admin.close()
         stop(adapter)
     async with open_bus(fresh_redis.url) as bus:
