@@ -41,7 +41,7 @@ from agents.spawn import PLACEHOLDERS, Spawner, adapter_command, file_stem
 from bus.connection import Client
 from bus.consumer import Ack, Consumer, Delivery
 from bus.directives import LaunchRequest
-from bus.errors import ConnectionFailed
+from bus.errors import CommandFailed, ConnectionFailed
 from bus.keys import ConsumerGroup, Keys, StreamKind
 from bus.metrics import LauncherMetrics
 from bus.settings import Settings
@@ -154,9 +154,8 @@ class Launcher:
                     found = await self._fill_slots()
                     if self.options.burst and not found and not self._alive() and await self._drained():
                         break
-                except ConnectionFailed as exc:  # the agents keep running; the queue waits
-                    log.warning("%s; retrying", exc)
-                    await wait_for(stop, 1.0)
+                except (ConnectionFailed, CommandFailed) as exc:  # the agents keep running; the queue waits
+                    await self._retry(exc, stop)
                     continue
                 if not found or self.busy() >= self.options.max_parallel:
                     self._changed.clear()
@@ -164,6 +163,19 @@ class Launcher:
         finally:
             await self._shutdown()
         return self.launched
+
+    async def _retry(self, exc: ConnectionFailed | CommandFailed, stop: asyncio.Event) -> None:
+        """After an outage, or a server that lost the tasks streams or their group (restarted without its
+        data, failed over): the groups are made again, as the coordinators and adapters do."""
+        lost = isinstance(exc, CommandFailed)
+        if lost and "NOGROUP" not in str(exc):
+            raise exc
+        log.warning("%s; %s", exc, "creating the consumer group again" if lost else "retrying")
+        await wait_for(stop, 1.0)
+        if lost:
+            with contextlib.suppress(ConnectionFailed):  # then the next round fails and retries
+                for consumer in self._consumers:
+                    await consumer.ensure_group("0")
 
     def _adopt(self) -> None:
         for path, orphan in left_running(self.options.log_dir, self._me).items():

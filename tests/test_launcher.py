@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from adapter_kit import CLI, Bus, exited, fake, open_bus, run_ok, start, stream_fields, wait_until
+from adapter_kit import CLI, Bus, exited, fake, logged, open_bus, run_ok, start, stream_fields, wait_until
 
 from agents.launcher import file_stem
 from agents.orphans import Proc
@@ -105,6 +105,32 @@ async def test_five_requests_two_at_a_time(redis_url: str, tmp_path: Path) -> No
         tasks = bus.stream(GROUP, StreamKind.TASKS)
         assert (await bus.client.xpending(tasks, "launchers"))["pending"] == 0
     assert "started 5 agent(s)" in log.read_text()
+
+
+async def test_a_tasks_stream_lost_with_its_group_is_followed_again(redis_url: str, tmp_path: Path) -> None:
+    # a server restarted without its data (or failed over before it replicated the group): NOGROUP
+    log = tmp_path / "launcher.log"
+    launcher = start(launcher_args(tmp_path, template("complete")), redis_url, log)
+    try:
+        async with open_bus(redis_url) as bus:
+            tasks = bus.stream(GROUP, StreamKind.TASKS)
+
+            async def following() -> bool:
+                groups = await bus.client.xinfo_groups(tasks) if await bus.client.exists(tasks) else []
+                return any(g["name"] == b"launchers" for g in groups)
+
+            await request(bus, 1)
+            await wait_until(lambda: bus.has(GROUP, T.COMPLETION_REPORT), 30, "the first agent")
+            await bus.client.delete(tasks)
+            await wait_until(logged(log, "creating the consumer group again"), 30, "NOGROUP")
+            await wait_until(following, 30, "the group made again")
+            agent = await request(bus, 2)
+            await wait_until(lambda: bus.has(GROUP, T.COMPLETION_REPORT, 2), 30, "the second agent")
+            assert [e.agent_id for e in await bus.of_type(GROUP, T.COMPLETION_REPORT)][-1] == agent
+        assert launcher.poll() is None, log.read_text()
+    finally:
+        launcher.terminate()
+        assert await exited(launcher, 30) == 0, log.read_text()
 
 
 async def test_an_agent_started_again_while_its_previous_adapter_still_ends_is_started_once_it_ended(
