@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -29,12 +30,17 @@ from agents.stdin import stdin_chunks
 from agents.watch import FileWatch, WatchOptions
 from bus.cli_connection import redis_options, run_command
 from bus.consumer import Consumer
+from bus.errors import ConnectionFailed
 from bus.metrics import AdapterMetrics
 from bus.params import FiniteFloatRange
 from bus.settings import Settings
 from bus.waits import wait_for
 
 __all__ = ["Common", "adapter", "commands"]
+
+_log = logging.getLogger("subagent_bus.adapter")
+_CONNECT_RETRY_S = 0.2
+_CONNECT_RETRY_MAX_S = 5.0
 
 Values = Callable[[], Mapping[str, str | None]]
 
@@ -98,11 +104,16 @@ def _serve(settings: Settings, common: Common, body: Callable[[AgentBus], Awaita
     logging.getLogger("bus.consumer").setLevel(logging.ERROR)  # failures are reported by the adapter
     metrics = common.ops.serve(lambda: AdapterMetrics(common.agent_id, common.group_id))
 
-    async def main() -> int:
-        bus = await connect_bus(
+    def connecting() -> Awaitable[AgentBus]:
+        return connect_bus(
             settings, common.agent_id, common.group_id, workdir=common.workdir, metrics=metrics
         )
-        bus.log = logging.getLogger("subagent_bus.adapter").info
+
+    async def main() -> int:
+        bus = await (_waiting_for(connecting) if common.wait_for_redis else connecting())
+        if isinstance(bus, int):
+            return bus  # stopped while it waited: nothing was started
+        bus.log = _log.info
         try:
             return await body(bus)
         except GaveUp as exc:
@@ -112,6 +123,44 @@ def _serve(settings: Settings, common: Common, body: Callable[[AgentBus], Awaita
             await bus.client.aclose()
 
     return run_command(main(), also=(OSError, ValueError))
+
+
+async def _waiting_for(connect: Callable[[], Awaitable[AgentBus]]) -> AgentBus | int:
+    """``connect()`` until the server answers (``--wait-for-redis``): a launched adapter that exited at
+    an outage would leave its acknowledged request's agent never started. A stop signal ends the wait
+    between tries (the exit status); one that comes during a try that connects is left pending for the
+    command's own handler, which reports the agent stopped before it started."""
+    loop, stopped = asyncio.get_running_loop(), asyncio.Event()
+    signals: list[int] = []
+
+    def on_signal(sig: int) -> None:
+        signals.append(sig)
+        stopped.set()
+
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, on_signal, sig)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    delay, bus = _CONNECT_RETRY_S, None
+    try:
+        while bus is None:
+            try:
+                bus = await connect()  # a try is bounded by the socket timeout
+            except ConnectionFailed as exc:
+                if stopped.is_set():
+                    break
+                _log.warning("%s; retrying in %.1fs", exc, delay)
+                if await wait_for(stopped, delay):
+                    break
+                delay = min(delay * 2, _CONNECT_RETRY_MAX_S)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a launcher's adapter: blocked again
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+    if bus is None:
+        return 128 + signals[0]
+    for number in signals:  # pending, where blocked, until the command's handler takes it
+        os.kill(os.getpid(), number)
+    return bus
 
 
 def _gave_up(bus: AgentBus, exc: GaveUp) -> str:

@@ -82,6 +82,7 @@ class Common:
     session_id: str | None
     fmt: Format
     ops: Ops
+    wait_for_redis: bool
 
 
 _OPTION_FIELDS = tuple(f.name for f in fields(Common) if f.name not in ("task", "fmt", "ops"))
@@ -168,6 +169,12 @@ def common_options(command: Callable[P, R]) -> Callable[..., R]:
     @click.option("--name", help="The agent's name (its kind, e.g. security-auditor) for AGENT_STARTED.")
     @click.option("--task-file", metavar="PATH|-", help="The agent's task prompt, reported in AGENT_STARTED.")
     @click.option("--session-id", help="Session id for {session_id} when the output does not carry one.")
+    @click.option(
+        "--wait-for-redis",
+        is_flag=True,
+        help="At start, wait for a Redis that is unreachable or refuses writes (retrying, until a stop "
+        "signal) instead of exiting 1. A launcher starts its adapters with it.",
+    )
     @format_option
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> R:

@@ -121,6 +121,7 @@ class Spawner:
             "--task-file",
             str(prompt_file),
             "--quiet",
+            "--wait-for-redis",
             "--idle-file",
             str(self.idle_file(request.new_agent_id)),
             *(_own_file(request.new_agent_id, arg) for arg in self.adapter_args),

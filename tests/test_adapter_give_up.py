@@ -206,6 +206,33 @@ async def test_a_server_that_refuses_writes_for_a_while_loses_nothing(
     assert types == [T.AGENT_STARTED, T.PROGRESS, T.PROGRESS, T.COMPLETION_REPORT, T.AGENT_EXITED], types
 
 
+async def test_with_wait_for_redis_an_adapter_starts_once_the_server_answers(
+    fresh_redis: RedisProcess, tmp_path: Path
+) -> None:
+    # a launcher's adapter that exited at an outage left its acknowledged request's agent never started
+    log = tmp_path / "adapter.log"
+    fresh_redis.kill()
+    args = [*run_args("d8", "--quiet", "--wait-for-redis"), *fake("complete", agent_id="d8")]
+    adapter = start(args, fresh_redis.url, log)
+    try:
+        await wait_until(logged(log, "retrying in 0.4s"), 30, "a second try")
+        fresh_redis.start()
+        assert await exited(adapter, 60) == 0, log.read_text()
+    finally:
+        stop(adapter)
+    async with open_bus(fresh_redis.url) as bus:
+        types = [e.type for e in await bus.envelopes(GROUP)]
+    assert types == [T.AGENT_STARTED, T.COMPLETION_REPORT, T.AGENT_EXITED]
+    log = tmp_path / "stopped.log"
+    stopped = start(args, "redis://127.0.0.1:1", log)  # nothing there: it waits until told to stop
+    try:
+        await wait_until(logged(log, "retrying in"), 30, "the first try")
+        stopped.send_signal(signal.SIGTERM)
+        assert await exited(stopped, 10) == 128 + signal.SIGTERM
+    finally:
+        stop(stopped)
+
+
 async def test_a_hung_server_does_not_hold_a_stopped_adapter(
     fresh_redis: RedisProcess, tmp_path: Path
 ) -> None:
