@@ -72,7 +72,8 @@ def translated() -> Iterator[None]:
     except (AttributeError, TypeError) as exc:
         if not _closed_while_writing(exc):
             raise
-        raise ConnectionFailed(f"Redis unavailable (connection closed while writing): {exc}") from exc
+        # exc's own text ("'NoneType' object has no attribute 'writelines'") is redis-py's inside
+        raise ConnectionFailed("Redis unavailable (connection closed while writing)") from exc
 
 
 def _refused(exc: rex.RedisError) -> BusError:
