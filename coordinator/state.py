@@ -110,6 +110,9 @@ class AgentRecord(Model):
     questions: ClarificationNeeded | None = None
     answers: tuple[AnswerItem, ...] = ()
     """Answers given so far to the open questions (a human may answer them one at a time)."""
+    settled: tuple[str, ...] = ()
+    """Fingerprints of the latest dated questions and stops it was answered or resolved on (see
+    :mod:`coordinator.rules.recap`)."""
     blocker: StopWork | None = None
     completion: Completion | None = None
     extra_reports: int = 0

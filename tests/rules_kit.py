@@ -88,11 +88,13 @@ def kinds(outcome: Outcome) -> list[DecisionType]:
 # -- seed 000 examples ----------------------------------------------------------------------------------
 
 
-def clarification(agent_id: str = "bg-task-abc123") -> ClarificationNeeded:
+def clarification(
+    agent_id: str = "bg-task-abc123", at: str = "2026-01-11T08:45:00-05:00"
+) -> ClarificationNeeded:
     return ClarificationNeeded.model_validate(
         {
             "agent_id": agent_id,
-            "timestamp": "2026-01-11T08:45:00-05:00",
+            "timestamp": at,
             "blocked_at": "Analyzing authentication patterns in src/auth/",
             "reason": "Multiple authentication strategies found, unclear which to analyze",
             "questions": [
@@ -118,11 +120,11 @@ def answers(*pairs: tuple[str, str], next_step: str | None = None) -> HumanAnswe
     return HumanAnswer(answers=[AnswerItem(question_id=q, answer=a) for q, a in pairs], next_step=next_step)
 
 
-def stop_dependency(agent_id: str = "bg-task-def456") -> StopWork:
+def stop_dependency(agent_id: str = "bg-task-def456", at: str = "2026-01-11T09:15:00-05:00") -> StopWork:
     return StopWork.model_validate(
         {
             "agent_id": agent_id,
-            "timestamp": "2026-01-11T09:15:00-05:00",
+            "timestamp": at,
             "stop_reason": "blocker",
             "blocker_type": "external_dependency",
             "details": "node_modules missing",

@@ -69,10 +69,10 @@ def directives(url: str, agent_id: str) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in out.splitlines()]
 
 
-def clarify(agent_id: str) -> str:
+def clarify(agent_id: str, at: str = "2026-01-11T08:45:00-05:00") -> str:
     return f"""[CLARIFICATION_NEEDED]
 agent_id: {agent_id}
-timestamp: 2026-01-11T08:45:00-05:00
+timestamp: {at}
 blocked_at: src/auth
 reason: Two strategies found
 questions:
@@ -149,8 +149,9 @@ def test_an_agent_id_known_in_two_groups_is_acted_on_in_the_right_one(redis_url:
     assert by_group["beta"]["type"] == "CLARIFICATION_RESPONSE"
     assert by_group["alpha"]["type"] == "BLOCKER_RESOLVED"
 
-    agent_says(redis_url, "worker", "alpha", clarify("worker"))
-    agent_says(redis_url, "worker", "beta", clarify("worker"))
+    asked_again = "2026-01-11T10:45:00-05:00"  # (the same dated block again is a recap: not applied)
+    agent_says(redis_url, "worker", "alpha", clarify("worker", asked_again))
+    agent_says(redis_url, "worker", "beta", clarify("worker", asked_again))
     coordinate(redis_url)
     both = cli(redis_url, "answer", "worker", "Q1=x")
     assert both.returncode == 1

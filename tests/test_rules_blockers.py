@@ -181,7 +181,7 @@ def test_a_plain_blocker_may_be_skipped_or_delegated() -> None:
         "and continue with the rest of your task."
     )
     assert feed.state.agents[AGENT].state is AgentState.RUNNING
-    feed.send(stop_dependency(), AGENT)
+    feed.send(stop_dependency(at="2026-01-11T10:15:00-05:00"), AGENT)  # another stop
     skipped = feed.send(HumanRecover(option=RecoveryOption.SKIP_AND_CONTINUE), AGENT)
     assert (
         skipped.rejected is None
@@ -243,3 +243,16 @@ def test_a_directive_that_leaves_the_agent_held_tells_it_to_wait_then_what_to_do
         going = freed.resume_instructions if kind is EnvelopeType.BLOCKER_RESOLVED else freed.next_step
         assert not going.startswith("Do not go on yet"), going
         assert feed.state.agents[AGENT].state is AgentState.RUNNING
+
+
+def test_the_same_dated_stop_again_after_its_resolution_is_a_recap() -> None:
+    feed = Feed()
+    feed.send(stop_dependency(), AGENT)
+    feed.send(HumanResolve(resolution="Ran npm install"), AGENT)
+    recap = feed.send(stop_dependency(), AGENT)
+    assert recap.rejected is not None and "the same stop was resolved before" in recap.rejected
+    assert feed.state.agents[AGENT].state is AgentState.RUNNING
+    feed.send(stop_dependency(at="2026-01-11T10:15:00-05:00"), AGENT)
+    feed.send(HumanRecover(option=RecoveryOption.SKIP_AND_CONTINUE), AGENT)
+    assert feed.send(stop_dependency(at="2026-01-11T10:15:00-05:00"), AGENT).rejected is not None
+    assert feed.state.agents[AGENT].blocker is None

@@ -9,6 +9,7 @@ from bus.envelope import EnvelopeType
 from bus.events import AgentStarted, AgentState, DecisionType
 from bus.signals import ClarificationNeeded, QuestionType
 from coordinator.rules import Target, summarize
+from coordinator.rules.recap import SETTLED_KEPT
 from coordinator.state import GroupVerdict
 
 AGENT = "bg-task-abc123"
@@ -176,3 +177,33 @@ def test_optional_questions_left_unanswered_are_no_matter() -> None:
     feed.send(asked, "bg-task-abc123")
     feed.send(completion("bg-task-abc123"), "bg-task-abc123")
     assert feed.state.status is GroupVerdict.CONTINUE
+
+
+def test_the_same_dated_questions_again_after_their_answer_are_a_recap() -> None:
+    # an agent resumed with its answers quotes what it asked: the quote is no new question
+    feed = Feed()
+    feed.send(clarification(), AGENT)
+    feed.send(answers(A1, A2), AGENT)
+    recap = feed.send(clarification(), AGENT)
+    assert recap.rejected is not None and "a recap, not applied again" in recap.rejected
+    assert kinds(recap) == [DecisionType.REJECTED]
+    record = feed.state.agents[AGENT]
+    assert record.state is AgentState.RUNNING and record.questions is None
+    asked_anew = feed.send(clarification(at="2026-01-11T10:00:00-05:00"), AGENT)
+    assert asked_anew.rejected is None
+    assert feed.state.agents[AGENT].state is AgentState.AWAITING_CLARIFICATION
+
+
+def test_undated_questions_asked_again_are_asked_again_and_few_are_remembered() -> None:
+    feed = Feed()
+    undated = clarification().model_copy(update={"timestamp": None})
+    feed.send(undated, AGENT)
+    feed.send(answers(A1, A2), AGENT)
+    assert feed.send(undated, AGENT).rejected is None  # nothing tells it from the same question anew
+    feed.send(answers(A1, A2), AGENT)
+    for n in range(SETTLED_KEPT + 1):
+        feed.send(clarification(at=f"2026-01-12T{n:02}:00:00Z"), AGENT)
+        feed.send(answers(A1, A2), AGENT)
+    assert len(feed.state.agents[AGENT].settled) == SETTLED_KEPT
+    assert feed.send(clarification(at="2026-01-12T00:00:00Z"), AGENT).rejected is None  # the oldest: gone
+    assert feed.send(clarification(at="2026-01-12T08:00:00Z"), AGENT).rejected is not None

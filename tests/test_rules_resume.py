@@ -241,7 +241,7 @@ def test_directives_a_session_was_sent_need_no_new_one_when_it_completed_or_its_
 def test_a_session_that_ends_waiting_again_keeps_its_directives_for_the_one_that_starts_it() -> None:
     feed = Feed()
     agent = _asked_and_answered(feed)
-    feed.send(clarification(agent), agent)  # asked again
+    feed.send(clarification(agent, at="2026-01-11T10:45:00-05:00"), agent)  # asked again
     assert of_type(feed.send(AgentExited(exit_code=0, resumable=False), agent), EnvelopeType.LAUNCH) == []
     assert len(feed.state.agents[agent].held) == 1
     outcome = feed.send(answers(("Q1", "OAuth2 only"), ("Q2", "3.0-beta")), agent)
@@ -268,7 +268,7 @@ def test_a_session_keeps_its_latest_directives_only() -> None:
     feed = Feed()
     agent = _asked_and_answered(feed)
     for n in range(SENT_KEPT + 4):
-        feed.send(clarification(agent), agent)
+        feed.send(clarification(agent, at=f"2026-01-12T{n:02}:00:00Z"), agent)
         feed.send(answers(("Q1", f"answer {n}"), ("Q2", "3.0-beta")), agent)
     sent = feed.state.agents[agent].sent
     assert len(sent) == SENT_KEPT

@@ -33,6 +33,7 @@ from coordinator.rules.aggregation import finish, report_group, unresolved
 from coordinator.rules.delegation import launch_limits
 from coordinator.rules.ids import recovery_agent_id, recovery_request_id
 from coordinator.rules.launch import Launch, deliver, launch
+from coordinator.rules.recap import refuse_recap, settled
 from coordinator.rules.step import Rejected, Step, still_held
 from coordinator.state import FINAL_STATES, AgentRecord, Completion
 
@@ -67,6 +68,7 @@ def on_stop(step: Step) -> None:
     if stop.stop_reason is StopReason.COMPLETION:
         _stop_as_completion(step, stop)
         return
+    refuse_recap(step.agent(agent_id), stop)
     detail = f"{stop.kind}: {stop.details.strip()}"
     if is_error(stop):
         detail += "\nrecovery options: " + ", ".join(option.value for option in RecoveryOption)
@@ -140,6 +142,7 @@ def on_resolve(step: Step) -> None:
         DecisionType.BLOCKER_RESOLVED,
         f"resolved: {command.resolution.strip()}",
         blocker=None,
+        settled=settled(record, stop),
     )
 
 
@@ -169,7 +172,11 @@ def on_recover(step: Step) -> None:
     )
     deliver(step, record.agent_id, directive)
     step.resume(
-        record.agent_id, DecisionType.BLOCKER_RESOLVED, f"recovery: {command.option.value}", blocker=None
+        record.agent_id,
+        DecisionType.BLOCKER_RESOLVED,
+        f"recovery: {command.option.value}",
+        blocker=None,
+        settled=settled(record, stop),
     )
 
 

@@ -13,6 +13,7 @@ from bus.directives import AnswerItem, ClarificationResponse, HumanAnswer
 from bus.events import AgentState, DecisionType
 from bus.signals import ClarificationNeeded, QuestionType
 from coordinator.rules.launch import deliver
+from coordinator.rules.recap import refuse_recap, settled
 from coordinator.rules.step import Rejected, Step, still_held
 from coordinator.state import AgentRecord
 
@@ -24,6 +25,7 @@ DEFAULT_NEXT_STEP = "Apply the answers above and continue the task from where yo
 def on_clarification(step: Step) -> None:
     signal = step.payload(ClarificationNeeded)
     agent_id = step.envelope.agent_id
+    refuse_recap(step.agent(agent_id), signal)
     listing = "\n".join(f"{q.question_id}: {q.text}" for q in signal.questions)
     step.transition(
         agent_id,
@@ -70,6 +72,7 @@ def on_answer(step: Step) -> None:
         f"answered {answered}; resumed",
         questions=None,
         answers=(),
+        settled=settled(record, questions),
     )
 
 
