@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 __all__ = ["counted", "cut", "format_item", "has_control", "json_bytes", "one_line"]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_UNSHOWN = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# and the invisible ones a name could hide in (zero-width spaces and joiners, a BOM) and the line and
+# paragraph separators some tools break lines at
+_UNSHOWN = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 """Control characters and Unicode's bidirectional controls, with which a text can make a terminal show
 the rest of its line in another order than it has (``\u202e`` reverses it)."""
 

@@ -46,6 +46,9 @@ def test_an_empty_or_blank_id_is_a_usage_error(args: list[str], option: str, tmp
         ("a\x7fb", "must not contain control characters"),
         ("a\x9bb", "must not contain control characters"),  # C1: a terminal's CSI
         ("x" * 257, "must be at most 256 characters"),
+        ("\u200b", "must not contain invisible or line-breaking characters (U+200B)"),  # looks blank
+        ("a\u2028b", "must not contain invisible or line-breaking characters (U+2028)"),
+        ("a\u202eb", "must not contain invisible or line-breaking characters (U+202E)"),
     ],
 )
 def test_an_id_that_cannot_be_written_into_a_signal_is_a_usage_error(agent_id: str, message: str) -> None:

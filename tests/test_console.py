@@ -8,6 +8,7 @@ import subprocess
 import pytest
 from rules_kit import Feed, clarification, completion, delegate, finding, stop_error
 
+from bus.display import one_line
 from bus.envelope import EnvelopeType
 from bus.errors import BusError
 from bus.events import AgentStarted
@@ -266,3 +267,8 @@ def test_a_command_queued_for_an_item_not_applied_yet_is_listed_on_its_own() -> 
         lines[-1] == f"queued    answer answer-1 (new\\nagent, group {feed.state.group_id}), not applied yet"
     )
     assert inbox_lines([], queued=queued[1:]) == [lines[-1]]
+
+
+def test_text_that_shows_nothing_or_breaks_lines_is_escaped_on_one_line() -> None:
+    # a zero-width space hides in a name; a line separator breaks the line for some tools
+    assert one_line("a\u200bb\u2028c\u2029d\ufeffe\u2060f") == "a\\u200bb\\u2028c\\u2029d\\ufeffe\\u2060f"
