@@ -186,12 +186,12 @@ class FileWatch:
         """Follow ``fd`` from the checkpoint, or as a new generation when it is another output."""
         cp = self.checkpoint
         if not self._same_output(fd):
-            if os.fstat(fd).st_size < cp.read:
-                why = "was truncated"
-            elif initial or fd == self._fd:
-                why = "no longer holds the bytes already read"
-            else:
+            if not initial and fd != self._fd:
                 why = "was replaced by another file"
+            elif os.fstat(fd).st_size < cp.read:
+                why = "was truncated"
+            else:
+                why = "no longer holds the bytes already read"
             self.bus.log(
                 f"{self.path} {why}{' while the adapter was away' if initial else ''}; starting over "
                 f"from byte 0 as generation {cp.generation + 1} (new envelope ids)"

@@ -266,6 +266,22 @@ async def test_truncated_or_replaced_file_is_a_new_generation(
     assert "generation 1" in said
 
 
+async def test_a_file_replaced_by_a_shorter_one_is_said_to_be_replaced(
+    redis_url: str, tmp_path: Path
+) -> None:
+    out, new, log = tmp_path / "agent.out", tmp_path / "agent.new", tmp_path / "adapter.log"
+    await run_ok(fake(f"say:{'long first run ' * 40}", "progress:10", out=out, agent_id="a9"))
+    adapter = start(watch_args(out, "a9", "--until-complete"), redis_url, log)
+    async with open_bus(redis_url) as bus:
+        await wait_until(lambda: bus.has(GROUP, T.PROGRESS), 20, "the first run's signal")
+        await run_ok(fake("complete", out=new, agent_id="a9"))
+        assert new.stat().st_size < out.stat().st_size
+        os.replace(new, out)
+        assert await exited(adapter, 30) == 0, log.read_text()
+    said = log.read_text()
+    assert "was replaced by another file" in said and "truncated" not in said
+
+
 async def test_a_path_that_is_a_directory_for_a_while_is_waited_for_like_a_deleted_file(
     redis_url: str, tmp_path: Path
 ) -> None:
