@@ -43,6 +43,7 @@ use.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import stat
 import sys
@@ -63,6 +64,7 @@ from bus.connection import Client, as_text, translated
 from bus.consumer import DELETED_REASON, Ack, Consumer, Delivery, stream_entries
 from bus.envelope import encode
 from bus.errors import BusError, CommandFailed, ConnectionFailed
+from bus.keys import agent_field
 from bus.params import FiniteFloatRange
 from bus.settings import Settings
 
@@ -89,6 +91,8 @@ _POLL_MS: Final = 1000
 _RETRY_FIRST_S: Final = 0.2
 _RETRY_MAX_S: Final = 5.0
 _STALL_GRACE_S: Final = 1.0
+_UNKNOWN_AFTER_S: Final = 1.0
+"""How long a listener waits before it looks whether the coordinators know its group and agent."""
 T = TypeVar("T")
 
 
@@ -301,9 +305,29 @@ def _pause_requested(received: Received) -> bool:
     return True
 
 
+async def _warn_if_unknown(bus: AgentBus) -> None:
+    """Once the wait lasts (a directive already there is printed at once), a word when the coordinators
+    know no such group, or no such agent in it: a mistyped ``--group`` or ``--agent-id`` waits for ever."""
+    await asyncio.sleep(_UNKNOWN_AFTER_S)
+    keys, group_id, agent_id = bus.keys, bus.group_id, bus.agent_id
+    shard = keys.shard_of(group_id)
+    with contextlib.suppress(BusError), translated():  # a user not allowed to read states, a server away
+        if not await bus.client.sismember(keys.groups(shard), group_id):
+            unknown = f"no group {group_id!r} is known to the coordinators yet"
+        elif not await bus.client.hexists(keys.group(shard, group_id), agent_field(agent_id)):
+            unknown = f"group {group_id!r} has no agent {agent_id!r} yet, as far as the coordinators know"
+        else:
+            return
+        bus.log(f"{unknown}: waiting all the same (check --agent-id and --group)")
+
+
 async def _listen(bus: AgentBus, timeout_s: float | None, as_json: bool, claim_idle_ms: int) -> int:
     listener = InboxListener(bus.client, bus.inbox, claim_idle_ms=claim_idle_ms, log=bus.log)
-    received = await listener.next(timeout_s)
+    warning = asyncio.create_task(_warn_if_unknown(bus))
+    try:
+        received = await listener.next(timeout_s)
+    finally:
+        warning.cancel()
     if received is None:
         bus.log(f"no directive for {bus.agent_id} within {timeout_s:g}s")
         return EXIT_TIMEOUT

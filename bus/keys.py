@@ -23,9 +23,11 @@ from bus.errors import ConfigError, NamespaceMissing, PermissionDenied
 from bus.settings import MAX_SHARDS, NAMESPACE_PATTERN
 
 __all__ = [
+    "AGENT_FIELD",
     "ConsumerGroup",
     "Keys",
     "StreamKind",
+    "agent_field",
     "dead_stream_for",
     "entry_order",
     "meta_key",
@@ -98,9 +100,26 @@ class Keys:
             raise ValueError("a state key needs a name")
         return f"{self.tag(shard)}:{name}"
 
+    def groups(self, shard: int) -> str:
+        """The set of the ids of the groups whose state the coordinators keep on the shard."""
+        return self.state(shard, "groups")
+
+    def group(self, shard: int, group_id: str) -> str:
+        """The hash of one group's state: its own fields, and one per agent (:func:`agent_field`)."""
+        return self.state(shard, f"group:{group_id}")
+
     @property
     def meta(self) -> str:
         return meta_key(self.namespace)
+
+
+AGENT_FIELD: Final = "a:"
+"""The prefix of an agent's field in its group's state hash (:meth:`Keys.group`)."""
+
+
+def agent_field(agent_id: str) -> str:
+    """The field of an agent's record in its group's state hash."""
+    return f"{AGENT_FIELD}{agent_id}"
 
 
 def meta_key(namespace: str) -> str:

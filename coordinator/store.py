@@ -29,13 +29,12 @@ from pydantic import BaseModel, ValidationError
 
 from bus.connection import as_text
 from bus.errors import DecodeError
-from bus.keys import Keys
+from bus.keys import AGENT_FIELD, Keys
 from coordinator.commit import Commit
 from coordinator.rules.findings import compact_slot, fold
 from coordinator.state import AgentRecord, Delegation, FindingSlot, GroupState, IdWindow
 
 __all__ = [
-    "GROUPS_KEY",
     "Touched",
     "decode_slots",
     "delete_group",
@@ -45,9 +44,8 @@ __all__ = [
     "write_changes",
 ]
 
-GROUPS_KEY = "groups"
 _MAPS: dict[str, tuple[str, type[AgentRecord] | type[Delegation]]] = {
-    "agents": ("a:", AgentRecord),
+    "agents": (AGENT_FIELD, AgentRecord),
     "delegations": ("d:", Delegation),
 }
 _LEGACY_SLOT = "f:"
@@ -58,7 +56,7 @@ stored before it was kept (loaded with their findings, they are counted then).""
 
 
 def group_key(keys: Keys, shard: int, group_id: str) -> str:
-    return keys.state(shard, f"group:{group_id}")
+    return keys.group(shard, group_id)
 
 
 def seen_key(keys: Keys, shard: int, group_id: str) -> str:
@@ -118,7 +116,7 @@ def write_changes(
     """
     key = group_key(keys, shard, new.group_id)
     if old is None:
-        commit.sadd(keys.state(shard, GROUPS_KEY), new.group_id)
+        commit.sadd(keys.groups(shard), new.group_id)
     if old is None or old.applied != new.applied or _meta(old) != _meta(new):
         commit.hset(key, "meta", _meta(new))
     for name, (prefix, _) in _MAPS.items():
@@ -140,7 +138,7 @@ def write_changes(
 
 def delete_group(commit: Commit, keys: Keys, shard: int, group_id: str) -> None:
     """Add to ``commit`` the deletion of a retired group's stored state."""
-    commit.srem(keys.state(shard, GROUPS_KEY), group_id)
+    commit.srem(keys.groups(shard), group_id)
     for key in (group_key, merged_key, seen_key):
         commit.delete(key(keys, shard, group_id))
 

@@ -20,7 +20,6 @@ from coordinator.lease import members_key
 from coordinator.rules.summary import GroupSummary, summarize
 from coordinator.state import FindingSlot, GroupState
 from coordinator.store import (
-    GROUPS_KEY,
     decode_slots,
     group_key,
     legacy_slots,
@@ -72,7 +71,7 @@ async def retired_agent_note(client: Client, keys: Keys, agent_id: str) -> str |
     for shard in keys.all_shards():
         with translated():
             tombstones = await load_tombstones(client, keys, shard)
-            live = {as_text(raw) for raw in await client.smembers(keys.state(shard, GROUPS_KEY))}
+            live = {as_text(raw) for raw in await client.smembers(keys.groups(shard))}
         for group_id in sorted(g for g, agents in tombstones.items() if agent_id in agents):
             if group_id in live:
                 return (
@@ -93,7 +92,7 @@ async def group_ids(client: Client, keys: Keys) -> list[str]:
 
 async def _shard_group_ids(client: Client, keys: Keys, shard: int) -> list[str]:
     with translated():
-        return sorted(as_text(raw) for raw in await client.smembers(keys.state(shard, GROUPS_KEY)))
+        return sorted(as_text(raw) for raw in await client.smembers(keys.groups(shard)))
 
 
 async def load_shard(
@@ -154,7 +153,7 @@ async def _group_refs(client: Client, keys: Keys, group_id: str | None) -> list[
     if group_id is not None:
         shard = keys.shard_of(group_id)
         with translated():
-            known = await client.sismember(keys.state(shard, GROUPS_KEY), group_id)
+            known = await client.sismember(keys.groups(shard), group_id)
         return [(shard, group_id)] if known else []
     refs = [
         (shard, gid) for shard in keys.all_shards() for gid in await _shard_group_ids(client, keys, shard)

@@ -16,7 +16,7 @@ from bus.publisher import Publisher
 from bus.signals import ClarificationNeeded, CompletionReport, CompletionStatus, Question
 from coordinator.policy import Policy
 from coordinator.service import TICK_GROUP, Coordinator, CoordinatorOptions
-from coordinator.store import GROUPS_KEY, group_key, merged_key, seen_key
+from coordinator.store import group_key, merged_key, seen_key
 from coordinator.view import load_shard
 
 DONE, BUSY = "done", "busy"
@@ -80,7 +80,7 @@ async def test_a_tick_deletes_the_state_of_a_quiet_settled_group(redis_url: str)
         await _tick(client, keys, 8)
         assert await _coordinator(client, keys, "e").run(burst=True) == 1
         assert await _stored_keys(client, keys, DONE) == [0, 0, 0]
-        assert await client.smembers(keys.state(0, GROUPS_KEY)) == {BUSY.encode()}
+        assert await client.smembers(keys.groups(0)) == {BUSY.encode()}
         assert set(await load_shard(client, keys, 0)) == {BUSY}
         events = await entries(client, keys.stream(0, StreamKind.EVENTS))
         retired = [

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from adapter_kit import CLI, Bus, exited, open_bus, wait_until
+from adapter_kit import CLI, Bus, exited, open_bus, run, wait_until
 
 from agents.delivery import GROUP
 from agents.listen import CONSUMER, EXIT_ERROR, EXIT_RECEIVED, EXIT_TIMEOUT, PAUSE_ENV, _block_ms
@@ -18,6 +18,7 @@ from bus.cli import EXIT_INTERRUPTED
 from bus.directives import AnswerItem, ClarificationResponse, LaunchReason, LaunchRequest
 from bus.embedded import RedisProcess
 from bus.envelope import Envelope, decode, new_envelope
+from bus.events import AgentStarted
 from bus.keys import dead_stream_for
 from bus.publisher import Publisher
 
@@ -133,6 +134,27 @@ async def test_timeout_exits_3_without_output(redis_url: str) -> None:
     code, out, err = await finish(listener(redis_url, "a3", "--timeout", "0.3"))
     assert (code, out) == (EXIT_TIMEOUT, b"")
     assert b"no directive" in err
+
+
+async def test_a_listener_that_waits_says_when_its_group_or_agent_is_unknown(redis_url: str) -> None:
+    # a mistyped --group or --agent-id would wait for ever without a word
+    env = {"SUBAGENT_BUS_REDIS_URL": redis_url}
+    started = new_envelope(AgentStarted(name="auditor"), agent_id="known", group_id=GROUP_ID)
+    async with open_bus(redis_url) as bus:
+        await Publisher(bus.client, bus.keys).publish(started)
+    code, _, err = await run([CLI, "coordinator", "--burst", "--redis-url", redis_url])
+    assert code == 0, err
+    said = {}
+    for agent, group in (("known", GROUP_ID), ("unknown", GROUP_ID), ("known", "typo")):
+        code, out, err = await finish(listener(redis_url, agent, "--timeout", "1.5", group=group, env=env))
+        assert (code, out) == (EXIT_TIMEOUT, b"")
+        said[agent, group] = err.decode()
+    assert "waiting all the same" not in said["known", GROUP_ID]
+    assert (
+        f"group '{GROUP_ID}' has no agent 'unknown' yet, as far as the coordinators know: waiting all the "
+        "same (check --agent-id and --group)"
+    ) in said["unknown", GROUP_ID]
+    assert "no group 'typo' is known to the coordinators yet" in said["known", "typo"]
 
 
 async def test_a_namespace_that_does_not_exist_is_an_error_and_stays_absent(redis_url: str) -> None:
