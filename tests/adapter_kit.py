@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -47,6 +49,25 @@ def kill_started() -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def kill_naming(directory: Path) -> None:
+    """Kill the processes whose command line names ``directory`` (a test's own): the adapters a launcher
+    or the Task hook started, in sessions of their own, and a failed test left running."""
+    mark, proc = os.fsencode(directory), Path("/proc")
+    if not proc.is_dir():
+        return
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        named = any(arg == mark or arg.startswith(mark + b"/") or b"=" + mark + b"/" in arg for arg in args)
+        if named:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
 
 
 def fake(*steps: str, **options: str | float | Path) -> list[str]:

@@ -20,15 +20,18 @@ from pathlib import Path
 
 import pytest
 import redis
-from adapter_kit import kill_started
+from adapter_kit import kill_naming, kill_started
 
 from bus.embedded import RedisCluster, RedisProcess
 
 
 @pytest.fixture(autouse=True)
-def _no_process_left() -> Iterator[None]:
+def _no_process_left(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     kill_started()
+    used = getattr(request.node, "funcargs", {}).get("tmp_path")
+    if used is not None:  # what a launcher or the hook started in sessions of their own
+        kill_naming(used)
 
 
 @pytest.fixture(scope="session")
