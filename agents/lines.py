@@ -70,7 +70,7 @@ def tentative(m: re.Match[bytes]) -> bool:
     return m.group(2) is None and _LONE.fullmatch(m.string, m.end(3) + 1, m.end()) is None
 
 
-HEADING_2: Final = re.compile(rb"\n[ \t]*## ")
+HEADING_2: Final = re.compile(rb"\n[ \t]*##[ \t]")
 """A heading of level 2, which may end a block (:func:`ends_block`)."""
 
 
@@ -87,11 +87,12 @@ def ends_block(m: re.Match[bytes], indent: int) -> bool:
     report's heading (``## Auditor Result``) no further right than the tag: no YAML body holds one (it
     would be a comment), so the block was never terminated (agents forget a PROGRESS block's closing
     tag), and the report is read."""
-    hashes, heading = m.group(HASHES_GROUP, HEADING_GROUP)
+    hashes, heading, before = m.group(HASHES_GROUP, HEADING_GROUP, 1)
     return (
         hashes is not None
         and len(hashes) == 2
-        and len(m.group(1)) <= indent
+        and len(before) <= min(indent, 3)  # a heading (see Hit.level), no further right than the tag
+        and b"\t" not in before
         and may_be_report(heading)
         and RESULT_HEADING.fullmatch(heading) is not None
     )

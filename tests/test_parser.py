@@ -349,6 +349,16 @@ def test_other_headings_or_one_right_of_the_tag_are_part_of_the_body(inside: str
     assert isinstance(item, SignalItem)  # a YAML comment
 
 
+@pytest.mark.parametrize("indent", ["    ", "\t"])
+def test_under_a_tag_indented_past_a_heading_a_report_heading_is_part_of_the_body(indent: str) -> None:
+    # a line indented by a tab or four spaces is no heading: it starts no report either
+    text = "".join(
+        indent + line + "\n"
+        for line in stop().replace("details:", "## Tester Result\ndetails:").split("\n")[:-1]
+    )
+    assert isinstance(only(parse_text(text)), SignalItem)
+
+
 def test_a_closing_tag_of_another_type_ends_the_block_with_an_error() -> None:
     text = stop().replace("[/STOP_WORK]", "[/DELEGATE_WORK]") + stop("c")
     first, second = parse_text(text)
