@@ -125,8 +125,10 @@ def _is_entry(line: bytes, *, complete: bool) -> bool:
         value = orjson.loads(line)
     except orjson.JSONDecodeError:
         if not complete:
-            return line[:1] == b"{" and any(
-                f'"{name}"'.encode() in line for name in (*_ENTRY_TYPES, *_ENTRY_KEYS)
+            return (
+                line[:1] == b"{"
+                and b'"type"' in line
+                and any(f'"{name}"'.encode() in line for name in (*_ENTRY_TYPES, *_ENTRY_KEYS))
             )
         value = loads_lenient(line)
     if not isinstance(value, dict) or "type" not in value:

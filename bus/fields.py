@@ -82,7 +82,7 @@ _BASIC: Final = re.compile(
 )
 
 
-_NUMBER: Final = re.compile(r"\s*[+-]?\d+(?:\.\d*)?\s*", re.ASCII)
+_NUMBER: Final = re.compile(r"\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\s*", re.ASCII)
 
 
 def _extended(value: Any) -> Any:

@@ -268,7 +268,9 @@ def test_a_basic_timestamp_without_a_zone_or_with_an_impossible_date_is_still_an
     )
 
 
-@pytest.mark.parametrize("written", ["20261129", "'20261129'", "1764417000", "1764417000.5", "-5"])
+@pytest.mark.parametrize(
+    "written", ["20261129", "'20261129'", "1764417000", "1764417000.5", "-5", "'.5'", "'1.7e9'", "'0.5E1'"]
+)
 def test_a_timestamp_that_is_a_number_is_an_error_not_unix_time(written: str) -> None:
     # pydantic reads a number as Unix time: the date 20261129 would have been an instant of 1970
     assert "is a number, not an ISO 8601 timestamp" in error(

@@ -239,6 +239,7 @@ def test_the_reader_yields_assistant_texts() -> None:
         (b'{"type": "log", "msg": "starting"}\n[STOP_WORK]\nagent_id: a\n', False, Format.TEXT),
         (b'{"type": ["user"]}\nprose\nmore prose\n', False, Format.TEXT),
         (b'{"type": "queue-operation", "sessionId": "s"}\n', False, Format.CLAUDE_JSONL),
+        (b'{"level": "info", "message": "cut by the limit', True, Format.TEXT),  # no type: no entry
     ],
 )
 def test_detect_format(head: bytes, final: bool, expected: Format) -> None:
