@@ -26,7 +26,7 @@ from agents.adapter import AgentBus, GaveUp, OutputStream, heartbeat_loop
 from agents.delegate_wait import DelegateWait
 from agents.delivery import AgentDone, DeliveryFailed, Directive
 from agents.transcript import Format
-from bus.envelope import Envelope, EnvelopeType, deterministic_id
+from bus.envelope import Envelope, deterministic_id
 from bus.signals import BlockerType, StopReason, StopWork
 
 __all__ = ["CHUNK", "Chunks", "ProcessOptions", "Session", "exit_status"]
@@ -46,7 +46,6 @@ Chunks = Callable[[], Awaitable[bytes]]
 _EXITED_POLL_S: Final = 0.2
 _DRAIN_S: Final = 2.0
 """How long the agent's output is read on after it exited, for a process it started that holds it open."""
-_WAITS: Final = frozenset({EnvelopeType.STOP_WORK, EnvelopeType.CLARIFICATION_NEEDED})
 _PAUSE_S: Final = 0.2
 """How long an output that ends within a line must pause before that line is looked at as it is."""
 
@@ -116,9 +115,10 @@ class Session:
         self._waited_for_redis = 0.0
         self._publishing_since: float | None = None
         """While the output's reader waits for Redis to take what it read (see :meth:`_drained`)."""
-        self._turn_waits = False
-        """The agent said in this turn's output that it waits (a question, a stop): its exit then ends
-        the turn, whatever its status, and is no error of its own to report over what it said."""
+        self._turn: OutputStream | None = None
+        """The output of the turn running or that ran last (None while a turn starts)."""
+        self._recalled: set[str] = set()
+        """The :func:`~bus.signals.recap_key` of the dated questions and stops of earlier turns."""
 
     @property
     def session_id(self) -> str | None:
@@ -201,7 +201,7 @@ class Session:
             raise DeliveryFailed(f"{name} stopped the adapter before it started the agent")
         self.idle.clear()
         self._delegates.between_turns(False)
-        self._turn_waits = False
+        self._turn = None
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -311,7 +311,7 @@ class Session:
     async def _pump(self, chunks: Chunks, source: str) -> None:
         if self.stream is not None and self.stream.session_id:
             self._session_id = self.stream.session_id
-        stream = self.stream = OutputStream(self.bus, source, self.options.fmt)
+        stream = self.stream = self._turn = OutputStream(self.bus, source, self.options.fmt)
         partial = False  # the output read so far ends within a line
         while chunk := await (self._after_pause(chunks, stream) if partial else chunks()):
             self._copy(chunk)
@@ -333,7 +333,6 @@ class Session:
 
     async def _signalled(self, envelopes: list[Envelope], *, wait: bool) -> None:
         if envelopes or wait:
-            self._turn_waits = self._turn_waits or any(e.type in _WAITS for e in envelopes)
             self._delegates.signalled(envelopes)
             await self._publish(envelopes, wait=wait)
 
@@ -384,7 +383,8 @@ class Session:
     async def _report_end(self, source: str, code: int, tail: str, *, why: str | None = None) -> None:
         """A STOP_WORK error for a failed exit without completion (``why``: why the agent did not run
         at all), then AGENT_EXITED."""
-        if code != 0 and not self.bus.completed and not self._turn_waits:
+        waits = self._said_it_waits()
+        if code != 0 and not self.bus.completed and not waits:
             how = f"was killed by signal {code - 128}" if code > 128 else f"exited with code {code}"
             details = f"The agent process {how} without a completion report."
             if why is not None:
@@ -404,6 +404,17 @@ class Session:
         await self.bus.exited(
             source=source, exit_code=code, stderr_tail=tail or None, resumable=self._resumes()
         )
+
+    def _said_it_waits(self) -> bool:
+        """Whether this turn's output said the agent waits: a question or a stop, read or lost, that
+        recalls none of an earlier turn (which the coordinator does not apply again). Its exit then ends
+        the turn, whatever its status, and is no error of its own to report over what it said."""
+        turn = self._turn
+        if turn is None:
+            return False
+        waits = any(key is None or key not in self._recalled for key in turn.waits)
+        self._recalled.update(key for key in turn.waits if key is not None)
+        return waits
 
     def _resumes(self) -> bool:
         """Whether this adapter goes on resuming the agent with its directives after this exit: only

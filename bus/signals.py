@@ -33,6 +33,7 @@ __all__ = [
     "QuestionType",
     "StopReason",
     "StopWork",
+    "recap_key",
 ]
 
 
@@ -156,6 +157,15 @@ class StopWork(OpenModel):
     def kind(self) -> str:
         """The blocker type, or the stop reason when it has none (an error, a completion)."""
         return (self.blocker_type or self.stop_reason).value
+
+
+def recap_key(signal: ClarificationNeeded | StopWork) -> str | None:
+    """A dated question's or stop's fingerprint (its fields, timestamp included): the same block printed
+    again, once it was answered or resolved, is a recap of it; None for an undated one, which nothing
+    tells from the same one asked anew."""
+    if signal.timestamp is None:
+        return None
+    return hashlib.sha256(signal.model_dump_json().encode()).hexdigest()[:16]
 
 
 class Independence(LenientEnum):

@@ -76,6 +76,41 @@ async def test_an_agent_that_said_it_waits_then_fails_keeps_its_own_stop_or_ques
     assert all(x.exit_code == 3 and x.stderr_tail and "TypeError" in x.stderr_tail for x in exits)
 
 
+async def test_a_lost_completion_or_a_recalled_question_does_not_hide_a_crash(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # neither says the agent waits: the crash must reach the parent as a blocker with its stderr
+    log, agent = tmp_path / "adapter.log", tmp_path / "agent.sh"
+    asked = "[CLARIFICATION_NEEDED]\nagent_id: r18\ntimestamp: 2026-01-11T08:45:00Z\nblocked_at: src\n"
+    asked += "reason: which\nquestions:\n  - question_id: Q1\n    text: Which one?\n[/CLARIFICATION_NEEDED]\n"
+    agent.write_text(
+        f"#!/bin/sh\nprintf '%s' '{asked}'\n[ -n \"$1\" ] && echo 'Out of memory' >&2 && exit 137\n"
+    )
+    agent.chmod(0o755)
+    cut = "printf '[COMPLETION_REPORT]\\nagent_id: r19\\nstatus: success\\n'; echo 'Out of memory' >&2; exit 137"
+    async with open_bus(redis_url) as bus:
+        adapters = [
+            start([*run_args("r19"), "sh", "-c", cut], redis_url, log),
+            start(
+                [*run_args("r18", "--until-complete", "--deliver", f"command:{agent} resumed"), str(agent)],
+                redis_url,
+                log,
+            ),
+        ]
+        assert await exited(adapters[0], 30) == 137
+        await wait_until(lambda: bus.has(GROUP, T.AGENT_EXITED, 2), 30, "the first turn of r18")
+        answer = ClarificationResponse(answers=[AnswerItem(question_id="Q1", question="Which?", answer="a")])
+        directive = new_envelope(answer, agent_id="r18", group_id=GROUP, source="coordinator")
+        await Publisher(bus.client, bus.keys).send_directive(directive)  # the resumed turn recalls Q1
+        await wait_until(lambda: bus.has(GROUP, T.AGENT_EXITED, 3), 30, "the second turn of r18")
+        adapters[1].terminate()
+        assert await exited(adapters[1], 30) == 137, log.read_text()  # the agent's last status
+        stops = [e.payload for e in await bus.of_type(GROUP, T.STOP_WORK)]
+    crashes = [s for s in stops if isinstance(s, StopWork) and "was killed by signal 9" in s.details]
+    assert sorted(s.agent_id for s in crashes) == ["r18", "r19"]
+    assert all("Out of memory" in s.details for s in crashes)
+
+
 async def test_a_completed_agent_exits_cleanly_and_its_output_is_copied(
     redis_url: str, tmp_path: Path
 ) -> None:

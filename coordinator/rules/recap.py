@@ -11,10 +11,9 @@ question asked anew looks the same.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Final
 
-from bus.signals import ClarificationNeeded, StopWork
+from bus.signals import ClarificationNeeded, StopWork, recap_key
 from coordinator.rules.step import Rejected
 from coordinator.state import AgentRecord
 
@@ -23,21 +22,15 @@ __all__ = ["SETTLED_KEPT", "refuse_recap", "settled"]
 SETTLED_KEPT: Final = 8
 
 
-def _fingerprint(signal: ClarificationNeeded | StopWork) -> str | None:
-    if signal.timestamp is None:
-        return None
-    return hashlib.sha256(signal.model_dump_json().encode()).hexdigest()[:16]
-
-
 def settled(record: AgentRecord, signal: ClarificationNeeded | StopWork) -> tuple[str, ...]:
     """The record's ``settled`` once ``signal`` is answered or resolved."""
-    key = _fingerprint(signal)
+    key = recap_key(signal)
     return record.settled if key is None else (*record.settled, key)[-SETTLED_KEPT:]
 
 
 def refuse_recap(record: AgentRecord, signal: ClarificationNeeded | StopWork) -> None:
     """Reject ``signal`` if the agent was answered or resolved on the same one before."""
-    key = _fingerprint(signal)
+    key = recap_key(signal)
     if key is not None and key in record.settled:
         what = "questions were answered" if isinstance(signal, ClarificationNeeded) else "stop was resolved"
         raise Rejected(f"the same {what} before (dated {signal.timestamp}): a recap, not applied again")
