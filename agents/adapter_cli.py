@@ -128,8 +128,9 @@ def _serve(settings: Settings, common: Common, body: Callable[[AgentBus], Awaita
 async def _waiting_for(connect: Callable[[], Awaitable[AgentBus]]) -> AgentBus | int:
     """``connect()`` until the server answers (``--wait-for-redis``): a launched adapter that exited at
     an outage would leave its acknowledged request's agent never started. A stop signal ends the wait
-    between tries (the exit status); one that comes during a try that connects is left pending for the
-    command's own handler, which reports the agent stopped before it started."""
+    (the exit status). One that comes during a try that connects ends it too, but for a launcher's
+    adapter, which has the stop signals blocked: there it is left pending for the command's own handler,
+    which reports the agent stopped before it started."""
     loop, stopped = asyncio.get_running_loop(), asyncio.Event()
     signals: list[int] = []
 
@@ -140,27 +141,35 @@ async def _waiting_for(connect: Callable[[], Awaitable[AgentBus]]) -> AgentBus |
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
     mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-    delay, bus = _CONNECT_RETRY_S, None
     try:
-        while bus is None:
-            try:
-                bus = await connect()  # a try is bounded by the socket timeout
-            except ConnectionFailed as exc:
-                if stopped.is_set():
-                    break
-                _log.warning("%s; retrying in %.1fs", exc, delay)
-                if await wait_for(stopped, delay):
-                    break
-                delay = min(delay * 2, _CONNECT_RETRY_MAX_S)
+        bus = await _connected(connect, stopped)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a launcher's adapter: blocked again
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
+    if signals and bus is not None and not set(STOP_SIGNALS) <= mask:
+        await bus.client.aclose()  # run by hand: nothing would take the signal up, so it stops here
+        bus = None
     if bus is None:
         return 128 + signals[0]
-    for number in signals:  # pending, where blocked, until the command's handler takes it
+    for number in signals:  # blocked (a launcher's adapter): pending until the command's handler
         os.kill(os.getpid(), number)
     return bus
+
+
+async def _connected(connect: Callable[[], Awaitable[AgentBus]], stopped: asyncio.Event) -> AgentBus | None:
+    """``connect()``, tried again after a wait that doubles, until it connects or ``stopped``."""
+    delay = _CONNECT_RETRY_S
+    while True:
+        try:
+            return await connect()  # a try is bounded by the socket timeout
+        except ConnectionFailed as exc:
+            if stopped.is_set():
+                return None
+            _log.warning("%s; retrying in %.1fs", exc, delay)
+            if await wait_for(stopped, delay):
+                return None
+            delay = min(delay * 2, _CONNECT_RETRY_MAX_S)
 
 
 def _gave_up(bus: AgentBus, exc: GaveUp) -> str:
