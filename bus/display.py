@@ -18,11 +18,15 @@ if TYPE_CHECKING:
 __all__ = ["counted", "cut", "format_item", "has_control", "json_bytes", "one_line"]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-# and the invisible ones a name could hide in (zero-width spaces and joiners, a BOM) and the line and
-# paragraph separators some tools break lines at
-_UNSHOWN = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
-"""Control characters and Unicode's bidirectional controls, with which a text can make a terminal show
-the rest of its line in another order than it has (``\u202e`` reverses it)."""
+_UNSHOWN = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f"
+    r"\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f"
+    r"\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]"
+)
+"""Control characters, Unicode's format characters (category Cf: the bidirectional controls, with which a
+text can make a terminal show the rest of its line in another order than it has, ``\u202e`` reverses it;
+zero-width spaces and joiners, a BOM, tag characters: text that shows nothing) and its line and paragraph
+separators (Zl, Zp), at which some tools break a line."""
 
 
 def format_item(item: Item, *, as_json: bool, dead: bool) -> tuple[bytes | str | None, str | None]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import subprocess
+import unicodedata
 
 import pytest
 from rules_kit import Feed, clarification, completion, delegate, finding, stop_error
@@ -272,3 +273,8 @@ def test_a_command_queued_for_an_item_not_applied_yet_is_listed_on_its_own() -> 
 def test_text_that_shows_nothing_or_breaks_lines_is_escaped_on_one_line() -> None:
     # a zero-width space hides in a name; a line separator breaks the line for some tools
     assert one_line("a\u200bb\u2028c\u2029d\ufeffe\u2060f") == "a\\u200bb\\u2028c\\u2029d\\ufeffe\\u2060f"
+
+
+def test_every_format_character_and_separator_is_escaped() -> None:
+    unseen = [chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) in ("Cf", "Zl", "Zp")]
+    assert [c for c in unseen if one_line(c) == c] == []
