@@ -5,6 +5,7 @@ would be rejected when applied), until a coordinator applies what is queued."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from pathlib import Path
 
 import orjson
@@ -26,14 +27,19 @@ def _scratch_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
 
 
+_ASKED = itertools.count()
+
+
 def asks(agent_id: str, *questions: str) -> str:
-    """A CLARIFICATION_NEEDED of these questions (``Q2?``: an optional one)."""
+    """A CLARIFICATION_NEEDED of these questions (``Q2?``: an optional one), each dated a minute after
+    the one before (the same dated block again would be a recap of it)."""
     listed = "".join(
         f"  - question_id: {q.rstrip('?')}\n    text: What about {q.rstrip('?')}?\n"
         + ("    type: optional\n" if q.endswith("?") else "")
         for q in questions
     )
-    start, _, rest = clarify(agent_id).partition("questions:\n")
+    at = f"2026-01-11T10:{next(_ASKED) % 60:02}:00Z"
+    start, _, rest = clarify(agent_id, at).partition("questions:\n")
     return start + "questions:\n" + listed + "can_resume_with:" + rest.split("can_resume_with:", 1)[1]
 
 
