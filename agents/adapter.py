@@ -44,7 +44,6 @@ from bus.waits import wait_for
 __all__ = [
     "COMPLETING",
     "MAX_TASK_CHARS",
-    "WAITS",
     "AgentBus",
     "GaveUp",
     "OutputStream",
@@ -56,7 +55,7 @@ __all__ = [
 
 COMPLETING: Final = frozenset({EnvelopeType.COMPLETION_REPORT, EnvelopeType.RESULT})
 """Envelope types that mean the agent finished its work."""
-WAITS: Final = frozenset({EnvelopeType.STOP_WORK, EnvelopeType.CLARIFICATION_NEEDED})
+_WAITS: Final = frozenset({EnvelopeType.STOP_WORK, EnvelopeType.CLARIFICATION_NEEDED})
 """The signals by which an agent says it waits for an answer (a stop that reports completion aside)."""
 MAX_TASK_CHARS: Final = 256 * 1024
 """A task longer than this is cut in AGENT_STARTED (the prompt itself is not touched)."""
@@ -291,10 +290,6 @@ async def heartbeat_loop(
             await bus.heartbeat(source=source, pid=pid())
 
 
-def _completes(payload: ClarificationNeeded | StopWork) -> bool:
-    return isinstance(payload, StopWork) and payload.stop_reason is StopReason.COMPLETION
-
-
 class OutputStream:
     """One output of an agent, parsed and turned into envelopes with deterministic ids.
 
@@ -332,7 +327,7 @@ class OutputStream:
         self._line_start = (base, base_line)
         self._session_id = session_id
         self.waits: list[str | None] = []
-        """The questions and stops it held, read or lost (:data:`WAITS`): each :func:`recap_key`, None for
+        """The questions and stops it held, read or lost (:data:`_WAITS`): each :func:`recap_key`, None for
         an undated or lost one. The agent said it waits for an answer (unless it only recalled one)."""
 
     @property
@@ -391,11 +386,13 @@ class OutputStream:
                 if item.type in AWAITED:
                     lost = lost_signal(self.bus.agent_id, item.type, f"line {line}", item.message)
                     out.append(self._envelope(lost, offset))
-                if item.type in WAITS:
+                if item.type in _WAITS:
                     self.waits.append(None)
                 continue
             payload: Payload = item.payload if isinstance(item, SignalItem) else item.report
-            if isinstance(payload, ClarificationNeeded | StopWork) and not _completes(payload):
+            if isinstance(payload, ClarificationNeeded) or (
+                isinstance(payload, StopWork) and payload.stop_reason is not StopReason.COMPLETION
+            ):
                 self.waits.append(recap_key(payload))
             if isinstance(item, SignalItem) and item.payload.agent_id != self.bus.agent_id:
                 self.bus.foreign_id(item.payload.agent_id, self.source)
