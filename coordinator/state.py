@@ -110,6 +110,9 @@ class AgentRecord(Model):
     questions: ClarificationNeeded | None = None
     answers: tuple[AnswerItem, ...] = ()
     """Answers given so far to the open questions (a human may answer them one at a time)."""
+    next_step: str | None = None
+    """The next step a human gave with an answer that left questions open, for the response (the last one
+    given, unless the answer that completes them gives its own)."""
     settled: tuple[str, ...] = ()
     """Fingerprints of the latest dated questions and stops it was answered or resolved on (see
     :mod:`coordinator.rules.recap`)."""

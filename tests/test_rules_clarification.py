@@ -5,7 +5,7 @@ from __future__ import annotations
 from rules_kit import Feed, answers, clarification, completion, decisions, kinds, of_type, one
 
 from bus.directives import ClarificationResponse
-from bus.envelope import EnvelopeType
+from bus.envelope import MAX_ENVELOPE_BYTES, EnvelopeType
 from bus.events import AgentStarted, AgentState, DecisionType
 from bus.signals import ClarificationNeeded, QuestionType
 from coordinator.rules import Target, summarize
@@ -207,3 +207,33 @@ def test_undated_questions_asked_again_are_asked_again_and_few_are_remembered() 
     assert len(feed.state.agents[AGENT].settled) == SETTLED_KEPT
     assert feed.send(clarification(at="2026-01-12T00:00:00Z"), AGENT).rejected is None  # the oldest: gone
     assert feed.send(clarification(at="2026-01-12T08:00:00Z"), AGENT).rejected is not None
+
+
+def test_answers_whose_response_would_be_too_large_to_deliver_are_rejected() -> None:
+    # each answer fits an envelope; the response that holds both does not, and no reader would take it
+    feed = Feed()
+    feed.send(clarification(), AGENT)
+    half = "A" * (MAX_ENVELOPE_BYTES // 2 + 1000)
+    assert feed.send(answers(("Q1", half)), AGENT).rejected is None
+    outcome = feed.send(answers(("Q2", half)), AGENT)
+    assert outcome.rejected is not None
+    assert "its CLARIFICATION_RESPONSE for 'bg-task-abc123' would be " in outcome.rejected
+    assert f"over the {MAX_ENVELOPE_BYTES} bytes an envelope may have" in outcome.rejected
+    assert of_type(outcome, EnvelopeType.CLARIFICATION_RESPONSE) == []
+    record = feed.state.agents[AGENT]
+    assert record.state is AgentState.AWAITING_CLARIFICATION
+    assert [a.question_id for a in record.answers] == ["Q1"]  # a shorter answer to Q2 may still come
+    assert feed.send(answers(("Q2", "JWT")), AGENT).rejected is None
+
+
+def test_a_next_step_given_with_a_partial_answer_reaches_the_response() -> None:
+    feed = Feed()
+    feed.send(clarification(), AGENT)
+    feed.send(answers(A1, next_step="Only fix auth.py, then stop"), AGENT)
+    response = one(feed.send(answers(A2), AGENT), EnvelopeType.CLARIFICATION_RESPONSE, Target.INBOX)
+    assert response.next_step == "Only fix auth.py, then stop"
+    assert feed.state.agents[AGENT].next_step is None
+    feed.send(clarification(at="2026-01-11T11:00:00-05:00"), AGENT)  # the next questions start afresh
+    feed.send(answers(A1, next_step="an older instruction"), AGENT)
+    last = one(feed.send(answers(A2, next_step="Go on"), AGENT), EnvelopeType.CLARIFICATION_RESPONSE)
+    assert last.next_step == "Go on"  # the completing answer's own wins

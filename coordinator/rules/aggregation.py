@@ -79,7 +79,9 @@ def finish(
         _unanswered(step, agent_id, record.questions, record.answers)
     if state is None:
         state = AgentState.FAILED if completion.status is ResultStatus.FAILED else AgentState.COMPLETED
-    step.update(agent_id, state=state, completion=completion, questions=None, answers=(), blocker=None)
+    step.update(
+        agent_id, state=state, completion=completion, questions=None, answers=(), next_step=None, blocker=None
+    )
     group = step.state.progress.render()
     detail = f"{completion.status.value}: {_first_line(completion.summary)} (group: {group})"
     step.decide(decision, agent_id, detail, state=state)

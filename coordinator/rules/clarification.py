@@ -34,6 +34,7 @@ def on_clarification(step: Step) -> None:
         f"blocked at {signal.blocked_at.strip()}\n{listing}",
         questions=signal,
         answers=(),
+        next_step=None,
     )
 
 
@@ -53,11 +54,11 @@ def on_answer(step: Step) -> None:
     if replaced:
         answered += f" (replacing the earlier answer to {', '.join(replaced)})"
     if missing:
-        step.update(record.agent_id, answers=answers)
+        step.update(record.agent_id, answers=answers, next_step=command.next_step or record.next_step)
         detail = f"answered {answered}; waiting for {', '.join(missing)}"
         step.decide(DecisionType.QUESTION_ANSWERED, record.agent_id, detail)
         return
-    then = command.next_step or DEFAULT_NEXT_STEP
+    then = command.next_step or record.next_step or DEFAULT_NEXT_STEP
     wait = still_held(record, step.state, then, questions=None, answers=())  # e.g. a blocker of its own
     response = ClarificationResponse(
         answers=list(answers),
@@ -72,6 +73,7 @@ def on_answer(step: Step) -> None:
         f"answered {answered}; resumed",
         questions=None,
         answers=(),
+        next_step=None,
         settled=settled(record, questions),
     )
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
-from bus.envelope import Envelope, EnvelopeType, Payload
+from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeType, Payload
 from bus.errors import BusError
 from bus.events import AgentState, Decision, DecisionType
 from bus.signals import Independence
@@ -181,7 +181,13 @@ class Step:
         if self.envelope.group_id != group_id:  # a TICK, applied to every group of its shard: one id each
             cause = f"{cause}@{group_id}"
         emitted = emitted_id(cause, len(self.emits))
-        self.emits.append(Emit(target, payload, agent_id, group_id, SOURCE, emitted, self.envelope.ts))
+        emit = Emit(target, payload, agent_id, group_id, SOURCE, emitted, self.envelope.ts)
+        if len(emit.data) > MAX_ENVELOPE_BYTES:  # every reader would dead-letter it: nothing would act on it
+            raise Rejected(
+                f"its {emit.type.value} for {agent_id!r} would be {len(emit.data)} bytes, over the "
+                f"{MAX_ENVELOPE_BYTES} bytes an envelope may have"
+            )
+        self.emits.append(emit)
 
     def direct(self, agent_id: str, payload: Payload) -> None:
         """A directive into one agent's inbox."""
