@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from rules_kit import T0, Feed, completion, decisions, finding, kinds, of_type, one, payloads, result
 
-from bus.envelope import EnvelopeType
+from bus.envelope import MAX_ENVELOPE_BYTES, EnvelopeType
 from bus.events import AgentStarted, AgentState, DecisionType, Heartbeat, Tick
 from bus.findings import Finding, Severity
 from bus.results import ResultStatus
@@ -245,3 +245,13 @@ def test_three_agents_with_overlapping_findings() -> None:
     assert merge_findings(stream, feed.policy) == view
     reweighted = merge_findings(stream, Policy(expertise={"qa-engineer": 3}))
     assert reweighted[1].confidence == pytest.approx((95 + 3 * 78) / 4 + 10)
+
+
+def test_an_agents_entry_whose_copy_is_over_the_envelope_limit_is_applied_all_the_same() -> None:
+    # (a human's command would be refused, see the clarification rules: it may be given shorter)
+    feed = Feed()
+    outcome = feed.send(finding("security-auditor", title="x" * MAX_ENVELOPE_BYTES), "auditor")
+    assert outcome.rejected is None
+    [copy] = [e for e in outcome.emits if e.target is Target.FINDINGS]
+    assert len(copy.data) > MAX_ENVELOPE_BYTES  # the reader dead-letters this one entry
+    assert len(feed.state.findings) == 1

@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
-from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeType, Payload
+from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeType, Kind, Payload
 from bus.errors import BusError
 from bus.events import AgentState, Decision, DecisionType
 from bus.signals import Independence
@@ -182,7 +182,10 @@ class Step:
             cause = f"{cause}@{group_id}"
         emitted = emitted_id(cause, len(self.emits))
         emit = Emit(target, payload, agent_id, group_id, SOURCE, emitted, self.envelope.ts)
-        if len(emit.data) > MAX_ENVELOPE_BYTES:  # every reader would dead-letter it: nothing would act on it
+        if len(emit.data) > MAX_ENVELOPE_BYTES and self.envelope.kind is Kind.HUMAN:
+            # Every reader would dead-letter it: a human's command is refused (it may be given shorter);
+            # an agent's entry is applied all the same, its outcome and findings kept, the one entry
+            # dead-lettered where it is read.
             raise Rejected(
                 f"its {emit.type.value} for {agent_id!r} would be {len(emit.data)} bytes, over the "
                 f"{MAX_ENVELOPE_BYTES} bytes an envelope may have"
