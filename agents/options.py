@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import sys
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -14,7 +13,7 @@ import click
 
 from agents.delivery import DeliveryKind, DeliverySpec, program_problem
 from agents.transcript import Format
-from bus.display import has_control
+from bus.display import has_control, unshown
 from bus.ops import Ops, ops_options
 from bus.params import FiniteFloatRange
 
@@ -36,11 +35,6 @@ MAX_ID_CHARS: Final = 256
 """The longest agent or group id an envelope carries."""
 
 
-_UNSEEN: Final = frozenset({"Cf", "Zl", "Zp"})
-"""Unicode categories of characters that show nothing, or break a line: zero-width spaces and joiners,
-bidirectional marks, the line and paragraph separators."""
-
-
 def id_problem(value: str) -> str | None:
     """What is wrong with an agent or group id, if anything: it must have 1 to 256 characters, not
     blank, and no control, invisible or line-breaking characters (an id is written into YAML signal
@@ -51,7 +45,7 @@ def id_problem(value: str) -> str | None:
         return f"must be at most {MAX_ID_CHARS} characters"
     if has_control(value):
         return "must not contain control characters (a newline, a tab...)"
-    unseen = next((c for c in value if unicodedata.category(c) in _UNSEEN), None)
+    unseen = unshown(value)
     if unseen is not None:
         return f"must not contain invisible or line-breaking characters (U+{ord(unseen):04X})"
     return None

@@ -15,7 +15,7 @@ from bus.errors import DecodeError
 if TYPE_CHECKING:
     from bus.tail import Item
 
-__all__ = ["counted", "cut", "format_item", "has_control", "json_bytes", "one_line"]
+__all__ = ["counted", "cut", "format_item", "has_control", "json_bytes", "one_line", "unshown"]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _UNSHOWN = re.compile(
@@ -87,6 +87,13 @@ def cut(text: str, limit: int) -> str:
 def has_control(text: str) -> bool:
     """Whether ``text`` holds a control character (C0, DEL or C1): what :func:`one_line` escapes."""
     return _CONTROL.search(text) is not None
+
+
+def unshown(text: str) -> str | None:
+    """The first character of ``text`` that :func:`one_line` escapes (a control, format or separator
+    character: one that shows nothing, or breaks a line), if any."""
+    found = _UNSHOWN.search(text)
+    return found.group() if found is not None else None
 
 
 def one_line(text: str) -> str:

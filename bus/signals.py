@@ -163,8 +163,11 @@ def recap_key(signal: ClarificationNeeded | StopWork) -> str | None:
     """A dated question's or stop's fingerprint (its fields, timestamp included): the same block printed
     again, once it was answered or resolved, is a recap of it; None for an undated one, which nothing
     tells from the same one asked anew."""
-    if signal.timestamp is None:
-        return None
+    return None if signal.timestamp is None else _digest(signal)
+
+
+def _digest(signal: OpenModel) -> str:
+    """The first 16 hex digits of SHA-256 over the signal's fields (its JSON)."""
     return hashlib.sha256(signal.model_dump_json().encode()).hexdigest()[:16]
 
 
@@ -200,7 +203,7 @@ class DelegateWork(OpenModel):
         same request, and two different requests never share one: a request asked again with a better
         ``delegation_reason`` is a new one, whatever its timestamp.
         """
-        return f"dlg-{hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]}"
+        return f"dlg-{_digest(self)}"
 
 
 class CompletionStatus(LenientEnum):
