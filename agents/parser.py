@@ -54,6 +54,11 @@ Recognition rules:
   inside the supposed code block, a signal, the end of input, or the size limit); the bytes after it are
   then scanned again.
 
+A carriage return not followed by a line feed ends a line, as it does in YAML and Markdown: a program
+that draws a progress line (``Scanning 20%\r``) and then prints a tag puts the tag at the start of a
+line on the terminal, and so it is here (offsets do not change; line numbers count such lines). Erasing
+the line (``\x1b[K``, ``\x1b[2K``) is allowed around a tag like colour codes.
+
 A UTF-8 byte order mark at the very start of the output (some editors and Windows tools write one) is
 skipped, so the first line can still be a tag line; offsets still count its three bytes, as they are
 offsets in the output as it is (a file adapter's read offsets are the same). Anywhere else it is prose.
@@ -70,6 +75,7 @@ The parser cuts its input into lines; :mod:`agents.scanner` reads them by these 
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 from agents.blocks import SIGNAL_TYPES, SignalPayload, describe_errors
@@ -95,6 +101,15 @@ __all__ = [
 
 DEFAULT_MAX_BLOCK_BYTES: Final = 1 << 20
 _BOM: Final = b"\xef\xbb\xbf"
+_LONE_CR: Final = re.compile(rb"\r(?!\n)")
+
+
+def _lines_of(chunk: bytes) -> bytes:
+    """The chunk with each carriage return that ends a line on its own made a line feed (same length, so
+    offsets stay the output's). Counting first is two passes in C: CRLF output pays nothing more."""
+    if b"\r" in chunk and chunk.count(b"\r") != chunk.count(b"\r\n"):
+        return _LONE_CR.sub(b"\n", chunk)
+    return chunk
 
 
 class Parser:
@@ -115,6 +130,7 @@ class Parser:
         self._skipping = False  # the partial line was too long and dropped; skip to its end
         self._closed = False
         self._head: bytes | None = b""  # the output's first bytes while they may be a split BOM
+        self._cr = False  # the last chunk ended in a CR, kept back until the next byte tells what it ends
 
     def feed(self, chunk: bytes) -> list[Found]:
         """Consume the next bytes of output; returns the items completed by them."""
@@ -130,6 +146,10 @@ class Parser:
             if head.startswith(_BOM):
                 chunk = head[len(_BOM) :]
                 self._pos = len(_BOM)
+        if self._cr:
+            chunk = b"\r" + chunk
+        self._cr = chunk.endswith(b"\r")
+        chunk = _lines_of(chunk[:-1] if self._cr else chunk)
         start = 0
         if self._skipping:
             start = chunk.find(b"\n") + 1
@@ -175,6 +195,8 @@ class Parser:
         if self._closed:
             return []
         self._closed = True
+        if self._cr:
+            self._partial += b"\r"
         if self._partial and not self._skipping:
             region = b"\n" + bytes(self._partial) + b"\n"
             self._partial = bytearray()

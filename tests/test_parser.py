@@ -157,6 +157,27 @@ def test_block_inside_a_yaml_fence_and_crlf_line_endings() -> None:
     assert b.offset == len("Blocked:\r\n\r\n```yaml\r\n")
 
 
+@pytest.mark.parametrize("erase", ["", "\x1b[K", "\x1b[2K"])
+def test_a_tag_after_a_progress_line_redrawn_with_a_carriage_return_is_read(erase: str) -> None:
+    before = "Scanning 10%\rScanning 20%\r" + erase
+    data = (before + stop().replace("\n", "\r\n", 2)).encode()
+    for cuts in [[], *([cut] for cut in range(1, len(data)))]:
+        item = only(feed_split(data, cuts))
+        assert isinstance(item, SignalItem), (cuts, item)
+        assert isinstance(item.payload, StopWork)
+        assert item.payload.details == "need the API key"
+        assert (item.line, item.offset) == (3, len(before) - len(erase))
+
+
+def test_a_lone_carriage_return_ends_a_line_at_the_end_of_input_too() -> None:
+    text = stop().replace("\n", "\r")
+    assert isinstance(only(parse_text(text)), SignalItem)
+    parser = Parser()
+    assert parser.feed(text[:-1].encode()) == []
+    assert parser.settle() != []  # the closing tag before the kept-back CR ends the block at a pause
+    assert parser.feed(b"\rprose\n") + parser.close() == []
+
+
 def test_offsets_count_bytes_of_unicode_prose() -> None:
     prefix = "✓ done — ünïcode\n"
     item = only(parse_text(prefix + stop()))
