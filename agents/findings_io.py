@@ -122,8 +122,10 @@ def add(settings: Settings, source: str, agent_id: str, group_id: str, workdir: 
                 for _, f in found
             ]
             # A run killed after publishing, run again, must not publish the findings again: their ids
-            # are only known duplicates while the group's idempotency window holds them.
-            digest = hashlib.sha256("\n".join(e.id for e in envelopes).encode()).hexdigest()[:16]
+            # are only known duplicates while the group's idempotency window holds them. (The same
+            # findings added to another group of the shard have the same ids: the group is in the mark.)
+            marked = [group_id, *(e.id for e in envelopes)]
+            digest = hashlib.sha256("\n".join(marked).encode()).hexdigest()[:16]
             done = bus.state_key(f"import:add:{digest}")
             with translated():
                 if await bus.client.get(done) is not None:
@@ -210,8 +212,10 @@ async def import_file(
 
 
 def import_key(bus: AgentBus, path: Path) -> str:
-    """The checkpoint key of importing the file at ``path``."""
-    return bus.state_key(f"import:{hashlib.sha256(str(path).encode()).hexdigest()[:16]}")
+    """The checkpoint key of importing the file at ``path`` into the bus's group (one file may go into
+    several groups of a shard)."""
+    digest = hashlib.sha256(f"{bus.group_id}\n{path}".encode()).hexdigest()[:16]
+    return bus.state_key(f"import:{digest}")
 
 
 async def _import_from(

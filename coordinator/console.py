@@ -68,6 +68,11 @@ def merged_command(group_id: str, namespace: str = DEFAULT_NAMESPACE) -> str:
     return _suggest("findings", [], ["--merged"], ["--group", _arg(group_id), *_in(namespace)])
 
 
+def replay_command(group_id: str, namespace: str = DEFAULT_NAMESPACE) -> str:
+    """The command that recomputes a group's merged findings from the findings stream."""
+    return _suggest("replay", [], [], ["--group", _arg(group_id), *_in(namespace)])
+
+
 def _in(namespace: str) -> list[str]:
     """The option a suggested command needs to reach ``namespace``."""
     return [] if namespace == DEFAULT_NAMESPACE else ["--namespace", _arg(namespace)]

@@ -16,6 +16,7 @@ from bus.envelope import decode
 from bus.errors import BusError, DecodeError
 from bus.findings import Finding
 from bus.keys import ConsumerGroup, Keys, StreamKind
+from coordinator.console import replay_command
 from coordinator.lease import members_key
 from coordinator.rules.summary import GroupSummary, summarize
 from coordinator.state import FindingSlot, GroupState
@@ -41,6 +42,7 @@ __all__ = [
     "no_coordinator_note",
     "retired_agent_note",
     "retired_note",
+    "was_retired",
 ]
 
 
@@ -54,15 +56,20 @@ class UnknownAgent(BusError):
 
 async def retired_note(client: Client, keys: Keys, group_id: str) -> str | None:
     """What to say of a group that is not known when a coordinator retired it (its tombstone is kept)."""
+    retired = await was_retired(client, keys, group_id)
+    return _retired(group_id, keys.namespace) if retired else None
+
+
+async def was_retired(client: Client, keys: Keys, group_id: str) -> bool:
+    """Whether a coordinator retired the group (it may have started anew since)."""
     with translated():
-        retired = await client.hexists(retired_key(keys, keys.shard_of(group_id)), group_id)
-    return _retired(group_id) if retired else None
+        return bool(await client.hexists(retired_key(keys, keys.shard_of(group_id)), group_id))
 
 
-def _retired(group_id: str) -> str:
+def _retired(group_id: str, namespace: str) -> str:
     return (
         f"group {group_id!r} was retired: nothing was applied to it for the policy's retire_after_seconds "
-        f"(`subagent-bus replay --group {group_id}` recomputes its merged findings)"
+        f"(`{replay_command(group_id, namespace)}` recomputes its merged findings)"
     )
 
 
@@ -78,7 +85,7 @@ async def retired_agent_note(client: Client, keys: Keys, agent_id: str) -> str |
                     f"agent {agent_id!r} was in group {group_id!r} before it was retired; the group started "
                     "anew without it (an AGENT_STARTED of the agent brings it back)"
                 )
-            return f"agent {agent_id!r} was in group {group_id!r}: {_retired(group_id)}"
+            return f"agent {agent_id!r} was in group {group_id!r}: {_retired(group_id, keys.namespace)}"
     return None
 
 

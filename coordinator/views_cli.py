@@ -41,6 +41,7 @@ from coordinator.view import (
     load_summaries,
     no_coordinator_note,
     retired_note,
+    was_retired,
 )
 
 __all__ = ["POLICY_OPTION", "commands"]
@@ -93,7 +94,7 @@ async def _summaries(settings: Settings, group_id: str | None = None) -> list[Gr
 
 
 async def _status_lines(settings: Settings, group_id: str | None) -> list[str]:
-    none = f"no groups yet{f' named {group_id}' if group_id else ''} in namespace {settings.namespace!r}"
+    none = f"no groups yet{f' named {group_id!r}' if group_id else ''} in namespace {settings.namespace!r}"
 
     async def read(client: Client, keys: Keys) -> list[str]:  # one connection: a slow server is met once
         summaries = await load_summaries(client, keys, group_id)
@@ -339,16 +340,28 @@ def findings(
 def replay(settings: Settings, group_id: str, policy: Policy, as_json: bool) -> None:
     """Recompute a group's merged findings from the findings stream from id 0 (e.g. under new weights).
 
-    Live state is not touched: this reads the append-only stream and prints the result.
+    Live state is not touched: this reads the append-only stream and prints the result. Of a group that
+    was retired it recomputes every report since id 0, those of the lives before it started anew too.
     """
     view = _merged(_read_findings(settings, group_id), policy)
     if as_json:
         click.echo(_dump(_merged_records(view)))
-        return
-    for line in merged_lines(view):
-        click.echo(line)
-    count = sum(len(merged) for merged in view.values())
-    click.echo(f"{counted(count, 'merged finding')} recomputed for group {group_id}{_conflicts(view)}")
+    else:
+        for line in merged_lines(view):
+            click.echo(line)
+        count = sum(len(merged) for merged in view.values())
+        click.echo(f"{counted(count, 'merged finding')} recomputed for group {group_id!r}{_conflicts(view)}")
+
+    async def retired(client: Client, keys: Keys) -> bool:
+        return await was_retired(client, keys, group_id)
+
+    earlier_lives: bool = bool(view) and run_command(_read(settings, retired, False))
+    if earlier_lives:
+        click.echo(
+            f"group {group_id!r} was retired before: this view holds the reports of each of its lives, "
+            "where `findings --merged` of a group started anew holds those since",
+            err=True,
+        )
 
 
 def _conflicts(view: dict[str, list[MergedFinding]]) -> str:

@@ -507,7 +507,7 @@ def test_the_human_commands_run_as_the_human_user(bus: AclServer, tmp_path: Path
     assert [q["question_id"] for q in waiting["questions"]] == ["Q1"]
     assert [b["agent_id"] for b in waiting["blockers"]] == ["blocked"]
     assert [f["title"] for f in orjson.loads(human("findings", "--json"))] == ["Hardcoded secret"]
-    assert "1 merged finding recomputed for group g" in human("replay", "--group", "g")
+    assert "1 merged finding recomputed for group 'g'" in human("replay", "--group", "g")
     shown = human("tail", "--stream", "signals", "--from", "0", "--count", str(published), "--json")
     assert len(shown.splitlines()) == published
 

@@ -101,6 +101,13 @@ async def test_a_tick_deletes_the_state_of_a_quiet_settled_group(redis_url: str)
         assert code == 1 and f"agent {AGENT!r} was in group 'done': {said}" in err.decode(), err
         code, out, err = await run([CLI, "findings", "--merged", "--group", DONE, *where])
         assert (code, out.decode(), err.decode().startswith(said)) == (0, "0 merged findings\n", True), err
+        assert "(`subagent-bus replay --group done --namespace retire` recomputes" in err.decode()
+        code, out, err = await run([CLI, "replay", "--group", DONE, *where])
+        assert (code, out.decode().splitlines()[-1]) == (0, "1 merged finding recomputed for group 'done'")
+        assert (
+            "group 'done' was retired before: this view holds the reports of each of its lives"
+            in err.decode()
+        )
 
 
 async def test_a_later_entry_starts_the_group_anew_in_the_next_batch_or_the_same(redis_url: str) -> None:

@@ -369,7 +369,7 @@ def test_overlapping_findings_of_three_agents_merge_by_the_seed_rules(redis_url:
         "Hardcoded", "JWT", "secret",
     ]  # fmt: skip
     replay_lines = sb(redis_url, "replay", "--group", GROUP).splitlines()
-    assert replay_lines == [*merged_lines[:-1], f"2 merged findings recomputed for group {GROUP}"]
+    assert replay_lines == [*merged_lines[:-1], f"2 merged findings recomputed for group {GROUP!r}"]
 
 
 def test_the_text_views_show_what_waits_and_the_commands_that_act_on_it(redis_url: str) -> None:

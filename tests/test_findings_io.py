@@ -196,6 +196,24 @@ def test_add_publishes_findings(redis_url: str, tmp_path: Path) -> None:
     assert [e.id for e in published(redis_url)[2:4]] == [e.id for e in envelopes]
 
 
+def test_the_same_findings_go_into_another_group_of_the_shard(redis_url: str, tmp_path: Path) -> None:
+    keys = Keys("sbus", 8)
+    other = next(g for g in (f"copy-{n}" for n in range(100)) if keys.shard_of(g) == keys.shard_of(GROUP))
+    text = line(id="SEC-001", title="Token in code", file="auth.py", line=2)
+    path = tmp_path / "findings.jsonl"
+    path.write_text(line(agent="bg-1", title="imported") + "\n")
+    for group in (GROUP, other):
+        added = run_add(redis_url, "--group", group, input=text)
+        assert added.output == f"published 1 finding(s) of sec-1 in group {group}\n"
+        imported = CliRunner().invoke(
+            import_findings, ["--redis-url", redis_url, str(path), "--group", group]
+        )
+        assert "imported 1 finding(s)" in imported.output, imported.output
+    assert [
+        (e.group_id, e.payload.title) for e in published(redis_url) if isinstance(e.payload, Finding)
+    ] == [(group, title) for group in (GROUP, other) for title in ("Token in code", "imported")]
+
+
 def test_add_validates_everything_before_publishing(redis_url: str) -> None:
     good = line(title="fine")
     result = run_add(redis_url, input=f"{good}\n{line(file='a.py', line=0, title='bad line')}\n{{nope\n")

@@ -95,7 +95,7 @@ def test_agents_that_disagree_on_a_severity_wait_for_a_review(redis_url: str) ->
     replayed = ok(redis_url, "replay", "--group", GROUP).splitlines()
     assert (
         replayed[-1]
-        == f"1 merged finding recomputed for group {GROUP}, 1 with conflicting severities (CONFLICT)"
+        == f"1 merged finding recomputed for group {GROUP!r}, 1 with conflicting severities (CONFLICT)"
     )
 
     # qa's better report agrees with the auditor's: nothing is left to review, and the group goes on

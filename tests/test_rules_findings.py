@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from rules_kit import T0, Feed, completion, decisions, finding, kinds, of_type, one, payloads, result
 
-from bus.envelope import MAX_ENVELOPE_BYTES, EnvelopeType
+from bus.envelope import MAX_ENVELOPE_BYTES, EnvelopeType, encode
 from bus.events import AgentStarted, AgentState, DecisionType, Heartbeat, Tick
 from bus.findings import Finding, Severity
 from bus.results import ResultStatus
@@ -247,11 +247,15 @@ def test_three_agents_with_overlapping_findings() -> None:
     assert reweighted[1].confidence == pytest.approx((95 + 3 * 78) / 4 + 10)
 
 
-def test_an_agents_entry_whose_copy_is_over_the_envelope_limit_is_applied_all_the_same() -> None:
-    # (a human's command would be refused, see the clarification rules: it may be given shorter)
+def test_a_finding_whose_copy_would_be_over_the_envelope_limit_is_rejected() -> None:
+    # its copy on the findings stream is its record: no reader would take it, and `replay` would differ
     feed = Feed()
-    outcome = feed.send(finding("security-auditor", title="x" * MAX_ENVELOPE_BYTES), "auditor")
-    assert outcome.rejected is None
-    [copy] = [e for e in outcome.emits if e.target is Target.FINDINGS]
-    assert len(copy.data) > MAX_ENVELOPE_BYTES  # the reader dead-letters this one entry
-    assert len(feed.state.findings) == 1
+    small = len(encode(feed.envelope(finding("", title="x"), "auditor")))
+    signal = feed.envelope(finding("", title="x" * (MAX_ENVELOPE_BYTES - small + 1)), "auditor")
+    assert len(encode(signal)) == MAX_ENVELOPE_BYTES  # the signal fits; the copy names its agent too
+    outcome = feed.apply(signal)
+    assert outcome.rejected is not None
+    assert "its FINDING for 'auditor' would be " in outcome.rejected
+    assert [e.target for e in outcome.emits] == [Target.EVENTS]  # the REJECTED decision
+    assert feed.state.findings == {}
+    assert feed.send(finding("security-auditor", title="short"), "auditor").rejected is None

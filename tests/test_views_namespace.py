@@ -34,7 +34,12 @@ def test_views_of_a_namespace_that_does_not_exist_are_empty_and_create_nothing(
     assert run(redis_url, "inbox").stdout == "nothing waits for a human\n"
     assert run(redis_url, "findings").stdout == "0 findings\n"
     assert run(redis_url, "findings", "--merged", "--json").stdout.strip() == "[]"
-    assert run(redis_url, "replay", "--group", "g").stdout == "0 merged findings recomputed for group g\n"
+    assert run(redis_url, "replay", "--group", "g").stdout == "0 merged findings recomputed for group 'g'\n"
+    odd = "a\x1b]0;title\x07b"  # a typed id is shown escaped, as one from the bus is
+    assert run(redis_url, "status", "--group", odd).stdout.startswith(
+        "no groups yet named 'a\\x1b]0;title\\x07b' "
+    )
+    assert "for group 'a\\x1b]0;title\\x07b'\n" in run(redis_url, "replay", "--group", odd).stdout
     client = redis_server.client()
     try:
         assert client.keys("*") == []
@@ -66,7 +71,7 @@ def test_an_empty_status_says_when_signals_wait_for_a_coordinator(redis_url: str
         "no groups yet in namespace 'typo' (1 signal(s) wait for a coordinator: start one, "
         "`subagent-bus coordinator`)\n"
     )
-    assert run(redis_url, "status", "--group", "g").stdout == "no groups yet named g in namespace 'typo'\n"
+    assert run(redis_url, "status", "--group", "g").stdout == "no groups yet named 'g' in namespace 'typo'\n"
     hint = "(1 signal(s) wait for a coordinator: start one, `subagent-bus coordinator`)"
     assert run(redis_url, "inbox").stdout == f"nothing waits for a human {hint}\n"
     answer = run(redis_url, "answer", "b", "Q1=yes")
@@ -90,7 +95,7 @@ def test_an_empty_status_says_when_signals_wait_for_a_coordinator(redis_url: str
     assert run(redis_url, "inbox").stdout == "nothing waits for a human\n"
     assert stopped not in run(redis_url, "status").stdout
     typo = run(redis_url, "status", "--group", "h").stdout
-    assert typo == "no groups yet named h in namespace 'typo'; known groups: g\n"
+    assert typo == "no groups yet named 'h' in namespace 'typo'; known groups: g\n"
 
 
 def test_status_refuses_watch_with_json_before_starting_a_local_server(tmp_path: Path) -> None:

@@ -182,10 +182,14 @@ class Step:
             cause = f"{cause}@{group_id}"
         emitted = emitted_id(cause, len(self.emits))
         emit = Emit(target, payload, agent_id, group_id, SOURCE, emitted, self.envelope.ts)
-        if len(emit.data) > MAX_ENVELOPE_BYTES and self.envelope.kind is Kind.HUMAN:
-            # Every reader would dead-letter it: a human's command is refused (it may be given shorter);
-            # an agent's entry is applied all the same, its outcome and findings kept, the one entry
-            # dead-lettered where it is read.
+        if len(emit.data) > MAX_ENVELOPE_BYTES and (
+            self.envelope.kind is Kind.HUMAN or target is Target.FINDINGS
+        ):
+            # Every reader would dead-letter it. A human's command is refused (it may be given shorter),
+            # and so is an entry with a finding whose copy it is: the copy is the finding's record, which
+            # `replay` and every reader of the stream must see as the merged view does. Any other entry
+            # of an agent is applied all the same, its outcome kept, the one entry dead-lettered where
+            # it is read.
             raise Rejected(
                 f"its {emit.type.value} for {agent_id!r} would be {len(emit.data)} bytes, over the "
                 f"{MAX_ENVELOPE_BYTES} bytes an envelope may have"
