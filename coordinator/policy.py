@@ -54,7 +54,7 @@ def agent_key(name: str) -> str:
 class Policy(BaseModel):
     """Thresholds of the coordination rules. Every field has a default; files override some of them."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     max_parallel_agents: int = Field(default=5, ge=1, le=10_000)
     """Agents of one group that may be active (not completed, failed or lost) at the same time."""
@@ -173,7 +173,8 @@ def _read_mapping(file: Path) -> dict[str, Any]:
 def _yaml(file: Path, text: str) -> Any:
     # An alias repeats what it names without copying it: a few lines of them ("billion laughs") make a
     # list of 10^8 items that validation would walk for minutes. A policy is a few settings and needs none.
-    # A key given twice is a mistake that PyYAML would settle silently (the last one wins).
+    # A key given twice is a mistake that PyYAML would settle silently (the last one wins), and so is one
+    # given again beside a merge key.
     loader = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
     open_: list[_Mapping | None] = []  # the collections open at this event (None: a sequence)
     for event in yaml.parse(text, Loader=loader):
@@ -182,6 +183,8 @@ def _yaml(file: Path, text: str) -> Any:
             raise ConfigError(f"policy file {file}: line {line}: aliases (*{event.anchor}) are not allowed")
         if isinstance(event, yaml.NodeEvent) and open_ and (mapping := open_[-1]) is not None:
             if mapping.key_next and isinstance(event, yaml.ScalarEvent):
+                if event.value == "<<" and not event.style:  # plain: PyYAML merges the mapping it names
+                    raise ConfigError(f"policy file {file}: line {line}: merge keys (<<) are not allowed")
                 if event.value in mapping.keys:
                     raise ConfigError(f"policy file {file}: line {line}: duplicate key {event.value!r}")
                 mapping.keys.add(event.value)
