@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-from agents.delivery import program_problem, split_template
+from agents.delivery import split_template
 from agents.options import id_problem
 from agents.orphans import Orphan, Proc, forget, left_running
 from agents.spawn import PLACEHOLDERS, Spawner, adapter_command, file_stem
@@ -286,11 +286,6 @@ class Launcher:
         return agent_id not in self.adopted
 
     async def _start(self, request: LaunchRequest, group_id: str) -> asyncio.subprocess.Process:
-        # checked again at each launch: an adapter refused its command (gone since the launcher started,
-        # being reinstalled) would be acknowledged as started, and its agent wait to be declared lost
-        problem = program_problem(self.options.template)
-        if problem is not None:
-            raise ValueError(problem)
         process, path = await self._spawner.start(request, group_id)
         message = f"launched {request.new_agent_id} (group {group_id}, pid {process.pid}, log {path})"
         log.info(message, extra={**_ids(request, group_id), "pid": process.pid})

@@ -78,6 +78,7 @@ __all__ = [
     "InboxListener",
     "Received",
     "listen",
+    "other_group",
     "render",
     "write_out",
 ]
@@ -102,6 +103,19 @@ class Received:
 
     directive: Directive
     delivery: Delivery
+
+
+def other_group(bus: AgentBus, received: Received) -> str | None:
+    """Why a directive is not this listener's to deliver: it is another group's. The inbox is the agent
+    id's on the group's shard, so a mistyped --group that lands on the same shard (or one agent id in two
+    groups of a shard) reads it too; the directive is left pending, for its own group's listener."""
+    group = received.directive.envelope.group_id
+    if group == bus.group_id:
+        return None
+    return (
+        f"the directive {received.delivery.entry_id} in {bus.agent_id}'s inbox is for group {group!r}, "
+        f"not {bus.group_id!r}: left for a listener of that group (check --group)"
+    )
 
 
 class InboxListener:
@@ -331,14 +345,9 @@ async def _listen(bus: AgentBus, timeout_s: float | None, as_json: bool, claim_i
     if received is None:
         bus.log(f"no directive for {bus.agent_id} within {timeout_s:g}s")
         return EXIT_TIMEOUT
-    group = received.directive.envelope.group_id
-    if group != bus.group_id:
-        # The inbox is the agent id's on the group's shard, so a mistyped --group that lands on the same
-        # shard reads it too: the directive is left pending, for its own group's listener to claim.
-        bus.log(
-            f"the directive {received.delivery.entry_id} in {bus.agent_id}'s inbox is for group {group!r}, "
-            f"not {bus.group_id!r}: left for a listener of that group (check --group)"
-        )
+    wrong = other_group(bus, received)
+    if wrong is not None:
+        bus.log(wrong)
         return EXIT_ERROR
     if _pause_requested(received):
         await asyncio.Event().wait()
@@ -403,6 +412,8 @@ def listen(
     Run it in the background before the agent's turn ends: its exit wakes whatever re-invokes the agent.
     Exit status: 0 a directive was printed (and consumed), 3 timed out, 1 error, 2 usage error.
     """
+    if sys.stdout is None:  # started with it closed (`>&-`): a directive would be taken, never printed
+        raise click.ClickException("stdout is closed: nothing could print the directive")
 
     async def main() -> int:
         try:

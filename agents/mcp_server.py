@@ -42,7 +42,7 @@ from mcp.server import Server, ServerRequestContext
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents.adapter import AgentBus, connect_bus
-from agents.listen import DEFAULT_CLAIM_IDLE_MS, InboxListener
+from agents.listen import DEFAULT_CLAIM_IDLE_MS, InboxListener, other_group
 from agents.mcp_stdio import screened_stdio
 from agents.parser import describe_errors
 from bus.connection import translated
@@ -327,6 +327,9 @@ class ProtocolServer:
         received = await listener.next(request.timeout_seconds)
         if received is None:
             return _text(f"no directive within {request.timeout_seconds:g} s")
+        wrong = other_group(bus, received)
+        if wrong is not None:
+            raise ToolInputError(wrong)
         if request_id is None:  # not served over stdio: nothing reports the reply written
             await listener.ack(received)
         else:

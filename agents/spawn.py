@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from agents.delivery import fill
+from agents.delivery import fill, program_problem
 from agents.identity import build_prompt
 from agents.orphans import PID_SUFFIX, Orphan, Proc, record
 from bus.cli_connection import NAMESPACE_ENV, URL_ENV
@@ -137,6 +137,9 @@ class Spawner:
         """
         prompt_file, prompt = self._prompt_file(request)
         argv = self.command(request, group_id, prompt_file, prompt)
+        problem = self._problem(argv[argv.index("--") + 1 :])
+        if problem is not None:
+            raise ValueError(problem)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         path = self.log_dir / f"{file_stem(request.new_agent_id)}.log"
         self.idle_file(request.new_agent_id).unlink(missing_ok=True)  # left by an adapter killed with -9
@@ -177,6 +180,20 @@ class Spawner:
         except OSError as exc:  # the agent runs: not a reason to start it again
             log.warning(f"{exc}: a launcher started after this one is killed will not count this agent")
         return process, path
+
+    def _problem(self, agent: list[str]) -> str | None:
+        """Why the adapter would refuse to start this agent: checked at each launch, as an adapter that
+        refuses its options exits before it reports anything, and its request would be acknowledged as
+        started and its agent wait to be declared lost. Its program (given by a placeholder, known only
+        now; or gone since the launcher started, being reinstalled), and the --workdir (removed)."""
+        problem = program_problem(agent)
+        if problem is not None:
+            return problem
+        if "--workdir" in self.adapter_args:
+            workdir = Path(self.adapter_args[self.adapter_args.index("--workdir") + 1])
+            if not workdir.is_dir():
+                return f"the --workdir {workdir} is no directory"
+        return None
 
     def _prompt_file(self, request: LaunchRequest) -> tuple[Path, str]:
         task = request.task.strip()

@@ -9,6 +9,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from adapter_kit import CLI, Bus, exited, fake, logged, open_bus, run_ok, start, stream_fields, wait_until
 
 from agents.launcher import file_stem
@@ -483,16 +484,24 @@ async def test_a_second_signal_stops_a_launcher_whose_agent_ignores_sigterm(
     assert f"agent {agent} ended with exit status" in text
 
 
-async def test_a_command_gone_since_the_launcher_started_is_a_start_that_failed(
-    redis_url: str, tmp_path: Path
+@pytest.mark.parametrize("gone", ["program", "workdir", "placeholder"])
+async def test_a_command_the_adapter_would_refuse_is_a_start_that_failed(
+    redis_url: str, tmp_path: Path, gone: str
 ) -> None:
-    """Removed while the launcher runs (being reinstalled): tried again, then dead-lettered, not taken for
-    started while the adapter refused it."""
+    """A program removed while the launcher runs (being reinstalled), one given by a placeholder that is no
+    program, a --workdir removed: tried again, then dead-lettered, not taken for started while the
+    adapter refused it (it exits before it reports anything)."""
     program = tmp_path / "agent-bin.sh"
     program.write_text("echo hi\n")
     program.chmod(0o755)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    command = "{prompt_file} {agent_id}" if gone == "placeholder" else f"{program} {{agent_id}}"
     log = tmp_path / "launcher.log"
-    args = [*launcher_args(tmp_path, f"{program} {{agent_id}}"), "--max-attempts", "2", "--reclaim-ms", "50"]
+    args = [
+        *launcher_args(tmp_path, command),
+        *("--max-attempts", "2", "--reclaim-ms", "50", "--workdir", str(workdir)),
+    ]
     async with open_bus(redis_url) as bus:
         tasks = bus.stream(GROUP, StreamKind.TASKS)
         launcher = start(args, redis_url, log)
@@ -501,7 +510,10 @@ async def test_a_command_gone_since_the_launcher_started_is_a_start_that_failed(
             return bool(await bus.client.exists(tasks)) and bool(await bus.client.xinfo_groups(tasks))
 
         await wait_until(reading, 60, "the launcher to read the tasks")
-        program.unlink()
+        if gone == "program":
+            program.unlink()
+        elif gone == "workdir":
+            workdir.rmdir()
         agent = await request(bus, 0)
 
         async def dead_lettered() -> bool:
@@ -511,7 +523,12 @@ async def test_a_command_gone_since_the_launcher_started_is_a_start_that_failed(
         [dead] = await stream_fields(bus.client, dead_stream_for(tasks))
         launcher.send_signal(signal.SIGTERM)
         assert await exited(launcher, 60) == 0, log.read_text()
-    assert dead[b"reason"].decode() == f"cannot start agent {agent}: {program} is not an executable file"
+    why = {
+        "program": f"{program} is not an executable file",
+        "workdir": f"the --workdir {workdir} is no directory",
+        "placeholder": f"{tmp_path / 'prompts' / agent}.md is not an executable file",
+    }[gone]
+    assert dead[b"reason"].decode() == f"cannot start agent {agent}: {why}"
     assert f"launched {agent}" not in log.read_text()
 
 

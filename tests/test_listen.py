@@ -383,6 +383,26 @@ async def test_a_directive_that_cannot_be_printed_stays_for_the_next_listener(re
         assert await pending(bus, "a1") == 0
 
 
+def _stdout_closed(url: str, agent: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [CLI, "listen", "--agent-id", agent, "--group", GROUP_ID, "--timeout", "5"],
+        stderr=subprocess.PIPE,
+        env={**os.environ, "SUBAGENT_BUS_REDIS_URL": url},
+        preexec_fn=lambda: os.close(1),  # noqa: PLW1509 (the test starts no threads)
+    )
+
+
+async def test_a_listener_with_stdout_closed_takes_nothing(redis_url: str) -> None:
+    async with open_bus(redis_url) as bus:
+        await Publisher(bus.client, bus.keys).send_directive(directive("a6"))
+        closed = _stdout_closed(redis_url, "a6")
+        assert await exited(closed, 20) == EXIT_ERROR
+        assert closed.stderr is not None
+        assert closed.stderr.read() == b"Error: stdout is closed: nothing could print the directive\n"
+        inbox = bus.inbox(GROUP_ID, "a6")
+        assert (await bus.client.xlen(inbox), await bus.client.xinfo_groups(inbox)) == (1, [])
+
+
 async def test_a_listener_given_another_group_takes_nothing_from_the_agents_inbox(redis_url: str) -> None:
     """The inbox is the agent id's on the group's shard: a mistyped --group that lands on the same shard
     says so and leaves the directive to a listener of its own group."""

@@ -23,7 +23,7 @@ from agents.adapter import AgentBus, OutputStream
 from agents.findings_io import parse_findings
 from bus.directives import AnswerItem, ClarificationResponse
 from bus.envelope import Envelope, EnvelopeType, new_envelope
-from bus.keys import StreamKind
+from bus.keys import ConsumerGroup, StreamKind
 from bus.publisher import Publisher
 from bus.results import ResultReport, ResultStatus
 
@@ -293,6 +293,24 @@ async def test_wait_for_directive_returns_the_prompt_once(redis_url: str) -> Non
         assert text_of(result) == sent.payload.render()  # type: ignore[union-attr]
         again = await call(client, "wait_for_directive", {"timeout_seconds": 0.2})
         assert text_of(again) == "no directive within 0.2 s"
+
+
+async def test_a_directive_of_another_group_is_left_for_its_listener(redis_url: str) -> None:
+    # one agent id in two groups of one shard has one inbox there; `listen` leaves the other's alone too
+    async with open_bus(redis_url) as bus, session(redis_url) as client:
+        keys = bus.keys
+        other = next(
+            g for g in (f"other-{n}" for n in range(100)) if keys.shard_of(g) == keys.shard_of(GROUP_ID)
+        )
+        sent = directive("JWT").model_copy(update={"group_id": other})
+        await Publisher(bus.client, keys).send_directive(sent)
+        result = await call(client, "wait_for_directive", {"timeout_seconds": 10})
+        assert result.is_error
+        assert f"is for group {other!r}, not {GROUP_ID!r}: left for a listener of that group" in text_of(
+            result
+        )
+        inbox = keys.inbox(keys.shard_of(GROUP_ID), AGENT)
+        assert (await bus.client.xpending(inbox, ConsumerGroup.ADAPTER.value))["pending"] == 1
 
 
 def _requests(*messages: dict[str, Any]) -> bytes:
