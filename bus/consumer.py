@@ -20,6 +20,7 @@ import redis.asyncio
 from redis.crc import key_slot
 
 from bus.connection import Client, as_text, check_block, translated
+from bus.display import field_names
 from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, decode
 from bus.errors import CommandFailed, ConfigError, ConnectionFailed, DecodeError
 from bus.keys import dead_stream_for
@@ -340,8 +341,7 @@ class Consumer:
         try:
             envelope: Envelope | None = decode(raw)
         except DecodeError as exc:
-            names = ", ".join(sorted(as_text(name) for name in fields))
-            error = f"{exc} (fields: {names})" if raw is None else str(exc)
+            error = f"{exc} (fields: {field_names(fields)})" if raw is None else str(exc)
             return Delivery(entry, raw, None, error, deliveries)
         if deliveries > self.max_deliveries:
             error = f"delivered {deliveries} times, over the limit of {self.max_deliveries}"

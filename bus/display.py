@@ -4,6 +4,7 @@ or another publisher wrote (a newline, an escape sequence) reaches the terminal 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import orjson
@@ -15,7 +16,7 @@ from bus.errors import DecodeError
 if TYPE_CHECKING:
     from bus.tail import Item
 
-__all__ = ["counted", "cut", "format_item", "has_control", "json_bytes", "one_line", "unshown"]
+__all__ = ["counted", "cut", "field_names", "format_item", "has_control", "json_bytes", "one_line", "unshown"]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _UNSHOWN = re.compile(
@@ -100,6 +101,13 @@ def one_line(text: str) -> str:
     """Text from the stream as one line: control characters (and bidirectional ones) escaped, none
     reaches the terminal."""
     return _UNSHOWN.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def field_names(names: Iterable[bytes | str]) -> str:
+    """A stream entry's field names for a dead letter's reason, sorted, on one line: a publisher may
+    name a field with any bytes, and those that are no UTF-8 are escaped."""
+    texts = (name.decode(errors="backslashreplace") if isinstance(name, bytes) else name for name in names)
+    return ", ".join(sorted(one_line(text) for text in texts))
 
 
 def counted(count: int, noun: str) -> str:

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from bus.connection import as_text
 from bus.consumer import DELETED_REASON, dead_letter_fields
+from bus.display import field_names
 from bus.envelope import Envelope, EnvelopeType, decode
 from bus.errors import DecodeError
 from bus.keys import Keys, StreamKind
@@ -128,8 +129,7 @@ class Batch:
             fields = data
             data, others = fields.data, fields.others()
         if data is None and others:
-            names = ", ".join(sorted(as_text(name) for name, _ in others))
-            reason: str | None = f"entry has no 'data' field (fields: {names})"
+            reason: str | None = f"entry has no 'data' field (fields: {field_names(n for n, _ in others)})"
         else:
             reason = self._apply_entry(data, deliveries, max_deliveries)
         if reason:

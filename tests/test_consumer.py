@@ -72,7 +72,7 @@ async def test_poison_entries_are_dead_lettered_and_the_rest_is_processed(bus_ur
         publisher = Publisher(client, KEYS)
         await publisher.publish_many(progresses(2))
         await client.xadd(STREAM, {"data": b"not json {"})  # a foreign client's garbage
-        await client.xadd(STREAM, {"payload": b"x", "other": b"y"})
+        await client.xadd(STREAM, {"payload": b"x", b"\xffother\x1b": b"y"})  # a name no UTF-8
         await publisher.publish_many(progresses(3, start=2))
         consumer = _consumer(client, reclaim_idle_ms=20, max_deliveries=3)
         await consumer.ensure_group()
@@ -82,7 +82,7 @@ async def test_poison_entries_are_dead_lettered_and_the_rest_is_processed(bus_ur
         dead = await _dead_letters(client)
         assert [d.get("data") for d in dead] == [b"not json {", None, encode(progress(2))]
         assert dead[0]["reason"].startswith(b"not JSON")
-        assert dead[1]["reason"] == b"entry has no 'data' field (fields: other, payload)"
+        assert dead[1]["reason"] == b"entry has no 'data' field (fields: \\xffother\\x1b, payload)"
         assert (
             dead[2]["reason"] == b"handler failed: RuntimeError: cannot handle e2 (delivery 3 of at most 3)"
         )

@@ -64,8 +64,9 @@ _OTHER_SHARD = next(
 """A group of the other shard: a raw publisher that got the shard wrong would split it in two."""
 
 # Each hostile entry (its fields) and a fragment of the reason it must be dead-lettered with.
-HOSTILE: list[tuple[str, dict[str, bytes], str]] = [
+HOSTILE: list[tuple[str, dict[str | bytes, bytes], str]] = [
     ("no data field", {"junk": b"x", "payload": progress("a1", 1)}, "entry has no 'data' field (fields: junk, payload)"),
+    ("no data field, a name no UTF-8", {b"\xff\x1b": b"x"}, "entry has no 'data' field (fields: \\xff\\x1b)"),
     ("bad data and another field", {"data": b"{", "trace": b"\xff\x00t"}, "not JSON"),
     ("invalid JSON", {"data": b'{"id": "x", '}, "not JSON"),
     ("empty data", {"data": b""}, "not JSON: Input is a zero-length"),
@@ -119,8 +120,8 @@ def test_hostile_entries_are_dead_lettered_and_valid_ones_applied(redis_url: str
         assert reason in reasons[name], (name, reasons[name][:300])
         assert fields[b"stream"] == stream.encode() and fields[b"deliveries"] == b"1", name
         assert fields.get(b"data") == original.get("data"), f"{name}: the original bytes are kept"
-        kept = {k[len(b"field:") :].decode(): v for k, v in fields.items() if k.startswith(b"field:")}
-        others = [(k, v) for k, v in original.items() if k != "data"]
+        kept = {k[len(b"field:") :]: v for k, v in fields.items() if k.startswith(b"field:")}
+        others = [(k.encode() if isinstance(k, str) else k, v) for k, v in original.items() if k != "data"]
         assert kept == dict(others[:100]), f"{name}: its other fields too"
         assert fields.get(b"fields_dropped") == (b"%d" % (len(others) - 100) if len(others) > 100 else None)
 
