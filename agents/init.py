@@ -31,6 +31,7 @@ new files are written first, then each replaces its old one.
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import shlex
@@ -204,6 +205,15 @@ def _read(path: Path) -> str | None:
         raise Conflict(f"cannot be read: {exc}") from None
 
 
+def _as_before(path: Path, content: str) -> str:
+    """``content`` (read and merged with LF line ends) with the line ends and byte order mark of the file
+    it replaces: init changes its own part of a file, not the rest of its lines."""
+    raw = path.read_bytes()
+    if raw.count(b"\r\n") * 2 > raw.count(b"\n"):
+        content = content.replace("\n", "\r\n")
+    return "\ufeff" + content if raw.startswith(codecs.BOM_UTF8) else content
+
+
 Merge = Callable[[str | None], tuple[str | None, str]]
 """A file's current text (None: missing) to its new text (None: unchanged) and what was done."""
 
@@ -230,6 +240,8 @@ def plan(directory: Path, agent: AgentKind, url: str | None, force: bool) -> lis
         try:
             existing = _read(_inside(directory, relative))
             content, detail = merge(existing)
+            if content is not None and existing is not None:
+                content = _as_before(directory / relative, content)
             if content is not None and existing is not None and not _writable(directory / relative):
                 raise Conflict("it is read-only; make it writable for init to update it")
         except Conflict as exc:
@@ -266,7 +278,7 @@ def _stage(path: Path, content: str) -> tuple[Path, Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as stream:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as stream:
             stream.write(content)
             stream.flush()
             os.fsync(stream.fileno())

@@ -215,7 +215,25 @@ def test_a_byte_order_mark_is_read_past(tmp_path: Path) -> None:
     (tmp_path / ".mcp.json").write_bytes(b'\xef\xbb\xbf{"mcpServers": {"o": {"command": "o"}}}')
     done = run_init(tmp_path)
     assert done.exit_code == 0, done.output
-    assert set(load(tmp_path / ".mcp.json")["mcpServers"]) == {"o", "subagent-bus"}
+    assert (tmp_path / ".mcp.json").read_bytes().startswith(b"\xef\xbb\xbf{")  # kept, as the user had it
+    servers = json.loads((tmp_path / ".mcp.json").read_text(encoding="utf-8-sig"))["mcpServers"]
+    assert set(servers) == {"o", "subagent-bus"}
+
+
+def test_the_lines_of_the_users_files_keep_their_ends_and_byte_order_mark(tmp_path: Path) -> None:
+    (tmp_path / "CLAUDE.md").write_bytes(b"\xef\xbb\xbf# My project\r\n\r\nRules here.\r\n")
+    (tmp_path / ".gitignore").write_bytes(b"node_modules\r\ndist\r\n")
+    done = run_init(tmp_path)
+    assert done.exit_code == 0, done.output
+    claude, ignored = (tmp_path / "CLAUDE.md").read_bytes(), (tmp_path / ".gitignore").read_bytes()
+    assert claude.startswith(b"\xef\xbb\xbf# My project\r\n\r\nRules here.\r\n")
+    assert MARK_START.encode() in claude
+    assert ignored.startswith(b"node_modules\r\ndist\r\n")
+    for text in (claude, ignored):
+        assert text.count(b"\n") == text.count(b"\r\n")
+    again = snapshot(tmp_path)
+    assert run_init(tmp_path).exit_code == 0
+    assert snapshot(tmp_path) == again
 
 
 def test_a_file_that_cannot_be_written_leaves_the_others_as_they_were(
