@@ -116,12 +116,28 @@ def run_coordinator(
     leases; a second one stops it at once (as a crash would: what it had not committed is applied by
     whoever takes its shards over once its leases expire).
     """
-    setup_logging(json=log_json, level=log_level)
     options = CoordinatorOptions(
         batch=batch, lease_ttl_ms=lease_ttl_ms, tick_interval_s=tick_s, max_deliveries=max_deliveries
     )
     if name:
         options = replace(options, name=name)
+    logs = (log_json, log_level)
+    _serve(settings, policy, options, burst=burst, metrics_at=(metrics_port, metrics_host), logs=logs)
+
+
+def _serve(
+    settings: Settings,
+    policy: Policy,
+    options: CoordinatorOptions,
+    *,
+    burst: bool,
+    metrics_at: tuple[int | None, str],
+    logs: tuple[bool, str],
+    ready: str | None = None,
+) -> None:
+    """Run a coordinator; ``ready`` is printed once it serves its metrics and has its namespace."""
+    setup_logging(json=logs[0], level=logs[1])
+    metrics_port, metrics_host = metrics_at
     metrics = Metrics("coordinator") if metrics_port else None
     if metrics and metrics_port:
         serve_metrics(metrics, metrics_port, metrics_host)
@@ -136,6 +152,8 @@ def run_coordinator(
             keys = await open_namespace(client, settings.namespace, settings.shards)
         else:
             await _check_connections(client, keys.shards)
+        if ready is not None:
+            click.echo(ready, err=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -200,12 +218,7 @@ was taken meanwhile):
 """
 
 
-async def _reachable(settings: Settings) -> None:
-    await (await connect(settings)).aclose()
-
-
 @click.command()
-@click.pass_context
 @POLICY_OPTION
 @_METRICS_PORT
 @click.option(
@@ -216,34 +229,21 @@ async def _reachable(settings: Settings) -> None:
     help="Log one JSON object per line.",
 )
 @redis_options
-def up(
-    ctx: click.Context, settings: Settings, policy: Policy, metrics_port: int | None, log_json: bool
-) -> None:
+def up(settings: Settings, policy: Policy, metrics_port: int | None, log_json: bool) -> None:
     """Start everything a single machine needs: Redis (embedded unless --redis-url) and a coordinator.
 
     Prints the URL and the commands that attach adapters from other terminals or machines, then runs
     the coordinator in the foreground until Ctrl-C.
     """
-    # an unreachable server is an error before "is up" is printed (a bad policy file is one before that)
-    run_command(_reachable(settings))
-    click.echo(_ATTACH.format(url=settings.url, ns=settings.namespace), err=True)
-    ctx.invoke(
-        run_coordinator,
-        redis_url=settings.url,
-        namespace=settings.namespace,
-        shards=settings.shards,
-        cluster=settings.cluster,
-        socket_timeout=settings.socket_timeout,
-        policy=policy,
-        metrics_port=metrics_port,
-        log_json=log_json,
-        name=None,
+    # "is up" once it is: the server answered, the namespace has the shards asked for, metrics are served
+    _serve(
+        settings,
+        policy,
+        CoordinatorOptions(),
         burst=False,
-        batch=100,
-        lease_ttl_ms=5000,
-        tick_s=5.0,
-        metrics_host="127.0.0.1",
-        log_level="INFO",
+        metrics_at=(metrics_port, "127.0.0.1"),
+        logs=(log_json, "INFO"),
+        ready=_ATTACH.format(url=settings.url, ns=settings.namespace),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -350,6 +351,15 @@ def test_up_says_it_is_up_only_when_it_can_be(tmp_path: Path, redis_url: str) ->
     down = cli("redis://127.0.0.1:1", "up")
     assert down.returncode == 1 and "Redis unavailable" in down.stderr
     assert "is up" not in down.stderr
+    assert cli(redis_url, "coordinator", "--burst", "--namespace", "up8").returncode == 0  # 8 shards
+    other = cli(redis_url, "up", "--namespace", "up8", "--shards", "4")
+    assert other.returncode == 1 and "namespace 'up8' has 8 shards, not 4" in other.stderr
+    assert "is up" not in other.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        metrics = cli(redis_url, "up", "--metrics-port", str(taken.getsockname()[1]))
+    assert metrics.returncode != 0 and "is up" not in metrics.stderr, metrics.stderr
 
 
 @pytest.mark.parametrize(
