@@ -205,7 +205,7 @@ def adapter() -> None:
 )
 @click.option(
     "--pid",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, 2**31 - 1),
     help="The agent's process: heartbeats while it lives, AGENT_EXITED when it ends.",
 )
 @click.option(

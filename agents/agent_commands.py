@@ -16,7 +16,7 @@ from agents.listen import DEFAULT_CLAIM_IDLE_MS, listen
 from agents.options import check_id
 from bus.cli_connection import redis_options
 from bus.errors import BusError
-from bus.params import FiniteFloatRange
+from bus.params import MILLISECONDS, FiniteFloatRange
 from bus.settings import Settings
 
 __all__ = ["commands", "mcp"]
@@ -53,7 +53,7 @@ __all__ = ["commands", "mcp"]
 )
 @click.option(
     "--claim-idle-ms",
-    type=click.IntRange(min=1),
+    type=MILLISECONDS,
     default=DEFAULT_CLAIM_IDLE_MS,
     show_default=True,
     help="As for listen: when a directive read by a dead listener is taken over.",

@@ -17,7 +17,7 @@ from bus.connection import connect
 from bus.keys import open_namespace
 from bus.metrics import LauncherMetrics
 from bus.ops import Ops, ops_options
-from bus.params import FiniteFloatRange
+from bus.params import MILLISECONDS, FiniteFloatRange
 from bus.settings import Settings
 
 __all__ = ["launcher"]
@@ -110,7 +110,7 @@ def _adapter_args(
     "--reclaim-ms",
     default=30_000,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=MILLISECONDS,
     help="Idle time before another launcher's unstarted request is taken over.",
 )
 @click.option(

@@ -65,7 +65,7 @@ from bus.consumer import DELETED_REASON, Ack, Consumer, Delivery, stream_entries
 from bus.envelope import encode
 from bus.errors import BusError, CommandFailed, ConnectionFailed
 from bus.keys import agent_field
-from bus.params import FiniteFloatRange
+from bus.params import MILLISECONDS, FiniteFloatRange
 from bus.settings import Settings
 
 __all__ = [
@@ -393,7 +393,7 @@ async def _listen(bus: AgentBus, timeout_s: float | None, as_json: bool, claim_i
 )
 @click.option(
     "--claim-idle-ms",
-    type=click.IntRange(min=1),
+    type=MILLISECONDS,
     default=DEFAULT_CLAIM_IDLE_MS,
     show_default=True,
     help="Take over a directive another listener read but never printed once it has been idle this long.",

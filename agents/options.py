@@ -15,7 +15,7 @@ from agents.delivery import DeliveryKind, DeliverySpec, program_problem
 from agents.transcript import Format
 from bus.display import has_control, unshown
 from bus.ops import Ops, ops_options
-from bus.params import FiniteFloatRange
+from bus.params import MILLISECONDS, FiniteFloatRange
 
 __all__ = [
     "MAX_ID_CHARS",
@@ -152,7 +152,7 @@ def common_options(command: Callable[P, R]) -> Callable[..., R]:
         "--retry-ms",
         default=5000,
         show_default=True,
-        type=click.IntRange(min=1),
+        type=MILLISECONDS,
         help="Delay before a failed delivery is retried.",
     )
     @click.option(

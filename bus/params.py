@@ -7,11 +7,17 @@ from typing import Any, Final
 
 import click
 
-__all__ = ["FiniteFloatRange", "not_blank"]
+__all__ = ["COUNT", "MILLISECONDS", "FiniteFloatRange", "not_blank"]
 
 
 MAX_SECONDS: Final = 1e9
 """About 31 years: the longest count of seconds an option takes (``1e308`` overflows a timer)."""
+
+
+COUNT: Final = click.IntRange(0, 2**63 - 1)
+"""A count of entries that a Redis command takes (a larger one it refuses as no integer)."""
+MILLISECONDS: Final = click.IntRange(1, int(MAX_SECONDS * 1000))
+"""Milliseconds, at most :data:`MAX_SECONDS` (a Redis command and a timer take them)."""
 
 
 class FiniteFloatRange(click.FloatRange):

@@ -27,6 +27,7 @@ from bus.cli_connection import redis_options, run_command
 from bus.connection import Client, connect, translated
 from bus.errors import CommandFailed, ConfigError
 from bus.keys import ConsumerGroup, Keys, StreamKind, entry_order, open_namespace
+from bus.params import COUNT
 from bus.settings import Settings
 
 __all__ = [
@@ -249,7 +250,7 @@ async def trim_namespace(
     return removed
 
 
-_KEEP = click.IntRange(min=0)
+_KEEP = COUNT
 
 
 @click.command("trim")

@@ -256,8 +256,12 @@ def test_the_trim_command_reports_what_it_removed_per_stream(redis_url: str) -> 
     assert "inboxes: 0 entries removed" in lines
     assert not [line for line in lines if line.startswith("dead:")]  # kept unless asked
 
-    bad = CliRunner().invoke(main, ["trim", "--redis-url", redis_url, "--signals", "-1"])
-    assert bad.exit_code == 2 and "-1" in bad.output
+    for option in ("--signals", "--events", "--tasks", "--inbox-keep", "--dead", "--findings"):
+        for n in ("-1", str(2**63)):  # no count Redis takes: refused before anything is trimmed
+            bad = CliRunner().invoke(main, ["trim", "--redis-url", redis_url, option, n])
+            assert (
+                bad.exit_code == 2 and f"Invalid value for '{option}': {n} is not in the range" in bad.output
+            )
 
 
 def test_trim_of_a_namespace_that_does_not_exist_is_an_error_and_does_not_create_it(redis_url: str) -> None:
