@@ -204,19 +204,28 @@ def _check_query(url: str, *, tls: bool) -> None:
     if tls_given and not tls:
         raise ValueError(f"{redact(url)!r}: {', '.join(tls_given)} needs TLS: use rediss://")
     for name, values in query.items():
-        value = values[-1]
-        parser = URL_QUERY_ARGUMENT_PARSERS.get(name)
-        try:
-            if parser is not None and value != "":
-                parser(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{redact(url)!r}: {name}={value!r} is not a valid value") from None
-        if parser is to_bool and value.lower() not in _BOOLEANS:  # redis-py takes any other text as true
-            raise ValueError(f"{redact(url)!r}: {name}={value!r} is not true or false")
-        if name == "ssl_cert_reqs" and value not in _CERT_REQS:
-            raise ValueError(f"{redact(url)!r}: ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}")
-        if name in _TLS_FILES and not Path(value).is_file():
-            raise ValueError(f"{redact(url)!r}: {name}: no file {value!r}")
+        problem = _value_problem(name, values[-1])
+        if problem is not None:
+            raise ValueError(f"{redact(url)!r}: {problem}")
+
+
+def _value_problem(name: str, value: str) -> str | None:
+    """What is wrong with the value of a URL's query option, if anything."""
+    parser = URL_QUERY_ARGUMENT_PARSERS.get(name)
+    try:
+        if parser is not None and value != "":
+            parser(value)
+    except (TypeError, ValueError):
+        return f"{name}={value!r} is not a valid value"
+    if parser is to_bool and value.lower() not in _BOOLEANS:  # redis-py takes any other text as true
+        return f"{name}={value!r} is not true or false"
+    if name == "protocol" and value not in ("", "2", "3"):  # redis-py says so at the first connection
+        return "protocol must be 2 or 3 (RESP2 or RESP3)"
+    if name == "ssl_cert_reqs" and value not in _CERT_REQS:
+        return f"ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}"
+    if name in _TLS_FILES and not Path(value).is_file():
+        return f"{name}: no file {value!r}"
+    return None
 
 
 def _check_tcp(url: str) -> None:

@@ -18,7 +18,7 @@ import os
 import socket
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -259,6 +259,19 @@ class _Budget:
             self.counted += 1
 
 
+async def _all(calls: list[Coroutine[Any, Any, list[Item]]]) -> list[list[Item]]:
+    """The results of ``calls`` run together; the first error stops the others (left running, they would
+    meet the connection closed under them, and say the server was lost)."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
 async def _catch_up(readers: Sequence[_Reader], budget: _Budget) -> None:
     """Merge the backlogs by entry id: an entry is printed only when every shard that may still hold an
     older one has shown its next entry."""
@@ -266,7 +279,7 @@ async def _catch_up(readers: Sequence[_Reader], budget: _Budget) -> None:
     live = set(buffers)
     while live and not budget.full:
         empty = [i for i in live if not buffers[i]]
-        batches = await asyncio.gather(*(readers[i].fetch(None) for i in empty))
+        batches = await _all([readers[i].fetch(None) for i in empty])
         for i, batch in zip(empty, batches, strict=True):
             buffers[i].extend(batch)
             if not batch:

@@ -414,6 +414,15 @@ def test_tail_follows_as_an_observer(bus: AclServer) -> None:
     assert decode(done.stdout.strip()) == envelope
 
 
+def test_tail_refused_by_the_acl_says_so_and_no_more(bus: AclServer) -> None:
+    require_open_namespace(bus, Role.ADAPTER)
+    done = subprocess.run([CLI, "tail", "--from", "0", "--count", "1",
+                           "--redis-url", bus.url(Role.ADAPTER), "--namespace", NS],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 1
+    assert "NoPermissionError" in done.stderr and "lost the server" not in done.stderr, done.stderr
+
+
 def test_human_reads_everything_and_appends_to_the_signals_streams_only(bus: AclServer) -> None:
     admin = bus.server.client()
     admin.xadd(S0, {"data": "x"})

@@ -46,6 +46,7 @@ from coordinator.demo import DemoResult
         ("redis://h:6379/0?decode_responses=true", "unknown option"),
         ("redis://h:6379/0?ssl_ca_certs=/etc/hosts", "ssl_ca_certs needs TLS: use rediss://"),
         ("rediss://h:6379/0?ssl_cert_reqs=bogus", "ssl_cert_reqs must be one of none, optional, required"),
+        ("redis://h:6379/0?protocol=9", r"protocol must be 2 or 3 \(RESP2 or RESP3\)"),
         ("rediss://h:6379/0?ssl_ca_certs=/no/such/ca.pem", "ssl_ca_certs: no file '/no/such/ca.pem'"),
         ("redis+sentinel://h/m?bogus=1", r"\(known: sentinel_password, sentinel_username\)"),
     ],
