@@ -139,7 +139,15 @@ async def trim(
     """
     if maxlen is not None and maxlen < 0:
         raise ConfigError("maxlen must be >= 0")
-    floor_id = stream_id(minid) if minid is not None else None
+    try:
+        return await _trim(client, stream, maxlen, stream_id(minid) if minid is not None else None, reader)
+    except CommandFailed as exc:  # a key of another type, say: which one
+        raise type(exc)(f"cannot trim {stream}: {exc}") from exc
+
+
+async def _trim(
+    client: Client, stream: str, maxlen: int | None, floor_id: str | None, reader: str | None
+) -> int:
     # XTRIM takes one bound: ACKED serves a single bound, the script serves none or both.
     if (maxlen is None) != (floor_id is None) and _acked_support.get(client, True):
         removed = await _trim_acked(client, stream, maxlen, floor_id)

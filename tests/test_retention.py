@@ -274,3 +274,20 @@ def test_trim_of_a_namespace_that_does_not_exist_is_an_error_and_does_not_create
             return int(await client.exists("{typo}:meta"))
 
     assert asyncio.run(created()) == 0
+
+
+def test_a_key_of_another_type_is_named(redis_url: str) -> None:
+    async def damaged() -> str:
+        async with connected(redis_url) as client:
+            keys = await open_namespace(client, "wrongtype", 1)
+            stream = keys.stream(0, StreamKind.SIGNALS)
+            await client.set(stream, "not a stream")
+            return stream
+
+    stream = asyncio.run(damaged())
+    for bound in ([], ["--signals", "1"]):  # the script, and XTRIM ACKED where the server has it
+        result = CliRunner().invoke(
+            main, ["trim", "--redis-url", redis_url, "--namespace", "wrongtype", *bound]
+        )
+        assert result.exit_code == 1
+        assert f"cannot trim {stream}: " in result.output and "WRONGTYPE" in result.output, result.output
