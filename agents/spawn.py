@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from agents.delivery import fill, program_problem
+from agents.delivery import DeliveryKind, DeliverySpec, fill, program_problem
 from agents.identity import build_prompt
 from agents.orphans import PID_SUFFIX, Orphan, Proc, record
 from bus.cli_connection import NAMESPACE_ENV, URL_ENV
@@ -135,11 +135,14 @@ class Spawner:
         Raises ``OSError`` or ``ValueError`` when it cannot be started (the command line too long, a
         program that does not exist, a placeholder with no value).
         """
-        prompt_file, prompt = self._prompt_file(request)
+        prompt_file = (self.prompt_dir / f"{file_stem(request.new_agent_id)}.md").absolute()
+        prompt = self._prompt(request)
         argv = self.command(request, group_id, prompt_file, prompt)
-        problem = self._problem(argv[argv.index("--") + 1 :])
+        problem = self._problem(argv[argv.index("--") + 1 :], request.new_agent_id)
         if problem is not None:
             raise ValueError(problem)
+        self.prompt_dir.mkdir(parents=True, exist_ok=True)
+        prompt_file.write_text(prompt, encoding="utf-8")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         path = self.log_dir / f"{file_stem(request.new_agent_id)}.log"
         self.idle_file(request.new_agent_id).unlink(missing_ok=True)  # left by an adapter killed with -9
@@ -181,26 +184,31 @@ class Spawner:
             log.warning(f"{exc}: a launcher started after this one is killed will not count this agent")
         return process, path
 
-    def _problem(self, agent: list[str]) -> str | None:
+    def _problem(self, agent: list[str], agent_id: str) -> str | None:
         """Why the adapter would refuse to start this agent: checked at each launch, as an adapter that
         refuses its options exits before it reports anything, and its request would be acknowledged as
         started and its agent wait to be declared lost. Its program (given by a placeholder, known only
-        now; or gone since the launcher started, being reinstalled), and the --workdir (removed)."""
+        now; or gone since the launcher started, being reinstalled), the --workdir (removed), and the
+        --deliver command's program or file (a directory now)."""
         problem = program_problem(agent)
-        if problem is not None:
-            return problem
-        if "--workdir" in self.adapter_args:
-            workdir = Path(self.adapter_args[self.adapter_args.index("--workdir") + 1])
-            if not workdir.is_dir():
-                return f"the --workdir {workdir} is no directory"
-        return None
+        workdir, deliver = (self._option(name) for name in ("--workdir", "--deliver"))
+        if problem is None and workdir is not None and not Path(workdir).is_dir():
+            problem = f"the --workdir {workdir} is no directory"
+        if problem is None and deliver is not None:
+            spec = DeliverySpec.parse(_own_file(agent_id, deliver))
+            if spec.kind is DeliveryKind.COMMAND:
+                problem = program_problem(list(spec.argv))
+            elif spec.path is not None and spec.path.is_dir():
+                problem = f"the --deliver file {spec.path} is a directory"
+        return problem
 
-    def _prompt_file(self, request: LaunchRequest) -> tuple[Path, str]:
+    def _option(self, name: str) -> str | None:
+        """The value of an option of :attr:`adapter_args`, if given."""
+        args = self.adapter_args
+        return args[args.index(name) + 1] if name in args else None
+
+    def _prompt(self, request: LaunchRequest) -> str:
         task = request.task.strip()
         if request.context and request.context.strip():
             task += f"\n\n## CONTEXT\n{request.context.strip()}"
-        text = build_prompt(task, request.new_agent_id)
-        self.prompt_dir.mkdir(parents=True, exist_ok=True)
-        path = (self.prompt_dir / f"{file_stem(request.new_agent_id)}.md").absolute()
-        path.write_text(text, encoding="utf-8")
-        return path, text
+        return build_prompt(task, request.new_agent_id)

@@ -183,7 +183,7 @@ def _yaml(file: Path, text: str) -> Any:
             raise ConfigError(f"policy file {file}: line {line}: aliases (*{event.anchor}) are not allowed")
         if isinstance(event, yaml.NodeEvent) and open_ and (mapping := open_[-1]) is not None:
             if mapping.key_next and isinstance(event, yaml.ScalarEvent):
-                if event.value == "<<" and not event.style:  # plain: PyYAML merges the mapping it names
+                if (event.value == "<<" and not event.style) or event.tag == _MERGE:  # PyYAML merges it
                     raise ConfigError(f"policy file {file}: line {line}: merge keys (<<) are not allowed")
                 if event.value in mapping.keys:
                     raise ConfigError(f"policy file {file}: line {line}: duplicate key {event.value!r}")
@@ -206,6 +206,7 @@ class _Mapping:
     key_next: bool = True
 
 
+_MERGE: Final = "tag:yaml.org,2002:merge"
 _MAX_DEPTH: Final = 32
 _MAX_ERRORS: Final = 10
 """Problems listed in one error message; a file with thousands of bad keys gets a line, not megabytes."""

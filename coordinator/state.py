@@ -61,6 +61,7 @@ class ViolationRule(StrEnum):
     UNVERIFIED_REFERENCE = "unverified_reference"
     REPORTED = "reported_by_parser"
     UNRESOLVED_BLOCKER = "unresolved_blocker"
+    FINDING_TOO_LARGE = "finding_too_large"
 
 
 class Violation(Model):

@@ -358,8 +358,8 @@ def replay(settings: Settings, group_id: str, policy: Policy, as_json: bool) -> 
     earlier_lives: bool = bool(view) and run_command(_read(settings, retired, False))
     if earlier_lives:
         click.echo(
-            f"group {group_id!r} was retired before: this view holds the reports of each of its lives, "
-            "where `findings --merged` of a group started anew holds those since",
+            f"group {group_id!r} was retired: this view holds the reports of each of its lives since id 0 "
+            "(`findings --merged` of a group started anew holds only those since)",
             err=True,
         )
 

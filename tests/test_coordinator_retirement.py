@@ -105,7 +105,7 @@ async def test_a_tick_deletes_the_state_of_a_quiet_settled_group(redis_url: str)
         code, out, err = await run([CLI, "replay", "--group", DONE, *where])
         assert (code, out.decode().splitlines()[-1]) == (0, "1 merged finding recomputed for group 'done'")
         assert (
-            "group 'done' was retired before: this view holds the reports of each of its lives"
+            "group 'done' was retired: this view holds the reports of each of its lives since id 0"
             in err.decode()
         )
 

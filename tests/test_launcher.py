@@ -484,23 +484,27 @@ async def test_a_second_signal_stops_a_launcher_whose_agent_ignores_sigterm(
     assert f"agent {agent} ended with exit status" in text
 
 
-@pytest.mark.parametrize("gone", ["program", "workdir", "placeholder"])
+@pytest.mark.parametrize("gone", ["program", "workdir", "placeholder", "resume"])
 async def test_a_command_the_adapter_would_refuse_is_a_start_that_failed(
     redis_url: str, tmp_path: Path, gone: str
 ) -> None:
     """A program removed while the launcher runs (being reinstalled), one given by a placeholder that is no
-    program, a --workdir removed: tried again, then dead-lettered, not taken for started while the
+    program, a --workdir or the --deliver command's program removed: tried again, then dead-lettered, not taken for started while the
     adapter refused it (it exits before it reports anything)."""
     program = tmp_path / "agent-bin.sh"
     program.write_text("echo hi\n")
     program.chmod(0o755)
     workdir = tmp_path / "work"
     workdir.mkdir()
+    resume = tmp_path / "resume.sh"
+    resume.write_text("echo hi\n")
+    resume.chmod(0o755)
     command = "{prompt_file} {agent_id}" if gone == "placeholder" else f"{program} {{agent_id}}"
     log = tmp_path / "launcher.log"
     args = [
         *launcher_args(tmp_path, command),
         *("--max-attempts", "2", "--reclaim-ms", "50", "--workdir", str(workdir)),
+        *("--deliver", f"command:{resume} {{prompt}}"),
     ]
     async with open_bus(redis_url) as bus:
         tasks = bus.stream(GROUP, StreamKind.TASKS)
@@ -514,6 +518,8 @@ async def test_a_command_the_adapter_would_refuse_is_a_start_that_failed(
             program.unlink()
         elif gone == "workdir":
             workdir.rmdir()
+        elif gone == "resume":
+            resume.unlink()
         agent = await request(bus, 0)
 
         async def dead_lettered() -> bool:
@@ -527,9 +533,11 @@ async def test_a_command_the_adapter_would_refuse_is_a_start_that_failed(
         "program": f"{program} is not an executable file",
         "workdir": f"the --workdir {workdir} is no directory",
         "placeholder": f"{tmp_path / 'prompts' / agent}.md is not an executable file",
+        "resume": f"{resume} is not an executable file",
     }[gone]
     assert dead[b"reason"].decode() == f"cannot start agent {agent}: {why}"
     assert f"launched {agent}" not in log.read_text()
+    assert not (tmp_path / "prompts" / f"{agent}.md").exists()  # nothing left of a start refused
 
 
 def test_a_file_delivery_is_one_file_per_agent(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from bus.results import ResultStatus
 from coordinator.policy import Policy
 from coordinator.rules import Target, merge_findings, merged_view, summarize
 from coordinator.rules.ids import emitted_id
+from coordinator.state import ViolationRule
 
 
 def test_seed_worked_example() -> None:
@@ -259,3 +260,20 @@ def test_a_finding_whose_copy_would_be_over_the_envelope_limit_is_rejected() -> 
     assert [e.target for e in outcome.emits] == [Target.EVENTS]  # the REJECTED decision
     assert feed.state.findings == {}
     assert feed.send(finding("security-auditor", title="short"), "auditor").rejected is None
+
+
+def test_a_result_leaves_out_only_its_finding_whose_copy_would_be_over_the_limit() -> None:
+    feed = Feed()
+    feed.send(AgentStarted(task="audit"), "auditor")
+    big = finding("", title="x" * MAX_ENVELOPE_BYTES, file="big.py")
+    outcome = feed.send(result("Security Auditor", findings=[big, finding("")]), "auditor")
+    assert outcome.rejected is None
+    record = feed.state.agents["auditor"]
+    assert record.state is AgentState.COMPLETED
+    [violation] = record.violations
+    assert violation.rule is ViolationRule.FINDING_TOO_LARGE
+    assert (
+        violation.detail.startswith("finding 'xxxxx")
+        and "left out: its FINDING for 'auditor' would be " in violation.detail
+    )
+    assert [slot.location for slot in feed.state.findings.values()] == ["src/config/jwt.ts:8"]

@@ -71,6 +71,7 @@ def test_load_yaml(tmp_path: Path) -> None:
         ),
         ("twice.yml", "expertise:\n  qa: 1\n  dev: [2]\n  qa: 3\n", "line 4: duplicate key 'qa'"),
         ("merge.yaml", "<<: {max_retries: 3}\nmax_retries: 2\n", "line 1: merge keys (<<) are not allowed"),
+        ("tag.yaml", "a: 1\n!!merge x: {max_retries: 3}\n", "line 2: merge keys (<<) are not allowed"),
         ("p.yaml", "agreement_bonus: .nan\n", "agreement_bonus: Input should be a finite number"),
         ("p.toml", "[expertise]\nqa = inf\n", "expertise.qa: Input should be a finite number"),
         ("p.json", "{}", "unknown format '.json'"),

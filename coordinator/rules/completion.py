@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from bus.display import cut
 from bus.envelope import EnvelopeType
 from bus.events import DecisionType
 from bus.findings import Finding
@@ -22,7 +23,7 @@ from coordinator.policy import agent_key
 from coordinator.rules.aggregation import finish
 from coordinator.rules.contract import check_result
 from coordinator.rules.findings import record_finding
-from coordinator.rules.step import Step
+from coordinator.rules.step import Step, TooLarge
 from coordinator.state import Completion, Violation, ViolationRule
 
 __all__ = ["MAX_LISTED", "STATUS_OF_COMPLETION", "on_completion_report", "on_result"]
@@ -58,9 +59,15 @@ def on_result(step: Step) -> None:
     record = step.agent(agent_id)
     if record.name is None and report.agent.strip():
         step.update(agent_id, name=agent_key(report.agent))
+    left_out: list[tuple[ViolationRule, str]] = []
     for finding in report.findings:
-        record_finding(step, finding, agent_id)
-    _violations(step, check_result(report, step.policy))
+        try:
+            record_finding(step, finding, agent_id)
+        except TooLarge as exc:  # that finding only (it changed nothing): the result stands
+            left_out.append(
+                (ViolationRule.FINDING_TOO_LARGE, f"finding {cut(finding.title, 80)!r} left out: {exc}")
+            )
+    _violations(step, [*left_out, *check_result(report, step.policy)])
     completion = Completion(
         status=report.status,
         summary=report.summary,

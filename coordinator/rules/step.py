@@ -28,7 +28,7 @@ from coordinator.rules.run import Run
 from coordinator.rules.trusted import change, construct, evolve
 from coordinator.state import AgentRecord, DelegationStatus, FindingSlot, GroupState
 
-__all__ = ["MAX_DETAIL", "SOURCE", "Rejected", "Step"]
+__all__ = ["MAX_DETAIL", "SOURCE", "Rejected", "Step", "TooLarge"]
 
 SOURCE: Final = "coordinator"
 """The ``source`` of every envelope the rules emit."""
@@ -40,6 +40,10 @@ P = TypeVar("P")
 
 class Rejected(BusError):
     """Raised by a rule when the entry cannot be applied; :func:`apply` turns it into a rejected outcome."""
+
+
+class TooLarge(Rejected):
+    """An entry to emit would be over the envelope limit (see :meth:`Step.emit`); nothing was emitted."""
 
 
 class Step:
@@ -186,11 +190,11 @@ class Step:
             self.envelope.kind is Kind.HUMAN or target is Target.FINDINGS
         ):
             # Every reader would dead-letter it. A human's command is refused (it may be given shorter),
-            # and so is an entry with a finding whose copy it is: the copy is the finding's record, which
-            # `replay` and every reader of the stream must see as the merged view does. Any other entry
-            # of an agent is applied all the same, its outcome kept, the one entry dead-lettered where
-            # it is read.
-            raise Rejected(
+            # and so is a finding whose copy it is (a result's leaves that one finding out): the copy is
+            # the finding's record, which `replay` and every reader of the stream must see as the merged
+            # view does. Any other entry of an agent is applied all the same, its outcome kept, the one
+            # entry dead-lettered where it is read.
+            raise TooLarge(
                 f"its {emit.type.value} for {agent_id!r} would be {len(emit.data)} bytes, over the "
                 f"{MAX_ENVELOPE_BYTES} bytes an envelope may have"
             )
