@@ -113,7 +113,8 @@ def task_launch(call: Any) -> TaskLaunch | None:
 def watch_argv(launch: TaskLaunch, group_id: str, output: Path, task_file: Path | None) -> list[str]:
     """The adapter command that follows the agent's output file (``output``, absolute)."""
     argv = [*adapter_command(), "adapter", "watch"]
-    argv += ["--agent-id", launch.agent_id, "--group", group_id, "--until-complete"]
+    # --wait-for-redis: one started while the server is down (restarting) would exit before following
+    argv += ["--agent-id", launch.agent_id, "--group", group_id, "--until-complete", "--wait-for-redis"]
     if launch.name:
         argv += ["--name", launch.name]
     if task_file is not None:
@@ -159,9 +160,13 @@ def _start(
     """Start the adapter detached in ``base`` (unless one follows the same file for the same group
     already); the path of its log and whether it was started."""
     cwd = launch.cwd if launch.cwd is not None and launch.cwd.is_dir() else base
+    if "\0" in str(launch.output_file):
+        raise ValueError("the outputFile holds a NUL byte")
     output = canonical(cwd / launch.output_file)
     if output.is_dir():
         raise ValueError(f"the outputFile {launch.output_file} is a directory")
+    if output.exists() and not output.is_file():  # the adapter would refuse it (it may not exist yet)
+        raise ValueError(f"the outputFile {launch.output_file} is a pipe or a device, not a regular file")
     env = {name: value for name, value in os.environ.items() if name != METRICS_PORT_ENV}
     if url is not None:
         env[URL_VARIABLE] = url

@@ -131,6 +131,8 @@ def _is_entry(line: bytes, *, complete: bool) -> bool:
                 and any(f'"{name}"'.encode() in line for name in (*_ENTRY_TYPES, *_ENTRY_KEYS))
             )
         value = loads_lenient(line)
+        if value is None:
+            value = _replaced(line)  # a byte of invalid UTF-8 makes no transcript plain text
     if not isinstance(value, dict) or "type" not in value:
         return False
     kind = value["type"]

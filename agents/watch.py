@@ -54,6 +54,11 @@ AFTER_RESULT_S: Final = 2.0
 without a COMPLETION_REPORT, for the one it prints next (the order its prompt asks for)."""
 
 
+OPEN_BLOCK_S: Final = 30.0
+"""How long, after a result report, ``--until-complete`` waits for a block still open to end (its closing
+tag) before it takes the agent as completed, the block reported as not terminated."""
+
+
 @dataclass(frozen=True)
 class WatchOptions:
     path: Path
@@ -79,6 +84,9 @@ class FileWatch:
         self.checkpoint = Checkpoint()
         self.stream: OutputStream | None = None
         self._fd: int | None = None
+        self._open_since: float | None = None
+        self._unended = False
+        """Whether, in the quiet spell since :attr:`_open_since`, the parser holds a block still open."""
         self._tried_at: float | None = None
         """The quiet spell in which :meth:`_ends_a_report` looked for a report ending the file."""
         self._saved: Checkpoint | None = None
@@ -101,9 +109,12 @@ class FileWatch:
         self.path = await named(self.bus, self.options.path, lambda path: checkpoint_key(self.bus, path))
         self.key = checkpoint_key(self.bus, self.path)
         self.checkpoint = self._saved = self._loaded = await self._load()
+        fd = await self._open()
+        if fd is not None:
+            self._adopt(fd, initial=True)
+            self._resumed(fd)
         if self.checkpoint.completed:
             self.bus.mark_completed()  # published by an earlier run of the adapter
-        fd = await self._open()
         if fd is None:
             if self._vanished:
                 self.bus.log(
@@ -115,7 +126,6 @@ class FileWatch:
                 await self._exited()
             return self.checkpoint.completed
         try:
-            self._adopt(fd, initial=True)
             if not self.checkpoint.started:
                 await self._started()
             beats = asyncio.create_task(self._beats())
@@ -204,7 +214,7 @@ class FileWatch:
         self.stream = OutputStream(
             self.bus,
             source_of(self.path, cp.generation),
-            cp.format,
+            cp.format if self.options.fmt is Format.AUTO else self.options.fmt,
             base=cp.resume,
             base_line=cp.resume_line,
             done=cp.done,
@@ -212,13 +222,19 @@ class FileWatch:
             session_id=cp.session_id,
         )
 
+    def _resumed(self, fd: int) -> None:
+        """An output that grew since its agent completed: the agent was resumed (Claude Code's Task
+        ``resume`` writes on in the same file), and its new turn is followed to its own completion."""
+        cp = self.checkpoint
+        if cp.completed and os.fstat(fd).st_size > cp.read:
+            self.bus.log(f"{self.path} grew since its agent completed: following the turn it was resumed for")
+            self.checkpoint = cp.model_copy(update={"completed": False, "completion_report": False})
+
     async def _follow(self) -> bool:
         options = self.options
         quiet_since: float | None = None  # the end of the file was reached, and nothing came since then
         while not self.stop.is_set():
-            if options.until_complete and (
-                self._complete(quiet_since) or await self._ends_a_report(quiet_since)
-            ):
+            if options.until_complete and await self._done(quiet_since):
                 break
             assert self._fd is not None and self.stream is not None
             chunk = os.read(self._fd, options.chunk_bytes)
@@ -251,13 +267,31 @@ class FileWatch:
             await self._exited()
         return self.checkpoint.completed
 
+    async def _done(self, quiet_since: float | None) -> bool:
+        """Whether ``--until-complete`` ends here (a block left open so long is published as an error)."""
+        if not (self._complete(quiet_since) or await self._ends_a_report(quiet_since)):
+            return False
+        if self._unended and self._open_since == quiet_since:
+            assert self.stream is not None
+            await self._publish(self.stream.close(), force=True)
+        return True
+
     def _complete(self, quiet_since: float | None) -> bool:
         """Whether the agent completed: its COMPLETION_REPORT was read, or its result report and, for
-        :data:`AFTER_RESULT_S` after the end of the file, nothing more."""
+        :data:`AFTER_RESULT_S` after the end of the file, nothing more; with a block left open after it
+        (a COMPLETION_REPORT being written), for :data:`OPEN_BLOCK_S`."""
         cp = self.checkpoint
         if cp.completion_report or not cp.completed:
             return cp.completion_report
-        return quiet_since is not None and time.monotonic() - quiet_since >= AFTER_RESULT_S
+        if quiet_since is None or time.monotonic() - quiet_since < AFTER_RESULT_S:
+            return False
+        if self._open_since != quiet_since:  # looked at once per quiet spell
+            stream = self.stream
+            assert stream is not None
+            pending = copy.deepcopy(stream.parser).close()  # those published before (a restart) are not
+            self._open_since = quiet_since
+            self._unended = any(item.offset + stream.base >= stream.done for item in pending)
+        return not self._unended or time.monotonic() - quiet_since >= OPEN_BLOCK_S
 
     async def _ends_a_report(self, quiet_since: float | None) -> bool:
         """Whether a result report ended the file, nothing following it for :data:`AFTER_RESULT_S`: in

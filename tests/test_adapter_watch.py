@@ -6,6 +6,7 @@ start a new generation with new ids; a Claude Code transcript publishes the assi
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import signal
@@ -517,3 +518,57 @@ async def test_sigusr1_publishes_the_file_to_its_end_then_stops_without_an_exit(
         assert await exited(adapter, 20) == 0, log.read_text()
         types = [e.type for e in await bus.envelopes(GROUP) if e.agent_id == "w-fin"]
     assert types == [T.AGENT_STARTED, T.PROGRESS, T.PROGRESS]
+
+
+_STOP = "[STOP_WORK]\nagent_id: a9\nstop_reason: blocker\nblocker_type: missing_info\ndetails: key\n[/STOP_WORK]\n"
+_REPORT = "## Tester Result\n\n### Status\nSUCCESS\n\n### Summary\nAll good.\n\n"
+
+
+async def test_the_format_given_is_the_one_read(redis_url: str, tmp_path: Path) -> None:
+    # a log whose first line reads as a transcript's entry: only --format text reads the rest as text
+    out, log = tmp_path / "agent.log", tmp_path / "adapter.log"
+    out.write_text('{"type": "user", "message": "starting"}\n' + _STOP)
+    watcher = start(watch_args(out, "a9", "--format", "text"), redis_url, log)
+    try:
+        async with open_bus(redis_url) as bus:
+            await wait_until(lambda: bus.has(GROUP, T.STOP_WORK), 20, "the STOP_WORK")
+    finally:
+        watcher.terminate()
+        assert await exited(watcher, 30) == 0, log.read_text()
+
+
+async def test_the_turn_of_an_agent_resumed_after_it_completed_is_followed(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Claude Code resumes a completed background agent in the same output file; the hook starts an
+    adapter for it again: the new turn is published, and the adapter ends at its completion."""
+    out, log = tmp_path / "agent.out", tmp_path / "adapter.log"
+    completion = "[COMPLETION_REPORT]\nagent_id: a9\nstatus: success\nsummary: {}\n[/COMPLETION_REPORT]\n"
+    out.write_text(_REPORT + completion.format("first"))
+    async with open_bus(redis_url) as bus:
+        first = start(watch_args(out, "a9", "--until-complete"), redis_url, log)
+        assert await exited(first, 30) == 0, log.read_text()
+        with out.open("a") as more:
+            more.write(_STOP + completion.format("second"))
+        second = start(watch_args(out, "a9", "--until-complete"), redis_url, log)
+        assert await exited(second, 30) == 0, log.read_text()
+        assert await bus.count(GROUP, T.STOP_WORK) == 1
+        assert await bus.count(GROUP, T.COMPLETION_REPORT) == 2
+        assert await agent_output(bus) == expected_ids(out, "a9", "text")
+    assert "grew since its agent completed" in log.read_text()
+
+
+async def test_a_block_open_after_the_result_is_waited_for(redis_url: str, tmp_path: Path) -> None:
+    """A result report, then a COMPLETION_REPORT being written: quiet for longer than the wait after a
+    result, the adapter waits for the block's end all the same."""
+    out, log = tmp_path / "agent.out", tmp_path / "adapter.log"
+    out.write_text(_REPORT + "[COMPLETION_REPORT]\nagent_id: a9\n")
+    async with open_bus(redis_url) as bus:
+        watcher = start(watch_args(out, "a9", "--until-complete"), redis_url, log)
+        await wait_until(lambda: bus.has(GROUP, T.RESULT), 20, "the result")
+        with pytest.raises(TimeoutError):  # the wait after a result is 2 s
+            await asyncio.wait_for(exited(watcher, 30), timeout=4)
+        with out.open("a") as more:
+            more.write("status: success\nsummary: done\n[/COMPLETION_REPORT]\n")
+        assert await exited(watcher, 30) == 0, log.read_text()
+        assert await bus.count(GROUP, T.COMPLETION_REPORT) == 1

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from adapter_kit import CLI, open_bus, wait_until
+from adapter_kit import CLI, logged, open_bus, wait_until
 from click.testing import CliRunner, Result
 
 from agents.identity import IDENTITY_STATEMENT, RESULT_TEMPLATE, SIGNAL_TEMPLATES
@@ -27,6 +27,7 @@ from agents.init_merge import MARK_END, MARK_START
 from agents.orphans import Proc
 from agents.parser import parse_text
 from agents.task_hook import HOOK_COMMAND
+from bus.embedded import RedisProcess
 from bus.envelope import EnvelopeType
 
 FILES = (".mcp.json", "CLAUDE.md", ".claude/settings.json")
@@ -549,6 +550,26 @@ def test_a_record_that_names_another_process_stops_nothing(redis_url: str, tmp_p
         sleeper.wait()
 
 
+async def test_the_hooks_adapter_waits_for_a_server_down_at_the_launch(
+    fresh_redis: RedisProcess, tmp_path: Path
+) -> None:
+    output = tmp_path / "out.md"
+    output.write_text(
+        "[COMPLETION_REPORT]\nagent_id: w1\nstatus: success\nsummary: done\n[/COMPLETION_REPORT]\n"
+    )
+    call = {"session_id": "s-down", "tool_response": {"agentId": "w1", "outputFile": str(output)}}
+    fresh_redis.kill()
+    done = hook(json.dumps(call).encode(), tmp_path, fresh_redis.url)
+    assert done.returncode == 0, done.stderr
+    log = tmp_path / ".subagent-bus" / "hooks" / "w1.log"
+    await wait_until(logged(log, "retrying in"), 30, "the adapter to wait for the server")
+    fresh_redis.start()
+    async with open_bus(fresh_redis.url) as bus:
+        await wait_until(
+            lambda: bus.has("s-down", EnvelopeType.COMPLETION_REPORT), 60, "the completion report"
+        )
+
+
 async def test_the_task_hook_ignores_other_calls_and_reports_bad_input(
     redis_url: str, tmp_path: Path
 ) -> None:
@@ -572,6 +593,8 @@ async def test_the_task_hook_ignores_other_calls_and_reports_bad_input(
         ({"agentId": "a\nb", "outputFile": "o"}, "s", b"must not contain control characters"),
         ({"agentId": "a", "outputFile": "o"}, "s\u0007x", b"the task group 's\\x07x' must not contain"),
         ({"agentId": "a", "outputFile": str(tmp_path)}, "s", b"is a directory"),
+        ({"agentId": "a", "outputFile": "/dev/null"}, "s", b"is a pipe or a device, not a regular file"),
+        ({"agentId": "a", "outputFile": "o\u0000x"}, "s", b"the outputFile holds a NUL byte"),
     ):
         call = {"session_id": session, "tool_response": response}
         refused = hook(json.dumps(call).encode(), tmp_path, redis_url)

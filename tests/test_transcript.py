@@ -240,6 +240,8 @@ def test_the_reader_yields_assistant_texts() -> None:
         (b'{"type": ["user"]}\nprose\nmore prose\n', False, Format.TEXT),
         (b'{"type": "queue-operation", "sessionId": "s"}\n', False, Format.CLAUDE_JSONL),
         (b'{"level": "info", "message": "cut by the limit', True, Format.TEXT),  # no type: no entry
+        # a byte of invalid UTF-8 in an entry's text (read as ?): still an entry
+        (b'{"type": "assistant", "message": "a\xff\xc3("}\n', False, Format.CLAUDE_JSONL),
     ],
 )
 def test_detect_format(head: bytes, final: bool, expected: Format) -> None:
