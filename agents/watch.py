@@ -361,12 +361,21 @@ class FileWatch:
                 fd = open_file(self.path)
             except FileNotFoundError:
                 return False
+            await self._drain()
         elif not self._same_output(self._fd):
             fd = self._fd
         else:
             return False
         await self._switch(fd)
         return True
+
+    async def _drain(self) -> None:
+        """Read the file being replaced to its end: what the agent wrote to it after the last read, before
+        the new file appeared (a log rotated by renaming it and creating another), is its output too.
+        (What it writes to it later, having not yet opened the new one, is not read.)"""
+        assert self._fd is not None and self.stream is not None
+        while chunk := os.read(self._fd, self.options.chunk_bytes):
+            await self._publish(self.stream.feed(chunk), force=False)
 
     async def _switch(self, fd: int) -> None:
         """Follow ``fd``, another output than the one read so far, from its start."""

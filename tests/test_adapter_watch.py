@@ -19,14 +19,17 @@ import orjson
 import pytest
 from adapter_kit import Bus, exited, fake, open_bus, run_ok, spawn, start, wait_until
 
+from agents.adapter import connect_bus
 from agents.identity import build_prompt
 from agents.parser import ErrorItem, SignalItem, parse_text
 from agents.transcript import TranscriptParser
+from agents.watch import FileWatch, WatchOptions
 from agents.watched_file import canonical, source_of
 from bus.directives import AnswerItem, ClarificationResponse
 from bus.envelope import Envelope, EnvelopeType, Kind, deterministic_id, new_envelope
 from bus.publisher import Publisher
 from bus.results import ResultReport
+from bus.settings import Settings
 from bus.signals import StopReason, StopWork
 
 T = EnvelopeType
@@ -572,3 +575,40 @@ async def test_a_block_open_after_the_result_is_waited_for(redis_url: str, tmp_p
             more.write("status: success\nsummary: done\n[/COMPLETION_REPORT]\n")
         assert await exited(watcher, 30) == 0, log.read_text()
         assert await bus.count(GROUP, T.COMPLETION_REPORT) == 1
+
+
+async def test_what_was_written_to_a_rotated_file_before_the_new_one_came_is_read(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Renamed and replaced by a new file (a log rotated with create) right after the adapter read to
+    its end: what the agent wrote to the old file meanwhile is published before the new file is read."""
+    out = tmp_path / "agent.out"
+    progress = "[PROGRESS]\nagent_id: a9\npercent: {}\n[/PROGRESS]\n"
+    out.write_text(progress.format(10))
+    bus = await connect_bus(Settings.from_url(redis_url), "a9", GROUP)
+    stop = asyncio.Event()
+    watch = FileWatch(bus, WatchOptions(path=out, poll_s=0.01), stop)
+    flush, rotate = bus.flush, asyncio.Event()
+
+    async def flushed() -> None:  # at the end of the file, before the adapter looks for a new one
+        await flush()
+        if rotate.is_set():
+            rotate.clear()
+            with out.open("a") as old:
+                old.write(progress.format(20))
+            out.rename(tmp_path / "agent.out.1")
+            out.write_text(progress.format(30))
+
+    bus.flush = flushed  # type: ignore[method-assign]
+    following = asyncio.create_task(watch.run())
+    try:
+        async with open_bus(redis_url) as reader:
+            await wait_until(lambda: reader.has(GROUP, T.PROGRESS), 20, "the first progress")
+            rotate.set()
+            await wait_until(lambda: reader.has(GROUP, T.PROGRESS, 3), 20, "the other two")
+            percents = [e.payload.percent for e in await reader.of_type(GROUP, T.PROGRESS)]  # type: ignore[union-attr]
+            assert percents == [10, 20, 30]
+    finally:
+        stop.set()
+        await following
+        await bus.client.aclose()
