@@ -109,12 +109,9 @@ class FileWatch:
         self.path = await named(self.bus, self.options.path, lambda path: checkpoint_key(self.bus, path))
         self.key = checkpoint_key(self.bus, self.path)
         self.checkpoint = self._saved = self._loaded = await self._load()
-        fd = await self._open()
-        if fd is not None:
-            self._adopt(fd, initial=True)
-            self._resumed(fd)
         if self.checkpoint.completed:
             self.bus.mark_completed()  # published by an earlier run of the adapter
+        fd = await self._open()
         if fd is None:
             if self._vanished:
                 self.bus.log(
@@ -126,6 +123,7 @@ class FileWatch:
                 await self._exited()
             return self.checkpoint.completed
         try:
+            self._adopt(fd, initial=True)
             if not self.checkpoint.started:
                 await self._started()
             beats = asyncio.create_task(self._beats())
@@ -221,14 +219,6 @@ class FileWatch:
             reported=cp.reported,
             session_id=cp.session_id,
         )
-
-    def _resumed(self, fd: int) -> None:
-        """An output that grew since its agent completed: the agent was resumed (Claude Code's Task
-        ``resume`` writes on in the same file), and its new turn is followed to its own completion."""
-        cp = self.checkpoint
-        if cp.completed and os.fstat(fd).st_size > cp.read:
-            self.bus.log(f"{self.path} grew since its agent completed: following the turn it was resumed for")
-            self.checkpoint = cp.model_copy(update={"completed": False, "completion_report": False})
 
     async def _follow(self) -> bool:
         options = self.options
@@ -362,6 +352,9 @@ class FileWatch:
             except FileNotFoundError:
                 return False
             await self._drain()
+            if self.options.until_complete and self.checkpoint.completion_report:
+                os.close(fd)
+                return True  # it completed in what was drained: nothing more to follow
         elif not self._same_output(self._fd):
             fd = self._fd
         else:

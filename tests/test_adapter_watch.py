@@ -540,27 +540,6 @@ async def test_the_format_given_is_the_one_read(redis_url: str, tmp_path: Path) 
         assert await exited(watcher, 30) == 0, log.read_text()
 
 
-async def test_the_turn_of_an_agent_resumed_after_it_completed_is_followed(
-    redis_url: str, tmp_path: Path
-) -> None:
-    """Claude Code resumes a completed background agent in the same output file; the hook starts an
-    adapter for it again: the new turn is published, and the adapter ends at its completion."""
-    out, log = tmp_path / "agent.out", tmp_path / "adapter.log"
-    completion = "[COMPLETION_REPORT]\nagent_id: a9\nstatus: success\nsummary: {}\n[/COMPLETION_REPORT]\n"
-    out.write_text(_REPORT + completion.format("first"))
-    async with open_bus(redis_url) as bus:
-        first = start(watch_args(out, "a9", "--until-complete"), redis_url, log)
-        assert await exited(first, 30) == 0, log.read_text()
-        with out.open("a") as more:
-            more.write(_STOP + completion.format("second"))
-        second = start(watch_args(out, "a9", "--until-complete"), redis_url, log)
-        assert await exited(second, 30) == 0, log.read_text()
-        assert await bus.count(GROUP, T.STOP_WORK) == 1
-        assert await bus.count(GROUP, T.COMPLETION_REPORT) == 2
-        assert await agent_output(bus) == expected_ids(out, "a9", "text")
-    assert "grew since its agent completed" in log.read_text()
-
-
 async def test_a_block_open_after_the_result_is_waited_for(redis_url: str, tmp_path: Path) -> None:
     """A result report, then a COMPLETION_REPORT being written: quiet for longer than the wait after a
     result, the adapter waits for the block's end all the same."""
@@ -577,17 +556,23 @@ async def test_a_block_open_after_the_result_is_waited_for(redis_url: str, tmp_p
         assert await bus.count(GROUP, T.COMPLETION_REPORT) == 1
 
 
+@pytest.mark.parametrize("last", ["progress", "completion"])
 async def test_what_was_written_to_a_rotated_file_before_the_new_one_came_is_read(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, last: str
 ) -> None:
     """Renamed and replaced by a new file (a log rotated with create) right after the adapter read to
-    its end: what the agent wrote to the old file meanwhile is published before the new file is read."""
+    its end: what the agent wrote to the old file meanwhile is published before the new file is read;
+    a COMPLETION_REPORT there ends ``--until-complete``."""
     out = tmp_path / "agent.out"
     progress = "[PROGRESS]\nagent_id: a9\npercent: {}\n[/PROGRESS]\n"
+    written = {
+        "progress": progress.format(20),
+        "completion": "[COMPLETION_REPORT]\nagent_id: a9\nstatus: success\nsummary: done\n[/COMPLETION_REPORT]\n",
+    }[last]
     out.write_text(progress.format(10))
     bus = await connect_bus(Settings.from_url(redis_url), "a9", GROUP)
     stop = asyncio.Event()
-    watch = FileWatch(bus, WatchOptions(path=out, poll_s=0.01), stop)
+    watch = FileWatch(bus, WatchOptions(path=out, poll_s=0.01, until_complete=last == "completion"), stop)
     flush, rotate = bus.flush, asyncio.Event()
 
     async def flushed() -> None:  # at the end of the file, before the adapter looks for a new one
@@ -595,7 +580,7 @@ async def test_what_was_written_to_a_rotated_file_before_the_new_one_came_is_rea
         if rotate.is_set():
             rotate.clear()
             with out.open("a") as old:
-                old.write(progress.format(20))
+                old.write(written)
             out.rename(tmp_path / "agent.out.1")
             out.write_text(progress.format(30))
 
@@ -605,6 +590,11 @@ async def test_what_was_written_to_a_rotated_file_before_the_new_one_came_is_rea
         async with open_bus(redis_url) as reader:
             await wait_until(lambda: reader.has(GROUP, T.PROGRESS), 20, "the first progress")
             rotate.set()
+            if last == "completion":
+                assert await asyncio.wait_for(following, 20) is True  # completed, the new file not followed
+                assert await reader.count(GROUP, T.PROGRESS) == 1
+                assert await reader.count(GROUP, T.COMPLETION_REPORT, T.AGENT_EXITED) == 2
+                return
             await wait_until(lambda: reader.has(GROUP, T.PROGRESS, 3), 20, "the other two")
             percents = [e.payload.percent for e in await reader.of_type(GROUP, T.PROGRESS)]  # type: ignore[union-attr]
             assert percents == [10, 20, 30]
