@@ -355,8 +355,8 @@ def replay(settings: Settings, group_id: str, policy: Policy, as_json: bool) -> 
     async def retired(client: Client, keys: Keys) -> bool:
         return await was_retired(client, keys, group_id)
 
-    earlier_lives: bool = bool(view) and run_command(_read(settings, retired, False))
-    if earlier_lives:
+    retired_group: bool = bool(view) and run_command(_read(settings, retired, False))
+    if retired_group:
         click.echo(
             f"group {group_id!r} was retired: this view holds the reports of each of its lives since id 0 "
             "(`findings --merged` of a group started anew holds only those since)",
