@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
@@ -374,6 +375,8 @@ def run(
 @redis_options
 def stdin(settings: Settings, common: Common, until_complete: bool, quiet: bool) -> None:
     """Publish what arrives on stdin (an agent's output piped in) until the end of input."""
+    if sys.stdin is None:  # started with it closed (`<&-`)
+        raise click.UsageError("stdin is closed: pipe the agent's output into it")
     _check_until_complete(until_complete, common)
     options = ProcessOptions(
         common.fmt,

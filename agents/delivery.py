@@ -205,10 +205,12 @@ class PrintDelivery:
     name = "print"
 
     def __init__(self, out: IO[bytes] | None = None) -> None:
-        self.out = out if out is not None else sys.stdout.buffer
+        self.out = out if out is not None or sys.stdout is None else sys.stdout.buffer
 
     async def deliver(self, directive: Directive) -> None:
         try:
+            if self.out is None:  # the adapter was started with its stdout closed (`>&-`)
+                raise OSError("stdout is closed")
             self.out.write(_framed(directive))
             self.out.flush()
         except (OSError, ValueError) as exc:

@@ -355,6 +355,8 @@ class Session:
         if not self._tee:
             return
         try:
+            if sys.stdout is None:  # started with it closed (`>&-`)
+                raise OSError("stdout is closed")
             sys.stdout.buffer.write(chunk)
             sys.stdout.buffer.flush()
         except (OSError, ValueError) as exc:
@@ -373,9 +375,9 @@ class Session:
             except (OSError, ValueError):
                 sink = None  # nowhere to copy it; the tail is still reported
 
-    def _stderr_sink(self) -> IO[bytes]:
+    def _stderr_sink(self) -> IO[bytes] | None:
         if self.options.stderr_log is None:
-            return sys.stderr.buffer
+            return sys.stderr.buffer if sys.stderr is not None else None  # None: started with it closed
         if self._stderr is None:
             self._stderr = self.options.stderr_log.open("ab")
         return self._stderr

@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -467,3 +468,27 @@ async def test_a_signal_naming_another_agent_id_stays_the_adapters_and_is_report
     text = log.read_text()
     assert text.count("a signal says agent_id") == 1
     assert "a signal says agent_id 'bg-task-abc123'; it is published as agent 'r12' (--agent-id)" in text
+
+
+def _closing(fd: int) -> Callable[[], None]:
+    return lambda: os.close(fd)
+
+
+@pytest.mark.parametrize("closed", [1, 2], ids=["stdout", "stderr"])
+async def test_an_adapter_started_with_stdout_or_stderr_closed_publishes_all_the_same(
+    redis_url: str, tmp_path: Path, closed: int
+) -> None:
+    log = tmp_path / "adapter.log"
+    steps = fake("say:working", "progress:20", "crash:3", agent_id="r9")
+    adapter = start([*run_args("r9"), *steps], redis_url, log, preexec_fn=_closing(closed))
+    assert await exited(adapter, 30) == 3
+    async with open_bus(redis_url) as bus:
+        envelopes = await bus.envelopes(GROUP)
+    assert [e.type for e in envelopes] == [T.AGENT_STARTED, T.PROGRESS, T.STOP_WORK, T.AGENT_EXITED]
+
+
+async def test_adapter_stdin_with_stdin_closed_is_a_usage_error(redis_url: str, tmp_path: Path) -> None:
+    log = tmp_path / "adapter.log"
+    args = ["adapter", "stdin", "--agent-id", "r9", "--group", GROUP]
+    assert await exited(start(args, redis_url, log, preexec_fn=_closing(0)), 30) == 2
+    assert "stdin is closed: pipe the agent's output into it" in log.read_text()

@@ -118,6 +118,8 @@ def test_indented_block_in_a_list_is_dedented() -> None:
         ("\x1b[1;31m[STOP_WORK]\x1b[0m", "\x1b[31m[/STOP_WORK]\x1b[0m"),
         ("\x1b[1m**[STOP_WORK]**\x1b[0m  ", "**[/STOP_WORK]**\r"),
         ("**[STOP_WORK]**", "[/STOP_WORK] Waiting for the parent to resolve this."),
+        ("\x1b[?25l\x1b[1G\x1b[0K[STOP_WORK]", "\x1b[1G\x1b[0K\x1b[?25h[/STOP_WORK]"),  # a spinner's end
+        ("\x1b]0;agent\x07\x1b[2J\x1b[H[STOP_WORK]", "[/STOP_WORK]\x1b]8;;\x1b\\"),  # a title, a link's end
     ],
 )
 def test_emphasis_and_colour_around_a_tag_alone_on_its_line_are_allowed(opening: str, closing: str) -> None:
