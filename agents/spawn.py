@@ -30,8 +30,9 @@ from bus.ops import METRICS_PORT_ENV
 
 __all__ = ["PLACEHOLDERS", "STOP_SIGNALS", "Spawner", "adapter_command", "file_stem"]
 
-STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
-"""What stops an adapter (it passes them on to its agent)."""
+STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""What stops an adapter (it passes them on to its agent, which runs in a session of its own: a closed
+terminal's SIGHUP would otherwise end the adapter alone and leave the agent running)."""
 
 PLACEHOLDERS: Final = frozenset(
     {"agent_id", "group_id", "prompt_file", "prompt", "parent_agent_id", "request_id"}

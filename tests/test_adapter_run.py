@@ -146,7 +146,10 @@ async def test_a_failure_after_completion_is_not_an_error_signal(redis_url: str,
         ]
 
 
-async def test_sigterm_is_passed_to_the_agent(redis_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+async def test_sigterm_is_passed_to_the_agent(redis_url: str, tmp_path: Path, sig: signal.Signals) -> None:
+    """SIGHUP too: its terminal closed, the adapter stops its agent (in a session of its own, the agent
+    would not hear of it) and says so, rather than dying and leaving it running."""
     log = tmp_path / "adapter.log"
     adapter = start([*run_args("r4"), *fake("say:waiting", "sleep:60", agent_id="r4")], redis_url, log)
     async with open_bus(redis_url) as bus:
@@ -155,11 +158,11 @@ async def test_sigterm_is_passed_to_the_agent(redis_url: str, tmp_path: Path) ->
             return await bus.has(GROUP, T.AGENT_STARTED)
 
         await wait_until(agent_started, 20, "the agent to start")
-        adapter.send_signal(signal.SIGTERM)
-        assert await exited(adapter, 20) == 128 + signal.SIGTERM
+        adapter.send_signal(sig)
+        assert await exited(adapter, 20) == 128 + sig
         stop = (await bus.of_type(GROUP, T.STOP_WORK))[0].payload
         assert isinstance(stop, StopWork)
-        assert f"killed by signal {int(signal.SIGTERM)}" in stop.details
+        assert f"killed by signal {int(sig)}" in stop.details
 
 
 async def waiting_for_its_delegate(
