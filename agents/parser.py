@@ -14,8 +14,8 @@ Recognition rules:
 
 - An opening tag ``[STOP_WORK]`` (likewise CLARIFICATION_NEEDED, DELEGATE_WORK, COMPLETION_REPORT,
   PROGRESS) alone on its line opens a block; indentation and a trailing CR are allowed, so a block may sit
-  in a ```yaml fence or a list item, and so are Markdown emphasis (``**[STOP_WORK]**``) and terminal colour
-  codes around the tag. An inline mention ("I will emit [STOP_WORK] if ...") is prose, and so is a tag in
+  in a ```yaml fence or a list item, and so are Markdown emphasis (``**[STOP_WORK]**``) and terminal escape
+  sequences around the tag. An inline mention ("I will emit [STOP_WORK] if ...") is prose, and so is a tag in
   inline code or a quote, or a heading (``### [STOP_WORK]``: a protocol explained). The body is dedented
   by the opening tag's indentation and ends at the matching closing tag, which may have text after it; a
   closing tag outside a block is prose.
@@ -56,8 +56,9 @@ Recognition rules:
 
 A carriage return not followed by a line feed ends a line, as it does in YAML and Markdown: a program
 that draws a progress line (``Scanning 20%\r``) and then prints a tag puts the tag at the start of a
-line on the terminal, and so it is here (offsets do not change; line numbers count such lines). Erasing
-the line (``\x1b[K``, ``\x1b[2K``) is allowed around a tag like colour codes.
+line on the terminal, and so it is here (offsets do not change; line numbers count such lines). Any
+terminal escape sequence is allowed around a tag (a spinner's ``\x1b[1G\x1b[0K``, a window title), as
+colour codes are.
 
 A UTF-8 byte order mark at the very start of the output (some editors and Windows tools write one) is
 skipped, so the first line can still be a tag line; offsets still count its three bytes, as they are
