@@ -18,12 +18,14 @@ from agents.delivery import (
     CommandDelivery,
     Deliverer,
     DeliveryKind,
+    Directive,
     FileDelivery,
     InboxFollower,
     PrintDelivery,
 )
 from agents.delivery import Runner as DeliveryRunner
 from agents.findings_io import import_findings
+from agents.lost import undelivered
 from agents.options import Common, check_program, common_options
 from agents.process import ProcessOptions, Session
 from agents.spawn import STOP_SIGNALS
@@ -31,6 +33,7 @@ from agents.stdin import stdin_chunks
 from agents.watch import FileWatch, WatchOptions
 from bus.cli_connection import redis_options, run_command
 from bus.consumer import Consumer
+from bus.envelope import deterministic_id, new_envelope
 from bus.errors import ConnectionFailed
 from bus.metrics import AdapterMetrics
 from bus.params import FiniteFloatRange
@@ -73,10 +76,21 @@ async def _with_inbox(
         GROUP,
         block_ms=250,
         reclaim_idle_ms=common.retry_ms,
-        max_deliveries=common.max_attempts,
+        max_deliveries=common.max_attempts + 1,  # see InboxFollower
         batch=1,  # a directive read along with the one being delivered would look abandoned to listen
     )
-    follower = InboxFollower(consumer, deliverer, log=bus.log, metrics=bus.metrics)
+
+    async def given_up(directive: Directive, why: str) -> None:
+        # One id per directive: told twice (a crash between this and the dead letter), it is one entry.
+        stop = undelivered(bus.agent_id, directive.type.value, directive.envelope.id, deliverer.name, why)
+        id = deterministic_id(bus.agent_id, f"undelivered:{directive.envelope.id}", 0)
+        await bus.publish(
+            [new_envelope(stop, agent_id=bus.agent_id, group_id=bus.group_id, source="deliver", id=id)]
+        )
+
+    follower = InboxFollower(
+        consumer, deliverer, attempts=common.max_attempts, given_up=given_up, log=bus.log, metrics=bus.metrics
+    )
     stop = asyncio.Event()
     task = asyncio.create_task(follower.run(stop))
     try:

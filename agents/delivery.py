@@ -341,19 +341,33 @@ class DeliverySpec:
         raise ValueError(f"{text!r} is not print, file:PATH or command:'TEMPLATE'")
 
 
+GivenUp = Callable[[Directive, str], Awaitable[None]]
+"""Told of a directive given up on and why, before it is dead-lettered."""
+
+
 class InboxFollower:
-    """Delivers the directives of one agent's inbox, acknowledging each once delivered."""
+    """Delivers the directives of one agent's inbox, acknowledging each once delivered.
+
+    A directive is tried ``attempts`` times. The consumer is to allow one delivery more: a directive
+    whose last attempt was cut short (the adapter killed, the server lost before the failure was
+    settled) comes back once more and is given up on then, so ``given_up`` hears of every directive
+    given up on, at least once, before it is dead-lettered.
+    """
 
     def __init__(
         self,
         consumer: Consumer,
         deliverer: Deliverer,
         *,
+        attempts: int,
+        given_up: GivenUp | None = None,
         log: Callable[[str], None],
         metrics: AdapterMetrics | None = None,
     ) -> None:
         self.consumer = consumer
         self.deliverer = deliverer
+        self.attempts = attempts
+        self.given_up = given_up
         self.log = log
         self.metrics = metrics
         self.delivered = 0
@@ -394,22 +408,36 @@ class InboxFollower:
             why = not_a_directive(envelope)
             self.log(f"inbox {self.consumer.stream}: {why}; dead-lettered")
             return Ack.DEAD, why
+        if delivery.deliveries > self.attempts:
+            why = f"its attempt {self.attempts} of {self.attempts} was cut short"
+            self.log(f"delivering {directive.type.value} {envelope.id}: {why}")
+            return await self._give_up(directive, why)
         try:
             await self._holding(delivery, self.deliverer.deliver(directive))
         except AgentDone as exc:
             self.log(f"{directive.type.value} {envelope.id} not delivered: {exc}")
             return Ack.ACK
         except DeliveryFailed as exc:
-            attempt = f"attempt {delivery.deliveries} of {self.consumer.max_deliveries}"
-            fate = ""
-            if delivery.deliveries >= self.consumer.max_deliveries:
-                fate = "; given up: it goes to the dead letters (`subagent-bus tail --stream dead`)"
-            self.log(f"delivering {directive.type.value} {envelope.id} failed ({attempt}): {exc}{fate}")
+            attempt = f"attempt {delivery.deliveries} of {self.attempts}"
+            self.log(f"delivering {directive.type.value} {envelope.id} failed ({attempt}): {exc}")
             if self.metrics is not None:
                 self.metrics.delivery_failures.labels(directive.type.value).inc()
+            if delivery.deliveries >= self.attempts:
+                return await self._give_up(directive, f"{exc} ({attempt})")
             raise
         self.delivered += 1
         if self.metrics is not None:
             self.metrics.delivered.labels(directive.type.value).inc()
         self.log(f"delivered {directive.type.value} {envelope.id} ({self.deliverer.name})")
         return Ack.ACK
+
+    async def _give_up(self, directive: Directive, why: str) -> tuple[Ack, str]:
+        """Tell ``given_up``, then have the directive dead-lettered (a failure to tell is a retry)."""
+        told = "" if self.given_up is None else "; the parent is told (a STOP_WORK error)"
+        self.log(
+            f"{directive.type.value} {directive.envelope.id} given up: it goes to the dead letters "
+            f"(`subagent-bus tail --stream dead`){told}"
+        )
+        if self.given_up is not None:
+            await self.given_up(directive, why)
+        return Ack.DEAD, f"not delivered ({self.deliverer.name}): {why}"

@@ -9,6 +9,11 @@ again, corrected, say) resumes the agent; a recovery retries or skips its work. 
 with that blocker open (its COMPLETION_REPORT after a report that could not be read) leaves it to the
 coordinator as an unresolved blocker, which has its group reviewed. A progress report that cannot be
 read is only logged: nothing waits on it.
+
+The other way round, a directive of the coordinator that the adapter cannot hand to its agent (its
+resume command cannot start, say) is dead-lettered after the adapter's attempts, and the agent would be
+left waiting for it, or ended, while the parent sees it running: the adapter then publishes a STOP_WORK
+error saying so (:func:`undelivered`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Final
 from bus.envelope import EnvelopeType
 from bus.signals import BlockerType, StopReason, StopWork
 
-__all__ = ["AWAITED", "lost_signal"]
+__all__ = ["AWAITED", "lost_signal", "undelivered"]
 
 AWAITED: Final = frozenset(
     {
@@ -55,4 +60,20 @@ def lost_signal(agent_id: str, type_: EnvelopeType, where: str, why: str) -> Sto
         stop_reason=StopReason.ERROR,
         blocker_type=BlockerType.ERROR,
         details=f"The agent printed a {what} ({where}) that did not reach the coordinator: {why}. {then}",
+    )
+
+
+def undelivered(agent_id: str, what: str, directive_id: str, how: str, why: str) -> StopWork:
+    """The STOP_WORK error published when the coordinator's ``what`` (directive ``directive_id``) could
+    not be handed to the agent by ``how`` for the reason ``why``, and was given up on."""
+    return StopWork(
+        agent_id=agent_id,
+        stop_reason=StopReason.ERROR,
+        blocker_type=BlockerType.ERROR,
+        details=(
+            f"The coordinator's {what} (directive {directive_id}) could not be handed to the agent "
+            f"({how}): {why}. It went to the dead letters (`subagent-bus tail --stream dead`) and the "
+            "agent did not get it: it may wait for it, or have ended. Resolve this with what the agent "
+            "needs (the same answer again, shorter, say), or choose a recovery."
+        ),
     )

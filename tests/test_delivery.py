@@ -39,6 +39,7 @@ from bus.envelope import Envelope, EnvelopeType, Kind, new_envelope
 from bus.events import AgentExited, AgentState
 from bus.keys import StreamKind, dead_stream_for
 from bus.publisher import Publisher
+from bus.signals import StopReason, StopWork
 
 T = EnvelopeType
 GROUP = "g-deliver"
@@ -230,15 +231,57 @@ async def test_a_delivery_failing_every_time_is_dead_lettered(bus_url: str, tmp_
 
         await wait_until(dead, 30, "the directive to be dead-lettered")
         [fields] = await stream_fields(bus.client, bus.stream(GROUP, StreamKind.DEAD))
-        assert b"resume refused" in fields[b"reason"]
-        assert b"delivery 2 of at most 2" in fields[b"reason"]
+        assert b"resume refused (attempt 2 of 2)" in fields[b"reason"]
         assert orjson.loads(fields[b"data"])["id"] == sent.id
         assert await pending(bus, "d3") == 0
+        # the parent is told: the agent did not get its answer
+        [stop] = await bus.of_type(GROUP, T.STOP_WORK)
+        assert isinstance(stop.payload, StopWork) and stop.payload.stop_reason is StopReason.ERROR
+        assert f"CLARIFICATION_RESPONSE (directive {sent.id}) could not be handed" in stop.payload.details
+        assert "resume refused" in stop.payload.details and stop.agent_id == "d3"
     adapter.send_signal(signal.SIGTERM)
     assert await exited(adapter, 20) == 0
     log = (tmp_path / "log").read_text()
     assert "(attempt 1 of 2): " in log and "given up" not in log.split("attempt 2 of 2")[0]
-    assert "resume refused; given up: it goes to the dead letters" in log.split("attempt 2 of 2")[1]
+    assert "resume refused\n" in log.split("attempt 2 of 2")[1]
+    assert "given up: it goes to the dead letters" in log.split("attempt 2 of 2")[1]
+
+
+async def test_a_last_attempt_cut_short_by_kill_9_is_given_up_after_the_restart(
+    redis_url: str, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    blocking = f"command:{sys.executable} {WRITER} {tmp_path / 'never.json'} --wait-for {go} {{prompt}}"
+    log = tmp_path / "log"
+    first = start(idle_adapter(tmp_path, "d8", "--deliver", blocking, "--max-attempts", "1"), redis_url, log)
+    async with open_bus(redis_url) as bus:
+        sent = directive(agent="d8")
+        await Publisher(bus.client, bus.keys).send_directive(sent)
+
+        async def in_hand() -> bool:
+            return await pending(bus, "d8") == 1
+
+        await wait_until(in_hand, 20, "the only attempt to start")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        go.touch()
+        second = start(
+            idle_adapter(tmp_path, "d8", "--deliver", blocking, "--max-attempts", "1", "--retry-ms", "100"),
+            redis_url,
+            log,
+        )
+
+        async def dead() -> bool:
+            return await bus.client.xlen(bus.stream(GROUP, StreamKind.DEAD)) == 1
+
+        await wait_until(dead, 30, "the directive to be given up on")
+        [stop] = await bus.of_type(GROUP, T.STOP_WORK)
+        assert isinstance(stop.payload, StopWork)
+        assert f"(directive {sent.id}) could not be handed" in stop.payload.details
+        assert "its attempt 1 of 1 was cut short" in stop.payload.details
+        assert await pending(bus, "d8") == 0
+        second.send_signal(signal.SIGTERM)
+        assert await exited(second, 20) == 0
 
 
 async def test_a_killed_adapter_redelivers_on_restart(redis_url: str, tmp_path: Path) -> None:
