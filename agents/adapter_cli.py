@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -104,9 +105,17 @@ def _values(common: Common, session_id: Callable[[], str | None]) -> Values:
     return lambda: {"agent_id": common.agent_id, "group_id": common.group_id, "session_id": session_id()}
 
 
+@functools.cache
+def _stop_signals() -> tuple[signal.Signals, ...]:
+    """The stop signals the adapter handles: those it was not started ignoring. ``nohup`` has SIGHUP
+    ignored, a shell without job control SIGINT for a command run with ``&``: the adapter, and its agent
+    (which inherits the ignoring), are to outlive them. Asked before any handler is installed."""
+    return tuple(sig for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN)
+
+
 def _on_signals(handler: Callable[[int], None]) -> None:
     loop = asyncio.get_running_loop()
-    for sig in STOP_SIGNALS:
+    for sig in _stop_signals():
         loop.add_signal_handler(sig, handler, sig)
     # A launcher starts its adapters with these blocked (agents.spawn), so that one stopped as it started
     # waits until here to be told, instead of dying unheard: what came meanwhile is handled now.
@@ -153,16 +162,17 @@ async def _waiting_for(connect: Callable[[], Awaitable[AgentBus]]) -> AgentBus |
         signals.append(sig)
         stopped.set()
 
-    for sig in STOP_SIGNALS:
+    handled = _stop_signals()
+    for sig in handled:
         loop.add_signal_handler(sig, on_signal, sig)
     mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     try:
         bus = await _connected(connect, stopped)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a launcher's adapter: blocked again
-        for sig in STOP_SIGNALS:
+        for sig in handled:
             loop.remove_signal_handler(sig)
-    if signals and bus is not None and not set(STOP_SIGNALS) <= mask:
+    if signals and bus is not None and not set(handled) <= mask:
         await bus.client.aclose()  # run by hand: nothing would take the signal up, so it stops here
         bus = None
     if bus is None:

@@ -165,6 +165,36 @@ async def test_sigterm_is_passed_to_the_agent(redis_url: str, tmp_path: Path, si
         assert f"killed by signal {int(sig)}" in stop.details
 
 
+def _ignoring_sighup() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what `nohup` does before it runs its command
+
+
+async def test_an_adapter_started_by_nohup_outlives_sighup(redis_url: str, tmp_path: Path) -> None:
+    log = tmp_path / "adapter.log"
+    steps = fake("say:waiting", "sleep:60", agent_id="r13")
+    args = [*run_args("r13", "--heartbeat", "0.1"), *steps]
+    adapter = start(args, redis_url, log, preexec_fn=_ignoring_sighup)
+    async with open_bus(redis_url) as bus:
+
+        async def agent_started() -> bool:
+            return await bus.has(GROUP, T.AGENT_STARTED)
+
+        await wait_until(agent_started, 20, "the agent to start")
+        adapter.send_signal(signal.SIGHUP)  # its terminal closed: ignored, as nohup asked
+        beats = await bus.count(GROUP, T.HEARTBEAT)
+
+        async def beating_on() -> bool:  # handled, the signal would have ended it within milliseconds
+            return adapter.poll() is not None or await bus.count(GROUP, T.HEARTBEAT) >= beats + 3
+
+        await wait_until(beating_on, 20, "three more heartbeats, or the adapter's end")
+        assert adapter.poll() is None, log.read_text()
+        adapter.send_signal(signal.SIGTERM)
+        assert await exited(adapter, 20) == 128 + signal.SIGTERM, log.read_text()
+        stop = (await bus.of_type(GROUP, T.STOP_WORK))[0].payload
+        assert isinstance(stop, StopWork)
+        assert f"killed by signal {int(signal.SIGTERM)}" in stop.details
+
+
 async def waiting_for_its_delegate(
     bus: Bus, url: str, tmp_path: Path, agent: str, deliver: str
 ) -> tuple[subprocess.Popen[bytes], Path, Path]:
