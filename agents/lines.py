@@ -39,13 +39,14 @@ _TAGS: Final = b"|".join(t.value.encode() for t in SIGNAL_TYPES)
 TYPE_OF_TAG: Final = {t.value.encode(): t for t in SIGNAL_TYPES}
 """The signal type a tag names (``b"STOP_WORK"`` -> ``EnvelopeType.STOP_WORK``)."""
 # Agents print tags in Markdown emphasis (``**[STOP_WORK]**``) or, through a terminal, with escape
-# sequences (colour, a spinner's cursor moves and line erasing ``\x1b[1G\x1b[0K``, a title): around a
+# sequences (colour, a spinner's cursor moves and line erasing ``\x1b[1G\x1b[0K``, a title, the character
+# set ``\x1b(B`` of ``tput sgr0``, a saved cursor ``\x1b7``: CSI, OSC and every other escape): around a
 # tag these mean nothing else, so they are allowed there (any mix, on either side; one character class, so
 # that a long run of ``*`` is matched in one way only, not in exponentially many). A tag line is any line
 # that starts with a tag: what follows the tag is for the parser to weigh (see :func:`tentative`). A
 # closing tag may be followed by text (``[/STOP_WORK] Waiting for the parent``): it ends an open block of
 # its type; outside one it is prose, like any other line (see the parser).
-_DECO: Final = rb"(?:[*_]|\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\))*"
+_DECO: Final = rb"(?:[*_]|\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)|\x1b[ -/]*[0-Z\\^-~])*"
 _TAG: Final = _DECO + rb"\[(/)?(" + _TAGS + rb")\][^\n]*(?=\n)"
 _LONE: Final = re.compile(_DECO + rb"[ \t]*\r?")
 # Anchored on the newline before a line (each scanned region starts with one), so the regex engine

@@ -58,7 +58,7 @@ A carriage return not followed by a line feed ends a line, as it does in YAML an
 that draws a progress line (``Scanning 20%\r``) and then prints a tag puts the tag at the start of a
 line on the terminal, and so it is here (offsets do not change; line numbers count such lines). Any
 terminal escape sequence is allowed around a tag (a spinner's ``\x1b[1G\x1b[0K``, a window title), as
-colour codes are.
+colour codes are; text before a tag that cursor moves alone erased (no CR) still makes its line prose.
 
 A UTF-8 byte order mark at the very start of the output (some editors and Windows tools write one) is
 skipped, so the first line can still be a tag line; offsets still count its three bytes, as they are

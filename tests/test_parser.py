@@ -120,6 +120,8 @@ def test_indented_block_in_a_list_is_dedented() -> None:
         ("**[STOP_WORK]**", "[/STOP_WORK] Waiting for the parent to resolve this."),
         ("\x1b[?25l\x1b[1G\x1b[0K[STOP_WORK]", "\x1b[1G\x1b[0K\x1b[?25h[/STOP_WORK]"),  # a spinner's end
         ("\x1b]0;agent\x07\x1b[2J\x1b[H[STOP_WORK]", "[/STOP_WORK]\x1b]8;;\x1b\\"),  # a title, a link's end
+        ("\x1b[1m[STOP_WORK]\x1b(B\x1b[m", "\x1b[1m[/STOP_WORK]\x1b(B\x1b[m"),  # tput bold, tput sgr0
+        ("\x1b7\x1b[1G[STOP_WORK]\x1b8", "\x1b=[/STOP_WORK]\x1b>"),  # cursor saved, keypad modes
     ],
 )
 def test_emphasis_and_colour_around_a_tag_alone_on_its_line_are_allowed(opening: str, closing: str) -> None:
