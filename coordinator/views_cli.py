@@ -215,19 +215,25 @@ def _read_findings(settings: Settings, group_id: str | None) -> dict[str, list[F
     progress on a terminal."""
 
     async def read(client: Client, keys: Keys) -> dict[str, list[Finding]]:
-        by_group: dict[str, list[Finding]] = {}
-        with Progress() as progress:
-
-            def shown(read: int) -> None:
-                progress.update(f"reading the findings stream: {read:,} entries")
-
-            async for _, finding, _, group in iter_findings(client, keys, group_id, on_page=shown):
-                by_group.setdefault(group, []).append(finding)
-        if group_id is not None and not by_group:
-            await _no_findings(client, keys, settings, group_id)
-        return dict(sorted(by_group.items()))
+        return await _findings(client, keys, settings, group_id)
 
     return run_command(_read(settings, read, {}))
+
+
+async def _findings(
+    client: Client, keys: Keys, settings: Settings, group_id: str | None
+) -> dict[str, list[Finding]]:
+    by_group: dict[str, list[Finding]] = {}
+    with Progress() as progress:
+
+        def shown(read: int) -> None:
+            progress.update(f"reading the findings stream: {read:,} entries")
+
+        async for _, finding, _, group in iter_findings(client, keys, group_id, on_page=shown):
+            by_group.setdefault(group, []).append(finding)
+    if group_id is not None and not by_group:
+        await _no_findings(client, keys, settings, group_id)
+    return dict(sorted(by_group.items()))
 
 
 async def _no_findings(client: Client, keys: Keys, settings: Settings, group_id: str) -> None:
@@ -343,7 +349,14 @@ def replay(settings: Settings, group_id: str, policy: Policy, as_json: bool) -> 
     Live state is not touched: this reads the append-only stream and prints the result. Of a group that
     was retired it recomputes every report since id 0, those of the lives before it started anew too.
     """
-    view = _merged(_read_findings(settings, group_id), policy)
+
+    async def read(client: Client, keys: Keys) -> tuple[dict[str, list[Finding]], bool]:
+        by_group = await _findings(client, keys, settings, group_id)
+        return by_group, bool(by_group) and await was_retired(client, keys, group_id)
+
+    nothing: tuple[dict[str, list[Finding]], bool] = ({}, False)
+    by_group, retired = run_command(_read(settings, read, nothing))
+    view = _merged(by_group, policy)
     if as_json:
         click.echo(_dump(_merged_records(view)))
     else:
@@ -351,12 +364,7 @@ def replay(settings: Settings, group_id: str, policy: Policy, as_json: bool) -> 
             click.echo(line)
         count = sum(len(merged) for merged in view.values())
         click.echo(f"{counted(count, 'merged finding')} recomputed for group {group_id!r}{_conflicts(view)}")
-
-    async def retired(client: Client, keys: Keys) -> bool:
-        return await was_retired(client, keys, group_id)
-
-    retired_group: bool = bool(view) and run_command(_read(settings, retired, False))
-    if retired_group:
+    if retired:
         click.echo(
             f"group {group_id!r} was retired: this view holds the reports of each of its lives since id 0 "
             "(`findings --merged` of a group started anew holds only those since)",
