@@ -106,20 +106,50 @@ class DemoResult:
         }
 
 
+_ENV_PREFIX: Final = "SUBAGENT_BUS_"
+_ENV_KEPT: Final = frozenset({"SUBAGENT_BUS_SOCKET_TIMEOUT"})
+"""The demo's processes take their options from it, not from the environment: a metrics port, a policy
+or an agent identity set there for a real bus would have them collide or play another script. The
+socket timeout is the connection's, which a slow server may need."""
+_SERVICES: Final = ("coordinator", "launcher")
+"""The processes the demo cannot go on without (an adapter ends with its agent)."""
+
+
 class _Demo:
     def __init__(self, url: str, namespace: str, workdir: Path, say: Callable[[str], None]) -> None:
         self.result = DemoResult(url=url, namespace=namespace)
         self.workdir = workdir
         self.say = say
-        self.env = {**os.environ, URL_ENV: url, NAMESPACE_ENV: namespace}
-        self.processes: list[subprocess.Popen[bytes]] = []
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIX) or k in _ENV_KEPT}
+        self.env = {**inherited, URL_ENV: url, NAMESPACE_ENV: namespace}
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.started = time.monotonic()
 
     def spawn(self, name: str, args: list[str]) -> None:
         log = (self.workdir / f"{name}.log").open("wb")
-        self.processes.append(
-            subprocess.Popen([*_cli(), *args], env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.processes[name] = subprocess.Popen(
+            [*_cli(), *args], env=self.env, stdout=log, stderr=subprocess.STDOUT
         )
+
+    def failed(self) -> list[str]:
+        """What each process that exited with a failure status last wrote to its log."""
+        found = []
+        for name, process in self.processes.items():
+            code = process.poll()
+            if code:
+                lines = (self.workdir / f"{name}.log").read_bytes().decode(errors="replace").splitlines()
+                said = f": {lines[-1].strip()}" if lines else ""
+                how = (
+                    f"was killed by {signal.Signals(-code).name}"
+                    if code < 0
+                    else f"exited with status {code}"
+                )
+                found.append(f"{name} {how}{said} ({self.workdir / name}.log)")
+        return found
+
+    def service_gone(self) -> bool:
+        """Whether the coordinator or the launcher has exited: nothing would play the rest out."""
+        return any(self.processes[name].poll() is not None for name in _SERVICES)
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -138,10 +168,10 @@ class _Demo:
         self.say(f"started a coordinator, a launcher and {len(AGENTS)} agents, each under an adapter")
 
     def stop(self) -> None:
-        for process in self.processes:
+        for process in self.processes.values():
             if process.poll() is None:
                 process.terminate()
-        for process in self.processes:
+        for process in self.processes.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=15)
             if process.poll() is None:
@@ -176,7 +206,7 @@ async def _follow(demo: _Demo, client: Client, keys: Keys, deadline: float) -> G
     cursor = "0"
     settled: GroupSummary | None = None
     done_at: float | None = None
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not demo.service_gone():
         with translated():
             reply = await client.xread({stream: cursor}, count=100, block=None if settled else 250)
         entries = stream_entries(reply)
@@ -248,10 +278,13 @@ async def run_demo(
     except BusError as exc:
         demo.result.problems.append(str(exc))
     finally:
+        failed = demo.failed()  # before stopping: an exit the stop causes is no failure
         demo.stop()
         await client.aclose()
     demo.result.seconds = time.monotonic() - demo.started
     _check(demo.result)
+    if demo.result.problems:
+        demo.result.problems += failed
     return demo.result
 
 

@@ -11,6 +11,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from bus.embedded import free_port
+
 CLI = str(Path(sys.executable).parent / "subagent-bus")
 
 
@@ -54,12 +56,16 @@ def test_demo_walks_through_every_protocol(redis_url: str, tmp_path: Path) -> No
 
 
 def test_demo_text_output_ends_with_the_summary(redis_url: str, tmp_path: Path) -> None:
+    # Settings of a real bus in the environment are not the demo processes': one metrics port for all
+    # of them would have every one but the first exit, and a policy there would change the script.
+    env = {**os.environ, "SUBAGENT_BUS_METRICS_PORT": str(free_port()), "SUBAGENT_BUS_POLICY": "/nonexistent"}
     done = subprocess.run(
         [CLI, "demo", "--redis-url", redis_url, "--workdir", str(tmp_path), "--timeout", "300"],
         capture_output=True,
         text=True,
         check=False,
         timeout=360,
+        env=env,
     )
     assert done.returncode == 0, done.stdout[-3000:]
     for heading in ("== Agents", "== Decisions", "== Human commands the demo typed", "== Merged findings"):
@@ -87,6 +93,28 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # it ended meanwhile
+        return b""
+
+
+def _started_demo(redis_url: str, tmp_path: Path) -> subprocess.Popen[str]:
+    """A demo, once it says it started its processes."""
+    demo = subprocess.Popen(
+        [CLI, "demo", "--redis-url", redis_url, "--workdir", str(tmp_path), "--timeout", "300"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert demo.stdout is not None
+    for line in demo.stdout:
+        if line.startswith("started a coordinator, a launcher"):
+            break
+    return demo
+
+
 def _running(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
@@ -96,18 +124,9 @@ def _running(pid: int) -> bool:
 
 @pytest.mark.timeout(120)
 def test_sigterm_stops_every_process_the_demo_started(redis_url: str, tmp_path: Path) -> None:
-    demo = subprocess.Popen(
-        [CLI, "demo", "--redis-url", redis_url, "--workdir", str(tmp_path), "--timeout", "300"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    demo = _started_demo(redis_url, tmp_path)
     started: set[int] = set()
     try:
-        assert demo.stdout is not None
-        for line in demo.stdout:
-            if line.startswith("started a coordinator, a launcher"):
-                break
         started = _descendants(demo.pid)
         assert len(started) >= 5  # a coordinator, a launcher, three adapters
         demo.send_signal(signal.SIGTERM)
@@ -130,3 +149,17 @@ def test_a_namespace_too_long_for_the_demo_s_suffix_is_refused_at_once(tmp_path:
     done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "at most 52 characters for the demo, which adds '-demo-' and six hex digits" in done.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_coordinator_that_dies_ends_the_demo_at_once_saying_so(redis_url: str, tmp_path: Path) -> None:
+    demo = _started_demo(redis_url, tmp_path)
+    try:
+        [coordinator] = [pid for pid in _descendants(demo.pid) if b"\0coordinator\0" in _cmdline(pid)]
+        os.kill(coordinator, signal.SIGKILL)
+        out, _ = demo.communicate(timeout=60)  # not the 300 s of --timeout
+        assert demo.returncode == 1
+        assert "coordinator was killed by SIGKILL" in out
+    finally:
+        if demo.poll() is None:
+            demo.kill()
