@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,9 +106,12 @@ async def _publish(
     client = await connect(settings)
     try:
         keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
-        groups = await load_groups(client, keys, group_id, findings=False)
+
+        def load() -> Awaitable[list[GroupState]]:
+            return load_groups(client, keys, group_id, findings=False)
+
         # Checked as a coordinator will apply it: after what is queued before it (coordinator.queued).
-        groups, queued = await projected(client, keys, groups, group_id, how.policy)
+        groups, queued = await projected(client, keys, load, group_id, how.policy)
         if group_id is not None and not groups:
             retired = await retired_note(client, keys, group_id)
             unknown = f"no group {group_id!r} is known to the coordinators"

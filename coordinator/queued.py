@@ -15,21 +15,21 @@ to a question the agent asks again in the queue is accepted.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final, NamedTuple, cast
 
 from bus.connection import Client, as_text, translated
 from bus.consumer import stream_entries
 from bus.directives import HumanAnswer, HumanApprove, HumanDeny
 from bus.envelope import Envelope, EnvelopeType, Kind, decode
-from bus.errors import DecodeError
+from bus.errors import BusError, DecodeError
 from bus.fields import Model
 from bus.keys import ConsumerGroup, Keys, StreamKind, entry_order
 from bus.signals import DelegateWork
 from coordinator.policy import Policy
 from coordinator.rules import apply
 from coordinator.state import GroupState
-from coordinator.store import seen_key
+from coordinator.store import group_key, load_state, seen_key
 from coordinator.tombstones import Late, admit, tombstones_of
 
 __all__ = [
@@ -41,10 +41,11 @@ __all__ = [
     "project",
     "projected",
     "queued_before",
-    "unapplied",
 ]
 
 _PAGE: Final = 1000
+_TRIES: Final = 20
+"""Reads of a group's state before a command gives up on a group changed by a commit at each."""
 _PENDING_MAX: Final = 100_000
 """A coordinator holds at most a few batches of 100 entries per shard unacknowledged."""
 _LISTED: Final = 3
@@ -120,18 +121,6 @@ async def _shard(client: Client, stream: str, human: bool) -> list[Queued]:
         start = "(" + as_text(page[-1][0])
 
 
-async def unapplied(client: Client, keys: Keys, queued: Sequence[Queued]) -> list[Queued]:
-    """``queued`` without the envelopes their group has applied before (an adapter that died between its
-    publish and its checkpoint publishes them again): a coordinator drops those, and so must a
-    projection, or a command would be checked against a blocker or a question that is not open."""
-    windows: dict[str, set[str]] = {}
-    with translated():
-        for gid in {q.envelope.group_id for q in queued if q.envelope.type is not EnvelopeType.TICK}:
-            seen = await client.lrange(seen_key(keys, keys.shard_of(gid), gid), 0, -1)
-            windows[gid] = {as_text(s) for s in seen}
-    return [q for q in queued if q.envelope.id not in windows.get(q.envelope.group_id, ())]
-
-
 def _envelope(fields: Any, human: bool) -> Envelope | None:
     data = fields.get(b"data") if fields else None
     # A human envelope's JSON names its kind; one that spells it with escapes, which no client here
@@ -164,18 +153,35 @@ def human_commands(queued: Sequence[Queued]) -> list[QueuedCommand]:
 
 
 async def projected(
-    client: Client, keys: Keys, committed: Sequence[GroupState], group_id: str | None, policy: Policy
+    client: Client,
+    keys: Keys,
+    load: Callable[[], Awaitable[Sequence[GroupState]]],
+    group_id: str | None,
+    policy: Policy,
 ) -> tuple[list[GroupState], list[Queued]]:
     """The groups a command is checked against (``group_id``'s, or all), by group id, with what is
     queued applied (:func:`project`), and the queued entries that count (a coordinator will apply them).
 
-    Besides the ``committed`` groups, the ones only the queue starts: a group's first signals wait there
+    ``load`` reads the committed groups. It is called once the queue is read: an entry a coordinator
+    commits meanwhile is then in both, not in neither (read the other way round, the command would be
+    checked against a state without it). The queued entries' groups are read again, each with the ids
+    it applied (:func:`_with_window`), which :func:`~coordinator.rules.apply` drops as duplicates: those
+    committed meanwhile, and those an adapter that died between its publish and its checkpoint published
+    again (a coordinator drops them too).
+
+    Besides the committed groups, the ones only the queue starts: a group's first signals wait there
     until a coordinator runs, and a command about them is applied then; a retired group's signals may
     start it anew (see :mod:`coordinator.tombstones`)."""
     shards = [keys.shard_of(group_id)] if group_id is not None else range(keys.shards)
-    queued = await unapplied(client, keys, await load_queued(client, keys, shards))
-    known = {g.group_id: g for g in committed}
+    queued = await load_queued(client, keys, shards)
+    known = {g.group_id: g for g in await load()}
     queued_ids = {q.envelope.group_id for q in queued if q.envelope.type is not EnvelopeType.TICK}
+    for gid in sorted(queued_ids):
+        state = await _with_window(client, keys, gid)
+        if state is None:
+            known.pop(gid, None)  # retired meanwhile
+        else:
+            known[gid] = state
     with translated():
         tombs = await tombstones_of(client, keys, queued_ids)
     states: list[GroupState] = []
@@ -185,6 +191,25 @@ async def projected(
         states += [state] if state is not None else []
         counted += applied
     return states, sorted(counted, key=lambda q: entry_order(q.entry_id))
+
+
+async def _with_window(client: Client, keys: Keys, group_id: str) -> GroupState | None:
+    """A group's committed state (None: there is none) with its window of applied ids, both as one
+    commit left them. A commit changes them in one script, which a reader may not run (the observer and
+    human roles have no EVAL, nor MULTI): the window's last id, read before the state and again after,
+    tells whether one came between, as every commit of the group adds ids to its window."""
+    shard = keys.shard_of(group_id)
+    seen, group = seen_key(keys, shard, group_id), group_key(keys, shard, group_id)
+    for _ in range(_TRIES):
+        pipe = client.pipeline(transaction=False)
+        pipe.lindex(seen, -1)
+        pipe.hgetall(group)
+        pipe.lrange(seen, 0, -1)
+        with translated():
+            last, fields, ids = await pipe.execute()
+        if (ids[-1] if ids else None) == last:
+            return load_state(group_id, fields, ids) if fields else None
+    raise BusError(f"group {group_id!r} changed at each of {_TRIES} reads of its state: try again")
 
 
 def project(
@@ -206,13 +231,15 @@ def project(
         admission = admit(state, tomb, envelope)
         if admission.late is not Late.APPLIED:
             continue
-        applied.append(q)
         tomb = tomb if admission.tomb is None else admission.tomb
         base = state if state is not None and not admission.anew else GroupState(group_id=group_id)
         try:
-            state = apply(base, envelope, policy).state
+            outcome = apply(base, envelope, policy)
         except Exception:  # a rule's bug: the coordinator dead-letters the entry, which changes nothing
             continue
+        if not outcome.duplicate:
+            state = outcome.state
+            applied.append(q)
     return state, applied
 
 

@@ -172,8 +172,10 @@ def inbox(settings: Settings, as_json: bool) -> None:
     """
 
     async def read(client: Client, keys: Keys) -> tuple[list[GroupSummary], list[QueuedCommand], str]:
-        summaries = await load_summaries(client, keys, None)
+        # the queue first: a command applied meanwhile is then shown applied (its item gone), not open
+        # without it (an item that looks unanswered is answered again, and that answer refused)
         queued = human_commands(await load_queued(client, keys, range(keys.shards), human=True))
+        summaries = await load_summaries(client, keys, None)
         return summaries, queued, "" if as_json else await no_coordinator_note(client, keys)
 
     nothing: tuple[list[GroupSummary], list[QueuedCommand], str] = ([], [], "")

@@ -19,7 +19,10 @@ from bus.envelope import Payload, new_envelope
 from bus.keys import ConsumerGroup, StreamKind
 from bus.publisher import Publisher
 from bus.signals import DelegateWork
-from coordinator.queued import Queued, load_queued, queued_before
+from coordinator.policy import Policy
+from coordinator.queued import Queued, load_queued, projected, queued_before
+from coordinator.state import GroupState
+from coordinator.view import load_groups
 
 
 @pytest.fixture(autouse=True)
@@ -279,3 +282,27 @@ def test_an_entry_on_another_shard_than_its_group_is_not_counted(redis_url: str)
 
     asyncio.run(move())
     assert "no agent 'w' is known" in refused(redis_url, "resolve", "w", "--resolution", "fixed")
+
+
+def test_a_command_a_coordinator_commits_while_the_state_is_read_is_counted_once(redis_url: str) -> None:
+    """The queue is read before the committed state: an entry committed in between is in both (and
+    applied once), not in neither (the state read first, the command would be checked against the
+    question it answered still open)."""
+    agent_says(redis_url, "racer", "g", asks("racer", "Q1"))
+    coordinate(redis_url)
+    queued_as(ok(redis_url, "answer", "racer", "Q1=JWT"))
+
+    async def check() -> tuple[list[GroupState], list[Queued]]:
+        async with open_bus(redis_url) as bus:
+
+            async def load() -> list[GroupState]:
+                before = await load_groups(bus.client, bus.keys, "g", findings=False)
+                assert before[0].agents["racer"].questions is not None
+                await asyncio.to_thread(coordinate, redis_url)  # the answer is committed meanwhile
+                return before
+
+            return await projected(bus.client, bus.keys, load, "g", Policy())
+
+    [state], counted = asyncio.run(check())
+    assert state.agents["racer"].questions is None  # answered: the committed answer counted
+    assert counted == []  # and not as queued too
