@@ -99,13 +99,15 @@ class AgentBus:
         self.group_id = group_id
         self.verifier = verifier
         self.log = log
+        self.warn = log
+        """Where what went wrong is said (the CLI routes :attr:`log` to logging's INFO, this to WARNING)."""
         self.metrics = metrics
         """Where what this agent's output becomes is counted, if anywhere."""
         self.shard = keys.shard_of(group_id)
         self.signals = keys.stream(self.shard, StreamKind.SIGNALS)
         self._signals = self.signals.encode()
-        # self.log may be replaced later (the CLI routes it to logging): look it up at each call
-        self.sender = Sender(client, self.signals, lambda message: self.log(message))  # noqa: PLW0108
+        # self.warn may be replaced later (the CLI routes it to logging): look it up at each call
+        self.sender = Sender(client, self.signals, lambda message: self.warn(message))  # noqa: PLW0108
         """Where batches go, one at a time, in the order :meth:`publish` was called."""
         self._foreign_id_seen = False
         self.inbox = keys.inbox(self.shard, agent_id)
@@ -120,7 +122,7 @@ class AgentBus:
         first such mismatch is logged."""
         if not self._foreign_id_seen:
             self._foreign_id_seen = True
-            self.log(
+            self.warn(
                 f"{source}: a signal says agent_id {claimed!r}; it is published as agent {self.agent_id!r} "
                 "(--agent-id); further mismatches are not reported"
             )
@@ -190,7 +192,7 @@ class AgentBus:
         """What is published instead of an envelope over the size limit: a STOP_WORK error in place of
         a signal the agent waits on (:mod:`agents.lost`), else nothing."""
         why = f"it is {len(data)} bytes encoded, over the {MAX_ENVELOPE_BYTES}-byte limit of an envelope"
-        self.log(f"{self.agent_id}: {envelope.type.value} {envelope.id} not published: {why}")
+        self.warn(f"{self.agent_id}: {envelope.type.value} {envelope.id} not published: {why}")
         if self.metrics is not None:
             self.metrics.rejected.labels("too_large").inc()
         if envelope.type not in AWAITED:
@@ -380,7 +382,9 @@ class OutputStream:
             self.done = offset + 1
             if isinstance(item, ErrorItem):
                 line = item.line
-                self.bus.log(f"{self.bus.agent_id}: {self.source} line {line}: not published: {item.message}")
+                self.bus.warn(
+                    f"{self.bus.agent_id}: {self.source} line {line}: not published: {item.message}"
+                )
                 if self.bus.metrics is not None:
                     self.bus.metrics.rejected.labels("parse_error").inc()
                 if item.type in AWAITED:

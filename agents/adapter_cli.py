@@ -90,7 +90,13 @@ async def _with_inbox(
         )
 
     follower = InboxFollower(
-        consumer, deliverer, attempts=common.max_attempts, given_up=given_up, log=bus.log, metrics=bus.metrics
+        consumer,
+        deliverer,
+        attempts=common.max_attempts,
+        given_up=given_up,
+        log=bus.log,
+        warn=bus.warn,
+        metrics=bus.metrics,
     )
     stop = asyncio.Event()
     task = asyncio.create_task(follower.run(stop))
@@ -137,11 +143,11 @@ def _serve(settings: Settings, common: Common, body: Callable[[AgentBus], Awaita
         bus = await (_waiting_for(connecting) if common.wait_for_redis else connecting())
         if isinstance(bus, int):
             return bus  # stopped while it waited: nothing was started
-        bus.log = _log.info
+        bus.log, bus.warn = _log.info, _log.warning
         try:
             return await body(bus)
         except GaveUp as exc:
-            bus.log(_gave_up(bus, exc))
+            bus.warn(_gave_up(bus, exc))
             return exc.exit_status
         finally:
             await bus.client.aclose()

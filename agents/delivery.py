@@ -362,6 +362,7 @@ class InboxFollower:
         attempts: int,
         given_up: GivenUp | None = None,
         log: Callable[[str], None],
+        warn: Callable[[str], None] | None = None,
         metrics: AdapterMetrics | None = None,
     ) -> None:
         self.consumer = consumer
@@ -369,6 +370,8 @@ class InboxFollower:
         self.attempts = attempts
         self.given_up = given_up
         self.log = log
+        self.warn = warn or log
+        """What went wrong (a failed delivery), said at a level of its own."""
         self.metrics = metrics
         self.delivered = 0
 
@@ -379,7 +382,7 @@ class InboxFollower:
                 await self.consumer.ensure_group("0")
                 await self.consumer.run(self.handle, stop=stop)
             except BusError as exc:
-                self.log(f"inbox {self.consumer.stream}: {exc}; retrying")
+                self.warn(f"inbox {self.consumer.stream}: {exc}; retrying")
                 await wait_for(stop, 1.0)
 
     async def _holding(self, delivery: Delivery, work: Awaitable[None]) -> None:
@@ -391,7 +394,7 @@ class InboxFollower:
                 try:
                     await self.consumer.hold(delivery)
                 except BusError as exc:  # the next refresh tries again; ABANDONED_MS leaves room
-                    self.log(f"inbox {self.consumer.stream}: {exc}")
+                    self.warn(f"inbox {self.consumer.stream}: {exc}")
 
         refresher = asyncio.create_task(refresh())
         try:
@@ -406,11 +409,11 @@ class InboxFollower:
         directive = as_directive(envelope)
         if directive is None:
             why = not_a_directive(envelope)
-            self.log(f"inbox {self.consumer.stream}: {why}; dead-lettered")
+            self.warn(f"inbox {self.consumer.stream}: {why}; dead-lettered")
             return Ack.DEAD, why
         if delivery.deliveries > self.attempts:
             why = f"its attempt {self.attempts} of {self.attempts} was cut short"
-            self.log(f"delivering {directive.type.value} {envelope.id}: {why}")
+            self.warn(f"delivering {directive.type.value} {envelope.id}: {why}")
             return await self._give_up(directive, why)
         try:
             await self._holding(delivery, self.deliverer.deliver(directive))
@@ -419,7 +422,7 @@ class InboxFollower:
             return Ack.ACK
         except DeliveryFailed as exc:
             attempt = f"attempt {delivery.deliveries} of {self.attempts}"
-            self.log(f"delivering {directive.type.value} {envelope.id} failed ({attempt}): {exc}")
+            self.warn(f"delivering {directive.type.value} {envelope.id} failed ({attempt}): {exc}")
             if self.metrics is not None:
                 self.metrics.delivery_failures.labels(directive.type.value).inc()
             if delivery.deliveries >= self.attempts:
@@ -434,7 +437,7 @@ class InboxFollower:
     async def _give_up(self, directive: Directive, why: str) -> tuple[Ack, str]:
         """Tell ``given_up``, then have the directive dead-lettered (a failure to tell is a retry)."""
         told = "" if self.given_up is None else "; the parent is told (a STOP_WORK error)"
-        self.log(
+        self.warn(
             f"{directive.type.value} {directive.envelope.id} given up: it goes to the dead letters "
             f"(`subagent-bus tail --stream dead`){told}"
         )

@@ -194,7 +194,7 @@ async def import_file(
     try:
         checkpoint = Checkpoint.model_validate_json(raw) if raw is not None else Checkpoint()
     except ValidationError:
-        bus.log(f"checkpoint {key} is unreadable; importing {spec.path} again as a new generation")
+        bus.warn(f"checkpoint {key} is unreadable; importing {spec.path} again as a new generation")
         checkpoint = Checkpoint(generation=1)
     report = ImportReport()
     fd = open_file(spec.path, "a pipe cannot be imported resumably: use `subagent-bus findings add -`")
@@ -203,7 +203,9 @@ async def import_file(
             os.fstat(fd).st_size < checkpoint.read
             or fingerprints(fd, checkpoint.read) != (checkpoint.head, checkpoint.tail)
         ):
-            bus.log(f"{spec.path} changed before the imported offset; importing it again as a new generation")
+            bus.warn(
+                f"{spec.path} changed before the imported offset; importing it again as a new generation"
+            )
             checkpoint = Checkpoint(generation=checkpoint.generation + 1)
         await _import_from(bus, spec, fd, key, checkpoint, report)
     finally:

@@ -149,7 +149,7 @@ class Session:
         try:
             task = await self._start(argv, source, first=True)
         except DeliveryFailed as exc:
-            self.bus.log(str(exc))  # no agent ran, so nothing else would tell the terminal why
+            self.bus.warn(str(exc))  # no agent ran, so nothing else would tell the terminal why
             if self.signalled is not None:
                 code = 128 + self.signalled
                 await self._report_end(source, code, "", why=str(exc))
@@ -297,7 +297,7 @@ class Session:
             if time.monotonic() - exited_at - (self._redis_wait() - waited) >= _DRAIN_S:
                 break
         if not pumps.done():
-            self.bus.log(
+            self.bus.warn(
                 "the agent exited, but a process it started holds its output open: not read any more"
             )
             # Our ends of its pipes, closed now rather than when that process ends: the reads then end
@@ -361,7 +361,7 @@ class Session:
             sys.stdout.buffer.flush()
         except (OSError, ValueError) as exc:
             self._tee = False
-            self.bus.log(f"stopped copying the agent's output to stdout: {exc}")
+            self.bus.warn(f"stopped copying the agent's output to stdout: {exc}")
 
     async def _pump_stderr(self, reader: asyncio.StreamReader, tail: _Tail) -> None:
         sink: IO[bytes] | None = self._stderr_sink()

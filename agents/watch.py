@@ -156,7 +156,7 @@ class FileWatch:
         try:
             return Checkpoint.model_validate_json(raw)
         except ValidationError:
-            self.bus.log(f"checkpoint {self.key} is unreadable; starting {self.path} from byte 0")
+            self.bus.warn(f"checkpoint {self.key} is unreadable; starting {self.path} from byte 0")
             return Checkpoint(generation=1)
 
     async def _open(self) -> int | None:
@@ -200,7 +200,7 @@ class FileWatch:
                 why = "was truncated"
             else:
                 why = "no longer holds the bytes already read"
-            self.bus.log(
+            self.bus.warn(
                 f"{self.path} {why}{' while the adapter was away' if initial else ''}; starting over "
                 f"from byte 0 as generation {cp.generation + 1} (new envelope ids)"
             )

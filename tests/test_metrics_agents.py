@@ -164,6 +164,14 @@ async def test_adapter_counts_what_it_publishes_reads_rejects_and_delivers(
     assert any(m.startswith("delivered CLARIFICATION_RESPONSE") for m in messages)
     assert any("not published: STOP_WORK block" in m for m in messages)
 
+    # what went wrong is a warning, for log pipelines that keep only those; the rest is information
+    def levels(text: str) -> set[object]:
+        return {r["level"] for r in records if text in str(r["message"])}
+
+    assert levels("not published: STOP_WORK block") == {"warning"}
+    assert levels("delivering CLARIFICATION_RESPONSE") == {"warning"}  # its failures
+    assert levels("delivered CLARIFICATION_RESPONSE") == {"info"}
+
 
 async def request(bus: Bus, agent: str) -> None:
     launch = LaunchRequest(
