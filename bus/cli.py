@@ -13,13 +13,13 @@ import click
 
 from bus.acl import acl
 from bus.cli_connection import down
+from bus.entry import EXIT_INTERRUPTED
 from bus.retention import trim_command
 from bus.schema import schema
 from bus.tail_cli import tail
 
 __all__ = ["EXIT_INTERRUPTED", "main"]
 
-EXIT_INTERRUPTED = 130
 """Exit status of a command interrupted by Ctrl-C (SIGINT): 128 + 2."""
 
 
