@@ -196,19 +196,27 @@ def protocol_section() -> str:
     return "\n".join(parts) + "\n"
 
 
-def _read(path: Path) -> str | None:
+def _read(path: Path) -> bytes | None:
     try:
-        return path.read_text(encoding="utf-8-sig")  # a byte order mark (Windows editors) is no content
+        return path.read_bytes()
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise Conflict(f"cannot be read: {exc}") from None
 
 
-def _as_before(path: Path, content: str) -> str:
-    """``content`` (read and merged with LF line ends) with the line ends and byte order mark of the file
+def _text(raw: bytes) -> str:
+    """A file's text with LF line ends, without a byte order mark (Windows editors write one)."""
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise Conflict(f"cannot be read: {exc}") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _as_before(raw: bytes, content: str) -> str:
+    """``content`` (merged with LF line ends) with the line ends and byte order mark of the file ``raw``
     it replaces: init changes its own part of a file, not the rest of its lines."""
-    raw = path.read_bytes()
     if raw.count(b"\r\n") * 2 > raw.count(b"\n"):
         content = content.replace("\n", "\r\n")
     return "\ufeff" + content if raw.startswith(codecs.BOM_UTF8) else content
@@ -238,10 +246,11 @@ def plan(directory: Path, agent: AgentKind, url: str | None, force: bool) -> lis
     problems: list[str] = []
     for relative, merge in targets:
         try:
-            existing = _read(_inside(directory, relative))
+            raw = _read(_inside(directory, relative))
+            existing = None if raw is None else _text(raw)
             content, detail = merge(existing)
-            if content is not None and existing is not None:
-                content = _as_before(directory / relative, content)
+            if content is not None and raw is not None:
+                content = _as_before(raw, content)
             if content is not None and existing is not None and not _writable(directory / relative):
                 raise Conflict("it is read-only; make it writable for init to update it")
         except Conflict as exc:
