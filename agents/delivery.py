@@ -55,6 +55,7 @@ __all__ = [
     "InboxFollower",
     "PrintDelivery",
     "as_directive",
+    "delivery_problem",
     "end_marker",
     "fill",
     "not_a_directive",
@@ -172,6 +173,18 @@ def program_problem(argv: list[str]) -> str | None:
     if os.sep in program:
         return f"{program} is not an executable file"
     return f"{program!r} is not a program on PATH"
+
+
+def delivery_problem(spec: DeliverySpec) -> str | None:
+    """Why directives cannot be delivered by ``spec`` here, or None: its command's program (see
+    :func:`program_problem`), or its response file, a directory or in a directory that does not exist."""
+    if spec.kind is DeliveryKind.COMMAND:
+        return program_problem(list(spec.argv))
+    if spec.path is not None and spec.path.is_dir():
+        return f"{spec.path} is a directory"
+    if spec.path is not None and not spec.path.parent.is_dir():
+        return f"the directory of {spec.path} does not exist"
+    return None
 
 
 def fill(argv: list[str], values: Mapping[str, str | None]) -> list[str]:

@@ -10,7 +10,7 @@ import click
 
 from agents.delivery import DeliverySpec
 from agents.launcher import Launcher, LauncherOptions, log
-from agents.options import check_program, check_response_file
+from agents.options import check_delivery, check_program
 from agents.spawn import AGENT_FILE
 from bus.cli_connection import redis_options, run_command
 from bus.connection import connect
@@ -39,16 +39,13 @@ def _adapter_args(
             spec = DeliverySpec.parse(deliver)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--deliver") from None
-        if spec.argv:
-            check_program(list(spec.argv), "--deliver")
-        if spec.path is not None:
-            if AGENT_FILE not in spec.path.name:
-                raise click.BadParameter(
-                    f"file:{spec.path} would be one file for every agent the launcher starts, each reading "
-                    f"the others' directives: put {AGENT_FILE} in its name (file:directives/{AGENT_FILE}.md)",
-                    param_hint="'--deliver'",
-                )
-            check_response_file(spec.path)
+        if spec.path is not None and AGENT_FILE not in spec.path.name:
+            raise click.BadParameter(
+                f"file:{spec.path} would be one file for every agent the launcher starts, each reading "
+                f"the others' directives: put {AGENT_FILE} in its name (file:directives/{AGENT_FILE}.md)",
+                param_hint="'--deliver'",
+            )
+        check_delivery(spec)
         args += ["--deliver", deliver]
     if workdir is not None:
         args += ["--workdir", str(workdir.absolute())]

@@ -11,7 +11,7 @@ from typing import Any, Final, ParamSpec, TypeVar
 
 import click
 
-from agents.delivery import DeliveryKind, DeliverySpec, program_problem
+from agents.delivery import DeliverySpec, delivery_problem, program_problem
 from agents.transcript import Format
 from bus.display import has_control, unshown
 from bus.ops import Ops, ops_options
@@ -20,9 +20,9 @@ from bus.params import MILLISECONDS, FiniteFloatRange
 __all__ = [
     "MAX_ID_CHARS",
     "Common",
+    "check_delivery",
     "check_id",
     "check_program",
-    "check_response_file",
     "common_options",
     "format_option",
     "id_problem",
@@ -109,12 +109,11 @@ def check_program(argv: list[str], option: str) -> None:
         raise click.BadParameter(problem, param_hint=f"'{option}'")
 
 
-def check_response_file(path: Path) -> None:
-    """A usage error for a ``--deliver file:PATH`` that no directive could be appended to."""
-    if path.is_dir():
-        raise click.BadParameter(f"{path} is a directory", param_hint="'--deliver'")
-    if not path.parent.is_dir():
-        raise click.BadParameter(f"the directory of {path} does not exist", param_hint="'--deliver'")
+def check_delivery(spec: DeliverySpec) -> None:
+    """A usage error for a ``--deliver`` that could deliver nothing here (see :func:`delivery_problem`)."""
+    problem = delivery_problem(spec)
+    if problem is not None:
+        raise click.BadParameter(problem, param_hint="'--deliver'")
 
 
 def _read_task(path: str | None) -> str | None:
@@ -185,10 +184,8 @@ def common_options(command: Callable[P, R]) -> Callable[..., R]:
         values = {name: kwargs.pop(name) for name in _OPTION_FIELDS}
         task, fmt = _read_task(kwargs.pop("task_file")), Format(kwargs.pop("fmt"))
         common = Common(**values, task=task, fmt=fmt, ops=kwargs.pop("ops"))
-        if common.deliver is not None and common.deliver.kind is DeliveryKind.COMMAND:
-            check_program(list(common.deliver.argv), "--deliver")
-        if common.deliver is not None and common.deliver.path is not None:
-            check_response_file(common.deliver.path)
+        if common.deliver is not None:
+            check_delivery(common.deliver)
         return command(*args, common=common, **kwargs)  # type: ignore[arg-type]
 
     return ops_options(wrapper)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from agents.delivery import DeliveryKind, DeliverySpec, fill, program_problem
+from agents.delivery import DeliverySpec, delivery_problem, fill, program_problem
 from agents.identity import build_prompt
 from agents.orphans import PID_SUFFIX, Orphan, Proc, record
 from bus.cli_connection import NAMESPACE_ENV, URL_ENV
@@ -190,17 +190,13 @@ class Spawner:
         refuses its options exits before it reports anything, and its request would be acknowledged as
         started and its agent wait to be declared lost. Its program (given by a placeholder, known only
         now; or gone since the launcher started, being reinstalled), the --workdir (removed), and the
-        --deliver command's program or file (a directory now)."""
+        --deliver command's program or file (a directory now, or its directory removed)."""
         problem = program_problem(agent)
         workdir, deliver = (self._option(name) for name in ("--workdir", "--deliver"))
         if problem is None and workdir is not None and not Path(workdir).is_dir():
             problem = f"the --workdir {workdir} is no directory"
         if problem is None and deliver is not None:
-            spec = DeliverySpec.parse(_own_file(agent_id, deliver))
-            if spec.kind is DeliveryKind.COMMAND:
-                problem = program_problem(list(spec.argv))
-            elif spec.path is not None and spec.path.is_dir():
-                problem = f"the --deliver file {spec.path} is a directory"
+            problem = delivery_problem(DeliverySpec.parse(_own_file(agent_id, deliver)))
         return problem
 
     def _option(self, name: str) -> str | None:

@@ -484,12 +484,12 @@ async def test_a_second_signal_stops_a_launcher_whose_agent_ignores_sigterm(
     assert f"agent {agent} ended with exit status" in text
 
 
-@pytest.mark.parametrize("gone", ["program", "workdir", "placeholder", "resume"])
+@pytest.mark.parametrize("gone", ["program", "workdir", "placeholder", "resume", "answers"])
 async def test_a_command_the_adapter_would_refuse_is_a_start_that_failed(
     redis_url: str, tmp_path: Path, gone: str
 ) -> None:
     """A program removed while the launcher runs (being reinstalled), one given by a placeholder that is no
-    program, a --workdir or the --deliver command's program removed: tried again, then dead-lettered, not taken for started while the
+    program, a --workdir, the --deliver command's program or its file's directory removed: tried again, then dead-lettered, not taken for started while the
     adapter refused it (it exits before it reports anything)."""
     program = tmp_path / "agent-bin.sh"
     program.write_text("echo hi\n")
@@ -499,12 +499,15 @@ async def test_a_command_the_adapter_would_refuse_is_a_start_that_failed(
     resume = tmp_path / "resume.sh"
     resume.write_text("echo hi\n")
     resume.chmod(0o755)
+    answers = tmp_path / "answers"
+    answers.mkdir()
+    deliver = f"file:{answers}/{{agent_id}}.md" if gone == "answers" else f"command:{resume} {{prompt}}"
     command = "{prompt_file} {agent_id}" if gone == "placeholder" else f"{program} {{agent_id}}"
     log = tmp_path / "launcher.log"
     args = [
         *launcher_args(tmp_path, command),
         *("--max-attempts", "2", "--reclaim-ms", "50", "--workdir", str(workdir)),
-        *("--deliver", f"command:{resume} {{prompt}}"),
+        *("--deliver", deliver),
     ]
     async with open_bus(redis_url) as bus:
         tasks = bus.stream(GROUP, StreamKind.TASKS)
@@ -520,6 +523,8 @@ async def test_a_command_the_adapter_would_refuse_is_a_start_that_failed(
             workdir.rmdir()
         elif gone == "resume":
             resume.unlink()
+        elif gone == "answers":
+            answers.rmdir()
         agent = await request(bus, 0)
 
         async def dead_lettered() -> bool:
@@ -534,6 +539,7 @@ async def test_a_command_the_adapter_would_refuse_is_a_start_that_failed(
         "workdir": f"the --workdir {workdir} is no directory",
         "placeholder": f"{tmp_path / 'prompts' / agent}.md is not an executable file",
         "resume": f"{resume} is not an executable file",
+        "answers": f"the directory of {answers / agent}.md does not exist",
     }[gone]
     assert dead[b"reason"].decode() == f"cannot start agent {agent}: {why}"
     assert f"launched {agent}" not in log.read_text()
