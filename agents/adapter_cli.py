@@ -21,11 +21,11 @@ from agents.delivery import (
     DeliveryKind,
     Directive,
     FileDelivery,
-    InboxFollower,
     PrintDelivery,
 )
 from agents.delivery import Runner as DeliveryRunner
 from agents.findings_io import import_findings
+from agents.inbox_follower import InboxFollower
 from agents.lost import undelivered
 from agents.options import Common, check_program, common_options
 from agents.process import ProcessOptions, Session

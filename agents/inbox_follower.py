@@ -1,0 +1,127 @@
+"""Following an agent's inbox: each directive delivered, acknowledged once delivered, and given up on
+after its attempts (the parent then told, see :class:`InboxFollower`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from agents.delivery import (
+    HOLD_REFRESH_S,
+    AgentDone,
+    Deliverer,
+    DeliveryFailed,
+    Directive,
+    as_directive,
+    not_a_directive,
+)
+from bus.consumer import Ack, Consumer, Delivery
+from bus.errors import BusError
+from bus.metrics import AdapterMetrics
+from bus.waits import wait_for
+
+__all__ = ["GivenUp", "InboxFollower"]
+
+GivenUp = Callable[[Directive, str], Awaitable[None]]
+"""Told of a directive given up on and why, before it is dead-lettered."""
+
+
+class InboxFollower:
+    """Delivers the directives of one agent's inbox, acknowledging each once delivered.
+
+    A directive is tried ``attempts`` times. The consumer is to allow one delivery more: a directive
+    whose last attempt was cut short (the adapter killed, the server lost before the failure was
+    settled) comes back once more and is given up on then, so ``given_up`` hears of every directive
+    given up on, at least once, before it is dead-lettered.
+    """
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        deliverer: Deliverer,
+        *,
+        attempts: int,
+        given_up: GivenUp | None = None,
+        log: Callable[[str], None],
+        warn: Callable[[str], None] | None = None,
+        metrics: AdapterMetrics | None = None,
+    ) -> None:
+        self.consumer = consumer
+        self.deliverer = deliverer
+        self.attempts = attempts
+        self.given_up = given_up
+        self.log = log
+        self.warn = warn or log
+        """What went wrong (a failed delivery), said at a level of its own."""
+        self.metrics = metrics
+        self.delivered = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Follow the inbox until ``stop``; an unreachable server is waited for, not fatal."""
+        while not stop.is_set():
+            try:
+                await self.consumer.ensure_group("0")
+                await self.consumer.run(self.handle, stop=stop)
+            except BusError as exc:
+                self.warn(f"inbox {self.consumer.stream}: {exc}; retrying")
+                await wait_for(stop, 1.0)
+
+    async def _holding(self, delivery: Delivery, work: Awaitable[None]) -> None:
+        """Run ``work`` while the entry is made fresh every :data:`HOLD_REFRESH_S` (it may take minutes)."""
+
+        async def refresh() -> None:
+            while True:
+                await asyncio.sleep(HOLD_REFRESH_S)
+                try:
+                    await self.consumer.hold(delivery)
+                except BusError as exc:  # the next refresh tries again; ABANDONED_MS leaves room
+                    self.warn(f"inbox {self.consumer.stream}: {exc}")
+
+        refresher = asyncio.create_task(refresh())
+        try:
+            await work
+        finally:
+            refresher.cancel()
+
+    async def handle(self, delivery: Delivery) -> Ack | tuple[Ack, str]:
+        envelope = delivery.envelope
+        if envelope is None:
+            return Ack.DEAD
+        directive = as_directive(envelope)
+        if directive is None:
+            why = not_a_directive(envelope)
+            self.warn(f"inbox {self.consumer.stream}: {why}; dead-lettered")
+            return Ack.DEAD, why
+        if delivery.deliveries > self.attempts:
+            why = f"its attempt {self.attempts} of {self.attempts} was cut short"
+            self.warn(f"delivering {directive.type.value} {envelope.id}: {why}")
+            return await self._give_up(directive, why)
+        try:
+            await self._holding(delivery, self.deliverer.deliver(directive))
+        except AgentDone as exc:
+            self.log(f"{directive.type.value} {envelope.id} not delivered: {exc}")
+            return Ack.ACK
+        except DeliveryFailed as exc:
+            attempt = f"attempt {delivery.deliveries} of {self.attempts}"
+            self.warn(f"delivering {directive.type.value} {envelope.id} failed ({attempt}): {exc}")
+            if self.metrics is not None:
+                self.metrics.delivery_failures.labels(directive.type.value).inc()
+            if delivery.deliveries >= self.attempts:
+                return await self._give_up(directive, f"{exc} ({attempt})")
+            raise
+        self.delivered += 1
+        if self.metrics is not None:
+            self.metrics.delivered.labels(directive.type.value).inc()
+        self.log(f"delivered {directive.type.value} {envelope.id} ({self.deliverer.name})")
+        return Ack.ACK
+
+    async def _give_up(self, directive: Directive, why: str) -> tuple[Ack, str]:
+        """Tell ``given_up``, then have the directive dead-lettered (a failure to tell is a retry)."""
+        told = "" if self.given_up is None else "; the parent is told (a STOP_WORK error)"
+        self.warn(
+            f"{directive.type.value} {directive.envelope.id} given up: it goes to the dead letters "
+            f"(`subagent-bus tail --stream dead`){told}"
+        )
+        if self.given_up is not None:
+            await self.given_up(directive, why)
+        return Ack.DEAD, f"not delivered ({self.deliverer.name}): {why}"
