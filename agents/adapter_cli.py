@@ -82,9 +82,12 @@ async def _with_inbox(
     )
 
     async def given_up(directive: Directive, why: str) -> None:
+        if bus.completed:  # nothing waits for it (a delivery would have been refused: AgentDone)
+            return
         # One id per directive: told twice (a crash between this and the dead letter), it is one entry.
         stop = undelivered(bus.agent_id, directive.type.value, directive.envelope.id, deliverer.name, why)
         id = deterministic_id(bus.agent_id, f"undelivered:{directive.envelope.id}", 0)
+        bus.warn(f"{directive.type.value} {directive.envelope.id}: the parent is told (a STOP_WORK error)")
         await bus.publish(
             [new_envelope(stop, agent_id=bus.agent_id, group_id=bus.group_id, source="deliver", id=id)]
         )

@@ -93,7 +93,10 @@ class InboxFollower:
             self.warn(f"inbox {self.consumer.stream}: {why}; dead-lettered")
             return Ack.DEAD, why
         if delivery.deliveries > self.attempts:
-            why = f"its attempt {self.attempts} of {self.attempts} was cut short"
+            why = (
+                f"its attempt {self.attempts} of {self.attempts} was cut short (the adapter stopped, or lost "
+                "the server, before it was settled), and whether it reached the agent is not known"
+            )
             self.warn(f"delivering {directive.type.value} {envelope.id}: {why}")
             return await self._give_up(directive, why)
         try:
@@ -117,10 +120,9 @@ class InboxFollower:
 
     async def _give_up(self, directive: Directive, why: str) -> tuple[Ack, str]:
         """Tell ``given_up``, then have the directive dead-lettered (a failure to tell is a retry)."""
-        told = "" if self.given_up is None else "; the parent is told (a STOP_WORK error)"
         self.warn(
             f"{directive.type.value} {directive.envelope.id} given up: it goes to the dead letters "
-            f"(`subagent-bus tail --stream dead`){told}"
+            "(`subagent-bus tail --stream dead`)"
         )
         if self.given_up is not None:
             await self.given_up(directive, why)

@@ -64,16 +64,17 @@ def lost_signal(agent_id: str, type_: EnvelopeType, where: str, why: str) -> Sto
 
 
 def undelivered(agent_id: str, what: str, directive_id: str, how: str, why: str) -> StopWork:
-    """The STOP_WORK error published when the coordinator's ``what`` (directive ``directive_id``) could
-    not be handed to the agent by ``how`` for the reason ``why``, and was given up on."""
+    """The STOP_WORK error published when the coordinator's ``what`` (directive ``directive_id``) was
+    given up on for the reason ``why``: not handed to the agent by ``how``, or not known to be (an
+    attempt cut short may have handed it)."""
     return StopWork(
         agent_id=agent_id,
         stop_reason=StopReason.ERROR,
         blocker_type=BlockerType.ERROR,
         details=(
-            f"The coordinator's {what} (directive {directive_id}) could not be handed to the agent "
-            f"({how}): {why}. It went to the dead letters (`subagent-bus tail --stream dead`) and the "
-            "agent did not get it: it may wait for it, or have ended. Resolve this with what the agent "
-            "needs (the same answer again, shorter, say), or choose a recovery."
+            f"The coordinator's {what} (directive {directive_id}) was given up on ({how}): {why}. It "
+            "went to the dead letters (`subagent-bus tail --stream dead`), and the agent may not have "
+            "got it: it may wait for it, or have ended. Resolve this with what the agent needs (the "
+            "same answer again, shorter, say), or choose a recovery."
         ),
     )

@@ -176,7 +176,7 @@ async def projected(
     queued = await load_queued(client, keys, shards)
     known = {g.group_id: g for g in await load()}
     queued_ids = {q.envelope.group_id for q in queued if q.envelope.type is not EnvelopeType.TICK}
-    for gid in sorted(queued_ids):
+    for gid in sorted(g for g in queued_ids if group_id in (None, g)):  # the shard's others are not asked
         state = await _with_window(client, keys, gid)
         if state is None:
             known.pop(gid, None)  # retired meanwhile

@@ -237,7 +237,7 @@ async def test_a_delivery_failing_every_time_is_dead_lettered(bus_url: str, tmp_
         # the parent is told: the agent did not get its answer
         [stop] = await bus.of_type(GROUP, T.STOP_WORK)
         assert isinstance(stop.payload, StopWork) and stop.payload.stop_reason is StopReason.ERROR
-        assert f"CLARIFICATION_RESPONSE (directive {sent.id}) could not be handed" in stop.payload.details
+        assert f"CLARIFICATION_RESPONSE (directive {sent.id}) was given up on" in stop.payload.details
         assert "resume refused" in stop.payload.details and stop.agent_id == "d3"
     adapter.send_signal(signal.SIGTERM)
     assert await exited(adapter, 20) == 0
@@ -277,8 +277,9 @@ async def test_a_last_attempt_cut_short_by_kill_9_is_given_up_after_the_restart(
         await wait_until(dead, 30, "the directive to be given up on")
         [stop] = await bus.of_type(GROUP, T.STOP_WORK)
         assert isinstance(stop.payload, StopWork)
-        assert f"(directive {sent.id}) could not be handed" in stop.payload.details
+        assert f"(directive {sent.id}) was given up on" in stop.payload.details
         assert "its attempt 1 of 1 was cut short" in stop.payload.details
+        assert "whether it reached the agent is not known" in stop.payload.details
         assert await pending(bus, "d8") == 0
         second.send_signal(signal.SIGTERM)
         assert await exited(second, 20) == 0

@@ -16,8 +16,9 @@ from test_human_commands import DELEGATE, agent_says, clarify, cli, coordinate, 
 from bus.consumer import stream_entries
 from bus.directives import AnswerItem, HumanAnswer, HumanResolve
 from bus.envelope import Payload, new_envelope
-from bus.keys import ConsumerGroup, StreamKind
+from bus.keys import DEFAULT_SHARDS, ConsumerGroup, Keys, StreamKind
 from bus.publisher import Publisher
+from bus.settings import DEFAULT_NAMESPACE
 from bus.signals import DelegateWork
 from coordinator.policy import Policy
 from coordinator.queued import Queued, load_queued, projected, queued_before
@@ -306,3 +307,15 @@ def test_a_command_a_coordinator_commits_while_the_state_is_read_is_counted_once
     [state], counted = asyncio.run(check())
     assert state.agents["racer"].questions is None  # answered: the committed answer counted
     assert counted == []  # and not as queued too
+
+
+def test_group_is_honoured_while_another_group_of_its_shard_has_entries_queued(redis_url: str) -> None:
+    """The queue is read by shard: another group's queued entries there are not the command's groups."""
+    keys = Keys(DEFAULT_NAMESPACE, DEFAULT_SHARDS)
+    assert keys.shard_of("g1") == keys.shard_of("gc")
+    agent_says(redis_url, "someone", "g1", stop("someone"))
+    agent_says(redis_url, "w", "gc", stop("w"))
+    coordinate(redis_url)
+    agent_says(redis_url, "other", "gc", stop("other"))  # queued in gc
+    error = refused(redis_url, "resolve", "w", "--group", "g1", "--resolution", "fixed")
+    assert "no agent 'w' in group 'g1'" in error, error
