@@ -450,6 +450,28 @@ def test_a_requester_that_finished_meanwhile_gets_no_directive() -> None:
     assert kinds(outcome)[-1] is DecisionType.DELEGATION_APPROVED
 
 
+def test_a_blocking_request_still_waiting_for_a_human_is_withdrawn_when_its_requester_finishes() -> None:
+    """Nothing would wait for its delegate's results: denied, so the group settles and no human is asked
+    (a parallel request's work stands on its own, and waits on)."""
+    feed = Feed()
+    blocking = delegate(independence="blocks_current_work", priority="P2", task=BLOCKING_TASK)
+    parallel = delegate(priority="P2", stamp="2026-01-11T10:05:00-05:00")
+    feed.send(blocking, REQUESTER)
+    feed.send(parallel, REQUESTER)
+    outcome = feed.send(completion(REQUESTER), REQUESTER)
+    withdrawn = feed.state.delegations[blocking.request_id()]
+    assert withdrawn.status is DelegationStatus.DENIED
+    assert withdrawn.reason is not None and withdrawn.reason.startswith(f"withdrawn: {REQUESTER} finished")
+    assert feed.state.delegations[parallel.request_id()].status is DelegationStatus.PENDING_HUMAN
+    denied = [d for d in decisions(outcome) if d.decision is DecisionType.DELEGATION_DENIED]
+    assert [d.request_id for d in denied] == [blocking.request_id()]
+    assert of_type(outcome, EnvelopeType.DELEGATION_DENIED) == []  # the requester finished: no directive
+    refused = feed.send(HumanApprove(request_id=blocking.request_id()), "human")
+    assert kinds(refused) == [DecisionType.REJECTED]
+    feed.send(HumanDeny(request_id=parallel.request_id(), reason="not now"), "human")
+    assert summarize(feed.state).status is not None  # settled
+
+
 def test_a_blocking_delegate_declared_lost_that_completes_resumes_the_requester_with_its_results() -> None:
     """Slow, not gone: its results reach the requester, which waited for its retry by then; the retry's
     later loss is no news to the requester and no escalation."""

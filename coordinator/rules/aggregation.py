@@ -13,6 +13,8 @@
   after all, a severity conflict begins or ends.
 - An escalation waits for a human until ``dismiss`` (:func:`on_dismiss`) takes it off the list; the
   events stream keeps both decisions.
+- An agent that finishes while a ``blocks_current_work`` request of its own waits for a human has that
+  request withdrawn (denied): nothing waits for its results any more.
 - An agent that finishes while a blocker of its own is open, or stops after it finished, leaves that
   blocker unresolved (:func:`unresolved`): nothing will resume it, so it is kept as a violation and its
   group is reviewed rather than continued. The blocker is often the adapter's word that a result report
@@ -24,7 +26,7 @@ from __future__ import annotations
 from bus.directives import AnswerItem, DelegationCompleted, HumanDismiss, LaunchReason
 from bus.events import AgentState, DecisionType
 from bus.results import ResultStatus
-from bus.signals import ClarificationNeeded, QuestionType, StopWork
+from bus.signals import ClarificationNeeded, Independence, QuestionType, StopWork
 from coordinator.rules.ids import retry_agent_id, retry_request_id
 from coordinator.rules.launch import Launch, deliver, launch
 from coordinator.rules.step import Rejected, Step, still_held
@@ -32,6 +34,7 @@ from coordinator.state import (
     FINAL_STATES,
     AgentRecord,
     Completion,
+    DelegationStatus,
     Escalation,
     GroupState,
     GroupVerdict,
@@ -86,6 +89,7 @@ def finish(
     detail = f"{completion.status.value}: {_first_line(completion.summary)} (group: {group})"
     step.decide(decision, agent_id, detail, state=state)
     record = step.agent(agent_id)
+    _withdraw_blocking_requests(step, record)
     if completion.status is ResultStatus.FAILED:
         _handle_failure(step, record, completion)
     else:
@@ -107,6 +111,31 @@ def _withdraw_escalations(step: Step, record: AgentRecord) -> None:
     for agent_id in settled:
         detail = f"withdrawn: the work was completed by {record.agent_id}"
         step.decide(DecisionType.ESCALATION_DISMISSED, agent_id, detail)
+
+
+def _withdraw_blocking_requests(step: Step, record: AgentRecord) -> None:
+    """A request of the agent's that blocks its work and still waits for a human is moot once it has
+    finished: nothing waits for the delegate's results (the checklist refuses such a request from a
+    finished agent for that reason). It is denied, so that the group can settle and no human is asked."""
+    moot = [
+        d
+        for d in step.state.delegations.values()
+        if d.requester_id == record.agent_id
+        and d.status is DelegationStatus.PENDING_HUMAN
+        and d.request.independence is Independence.BLOCKS_CURRENT_WORK
+    ]
+    if not moot:
+        return
+    reason = (
+        f"withdrawn: {record.agent_id} finished ({record.state.value}) before a human decided, and "
+        "nothing waits for the results of blocks_current_work any more"
+    )
+    denied = {
+        d.request_id: d.model_copy(update={"status": DelegationStatus.DENIED, "reason": reason}) for d in moot
+    }
+    step.replace(delegations={**step.state.delegations, **denied})
+    for request_id in denied:
+        step.decide(DecisionType.DELEGATION_DENIED, record.agent_id, reason, request_id=request_id)
 
 
 def unresolved(step: Step, agent_id: str, stop: StopWork) -> None:
