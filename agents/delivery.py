@@ -58,6 +58,7 @@ __all__ = [
     "program_problem",
     "run_command",
     "split_template",
+    "write_all",
 ]
 
 GROUP: Final = ConsumerGroup.ADAPTER.value
@@ -208,6 +209,19 @@ class Deliverer(Protocol):
         """Hand the directive to the agent; raise :class:`DeliveryFailed` when that did not happen."""
 
 
+def write_all(out: IO[bytes], data: bytes) -> None:
+    """Write every byte of ``data`` to ``out`` and flush; ``OSError`` when that did not happen. A
+    buffered stream's ``write`` returns a short count, without an error, when the reader of a pipe goes
+    away in the middle of a large write: the rest is tried again, which then fails."""
+    view = memoryview(data)
+    while view:
+        written = out.write(view)
+        if not written:  # None: a non-blocking stream that took nothing
+            raise OSError(f"{len(data) - len(view)} of {len(data)} bytes written")
+        view = view[written:]
+    out.flush()
+
+
 class PrintDelivery:
     """The prompt on a byte stream (the adapter's stdout), then its end marker."""
 
@@ -220,8 +234,7 @@ class PrintDelivery:
         try:
             if self.out is None:  # the adapter was started with its stdout closed (`>&-`)
                 raise OSError("stdout is closed")
-            self.out.write(_framed(directive))
-            self.out.flush()
+            write_all(self.out, _framed(directive))
         except (OSError, ValueError) as exc:
             raise DeliveryFailed(f"cannot print the prompt: {exc}") from None
 

@@ -56,7 +56,7 @@ from typing import IO, Any, Final, TypeVar
 import click
 
 from agents.adapter import AgentBus, connect_bus, stderr_log
-from agents.delivery import ABANDONED_MS, GROUP, Directive, as_directive, not_a_directive
+from agents.delivery import ABANDONED_MS, GROUP, Directive, as_directive, not_a_directive, write_all
 from agents.inbox_pending import CONSUMER, InboxPending
 from agents.options import check_id
 from bus.cli_connection import redis_options, run_command
@@ -300,8 +300,7 @@ def render(received: Received, as_json: bool) -> bytes:
 
 def write_out(data: bytes, out: IO[bytes]) -> None:
     """Write and flush (and fsync when ``out`` is a regular file); ``OSError`` when that failed."""
-    out.write(data)
-    out.flush()
+    write_all(out, data)
     try:
         fd = out.fileno()
         if stat.S_ISREG(os.fstat(fd).st_mode):

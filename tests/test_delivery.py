@@ -127,6 +127,23 @@ async def test_print_delivery() -> None:
     assert text.endswith(f"{end_marker(found)}\n\n")
 
 
+class _ReaderGone(io.BytesIO):
+    """A pipe whose reader went away after 100 bytes: a short count, then a broken pipe (as a buffered
+    stdout behaves)."""
+
+    def write(self, data: Any) -> int:
+        if self.tell():
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(bytes(data)[:100])
+
+
+async def test_print_delivery_of_a_prompt_its_reader_took_only_part_of_failed() -> None:
+    found = as_directive(directive())
+    assert found is not None
+    with pytest.raises(DeliveryFailed, match=r"cannot print the prompt: .*Broken pipe"):
+        await PrintDelivery(_ReaderGone()).deliver(found)
+
+
 async def test_file_delivery_appends_once(tmp_path: Path) -> None:
     path = tmp_path / "responses.md"
     first = as_directive(directive("both"))

@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -381,6 +382,31 @@ async def test_a_directive_that_cannot_be_printed_stays_for_the_next_listener(re
         assert code == EXIT_RECEIVED, err
         assert out.decode() == sent.payload.render() + "\n"  # type: ignore[union-attr]
         assert await pending(bus, "a1") == 0
+
+
+def _reader_of(count: int) -> subprocess.Popen[bytes]:
+    """A process that reads ``count`` bytes of its stdin and exits."""
+    return subprocess.Popen([sys.executable, "-c", f"import os; os.read(0, {count})"], stdin=subprocess.PIPE)
+
+
+async def test_a_directive_its_reader_took_only_part_of_stays_for_the_next_listener(redis_url: str) -> None:
+    """A reader that goes away in the middle of a large directive (`| head -c 100`) leaves it unread: a
+    short write is a failure, not a print."""
+    async with open_bus(redis_url) as bus:
+        sent = directive("a9", answer="y" * 120_000)  # more than a pipe holds
+        await Publisher(bus.client, bus.keys).send_directive(sent)
+        reader = _reader_of(100)
+        assert reader.stdin is not None
+        cut = listener(redis_url, "a9", stdout=reader.stdin.fileno())
+        reader.stdin.close()
+        assert await exited(cut, 20) == EXIT_ERROR
+        reader.wait(timeout=20)
+        assert cut.stderr is not None
+        assert b"it stays in the inbox for the next listener" in cut.stderr.read()
+        whole = listener(redis_url, "a9", "--claim-idle-ms", "200", "--timeout", "15")
+        out, err = await asyncio.to_thread(whole.communicate, timeout=30)  # read while it prints
+        assert whole.returncode == EXIT_RECEIVED, err
+        assert out.decode() == sent.payload.render() + "\n"  # type: ignore[union-attr]
 
 
 def _stdout_closed(url: str, agent: str) -> subprocess.Popen[bytes]:
