@@ -49,7 +49,8 @@ __all__ = ["commands", "mcp"]
     type=FiniteFloatRange(min=0.1),
     default=30.0,
     show_default=True,
-    help="Seconds a tool call waits for an unreachable bus before it reports an error.",
+    help="Seconds a publishing tool call waits for an unreachable bus (one restarting, say) before it "
+    "reports an error (a status or wait_for_directive call reports one at once).",
 )
 @click.option(
     "--claim-idle-ms",

@@ -47,7 +47,7 @@ from agents.mcp_stdio import screened_stdio
 from agents.parser import describe_errors
 from bus.connection import translated
 from bus.envelope import MAX_ENVELOPE_BYTES, Payload, content_id, encode
-from bus.errors import BusError
+from bus.errors import BusError, ConnectionFailed
 from bus.events import AgentState
 from bus.findings import Finding
 from bus.results import ResultReport
@@ -66,6 +66,8 @@ __all__ = [
     "payload_of",
 ]
 
+_CONNECT_RETRY_S: Final = 0.2
+_CONNECT_RETRY_MAX_S: Final = 5.0
 _WAIT_HINT: Final = (
     " Wait for the answer now: call wait_for_directive, or run `subagent-bus listen` in the background "
     "and end your turn."
@@ -211,6 +213,8 @@ class ProtocolServer:
         self.source = f"mcp:{uuid.uuid4().hex[:12]}"
         self.tools = {tool.name: tool for tool in PROTOCOL_TOOLS}
         self._bus: AgentBus | None = None
+        self._unreachable = ""
+        """Why the last try to connect failed, for a call that timed out waiting."""
         self._connecting = asyncio.Lock()
         self._unacked: dict[types.RequestId, Callable[[], Awaitable[None]]] = {}
         """Per request, the acknowledgement of the directive its reply carries, until that is written."""
@@ -294,7 +298,7 @@ class ProtocolServer:
         payload = payload_of(tool, arguments, identity.agent_id)
         try:
             async with asyncio.timeout(self.publish_timeout_s):  # connecting included
-                bus = await self._connected()
+                bus = await self._connected(waiting=True)
                 envelope = bus.envelope(
                     payload, source=self.source, id=call_id(tool, payload, identity.agent_id)
                 )
@@ -305,6 +309,13 @@ class ProtocolServer:
                     )
                 await bus.publish([envelope])
         except TimeoutError:
+            if self._bus is None:
+                why = f" ({self._unreachable})" if self._unreachable else ""
+                return _text(
+                    f"the bus could not be reached within {self.publish_timeout_s:g}s{why}; the "
+                    f"{tool.name} call was not published",
+                    error=True,
+                )
             return _text(
                 f"the bus did not answer within {self.publish_timeout_s:g}s; the {tool.name} call "
                 "may or may not have been published",
@@ -382,13 +393,24 @@ class ProtocolServer:
             )
         return self.identity
 
-    async def _connected(self) -> AgentBus:
+    async def _connected(self, *, waiting: bool = False) -> AgentBus:
+        """The connection to the bus, made at the first call. ``waiting``: an unreachable server is tried
+        again, after a wait that doubles, until the caller's timeout (a publishing call waits for the bus
+        as it does once connected); else its error is the call's."""
         identity = self._identity()
+        delay = _CONNECT_RETRY_S
         async with self._connecting:
-            if self._bus is None:
-                self._bus = await connect_bus(
-                    self.settings, identity.agent_id, identity.group_id, workdir=self.workdir
-                )
+            while self._bus is None:
+                try:
+                    self._bus = await connect_bus(
+                        self.settings, identity.agent_id, identity.group_id, workdir=self.workdir
+                    )
+                except ConnectionFailed as exc:
+                    if not waiting:
+                        raise
+                    self._unreachable = str(exc)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, _CONNECT_RETRY_MAX_S)
             return self._bus
 
 

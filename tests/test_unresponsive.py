@@ -30,7 +30,7 @@ from bus.cli import EXIT_INTERRUPTED
 from bus.cli_connection import run_command
 from bus.connection import as_text, connect
 from bus.consumer import Ack, Consumer
-from bus.embedded import RedisProcess
+from bus.embedded import RedisProcess, free_port
 from bus.envelope import encode
 from bus.errors import ConfigError, ConnectionFailed
 from bus.keys import Keys
@@ -381,5 +381,17 @@ async def test_an_mcp_tool_call_gives_up_at_its_publish_timeout_connecting_inclu
     async with session(silent.url, "--publish-timeout", "1", "--socket-timeout", "20") as client:
         result = await call(client, "report_progress", {"percent": 5})
     assert result.is_error
-    assert "the bus did not answer within 1s; the report_progress call" in text_of(result)
+    assert "the bus could not be reached within 1s; the report_progress call was not published" in text_of(
+        result
+    )
     assert asyncio.get_running_loop().time() - started < 15  # the socket timeout was 20 s
+
+
+async def test_an_mcp_tool_call_waits_its_publish_timeout_for_a_server_that_is_down() -> None:
+    """Not an error at the first refused connection: a server restarting is waited for, as once connected."""
+    async with session(f"redis://127.0.0.1:{free_port()}/0", "--publish-timeout", "1") as client:
+        result = await call(client, "report_progress", {"percent": 5})
+    assert result.is_error
+    text = text_of(result)
+    assert text.startswith("the bus could not be reached within 1s (Redis unavailable"), text
+    assert text.endswith("; the report_progress call was not published"), text
