@@ -12,9 +12,10 @@ hands each directive's rendered resume prompt to the agent by one method:
   command is executed without a shell: a prompt holding ``; rm -rf /`` or quotes is one literal argument.
 
 A directive is acknowledged only once delivered (:mod:`agents.inbox_follower`); a failed delivery is
-retried after ``retry_ms``, and dead-lettered with the reason after ``max_attempts``, the parent told. Delivery is at least once: a killed adapter
-redelivers what it had not acknowledged. An envelope that is no directive for an agent (a launch
-request, a signal: only the coordinator writes inboxes) is dead-lettered with that reason.
+retried after ``retry_ms``, and dead-lettered with the reason after ``max_attempts``, the parent told.
+Delivery is at least once: a killed adapter redelivers what it had not acknowledged. An envelope that is
+no directive for an agent (a launch request, a signal: only the coordinator writes inboxes) is
+dead-lettered with that reason.
 """
 
 from __future__ import annotations

@@ -20,8 +20,6 @@ from bus.tail_cli import tail
 
 __all__ = ["EXIT_INTERRUPTED", "main"]
 
-"""Exit status of a command interrupted by Ctrl-C (SIGINT): 128 + 2."""
-
 
 class _Root(click.Group):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:

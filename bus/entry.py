@@ -15,6 +15,7 @@ from types import FrameType
 __all__ = ["EXIT_INTERRUPTED", "main"]
 
 EXIT_INTERRUPTED = 130
+"""Exit status of a command interrupted by Ctrl-C (SIGINT): 128 + 2."""
 
 
 def _interrupted(signum: int, frame: FrameType | None) -> None:
