@@ -35,7 +35,7 @@ from agents.watch import FileWatch, WatchOptions
 from bus.cli_connection import redis_options, run_command
 from bus.consumer import Consumer
 from bus.envelope import deterministic_id, new_envelope
-from bus.errors import ConnectionFailed
+from bus.errors import ConnectionFailed, CredentialsRefused
 from bus.metrics import AdapterMetrics
 from bus.params import FiniteFloatRange
 from bus.settings import Settings
@@ -197,6 +197,8 @@ async def _connected(connect: Callable[[], Awaitable[AgentBus]], stopped: asynci
     while True:
         try:
             return await connect()  # a try is bounded by the socket timeout
+        except CredentialsRefused:
+            raise  # no outage: waiting would not end it
         except ConnectionFailed as exc:
             if stopped.is_set():
                 return None

@@ -47,7 +47,7 @@ from agents.mcp_stdio import screened_stdio
 from agents.parser import describe_errors
 from bus.connection import translated
 from bus.envelope import MAX_ENVELOPE_BYTES, Payload, content_id, encode
-from bus.errors import BusError, ConnectionFailed
+from bus.errors import BusError, ConnectionFailed, CredentialsRefused
 from bus.events import AgentState
 from bus.findings import Finding
 from bus.results import ResultReport
@@ -399,19 +399,23 @@ class ProtocolServer:
         as it does once connected); else its error is the call's."""
         identity = self._identity()
         delay = _CONNECT_RETRY_S
-        async with self._connecting:
-            while self._bus is None:
+        while True:
+            async with self._connecting:  # one try at a time; the waits between them hold no one up
+                if self._bus is not None:
+                    return self._bus
                 try:
                     self._bus = await connect_bus(
                         self.settings, identity.agent_id, identity.group_id, workdir=self.workdir
                     )
+                    return self._bus
+                except CredentialsRefused:
+                    raise  # no outage: waiting would not end it
                 except ConnectionFailed as exc:
                     if not waiting:
                         raise
                     self._unreachable = str(exc)
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, _CONNECT_RETRY_MAX_S)
-            return self._bus
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _CONNECT_RETRY_MAX_S)
 
 
 def _validated(model: type[BaseModel], arguments: Mapping[str, Any]) -> Any:

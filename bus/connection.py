@@ -20,7 +20,14 @@ from urllib.parse import urlsplit
 import redis.asyncio
 import redis.exceptions as rex
 
-from bus.errors import BusError, CommandFailed, ConfigError, ConnectionFailed, PermissionDenied
+from bus.errors import (
+    BusError,
+    CommandFailed,
+    ConfigError,
+    ConnectionFailed,
+    CredentialsRefused,
+    PermissionDenied,
+)
 from bus.sentinel import sentinel_client
 from bus.settings import DEFAULT_SOCKET_TIMEOUT, Settings
 
@@ -57,7 +64,7 @@ def translated() -> Iterator[None]:
     except BusError:
         raise
     except rex.AuthenticationError as exc:  # a ConnectionError to redis-py, but no outage: say what to fix
-        raise ConnectionFailed(
+        raise CredentialsRefused(
             f"Redis refused the credentials ({type(exc).__name__}): {exc}; check the user name and password "
             "of the URL"
         ) from exc

@@ -11,6 +11,7 @@ __all__ = [
     "CommandFailed",
     "ConfigError",
     "ConnectionFailed",
+    "CredentialsRefused",
     "DecodeError",
     "EmbeddedRedisError",
     "EnvelopeTooLarge",
@@ -34,6 +35,10 @@ class NamespaceMissing(ConfigError):
 
 class ConnectionFailed(BusError):
     """The Redis server could not be reached or answered with a transport error."""
+
+
+class CredentialsRefused(ConnectionFailed):
+    """The Redis server refused the URL's user name or password: no outage, which waiting would end."""
 
 
 class CommandFailed(BusError):

@@ -391,6 +391,18 @@ def test_a_real_adapter_process_publishes_with_adapter_credentials(bus: AclServe
     admin.close()
 
 
+def test_a_wrong_password_is_not_waited_out_as_an_outage(bus: AclServer) -> None:
+    """`--wait-for-redis` waits for a server that is away, not for a password that is wrong: that adapter
+    exits with the reason (a launcher's would otherwise wait for ever, its agent never started)."""
+    wrong = bus.url(Role.ADAPTER).replace(PASSWORDS[Role.ADAPTER], "not-the-password")
+    done = subprocess.run([CLI, "adapter", "stdin", "--agent-id", "agent-1", "--group", "g", "--quiet",
+                           "--wait-for-redis", "--redis-url", wrong, "--namespace", NS],
+                          input="", capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 1
+    assert "Redis refused the credentials (AuthenticationError): " in done.stderr, done.stderr
+    assert "retrying" not in done.stderr
+
+
 def test_a_wrong_password_says_so_and_no_outage(bus: AclServer) -> None:
     wrong = bus.url(Role.OBSERVER).replace(PASSWORDS[Role.OBSERVER], "not-the-password")
     done = subprocess.run([CLI, "status", "--redis-url", wrong, "--namespace", NS],

@@ -395,3 +395,14 @@ async def test_an_mcp_tool_call_waits_its_publish_timeout_for_a_server_that_is_d
     text = text_of(result)
     assert text.startswith("the bus could not be reached within 1s (Redis unavailable"), text
     assert text.endswith("; the report_progress call was not published"), text
+
+
+async def test_an_mcp_status_call_is_not_held_up_by_a_publish_waiting_for_the_server() -> None:
+    """Only a publishing call waits for a server that is down; a status call meanwhile reports at once."""
+    async with session(f"redis://127.0.0.1:{free_port()}/0", "--publish-timeout", "5") as client:
+        publishing = asyncio.create_task(call(client, "report_progress", {"percent": 5}))
+        await asyncio.sleep(0.5)  # the publish's first try is refused: it now waits to try again
+        status = await call(client, "status", {})
+        assert status.is_error and "Redis unavailable" in text_of(status), text_of(status)
+        assert not publishing.done()  # before: the status call waited until the publish gave up
+        assert "could not be reached within 5s" in text_of(await publishing)
