@@ -15,26 +15,21 @@ import click
 
 from agents.adapter import AgentBus, GaveUp, connect_bus
 from agents.delivery import (
-    GROUP,
     CommandDelivery,
     Deliverer,
     DeliveryKind,
-    Directive,
     FileDelivery,
     PrintDelivery,
 )
 from agents.delivery import Runner as DeliveryRunner
 from agents.findings_io import import_findings
-from agents.inbox_follower import InboxFollower
-from agents.lost import undelivered
+from agents.inbox_follower import with_inbox
 from agents.options import Common, check_program, common_options
 from agents.process import ProcessOptions, Session
 from agents.spawn import STOP_SIGNALS
 from agents.stdin import stdin_chunks
 from agents.watch import FileWatch, WatchOptions
 from bus.cli_connection import redis_options, run_command
-from bus.consumer import Consumer
-from bus.envelope import deterministic_id, new_envelope
 from bus.errors import ConnectionFailed, CredentialsRefused
 from bus.metrics import AdapterMetrics
 from bus.params import FiniteFloatRange
@@ -62,52 +57,6 @@ def _deliverer(
         assert spec.path is not None
         return FileDelivery(spec.path)
     return CommandDelivery(list(spec.argv), values, runner, log=bus.log)
-
-
-async def _with_inbox(
-    bus: AgentBus, common: Common, deliverer: Deliverer | None, work: Awaitable[int]
-) -> int:
-    """Run ``work`` while directives are delivered; stop delivering once it is done."""
-    if deliverer is None:
-        return await work
-    consumer = Consumer(
-        bus.client,
-        bus.inbox,
-        GROUP,
-        GROUP,
-        block_ms=250,
-        reclaim_idle_ms=common.retry_ms,
-        max_deliveries=common.max_attempts + 1,  # see InboxFollower
-        batch=1,  # a directive read along with the one being delivered would look abandoned to listen
-    )
-
-    async def given_up(directive: Directive, why: str) -> None:
-        if bus.completed:  # nothing waits for it (a delivery would have been refused: AgentDone)
-            return
-        # One id per directive: told twice (a crash between this and the dead letter), it is one entry.
-        stop = undelivered(bus.agent_id, directive.type.value, directive.envelope.id, deliverer.name, why)
-        id = deterministic_id(bus.agent_id, f"undelivered:{directive.envelope.id}", 0)
-        bus.warn(f"{directive.type.value} {directive.envelope.id}: the parent is told (a STOP_WORK error)")
-        await bus.publish(
-            [new_envelope(stop, agent_id=bus.agent_id, group_id=bus.group_id, source="deliver", id=id)]
-        )
-
-    follower = InboxFollower(
-        consumer,
-        deliverer,
-        attempts=common.max_attempts,
-        given_up=given_up,
-        log=bus.log,
-        warn=bus.warn,
-        metrics=bus.metrics,
-    )
-    stop = asyncio.Event()
-    task = asyncio.create_task(follower.run(stop))
-    try:
-        return await work
-    finally:
-        stop.set()
-        await task
 
 
 def _values(common: Common, session_id: Callable[[], str | None]) -> Values:
@@ -297,7 +246,9 @@ def watch(
                 raise
             return 0
 
-        return await _with_inbox(bus, common, deliverer, work())
+        return await with_inbox(
+            bus, deliverer, work(), attempts=common.max_attempts, retry_ms=common.retry_ms
+        )
 
     raise SystemExit(_serve(settings, common, body))
 
@@ -390,7 +341,9 @@ def run(
             return code
 
         try:
-            code = await _with_inbox(bus, common, deliverer, work())
+            code = await with_inbox(
+                bus, deliverer, work(), attempts=common.max_attempts, retry_ms=common.retry_ms
+            )
             await session.finished()  # a resume the inbox started just before it stopped
         finally:
             session.ended()
@@ -443,7 +396,9 @@ def stdin(settings: Settings, common: Common, until_complete: bool, quiet: bool)
             await _end(bus, session, until_complete)
             return 0
 
-        code = await _with_inbox(bus, common, deliverer, work())
+        code = await with_inbox(
+            bus, deliverer, work(), attempts=common.max_attempts, retry_ms=common.retry_ms
+        )
         await session.finished()
         return session.last_code if session.last_code is not None and code == 0 else code
 

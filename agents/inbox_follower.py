@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from agents.adapter import AgentBus
 from agents.delivery import (
+    GROUP,
     HOLD_REFRESH_S,
     AgentDone,
     Deliverer,
@@ -15,12 +17,14 @@ from agents.delivery import (
     as_directive,
     not_a_directive,
 )
+from agents.lost import undelivered
 from bus.consumer import Ack, Consumer, Delivery
+from bus.envelope import deterministic_id, new_envelope
 from bus.errors import BusError
 from bus.metrics import AdapterMetrics
 from bus.waits import wait_for
 
-__all__ = ["GivenUp", "InboxFollower"]
+__all__ = ["GivenUp", "InboxFollower", "with_inbox"]
 
 GivenUp = Callable[[Directive, str], Awaitable[None]]
 """Told of a directive given up on and why, before it is dead-lettered."""
@@ -127,3 +131,50 @@ class InboxFollower:
         if self.given_up is not None:
             await self.given_up(directive, why)
         return Ack.DEAD, f"not delivered ({self.deliverer.name}): {why}"
+
+
+async def with_inbox(
+    bus: AgentBus, deliverer: Deliverer | None, work: Awaitable[int], *, attempts: int, retry_ms: int
+) -> int:
+    """Run ``work`` while the agent's directives are delivered (``attempts`` tries each, ``retry_ms``
+    apart), the parent told of one given up on; stop delivering once it is done."""
+    if deliverer is None:
+        return await work
+    consumer = Consumer(
+        bus.client,
+        bus.inbox,
+        GROUP,
+        GROUP,
+        block_ms=250,
+        reclaim_idle_ms=retry_ms,
+        max_deliveries=attempts + 1,  # see InboxFollower
+        batch=1,  # a directive read along with the one being delivered would look abandoned to listen
+    )
+
+    async def given_up(directive: Directive, why: str) -> None:
+        if bus.completed:  # nothing waits for it (a delivery would have been refused: AgentDone)
+            return
+        # One id per directive: told twice (a crash between this and the dead letter), it is one entry.
+        stop = undelivered(bus.agent_id, directive.type.value, directive.envelope.id, deliverer.name, why)
+        id = deterministic_id(bus.agent_id, f"undelivered:{directive.envelope.id}", 0)
+        bus.warn(f"{directive.type.value} {directive.envelope.id}: the parent is told (a STOP_WORK error)")
+        await bus.publish(
+            [new_envelope(stop, agent_id=bus.agent_id, group_id=bus.group_id, source="deliver", id=id)]
+        )
+
+    follower = InboxFollower(
+        consumer,
+        deliverer,
+        attempts=attempts,
+        given_up=given_up,
+        log=bus.log,
+        warn=bus.warn,
+        metrics=bus.metrics,
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(follower.run(stop))
+    try:
+        return await work
+    finally:
+        stop.set()
+        await task
