@@ -18,6 +18,7 @@ append-only findings stream exactly once.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import os
 import sys
@@ -37,6 +38,7 @@ from agents.watched_file import Checkpoint, fingerprints, named, open_file
 from bus.cli_connection import redis_options, run_command
 from bus.connection import translated
 from bus.envelope import Envelope, content_id, deterministic_id, encode
+from bus.findings import Finding
 from bus.progress import Progress
 from bus.settings import Settings
 
@@ -68,7 +70,7 @@ def _read_input(source: str) -> str:
     if len(data) > MAX_INPUT_BYTES:
         raise ValueError(f"the input is larger than {MAX_INPUT_BYTES} bytes")
     try:
-        return data.decode()
+        return data.removeprefix(codecs.BOM_UTF8).decode()  # a mark Windows tools write: no content
     except UnicodeDecodeError as exc:
         raise ValueError(f"the input is not UTF-8 (byte {exc.start})") from None
 
@@ -111,6 +113,10 @@ def add(settings: Settings, source: str, agent_id: str, group_id: str, workdir: 
         _fail(errors)
     if not found:
         _fail(["no findings in the input"])
+    first: dict[str, tuple[str, Finding]] = {}  # a finding repeated has the same id: one envelope
+    for where, finding in found:
+        first.setdefault(content_id(agent_id, "finding", finding), (where, finding))
+    repeated, found = len(found) - len(first), list(first.values())
 
     async def main() -> list[str] | None:
         """The findings too large to publish; nothing is published unless there are none. None when
@@ -149,7 +155,8 @@ def add(settings: Settings, source: str, agent_id: str, group_id: str, workdir: 
         return
     if too_large:
         _fail([*too_large, "nothing was published"])
-    click.echo(f"published {len(found)} finding(s) of {agent_id} in group {group_id}")
+    again = f" ({repeated} repeated in the input, published once)" if repeated else ""
+    click.echo(f"published {len(found)} finding(s) of {agent_id} in group {group_id}{again}")
 
 
 @dataclass
@@ -271,6 +278,8 @@ def _line(
     batch: list[tuple[Envelope, bytes]],
     report: ImportReport,
 ) -> None:
+    if offset == 0:
+        text = text.removeprefix(codecs.BOM_UTF8)  # a mark Windows tools write: no content
     if not text.strip():
         return
     if len(text) > MAX_LINE_BYTES:  # one that ended within the chunk that took it over the limit

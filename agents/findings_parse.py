@@ -51,6 +51,10 @@ class LeftOut:
         return f"left out fields that are not a finding's: {counts}"
 
 
+_NUMBERS: Final = ("line", "confidence")
+"""A finding's number fields, where JSON's true and false are refused rather than read as 1 and 0."""
+
+
 def finding_of(value: Any, agent: str, ignored: list[str] | None = None) -> Finding:
     """A finding from one decoded JSON value; ``ValueError`` with a readable reason otherwise.
 
@@ -58,6 +62,9 @@ def finding_of(value: Any, agent: str, ignored: list[str] | None = None) -> Find
     """
     if not isinstance(value, dict):
         raise ValueError(f"not a JSON object but {type(value).__name__}")
+    for name in _NUMBERS:
+        if isinstance(value.get(name), bool):  # pydantic would take true for 1: no place or confidence
+            raise ValueError(f"{name}: a number, not {str(value[name]).lower()}")
     if "group_id" in value:  # what `findings --json` writes with each finding: the command's group decides
         value = {name: item for name, item in value.items() if name != "group_id"}
     value = _renamed(value)

@@ -230,6 +230,35 @@ def test_add_validates_everything_before_publishing(redis_url: str) -> None:
     assert "no findings" in run_add(redis_url, input="\n").output
 
 
+def test_true_and_false_are_no_line_or_confidence() -> None:
+    """pydantic would read true as 1: a made-up place and confidence, stored without a word."""
+    for field in ("line", "confidence"):
+        for value in (True, False):
+            with pytest.raises(ValueError, match=f"{field}: a number, not {str(value).lower()}"):
+                finding_of({"title": "t", "file": "a.py", field: value}, "a")
+
+
+def test_a_byte_order_mark_is_no_content(redis_url: str, tmp_path: Path) -> None:
+    """Windows tools write one at the start of a file; the first finding is read all the same."""
+    path = tmp_path / "findings.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + f"{line(title='first')}\n{line(title='second')}\n".encode())
+    imported = run_import(redis_url, path, "--agent-id", "win")
+    assert "imported 2 finding(s); 0 bad line(s)" in imported.output, imported.output
+    added = run_add(redis_url, str(path))
+    assert added.exit_code == 0, added.output
+    titles = [e.payload.title for e in published(redis_url) if isinstance(e.payload, Finding)]
+    assert titles == ["first", "second", "first", "second"]
+
+
+def test_add_counts_a_finding_repeated_in_its_input_once(redis_url: str) -> None:
+    """A repeat has the same id: one envelope, and the count says so."""
+    result = run_add(redis_url, input=f"{line(title='same')}\n{line(title='same')}\n{line(title='other')}\n")
+    assert result.output == (
+        f"published 2 finding(s) of sec-1 in group {GROUP} (1 repeated in the input, published once)\n"
+    )
+    assert len(published(redis_url)) == 2
+
+
 def test_add_refuses_unreadable_oversized_and_non_utf8_input(redis_url: str, tmp_path: Path) -> None:
     missing = run_add(redis_url, str(tmp_path / "nope.jsonl"))
     assert missing.exit_code == 2
