@@ -111,6 +111,11 @@ class FileWatch:
         self.checkpoint = self._saved = self._loaded = await self._load()
         if self.checkpoint.completed:
             self.bus.mark_completed()  # published by an earlier run of the adapter
+        if self.options.until_complete and self.checkpoint.completion_report:
+            self.bus.warn(
+                f"{self.path}: its COMPLETION_REPORT was published before (the checkpoint says so): "
+                "--until-complete ends here, and what a resumed turn writes to this file is not followed"
+            )
         fd = await self._open()
         if fd is None:
             if self._vanished:

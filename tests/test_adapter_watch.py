@@ -107,6 +107,21 @@ async def test_a_lost_checkpoint_republishes_with_the_same_ids(bus_url: str, tmp
         assert [e.type for e in before] == [T.PROGRESS, T.CLARIFICATION_NEEDED, T.COMPLETION_REPORT]
 
 
+async def test_a_completed_file_watched_again_says_a_resumed_turn_there_is_not_followed(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A known limit, said rather than left silent: the completion is in the checkpoint, so the second
+    adapter ends at once (an agent resumed in the same file after its COMPLETION_REPORT is not followed)."""
+    out, log = tmp_path / "agent.out", tmp_path / "adapter.log"
+    await run_ok(fake("progress:10", "complete", out=out, agent_id="a13"))
+    first = start(watch_args(out, "a13", "--until-complete"), redis_url, log)
+    assert await exited(first, 30) == 0, log.read_text()
+    assert "not followed" not in log.read_text()
+    second = start(watch_args(out, "a13", "--until-complete"), redis_url, log)
+    assert await exited(second, 30) == 0, log.read_text()
+    assert "what a resumed turn writes to this file is not followed" in log.read_text()
+
+
 async def test_a_restart_that_spells_the_path_otherwise_resumes(redis_url: str, tmp_path: Path) -> None:
     out, log = tmp_path / "agent.out", tmp_path / "adapter.log"
     await run_ok(fake("say:hello", "progress:10", "complete", out=out, agent_id="a5"))
