@@ -157,7 +157,7 @@ def test_help_documents_the_exit_statuses() -> None:
     code, out, _ = run("--help")
     assert code == 0
     assert "0  the output parsed without any error item" in out
-    assert "1  usage error" in out
+    assert "1  an error: a usage error" in out
     assert "2  the output holds at least one error item" in out
 
 
