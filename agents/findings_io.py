@@ -259,7 +259,7 @@ async def _import_from(
             overlong, pending = True, b""
     if not overlong and pending.strip():
         try:
-            orjson.loads(pending)
+            orjson.loads(pending.removeprefix(codecs.BOM_UTF8) if offset == 0 else pending)
         except orjson.JSONDecodeError:
             report.unfinished = line
         else:

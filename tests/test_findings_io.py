@@ -248,6 +248,9 @@ def test_a_byte_order_mark_is_no_content(redis_url: str, tmp_path: Path) -> None
     assert added.exit_code == 0, added.output
     titles = [e.payload.title for e in published(redis_url) if isinstance(e.payload, Finding)]
     assert titles == ["first", "second", "first", "second"]
+    alone = tmp_path / "one.jsonl"  # one finding, no line end yet: complete all the same
+    alone.write_bytes(b"\xef\xbb\xbf" + line(title="alone").encode())
+    assert "imported 1 finding(s)" in run_import(redis_url, alone, "--agent-id", "win").output
 
 
 def test_add_counts_a_finding_repeated_in_its_input_once(redis_url: str) -> None:
