@@ -267,21 +267,9 @@ async def test_a_delivery_failing_every_time_is_dead_lettered(bus_url: str, tmp_
 async def test_a_last_attempt_cut_short_by_kill_9_is_given_up_after_the_restart(
     redis_url: str, tmp_path: Path
 ) -> None:
-    go = tmp_path / "go"
-    blocking = f"command:{sys.executable} {WRITER} {tmp_path / 'never.json'} --wait-for {go} {{prompt}}"
-    log = tmp_path / "log"
-    first = start(idle_adapter(tmp_path, "d8", "--deliver", blocking, "--max-attempts", "1"), redis_url, log)
     async with open_bus(redis_url) as bus:
-        sent = directive(agent="d8")
-        await Publisher(bus.client, bus.keys).send_directive(sent)
-
-        async def in_hand() -> bool:
-            return await pending(bus, "d8") == 1
-
-        await wait_until(in_hand, 20, "the only attempt to start")
-        first.send_signal(signal.SIGKILL)
-        first.wait(timeout=10)
-        go.touch()
+        sent = await killed_mid_delivery(bus, redis_url, tmp_path, "d8", "--max-attempts", "1")
+        log, blocking = tmp_path / "log", blocking_delivery(tmp_path)
         second = start(
             idle_adapter(tmp_path, "d8", "--deliver", blocking, "--max-attempts", "1", "--retry-ms", "100"),
             redis_url,
@@ -302,21 +290,34 @@ async def test_a_last_attempt_cut_short_by_kill_9_is_given_up_after_the_restart(
         assert await exited(second, 20) == 0
 
 
-async def test_a_killed_adapter_redelivers_on_restart(redis_url: str, tmp_path: Path) -> None:
+def blocking_delivery(tmp_path: Path) -> str:
+    """A resume command that waits until the file ``go`` exists."""
     go = tmp_path / "go"
-    blocking = f"command:{sys.executable} {WRITER} {tmp_path / 'never.json'} --wait-for {go} {{prompt}}"
-    log = tmp_path / "log"
-    first = start(idle_adapter(tmp_path, "d4", "--deliver", blocking), redis_url, log)
+    return f"command:{sys.executable} {WRITER} {tmp_path / 'never.json'} --wait-for {go} {{prompt}}"
+
+
+async def killed_mid_delivery(bus: Bus, url: str, tmp_path: Path, agent: str, *options: str) -> Envelope:
+    """A directive sent to an adapter whose delivery blocks, the adapter killed with -9 in the middle of
+    it, and the delivery command it left running ended too: the directive sent."""
+    args = idle_adapter(tmp_path, agent, "--deliver", blocking_delivery(tmp_path), *options)
+    adapter = start(args, url, tmp_path / "log")
+    sent = directive(agent=agent)
+    await Publisher(bus.client, bus.keys).send_directive(sent)
+
+    async def in_hand() -> bool:
+        return await pending(bus, agent) == 1
+
+    await wait_until(in_hand, 20, "the delivery to start")
+    adapter.send_signal(signal.SIGKILL)
+    adapter.wait(timeout=10)
+    (tmp_path / "go").touch()
+    return sent
+
+
+async def test_a_killed_adapter_redelivers_on_restart(redis_url: str, tmp_path: Path) -> None:
     async with open_bus(redis_url) as bus:
-        await Publisher(bus.client, bus.keys).send_directive(directive(agent="d4"))
-
-        async def in_hand() -> bool:
-            return await pending(bus, "d4") == 1
-
-        await wait_until(in_hand, 20, "the delivery to start")
-        first.send_signal(signal.SIGKILL)
-        first.wait(timeout=10)
-        go.touch()  # the delivery command the killed adapter left running ends too
+        await killed_mid_delivery(bus, redis_url, tmp_path, "d4")
+        log = tmp_path / "log"
         assert await pending(bus, "d4") == 1  # not acknowledged: the delivery never finished
         responses = tmp_path / "responses.md"
         second = start(idle_adapter(tmp_path, "d4", "--deliver", f"file:{responses}"), redis_url, log)
@@ -333,20 +334,8 @@ async def test_a_killed_adapter_redelivers_on_restart(redis_url: str, tmp_path: 
 async def test_a_directive_a_killed_adapter_held_is_taken_over_by_listen(
     redis_url: str, tmp_path: Path
 ) -> None:
-    go = tmp_path / "go"
-    blocking = f"command:{sys.executable} {WRITER} {tmp_path / 'never.json'} --wait-for {go} {{prompt}}"
-    doomed = start(idle_adapter(tmp_path, "d7", "--deliver", blocking), redis_url, tmp_path / "log")
     async with open_bus(redis_url) as bus:
-        sent = directive(agent="d7")
-        await Publisher(bus.client, bus.keys).send_directive(sent)
-
-        async def in_hand() -> bool:
-            return await pending(bus, "d7") == 1
-
-        await wait_until(in_hand, 20, "the delivery to start")
-        doomed.send_signal(signal.SIGKILL)  # the adapter dies, and nothing starts it again
-        doomed.wait(timeout=10)
-        go.touch()  # the delivery command it left running ends too
+        sent = await killed_mid_delivery(bus, redis_url, tmp_path, "d7")  # and nothing starts it again
         listener = InboxListener(bus.client, bus.inbox(GROUP, "d7"), abandoned_ms=500)
         received = await listener.next(15)
         assert received is not None and received.directive.envelope == sent
