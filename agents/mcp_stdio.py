@@ -1,5 +1,6 @@
 """The stdin of ``subagent-bus mcp``: its lines, read by a daemon thread, screened before the MCP SDK
-sees them, so that every line a client sends gets an answer and none can exhaust the server's memory.
+sees them, so that every line a client sends (but a response) gets an answer and none can exhaust the
+server's memory.
 
 Why stdin is not left to the SDK:
 
@@ -21,7 +22,9 @@ Why stdin is not left to the SDK:
   one, and ``-32602`` (invalid params) for a request whose parameters its method does not take (the SDK
   says only "Invalid request parameters", and says it too to any request but a ping before
   ``initialize``, which gets ``-32600`` saying so). The messages say what is wrong (the position of a
-  JSON error, the members a message lacks, the parameter and what it should be).
+  JSON error, the members a message lacks, the parameter and what it should be). The exception is a
+  malformed *response* (an object with ``result`` or ``error`` and no ``method``): JSON-RPC answers no
+  response, and two peers answering each other's bad responses would never stop; it is only logged.
 
 Answers go out on the SDK's own write stream, so they never interleave with its replies on stdout.
 Each rejected line is also reported on stderr. Blank lines are skipped: there is nothing to answer.
@@ -254,6 +257,17 @@ def _describe(message: dict[str, Any], exc: ValidationError) -> str:
     return f"not a JSON-RPC {_MEMBERS[member]}: {'; '.join(list(problems.values())[:3])}"
 
 
+def _is_response(line: str) -> bool:
+    """Whether ``line`` is meant as a response (a JSON object with ``result`` or ``error``, no ``method``)."""
+    try:
+        message = from_json(line)
+    except ValueError:
+        return False
+    return (
+        isinstance(message, dict) and "method" not in message and ("result" in message or "error" in message)
+    )
+
+
 def _request_id(message: dict[str, Any]) -> types.RequestId | None:
     """The message's id, when it is one JSON-RPC allows (a string or an integer)."""
     value = message.get("id")
@@ -307,6 +321,9 @@ class ScreenedLines:
                     if found is None:
                         return mended + "\n"
                 error, seen = found, f"a line of {len(text.encode())} bytes: {cut(one_line(text), 80)}"
+                if _is_response(text):
+                    self.log(f"dropped a malformed response ({error.error.message}), unanswered: {seen}")
+                    continue
             self.log(f"answered {error.error.code} ({error.error.message}) to {seen}")
             if not await self._answer(error):
                 break

@@ -68,7 +68,6 @@ HOSTILE: list[tuple[bytes, int, int | str | None, list[str]]] = [
         ['"id" must be a string or an integer'],
     ),
     (b'[{"jsonrpc": "2.0", "id": 10, "method": "ping"}]', INVALID, None, ["batch"]),
-    (b'{"jsonrpc": "2.0", "id": 11, "error": {}}', INVALID, 11, ['"error.code" is missing']),
     # a known method's parameters: the SDK would answer only "Invalid request parameters"
     (b'{"jsonrpc": "2.0", "id": 12, "method": "tools/call"}', PARAMS, 12, ["params: Field required"]),
     (
@@ -97,6 +96,24 @@ def test_each_line_that_is_not_a_message_gets_its_error(
         assert word in error.error.message
     prefix = {PARSE: "Parse error: ", INVALID: "Invalid Request: ", PARAMS: "Invalid params: "}[code]
     assert error.error.message.startswith(prefix)
+
+
+# malformed responses: refused like any line the SDK would not take, but never answered
+MALFORMED_RESPONSES: list[tuple[bytes, int | str, list[str]]] = [
+    (b'{"jsonrpc": "2.0", "id": 11, "error": {}}', 11, ['"error.code" is missing']),
+    (b'{"jsonrpc": "2.0", "id": 12, "result": 5}', 12, ['"result"']),
+    (b'{"jsonrpc": "1.0", "id": "r", "result": {}}', "r", ['"jsonrpc"']),
+]
+
+
+@pytest.mark.parametrize(("line", "id_", "words"), MALFORMED_RESPONSES, ids=range(len(MALFORMED_RESPONSES)))
+def test_a_malformed_response_is_refused(line: bytes, id_: int | str, words: list[str]) -> None:
+    error = rejection(line.decode())
+    assert error is not None
+    assert (error.error.code, error.id) == (INVALID, id_)
+    assert "response:" in error.error.message
+    for word in words:
+        assert word in error.error.message
 
 
 @pytest.mark.parametrize(
@@ -231,6 +248,9 @@ async def test_every_hostile_line_is_answered_and_the_server_goes_on(redis_url: 
             for word in words:
                 assert word in answer["error"]["message"], (line[:80], answer)
             await client.assert_served()
+        for line, _, _ in MALFORMED_RESPONSES:  # logged, never answered: the next line answers a request
+            await client.send(line + b"\n")
+            await client.assert_served()
         await client.send(b"\n \r\n\t\n")  # blank lines: nothing to answer
         result = await client.request("tools/call", {"name": "report_progress", "arguments": {"percent": 7}})
         assert not result["isError"], result
@@ -248,6 +268,7 @@ async def test_every_hostile_line_is_answered_and_the_server_goes_on(redis_url: 
     assert logged.count("answered -32600") == sum(code == INVALID for _, code, _, _ in HOSTILE)
     assert logged.count("answered -32602") == sum(code == PARAMS for _, code, _, _ in HOSTILE)
     assert "to a line of 16 bytes: this is not JSON" in logged
+    assert logged.count("dropped a malformed response") == len(MALFORMED_RESPONSES)
 
 
 def peak_memory_kib(pid: int) -> int:
