@@ -76,10 +76,14 @@ class Finding(Model):
     # After validation, not before: a model validator that runs first makes pydantic hand it the input
     # as a Python dict, a third of the cost of decoding a finding from JSON.
     @model_validator(mode="after")
-    def _default_category(self) -> Self:
+    def _defaults(self) -> Self:
         if not self.category:
             self.__dict__["category"] = derive_category(self.id, self.title)
             self.__pydantic_fields_set__.add("category")
+        file = self.file
+        if file is not None and not file.strip():
+            # A blank file names no place: taken as one, every finding "at :3" would merge into one.
+            self.__dict__["file"] = None
         return self
 
     @property

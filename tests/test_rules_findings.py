@@ -101,6 +101,17 @@ def test_findings_without_a_line_merge_only_with_the_same_id() -> None:
     assert sorted(len(m.agents) for m in merged) == [1, 1, 2]
 
 
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_a_blank_file_names_no_place(blank: str) -> None:
+    reports = [
+        finding("security-auditor", id=None, file=blank, line=3, title="weak hashing", category="SEC"),
+        finding("qa-engineer", id=None, file=blank, line=3, title="missing CSRF token", category="SEC"),
+    ]
+    assert [r.file for r in reports] == [None, None]
+    merged = merge_findings(reports, Policy())
+    assert [(m.location, len(m.agents)) for m in merged] == [("", 1), ("", 1)]
+
+
 def test_conflicting_severities_are_flagged() -> None:
     (one,) = merge_findings(
         [
