@@ -12,6 +12,9 @@ recover it like any error the agent reports itself.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import functools
+import os
 import signal
 import sys
 import time
@@ -48,6 +51,7 @@ _DRAIN_S: Final = 2.0
 """How long the agent's output is read on after it exited, for a process it started that holds it open."""
 _PAUSE_S: Final = 0.2
 """How long an output that ends within a line must pause before that line is looked at as it is."""
+_PR_SET_PDEATHSIG: Final = 1
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,40 @@ class ProcessOptions:
 def exit_status(returncode: int) -> int:
     """A process's exit status as a shell reports it: 128 + N when killed by signal N."""
     return 128 - returncode if returncode < 0 else returncode
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    """libc's prctl, on Linux where it is found."""
+    if sys.platform != "linux":
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def _dies_with_us() -> Callable[[], None] | None:
+    """A ``preexec_fn`` by which the agent gets SIGTERM when the adapter dies, even by SIGKILL, rather
+    than run on unread as an orphan; None where there is no prctl (the agent then outlives it).
+
+    PR_SET_PDEATHSIG fires when the thread that forked exits, not the process: the agent is forked in
+    the event loop's thread (asyncio.create_subprocess_exec calls subprocess.Popen there), which is the
+    main thread that asyncio.run runs the adapter in.
+    """
+    prctl, adapter = _prctl(), os.getpid()
+    if prctl is None:
+        return None
+
+    def in_the_child() -> None:
+        # The adapter's handler of SIGTERM would catch it until the exec, which resets it to the default.
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGTERM))
+        if os.getppid() != adapter:  # the adapter died before the prctl: no death is left to signal it
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return in_the_child
 
 
 class _Tail:
@@ -209,6 +247,7 @@ class Session:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
+                preexec_fn=_dies_with_us(),
             )
         except (OSError, ValueError) as exc:
             self.idle.set()

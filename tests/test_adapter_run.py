@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -163,6 +164,49 @@ async def test_sigterm_is_passed_to_the_agent(redis_url: str, tmp_path: Path, si
         stop = (await bus.of_type(GROUP, T.STOP_WORK))[0].payload
         assert isinstance(stop, StopWork)
         assert f"killed by signal {int(sig)}" in stop.details
+
+
+_SIGTERM_NOTING_AGENT = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: (open(sys.argv[2], "w").write("SIGTERM"), os._exit(0)))
+with open(sys.argv[1] + ".tmp", "w") as pid:
+    pid.write(str(os.getpid()))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(120)
+"""
+
+
+def _gone(pid: int) -> bool:
+    """Whether a process that is not our child has ended: no such pid, or a zombie its new parent has
+    not reaped yet."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rpartition(")")[2].split()[0] == "Z"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the agent outlives its adapter elsewhere")
+async def test_an_agent_gets_sigterm_when_its_adapter_is_killed(redis_url: str, tmp_path: Path) -> None:
+    """Killed with SIGKILL, the adapter stops nothing itself: without SIGTERM the agent would run on,
+    its output read by nobody."""
+    log, pid_file, signalled = tmp_path / "adapter.log", tmp_path / "agent.pid", tmp_path / "signalled"
+    agent = [sys.executable, "-c", _SIGTERM_NOTING_AGENT, str(pid_file), str(signalled)]
+    adapter = start([*run_args("r18"), *agent], redis_url, log)
+
+    async def agent_started() -> bool:
+        return pid_file.exists()
+
+    await wait_until(agent_started, 20, "the agent to write its pid")
+    pid = int(pid_file.read_text())
+    adapter.send_signal(signal.SIGKILL)
+    assert await exited(adapter, 20) == -signal.SIGKILL
+
+    async def agent_ended() -> bool:
+        return _gone(pid)
+
+    await wait_until(agent_ended, 10, "the agent to end")
+    assert signalled.read_text() == "SIGTERM", log.read_text()
 
 
 def _ignoring_sighup() -> None:
