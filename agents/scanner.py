@@ -3,7 +3,8 @@
 :class:`~agents.parser.Parser` cuts the bytes it is fed into regions of complete lines; a :class:`Scanner`
 reads them in stream order and keeps what lies between them: outside any block, in a signal block, in a
 result report, and a tentative block open over any of these but a block (:mod:`agents.tentative`). The
-rules it follows are the parser's (see :mod:`agents.parser`).
+rules it follows are the parser's (see :mod:`agents.parser`); what it keeps, and the items it makes of
+it, are its state's (:mod:`agents.scan_state`).
 
 A region is a newline followed by complete lines, so the expressions of :mod:`agents.lines` are anchored
 on newlines, and only candidate lines (tags, fences, headings of level 1 to 3) are looked at; the bytes of
@@ -15,9 +16,8 @@ the rest of the region, which is resumed, never copied.
 from __future__ import annotations
 
 import re
-from enum import Enum, auto
 
-from agents.items import ErrorItem, Found, UnreadReportItem, block_item, report_item
+from agents.items import UnreadReportItem
 from agents.lines import (
     HASHES_GROUP,
     HEADING_2,
@@ -35,56 +35,19 @@ from agents.lines import (
     tentative,
 )
 from agents.report_end import End, ReportEnd
+from agents.scan_state import ScanState, State
 from agents.tentative import Tentative
 from agents.titles import is_placeholder
-from bus.envelope import EnvelopeType
 
 __all__ = ["Scanner"]
 
-_T = EnvelopeType
 # What a decision gives back to scan again: a region of lines (or b""), the stream offset of its first
 # line, then where the region being scanned resumes (the index of the newline before its next line).
 _Rewind = tuple[bytes, int, int]
 
 
-class _State(Enum):
-    OUTSIDE = auto()
-    BLOCK = auto()
-    REPORT = auto()
-
-
-class Scanner:
+class Scanner(ScanState):
     """The items of the regions :meth:`run` is given, in stream order; :meth:`close` at the end."""
-
-    def __init__(self, max_block_bytes: int, context: str) -> None:
-        self._limit = max_block_bytes
-        self._context = context
-        self._out: list[Found] = []
-        self.line = 1
-        """The line number of the next region's first line (the parser counts the lines it drops)."""
-        self._state = _State.OUTSIDE
-        self._fence: Fence | None = None  # a code fence open in the prose
-        self._tent: Tentative | None = None  # a tentative block open over the state, which waits for it
-        self._decided = (-1, False)  # the last tentative tag line decided: its offset, whether it opens
-        # the open block or report
-        self._type = _T.STOP_WORK
-        self._agent = b""
-        self._start_line = 0
-        self._start_offset = 0
-        self._indent = 0
-        self._body = bytearray()  # kept bytes, from stream offset _body_start
-        self._body_start = 0
-        self._region = b""  # the region being scanned
-        self._seg = 1  # where the open body's bytes begin in it
-        self._discard = False
-        self._ends = ReportEnd(None)  # where the open report ends
-        self._heading = Heading.CONTRACT  # how the open report's heading may start one
-        self._prefix: UnreadReportItem | None = None  # an extended section's start read (see _emit_report)
-
-    def drain(self) -> list[Found]:
-        """The items completed since the last call."""
-        out, self._out = self._out, []
-        return out
 
     def keeps_line(self, end: int) -> bool:
         """Whether a partial line too long to be a tag line (ending, so far, at stream offset ``end``) is
@@ -96,11 +59,11 @@ class Scanner:
                     return True
                 self._rescan(self._decide(False))
                 continue
-            if self._state is _State.OUTSIDE or self._discard:
+            if self._state is State.OUTSIDE or self._discard:
                 return False
             if end - self._body_start <= self._limit:
                 return True
-            if self._state is _State.REPORT and self._ends.pending is not None:
+            if self._state is State.REPORT and self._ends.pending is not None:
                 self._rescan(self._resolve())
                 continue
             self._check_size(end)
@@ -109,18 +72,18 @@ class Scanner:
     def closes(self, line: bytes | bytearray) -> bool:
         """Whether ``line`` (the partial line) is the closing tag of the open block, so that what may
         follow it on its line changes nothing: text after a closing tag is nothing."""
-        return self._state is _State.BLOCK and self._tent is None and closing_tag(line) is self._type
+        return self._state is State.BLOCK and self._tent is None and closing_tag(line) is self._type
 
     def close(self) -> None:
         """End of input, after the last region: a tentative block is prose, a block still open an error,
         a report ends."""
-        while self._tent is not None or (self._state is _State.REPORT and self._ends.pending is not None):
+        while self._tent is not None or (self._state is State.REPORT and self._ends.pending is not None):
             self._rescan(self._decide(False) if self._tent is not None else self._resolve())
-        if self._state is _State.BLOCK and not self._discard:
+        if self._state is State.BLOCK and not self._discard:
             self._error("not terminated (end of input)")
-        elif self._state is _State.REPORT:
+        elif self._state is State.REPORT:
             self._emit_report(None if self._discard else bytes(self._body))
-        self._state = _State.OUTSIDE
+        self._state = State.OUTSIDE
 
     def run(self, region: bytes, base: int) -> None:
         """Scan a region, and what decisions in it give back to scan again before the rest of it. The
@@ -153,7 +116,7 @@ class Scanner:
             resume = m.end()
             is_tag = m.lastindex == TAG_GROUP
             maybe = is_tag and tentative(m)
-            if self._state is _State.BLOCK and (maybe or not is_tag) and not ends_block(m, self._indent):
+            if self._state is State.BLOCK and (maybe or not is_tag) and not ends_block(m, self._indent):
                 continue  # fences, headings and tags with text after them mean nothing inside a block
             if m.end(HASHES_GROUP) - m.start(HASHES_GROUP) == 3 and not self._third_level(m):
                 continue  # a heading of level 3 is a report's section, or may start a section in the prose
@@ -165,7 +128,7 @@ class Scanner:
             pos = start + 1
             if self._tent is not None:
                 rewind = self._tentative_hit(Hit(m, base, end, line))
-            elif is_tag and not maybe and self._state is not _State.REPORT:
+            elif is_tag and not maybe and self._state is not State.REPORT:
                 resume = self._tag(m, base + start, end, line)  # the usual hit, taken without a Hit
                 continue
             else:
@@ -183,11 +146,11 @@ class Scanner:
                 return self._decide(False)
             self._tent.keep(region[self._seg :])
             self._seg = len(region)
-        elif self._state is _State.BLOCK and not self._discard:
+        elif self._state is State.BLOCK and not self._discard:
             self._body += region[self._seg :]
             self._seg = len(region)
             self._check_size(end)
-        elif self._state is _State.REPORT and not self._discard:
+        elif self._state is State.REPORT and not self._discard:
             if self._ends.pending is not None and end - self._body_start > self._limit:
                 return self._resolve()
             self._body += region[self._seg :]
@@ -198,13 +161,13 @@ class Scanner:
     def _hit(self, hit: Hit) -> _Rewind | None:
         """A fence or heading line outside a block, or any line in a report, or a tentative tag line; or
         a result report's heading in a block (:func:`~agents.lines.ends_block`)."""
-        if self._state is _State.BLOCK:
+        if self._state is State.BLOCK:
             self._unterminated(hit)
         if hit.tentative:
             return self._open_tentative(hit)
-        if self._state is _State.REPORT:
+        if self._state is State.REPORT:
             rewind = self._report_hit(hit)
-            if rewind is not None or self._state is _State.REPORT:
+            if rewind is not None or self._state is State.REPORT:
                 return rewind
             if hit.fence is not None:
                 return None  # the report consumed its closing fence
@@ -217,7 +180,7 @@ class Scanner:
             self._check_size(hit.at)
         if not self._discard:
             self._error(f"not terminated before the result report at line {hit.line}")
-        self._state = _State.OUTSIDE
+        self._state = State.OUTSIDE
 
     def _outside(self, hit: Hit) -> None:
         """A line outside a block or report: a tag opens a block, a fence opens or closes a code block, a
@@ -235,9 +198,9 @@ class Scanner:
         that may title a report written a level down; in a section under such a heading, any."""
         if self._tent is not None:
             return False
-        if self._state is _State.OUTSIDE:
+        if self._state is State.OUTSIDE:
             return self._fence is None and b"esult" in m.group(HEADING_GROUP).lower()  # a cheap look first
-        return self._state is _State.REPORT and self._ends.level == 3
+        return self._state is State.REPORT and self._ends.level == 3
 
     def _decided_hit(self, hit: Hit) -> Hit:
         """The hit, a tentative tag line taken as what the lines after it were found to make it."""
@@ -249,7 +212,7 @@ class Scanner:
     def _open_tentative(self, hit: Hit) -> _Rewind | None:
         """A tentative tag line outside a block: the state waits (a report keeps its bytes up to the line)
         while the lines after it are kept, until they decide it."""
-        if self._state is _State.REPORT:
+        if self._state is State.REPORT:
             rewind = self._report_limits(hit)
             if rewind is not None:
                 return rewind
@@ -278,7 +241,7 @@ class Scanner:
         """A tag line (stream offset ``at``, ending at ``end`` in the region) outside a report: it opens
         a block, or ends the open one. Returns where the scan of the region goes on."""
         indent, slash, tag = m.group(1, 2, 3)
-        if self._state is _State.BLOCK:
+        if self._state is State.BLOCK:
             if at - self._body_start > self._limit:
                 self._check_size(at)
             if self._discard:
@@ -290,7 +253,7 @@ class Scanner:
             else:
                 self._error(f"not terminated before the [{tag.decode()}] at line {line}")
             if slash:
-                self._state = _State.OUTSIDE
+                self._state = State.OUTSIDE
                 return m.end()
         elif slash:
             return m.end()  # a closing tag outside a block is prose
@@ -315,20 +278,20 @@ class Scanner:
         ):
             return None
         self._emit_block(region[end + 1 : close.start() + 1])
-        self._state = _State.OUTSIDE
+        self._state = State.OUTSIDE
         return close.end()
 
     def _open_block(self, tag: bytes, indent: int, at: int, body_start: int, seg: int, line: int) -> None:
         """Open a block at the tag line at stream offset ``at``; its body starts at ``body_start``
         (``seg`` in the region)."""
-        self._state = _State.BLOCK
+        self._state = State.BLOCK
         self._type = TYPE_OF_TAG[tag]
         self._open(line, body_start, seg)
         self._start_offset = at + indent
         self._indent = indent
 
     def _open_report(self, hit: Hit, agent: bytes, heading: Heading) -> None:
-        self._state = _State.REPORT
+        self._state = State.REPORT
         self._agent = agent
         if heading is not Heading.UNREAD and is_placeholder(agent.decode(errors="replace")):
             heading = Heading.TEMPLATE
@@ -337,13 +300,6 @@ class Scanner:
         self._open(hit.line, hit.at, hit.start)
         self._start_offset = hit.at + len(hit.indent)
         self._ends, self._fence = ReportEnd(self._fence, heading, hit.hashes), None
-
-    def _open(self, line: int, body_start: int, seg: int) -> None:
-        self._start_line = line
-        self._body = bytearray()
-        self._body_start = body_start
-        self._seg = seg
-        self._discard = False
 
     def _report_limits(self, hit: Hit) -> _Rewind | None:
         """Check a report's size at a hit: over the limit, a pending bare fence ends it."""
@@ -372,7 +328,7 @@ class Scanner:
 
     def _end_report(self, hit: Hit, fence: Fence | None) -> None:
         self._emit_report(None if self._discard else self._before(hit))
-        self._state = _State.OUTSIDE
+        self._state = State.OUTSIDE
         self._fence = fence
 
     def _resolve(self) -> _Rewind:
@@ -383,7 +339,7 @@ class Scanner:
         body, start, seg = self._body, self._body_start, self._seg
         kept = start + len(body)  # the stream offset of the region's bytes from seg
         self._emit_report(bytes(body[: at - start]) + self._region[seg : seg + max(0, at - kept)])
-        self._state = _State.OUTSIDE
+        self._state = State.OUTSIDE
         self._fence = self._ends.pending = None
         self.line = line
         if next_at < kept:
@@ -393,57 +349,3 @@ class Scanner:
     def _before(self, hit: Hit) -> bytes:
         """The open body's bytes up to the hit's line."""
         return bytes(self._body) + self._region[self._seg : hit.start]
-
-    def _check_size(self, end: int) -> None:
-        """Report an open body grown past the limit once, then drop its bytes as they come."""
-        if not self._discard and end - self._body_start > self._limit:
-            if self._state is not _State.REPORT or self._heading is Heading.CONTRACT:  # others may be prose
-                self._error(f"larger than {self._limit} bytes; skipped")
-            self._discard = True
-            self._body = bytearray()
-            self._ends.pending = None
-
-    def _where(self) -> str:
-        if self._state is _State.REPORT:
-            agent = self._agent.decode(errors="replace")
-            return f"result report '{agent}' at line {self._start_line}{self._context}"
-        return f"{self._type.value} block at line {self._start_line}{self._context}"
-
-    def _error(self, message: str) -> None:
-        kind = _T.RESULT if self._state is _State.REPORT else self._type
-        where = self._where()
-        self._out.append(
-            ErrorItem(
-                line=self._start_line, offset=self._start_offset, message=f"{where}: {message}", type=kind
-            )
-        )
-
-    def _emit_block(self, body: bytes) -> None:
-        line, offset = self._start_line, self._start_offset
-        item = block_item(self._type, body, indent=self._indent, line=line, offset=offset, where=self._where)
-        if item is not None:
-            self._out.append(item)
-
-    def _emit_report(self, content: bytes | None) -> None:
-        """Emit the open report's item; ``content`` None: its bytes were dropped (over the size limit). A
-        section that ran over headings (:meth:`ReportEnd.runs_over`) is what it reads as up to the first
-        of them when the whole reads as less: its own later sections may undo it (an empty ``## Status``
-        after ``**Status:** SUCCESS``), and only its start is left over the size limit."""
-        item = None if content is None else self._report_item(content)
-        prefix = self._prefix
-        if prefix is not None and not (
-            isinstance(item, UnreadReportItem) and item.findings >= prefix.findings
-        ):
-            item = prefix
-        if item is not None:
-            self._out.append(item)
-
-    def _report_item(self, content: bytes) -> Found | None:
-        return report_item(
-            content,
-            heading=self._heading,
-            line=self._start_line,
-            offset=self._start_offset,
-            where=self._where,
-            context=self._context,
-        )
