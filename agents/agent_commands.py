@@ -11,8 +11,9 @@ from pathlib import Path
 
 import click
 
+from agents.inbox_listener import DEFAULT_CLAIM_IDLE_MS
 from agents.init import init
-from agents.listen import DEFAULT_CLAIM_IDLE_MS, listen
+from agents.listen import listen
 from agents.options import check_id
 from bus.cli_connection import redis_options
 from bus.errors import BusError

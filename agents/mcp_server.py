@@ -16,11 +16,12 @@ is filled in (a call naming another agent is refused), and a finding or a result
 tools, and each call explains how to give it one.
 
 ``wait_for_directive`` is ``subagent-bus listen`` as a tool (same consumer group and consumer, see
-:mod:`agents.listen`). Like ``listen``, it acknowledges the directive only once its reply was written to
-stdout and flushed: a server killed before that leaves it pending, and the next ``wait_for_directive``
-(or ``listen``) delivers it again. ``status`` shows the agent its own record as the coordinator keeps it: the
-JSON of field ``a:<agent_id>`` of the hash ``{ns:s}:group:<group_id>`` (state, open questions, blocker,
-progress...). Reading that JSON does not need the coordinator's code, so ``agents`` still never imports it.
+:mod:`agents.inbox_listener`). Like ``listen``, it acknowledges the directive only once its reply was
+written to stdout and flushed: a server killed before that leaves it pending, and the next
+``wait_for_directive`` (or ``listen``) delivers it again. ``status`` shows the agent its own record as
+the coordinator keeps it: the JSON of field ``a:<agent_id>`` of the hash ``{ns:s}:group:<group_id>``
+(state, open questions, blocker, progress...). Reading that JSON does not need the coordinator's code, so
+``agents`` still never imports it.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from mcp.server import Server, ServerRequestContext
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents.adapter import AgentBus, connect_bus
-from agents.listen import DEFAULT_CLAIM_IDLE_MS, InboxListener, other_group
+from agents.inbox_listener import DEFAULT_CLAIM_IDLE_MS, InboxListener, other_group
 from agents.mcp_stdio import screened_stdio
 from agents.parser import describe_errors
 from bus.connection import translated

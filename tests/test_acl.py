@@ -24,8 +24,8 @@ import redis
 from click.testing import CliRunner
 
 from agents.adapter import AgentBus
+from agents.inbox_listener import InboxListener
 from agents.launcher import GROUP as LAUNCHERS
-from agents.listen import InboxListener
 from bus.acl import Role, acl, password_hash
 from bus.connection import Client, connect
 from bus.consumer import Ack, Consumer

@@ -27,7 +27,7 @@ from agents.delivery import (
     fill,
     split_template,
 )
-from agents.listen import InboxListener
+from agents.inbox_listener import InboxListener
 from bus.directives import (
     AnswerItem,
     BlockerResolved,

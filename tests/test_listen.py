@@ -14,7 +14,8 @@ import pytest
 from adapter_kit import CLI, Bus, exited, open_bus, run, wait_until
 
 from agents.delivery import GROUP
-from agents.listen import CONSUMER, EXIT_ERROR, EXIT_RECEIVED, EXIT_TIMEOUT, PAUSE_ENV, _block_ms
+from agents.inbox_listener import CONSUMER, _block_ms
+from agents.listen import EXIT_ERROR, EXIT_RECEIVED, EXIT_TIMEOUT, PAUSE_ENV
 from bus.cli import EXIT_INTERRUPTED
 from bus.directives import AnswerItem, ClarificationResponse, LaunchReason, LaunchRequest
 from bus.embedded import RedisProcess

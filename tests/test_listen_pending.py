@@ -12,7 +12,7 @@ from adapter_kit import Bus, open_bus
 from test_listen import GROUP_ID, directive
 
 from agents.delivery import GROUP
-from agents.listen import CONSUMER, InboxListener, Received
+from agents.inbox_listener import CONSUMER, InboxListener, Received
 from bus.connection import as_text
 from bus.consumer import stream_entries
 from bus.keys import dead_stream_for

@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from agents import listen
+from agents import inbox_listener
 from bus import tail
 from bus.consumer import Consumer
 from bus.errors import ConfigError
@@ -37,7 +37,7 @@ def test_replies_are_waited_for_30_seconds_unless_told_otherwise() -> None:
 
 def test_every_socket_timeout_the_cli_allows_is_above_every_blocking_read() -> None:
     consumer_default = inspect.signature(Consumer).parameters["block_ms"].default
-    blocks = [consumer_default, tail._FOLLOW_BLOCK_MS, listen._POLL_MS, CoordinatorOptions().block_ms]
+    blocks = [consumer_default, tail._FOLLOW_BLOCK_MS, inbox_listener._POLL_MS, CoordinatorOptions().block_ms]
     assert max(blocks) <= LONGEST_BLOCK_MS
     assert LONGEST_BLOCK_MS / 1000 < MIN_SOCKET_TIMEOUT <= DEFAULT_SOCKET_TIMEOUT
 

@@ -25,7 +25,7 @@ from adapter_kit import CLI
 from mcp_kit import call, session, text_of
 from workers.kit import progress
 
-from agents.listen import InboxListener
+from agents.inbox_listener import InboxListener
 from bus.cli import EXIT_INTERRUPTED
 from bus.cli_connection import run_command
 from bus.connection import as_text, connect

@@ -1,0 +1,249 @@
+"""Taking directives from an agent's inbox: the reader of ``subagent-bus listen`` (:mod:`agents.listen`)
+and of the MCP tool ``wait_for_directive`` (:mod:`agents.mcp_server`).
+
+Consumer group. The listener reads the inbox in the same consumer group as the adapters' deliveries
+(:data:`agents.delivery.GROUP`, ``adapter``): every way of handing a directive to the agent shares one
+group, so each directive is taken by exactly one of them. With a group of its own the listener would
+receive every directive a delivering adapter of the same agent also receives, and the agent would be
+resumed twice.
+
+Consumer name. Every listener of an agent is the consumer ``listen`` (the inbox is already per agent).
+New entries are read with ``XREADGROUP ... >`` and ``COUNT 1``, which hands each entry to one reader only,
+so two racing listeners never both receive it. An entry is acknowledged only after it was written out
+and stdout flushed; a listener that dies between reading and printing leaves it pending under ``listen``.
+The next listener claims such entries with ``XCLAIM`` once they have been idle for ``claim_idle_ms``
+(2 s by default): a live listener holds an entry for the milliseconds a print takes, so it is never
+robbed, and ``XCLAIM``'s own idle check makes two claimers race safely. Until then no listener reads a
+newer entry, so a listener restarted the moment after a kill still prints the older directive first.
+
+An adapter delivering a directive (running a resume command, or waiting for its agent's turn to end first)
+may hold it for minutes, and keeps it fresh meanwhile (:data:`agents.delivery.HOLD_REFRESH_S`); one it has
+left for :data:`agents.delivery.ABANDONED_MS` (a minute) belongs to an adapter that died, and a listener
+takes it over, as a restarted adapter would. Both kinds of stale entry, and the entry held under
+``listen``, are found by one look at the group's pending list per poll (:mod:`agents.inbox_pending`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from agents.adapter import AgentBus, stderr_log
+from agents.delivery import ABANDONED_MS, GROUP, Directive, as_directive, not_a_directive
+from agents.inbox_pending import CONSUMER, InboxPending
+from bus.connection import Client, as_text, translated
+from bus.consumer import DELETED_REASON, Ack, Consumer, Delivery, stream_entries
+from bus.errors import CommandFailed, ConnectionFailed
+
+__all__ = [
+    "CONSUMER",
+    "DEFAULT_CLAIM_IDLE_MS",
+    "STALL_GRACE_S",
+    "InboxListener",
+    "Received",
+    "other_group",
+]
+
+DEFAULT_CLAIM_IDLE_MS: Final = 2000
+_POLL_MS: Final = 1000
+_RETRY_FIRST_S: Final = 0.2
+_RETRY_MAX_S: Final = 5.0
+STALL_GRACE_S: Final = 1.0
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Received:
+    """A directive taken from the inbox and not acknowledged yet."""
+
+    directive: Directive
+    delivery: Delivery
+
+
+def other_group(bus: AgentBus, received: Received) -> str | None:
+    """Why a directive is not this listener's to deliver: it is another group's. The inbox is the agent
+    id's on the group's shard, so a mistyped --group that lands on the same shard (or one agent id in two
+    groups of a shard) reads it too; the directive is left pending, for its own group's listener."""
+    group = received.directive.envelope.group_id
+    if group == bus.group_id:
+        return None
+    return (
+        f"the directive {received.delivery.entry_id} in {bus.agent_id}'s inbox is for group {group!r}, "
+        f"not {bus.group_id!r}: left for a listener of that group (check --group)"
+    )
+
+
+class InboxListener:
+    """Takes directives from one agent's inbox as the consumer ``listen`` of the delivery group."""
+
+    def __init__(
+        self,
+        client: Client,
+        inbox: str,
+        *,
+        claim_idle_ms: int = DEFAULT_CLAIM_IDLE_MS,
+        abandoned_ms: int = ABANDONED_MS,
+        log: Callable[[str], None] = stderr_log,
+    ) -> None:
+        if claim_idle_ms < 1 or abandoned_ms < 1:
+            raise ValueError("claim_idle_ms and abandoned_ms must be at least 1")
+        self.client = client
+        self.inbox = inbox
+        self.claim_idle_ms = claim_idle_ms
+        self.abandoned_ms = abandoned_ms
+        self.log = log
+        self.consumer = Consumer(client, inbox, GROUP, CONSUMER)
+
+    async def next(self, timeout_s: float | None) -> Received | None:
+        """The next directive, waiting up to ``timeout_s`` seconds (None: for ever); None on timeout.
+
+        Entries that are not directives for an agent are acknowledged and skipped, entries that are not
+        valid envelopes are dead-lettered. A lost connection is retried until the deadline; a server that
+        does not answer is given up on shortly after it. A directive being read at that instant stays
+        pending under ``listen``, for the next listener to claim.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        try:
+            # Each read blocks no longer than the deadline, but a server that stalls (or a network that
+            # swallows the reply) would hold a command until the socket timeout, 30 s by default.
+            async with asyncio.timeout(None if timeout_s is None else timeout_s + STALL_GRACE_S):
+                return await self._wait(deadline)
+        except TimeoutError:
+            self.log(f"inbox {self.inbox}: the server did not answer within {timeout_s:g}s")
+            return None
+
+    async def _wait(self, deadline: float | None) -> Received | None:
+        await self._retrying(self.consumer.ensure_group, deadline)
+        while True:
+            found = await self._retrying(lambda: self._step(_remaining(deadline)), deadline)
+            if found is not None:
+                return found
+            left = _remaining(deadline)
+            if left is not None and left <= 0:
+                return None
+
+    async def ack(self, received: Received) -> None:
+        """Acknowledge a directive once it has been handed to the agent."""
+        await self.consumer.settle([(received.delivery, Ack.ACK, None)])
+
+    async def _retrying(self, call: Callable[[], Awaitable[T]], deadline: float | None) -> T:
+        """``call()``, again after a lost connection (with backoff) until ``deadline``."""
+        delay = _RETRY_FIRST_S
+        while True:
+            try:
+                return await call()
+            except ConnectionFailed as exc:
+                left = _remaining(deadline)
+                if left is not None and left <= 0:
+                    raise
+                self.log(f"inbox {self.inbox}: {exc}; retrying in {delay:.1f}s")
+                await asyncio.sleep(delay if left is None else min(delay, left))
+                delay = min(delay * 2, _RETRY_MAX_S)
+
+    async def _step(self, remaining: float | None) -> Received | None:
+        """One round: stale entries of dead listeners, then new entries (blocking at most a poll).
+
+        While an older directive is pending under ``listen`` but not stale yet (a listener is printing
+        it, or died a moment ago), no new one is read: the agent gets its directives in order.
+        """
+        try:
+            pending = await self._pending()
+            found = await self._claim_stale(pending)
+            if found is None:
+                if pending.stale or pending.abandoned:
+                    # the claims changed the pending list (an entry lost to another listener is held
+                    # under `listen` now, one settled here is gone): look again before deciding to wait
+                    pending = await self._pending()
+                held_ms = self._held_ms(pending)
+                if held_ms is not None:
+                    wait_s = held_ms / 1000 if remaining is None else min(held_ms / 1000, max(remaining, 0))
+                    await asyncio.sleep(wait_s)  # until the entry is acknowledged or can be claimed
+                    return None
+                found = await self._read_new(_block_ms(remaining, self.claim_idle_ms))
+        except CommandFailed as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            await self.consumer.ensure_group()  # the inbox was deleted (or trimmed away) meanwhile
+            return None
+        return found
+
+    async def _pending(self) -> InboxPending:
+        # one XPENDING over the whole group, not one per question (agents.inbox_pending)
+        return await InboxPending.read(
+            self.client, self.inbox, claim_idle_ms=self.claim_idle_ms, abandoned_ms=self.abandoned_ms
+        )
+
+    def _held_ms(self, pending: InboxPending) -> int | None:
+        """How long until the oldest entry pending under ``listen`` can be claimed; None if there is none."""
+        if pending.held_idle_ms is None:
+            return None
+        return max(1, min(_POLL_MS, self.claim_idle_ms - pending.held_idle_ms))
+
+    async def _claim_stale(self, pending: InboxPending) -> Received | None:
+        """An entry a dead listener left, or a dead adapter (one alive keeps what it delivers fresh)."""
+        for entries, idle_ms in ((pending.stale, self.claim_idle_ms), (pending.abandoned, self.abandoned_ms)):
+            for entry_id, deliveries in entries:
+                found = await self._claim(entry_id, idle_ms, deliveries)
+                if found is not None:
+                    return found
+        return None
+
+    async def _claim(self, entry_id: str, idle_ms: int, deliveries: int) -> Received | None:
+        # XCLAIM checks the idle time again: an entry refreshed or taken by another reader meanwhile is
+        # left where it is
+        with translated():
+            claimed: list[Any] = await self.client.xclaim(self.inbox, GROUP, CONSUMER, idle_ms, [entry_id])
+        if not claimed:
+            return None  # another listener claimed it first, or it is gone
+        fields = claimed[0][1] if claimed[0] and claimed[0][0] is not None else None
+        if not fields:  # Redis 6.2 answers nil for an entry deleted from the stream meanwhile
+            await self._settle(Delivery(entry_id, None, None, DELETED_REASON, 0), Ack.ACK)
+            return None
+        return await self._take(entry_id, fields, deliveries + 1)
+
+    async def _read_new(self, block_ms: int | None) -> Received | None:
+        with translated():
+            reply = await self.client.xreadgroup(GROUP, CONSUMER, {self.inbox: ">"}, count=1, block=block_ms)
+        for entry_id, fields in stream_entries(reply):
+            found = await self._take(as_text(entry_id), fields, 1)
+            if found is not None:
+                return found
+        return None
+
+    async def _take(self, entry_id: str, fields: Mapping[Any, Any], deliveries: int) -> Received | None:
+        """The directive in an entry just read; anything else is dead-lettered here and None returned."""
+        delivery = self.consumer.delivery(entry_id, fields, deliveries)
+        if delivery.envelope is None:
+            self.log(
+                f"inbox {self.inbox}: entry {entry_id} is not a valid envelope ({delivery.error}); dead-lettered"
+            )
+            await self._settle(delivery, Ack.DEAD)
+            return None
+        directive = as_directive(delivery.envelope)
+        if directive is None:
+            why = not_a_directive(delivery.envelope)
+            self.log(f"inbox {self.inbox}: {why}; dead-lettered")
+            await self.consumer.settle([(delivery, Ack.DEAD, why)])
+            return None
+        return Received(directive, delivery)
+
+    async def _settle(self, delivery: Delivery, ack: Ack) -> None:
+        await self.consumer.settle([(delivery, ack, delivery.error)])
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else deadline - time.monotonic()
+
+
+def _block_ms(remaining: float | None, claim_idle_ms: int) -> int | None:
+    """How long one read blocks: None (do not block) once the deadline has passed, else at most one
+    poll period, so stale entries of dead listeners are looked for regularly."""
+    poll = max(1, min(_POLL_MS, claim_idle_ms // 2))
+    if remaining is None:
+        return poll
+    if remaining <= 0:
+        return None
+    return max(1, min(poll, int(remaining * 1000)))
