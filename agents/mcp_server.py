@@ -1,13 +1,6 @@
 """The protocol as MCP tools: ``subagent-bus mcp`` serves them over stdio for one agent.
 
-Each signal of seed 000 (and PROGRESS, a finding, a result report) is a tool whose input schema is the
-JSON Schema of the payload model itself, so a call is validated by the same model the text parser uses.
-A valid call is turned into an envelope by the adapters' own code (:meth:`agents.adapter.AgentBus.envelope`
-and :meth:`~agents.adapter.AgentBus.publish`): the same type, payload and stream as the signal printed
-as text, so the coordinator cannot tell the two apart. Two things differ, by nature: the envelope id
-(the text path derives it from the signal's byte offset in the agent's output; a tool call has no offset,
-so each call gets a fresh id) and ``source`` (``mcp:<server instance>`` instead of ``file:...`` or
-``run:...``). An invalid call returns the validation errors as a tool error and publishes nothing.
+The tools, and how a call becomes a payload and an envelope, are in :mod:`agents.mcp_tools`.
 
 Identity: the server speaks for one agent of one group, fixed when it starts (``--agent-id``/``--group``
 or ``SUBAGENT_BUS_AGENT_ID``/``SUBAGENT_BUS_GROUP``). Tools take no agent id; the payload's ``agent_id``
@@ -40,43 +33,32 @@ import anyio
 import mcp_types as types
 import orjson
 from mcp.server import Server, ServerRequestContext
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from agents.adapter import AgentBus, connect_bus
 from agents.inbox_listener import DEFAULT_CLAIM_IDLE_MS, InboxListener, other_group
 from agents.mcp_stdio import screened_stdio
+from agents.mcp_tools import (
+    PROTOCOL_TOOLS,
+    ProtocolTool,
+    StatusInput,
+    ToolInputError,
+    WaitInput,
+    call_id,
+    input_schema,
+    payload_of,
+)
 from agents.parser import describe_errors
 from bus.connection import translated
-from bus.envelope import MAX_ENVELOPE_BYTES, Payload, content_id, encode
+from bus.envelope import MAX_ENVELOPE_BYTES, encode
 from bus.errors import BusError, ConnectionFailed, CredentialsRefused
 from bus.events import AgentState
-from bus.findings import Finding
-from bus.results import ResultReport
 from bus.settings import Settings
-from bus.signals import ClarificationNeeded, CompletionReport, DelegateWork, Progress, StopWork
 
-__all__ = [
-    "PROTOCOL_TOOLS",
-    "Identity",
-    "ProtocolServer",
-    "ProtocolTool",
-    "StatusInput",
-    "ToolInputError",
-    "WaitInput",
-    "input_schema",
-    "payload_of",
-]
+__all__ = ["Identity", "ProtocolServer"]
 
 _CONNECT_RETRY_S: Final = 0.2
 _CONNECT_RETRY_MAX_S: Final = 5.0
-_WAIT_HINT: Final = (
-    " Wait for the answer now: call wait_for_directive, or run `subagent-bus listen` in the background "
-    "and end your turn."
-)
-
-
-class ToolInputError(ValueError):
-    """A tool call's arguments are not valid; the message is what the agent is told."""
 
 
 @dataclass(frozen=True)
@@ -85,109 +67,6 @@ class Identity:
 
     agent_id: str
     group_id: str
-
-
-@dataclass(frozen=True)
-class ProtocolTool:
-    """A publishing tool: its name, its payload model, and how the agent's id enters the payload."""
-
-    name: str
-    model: type[Payload]
-    description: str
-    agent_field: str | None = "agent_id"
-    """``agent_id``: filled in and hidden from the schema; ``agent``: defaults to the agent's id."""
-    hint: str = ""
-
-
-PROTOCOL_TOOLS: Final[tuple[ProtocolTool, ...]] = (
-    ProtocolTool(
-        "request_clarification",
-        ClarificationNeeded,
-        "[CLARIFICATION_NEEDED] Ask your parent questions you cannot proceed without.",
-        hint=_WAIT_HINT,
-    ),
-    ProtocolTool(
-        "stop_work",
-        StopWork,
-        "[STOP_WORK] Signal that you cannot proceed (a blocker or an error) and what is needed to resume.",
-        hint=_WAIT_HINT,
-    ),
-    ProtocolTool(
-        "request_delegation",
-        DelegateWork,
-        "[DELEGATE_WORK] Ask for another background agent to take on a piece of work.",
-        hint=" The decision arrives as a directive (wait_for_directive).",
-    ),
-    ProtocolTool(
-        "report_completion",
-        CompletionReport,
-        "[COMPLETION_REPORT] Report that you finished: status, deliverables, summary.",
-    ),
-    ProtocolTool("report_progress", Progress, "[PROGRESS] Report how far you are (percent, message, ETA)."),
-    ProtocolTool(
-        "add_finding",
-        Finding,
-        "Report one finding (an issue at a file:line) to the group's append-only findings.",
-        agent_field="agent",
-    ),
-    ProtocolTool(
-        "submit_result",
-        ResultReport,
-        "Submit your result report (the result contract: status, summary, findings, references...).",
-        agent_field="agent",
-    ),
-)
-
-
-class WaitInput(BaseModel):
-    """Block until a directive (the answer to your signal) arrives, and return its resume prompt."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    timeout_seconds: float = Field(default=60.0, ge=0, le=3600, description="How long to wait.")
-
-
-class StatusInput(BaseModel):
-    """Your own record as the coordinator keeps it: state, open questions, blocker, progress."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-def input_schema(tool: ProtocolTool) -> dict[str, Any]:
-    """The tool's input schema: its payload model's JSON Schema, without the id the server fills in."""
-    schema = tool.model.model_json_schema()
-    if tool.agent_field == "agent_id":
-        schema["properties"].pop("agent_id", None)
-    if tool.agent_field is not None:  # filled in, or defaulted to the agent's id
-        schema["required"] = [name for name in schema.get("required", []) if name != tool.agent_field]
-    schema["description"] = tool.description
-    return schema
-
-
-def payload_of(tool: ProtocolTool, arguments: Mapping[str, Any], agent_id: str) -> Payload:
-    """The payload of a call, validated by the model; :class:`ToolInputError` says what is wrong."""
-    values = dict(arguments)
-    if tool.agent_field == "agent_id":
-        given = values.get("agent_id")
-        if given is not None and given != agent_id:  # a null counts as absent, as in a signal
-            raise ToolInputError(f"this server speaks for agent {agent_id!r}, not {given!r}")
-        values["agent_id"] = agent_id
-    elif tool.agent_field is not None and not values.get(tool.agent_field):
-        values[tool.agent_field] = agent_id
-    try:
-        return tool.model.model_validate(values)
-    except ValidationError as exc:
-        raise ToolInputError(f"invalid {tool.name} call: {describe_errors(exc, limit=10)}") from None
-
-
-def call_id(tool: ProtocolTool, payload: Payload, agent_id: str) -> str | None:
-    """The envelope id of a call that names its content for good, so that the same call made again (an
-    agent retrying after the server was killed before it answered) is the same envelope, which the
-    coordinator drops as a duplicate: a finding or a result is a fact, and a signal is one when the agent
-    dated it. An undated signal asked again later is a new one: None (a new id)."""
-    if not isinstance(payload, (Finding, ResultReport)) and getattr(payload, "timestamp", None) is None:
-        return None
-    return content_id(agent_id, f"mcp:{tool.name}", payload)
 
 
 def _text(text: str, *, error: bool = False) -> types.CallToolResult:
