@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import os
 import stat
 import time
@@ -28,8 +27,8 @@ from typing import Final
 from pydantic import ValidationError
 
 from agents.adapter import COMPLETING, AgentBus, OutputStream, heartbeat_loop
-from agents.items import ResultItem
 from agents.transcript import Format
+from agents.until_complete import UntilComplete
 from agents.watched_file import (
     Checkpoint,
     canonical,
@@ -49,14 +48,6 @@ __all__ = ["FileWatch", "WatchOptions"]
 _SAVE_EVERY: Final = 4 << 20
 """Bytes read without any item before the checkpoint is written anyway."""
 _COMPLETION: Final = EnvelopeType.COMPLETION_REPORT
-AFTER_RESULT_S: Final = 2.0
-"""How long ``--until-complete`` goes on following the file, once the agent's result report is read
-without a COMPLETION_REPORT, for the one it prints next (the order its prompt asks for)."""
-
-
-OPEN_BLOCK_S: Final = 30.0
-"""How long, after a result report, ``--until-complete`` waits for a block still open to end (its closing
-tag) before it takes the agent as completed, the block reported as not terminated."""
 
 
 @dataclass(frozen=True)
@@ -84,11 +75,7 @@ class FileWatch:
         self.checkpoint = Checkpoint()
         self.stream: OutputStream | None = None
         self._fd: int | None = None
-        self._open_since: float | None = None
-        self._unended = False
-        """Whether, in the quiet spell since :attr:`_open_since`, the parser holds a block still open."""
-        self._tried_at: float | None = None
-        """The quiet spell in which :meth:`_ends_a_report` looked for a report ending the file."""
+        self._until = UntilComplete()
         self._saved: Checkpoint | None = None
         self._loaded = Checkpoint()
         self._grew = False
@@ -264,41 +251,20 @@ class FileWatch:
 
     async def _done(self, quiet_since: float | None) -> bool:
         """Whether ``--until-complete`` ends here (a block left open so long is published as an error)."""
-        if not (self._complete(quiet_since) or await self._ends_a_report(quiet_since)):
+        assert self.stream is not None
+        until, stream = self._until, self.stream
+        if not (
+            until.complete(self.checkpoint, stream, quiet_since) or await self._ends_a_report(quiet_since)
+        ):
             return False
-        if self._unended and self._open_since == quiet_since:
-            assert self.stream is not None
-            await self._publish(self.stream.close(), force=True)
+        if until.unended(quiet_since):
+            await self._publish(stream.close(), force=True)
         return True
 
-    def _complete(self, quiet_since: float | None) -> bool:
-        """Whether the agent completed: its COMPLETION_REPORT was read, or its result report and, for
-        :data:`AFTER_RESULT_S` after the end of the file, nothing more; with a block left open after it
-        (a COMPLETION_REPORT being written), for :data:`OPEN_BLOCK_S`."""
-        cp = self.checkpoint
-        if cp.completion_report or not cp.completed:
-            return cp.completion_report
-        if quiet_since is None or time.monotonic() - quiet_since < AFTER_RESULT_S:
-            return False
-        if self._open_since != quiet_since:  # looked at once per quiet spell
-            stream = self.stream
-            assert stream is not None
-            pending = copy.deepcopy(stream.parser).close()  # those published before (a restart) are not
-            self._open_since = quiet_since
-            self._unended = any(item.offset + stream.base >= stream.done for item in pending)
-        return not self._unended or time.monotonic() - quiet_since >= OPEN_BLOCK_S
-
     async def _ends_a_report(self, quiet_since: float | None) -> bool:
-        """Whether a result report ended the file, nothing following it for :data:`AFTER_RESULT_S`: in
-        text a report ends at the next heading or tag, which then never comes. The output is taken as
-        ended, and the report published, when that makes it a result (tried once per quiet spell)."""
+        """Whether a result report ended the file (:meth:`UntilComplete.ends_a_report`), now published."""
         assert self.stream is not None
-        if self.checkpoint.completed or quiet_since is None or quiet_since == self._tried_at:
-            return False
-        if time.monotonic() - quiet_since < AFTER_RESULT_S:
-            return False
-        self._tried_at = quiet_since
-        if not any(isinstance(item, ResultItem) for item in copy.deepcopy(self.stream.parser).close()):
+        if not self._until.ends_a_report(self.checkpoint, self.stream, quiet_since):
             return False
         await self._publish(self.stream.close(), force=True)
         return True
