@@ -22,7 +22,7 @@ from agents.delivery import (
     PrintDelivery,
 )
 from agents.delivery import Runner as DeliveryRunner
-from agents.findings_io import import_findings
+from agents.findings_import import import_findings
 from agents.inbox_follower import with_inbox
 from agents.options import Common, check_program, common_options
 from agents.process import ProcessOptions, Session

@@ -7,7 +7,7 @@ import click
 from agents.adapter_cli import commands as adapter_commands
 from agents.agent_commands import commands as turn_commands
 from agents.cli import commands as parse_commands
-from agents.findings_io import add
+from agents.findings_add import add
 from agents.launcher_cli import launcher
 
 __all__ = ["commands"]

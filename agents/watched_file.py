@@ -1,6 +1,6 @@
 """A file an adapter takes onto the bus resumably: its name there, its checkpoint, the fingerprints that
 tell it is still the same output, and opening it safely. Shared by ``adapter watch``
-(:mod:`agents.watch`) and ``adapter import-findings`` (:mod:`agents.findings_io`).
+(:mod:`agents.watch`) and ``adapter import-findings`` (:mod:`agents.findings_import`).
 
 A file is named by its directory's real path and its own name (:func:`canonical`): that name is hashed
 into its checkpoint key and is part of its envelopes' ids (their ``source``), so a restart that spells

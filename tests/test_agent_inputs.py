@@ -15,7 +15,7 @@ import redis
 from adapter_kit import exited, open_bus, run_ok, start, wait_until
 from click.testing import CliRunner
 
-from agents.findings_io import import_findings
+from agents.findings_import import import_findings
 from bus.cli import main
 from bus.envelope import EnvelopeType, decode
 from bus.keys import Keys, StreamKind

@@ -20,7 +20,7 @@ from mcp.client.stdio import stdio_client
 from mcp_kit import AGENT, GROUP_ID, call, server, session, text_of
 
 from agents.adapter import AgentBus, OutputStream
-from agents.findings_io import parse_findings
+from agents.findings_import import parse_findings
 from bus.directives import AnswerItem, ClarificationResponse
 from bus.envelope import Envelope, EnvelopeType, new_envelope
 from bus.keys import ConsumerGroup, StreamKind

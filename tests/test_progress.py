@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 
 from agents.adapter import connect_bus
-from agents.findings_io import import_file
+from agents.findings_import import import_file
 from bus.envelope import encode, new_envelope
 from bus.findings import Finding
 from bus.keys import StreamKind

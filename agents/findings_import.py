@@ -1,19 +1,13 @@
-"""Findings into the bus: ``findings add`` for agents that shell out, and the import of a JSONL file.
+"""``adapter import-findings``: an existing JSONL file of findings into the bus (the seed's shared
+``SECURITY_FINDINGS.jsonl``), as FINDING envelopes onto the group's signals stream; the coordinator copies
+each into the append-only findings stream exactly once. (``findings add``: :mod:`agents.findings_add`.)
 
-Both publish FINDING envelopes onto the group's signals stream; the coordinator copies each into the
-append-only findings stream exactly once.
-
-- ``add`` takes one JSON object, a JSON array of objects, or JSON lines of :class:`~bus.findings.Finding`
-  fields. Everything is validated before anything is published: one bad finding publishes none, and
-  the messages name its line. An envelope's id hashes the agent and the finding's content, so running the
-  same command again is recognised as a repeat.
-- ``import-findings`` streams an existing JSONL file (the seed's shared ``SECURITY_FINDINGS.jsonl``).
-  Ids derive from the file and each line's byte offset, and the read offset is checkpointed with every
-  batch, so an interrupted or repeated import publishes each line once; lines appended later are
-  imported by the next run. Bad lines are reported with their line numbers and skipped, once: a line
-  over ``MAX_LINE_BYTES`` too, even when its end is not written yet (the checkpoint then records how far
-  into it the import read, and the next run goes on looking for its end from there). The file follows
-  no schema of ours, so a field that is not a finding's is left out, and the summary names it.
+Ids derive from the file and each line's byte offset, and the read offset is checkpointed with every
+batch, so an interrupted or repeated import publishes each line once; lines appended later are imported
+by the next run. Bad lines are reported with their line numbers and skipped, once: a line over
+``MAX_LINE_BYTES`` too, even when its end is not written yet (the checkpoint then records how far into
+it the import read, and the next run goes on looking for its end from there). The file follows no schema
+of ours, so a field that is not a finding's is left out, and the summary names it.
 """
 
 from __future__ import annotations
@@ -21,7 +15,6 @@ from __future__ import annotations
 import codecs
 import hashlib
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,131 +25,21 @@ import orjson
 from pydantic import ValidationError
 
 from agents.adapter import AgentBus, connect_bus, oversize
-from agents.findings_parse import LeftOut, finding_of, located_findings, parse_findings
+from agents.findings_add import EXIT_INVALID
+from agents.findings_parse import LeftOut, finding_of, parse_findings
 from agents.options import check_id, id_problem
 from agents.watched_file import Checkpoint, fingerprints, named, open_file
 from bus.cli_connection import redis_options, run_command
 from bus.connection import translated
-from bus.envelope import Envelope, content_id, deterministic_id, encode
-from bus.findings import Finding
+from bus.envelope import Envelope, deterministic_id, encode
 from bus.progress import Progress
 from bus.settings import Settings
 
-__all__ = ["MAX_INPUT_BYTES", "ImportReport", "add", "import_file", "import_findings", "parse_findings"]
+__all__ = ["ImportReport", "import_file", "import_findings", "parse_findings"]
 
-MAX_INPUT_BYTES: Final = 64 << 20
-"""``findings add`` refuses more input than this."""
 MAX_LINE_BYTES: Final = 4 << 20
 _BATCH: Final = 500
 _CHUNK: Final = 1 << 20
-EXIT_INVALID: Final = 2
-
-
-_SOURCE_HINT: Final = " (SOURCE is a file name unless it is - for stdin or starts with { or [ for JSON)"
-
-
-def _read_input(source: str) -> str:
-    try:
-        if source == "-":
-            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
-        elif source.lstrip().startswith(("{", "[")):
-            data = source.encode()
-        else:
-            with open(source, "rb") as stream:
-                data = stream.read(MAX_INPUT_BYTES + 1)
-    except OSError as exc:
-        hint = _SOURCE_HINT if isinstance(exc, FileNotFoundError) else ""
-        raise ValueError(f"cannot read {source}: {exc.strerror or exc}{hint}") from None
-    if len(data) > MAX_INPUT_BYTES:
-        raise ValueError(f"the input is larger than {MAX_INPUT_BYTES} bytes")
-    try:
-        return data.removeprefix(codecs.BOM_UTF8).decode()  # a mark Windows tools write: no content
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"the input is not UTF-8 (byte {exc.start})") from None
-
-
-def _fail(messages: list[str]) -> None:
-    for message in messages:
-        click.echo(f"Error: {message}", err=True)
-    raise SystemExit(EXIT_INVALID)
-
-
-@click.command("add")
-@click.argument("source", metavar="[JSON|FILE|-]", required=False, default="-")
-@click.option(
-    "--agent-id",
-    required=True,
-    callback=check_id,
-    help="The reporting agent (also the default 'agent' field).",
-)
-@click.option("--group", "group_id", required=True, callback=check_id, help="The task group.")
-@click.option(
-    "--workdir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="Verify each finding's file:line under this directory (sets 'verified').",
-)
-@redis_options
-def add(settings: Settings, source: str, agent_id: str, group_id: str, workdir: Path | None) -> None:
-    """Publish findings: a JSON object, a JSON array, or JSON lines of finding fields.
-
-    SOURCE is - (the default) for stdin; the JSON itself when it starts with { or [; anything else is
-    the name of a file holding it (so `findings add 42` looks for a file named 42; a file whose name
-    starts with { or [ is given as ./NAME). Nothing is published unless every finding is valid (exit
-    status 2 otherwise, with the line of each error).
-    """
-    try:
-        text = _read_input(source)
-    except ValueError as exc:
-        _fail([str(exc)])
-    found, errors = located_findings(text, agent_id)
-    if errors:
-        _fail(errors)
-    if not found:
-        _fail(["no findings in the input"])
-    first: dict[str, tuple[str, Finding]] = {}  # a finding repeated has the same id: one envelope
-    for where, finding in found:
-        first.setdefault(content_id(agent_id, "finding", finding), (where, finding))
-    repeated, found = len(found) - len(first), list(first.values())
-
-    async def main() -> list[str] | None:
-        """The findings too large to publish; nothing is published unless there are none. None when
-        the same findings were published before (by a run that may have been killed right after)."""
-        bus = await connect_bus(settings, agent_id, group_id, workdir=workdir)
-        try:
-            envelopes = [
-                bus.envelope(f, source="findings-add", id=content_id(agent_id, "finding", f))
-                for _, f in found
-            ]
-            # A run killed after publishing, run again, must not publish the findings again: their ids
-            # are only known duplicates while the group's idempotency window holds them. (The same
-            # findings added to another group of the shard have the same ids: the group is in the mark.)
-            marked = [group_id, *(e.id for e in envelopes)]
-            digest = hashlib.sha256("\n".join(marked).encode()).hexdigest()[:16]
-            done = bus.state_key(f"import:add:{digest}")
-            with translated():
-                if await bus.client.get(done) is not None:
-                    return None
-            # checked on the envelopes themselves: verification with --workdir changes their size
-            datas = [encode(envelope) for envelope in envelopes]
-            too_large = [
-                f"{where}: {why}"
-                for (where, _), data in zip(found, datas, strict=True)
-                if (why := oversize(data)) is not None
-            ]
-            if not too_large:  # all or nothing, with the mark of having done it
-                await bus.publish(envelopes, encoded=datas, state={done: b"%d" % len(envelopes)})
-            return too_large
-        finally:
-            await bus.client.aclose()
-
-    too_large = run_command(main(), also=(ValueError,))
-    if too_large is None:
-        click.echo(f"these {len(found)} finding(s) of {agent_id} in group {group_id} were published before")
-        return
-    if too_large:
-        _fail([*too_large, "nothing was published"])
-    again = f" ({repeated} repeated in the input, published once)" if repeated else ""
-    click.echo(f"published {len(found)} finding(s) of {agent_id} in group {group_id}{again}")
 
 
 @dataclass
