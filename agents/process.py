@@ -12,9 +12,6 @@ recover it like any error the agent reports itself.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import functools
-import os
 import signal
 import sys
 import time
@@ -26,17 +23,16 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from agents.adapter import AgentBus, GaveUp, OutputStream, heartbeat_loop
+from agents.agent_process import StderrTail, exit_status, start_agent
 from agents.delegate_wait import DelegateWait
 from agents.delivery import AgentDone, DeliveryFailed, Directive
 from agents.transcript import Format
 from bus.envelope import Envelope, deterministic_id
 from bus.signals import BlockerType, StopReason, StopWork
 
-__all__ = ["CHUNK", "Chunks", "ProcessOptions", "Session", "exit_status"]
+__all__ = ["CHUNK", "Chunks", "ProcessOptions", "Session"]
 
 CHUNK: Final = 64 * 1024
-_TAIL_LINES: Final = 20
-_TAIL_BYTES: Final = 4096
 _RECOVERY: Final = (
     "Potential fixes:\n"
     "1. Retry from the last checkpoint\n"
@@ -51,7 +47,6 @@ _DRAIN_S: Final = 2.0
 """How long the agent's output is read on after it exited, for a process it started that holds it open."""
 _PAUSE_S: Final = 0.2
 """How long an output that ends within a line must pause before that line is looked at as it is."""
-_PR_SET_PDEATHSIG: Final = 1
 
 
 @dataclass(frozen=True)
@@ -69,61 +64,6 @@ class ProcessOptions:
     """The adapter resumes the agent with its directives until it completes (``--until-complete``)."""
     idle_file: Path | None = None
     """Exists while the agent waits for its blocking delegates (:mod:`agents.delegate_wait`)."""
-
-
-def exit_status(returncode: int) -> int:
-    """A process's exit status as a shell reports it: 128 + N when killed by signal N."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-@functools.cache
-def _prctl() -> Callable[..., int] | None:
-    """libc's prctl, on Linux where it is found."""
-    if sys.platform != "linux":
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-def _dies_with_us() -> Callable[[], None] | None:
-    """A ``preexec_fn`` by which the agent gets SIGTERM when the adapter dies, even by SIGKILL, rather
-    than run on unread as an orphan; None where there is no prctl (the agent then outlives it).
-
-    PR_SET_PDEATHSIG fires when the thread that forked exits, not the process: the agent is forked in
-    the event loop's thread (asyncio.create_subprocess_exec calls subprocess.Popen there), which is the
-    main thread that asyncio.run runs the adapter in.
-    """
-    prctl, adapter = _prctl(), os.getpid()
-    if prctl is None:
-        return None
-
-    def in_the_child() -> None:
-        # The adapter's handler of SIGTERM would catch it until the exec, which resets it to the default.
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGTERM))
-        if os.getppid() != adapter:  # the adapter died before the prctl: no death is left to signal it
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return in_the_child
-
-
-class _Tail:
-    """The last lines of a byte stream."""
-
-    def __init__(self) -> None:
-        self._data = bytearray()
-
-    def add(self, chunk: bytes) -> None:
-        self._data += chunk
-        if len(self._data) > 2 * _TAIL_BYTES:
-            del self._data[:-_TAIL_BYTES]
-
-    def text(self) -> str:
-        lines = bytes(self._data[-_TAIL_BYTES:]).decode(errors="replace").splitlines()
-        return "\n".join(lines[-_TAIL_LINES:])
 
 
 class Session:
@@ -241,14 +181,7 @@ class Session:
         self._delegates.between_turns(False)
         self._turn = None
         try:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,
-                preexec_fn=_dies_with_us(),
-            )
+            process = await start_agent(argv)
         except (OSError, ValueError) as exc:
             self.idle.set()
             self._delegates.between_turns(self._between_turns())
@@ -284,7 +217,7 @@ class Session:
                     pid=lambda: process.pid,
                 )
             )
-            tail = _Tail()
+            tail = StderrTail()
             assert process.stdout is not None and process.stderr is not None
             stdout, stderr = process.stdout, process.stderr
             try:
@@ -402,7 +335,7 @@ class Session:
             self._tee = False
             self.bus.warn(f"stopped copying the agent's output to stdout: {exc}")
 
-    async def _pump_stderr(self, reader: asyncio.StreamReader, tail: _Tail) -> None:
+    async def _pump_stderr(self, reader: asyncio.StreamReader, tail: StderrTail) -> None:
         sink: IO[bytes] | None = self._stderr_sink()
         while chunk := await reader.read(CHUNK):
             tail.add(chunk)

@@ -1,0 +1,89 @@
+"""The agent's process as ``adapter run`` starts it: stdin closed, stdout and stderr on pipes, in a session
+of its own (the terminal's signals reach the adapter, which passes them on once, after it has decided what
+to do about them), and, on Linux, sent SIGTERM when the adapter dies, even by SIGKILL, rather than run on
+unread as an orphan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import functools
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Final
+
+__all__ = ["StderrTail", "exit_status", "start_agent"]
+
+_TAIL_LINES: Final = 20
+_TAIL_BYTES: Final = 4096
+_PR_SET_PDEATHSIG: Final = 1
+
+
+async def start_agent(argv: list[str]) -> asyncio.subprocess.Process:
+    """Start the agent's command ``argv`` (OSError or ValueError when it cannot be started)."""
+    return await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=_dies_with_us(),
+    )
+
+
+def exit_status(returncode: int) -> int:
+    """A process's exit status as a shell reports it: 128 + N when killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    """libc's prctl, on Linux where it is found."""
+    if sys.platform != "linux":
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def _dies_with_us() -> Callable[[], None] | None:
+    """A ``preexec_fn`` by which the agent gets SIGTERM when the adapter dies, even by SIGKILL, rather
+    than run on unread as an orphan; None where there is no prctl (the agent then outlives it).
+
+    PR_SET_PDEATHSIG fires when the thread that forked exits, not the process: the agent is forked in
+    the event loop's thread (asyncio.create_subprocess_exec calls subprocess.Popen there), which is the
+    main thread that asyncio.run runs the adapter in.
+    """
+    prctl, adapter = _prctl(), os.getpid()
+    if prctl is None:
+        return None
+
+    def in_the_child() -> None:
+        # The adapter's handler of SIGTERM would catch it until the exec, which resets it to the default.
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGTERM))
+        if os.getppid() != adapter:  # the adapter died before the prctl: no death is left to signal it
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return in_the_child
+
+
+class StderrTail:
+    """The last lines of the agent's stderr, which its exit is reported with."""
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        self._data += chunk
+        if len(self._data) > 2 * _TAIL_BYTES:
+            del self._data[:-_TAIL_BYTES]
+
+    def text(self) -> str:
+        lines = bytes(self._data[-_TAIL_BYTES:]).decode(errors="replace").splitlines()
+        return "\n".join(lines[-_TAIL_LINES:])
