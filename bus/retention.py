@@ -25,7 +25,7 @@ import click
 
 from bus.cli_connection import redis_options, run_command
 from bus.connection import Client, connect, translated
-from bus.errors import CommandFailed, ConfigError
+from bus.errors import CommandFailed, ConfigError, PermissionDenied
 from bus.keys import ConsumerGroup, Keys, StreamKind, entry_order, open_namespace
 from bus.params import COUNT
 from bus.settings import Settings
@@ -293,14 +293,18 @@ def trim_command(
 
     Signals, tasks and inboxes lose the entries every consumer group has acknowledged (with --signals N
     etc., at least the N newest stay); an entry still pending or not yet delivered to some group always
-    stays, so a running coordinator or adapter loses nothing. Events are for anyone, usually followed with
-    plain XREAD, which leaves no trace: they are trimmed only with --events N (and never past what a
-    group of theirs still needs). Dead letters and findings are kept unless you give their N: they are
-    records for people. Safe to run from cron while everything
-    runs; needs a Redis user allowed XTRIM, EVAL and SCAN on the namespace.
+    stays, so a running coordinator or adapter loses nothing. Signals no coordinator has read yet (its
+    group does not exist), tasks no launcher has and an inbox no adapter has are trimmed only to the N
+    you give. Events are for anyone, usually followed with plain XREAD, which leaves no trace: they are
+    trimmed only with --events N (and never past what a group of theirs still needs). Dead letters and
+    findings are kept unless you give their N: they are records for people. Safe to run from cron while
+    everything runs; needs a Redis user allowed XTRIM, EVAL and SCAN on the namespace (an
+    administrator's: the acl roles leave trim out). Each stream kind is reported as it is done.
     """
+    if inbox_keep is not None and not inboxes:
+        raise click.UsageError("--inbox-keep keeps directives of the inboxes that --no-inboxes leaves alone")
 
-    async def main() -> list[tuple[str, int]]:
+    async def main() -> None:
         client = await connect(settings)
         try:
             # not created here: a trim from cron must not fix the shard count before the coordinator does
@@ -312,12 +316,21 @@ def trim_command(
                 plan.append((StreamKind.DEAD, dead))
             if findings is not None:
                 plan.append((StreamKind.FINDINGS, findings))
-            done = [(kind.value, await trim_kind(client, keys, kind, maxlen=n)) for kind, n in plan]
-            if inboxes:
-                done.append(("inboxes", await trim_inboxes(client, keys, maxlen=inbox_keep)))
-            return done
+            try:
+                # said as each is done: a later step that fails must not hide what the earlier removed
+                for kind, n in plan:
+                    click.echo(
+                        f"{kind.value}: {await trim_kind(client, keys, kind, maxlen=n)} entries removed"
+                    )
+                if inboxes:
+                    click.echo(
+                        f"inboxes: {await trim_inboxes(client, keys, maxlen=inbox_keep)} entries removed"
+                    )
+            except PermissionDenied as exc:
+                raise PermissionDenied(
+                    f"{exc} (trim runs as an administrator: the acl roles leave it out)"
+                ) from exc
         finally:
             await client.aclose()
 
-    for name, removed in run_command(main()):
-        click.echo(f"{name}: {removed} entries removed")
+    run_command(main())

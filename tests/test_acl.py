@@ -856,3 +856,15 @@ def test_bad_password_specs_and_user_names_say_what_is_wrong() -> None:
     assert blank.exit_code == 2 and "an empty user prefix" in blank.output
     with pytest.raises(ConfigError, match="must not be empty"):
         password_hash("")
+
+
+def test_trim_refused_by_the_acl_says_what_it_removed_before_and_who_may(bus: AclServer) -> None:
+    admin = bus.server.client()
+    for _ in range(3):
+        admin.xadd(S0, {"data": "x"})
+    done = subprocess.run([CLI, "trim", "--signals", "1", "--redis-url", bus.url(Role.COORDINATOR),
+                           "--namespace", NS], capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 1
+    assert done.stdout.splitlines()[0] == "signals: 2 entries removed", done.stdout  # said before the refusal
+    assert "trim runs as an administrator" in done.stderr, done.stderr
+    assert admin.xlen(S0) == 1

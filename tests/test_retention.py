@@ -256,6 +256,13 @@ def test_the_trim_command_reports_what_it_removed_per_stream(redis_url: str) -> 
     assert "inboxes: 0 entries removed" in lines
     assert not [line for line in lines if line.startswith("dead:")]  # kept unless asked
 
+    ignored = CliRunner().invoke(
+        main, ["trim", "--redis-url", redis_url, "--no-inboxes", "--inbox-keep", "3"]
+    )
+    assert ignored.exit_code == 2 and "--inbox-keep keeps directives of the inboxes that --no-inboxes" in (
+        ignored.output
+    )
+
     for option in ("--signals", "--events", "--tasks", "--inbox-keep", "--dead", "--findings"):
         for n in ("-1", str(2**63)):  # no count Redis takes: refused before anything is trimmed
             bad = CliRunner().invoke(main, ["trim", "--redis-url", redis_url, option, n])
