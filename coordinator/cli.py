@@ -205,9 +205,7 @@ def _on_signal(stop: asyncio.Event, sig: signal.Signals) -> None:
 _ATTACH = """\
 subagent-bus is up: Redis at {url}, namespace {ns}, a coordinator in this terminal.
 
-From other terminals, or other machines that reach this Redis (the local one in ./.subagent-bus/
-listens on 127.0.0.1 only, and comes back on another port after `subagent-bus down` only when that one
-was taken meanwhile):
+From other terminals, or other machines that reach this Redis{where}:
   export SUBAGENT_BUS_REDIS_URL={url} SUBAGENT_BUS_NAMESPACE={ns}
   subagent-bus adapter watch OUTPUT_FILE --agent-id ID --group GROUP   # a background agent's output file
   subagent-bus adapter run --agent-id ID --group GROUP -- COMMAND ...  # wrap an agent command
@@ -243,8 +241,24 @@ def up(settings: Settings, policy: Policy, metrics_port: int | None, log_json: b
         burst=False,
         metrics_at=(metrics_port, "127.0.0.1"),
         logs=(log_json, "INFO"),
-        ready=_ATTACH.format(url=settings.url, ns=settings.namespace),
+        ready=_attach(settings, local=click.get_current_context().params.get("redis_url") is None),
     )
+
+
+def _attach(settings: Settings, *, local: bool) -> str:
+    """What ``up`` prints once it is up: the password of a URL given shown as ``***`` (terminals are
+    logged and shared), so the export line says to put it back."""
+    url = settings.display_url()
+    if local:
+        where = (
+            " (the local one in ./.subagent-bus/ listens on 127.0.0.1 only, and comes back on another port "
+            "after `subagent-bus down` only when that one was taken meanwhile)"
+        )
+    elif url != settings.url:
+        where = " (with the password of a user allowed what each command does in place of ***)"
+    else:
+        where = ""
+    return _ATTACH.format(url=url, ns=settings.namespace, where=where)
 
 
 commands: list[click.Command] = [demo, up, run_coordinator, *view_commands, *human_commands]

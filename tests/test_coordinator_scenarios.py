@@ -27,6 +27,7 @@ from bus.findings import Finding
 from bus.keys import open_namespace
 from bus.publisher import Publisher
 from bus.settings import Settings
+from coordinator.cli import _attach
 
 CLI = str(Path(sys.executable).parent / "subagent-bus")
 GROUP = "audit"
@@ -480,6 +481,17 @@ def test_up_runs_a_coordinator_until_interrupted(tmp_path: Path, redis_url: str)
     text = log.read_text()
     assert f"export SUBAGENT_BUS_REDIS_URL={redis_url} SUBAGENT_BUS_NAMESPACE=sbus" in text
     assert "subagent-bus adapter watch OUTPUT_FILE --agent-id ID --group GROUP" in text
+    assert "./.subagent-bus/" not in text  # the local server's word: not this one
+
+
+def test_up_shows_a_given_urls_password_as_stars() -> None:
+    given = Settings.from_url("redis://ops:s3cret-pw@redis.example:6380/0")
+    text = _attach(given, local=False)
+    assert "s3cret-pw" not in text
+    assert "export SUBAGENT_BUS_REDIS_URL=redis://ops:***@redis.example:6380/0 " in text
+    assert "in place of ***" in text and "./.subagent-bus/" not in text
+    local = _attach(Settings.from_url("redis://127.0.0.1:7000/0"), local=True)
+    assert "./.subagent-bus/ listens on 127.0.0.1 only" in local and "in place of ***" not in local
 
 
 def _groups(url: str) -> list[dict[str, Any]]:
