@@ -219,12 +219,14 @@ async def iter_findings(
     *,
     page: int = 1000,
     on_page: Callable[[int], None] | None = None,
+    on_skipped: Callable[[str, str, str], None] | None = None,
 ) -> AsyncIterator[tuple[str, Finding, str, str]]:
     """``(entry_id, finding, agent_id, group_id)`` from the append-only findings stream, from id 0.
 
     Shards are read one after another; within a shard, in stream order. ``on_page`` is told, after each
     page read, how many stream entries were read so far (of every group: a group's findings share their
-    shard's stream with other groups).
+    shard's stream with other groups); ``on_skipped`` of each entry that is no envelope (stream, entry id,
+    why), which only a writer other than the coordinators can have put there.
     """
     shards = [keys.shard_of(group_id)] if group_id is not None else list(keys.all_shards())
     read = 0
@@ -241,8 +243,10 @@ async def iter_findings(
                 eid = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
                 try:
                     envelope = decode((fields or {}).get(b"data"))
-                except DecodeError:
-                    continue  # the coordinator writes this stream; a foreign entry is not a finding
+                except DecodeError as exc:
+                    if on_skipped is not None:
+                        on_skipped(stream, eid, str(exc))
+                    continue
                 if isinstance(envelope.payload, Finding) and group_id in (None, envelope.group_id):
                     yield eid, envelope.payload, envelope.agent_id, envelope.group_id
             if len(rows) < page:

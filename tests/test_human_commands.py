@@ -15,8 +15,11 @@ from typing import Any
 
 import orjson
 import pytest
+import redis
 
 from bus.errors import ConfigError
+from bus.keys import Keys, StreamKind
+from bus.settings import DEFAULT_NAMESPACE
 from bus.signals import DelegateWork
 from coordinator.policy import Policy
 
@@ -238,6 +241,33 @@ def test_a_blank_text_is_a_usage_error_and_publishes_nothing(redis_url: str) -> 
 def _finding(title: str, severity: str, confidence: int) -> str:
     fields = {"id": "SEC-001", "title": title, "file": "src/a.ts", "line": 8, "severity": severity}
     return orjson.dumps({**fields, "confidence": confidence}).decode()
+
+
+def test_entries_of_the_findings_stream_that_are_no_envelopes_are_skipped_and_said(redis_url: str) -> None:
+    ok(
+        redis_url,
+        "findings",
+        "add",
+        "--agent-id",
+        "auditor",
+        "--group",
+        "alpha",
+        _finding("JWT", "critical", 95),
+    )
+    coordinate(redis_url)
+    keys = Keys(DEFAULT_NAMESPACE, 8)
+    stream = keys.stream(keys.shard_of("alpha"), StreamKind.FINDINGS)
+    with redis.Redis.from_url(redis_url) as client:
+        foreign = client.xadd(stream, {"data": "not json"}).decode()
+        client.xadd(stream, {"other": "field"})
+    for args in (["findings", "--jsonl", "--group", "alpha"], ["replay", "--group", "alpha", "--json"]):
+        done = cli(redis_url, *args)
+        assert done.returncode == 0, done.stderr
+        assert "JWT" in done.stdout
+        said = (
+            f"skipped 2 entries of the findings stream that are no envelopes (the first: {stream} {foreign}: "
+        )
+        assert said in done.stderr, (args, done.stderr)
 
 
 def test_findings_of_different_groups_are_merged_apart(redis_url: str) -> None:
