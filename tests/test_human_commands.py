@@ -244,16 +244,7 @@ def _finding(title: str, severity: str, confidence: int) -> str:
 
 
 def test_entries_of_the_findings_stream_that_are_no_envelopes_are_skipped_and_said(redis_url: str) -> None:
-    ok(
-        redis_url,
-        "findings",
-        "add",
-        "--agent-id",
-        "auditor",
-        "--group",
-        "alpha",
-        _finding("JWT", "critical", 95),
-    )
+    ok(redis_url, "findings", "add", "--agent-id", "auditor", "--group", "alpha", _finding("JWT", "critical", 95))  # fmt: skip
     coordinate(redis_url)
     keys = Keys(DEFAULT_NAMESPACE, 8)
     stream = keys.stream(keys.shard_of("alpha"), StreamKind.FINDINGS)
