@@ -20,7 +20,7 @@ from typing import Any, Final, ParamSpec, TypeVar
 
 import click
 
-from bus.errors import BusError, ConfigError
+from bus.errors import BusError, ConfigError, PermissionDenied
 from bus.local_server import ensure_local_server, stop_local_server
 from bus.logs import JsonFormatter
 from bus.params import FiniteFloatRange
@@ -197,6 +197,8 @@ def run_command(coro: Coroutine[Any, Any, T], *, also: tuple[type[Exception], ..
         catch = signal.getsignal(signal.SIGINT) is signal.default_int_handler
         catch = catch and threading.current_thread() is threading.main_thread()
         return asyncio.run(_interruptible(coro) if catch else coro)
+    except PermissionDenied as exc:  # the URL names a user of a role (`acl`) that may not do this
+        raise click.ClickException(f"{exc} (`subagent-bus acl --help` says what each role may)") from None
     except caught as exc:
         raise click.ClickException(str(exc)) from None
     except _Interrupted:

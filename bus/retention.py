@@ -327,9 +327,7 @@ def trim_command(
                         f"inboxes: {await trim_inboxes(client, keys, maxlen=inbox_keep)} entries removed"
                     )
             except PermissionDenied as exc:
-                raise PermissionDenied(
-                    f"{exc} (trim runs as an administrator: the acl roles leave it out)"
-                ) from exc
+                raise PermissionDenied(f"{exc}; trim runs as an administrator") from exc
         finally:
             await client.aclose()
 

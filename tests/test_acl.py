@@ -433,6 +433,7 @@ def test_tail_refused_by_the_acl_says_so_and_no_more(bus: AclServer) -> None:
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert done.returncode == 1
     assert "NoPermissionError" in done.stderr and "lost the server" not in done.stderr, done.stderr
+    assert "(`subagent-bus acl --help` says what each role may)" in done.stderr
 
 
 def test_human_reads_everything_and_appends_to_the_signals_streams_only(bus: AclServer) -> None:
@@ -866,5 +867,7 @@ def test_trim_refused_by_the_acl_says_what_it_removed_before_and_who_may(bus: Ac
                            "--namespace", NS], capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert done.returncode == 1
     assert done.stdout.splitlines()[0] == "signals: 2 entries removed", done.stdout  # said before the refusal
-    assert "trim runs as an administrator" in done.stderr, done.stderr
+    assert (
+        "; trim runs as an administrator (`subagent-bus acl --help` says what each role may)" in done.stderr
+    )
     assert admin.xlen(S0) == 1
