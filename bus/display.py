@@ -3,6 +3,7 @@ or another publisher wrote (a newline, an escape sequence) reaches the terminal 
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -56,11 +57,21 @@ def _dead_line(item: Item, raw: bytes | None, *, as_json: bool) -> bytes | str:
     }
     info.pop("data", None)
     if as_json:
+        exact: dict[str, object] = {}
         try:
             data: object = orjson.loads(raw) if raw is not None else None
         except orjson.JSONDecodeError:
-            data = raw.decode(errors="replace") if raw is not None else None
-        shown: dict[str, object] = {"dead_id": item.entry_id, "shard": item.shard, **info, "data": data}
+            assert raw is not None
+            data = raw.decode(errors="replace")
+            if data.encode() != raw:  # no UTF-8: the text shows it, the bytes are in base64
+                exact["data_base64"] = base64.b64encode(raw).decode()
+        shown: dict[str, object] = {
+            "dead_id": item.entry_id,
+            "shard": item.shard,
+            **info,
+            "data": data,
+            **exact,
+        }
         if info.get("deliveries", "").isdigit():  # a count, as a number (the stream keeps text)
             shown["deliveries"] = int(info["deliveries"])
         return json_bytes(shown)

@@ -9,6 +9,7 @@ raises ``DecodeError``.
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import itertools
 import json
@@ -145,6 +146,10 @@ def test_hostile_entries_are_dead_lettered_and_valid_ones_applied(redis_url: str
     assert shown.returncode == 0, shown.stderr
     lines = [orjson.loads(line) for line in shown.stdout.splitlines()]
     assert [line["entry_id"] for line in lines] == [i.decode() for i in hostile_ids]
+    for (name, original, _), line in zip(HOSTILE, lines, strict=True):
+        if "data_base64" in line:  # data that is neither JSON nor UTF-8: its bytes as they are
+            assert base64.b64decode(line["data_base64"]) == original["data"], name
+    assert sum("data_base64" in line for line in lines) == 2  # binary garbage, invalid UTF-8
     admin.close()
 
     assert HOSTILE[0][2] in reasons["no data field"]
