@@ -255,7 +255,7 @@ def _attach(settings: Settings, *, local: bool) -> str:
             "after `subagent-bus down` only when that one was taken meanwhile)"
         )
     elif url != settings.url:
-        where = " (with the password of a user allowed what each command does in place of ***)"
+        where = " (put the password in place of ***)"
     else:
         where = ""
     return _ATTACH.format(url=url, ns=settings.namespace, where=where)

@@ -489,7 +489,7 @@ def test_up_shows_a_given_urls_password_as_stars() -> None:
     text = _attach(given, local=False)
     assert "s3cret-pw" not in text
     assert "export SUBAGENT_BUS_REDIS_URL=redis://ops:***@redis.example:6380/0 " in text
-    assert "in place of ***" in text and "./.subagent-bus/" not in text
+    assert "(put the password in place of ***)" in text and "./.subagent-bus/" not in text
     local = _attach(Settings.from_url("redis://127.0.0.1:7000/0"), local=True)
     assert "./.subagent-bus/ listens on 127.0.0.1 only" in local and "in place of ***" not in local
 
