@@ -59,23 +59,20 @@ class Question(OpenModel):
 
 def _with_ids(questions: list[Any]) -> list[Any]:
     """``questions`` with an id for each one written without: as plain text (seed 003's diagram writes
-    ``questions: [Q1, Q2]``, which is then the text) or as a mapping with no ``question_id``.
+    ``questions: [Q1, Q2]``, which is then the text) or as a mapping with no ``question_id`` (or a blank
+    one, which no answer could name).
 
     Such a question is ``Q<n>``, ``n`` its position from 1, or the next number whose id no other question
     of the list has (compared without case), so an answer can name it. Anything else is left to the model
     to validate.
     """
-    used = {
-        str(q["question_id"]).strip().casefold()
-        for q in questions
-        if isinstance(q, dict) and q.get("question_id") is not None
-    }
+    used = {str(q["question_id"]).strip().casefold() for q in questions if not _without_id(q)}
     out: list[Any] = []
     number = 0
     for position, question in enumerate(questions, start=1):
         if isinstance(question, str):
             fields: dict[Any, Any] = {"text": question}
-        elif isinstance(question, dict) and question.get("question_id") is None:
+        elif isinstance(question, dict) and _without_id(question):
             fields = {key: item for key, item in question.items() if key != "question_id"}
         else:
             out.append(question)
@@ -85,6 +82,14 @@ def _with_ids(questions: list[Any]) -> list[Any]:
             number += 1
         out.append({"question_id": f"Q{number}", **fields})
     return out
+
+
+def _without_id(question: Any) -> bool:
+    """Whether a question (a mapping) names no id: none, or a blank one, which no answer could name."""
+    if not isinstance(question, dict):
+        return True
+    given = question.get("question_id")
+    return given is None or (isinstance(given, str) and not given.strip())
 
 
 class ClarificationNeeded(OpenModel):

@@ -168,7 +168,7 @@ def publish_command(settings: Settings, how: How, build: Build, source: str, sub
             when = f"no decision within {how.wait_s:g}s" if how.wait_s else "its decision not waited for"
         click.echo(f"queued {source} as {envelope.id} ({when}); a coordinator applies it in order")
         return
-    detail = one_line(decision.detail.split("\n", 1)[0])
+    detail = one_line(decision.detail)  # whole: its end may say the agent still waits ("; still blocked")
     if decision.decision is DecisionType.REJECTED:
         raise click.ClickException(f"{source} {envelope.id} was rejected by the coordinator: {detail}")
     click.echo(f"{source} applied as {envelope.id}: {decision.decision.value}: {detail}")

@@ -441,6 +441,12 @@ def test_with_a_coordinator_running_a_command_says_what_became_of_it(redis_url: 
         until(lambda: "Q2" in ok(redis_url, "inbox"), "the coordinator to open the question")
         applied = ok(redis_url, "answer", "asker", "Q2=JWT", "--wait", "120")  # a loaded machine's CI
         assert applied.startswith("answer applied as ") and ": question_answered: " in applied, applied
+        agent_says(redis_url, "stopper", "g-said", stop("stopper"))
+        until(lambda: "stopper" in ok(redis_url, "inbox"), "the coordinator to record the blocker")
+        resolved = ok(
+            redis_url, "resolve", "stopper", "--resolution", "Set the key.\nRotate it.", "--wait", "120"
+        )
+        assert ": blocker_resolved: resolved: Set the key.\\nRotate it." in resolved, resolved  # all of it
         ask("Q3")
         until(lambda: "Q3" in ok(redis_url, "inbox"), "the coordinator to open the next question")
         not_waiting = ok(redis_url, "answer", "asker", "Q3=maybe", "--wait", "0")

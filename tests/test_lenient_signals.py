@@ -150,6 +150,8 @@ def test_questions_without_an_id_are_numbered_and_keep_their_fields() -> None:
     first, second = payload.questions
     assert (first.question_id, first.text, first.context) == ("Q1", "OAuth2 or JWT?", "both exist")
     assert (second.question_id, second.text) == ("Q2", "Version?")
+    blank = clarification("  - question_id: ''\n    text: a\n  - question_id: ' '\n    text: b\n")
+    assert questions_of(blank) == [("Q1", "a"), ("Q2", "b")]  # no answer could name a blank id
 
 
 def test_a_numbered_question_skips_the_ids_other_questions_have() -> None:
