@@ -148,14 +148,17 @@ def status(settings: Settings, group_id: str | None, as_json: bool, watch: float
         else:
             click.echo("\n".join(run_command(_status_lines(settings, group_id))))
         return
+    # The first view's error is the command's, as for every command (a wrong URL, credentials or
+    # --shards would never mend); a later one is a server away for a while (restarted, failing over).
+    lines = run_command(_status_lines(settings, group_id))
     while True:  # until Ctrl-C, which exits 130 like any other command's
-        try:
-            lines = run_command(_status_lines(settings, group_id))
-        except click.ClickException as exc:  # a server away for a while (restarted, failing over)
-            lines = [f"{exc.format_message()}; trying again every {watch:g}s"]
         click.clear()
         click.echo(f"subagent-bus status  (every {watch:g}s, Ctrl-C to quit)\n" + "\n".join(lines))
         time.sleep(watch)  # a refresh interval the user asked for, not a wait for an event
+        try:
+            lines = run_command(_status_lines(settings, group_id))
+        except click.ClickException as exc:
+            lines = [f"{exc.format_message()}; trying again every {watch:g}s"]
 
 
 @click.command()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -199,3 +200,10 @@ async def test_status_watch_rides_out_a_server_restart(fresh_redis: RedisProcess
     finally:
         process.kill()
         await process.wait()
+
+
+def test_status_watch_exits_when_its_first_view_fails() -> None:
+    done = subprocess.run([CLI, "status", "--watch", "0.2", "--redis-url", "redis://127.0.0.1:1"],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 1, done.stdout[-500:]  # a wrong URL would never mend: no retries
+    assert "Redis unavailable" in done.stderr and "trying again" not in done.stdout + done.stderr
