@@ -118,7 +118,9 @@ def _summary(item: Item) -> str:
 def parse(path: str, fmt: str, as_json: bool, max_block_bytes: int) -> None:
     """Parse agent output from PATH (stdin without one, or with -) into signals, results and errors.
 
-    The input is read as a stream, so a growing file or a pipe is parsed as it arrives.
+    The input is read as a stream, in bounded memory: a pipe's items are printed as they arrive, and a
+    file is read to its end as it is then (`adapter watch` follows a file that grows). A block whose
+    closing tag ends the input without a newline ends there.
 
     \b
     Exit status:

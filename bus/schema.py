@@ -57,6 +57,10 @@ def schema(type_name: str | None, write: bool, list_types: bool) -> None:
     Every stream entry but a dead letter (fields reason, stream, entry_id, deliveries and the original
     data) is one field `data` holding JSON that matches one of these schemas.
     """
+    if type_name is not None and (list_types or write):
+        raise click.UsageError(
+            f"TYPE {type_name!r} with --{'list' if list_types else 'write'}: give one or the other"
+        )
     if list_types:
         for type_, (kind, _) in PAYLOADS.items():
             click.echo(f"{type_.value:24} {kind.value}")

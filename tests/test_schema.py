@@ -50,6 +50,9 @@ def test_schema_command_prints_one_type_and_rejects_unknown() -> None:
     bad = runner.invoke(main, ["schema", "NOPE"])
     assert bad.exit_code == 2
     assert "unknown type" in bad.output
+    for flag in ("--list", "--write"):  # each would leave TYPE out without a word
+        both = runner.invoke(main, ["schema", "STOP_WORK", flag])
+        assert both.exit_code == 2 and f"TYPE 'STOP_WORK' with {flag}: give one or the other" in both.output
 
 
 def test_schema_command_lists_prints_all_and_writes_the_shipped_files(
