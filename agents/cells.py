@@ -32,6 +32,11 @@ _WHERE: Final = ("fileline", "location", "file", "path")
 _LOCATION: Final = re.compile(r"(\S+?):(-?\d+)(?:[-:]\d+)?\b.*")
 _SPACED: Final = re.compile(r"([^:]++):(\d++)(?:[-:]\d++)?+")
 """``src/my file.ts:3``: a path with spaces, then its line and nothing else (see :func:`_located`)."""
+_WORDED: Final = re.compile(
+    r"(\S+?)(?:[:#]L|,?\s++\(?(?:lines?\s*+|L))(\d++)(?:\s*+[-–]\s*+L?\d++)?+\)?+", re.I
+)
+"""``src/a.py line 3``, ``src/a.py, line 3``, ``src/a.py (lines 3-5)``, ``src/a.py L3``, ``src/a.py:L3``,
+``src/a.py#L3``: a path and its line in words (see :func:`_located`)."""
 _EXTENSION: Final = re.compile(r"\.\w+$")
 _NOT_A_LINE: Final = re.compile(r":(-\d+|0+|\d{10,})\b")
 
@@ -68,7 +73,7 @@ def _linked(text: str, target: str) -> tuple[str | None, int | None]:
 
 
 def _located(location: str) -> tuple[str | None, int | None]:
-    match = _LOCATION.fullmatch(location) or _spaced(location)
+    match = _LOCATION.fullmatch(location) or _spaced(location) or _worded(location)
     if match is not None:
         path, line = match.group(1), int(match.group(2))
         if 1 <= line <= MAX_LINE:
@@ -89,6 +94,16 @@ def _spaced(location: str) -> re.Match[str] | None:
         return None
     path = match.group(1)
     return match if path == path.strip() and ("/" in path or _EXTENSION.search(path)) else None
+
+
+def _worded(location: str) -> re.Match[str] | None:
+    """A path and its line in words: only a path with a directory or an extension counts (``step 3``
+    and ``see line 3`` are prose)."""
+    match = _WORDED.fullmatch(location)
+    if match is None:
+        return None
+    path = match.group(1)
+    return match if "/" in path or _EXTENSION.search(path) else None
 
 
 def number(text: str) -> float | None:

@@ -514,6 +514,17 @@ def test_key_references_split_file_and_line() -> None:
         ("src/my file.ts", (None, None)),
         ("Note that the total:12", (None, None)),
         ("see step 3 of src/build.py:12 first", (None, None)),
+        # a line in words, as agents write it
+        ("`src/a.py` line 3", ("src/a.py", 3)),
+        ("src/a.py, line 3", ("src/a.py", 3)),
+        ("src/a.py (line 3)", ("src/a.py", 3)),
+        ("src/a.py (lines 3-5)", ("src/a.py", 3)),
+        ("src/a.py L3", ("src/a.py", 3)),
+        ("src/a.py:L3", ("src/a.py", 3)),
+        ("src/a.py#L3-L9", ("src/a.py", 3)),
+        ("Makefile line 3", (None, None)),
+        ("see line 3", (None, None)),
+        ("step L3", (None, None)),
         # a line past any file's: the file without it
         ("src/a.ts:2147483647", ("src/a.ts", 2147483647)),
         ("src/a.ts:99999999999", ("src/a.ts", None)),
