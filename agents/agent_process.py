@@ -10,12 +10,13 @@ import asyncio
 import ctypes
 import functools
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Callable
 from typing import Final
 
-__all__ = ["StderrTail", "exit_status", "start_agent"]
+__all__ = ["StderrTail", "exit_status", "start_agent", "start_error"]
 
 _TAIL_LINES: Final = 20
 _TAIL_BYTES: Final = 4096
@@ -32,6 +33,30 @@ async def start_agent(argv: list[str]) -> asyncio.subprocess.Process:
         start_new_session=True,
         preexec_fn=_dies_with_us(),
     )
+
+
+def start_error(program: str, exc: OSError | ValueError) -> str:
+    """Why ``program`` did not start. A script that is there but whose ``#!`` interpreter is not fails
+    with ENOENT too, which says "No such file or directory" of the script: the interpreter is named."""
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    if isinstance(exc, FileNotFoundError):
+        path = program if os.sep in program else shutil.which(program)
+        interpreter = _interpreter(path) if path is not None else None
+        if interpreter is not None:
+            why = f"its interpreter {interpreter} (its #! line) is not there"
+    return f"cannot start {program}: {why}"
+
+
+def _interpreter(path: str) -> str | None:
+    try:
+        with open(path, "rb") as script:
+            first = script.readline(4096)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode(errors="replace").split()
+    return words[0] if words else None
 
 
 def exit_status(returncode: int) -> int:

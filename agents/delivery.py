@@ -32,6 +32,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO, Final, Protocol
 
+from agents.agent_process import start_error
 from bus import directives as d
 from bus.envelope import Envelope, EnvelopeType
 from bus.errors import BusError
@@ -329,7 +330,7 @@ async def run_command(argv: list[str], log: Callable[[str], None]) -> tuple[int,
             stderr=asyncio.subprocess.STDOUT,
         )
     except (OSError, ValueError) as exc:
-        raise DeliveryFailed(f"cannot start {argv[0]}: {exc}") from None
+        raise DeliveryFailed(start_error(argv[0], exc)) from None
     output, _ = await process.communicate()
     text = output.decode(errors="replace")
     for line in text.splitlines():

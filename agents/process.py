@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from agents.adapter import AgentBus, GaveUp, OutputStream, heartbeat_loop
-from agents.agent_process import StderrTail, exit_status, start_agent
+from agents.agent_process import StderrTail, exit_status, start_agent, start_error
 from agents.delegate_wait import DelegateWait
 from agents.delivery import AgentDone, DeliveryFailed, Directive
 from agents.transcript import Format
@@ -185,8 +185,7 @@ class Session:
         except (OSError, ValueError) as exc:
             self.idle.set()
             self._delegates.between_turns(self._between_turns())
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            raise DeliveryFailed(f"cannot start {argv[0]}: {why}") from exc
+            raise DeliveryFailed(start_error(argv[0], exc)) from exc
         self.process = process
         if self.signalled is not None:  # it came while the process started, which it is meant for
             process.send_signal(self.signalled)

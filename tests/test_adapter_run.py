@@ -356,7 +356,8 @@ async def test_a_command_that_cannot_start(redis_url: str, tmp_path: Path) -> No
     broken.chmod(0o755)
     adapter = start([*run_args("r5"), str(broken)], redis_url, log)
     assert await exited(adapter, 20) == 127
-    assert f"subagent-bus: cannot start {broken}: No such file or directory\n" in log.read_text()
+    said = f"subagent-bus: cannot start {broken}: its interpreter /no/such/interpreter (its #! line) is not there\n"
+    assert said in log.read_text()
     async with open_bus(redis_url) as bus:
         envelopes = await bus.envelopes(GROUP)
     assert [e.type for e in envelopes] == [T.STOP_WORK, T.AGENT_EXITED]
