@@ -7,13 +7,18 @@ deliverable, which is not judged then (nor is a URL): it may well exist where th
 outcome is written on the payload: :attr:`Finding.verified`, :attr:`Reference.verified`, and for a
 COMPLETION_REPORT the extra field ``deliverables_verified``: one ``{path, verified}`` per deliverable
 listed as ``- NAME (comment)``.
+
+A path that cannot be looked at (a name over 255 bytes, no permission) counts as not verified, as a
+missing one does.
 """
 
 from __future__ import annotations
 
 import re
+import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 from bus.envelope import Payload
 from bus.fields import Model
@@ -30,6 +35,7 @@ _LOCATION = re.compile(r"^(?P<file>.+?):(?P<line>\d+)(?:[-:]\d+)?$")
 _ITEM = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+(?:\[[ xX]\]\s+)?(?P<rest>\S.*)$")
 _FILE_NAME = re.compile(r"^[\w.@~+-]*\w\.[A-Za-z0-9]{1,10}$")
 _CHUNK: Final = 1 << 20
+_T = TypeVar("_T")
 
 
 class DeliverableCheck(Model):
@@ -85,33 +91,41 @@ class Verifier:
         if not self.root.is_dir():
             raise ValueError(f"workdir {workdir} is not a directory")
 
-    def locate(self, file: str) -> Path | None:
-        """The path of ``file`` inside the workdir, or None when it leaves it or cannot exist."""
+    def _guarded(self, file: str, inspect: Callable[[Path], _T]) -> _T | None:
+        """``inspect`` of the path of ``file`` inside the workdir: the one place where a path an agent gave
+        meets the filesystem. None when the path leaves the workdir or cannot exist, and when a call on it
+        fails (a name over 255 bytes, no permission, a symlink loop, a file removed meanwhile): agent output
+        never stops the adapter, such a path is simply not verified."""
         if not file or "\x00" in file:
             return None
         try:
             candidate = (self.root / file).resolve()
-        except (OSError, RuntimeError):  # a symlink loop, an unusable name
+            if candidate != self.root and not candidate.is_relative_to(self.root):
+                return None
+            return inspect(candidate)
+        except (OSError, RuntimeError, ValueError):  # RuntimeError: a symlink loop
             return None
-        if candidate != self.root and not candidate.is_relative_to(self.root):
-            return None
-        return candidate
+
+    def locate(self, file: str) -> Path | None:
+        """The path of ``file`` inside the workdir, or None when it leaves it or cannot exist."""
+        return self._guarded(file, lambda path: path)
 
     def exists(self, file: str) -> bool:
-        path = self.locate(file)
-        return path is not None and path.exists()
+        return self._guarded(file, lambda path: path.stat()) is not None
 
     def check(self, file: str | None, line: int | None) -> bool | None:
         """True/False for a reference; None when there is no file to check."""
         if file is None or not file.strip():
             return None
         name, number = split_location(file, line)
-        path = self.locate(name)
-        if path is None or not path.is_file():
+        return self._guarded(name, lambda path: self._holds(path, number)) is True
+
+    def _holds(self, path: Path, number: int | None) -> bool:
+        """Whether ``path`` is a file with line ``number`` (any file when there is none)."""
+        status = path.stat()
+        if not stat.S_ISREG(status.st_mode):
             return False
-        if number is None:
-            return True
-        return 1 <= number <= _line_count(path)
+        return number is None or 1 <= number <= _line_count(path)
 
     def finding(self, finding: Finding) -> Finding:
         verified = self.check(finding.file, finding.line)
@@ -155,14 +169,12 @@ class Verifier:
 
 
 def _line_count(path: Path) -> int:
-    """Lines in a file: newlines, plus one for a last line without a newline."""
+    """Lines in a file: newlines, plus one for a last line without a newline. Read a chunk at a time; an
+    error reading it is the caller's (see :meth:`Verifier._guarded`)."""
     count = 0
     last = b""
-    try:
-        with path.open("rb") as stream:
-            while chunk := stream.read(_CHUNK):
-                count += chunk.count(b"\n")
-                last = chunk[-1:]
-    except OSError:
-        return 0
+    with path.open("rb") as stream:
+        while chunk := stream.read(_CHUNK):
+            count += chunk.count(b"\n")
+            last = chunk[-1:]
     return count + (1 if last and last != b"\n" else 0)

@@ -51,6 +51,8 @@ def workdir(tmp_path: Path) -> Path:
         ("src/\x00evil", 1, False),
         ("loop", 1, False),  # a symlink to itself
         ("loop/x.py", 1, False),
+        ("src/\ud800.py", 1, False),  # no file system name
+        ("src/" + "a" * 300 + ".py", 3, False),  # a name over 255 bytes
     ],
 )
 def test_references(workdir: Path, file: str, line: int | None, verified: bool) -> None:
@@ -177,4 +179,68 @@ async def test_the_adapter_publishes_verified_payloads(redis_url: str, workdir: 
     assert completion.payload.model_dump()[DELIVERABLES_FIELD] == [
         {"path": "SECURITY_ANALYSIS.md", "verified": True},
         {"path": "MISSING.md", "verified": False},
+    ]
+
+
+def test_a_name_too_long_or_a_path_that_cannot_be_looked_at_is_not_verified(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Agent output is no reason to stop the adapter: a name over 255 bytes (ENAMETOOLONG) or a path it
+    may not look at (EACCES) is not verified, as a missing file is not."""
+    verifier = Verifier(workdir)
+    long_name = "src/" + "a" * 300 + ".py"
+    assert verifier.check(long_name, 3) is False
+    assert verifier.check("a" * 300, None) is False
+    assert verifier.exists("d" * 300 + ".md") is False
+    completion = CompletionReport(
+        agent_id="a", status=CompletionStatus.SUCCESS, summary="s", deliverables=f"- {'d' * 300}.md"
+    )
+    assert verifier.completion(completion).model_dump()[DELIVERABLES_FIELD] == [
+        {"path": "d" * 300 + ".md", "verified": False}
+    ]
+    original = Path.stat
+
+    def refused(path: Path, **kwargs: bool) -> os.stat_result:
+        if "private" in path.parts:
+            raise PermissionError(13, "Permission denied", str(path))
+        return original(path, **kwargs)
+
+    (workdir / "private").mkdir()
+    (workdir / "private" / "key.pem").write_text("k\n")
+    monkeypatch.setattr(Path, "stat", refused)
+    assert verifier.check("private/key.pem", 1) is False
+    assert verifier.check("private/key.pem", None) is False
+    assert verifier.exists("private/key.pem") is False
+    assert verifier.check("src/auth/jwt.ts", 3) is True
+
+
+async def test_the_adapter_survives_a_name_too_long(redis_url: str, workdir: Path, tmp_path: Path) -> None:
+    """A finding at ``src/<300 a>.py:3`` and a deliverable ``<300 d>.md``: the report, the completion and
+    the exit are published, the two marked not verified."""
+    long_file, long_deliverable = "src/" + "a" * 300 + ".py", "d" * 300 + ".md"
+    printed = tmp_path / "agent.out"
+    printed.write_text(
+        "## Explorer Result\n\n### Status\nSUCCESS\n\n### Summary\nLooked at the code.\n\n### Findings\n\n"
+        "| ID | Issue | File:Line | Severity |\n|----|-------|-----------|----------|\n"
+        f"| A-1 | long | `{long_file}:3` | High |\n| A-2 | real | `src/auth/jwt.ts:2` | Low |\n\n"
+        "### Confidence\n60\n\n"
+        "[COMPLETION_REPORT]\nagent_id: lg\nstatus: success\nsummary: done\n"
+        f"deliverables: {long_deliverable}\n[/COMPLETION_REPORT]\n"
+    )
+    log = tmp_path / "adapter.log"
+    args = ["adapter", "stdin", "--agent-id", "lg", "--group", "g-long", "--workdir", str(workdir), "--quiet"]
+    with printed.open("rb") as stdin:
+        adapter = start(args, redis_url, log, stdin=stdin)
+        assert await exited(adapter, 30) == 0, log.read_text()
+    async with open_bus(redis_url) as bus:
+        [result] = await bus.of_type("g-long", EnvelopeType.RESULT)
+        [completion] = await bus.of_type("g-long", EnvelopeType.COMPLETION_REPORT)
+        [_] = await bus.of_type("g-long", EnvelopeType.AGENT_EXITED)
+    assert isinstance(result.payload, ResultReport)
+    assert [(f.file, f.verified) for f in result.payload.findings] == [
+        (long_file, False),
+        ("src/auth/jwt.ts", True),
+    ]
+    assert completion.payload.model_dump()[DELIVERABLES_FIELD] == [
+        {"path": long_deliverable, "verified": False}
     ]
