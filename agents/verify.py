@@ -9,11 +9,13 @@ COMPLETION_REPORT the extra field ``deliverables_verified``: one ``{path, verifi
 listed as ``- NAME (comment)``.
 
 A path that cannot be looked at (a name over 255 bytes, no permission) counts as not verified, as a
-missing one does.
+missing one does. A file's lines are counted once while its size and modification time stay the same
+(the last :data:`CACHED_FILES` files are kept).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import stat
 from collections.abc import Callable
@@ -26,7 +28,14 @@ from bus.findings import Finding
 from bus.results import Reference, ResultReport
 from bus.signals import DELIVERABLES_VERIFIED, CompletionReport
 
-__all__ = ["DELIVERABLES_FIELD", "DeliverableCheck", "Verifier", "deliverable_paths", "split_location"]
+__all__ = [
+    "CACHED_FILES",
+    "DELIVERABLES_FIELD",
+    "DeliverableCheck",
+    "Verifier",
+    "deliverable_paths",
+    "split_location",
+]
 
 DELIVERABLES_FIELD: Final = DELIVERABLES_VERIFIED
 """The field added to a COMPLETION_REPORT payload (an open model) with the deliverable checks."""
@@ -35,6 +44,8 @@ _LOCATION = re.compile(r"^(?P<file>.+?):(?P<line>\d+)(?:[-:]\d+)?$")
 _ITEM = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+(?:\[[ xX]\]\s+)?(?P<rest>\S.*)$")
 _FILE_NAME = re.compile(r"^[\w.@~+-]*\w\.[A-Za-z0-9]{1,10}$")
 _CHUNK: Final = 1 << 20
+CACHED_FILES: Final = 256
+"""How many files' line counts a :class:`Verifier` keeps."""
 _T = TypeVar("_T")
 
 
@@ -90,6 +101,8 @@ class Verifier:
         self.root = workdir.resolve()
         if not self.root.is_dir():
             raise ValueError(f"workdir {workdir} is not a directory")
+        self._counted: dict[tuple[Path, int, int, int, int], int] = {}
+        """The lines of the files counted last, the least recently used first."""
 
     def _guarded(self, file: str, inspect: Callable[[Path], _T]) -> _T | None:
         """``inspect`` of the path of ``file`` inside the workdir: the one place where a path an agent gave
@@ -125,7 +138,21 @@ class Verifier:
         status = path.stat()
         if not stat.S_ISREG(status.st_mode):
             return False
-        return number is None or 1 <= number <= _line_count(path)
+        return number is None or 1 <= number <= self._lines(path, status)
+
+    def _lines(self, path: Path, status: os.stat_result) -> int:
+        """The lines of a file, counted once while it stays the same (its size and modification time):
+        each finding of a long report on one large file would read the whole file again."""
+        key = (path, status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+        count = self._counted.get(key)
+        if count is None:
+            count = _line_count(path)
+            while len(self._counted) >= CACHED_FILES:
+                del self._counted[next(iter(self._counted))]
+        else:
+            del self._counted[key]  # moved to the end: the least recently used goes first
+        self._counted[key] = count
+        return count
 
     def finding(self, finding: Finding) -> Finding:
         verified = self.check(finding.file, finding.line)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from adapter_kit import exited, fake, open_bus, start
 
+from agents import verify
 from agents.verify import DELIVERABLES_FIELD, Verifier, deliverable_paths, split_location
 from bus.envelope import EnvelopeType
 from bus.findings import Finding
@@ -244,3 +245,39 @@ async def test_the_adapter_survives_a_name_too_long(redis_url: str, workdir: Pat
     assert completion.payload.model_dump()[DELIVERABLES_FIELD] == [
         {"path": long_deliverable, "verified": False}
     ]
+
+
+def test_a_file_s_lines_are_counted_once_while_it_stays_the_same(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1 000 findings on one large file read it once, not 1 000 times; a file that changed is read again,
+    and only the last CACHED_FILES files are kept."""
+    counted: list[Path] = []
+
+    def counting(path: Path) -> int:
+        counted.append(path)
+        return line_count(path)
+
+    line_count = verify._line_count
+    monkeypatch.setattr(verify, "_line_count", counting)
+    verifier = Verifier(workdir)
+    jwt = (workdir / "src" / "auth" / "jwt.ts").resolve()
+    assert [verifier.check("src/auth/jwt.ts", n % 5) for n in range(1000)] == [
+        n % 5 in (1, 2, 3) for n in range(1000)
+    ]
+    assert verifier.check(str(jwt), 2) is True
+    assert counted == [jwt]
+    with jwt.open("a") as stream:
+        stream.write("line 4\n")
+    assert verifier.check("src/auth/jwt.ts", 4) is True
+    assert counted == [jwt, jwt]
+    many = workdir / "many"
+    many.mkdir()
+    for index in range(verify.CACHED_FILES):
+        (many / f"f{index}.txt").write_text("x\n")
+        assert verifier.check(f"many/f{index}.txt", 1) is True
+    assert verifier.check("many/f255.txt", 1) is True  # still kept
+    assert len(counted) == 2 + verify.CACHED_FILES
+    assert verifier.check("src/auth/jwt.ts", 4) is True  # the least recently used was dropped
+    assert counted[-1] == jwt
+    assert len(counted) == 3 + verify.CACHED_FILES
