@@ -10,7 +10,9 @@ listed as ``- NAME (comment)``.
 
 A path that cannot be looked at (a name over 255 bytes, no permission) counts as not verified, as a
 missing one does. A file's lines are counted once while its size and modification time stay the same
-(the last :data:`CACHED_FILES` files are kept).
+(the last :data:`CACHED_FILES` files are kept). A Key Reference that is a URL is not judged, as such a
+deliverable is not, and a directory that exists stands for a deliverable or a Key Reference without a
+line (a finding needs a file).
 """
 
 from __future__ import annotations
@@ -126,19 +128,20 @@ class Verifier:
     def exists(self, file: str) -> bool:
         return self._guarded(file, lambda path: path.stat()) is not None
 
-    def check(self, file: str | None, line: int | None) -> bool | None:
-        """True/False for a reference; None when there is no file to check."""
+    def check(self, file: str | None, line: int | None, *, directory: bool = False) -> bool | None:
+        """True/False for a reference; None when there is no file to check. With ``directory``, one that
+        exists is found too when no line is named."""
         if file is None or not file.strip():
             return None
         name, number = split_location(file, line)
-        return self._guarded(name, lambda path: self._holds(path, number)) is True
+        return self._guarded(name, lambda path: self._holds(path, number, directory=directory)) is True
 
-    def _holds(self, path: Path, number: int | None) -> bool:
-        """Whether ``path`` is a file with line ``number`` (any file when there is none)."""
+    def _holds(self, path: Path, number: int | None, *, directory: bool) -> bool:
+        """Whether ``path`` is a file with line ``number`` (any file without one, or a directory then)."""
         status = path.stat()
-        if not stat.S_ISREG(status.st_mode):
-            return False
-        return number is None or 1 <= number <= self._lines(path, status)
+        if number is None:
+            return stat.S_ISREG(status.st_mode) or (directory and stat.S_ISDIR(status.st_mode))
+        return stat.S_ISREG(status.st_mode) and 1 <= number <= self._lines(path, status)
 
     def _lines(self, path: Path, status: os.stat_result) -> int:
         """The lines of a file, counted once while it stays the same (its size and modification time):
@@ -159,9 +162,11 @@ class Verifier:
         return finding if verified is None else finding.model_copy(update={"verified": verified})
 
     def reference(self, reference: Reference) -> Reference:
+        """A Key Reference is checked as a deliverable is: a URL is not judged, and a directory that
+        exists is found when no line is named."""
         file = reference.file if reference.file is not None else reference.location
         line = reference.line if reference.file is not None else None
-        verified = self.check(file, line)
+        verified = None if "://" in file else self.check(file, line, directory=True)
         return reference if verified is None else reference.model_copy(update={"verified": verified})
 
     def result(self, report: ResultReport) -> ResultReport:

@@ -281,3 +281,30 @@ def test_a_file_s_lines_are_counted_once_while_it_stays_the_same(
     assert verifier.check("src/auth/jwt.ts", 4) is True  # the least recently used was dropped
     assert counted[-1] == jwt
     assert len(counted) == 3 + verify.CACHED_FILES
+
+
+def test_a_key_reference_that_is_a_url_or_a_directory(workdir: Path) -> None:
+    """Key References are judged as deliverables are: a URL is not checked, a directory is found when
+    no line is named."""
+    verifier = Verifier(workdir)
+    references = [
+        Reference(item="owasp", location="https://owasp.org/Top10", file="https://owasp.org/Top10"),
+        Reference(
+            item="blob",
+            location="https://github.com/a/b/blob/main/x.py:3",
+            file="https://github.com/a/b/blob/main/x.py",
+            line=3,
+        ),
+        Reference(item="link", location="[OWASP](https://owasp.org/Top10)"),
+        Reference(item="src", location="src/", file="src/"),
+        Reference(item="auth", location="`src/auth`", file="src/auth"),
+        Reference(item="gone", location="lib/", file="lib/"),
+        Reference(item="dir line", location="src/auth:3", file="src/auth", line=3),
+        Reference(item="out", location="../", file="../"),
+    ]
+    report = ResultReport(
+        agent="Explorer", status=ResultStatus.SUCCESS, summary="s", key_references=references
+    )
+    checked = verifier.result(report).key_references
+    assert [r.verified for r in checked] == [None, None, None, True, True, False, False, False]
+    assert verifier.finding(Finding(title="a directory", file="src/auth")).verified is False
