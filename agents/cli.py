@@ -125,8 +125,8 @@ def parse(path: str, fmt: str, as_json: bool, max_block_bytes: int) -> None:
     \b
     Exit status:
       0  the output parsed without any error item
-      1  an error: a usage error (an unknown option, an unreadable file), or stdout
-         closed before all was written (`| head`)
+      1  an error: a usage error (an unknown option, an unreadable file), or output
+         that could not be written (stdout full or closed, or its reader gone: `| head`)
       2  the output holds at least one error item
     """
     try:

@@ -43,6 +43,7 @@ from bus.connection import translated
 from bus.envelope import encode
 from bus.errors import BusError
 from bus.keys import agent_field
+from bus.output import stdout_closed
 from bus.params import MILLISECONDS, FiniteFloatRange
 from bus.settings import Settings
 
@@ -184,7 +185,7 @@ def listen(
     Run it in the background before the agent's turn ends: its exit wakes whatever re-invokes the agent.
     Exit status: 0 a directive was printed (and consumed), 3 timed out, 1 error, 2 usage error.
     """
-    if sys.stdout is None:  # started with it closed (`>&-`): a directive would be taken, never printed
+    if stdout_closed():  # started with it closed (`>&-`): a directive would be taken, never printed
         raise click.ClickException("stdout is closed: nothing could print the directive")
 
     async def main() -> int:
