@@ -15,7 +15,7 @@ import click
 
 from bus.cli_connection import redis_options, run_command
 from bus.connection import Client, connect
-from bus.display import counted, json_bytes
+from bus.display import counted, json_bytes, one_line
 from bus.errors import BusError, NamespaceMissing
 from bus.fields import Model
 from bus.findings import Finding
@@ -236,7 +236,7 @@ async def _findings(
             progress.update(f"reading the findings stream: {read:,} entries")
 
         def foreign(stream: str, entry_id: str, why: str) -> None:
-            skipped.append("" if skipped else f"{stream} {entry_id}: {why}")
+            skipped.append("" if skipped else one_line(f"{stream} {entry_id}: {why}"))
 
         async for _, finding, _, group in iter_findings(
             client, keys, group_id, on_page=shown, on_skipped=foreign
