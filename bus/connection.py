@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any, Final, TypeAlias
 from urllib.parse import urlsplit
 
@@ -31,7 +31,7 @@ from bus.errors import (
 from bus.sentinel import sentinel_client
 from bus.settings import DEFAULT_SOCKET_TIMEOUT, Settings
 
-__all__ = ["Client", "as_text", "check_block", "close_idle", "connect", "tcp_options", "translated"]
+__all__ = ["Client", "as_text", "check_block", "connect", "tcp_options", "translated"]
 
 Client: TypeAlias = redis.asyncio.Redis | redis.asyncio.RedisCluster
 """Either asyncio client of redis-py; every module of the bus works with both."""
@@ -186,25 +186,6 @@ async def _cluster_client(settings: Settings) -> redis.asyncio.RedisCluster:
     return client
 
 
-async def close_idle(client: Client) -> None:
-    """Close the connections idle in ``client``'s pool, each to be opened again when next taken: to be
-    called when a connection failed, since they went to the same server, which may have gone away.
-
-    redis-py 8.1's asyncio pool hands out a pooled connection that the server closed, with RESP3 (the
-    default), instead of opening it again (redis-py issue 4252): the command sent on it fails with
-    "Connection closed by server". A pool holds several connections (a coordinator's shard loops, ticks
-    and heartbeats take them side by side), so after a restart each one failed once when a command
-    first took it, seconds after the server was back: a new outage to the loop that ran that command,
-    which lost its lease and said again that the server was away. Called at every failure, not only
-    the first of an outage, this also closes a connection given back to the pool after that one.
-
-    A cluster client does so by itself for a node whose connection failed: it is left alone."""
-    if isinstance(client, redis.asyncio.RedisCluster):
-        return
-    with suppress(BusError), translated():
-        await client.connection_pool.disconnect(inuse_connections=False)
-
-
 def check_block(client: Client, block_ms: int) -> None:
     """Refuse a blocking read of ``block_ms`` that ``client``'s socket timeout would cut (a
     :class:`ConfigError`): the wait of a blocked read counts against the timeout."""
@@ -240,6 +221,19 @@ def tcp_options(socket_timeout: float | None) -> dict[int, int]:
 _UNBOUNDED: Final = 2**31 - 1
 """A pool's size when the settings set none."""
 
+try:
+    from redis.maint_notifications import MaintNotificationsConfig
+except ImportError:  # a redis-py without them: its pool checks every connection it hands out
+    _NO_MAINTENANCE: MaintNotificationsConfig | None = None
+else:
+    # With maintenance notifications on ("auto", and RESP3: redis-py 8's default), the asyncio pool hands
+    # out a connection without looking whether the server closed it (redis-py issue 4252): after a
+    # restart, each one the pool held failed once, seconds later, whichever task took it (a coordinator's
+    # shard loop then lost its lease and said again that the server was away). Off, the pool reconnects a
+    # closed one first. They serve Redis Enterprise's planned failovers, which these clients ride out
+    # like any outage.
+    _NO_MAINTENANCE = MaintNotificationsConfig(enabled=False)
+
 
 def _options(settings: Settings) -> dict[str, Any]:
     options: dict[str, Any] = {
@@ -253,4 +247,6 @@ def _options(settings: Settings) -> dict[str, Any]:
         options["socket_keepalive_options"] = tcp_options(settings.socket_timeout)
     # redis-py caps a pool at 100 connections unless told otherwise, and a coordinator holds one per shard
     options["max_connections"] = settings.max_connections or _UNBOUNDED
+    if _NO_MAINTENANCE is not None:
+        options["maint_notifications_config"] = _NO_MAINTENANCE
     return options

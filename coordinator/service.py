@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from bus import wire
-from bus.connection import Client, as_text, check_block, close_idle, translated
+from bus.connection import Client, as_text, check_block, translated
 from bus.envelope import encode, new_envelope
-from bus.errors import BusError, CommandFailed, ConnectionFailed
+from bus.errors import BusError, CommandFailed
 from bus.events import Tick
 from bus.keys import Keys, StreamKind
 from bus.metrics import Metrics
@@ -171,8 +171,6 @@ class Coordinator:
                 shard.failures += 1
                 shard.refused = isinstance(exc, CommitRefused)
                 shard.owned = False
-                if isinstance(exc, ConnectionFailed):  # else the pool's other connections fail one by one
-                    await close_idle(self.client)  # after the server is back: an outage said again
                 await wait_for(stop, 1.0)
                 if "NOGROUP" in str(exc):  # the server lost the stream or its group (data loss, failover)
                     await self._ensure_group(shard.index)
@@ -207,8 +205,6 @@ class Coordinator:
                 await self._gauge_pending()
                 failing = False
             except BusError as exc:  # Redis restarting or unreachable: keep trying, like the shard loops
-                if isinstance(exc, ConnectionFailed):
-                    await close_idle(self.client)
                 if not failing:
                     log.warning("membership: %s; retrying", exc)
                 failing = True

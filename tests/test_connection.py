@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from bus import wire
 from bus.cli import main
 from bus.cli_connection import default_url, redis_options
-from bus.connection import close_idle, connect, translated
+from bus.connection import connect, translated
 from bus.embedded import RedisCluster, RedisProcess, find_binary, free_port
 from bus.errors import CommandFailed, ConfigError, ConnectionFailed
 from bus.local_server import stop_local_server
@@ -58,21 +58,6 @@ async def test_a_cluster_has_only_database_zero(redis_cluster: RedisCluster, clu
 async def test_forcing_cluster_on_a_standalone_server_is_a_config_error(redis_url: str) -> None:
     with pytest.raises(ConfigError, match="not a cluster node"):
         await connect(Settings.from_url(redis_url, cluster=True))
-
-
-async def test_close_idle_closes_the_idle_connections_and_leaves_those_in_use(redis_url: str) -> None:
-    client = await connect(Settings.from_url(redis_url))
-    try:
-        assert isinstance(client, redis.asyncio.Redis)
-        pool = client.connection_pool
-        idle, used = [await pool.get_connection() for _ in range(2)]  # type: ignore[no-untyped-call]
-        await pool.release(idle)
-        await close_idle(client)
-        assert not idle.is_connected and used.is_connected  # a shard loop's own connection stays
-        await pool.release(used)
-        assert await client.ping()  # an idle one is opened again when taken
-    finally:
-        await client.aclose()
 
 
 async def test_unreachable_server_is_connection_failed() -> None:

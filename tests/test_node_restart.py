@@ -167,10 +167,11 @@ async def test_a_coordinator_says_once_per_shard_that_the_server_is_away(fresh_r
 
 
 async def test_a_coordinator_keeps_no_connection_of_before_an_outage(fresh_redis: RedisProcess) -> None:
-    """The connections its pool held when the server went away are closed once a shard loop finds it gone:
-    none of them fails after the server is back, whichever task takes it (redis-py 8.1 hands out a
-    connection the server closed). Each failed once, seconds after the restart, and the loop whose
-    command took it said a second time that the server was away (what the test above saw now and then)."""
+    """None of the connections its pool held when the server went away fails after the server is back,
+    whichever task takes it: the pool reconnects one the server closed (with redis-py 8's maintenance
+    notifications on, it handed it out as it was). Each failed once, seconds after the restart, and the
+    loop whose command took it said a second time that the server was away (what the test above saw now
+    and then)."""
     async with connected(fresh_redis.url) as client:
         assert isinstance(client, redis.Redis)
         keys = await open_namespace(client, "idle", 1)
