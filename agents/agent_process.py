@@ -41,22 +41,28 @@ def start_error(program: str, exc: OSError | ValueError) -> str:
     why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
     if isinstance(exc, FileNotFoundError):
         path = program if os.sep in program else shutil.which(program)
-        interpreter = _interpreter(path) if path is not None else None
-        if interpreter is not None:
-            why = f"its interpreter {interpreter} (its #! line) is not there"
+        wrong = _interpreter(path) if path is not None else None
+        why = wrong if wrong is not None else why
     return f"cannot start {program}: {why}"
 
 
 def _interpreter(path: str) -> str | None:
+    """What is wrong with the ``#!`` line of the script at ``path``, when it is what failed: read as the
+    kernel reads it (words split at spaces and tabs only), so a Windows line end is part of its name."""
     try:
         with open(path, "rb") as script:
-            first = script.readline(4096)
+            first = script.readline(4096).removesuffix(b"\n")
     except OSError:
         return None
     if not first.startswith(b"#!"):
         return None
-    words = first[2:].decode(errors="replace").split()
-    return words[0] if words else None
+    name = first[2:].lstrip(b" \t").replace(b"\t", b" ").split(b" ")[0]
+    if name.endswith(b"\r"):
+        named = name.decode(errors="replace")
+        return f"its #! line ends in a carriage return (Windows line ends): no interpreter is named {named!r}"
+    if not name or os.path.exists(name):
+        return None
+    return f"its interpreter {name.decode(errors='replace')} (its #! line) is not there"
 
 
 def exit_status(returncode: int) -> int:

@@ -38,7 +38,10 @@ _WORDED: Final = re.compile(
 """``src/a.py line 3``, ``src/a.py, line 3``, ``src/a.py (lines 3-5)``, ``src/a.py L3``, ``src/a.py:L3``,
 ``src/a.py#L3``: a path and its line in words (see :func:`_located`)."""
 _EXTENSION: Final = re.compile(r"\.\w+$")
-_NOT_A_LINE: Final = re.compile(r":(-\d+|0+|\d{10,})\b")
+_WORDED_EXTENSION: Final = re.compile(r"\.[A-Za-z]\w*$")
+"""An extension that starts with a letter: ``v1.2 line 3`` and ``fig.2 L3`` are prose."""
+_NOT_A_LINE: Final = re.compile(r"(?::L?|#L|\s\(?(?:lines?\s*|L))(-\d+|0+|\d{10,})\b", re.I)
+"""A line number no file has, in any form :func:`_located` reads (``:0``, ``line 0``, ``#L99999999999``)."""
 
 
 _LINK: Final = re.compile(r"\[([^\]]*+)\]\(\s*+<?+([^)\s>]*+)>?+(?:\s++\"[^\"]*+\")?+\s*+\)")
@@ -103,7 +106,7 @@ def _worded(location: str) -> re.Match[str] | None:
     if match is None:
         return None
     path = match.group(1)
-    return match if "/" in path or _EXTENSION.search(path) else None
+    return match if "/" in path or _WORDED_EXTENSION.search(path) else None
 
 
 def number(text: str) -> float | None:

@@ -82,8 +82,9 @@ def finding_of(value: Any, agent: str, ignored: list[str] | None = None) -> Find
 def _renamed(value: dict[str, Any]) -> dict[str, Any]:
     """``value`` with a ``location`` that names a file as ``file`` and ``line`` (when it has no file),
     and a ``description`` as the ``title`` it lacks. Anything else stays as it is."""
-    location, description = value.get("location"), value.get("description")
-    place = split_location(location) if isinstance(location, str) and value.get("file") is None else None
+    location, description, file = value.get("location"), value.get("description"), value.get("file")
+    no_file = file is None or (isinstance(file, str) and not file.strip())  # a blank one is none either
+    place = split_location(location) if isinstance(location, str) and no_file else None
     named = isinstance(description, str) and value.get("title") is None
     if (place is None or place[0] is None) and not named:
         return value

@@ -299,7 +299,7 @@ def trim_command(
     trimmed only with --events N (and never past what a group of theirs still needs). Dead letters and
     findings are kept unless you give their N: they are records for people. Safe to run from cron while
     everything runs; needs a Redis user allowed XTRIM, EVAL and SCAN on the namespace (an
-    administrator's: the acl roles leave trim out). Each stream kind is reported as it is done.
+    administrator's: no acl role may run a whole trim). Each stream kind is reported as it is done.
     """
     if inbox_keep is not None and not inboxes:
         raise click.UsageError("--inbox-keep keeps directives of the inboxes that --no-inboxes leaves alone")

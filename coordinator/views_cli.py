@@ -229,23 +229,27 @@ async def _findings(
     client: Client, keys: Keys, settings: Settings, group_id: str | None
 ) -> dict[str, list[Finding]]:
     by_group: dict[str, list[Finding]] = {}
-    skipped: list[str] = []  # the first entry that is no envelope, then a mark per further one
+    skipped: list[str] = []  # the first entry that is no envelope
+    count = 0
     with Progress() as progress:
 
         def shown(read: int) -> None:
             progress.update(f"reading the findings stream: {read:,} entries")
 
         def foreign(stream: str, entry_id: str, why: str) -> None:
-            skipped.append("" if skipped else one_line(f"{stream} {entry_id}: {why}"))
+            nonlocal count
+            count += 1
+            if not skipped:
+                skipped.append(one_line(f"{stream} {entry_id}: {why}"))
 
         async for _, finding, _, group in iter_findings(
             client, keys, group_id, on_page=shown, on_skipped=foreign
         ):
             by_group.setdefault(group, []).append(finding)
-    if len(skipped) == 1:  # written by something other than a coordinator: said, not shown as findings
+    if count == 1:  # written by something other than a coordinator: said, not shown as findings
         click.echo(f"skipped an entry of the findings stream that is no envelope: {skipped[0]}", err=True)
-    elif skipped:
-        many = f"{len(skipped):,} entries of the findings stream that are no envelopes"
+    elif count:
+        many = f"{count:,} entries of the findings stream that are no envelopes"
         click.echo(f"skipped {many} (the first: {skipped[0]})", err=True)
     if group_id is not None and not by_group:
         await _no_findings(client, keys, settings, group_id)

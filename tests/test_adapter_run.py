@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from adapter_kit import Bus, exited, fake, logged, open_bus, spawn, start, wait_until
 
+from agents.agent_process import start_error
 from bus.directives import AnswerItem, ClarificationResponse, DelegationApproved
 from bus.envelope import EnvelopeType, Kind, new_envelope
 from bus.events import AgentExited, AgentStarted, Heartbeat
@@ -364,6 +365,23 @@ async def test_a_command_that_cannot_start(redis_url: str, tmp_path: Path) -> No
     stop = envelopes[0].payload
     assert isinstance(stop, StopWork)
     assert "cannot start" in stop.details
+
+
+def test_a_script_that_cannot_start_is_told_by_its_interpreter(tmp_path: Path) -> None:
+    def said(first_line: bytes) -> str:
+        script = tmp_path / "agent"
+        script.write_bytes(first_line + b"echo hi\n")
+        script.chmod(0o755)
+        with pytest.raises(OSError) as failed:
+            subprocess.Popen([str(script)])
+        return start_error(str(script), failed.value)
+
+    assert said(b"#!/no/such/interpreter -x\n").endswith(
+        ": its interpreter /no/such/interpreter (its #! line) is not there"
+    )
+    assert said(b"#!/bin/sh\r\n").endswith(
+        ": its #! line ends in a carriage return (Windows line ends): no interpreter is named '/bin/sh\\r'"
+    )
 
 
 async def test_heartbeats_while_the_agent_lives(redis_url: str, tmp_path: Path) -> None:

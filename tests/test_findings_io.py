@@ -73,6 +73,7 @@ def test_a_location_and_a_description_stand_for_file_line_and_title() -> None:
             line(id="SEC-004", title="Title", description="More words"),
             line(id="SEC-005", title="Both", file="c.ts", location="d.ts:1"),
             line(id="SEC-006", title="Prose", location="the login handler"),
+            line(id="SEC-007", title="Blank file", file=" ", location="src/e.ts:3"),  # a blank one is none
         ]
     )
     findings, errors = parse_findings(text, "x")
@@ -80,6 +81,7 @@ def test_a_location_and_a_description_stand_for_file_line_and_title() -> None:
         ("SEC-001", "Hardcoded secret", "src/config/jwt.ts", 8),
         ("SEC-002", "Verbose errors", "src/a.ts", 14),  # a line of its own wins
         ("SEC-003", "Whole file", "src/b.ts", None),
+        ("SEC-007", "Blank file", "src/e.ts", 3),
     ]
     assert errors == [  # `findings add` refuses what is no finding's field
         "line 4: field 'description': Extra inputs are not permitted",

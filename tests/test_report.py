@@ -355,7 +355,7 @@ def test_a_location_with_line_zero_negative_or_too_high_keeps_the_finding_withou
         report(
             "### Review\n| Issue | Location | Severity |\n|---|---|---|\n"
             "| Zero | `a.py:0` | Low |\n| Negative | a.py:-3 | Low |\n| Fine | a.py:7 | Low |\n"
-            "| Huge | a.py:99999999999 | Low |\n"
+            "| Huge | a.py:99999999999 | Low |\n| Worded | a.py line 0 | Low |\n| Anchor | a.py#L99999999999 | Low |\n"
         )
     )
     assert [(f.title, f.file, f.line) for f in parsed.findings] == [
@@ -363,11 +363,15 @@ def test_a_location_with_line_zero_negative_or_too_high_keeps_the_finding_withou
         ("Negative", "a.py", None),
         ("Fine", "a.py", 7),
         ("Huge", "a.py", None),
+        ("Worded", "a.py", None),
+        ("Anchor", "a.py", None),
     ]
     assert parsed.violations == [
         "finding 'Zero': 'a.py:0' names no line (lines are 1 to 2147483647): kept without one",
         "finding 'Negative': 'a.py:-3' names no line (lines are 1 to 2147483647): kept without one",
         "finding 'Huge': 'a.py:99999999999' names no line (lines are 1 to 2147483647): kept without one",
+        "finding 'Worded': 'a.py line 0' names no line (lines are 1 to 2147483647): kept without one",
+        "finding 'Anchor': 'a.py#L99999999999' names no line (lines are 1 to 2147483647): kept without one",
     ]
 
 
@@ -525,6 +529,7 @@ def test_key_references_split_file_and_line() -> None:
         ("Makefile line 3", (None, None)),
         ("see line 3", (None, None)),
         ("step L3", (None, None)),
+        ("v1.2 line 3", (None, None)),
         # a line past any file's: the file without it
         ("src/a.ts:2147483647", ("src/a.ts", 2147483647)),
         ("src/a.ts:99999999999", ("src/a.ts", None)),
