@@ -17,6 +17,7 @@ line (a finding needs a file).
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -205,7 +206,11 @@ def _line_count(path: Path) -> int:
     error reading it is the caller's (see :meth:`Verifier._guarded`)."""
     count = 0
     last = b""
-    with path.open("rb") as stream:
+    # Not blocking: the file checked as regular may have been swapped for a FIFO since, whose open waits
+    # for a writer (which an agent's output could arrange); it is refused once opened.
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as stream:
+        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
         while chunk := stream.read(_CHUNK):
             count += chunk.count(b"\n")
             last = chunk[-1:]

@@ -308,3 +308,13 @@ def test_a_key_reference_that_is_a_url_or_a_directory(workdir: Path) -> None:
     checked = verifier.result(report).key_references
     assert [r.verified for r in checked] == [None, None, None, True, True, False, False, False]
     assert verifier.finding(Finding(title="a directory", file="src/auth")).verified is False
+
+
+@pytest.mark.timeout(20)
+def test_a_fifo_in_a_files_place_is_not_waited_on(tmp_path: Path) -> None:
+    """A file checked as regular and swapped for a FIFO before its lines are counted: the open would wait
+    for a writer for ever; it is refused at once (the reference is then not verified)."""
+    fifo = tmp_path / "a.py"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a regular file"):
+        verify._line_count(fifo)
