@@ -12,6 +12,7 @@ One URL names every deployment the bus runs on:
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any, Final, Self
@@ -66,6 +67,9 @@ _TLS_QUERY: Final = frozenset(
 _TLS_FILES: Final = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 _CERT_REQS: Final = ("none", "optional", "required")
 _BOOLEANS: Final = frozenset({"", "true", "false", "1", "0", "yes", "no", "t", "f", "y", "n"})
+_LEAST: Final = {"db": 0, "health_check_interval": 0, "socket_read_size": 1}
+"""The smallest value of each number of the query that redis-py takes unchecked: below it every connection
+fails at its first command, and a negative read size or health check interval as if the server were down."""
 _MANAGED: Final = {
     "socket_timeout": "use --socket-timeout (SUBAGENT_BUS_SOCKET_TIMEOUT), which the blocking reads are checked against",
     "timeout": "use --socket-timeout (SUBAGENT_BUS_SOCKET_TIMEOUT), which the blocking reads are checked against",
@@ -213,18 +217,29 @@ def _value_problem(name: str, value: str) -> str | None:
     """What is wrong with the value of a URL's query option, if anything."""
     parser = URL_QUERY_ARGUMENT_PARSERS.get(name)
     try:
-        if parser is not None and value != "":
-            parser(value)
+        parsed = parser(value) if parser is not None and value != "" else None
     except (TypeError, ValueError):
         return f"{name}={value!r} is not a valid value"
+    number = _number_problem(name, value, parsed)
+    if number is not None:
+        return number
     if parser is to_bool and value.lower() not in _BOOLEANS:  # redis-py takes any other text as true
         return f"{name}={value!r} is not true or false"
-    if name == "protocol" and value not in ("", "2", "3"):  # redis-py says so at the first connection
-        return "protocol must be 2 or 3 (RESP2 or RESP3)"
     if name == "ssl_cert_reqs" and value not in _CERT_REQS:
         return f"ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}"
     if name in _TLS_FILES and not Path(value).is_file():
         return f"{name}: no file {value!r}"
+    return None
+
+
+def _number_problem(name: str, value: str, parsed: object) -> str | None:
+    """What is wrong with a number redis-py parsed from the query, which it would take as it is."""
+    if name == "protocol" and value not in ("", "2", "3"):  # redis-py says so at the first connection
+        return "protocol must be 2 or 3 (RESP2 or RESP3)"
+    if name == "socket_connect_timeout" and isinstance(parsed, float) and not 0 < parsed < math.inf:
+        return f"socket_connect_timeout={value!r} is not a number of seconds above 0"
+    if name in _LEAST and isinstance(parsed, int) and parsed < _LEAST[name]:
+        return f"{name}={value!r} is below {_LEAST[name]}"
     return None
 
 
