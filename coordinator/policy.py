@@ -159,8 +159,10 @@ def _read_mapping(file: Path) -> dict[str, Any]:
         raise ConfigError(f"policy file {file}: over {MAX_POLICY_BYTES} bytes; a policy is a few settings")
     try:
         raw = tomllib.loads(text) if suffix == ".toml" else _yaml(file, text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"policy file {file}: not valid {suffix[1:].upper()}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"policy file {file}: not valid TOML: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"policy file {file}: not valid YAML: {_yaml_problem(exc, text)}") from None
     except RecursionError:
         raise ConfigError(f"policy file {file}: nested too deeply") from None
     if raw is None:
@@ -196,6 +198,20 @@ def _yaml(file: Path, text: str) -> Any:
         if len(open_) > _MAX_DEPTH:
             raise ConfigError(f"policy file {file}: nested too deeply")
     return yaml.load(text, Loader=loader)
+
+
+def _yaml_problem(exc: yaml.YAMLError, text: str) -> str:
+    """PyYAML's error on one line, as TOML's are: its own text spans lines and names no file but
+    ``<unicode string>``."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        what = ", ".join(part for part in (exc.context, exc.problem) if part) or "invalid YAML"
+        return f"{what} (at line {mark.line + 1}, column {mark.column + 1})" if mark else what
+    if isinstance(exc, yaml.reader.ReaderError):  # a control character; carries a position, not a mark
+        character = exc.character if isinstance(exc.character, str) else chr(exc.character)
+        line = text.count("\n", 0, exc.position) + 1
+        return f"unacceptable character U+{ord(character):04X}: {exc.reason} (at line {line})"
+    return " ".join(str(exc).split())
 
 
 @dataclass

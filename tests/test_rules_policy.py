@@ -100,6 +100,26 @@ def test_bad_files_are_config_errors(tmp_path: Path, name: str, text: str, messa
     assert str(path) in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a: [unclosed\n", "(at line 2, column 1)"),
+        (
+            "a: 1\n---\nb: 2\n",
+            "a single document in the stream, but found another document (at line 2, column 1)",
+        ),
+        ("a: 1\nb: \x00\n", "unacceptable character U+0000: control characters are not allowed (at line 2)"),
+    ],
+)
+def test_a_yaml_error_is_one_line_saying_where(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        Policy.load(path)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value) and "<unicode string>" not in str(caught.value)
+
+
 def test_an_error_names_ten_problems_and_counts_the_rest(tmp_path: Path) -> None:
     path = tmp_path / "many.toml"
     path.write_text("".join(f"bad_{n} = 1\n" for n in range(20_000)), encoding="utf-8")
