@@ -15,7 +15,7 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Final, TypeAlias
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import redis.asyncio
 import redis.exceptions as rex
@@ -198,8 +198,11 @@ def check_block(client: Client, block_ms: int) -> None:
 
 
 def _db_of(url: str) -> int:
-    path = urlsplit(url).path.strip("/")
-    return int(path) if path.isdigit() else 0
+    """The database ``url`` names: its query's ``db``, which redis-py takes over its path's, else its path's."""
+    parts = urlsplit(url)
+    given = parse_qs(parts.query).get("db")
+    text = given[-1] if given else parts.path.strip("/")
+    return int(text) if text.isdigit() else 0
 
 
 def tcp_options(socket_timeout: float | None) -> dict[int, int]:

@@ -50,9 +50,13 @@ async def test_a_cluster_node_is_detected(redis_cluster: RedisCluster, cluster_u
 
 
 @pytest.mark.cluster
-async def test_a_cluster_has_only_database_zero(redis_cluster: RedisCluster, cluster_url: str) -> None:
-    with pytest.raises(ConfigError, match="only database 0"):
-        await connect(Settings.from_url(cluster_url.rsplit("/", 1)[0] + "/3"))
+@pytest.mark.parametrize("database", ["/3", "/0?db=3"])
+async def test_a_cluster_has_only_database_zero(
+    redis_cluster: RedisCluster, cluster_url: str, database: str
+) -> None:
+    # redis-py takes the query's db over the path's: given there, it is no outage either
+    with pytest.raises(ConfigError, match="only database 0, not 3"):
+        await connect(Settings.from_url(cluster_url.rsplit("/", 1)[0] + database))
 
 
 async def test_forcing_cluster_on_a_standalone_server_is_a_config_error(redis_url: str) -> None:
