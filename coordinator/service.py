@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from bus import wire
 from bus.connection import Client, as_text, check_block, translated
 from bus.envelope import encode, new_envelope
-from bus.errors import BusError, CommandFailed
+from bus.errors import BusError, CommandFailed, DecodeError
 from bus.events import Tick
 from bus.keys import Keys, StreamKind
 from bus.metrics import Metrics
@@ -270,7 +270,8 @@ class Coordinator:
             log.info("shard %d: removed %d idle consumers", shard.index, pruned, extra={"shard": shard.index})
         with translated():
             version = await self.client.get(self._version_key(shard))
-        shard.version = int(version or 0)  # read before the states; only this lease holder commits
+        # read before the states; only this lease holder commits
+        shard.version = _stored_version(version, self._version_key(shard))
         # decoded in a worker thread, so that the lease is kept while a shard of huge states loads
         with translated():
             shard.tombstones = await load_tombstones(self.client, self.keys, shard.index)
@@ -383,3 +384,11 @@ class Coordinator:
                 with translated():
                     summary = await self.client.xpending(shard.signals, GROUP)
                 self.metrics.pending.labels(str(shard.index)).set(int(summary["pending"]))
+
+
+def _stored_version(value: bytes | str | None, key: str) -> int:
+    """A shard's commit counter as stored (none yet: 0); another value is a :class:`DecodeError`."""
+    text = (value.decode(errors="replace") if isinstance(value, bytes) else value) or "0"
+    if not (text.isascii() and text.isdigit()):
+        raise DecodeError(f"{key} holds {text[:40]!r}, not a commit counter: the shard's state is damaged")
+    return int(text)

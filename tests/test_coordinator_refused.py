@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 
+import redis
 import redis.exceptions
 from adapter_kit import wait_until
+from click.testing import CliRunner
 from workers.kit import connected, entries
 
+from bus.cli import main
 from bus.envelope import decode, new_envelope
 from bus.events import AgentStarted, Decision
 from bus.keys import StreamKind, open_namespace
@@ -58,3 +61,15 @@ async def test_a_refused_commit_dead_letters_nothing_and_commits_once_fixed(redi
             decode(f[b"data"]).payload for _, f in await entries(client, keys.stream(0, StreamKind.EVENTS))
         ]
         assert [e.detail for e in events if isinstance(e, Decision)] == ["registered on its first envelope"]
+
+
+def test_a_damaged_commit_counter_is_a_one_line_error_not_a_traceback(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    client.set("{damaged}:meta", "1")
+    client.set("{damaged:0}:version", "garbage")
+    client.close()
+    options = ["--redis-url", redis_url, "--namespace", "damaged"]
+    result = CliRunner().invoke(main, ["coordinator", "--burst", *options])
+    assert result.exit_code == 1, result.output
+    assert "Error: {damaged:0}:version holds 'garbage', not a commit counter" in result.output
+    assert isinstance(result.exception, SystemExit)
