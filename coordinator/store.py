@@ -188,7 +188,7 @@ def decode_slots(raw: Mapping[Any, Any]) -> dict[str, FindingSlot]:
     try:
         return {as_text(k): compact_slot(FindingSlot.model_validate_json(v)) for k, v in raw.items()}
     except (ValidationError, UnicodeDecodeError) as exc:
-        raise DecodeError(f"invalid stored merged finding: {exc}") from None
+        raise DecodeError(f"invalid stored merged finding: {_problem(exc)}") from None
 
 
 def legacy_slots(fields: Mapping[Any, Any]) -> dict[str, Any]:
@@ -241,4 +241,19 @@ def load_state(
         )
         return GroupState.model_validate({**data, **maps, "window": window})
     except (orjson.JSONDecodeError, ValidationError, UnicodeDecodeError) as exc:
-        raise DecodeError(f"invalid stored state of group {group_id}: {exc}") from None
+        raise DecodeError(f"invalid stored state of group {group_id}: {_problem(exc)}") from None
+
+
+_SHOWN_ERRORS = 3
+
+
+def _problem(exc: Exception) -> str:
+    """What is wrong with a stored value, on one line: pydantic's own text spans lines, with links."""
+    if not isinstance(exc, ValidationError):
+        return " ".join(str(exc).split())
+    errors = exc.errors(include_url=False)
+    parts = [
+        ".".join(map(str, (exc.title, *err["loc"]))) + f": {err['msg']}" for err in errors[:_SHOWN_ERRORS]
+    ]
+    more = len(errors) - _SHOWN_ERRORS
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from rules_kit import GROUP, Feed, clarification, delegate, stop_dependency
 from test_rules_properties import POLICY, SETTINGS, Run, batches, script_st
 
+from bus.errors import DecodeError
 from bus.events import AgentStarted
 from bus.keys import Keys
 from bus.signals import ClarificationNeeded
@@ -95,3 +97,25 @@ def test_values_orjson_cannot_write_are_stored_by_pydantic() -> None:
     hashes: dict[str, dict[str, bytes]] = {}
     _write(hashes, None, feed.state, Touched(set(), set()))
     assert _read(hashes, feed.state) == feed.state
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({b"a:a1": b"[]"}, "invalid stored state of group g: AgentRecord: Input should be an object"),
+        (
+            {b"meta": b'{"x": 1}'},
+            "invalid stored state of group g: GroupState.x: Extra inputs are not permitted",
+        ),
+        ({b"d:r1": b"garbage"}, "invalid stored state of group g: Delegation: Invalid JSON: expected value"),
+    ],
+)
+def test_a_damaged_stored_state_is_a_one_line_error(fields: dict[bytes, bytes], message: str) -> None:
+    with pytest.raises(DecodeError) as caught:
+        load_state("g", fields, [])
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value) and "errors.pydantic.dev" not in str(caught.value)
+    with pytest.raises(
+        DecodeError, match=r"^invalid stored merged finding: FindingSlot: Invalid JSON[^\n]*$"
+    ):
+        decode_slots({b"k": b"garbage"})
