@@ -152,7 +152,8 @@ def _read_mapping(file: Path) -> dict[str, Any]:
             raise ConfigError(f"policy file {file}: not a regular file")
         with file.open("rb") as handle:
             data = handle.read(MAX_POLICY_BYTES + 1)
-        text = data.decode("utf-8")
+        # A byte order mark (some Windows editors write one) is no setting: TOML would refuse it.
+        text = data.decode("utf-8").removeprefix("\ufeff")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"policy file {file}: cannot read it: {exc}") from None
     if len(data) > MAX_POLICY_BYTES:

@@ -46,6 +46,14 @@ def test_load_yaml(tmp_path: Path) -> None:
     assert Policy.load(empty) == Policy()
 
 
+@pytest.mark.parametrize("name", ["policy.toml", "policy.yaml"])
+def test_a_byte_order_mark_is_no_setting(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    text = "max_retries = 2\n" if name.endswith(".toml") else "max_retries: 2\n"
+    path.write_text(text, encoding="utf-8-sig")  # as some Windows editors save
+    assert Policy.load(path).max_retries == 2
+
+
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
