@@ -245,6 +245,23 @@ def test_a_directive_that_leaves_the_agent_held_tells_it_to_wait_then_what_to_do
         assert feed.state.agents[AGENT].state is AgentState.RUNNING
 
 
+def test_a_recovery_that_leaves_the_agent_held_tells_it_to_wait_then_what_to_do() -> None:
+    """Stopped on an error with questions open: a recovery settles the stop only, so the agent is told
+    to wait for its answers before it skips, retries or hands the work over."""
+    for option in RecoveryOption:
+        feed = Feed()
+        feed.send(clarification(AGENT), AGENT)
+        feed.send(stop_error(AGENT), AGENT)
+        held = one(feed.send(HumanRecover(option=option), AGENT), EnvelopeType.ERROR_RECOVERY)
+        assert held.instructions.startswith(
+            "Do not go on yet: you will be resumed once your questions are answered. Then: "
+        ), held.instructions
+        assert feed.state.agents[AGENT].state is AgentState.AWAITING_CLARIFICATION
+        answers = [AnswerItem(question_id=q, answer="JWT, 3.0") for q in ("Q1", "Q2")]
+        feed.send(HumanAnswer(answers=answers), AGENT)
+        assert feed.state.agents[AGENT].state is AgentState.RUNNING
+
+
 def test_the_same_dated_stop_again_after_its_resolution_is_a_recap() -> None:
     feed = Feed()
     feed.send(stop_dependency(), AGENT)

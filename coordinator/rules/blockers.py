@@ -167,10 +167,11 @@ def on_recover(step: Step) -> None:
             raise Rejected(f"no agent can take over {record.agent_id}'s work now: {limits}")
         delegate = _launch_takeover(step, record, stop)
         instructions = instructions.replace("{agent}", delegate)
+    wait = still_held(record, step.state, instructions, blocker=None)  # e.g. questions it asked too
     directive = ErrorRecovery(
-        option=command.option, instructions=instructions, checkpoint=stop.state_snapshot
+        option=command.option, instructions=wait or instructions, checkpoint=stop.state_snapshot
     )
-    deliver(step, record.agent_id, directive)
+    deliver(step, record.agent_id, directive, hold=wait is not None)
     step.resume(
         record.agent_id,
         DecisionType.BLOCKER_RESOLVED,
