@@ -9,6 +9,7 @@ from rules_kit import (
     GROUP,
     T0,
     Feed,
+    clarification,
     completion,
     decisions,
     delegate,
@@ -437,6 +438,40 @@ def test_a_requester_blocked_since_it_delegated_is_told_to_wait_for_its_blocker(
         "Then: The delegated work is done. Continue your task using its results."
     )
     assert feed.state.agents[REQUESTER].state is AgentState.BLOCKED
+
+
+def test_a_human_decision_on_a_request_does_not_tell_a_requester_held_since_to_go_on() -> None:
+    """A P2 request waits for a human; the requester asks a question meanwhile (or stops): neither the
+    approval of a parallel request nor a denial may tell it to continue before it is answered."""
+    for held_by, signal, for_what in (
+        ("questions", clarification(REQUESTER), "your questions are answered"),
+        ("blocker", stop_dependency(REQUESTER), "your blocker is resolved"),
+    ):
+        feed = Feed()
+        parallel = delegate(priority="P2")
+        blocking = delegate(
+            independence="blocks_current_work",
+            priority="P2",
+            task=BLOCKING_TASK,
+            stamp="2026-01-11T10:05:00-05:00",
+        )
+        feed.send(parallel, REQUESTER)
+        feed.send(blocking, REQUESTER)
+        feed.send(signal, REQUESTER)
+        approved = one(
+            feed.send(HumanApprove(request_id=parallel.request_id()), "human"),
+            EnvelopeType.DELEGATION_APPROVED,
+        )
+        denied = one(
+            feed.send(HumanDeny(request_id=blocking.request_id(), reason="not now"), "human"),
+            EnvelopeType.DELEGATION_DENIED,
+        )
+        for directive in (approved, denied):
+            assert directive.resume_instructions is not None, held_by
+            assert directive.resume_instructions.startswith(
+                f"Do not go on yet: you will be resumed once {for_what}. Then: Continue your"
+            ), (held_by, directive.resume_instructions)
+        assert feed.state.agents[REQUESTER].state is not AgentState.RUNNING
 
 
 def test_a_requester_that_finished_meanwhile_gets_no_directive() -> None:

@@ -32,7 +32,7 @@ from coordinator.policy import Policy
 from coordinator.rules.aggregation import report_group
 from coordinator.rules.ids import delegate_agent_id
 from coordinator.rules.launch import Launch, deliver, launch
-from coordinator.rules.step import Rejected, Step, waits_for_delegation
+from coordinator.rules.step import Rejected, Step, still_held, waits_for_delegation
 from coordinator.state import (
     ACTIVE_STATES,
     FINAL_STATES,
@@ -291,18 +291,20 @@ def _approve(step: Step, delegation: Delegation, how: str) -> None:
         ),
     )
     _store(step, delegation.model_copy(update={"status": DelegationStatus.APPROVED, "new_agent_id": new_id}))
+    if blocks:
+        then = f"Wait: you will be resumed with the results of {new_id} when it completes."
+        wait = None
+    else:  # a human may approve it after the requester asked a question or stopped
+        then = f"Continue your own task; {new_id} works on the delegated task in parallel."
+        wait = still_held(requester, step.state, then)
     directive = DelegationApproved(
         request_id=delegation.request_id,
         new_agent_id=new_id,
         task=_first_line(request.new_task_description),
         coordination=request.coordination,
-        resume_instructions=(
-            f"Wait: you will be resumed with the results of {new_id} when it completes."
-            if blocks
-            else f"Continue your own task; {new_id} works on the delegated task in parallel."
-        ),
+        resume_instructions=wait or then,
     )
-    _tell(step, requester, directive, hold=blocks)
+    _tell(step, requester, directive, hold=blocks or wait is not None)
     detail = f"{how}; launched {new_id}"
     if blocks and requester.state not in FINAL_STATES:
         step.update(requester.agent_id, waiting_on=(*requester.waiting_on, new_id))
@@ -322,14 +324,16 @@ def _approve(step: Step, delegation: Delegation, how: str) -> None:
 def _deny(step: Step, delegation: Delegation, reason: str, alternative: str) -> None:
     _store(step, delegation.model_copy(update={"status": DelegationStatus.DENIED, "reason": reason}))
     requester = step.agent(delegation.requester_id)
+    then = "Continue your task without the delegated work."
+    wait = still_held(requester, step.state, then)  # other delegates, a blocker, questions
     directive = DelegationDenied(
         request_id=delegation.request_id,
         reason=reason,
         alternative=alternative,
-        resume_instructions="Continue your task without the delegated work.",
+        resume_instructions=wait or then,
     )
     waits = waits_for_delegation(requester, step.state)
-    _tell(step, requester, directive, hold=waits)
+    _tell(step, requester, directive, hold=wait is not None)
     if requester.state is AgentState.DELEGATING and not waits:
         step.resume(requester.agent_id, DecisionType.DELEGATION_DENIED, reason, request=delegation.request_id)
     else:
