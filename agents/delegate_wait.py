@@ -42,7 +42,7 @@ class DelegateWait:
         for envelope in envelopes:
             payload = envelope.payload
             if isinstance(payload, DelegateWork) and payload.independence is Independence.BLOCKS_CURRENT_WORK:
-                request_id = payload.request_id()
+                request_id = payload.request_id(envelope.agent_id)
                 if request_id not in self._answered:
                     self._requests.add(request_id)
 

@@ -201,14 +201,19 @@ class DelegateWork(OpenModel):
     coordination: Text | None = None
     estimated_duration: Text | None = None
 
-    def request_id(self) -> str:
+    def request_id(self, requester: str | None = None) -> str:
         """A stable id for this request; the seed's signal has none.
 
         It hashes every field, so the same signal parsed twice (or re-published after a crash) names the
         same request, and two different requests never share one: a request asked again with a better
-        ``delegation_reason`` is a new one, whatever its timestamp.
+        ``delegation_reason`` is a new one, whatever its timestamp. ``requester`` is the agent whose output
+        it is (the envelope's); its ``agent_id`` stands for the one the signal names, which may be a
+        placeholder or an example's, so that two agents that print the same block make two requests.
         """
-        return f"dlg-{_digest(self)}"
+        named = (
+            self if requester in (None, self.agent_id) else self.model_copy(update={"agent_id": requester})
+        )
+        return f"dlg-{_digest(named)}"
 
 
 class CompletionStatus(LenientEnum):

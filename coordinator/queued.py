@@ -271,5 +271,5 @@ def _request(envelope: Envelope) -> str | None:
     """The delegation request an envelope asks for or decides."""
     payload = envelope.payload
     if isinstance(payload, DelegateWork):
-        return payload.request_id()
+        return payload.request_id(envelope.agent_id)
     return payload.request_id if isinstance(payload, HumanApprove | HumanDeny) else None

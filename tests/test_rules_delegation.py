@@ -220,15 +220,36 @@ def test_the_same_request_twice_is_rejected() -> None:
     assert of_type(again, EnvelopeType.LAUNCH) == []
 
 
+def test_two_agents_that_print_the_same_request_make_two_requests() -> None:
+    """The block names an agent id that is not its sender's (the seed's example, copied by both): each
+    sender's request is its own, evaluated and answered; the same sender's block again is a recap."""
+    feed = Feed()
+    first = feed.send(delegate(), "auditor-a")
+    second = feed.send(delegate(), "auditor-b")
+    assert second.rejected is None
+    assert one(first, EnvelopeType.DELEGATION_APPROVED, Target.INBOX).request_id == delegate().request_id(
+        "auditor-a"
+    )
+    approved = of_type(second, EnvelopeType.DELEGATION_APPROVED, Target.INBOX)
+    assert [e.agent_id for e in approved] == ["auditor-b"]
+    assert {d.requester_id for d in feed.state.delegations.values()} == {"auditor-a", "auditor-b"}
+    assert delegate().request_id(REQUESTER) == delegate().request_id()  # its own id: as before
+    recap = feed.send(delegate(), "auditor-b")
+    assert recap.rejected is not None and "already received" in recap.rejected
+
+
 @pytest.mark.parametrize("in_a_run", [False, True])
 def test_a_rejected_request_takes_back_its_sender_s_registration(in_a_run: bool) -> None:
     """The sender of a signal is registered before its rule runs; a rejection takes that back too."""
     feed = Feed()
     feed.send(delegate(), REQUESTER)
+    stored = next(iter(feed.state.delegations.values()))
+    received = stored.model_copy(update={"request_id": delegate().request_id("newcomer")})
+    state = feed.state.model_copy(update={"delegations": {received.request_id: received}})
     run = Run() if in_a_run else None
-    outcome = apply(feed.state, feed.envelope(delegate(), "newcomer"), feed.policy, run)
+    outcome = apply(state, feed.envelope(delegate(), "newcomer"), feed.policy, run)
     assert outcome.rejected is not None and "already received" in outcome.rejected
-    assert "newcomer" not in outcome.state.agents and outcome.state.agents == feed.state.agents
+    assert "newcomer" not in outcome.state.agents and outcome.state.agents == state.agents
     assert [d.decision for d in decisions(outcome)] == [DecisionType.REJECTED]
 
 

@@ -201,7 +201,7 @@ def _budget(state: GroupState, policy: Policy) -> CheckFailure | None:
 
 def on_delegate(step: Step) -> None:
     request = step.payload(DelegateWork)
-    request_id = request.request_id()
+    request_id = request.request_id(step.envelope.agent_id)
     if request_id in step.state.delegations:  # the same block printed again (a recap): asked once
         raise Rejected(f"delegation request {request_id} was already received")
     requester = step.agent(step.envelope.agent_id)
