@@ -22,9 +22,9 @@ from rules_kit import (
     stop_dependency,
 )
 
-from bus.directives import HumanApprove, HumanDeny, LaunchReason
+from bus.directives import HumanApprove, HumanDeny, HumanResolve, LaunchReason
 from bus.envelope import EnvelopeType
-from bus.events import AgentStarted, AgentState, DecisionType, Tick
+from bus.events import AgentExited, AgentStarted, AgentState, DecisionType, Tick
 from bus.findings import Severity
 from bus.results import Issue, ResultBlocker, ResultStatus
 from bus.signals import DelegateWork, Priority
@@ -328,6 +328,19 @@ def _blocking(feed: Feed) -> str:
     approved = one(outcome, EnvelopeType.DELEGATION_APPROVED)
     assert "Wait: you will be resumed" in approved.render()
     return str(approved.new_agent_id)
+
+
+def test_a_delegate_s_retry_and_its_new_session_keep_the_request_s_priority() -> None:
+    feed = Feed()
+    delegate_id = _blocking(feed)  # P0
+    failed = feed.send(completion(delegate_id, "failed", "ZAP would not install"), delegate_id)
+    retry = one(failed, EnvelopeType.LAUNCH, Target.TASKS)
+    assert (retry.reason, retry.priority) == (LaunchReason.RETRY, Priority.P0)
+    feed.send(stop_dependency(retry.new_agent_id), retry.new_agent_id)
+    feed.send(AgentExited(exit_code=0, resumable=False), retry.new_agent_id)
+    resumed = feed.send(HumanResolve(resolution="Installed ZAP by hand"), retry.new_agent_id)
+    again = one(resumed, EnvelopeType.LAUNCH, Target.TASKS)
+    assert (again.reason, again.priority) == (LaunchReason.RESUME, Priority.P0)
 
 
 def test_blocking_delegation_resumes_the_requester_when_the_delegate_completes() -> None:

@@ -28,7 +28,7 @@ from bus.events import AgentState, DecisionType
 from bus.results import ResultStatus
 from bus.signals import ClarificationNeeded, Independence, QuestionType, StopWork
 from coordinator.rules.ids import retry_agent_id, retry_request_id
-from coordinator.rules.launch import Launch, deliver, launch
+from coordinator.rules.launch import Launch, deliver, launch, priority_of
 from coordinator.rules.step import Rejected, Step, still_held
 from coordinator.state import (
     FINAL_STATES,
@@ -216,6 +216,7 @@ def _retry(step: Step, record: AgentRecord, completion: Completion) -> None:
             context=previous,
             parent=parent,
             depth=record.depth,
+            priority=priority_of(step.state, record),
             attempt=attempt,
             blocks_parent=record.blocks_parent,
             retry_of=record.agent_id,

@@ -21,9 +21,9 @@ from bus.signals import Priority
 from coordinator.rules.ids import resume_request_id
 from coordinator.rules.outcome import Target
 from coordinator.rules.step import Step
-from coordinator.state import FINAL_STATES, AgentRecord
+from coordinator.state import FINAL_STATES, AgentRecord, GroupState
 
-__all__ = ["SENT_KEPT", "Directive", "Launch", "after_exit", "deliver", "launch"]
+__all__ = ["SENT_KEPT", "Directive", "Launch", "after_exit", "deliver", "launch", "priority_of"]
 
 Directive = (
     ClarificationResponse
@@ -105,6 +105,15 @@ def launch(step: Step, spec: Launch) -> AgentRecord:
     return record
 
 
+def priority_of(state: GroupState, record: AgentRecord) -> Priority:
+    """The priority of the delegation request whose work ``record`` does (its first attempt's); P1 for
+    work no request asked for."""
+    earlier = state.attempts_before(record)
+    first = earlier[-1] if earlier else record
+    delegation = state.delegations.get(first.request_id) if first.request_id is not None else None
+    return delegation.request.priority if delegation is not None else Priority.P1
+
+
 def deliver(step: Step, agent_id: str, directive: Directive, *, hold: bool = False) -> None:
     """Send ``directive`` to the agent: into its inbox, or with the agent started again.
 
@@ -168,6 +177,7 @@ def _relaunch(step: Step, record: AgentRecord, directives: tuple[str, ...], why:
         reason=LaunchReason.RESUME,
         task=record.task or "(the task of the previous session)",
         context=before + _RESUMED + "\n\n".join(directives),
+        priority=priority_of(step.state, record),
         depth=record.depth,
         attempt=record.attempt,
         expires_at=_expiry(step),
