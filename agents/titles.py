@@ -27,7 +27,8 @@ __all__ = [
 
 _PLACEHOLDERS: Final = frozenset({"agent name", "agent", "name", "agent-name", "agent_name", "agent type"})
 _PLACEHOLDER_TEXT: Final = re.compile(r"\[[^\[\]\n]{1,80}\](?!\()|<[A-Za-z][\w -]{0,40}>")
-STATUS: Final = re.compile(r"(SUCCESS|PARTIAL|FAILED)\b", re.IGNORECASE)
+# the word ends where a letter or digit does not follow: `PARTIAL_SUCCESS` is `PARTIAL SUCCESS`
+STATUS: Final = re.compile(r"(SUCCESS|PARTIAL|FAILED)(?![^\W_])", re.IGNORECASE)
 _EMOJI: Final = "[\u2190-\u2bff\ufe0f\u200d\U0001f000-\U0001faff]"
 """An emoji (or a symbol, an arrow) and what joins emoji, as agents put them before a label."""
 # Possessive (`*+`, `++`) where runs of spaces meet: a line of agent output may hold a megabyte of them,

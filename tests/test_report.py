@@ -39,6 +39,16 @@ def test_status_is_case_insensitive_and_may_carry_markup(status: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("status", "word"),
+    [("PARTIAL_SUCCESS", "PARTIAL"), ("partial-success", "PARTIAL"), ("Partial Success", "PARTIAL")],
+)
+def test_a_status_word_joined_to_the_next_by_an_underscore_is_read(status: str, word: str) -> None:
+    """Spaces, hyphens and underscores alike, as in a signal's values: `PARTIAL_SUCCESS`, a completion
+    report's word, is the report's PARTIAL, not a report that does not reach the parent."""
+    assert parse_report(report().replace("SUCCESS", status)).status.value == word
+
+
+@pytest.mark.parametrize(
     "status", ["✅ SUCCESS", "❌ FAILED", "⚠️ PARTIAL", "**✅ Success**", "SUCCESS ✅", "🟢 `PARTIAL`: 3 of 4"]
 )
 def test_status_may_carry_emoji(status: str) -> None:
