@@ -84,6 +84,25 @@ def _with_ids(questions: list[Any]) -> list[Any]:
     return out
 
 
+def _listed(questions: Any) -> Any:
+    """``questions`` as the seed's list when written as one question (a text, or a mapping with its
+    ``text``) or as a mapping of ids to questions (``Q1: Which strategy?``, or ``Q1:`` and its fields)."""
+    if isinstance(questions, str):
+        return [questions]
+    if not isinstance(questions, dict):
+        return questions
+    if "text" in questions or "question_id" in questions:
+        return [questions]
+    return [_keyed(str(key), item) for key, item in questions.items()]
+
+
+def _keyed(question_id: str, question: Any) -> Any:
+    """A question written under its id: the id is its ``question_id``, unless it names one of its own."""
+    if not isinstance(question, dict):
+        return {"question_id": question_id, "text": question}
+    return {**question, "question_id": question_id} if _without_id(question) else question
+
+
 def _without_id(question: Any) -> bool:
     """Whether a question (a mapping) names no id: none, or a blank one, which no answer could name."""
     if not isinstance(question, dict):
@@ -110,6 +129,7 @@ class ClarificationNeeded(OpenModel):
     @field_validator("questions", mode="before")
     @classmethod
     def _numbered(cls, value: Any) -> Any:
+        value = _listed(value)
         return _with_ids(value) if isinstance(value, list) else value
 
     @model_validator(mode="after")

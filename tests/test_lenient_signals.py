@@ -154,6 +154,37 @@ def test_questions_without_an_id_are_numbered_and_keep_their_fields() -> None:
     assert questions_of(blank) == [("Q1", "a"), ("Q2", "b")]  # no answer could name a blank id
 
 
+@pytest.mark.parametrize(
+    ("questions", "expected"),
+    [
+        (
+            "  Q1: OAuth2 or JWT?\n  Q2:\n    text: Which version?\n    context: both in use\n",
+            [("Q1", "OAuth2 or JWT?", None), ("Q2", "Which version?", "both in use")],
+        ),
+        (
+            "  A: one?\n  B:\n    question_id: Q9\n    text: two?\n",
+            [("A", "one?", None), ("Q9", "two?", None)],
+        ),
+        ("  text: Which strategy?\n  context: two found\n", [("Q1", "Which strategy?", "two found")]),
+        ("  question_id: Q2\n  text: Which strategy?\n", [("Q2", "Which strategy?", None)]),
+    ],
+)
+def test_questions_written_as_a_mapping_are_the_seeds_list(
+    questions: str, expected: list[tuple[str, str, str | None]]
+) -> None:
+    payload = signal(clarification(questions)).payload
+    assert isinstance(payload, ClarificationNeeded)
+    assert [(q.question_id, q.text, q.context) for q in payload.questions] == expected
+
+
+def test_one_question_written_as_text_is_a_list_of_it() -> None:
+    text = clarification("").replace("questions:\n", "questions: OAuth2 or JWT?\n")
+    payload = signal(text).payload
+    assert isinstance(payload, ClarificationNeeded)
+    assert [(q.question_id, q.text) for q in payload.questions] == [("Q1", "OAuth2 or JWT?")]
+    assert "questions[0].text" in error(clarification("  Q1:\n"))  # a question with no text is still one
+
+
 def test_a_numbered_question_skips_the_ids_other_questions_have() -> None:
     text = clarification(
         "  - first\n  - question_id: Q1\n    text: second\n  - text: third\n  - fourth\n"
