@@ -137,3 +137,18 @@ def test_a_delegate_that_completes_leaves_its_parent_waiting_for_a_human_decisio
     approved = feed.send(HumanApprove(request_id=pending.request_id), AGENT)
     assert DecisionType.DELEGATION_APPROVED in kinds(approved)
     assert feed.state.agents[AGENT].state is AgentState.DELEGATING
+
+
+def test_an_approval_leaves_a_blocked_agent_blocked_until_its_blocker_is_resolved() -> None:
+    feed = Feed()
+    feed.send(delegate(AGENT, independence="blocks_current_work", priority="P2"), AGENT)
+    feed.send(stop_dependency(AGENT), AGENT)
+    assert feed.state.agents[AGENT].state is AgentState.BLOCKED
+    [pending] = summarize(feed.state).pending_delegations
+    approved = feed.send(HumanApprove(request_id=pending.request_id), AGENT)
+    [decision] = [d for d in decisions(approved) if d.decision is DecisionType.DELEGATION_APPROVED]
+    assert decision.state is AgentState.BLOCKED  # its blocker first, then the delegate's results
+    assert feed.state.agents[AGENT].state is AgentState.BLOCKED
+    resolved = feed.send(HumanResolve(resolution="Installed it"), AGENT)
+    assert decisions(resolved)[0].detail.endswith("; still delegating")
+    assert feed.state.agents[AGENT].state is AgentState.DELEGATING

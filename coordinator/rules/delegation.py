@@ -32,7 +32,7 @@ from coordinator.policy import Policy
 from coordinator.rules.aggregation import report_group
 from coordinator.rules.ids import delegate_agent_id
 from coordinator.rules.launch import Launch, deliver, launch
-from coordinator.rules.step import Rejected, Step, still_held, waits_for_delegation
+from coordinator.rules.step import Rejected, Step, held, still_held, waits_for_delegation
 from coordinator.state import (
     ACTIVE_STATES,
     FINAL_STATES,
@@ -226,7 +226,7 @@ def on_delegate(step: Step) -> None:
         if request.independence is Independence.BLOCKS_CURRENT_WORK:
             step.transition(
                 requester.agent_id,
-                AgentState.DELEGATING,
+                _held(step, requester.agent_id),
                 DecisionType.DELEGATION_PENDING,
                 detail,
                 request=request_id,
@@ -310,7 +310,7 @@ def _approve(step: Step, delegation: Delegation, how: str) -> None:
         step.update(requester.agent_id, waiting_on=(*requester.waiting_on, new_id))
         step.transition(
             requester.agent_id,
-            AgentState.DELEGATING,
+            _held(step, requester.agent_id),
             DecisionType.DELEGATION_APPROVED,
             detail,
             request=delegation.request_id,
@@ -319,6 +319,12 @@ def _approve(step: Step, delegation: Delegation, how: str) -> None:
         step.decide(
             DecisionType.DELEGATION_APPROVED, requester.agent_id, detail, request_id=delegation.request_id
         )
+
+
+def _held(step: Step, agent_id: str) -> AgentState:
+    """The state of an agent that now waits for a delegate: ``delegating``, unless a blocker or questions
+    of its own hold it first (it waits for their answers before it waits for the delegate's)."""
+    return held(step.agent(agent_id), step.state) or AgentState.DELEGATING
 
 
 def _deny(step: Step, delegation: Delegation, reason: str, alternative: str) -> None:
