@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Final, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from bus.fields import LenientEnum, NonBlankText, OpenModel, Percent, SignalTimestamp, Text
 
@@ -159,6 +159,18 @@ class BlockerType(LenientEnum):
 
 class StopWork(OpenModel):
     """``[STOP_WORK]``: the agent cannot proceed without the parent."""
+
+    # The JSON Schema says what the validator below checks, so that a schema-valid envelope of another
+    # language's publisher is never dead-lettered for it.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {
+                "properties": {"stop_reason": {"const": StopReason.BLOCKER.value}},
+                "required": ["stop_reason"],
+            },
+            "then": {"required": ["blocker_type"], "properties": {"blocker_type": {"not": {"type": "null"}}}},
+        }
+    )
 
     agent_id: str
     timestamp: SignalTimestamp | None = None

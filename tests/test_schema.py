@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from bus.cli import main
-from bus.envelope import PAYLOADS, EnvelopeType, encode, new_envelope
+from bus.envelope import PAYLOADS, EnvelopeType, decode, encode, new_envelope
+from bus.errors import DecodeError
 from bus.schema import SCHEMA_DIR, _render
 from bus.signals import Progress, StopWork
 
@@ -40,6 +41,42 @@ def test_the_schema_refuses_a_blank_required_text_as_the_coordinator_does(detail
     data["payload"]["details"] = details
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(data, schema)
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "blocker_type", "valid"),
+    [
+        ("blocker", None, False),
+        ("blocker", "null", False),
+        ("blocker", "missing_info", True),
+        ("error", None, True),
+        ("completion", None, True),
+    ],
+)
+def test_the_schema_and_the_decoder_agree_on_a_stop_without_blocker_type(
+    stop_reason: str, blocker_type: str | None, valid: bool
+) -> None:
+    payload: dict[str, object] = {"agent_id": "a1", "stop_reason": stop_reason, "details": "the key"}
+    if blocker_type is not None:
+        payload["blocker_type"] = None if blocker_type == "null" else blocker_type
+    data = {
+        "id": "e1",
+        "kind": "signal",
+        "type": "STOP_WORK",
+        "agent_id": "a1",
+        "group_id": "g",
+        "ts": "2026-01-11T10:00:00Z",
+        "payload": payload,
+    }
+    schema = orjson.loads((SCHEMA_DIR / "STOP_WORK.json").read_bytes())
+    if valid:
+        jsonschema.validate(data, schema)
+        decode(orjson.dumps(data))
+        return
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(data, schema)
+    with pytest.raises(DecodeError, match="blocker_type is required"):
+        decode(orjson.dumps(data))
 
 
 def test_schema_command_prints_one_type_and_rejects_unknown() -> None:
