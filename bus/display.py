@@ -60,7 +60,8 @@ def _dead_line(item: Item, raw: bytes | None, *, as_json: bool) -> bytes | str:
         exact: dict[str, object] = {}
         try:
             data: object = orjson.loads(raw) if raw is not None else None
-        except orjson.JSONDecodeError:
+            json_bytes(data)  # orjson reads JSON nested deeper than it, or pydantic, writes: text then
+        except (orjson.JSONDecodeError, pydantic_core.PydanticSerializationError):
             assert raw is not None
             data = raw.decode(errors="replace")
             if data.encode() != raw:  # no UTF-8: the text shows it, the bytes are in base64

@@ -320,3 +320,17 @@ def test_the_bus_s_own_consumer_groups_are_refused(redis_url: str, group: str) -
         assert raw.xinfo_groups(f"{{tl:{shard}}}:signals") == []  # nothing read, no group made
     finally:
         raw.close()
+
+
+def test_a_dead_letter_of_json_nested_deeper_than_json_is_written_shows_as_text(redis_url: str) -> None:
+    # orjson reads arrays nested up to 1024 deep but writes 254 at most: such data was a crash
+    deep = b"[" * 600 + b"]" * 600
+    fields = dead_letter_fields(stream="s", entry_id="1-0", raw=deep, reason="invalid envelope", deliveries=1)
+    _publish(redis_url, [])  # creates the namespace
+    raw = redis.Redis.from_url(redis_url)
+    raw.xadd(f"{{tl:{Keys('tl', 4).shard_of('alpha')}}}:dead", fields)  # type: ignore[arg-type]
+    raw.close()
+    result = _tail(redis_url, "--stream", "dead", "--from", "0", "--count", "1", "--json")
+    assert result.exit_code == 0, result.output
+    shown = orjson.loads(result.stdout)
+    assert shown["data"] == deep.decode() and "data_base64" not in shown
