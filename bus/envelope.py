@@ -35,6 +35,7 @@ from bus.findings import Finding
 from bus.results import ResultReport
 
 __all__ = [
+    "MAX_DEPTH",
     "MAX_ENVELOPE_BYTES",
     "MAX_ID_CHARS",
     "PAYLOADS",
@@ -57,6 +58,9 @@ MAX_ENVELOPE_BYTES: Final = 4 * 1024 * 1024
 """Entries larger than this are refused on publish and dead-lettered on read."""
 MAX_ID_CHARS: Final = 128
 """The longest envelope id."""
+MAX_DEPTH: Final = 200
+"""The deepest an entry may nest arrays and objects, its own object counted: what pydantic's JSON parser
+takes (a signal's extra fields may nest), well within what the models can write back."""
 
 
 class Kind(StrEnum):
@@ -344,6 +348,10 @@ def decode(data: bytes | str | None) -> Envelope:
         raw = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise DecodeError(f"not JSON: {exc}") from None
+    if _nested_deeper(raw, MAX_DEPTH):
+        # orjson reads deeper than pydantic's JSON parser: validated and written back, such an entry
+        # fails (a RecursionError, which would end the coordinator) where no decode error is expected.
+        raise DecodeError(f"arrays and objects nested more than {MAX_DEPTH} deep")
     envelope = _decoded(raw)
     if envelope is not None:
         return envelope
@@ -351,6 +359,22 @@ def decode(data: bytes | str | None) -> Envelope:
         return Envelope.model_validate(raw)
     except ValidationError as exc:
         raise DecodeError(f"invalid envelope: {_first_errors(exc)}") from None
+
+
+def _nested_deeper(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests arrays and objects (itself one) more than ``limit`` deep: whether one at
+    that depth holds anything, as pydantic's parser counts."""
+    level = [value] if isinstance(value, dict | list) else []
+    for _ in range(limit):
+        level = [
+            item
+            for node in level
+            for item in (node.values() if isinstance(node, dict) else node)
+            if isinstance(item, dict | list)
+        ]
+        if not level:
+            return False
+    return any(level)
 
 
 def _variant(type_: EnvelopeType, model: type[Payload]) -> type[Model]:

@@ -30,7 +30,7 @@ from rules_kit import (
 )
 
 from bus.directives import HumanApprove, HumanDeny, HumanDismiss, HumanRecover, HumanResolve, RecoveryOption
-from bus.envelope import PAYLOADS, Envelope, Kind, _decoded, decode, encode, new_envelope
+from bus.envelope import MAX_DEPTH, PAYLOADS, Envelope, Kind, _decoded, decode, encode, new_envelope
 from bus.errors import DecodeError
 from bus.events import AgentExited, AgentStarted, Heartbeat, Tick
 from bus.results import ResultStatus
@@ -178,3 +178,26 @@ def test_an_integer_beyond_64_bits_keeps_its_value_through_a_round_trip() -> Non
 def test_json_that_is_not_strictly_valid_is_refused_as_not_json(data: bytes) -> None:
     with pytest.raises(DecodeError, match="not JSON"):
         decode(data)
+
+
+@pytest.mark.parametrize("kind", ["ok", "wrong-kind"])
+def test_an_extra_field_nested_to_the_limit_round_trips_and_one_level_more_is_refused(kind: str) -> None:
+    """Both paths agree on how deep an entry may nest, and what they take can be written back: the
+    path through orjson (taken for the wrong kind) once took deeper entries that failed, or ended the
+    process, further on."""
+    envelope = new_envelope(Progress(agent_id="a", percent=5), agent_id="a", group_id="g")
+    head = encode(envelope)[:-2]
+    if kind == "wrong-kind":
+        head = head.replace(b'"kind":"signal"', b'"kind":"human"')
+    fits = MAX_DEPTH - 2  # the envelope's object and the payload's
+    for depth in (fits, fits + 1, 2 * MAX_DEPTH, 5 * MAX_DEPTH):
+        data = head + b',"deep":' + b"[" * depth + b"1" + b"]" * depth + b"}}"
+        if depth > fits:
+            with pytest.raises(DecodeError, match=f"nested more than {MAX_DEPTH} deep"):
+                decode(data)
+        elif kind == "ok":
+            decoded = decode(data)
+            assert decode(encode(decoded)) == decoded
+        else:
+            with pytest.raises(DecodeError, match="does not match type PROGRESS"):
+                decode(data)

@@ -59,6 +59,11 @@ def doc(**changes: Any) -> bytes:
     return orjson.dumps({**orjson.loads(encode(valid)), **changes})
 
 
+def deep_extra(depth: int) -> bytes:
+    """A valid PROGRESS envelope whose payload has an extra field of arrays nested ``depth`` deep."""
+    return progress("a1", 3)[:-2] + b',"deep":' + b"[" * depth + b"]" * depth + b"}}"
+
+
 _OTHER_SHARD = next(
     g for g in (f"g{i}" for i in range(100)) if Keys(NS, 2).shard_of(g) != Keys(NS, 2).shard_of("g")
 )
@@ -74,6 +79,9 @@ HOSTILE: list[tuple[str, dict[str | bytes, bytes], str]] = [
     ("binary garbage", {"data": bytes(range(256))}, "not JSON"),
     ("invalid UTF-8", {"data": progress("a1", 2).replace(b'"a1"', b'"\xff\xfe"', 1)}, "not valid UTF-8"),
     ("deep nesting", {"data": b"[" * 200_000}, "not JSON: depth limit exceeded"),
+    # JSON that orjson reads but pydantic's parser does not: it could not be written back
+    ("a signal's extra field 300 deep", {"data": deep_extra(300)}, "arrays and objects nested more than 200 deep"),
+    ("a signal's extra field 900 deep", {"data": deep_extra(900)}, "arrays and objects nested more than 200 deep"),
     ("JSON, not an object", {"data": b"[1, 2, 3]"}, "invalid envelope: envelope: Input should be a valid dictionary"),
     ("JSON, not an envelope", {"data": b'{"hello": "world"}'}, "invalid envelope: id: Field required"),
     ("unknown type", {"data": doc(type="SELF_DESTRUCT")}, "invalid envelope: type:"),
