@@ -48,6 +48,15 @@ def test_a_long_silence_goes_straight_to_lost() -> None:
     assert _tick(feed, 5000)[0] is DecisionType.LOST
 
 
+def test_a_long_silence_is_written_in_plain_seconds() -> None:
+    feed = Feed(Policy(heartbeat_timeout_seconds=1.5e6, lost_timeout_seconds=2e7))
+    feed.send(AgentStarted(), AGENT, at=0)
+    [timed_out] = decisions(feed.send(Tick(now=T0 + timedelta(seconds=1_500_000.25)), TICKER, at=1))
+    assert timed_out.detail == "silent for 1500000.2s (timeout 1500000s)"
+    lost = feed.send(Tick(now=T0 + timedelta(seconds=27_867_512.3)), TICKER, at=2)
+    assert "lost: silent for 27867512.3s (limit 20000000s)" in decisions(lost)[0].detail
+
+
 def test_heartbeats_keep_an_agent_alive() -> None:
     feed = Feed(POLICY)
     feed.send(AgentStarted(), AGENT, at=0)

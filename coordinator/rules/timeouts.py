@@ -44,12 +44,14 @@ def on_tick(step: Step) -> None:
 def _lose(step: Step, record: AgentRecord, silent: timedelta) -> None:
     completion = Completion(
         status=ResultStatus.FAILED,
-        summary=f"lost: silent for {_seconds(silent)}s (limit {step.policy.lost_timeout_seconds:g}s)",
+        summary=f"lost: silent for {_seconds(silent)}s (limit {_seconds(step.policy.lost_timeout_seconds)}s)",
         source=EnvelopeType.TICK,
         envelope_id=step.envelope.id,
     )
     finish(step, record.agent_id, completion, decision=DecisionType.LOST, state=AgentState.LOST)
 
 
-def _seconds(delta: timedelta) -> str:
-    return f"{round(delta.total_seconds(), 1):g}"  # 8.8, not 8.77085
+def _seconds(span: timedelta | float) -> str:
+    """``8.8`` (not 8.77085), ``120`` (not 120.0), ``27867512.3`` (not 2.78675e+07)."""
+    seconds = span.total_seconds() if isinstance(span, timedelta) else span
+    return f"{seconds:.1f}".removesuffix(".0")
