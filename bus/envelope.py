@@ -64,6 +64,8 @@ takes (a signal's extra fields may nest), well within what the models can write 
 
 
 class Kind(StrEnum):
+    """The family of an envelope's ``type``: what wrote it and who reads it (``type`` names the payload)."""
+
     SIGNAL = "signal"
     RESULT = "result"
     FINDING = "finding"
@@ -73,6 +75,8 @@ class Kind(StrEnum):
 
 
 class EnvelopeType(StrEnum):
+    """The payload an envelope carries; each has its JSON Schema (``subagent-bus schema TYPE``)."""
+
     # signals (seed 000)
     CLARIFICATION_NEEDED = "CLARIFICATION_NEEDED"
     STOP_WORK = "STOP_WORK"
