@@ -60,7 +60,9 @@ def _dead_line(item: Item, raw: bytes | None, *, as_json: bool) -> bytes | str:
         exact: dict[str, object] = {}
         try:
             data: object = orjson.loads(raw) if raw is not None else None
-            json_bytes(data)  # orjson reads JSON nested deeper than it, or pydantic, writes: text then
+            # orjson reads JSON nested deeper than it, or pydantic, writes: text then (checked one level
+            # down, where the line's object holds it)
+            json_bytes([data])
         except (orjson.JSONDecodeError, pydantic_core.PydanticSerializationError):
             assert raw is not None
             data = raw.decode(errors="replace")
