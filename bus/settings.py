@@ -208,9 +208,10 @@ def _check_query(url: str, *, tls: bool) -> None:
     if tls_given and not tls:
         raise ValueError(f"{redact(url)!r}: {', '.join(tls_given)} needs TLS: use rediss://")
     for name, values in query.items():
-        problem = _value_problem(name, values[-1])
-        if problem is not None:
-            raise ValueError(f"{redact(url)!r}: {problem}")
+        for value in values:  # of an option given twice, redis-py takes the first: each is checked
+            problem = _value_problem(name, value)
+            if problem is not None:
+                raise ValueError(f"{redact(url)!r}: {problem}")
 
 
 def _value_problem(name: str, value: str) -> str | None:

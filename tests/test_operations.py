@@ -53,6 +53,8 @@ from coordinator.demo import DemoResult
         ("redis://h:6379/0?health_check_interval=-5", "health_check_interval='-5' is below 0"),
         ("redis://h:6379/0?socket_read_size=0", "socket_read_size='0' is below 1"),
         ("unix:///tmp/r.sock?db=-1", "db='-1' is below 0"),
+        ("redis://h:6379/0?db=-1&db=0", "db='-1' is below 0"),  # redis-py takes the first
+        ("redis://h:6379/0?protocol=9&protocol=3", r"protocol must be 2 or 3 \(RESP2 or RESP3\)"),
         ("rediss://h:6379/0?ssl_ca_certs=/no/such/ca.pem", "ssl_ca_certs: no file '/no/such/ca.pem'"),
         ("redis+sentinel://h/m?bogus=1", r"\(known: sentinel_password, sentinel_username\)"),
     ],
