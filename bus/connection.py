@@ -198,11 +198,14 @@ def check_block(client: Client, block_ms: int) -> None:
 
 
 def _db_of(url: str) -> int:
-    """The database ``url`` names: its query's ``db``, which redis-py takes over its path's, else its path's."""
+    """The database ``url`` names, read as redis-py reads it: its query's first ``db``, which it takes over
+    its path's, else its path's."""
     parts = urlsplit(url)
     given = parse_qs(parts.query).get("db")
-    text = given[-1] if given else parts.path.strip("/")
-    return int(text) if text.isdigit() else 0
+    try:
+        return int(given[0] if given else parts.path.strip("/"))
+    except ValueError:
+        return 0
 
 
 def tcp_options(socket_timeout: float | None) -> dict[int, int]:

@@ -50,7 +50,7 @@ async def test_a_cluster_node_is_detected(redis_cluster: RedisCluster, cluster_u
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("database", ["/3", "/0?db=3"])
+@pytest.mark.parametrize("database", ["/3", "/0?db=3", "/0?db=3&db=0", "/0?db=+3"])
 async def test_a_cluster_has_only_database_zero(
     redis_cluster: RedisCluster, cluster_url: str, database: str
 ) -> None:
