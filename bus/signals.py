@@ -85,13 +85,13 @@ def _with_ids(questions: list[Any]) -> list[Any]:
 
 
 def _listed(questions: Any) -> Any:
-    """``questions`` as the seed's list when written as one question (a text, or a mapping with its
-    ``text``) or as a mapping of ids to questions (``Q1: Which strategy?``, or ``Q1:`` and its fields)."""
+    """``questions`` as the seed's list when written as one question (a text, or a mapping of a question's
+    fields) or as a mapping of ids to questions (``Q1: Which strategy?``, or ``Q1:`` and its fields)."""
     if isinstance(questions, str):
         return [questions]
     if not isinstance(questions, dict):
         return questions
-    if "text" in questions or "question_id" in questions:
+    if questions.keys() & Question.model_fields.keys():  # `type: blocking` is no question named `type`
         return [questions]
     return [_keyed(str(key), item) for key, item in questions.items()]
 

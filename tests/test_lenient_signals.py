@@ -183,6 +183,8 @@ def test_one_question_written_as_text_is_a_list_of_it() -> None:
     assert isinstance(payload, ClarificationNeeded)
     assert [(q.question_id, q.text) for q in payload.questions] == [("Q1", "OAuth2 or JWT?")]
     assert "questions[0].text" in error(clarification("  Q1:\n"))  # a question with no text is still one
+    # a question's fields, its text misnamed, are one question without a text, not questions named by them
+    assert "questions[0].text" in error(clarification("  question: OAuth2 or JWT?\n  type: blocking\n"))
 
 
 def test_a_numbered_question_skips_the_ids_other_questions_have() -> None:
