@@ -185,10 +185,14 @@ def _appended(old: IdWindow, new: IdWindow) -> list[str]:
 
 def decode_slots(raw: Mapping[Any, Any]) -> dict[str, FindingSlot]:
     """Merged-finding slots from fields of a group's merged hash; :class:`DecodeError` if corrupt."""
-    try:
-        return {as_text(k): compact_slot(FindingSlot.model_validate_json(v)) for k, v in raw.items()}
-    except (ValidationError, UnicodeDecodeError) as exc:
-        raise DecodeError(f"invalid stored merged finding: {_problem(exc)}") from None
+    slots: dict[str, FindingSlot] = {}
+    for k, v in raw.items():
+        key = as_text(k)
+        try:
+            slots[key] = compact_slot(FindingSlot.model_validate_json(v))
+        except (ValidationError, UnicodeDecodeError) as exc:
+            raise DecodeError(f"invalid stored merged finding {key!r}: {_problem(exc)}") from None
+    return slots
 
 
 def legacy_slots(fields: Mapping[Any, Any]) -> dict[str, Any]:
@@ -225,7 +229,7 @@ def load_state(
         for name, value in fields.items():
             for attr, (prefix, model) in _MAPS.items():
                 if name.startswith(prefix):
-                    maps[attr][name[len(prefix) :]] = model.model_validate_json(value)
+                    maps[attr][name[len(prefix) :]] = _field(group_id, name, model, value)
         legacy = legacy_slots(fields)
         counted: Mapping[str, FindingSlot] | None = None  # the slots to count conflicts in, if need be
         if slots is not None:
@@ -242,6 +246,18 @@ def load_state(
         return GroupState.model_validate({**data, **maps, "window": window})
     except (orjson.JSONDecodeError, ValidationError, UnicodeDecodeError) as exc:
         raise DecodeError(f"invalid stored state of group {group_id}: {_problem(exc)}") from None
+
+
+def _field(
+    group_id: str, name: str, model: type[AgentRecord] | type[Delegation], value: Any
+) -> AgentRecord | Delegation:
+    """The record a field of a group's hash holds; :class:`DecodeError`, naming the field, if corrupt."""
+    try:
+        return model.model_validate_json(value)
+    except ValidationError as exc:
+        raise DecodeError(
+            f"invalid stored state of group {group_id}, field {name!r}: {_problem(exc)}"
+        ) from None
 
 
 _SHOWN_ERRORS = 3

@@ -102,12 +102,18 @@ def test_values_orjson_cannot_write_are_stored_by_pydantic() -> None:
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({b"a:a1": b"[]"}, "invalid stored state of group g: AgentRecord: Input should be an object"),
+        (
+            {b"a:a1": b"[]"},
+            "invalid stored state of group g, field 'a:a1': AgentRecord: Input should be an object",
+        ),
         (
             {b"meta": b'{"x": 1}'},
             "invalid stored state of group g: GroupState.x: Extra inputs are not permitted",
         ),
-        ({b"d:r1": b"garbage"}, "invalid stored state of group g: Delegation: Invalid JSON: expected value"),
+        (
+            {b"d:r1": b"garbage"},
+            "invalid stored state of group g, field 'd:r1': Delegation: Invalid JSON: expected value",
+        ),
     ],
 )
 def test_a_damaged_stored_state_is_a_one_line_error(fields: dict[bytes, bytes], message: str) -> None:
@@ -116,6 +122,6 @@ def test_a_damaged_stored_state_is_a_one_line_error(fields: dict[bytes, bytes], 
     assert str(caught.value).startswith(message)
     assert "\n" not in str(caught.value) and "errors.pydantic.dev" not in str(caught.value)
     with pytest.raises(
-        DecodeError, match=r"^invalid stored merged finding: FindingSlot: Invalid JSON[^\n]*$"
+        DecodeError, match=r"^invalid stored merged finding 'k': FindingSlot: Invalid JSON[^\n]*$"
     ):
         decode_slots({b"k": b"garbage"})
