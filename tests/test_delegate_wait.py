@@ -65,3 +65,17 @@ def test_a_file_that_cannot_be_written_is_said_and_changes_nothing_else(tmp_path
     wait.signalled([envelope(delegate("lead", independence="blocks_current_work"))])
     wait.between_turns(True)
     assert len(logged) == 1 and "cannot create" in logged[0]
+
+
+def test_a_request_naming_another_agent_is_answered_under_the_coordinator_s_id(tmp_path: Path) -> None:
+    """The block names an example's agent id, not the agent's: the coordinator's id for it takes the
+    sender as the requester, and so does the wait, which its answer then ends."""
+    idle = tmp_path / "lead.idle"
+    wait = DelegateWait(idle, list[str]().append)
+    copied = delegate("example-agent", independence="blocks_current_work")
+    wait.signalled([envelope(copied)])
+    wait.between_turns(True)
+    assert idle.exists()
+    wait.directed(envelope(DelegationDenied(request_id=copied.request_id("lead"), reason="no")))
+    wait.between_turns(True)
+    assert not idle.exists()
