@@ -281,6 +281,11 @@ class GroupState(Model):
             attempt = found
         return earlier
 
+    def first_attempt(self, attempt: AgentRecord) -> AgentRecord:
+        """The record of the first attempt at ``attempt``'s work (a retry names the attempt it replaced)."""
+        earlier = self.attempts_before(attempt)
+        return earlier[-1] if earlier else attempt
+
     def attempts_after(self, attempt: AgentRecord) -> list[str]:
         """The ids of the later attempts at ``attempt``'s work (its retry, the retry's retry...)."""
         later: list[str] = []

@@ -212,7 +212,7 @@ def _retry(step: Step, record: AgentRecord, completion: Completion) -> None:
             new_agent_id=new_id,
             request_id=retry_request_id(step.group_id, record.agent_id, attempt),
             reason=LaunchReason.RETRY,
-            task=_retry_task(_first_attempt(step.state, record), attempt),
+            task=_retry_task(step.state.first_attempt(record), attempt),
             context=previous,
             parent=parent,
             depth=record.depth,
@@ -243,12 +243,6 @@ def _retry_task(first: AgentRecord, attempt: int) -> str:
     )
 
 
-def _first_attempt(state: GroupState, record: AgentRecord) -> AgentRecord:
-    """The record of the first attempt at this agent's work (a retry names the attempt it replaced)."""
-    earlier = state.attempts_before(record)
-    return earlier[-1] if earlier else record
-
-
 def _notify_parent(step: Step, record: AgentRecord, completion: Completion) -> None:
     """Resume a parent that waits for this agent, with the agent's final outcome."""
     parent = step.find(record.parent_agent_id) if record.parent_agent_id else None
@@ -262,7 +256,7 @@ def _notify_parent(step: Step, record: AgentRecord, completion: Completion) -> N
     step.update(parent.agent_id, waiting_on=waiting)
     if parent.state in FINAL_STATES:
         return
-    request_id = _first_attempt(step.state, record).request_id or ""
+    request_id = step.state.first_attempt(record).request_id or ""
     then = _resume_after(completion.status)
     wait = still_held(step.agent(parent.agent_id), step.state, then)  # more delegates, a blocker since
     directive = DelegationCompleted(

@@ -108,8 +108,7 @@ def launch(step: Step, spec: Launch) -> AgentRecord:
 def priority_of(state: GroupState, record: AgentRecord) -> Priority:
     """The priority of the delegation request whose work ``record`` does (its first attempt's); P1 for
     work no request asked for."""
-    earlier = state.attempts_before(record)
-    first = earlier[-1] if earlier else record
+    first = state.first_attempt(record)
     delegation = state.delegations.get(first.request_id) if first.request_id is not None else None
     return delegation.request.priority if delegation is not None else Priority.P1
 
