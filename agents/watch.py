@@ -4,13 +4,14 @@ The checkpoint, one key per agent and file in the group's shard (``offset:<agent
 written in the same MULTI/EXEC as the envelopes it accounts for. It holds the file's generation, how far
 it was read, where a fresh parser can take over (:attr:`agents.adapter.OutputStream.restart`), the end
 of the last published item (``done``), and fingerprints of the file's first bytes and of the bytes just
-before the read position. A restarted adapter re-parses from the restart point and publishes only the
+before the read position, and the file's inode. A restarted adapter re-parses from the restart point and publishes only the
 items at or after ``done``: nothing is published twice and nothing is skipped.
 
 The file may not exist yet (the adapter waits for it), may be truncated, or may be replaced (another
 inode at the path). A file whose fingerprints still match what was read is the same output (an editor's
 save-by-rename, say) and is followed on; otherwise the output starts over from byte 0 as a new
-generation, with a new ``source`` and so new envelope ids, and the adapter says so on stderr.
+generation, with a new ``source`` and so new envelope ids, and the adapter says so on stderr. The file
+read before, renamed in the same directory meanwhile (a log rotated), is read to its end first.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from agents.watched_file import (
     canonical,
     checkpoint_key,
     fingerprints,
+    moved,
     named,
     open_file,
     source_of,
@@ -114,6 +116,7 @@ class FileWatch:
                     await self._started()
                 await self._exited()
             return self.checkpoint.completed
+        fd = self._renamed(fd)
         try:
             self._adopt(fd, initial=True)
             if not self.checkpoint.started:
@@ -172,6 +175,14 @@ class FileWatch:
                         return None
                 if self._finishing or await wait_for(self.stop, self.options.poll_s):
                     return None
+
+    def _renamed(self, fd: int) -> int:
+        """The file read before, when another file took its name while the adapter was away (a log
+        rotated): it is read to its end first, then :meth:`_rotated` goes on with the one at the path."""
+        found = moved(self.path, self.checkpoint.file, fd, self._same_output)
+        if found != fd:
+            self.bus.log(f"{self.path} was renamed while the adapter was away; reading it to its end first")
+        return found
 
     def _same_output(self, fd: int) -> bool:
         """Whether ``fd`` holds at least the bytes the checkpoint has read, unchanged."""
@@ -277,6 +288,7 @@ class FileWatch:
         head, tail = cp.head, cp.tail
         if stream.fed != cp.read or not head:
             head, tail = fingerprints(self._fd, stream.fed)
+        info = os.fstat(self._fd)
         return Checkpoint(
             generation=cp.generation,
             read=stream.fed,
@@ -292,6 +304,7 @@ class FileWatch:
             ended=cp.ended,
             head=head,
             tail=tail,
+            file=(info.st_dev, info.st_ino),
         )
 
     async def _publish(self, envelopes: list[Envelope], *, force: bool) -> None:

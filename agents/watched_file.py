@@ -26,6 +26,7 @@ __all__ = [
     "canonical",
     "checkpoint_key",
     "fingerprints",
+    "moved",
     "named",
     "open_file",
     "source_of",
@@ -58,6 +59,8 @@ class Checkpoint(Model):
     """AGENT_EXITED was published."""
     head: str = ""
     tail: str = ""
+    file: tuple[int, int] | None = None
+    """The device and inode of the file read, by which a restart finds it renamed (rotated)."""
 
 
 def canonical(path: Path) -> Path:
@@ -106,6 +109,31 @@ def fingerprints(fd: int, read: int) -> tuple[str, str]:
     start = max(0, read - _PRINT)
     tail = os.pread(fd, read - start, start)
     return hashlib.sha256(head).hexdigest(), hashlib.sha256(tail).hexdigest()
+
+
+def moved(path: Path, file: tuple[int, int] | None, fd: int, same: Callable[[int], bool]) -> int:
+    """``fd`` (the file at ``path``), or, when it is not the file ``file`` (device, inode) nor holds what
+    was read from it (``same``), that file found under another name in the same directory (a log
+    rotated by renaming it) and still holding it; ``fd`` is then closed."""
+    info = os.fstat(fd)
+    if file is None or (info.st_dev, info.st_ino) == file or same(fd):
+        return fd
+    try:
+        with os.scandir(path.parent) as entries:
+            names = [Path(e.path) for e in entries if e.inode() == file[1] and e.path != str(path)]
+    except OSError:
+        return fd
+    for name in names:
+        try:
+            old = open_file(name)
+        except OSError:
+            continue
+        info = os.fstat(old)
+        if (info.st_dev, info.st_ino) == file and same(old):
+            os.close(fd)
+            return old
+        os.close(old)
+    return fd
 
 
 _PIPE_HINT: Final = "pipe the agent's output into `subagent-bus adapter stdin` instead"

@@ -617,3 +617,32 @@ async def test_what_was_written_to_a_rotated_file_before_the_new_one_came_is_rea
         stop.set()
         await following
         await bus.client.aclose()
+
+
+async def test_a_file_rotated_while_its_adapter_was_killed_is_read_to_its_end_first(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Killed with -9, then the agent writes on and its log is rotated (renamed, a new file created):
+    the restarted adapter finds the renamed file by its inode and publishes what was written to it
+    before the new file's output."""
+    out = tmp_path / "agent.out"
+    progress = "[PROGRESS]\nagent_id: a10\npercent: {}\n[/PROGRESS]\n"
+    out.write_text(progress.format(10))
+    log = tmp_path / "adapter.log"
+    args = watch_args(out, "a10", "--poll", "0.01")
+    first = start(args, redis_url, log)
+    async with open_bus(redis_url) as bus:
+        await wait_until(lambda: bus.has(GROUP, T.PROGRESS), 30, "the first progress")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        with out.open("a") as old:
+            old.write(progress.format(20))
+        out.rename(tmp_path / "agent.out.1")
+        out.write_text(progress.format(30))
+        second = start(args, redis_url, log)
+        await wait_until(lambda: bus.has(GROUP, T.PROGRESS, 3), 30, "the other two")
+        second.send_signal(signal.SIGTERM)
+        assert await exited(second, 30) == 0, log.read_text()
+        percents = [e.payload.percent for e in await bus.of_type(GROUP, T.PROGRESS)]  # type: ignore[union-attr]
+        assert percents == [10, 20, 30]
+        assert "renamed while the adapter was away" in log.read_text()
