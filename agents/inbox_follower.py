@@ -4,6 +4,7 @@ after its attempts (the parent then told, see :class:`InboxFollower`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
 from agents.adapter import AgentBus
@@ -18,6 +19,7 @@ from agents.delivery import (
     not_a_directive,
 )
 from agents.lost import undelivered
+from bus.connection import translated
 from bus.consumer import Ack, Consumer, Delivery
 from bus.envelope import deterministic_id, new_envelope
 from bus.errors import BusError
@@ -154,12 +156,19 @@ async def with_inbox(
     async def given_up(directive: Directive, why: str) -> None:
         if bus.completed:  # nothing waits for it (a delivery would have been refused: AgentDone)
             return
-        # One id per directive: told twice (a crash between this and the dead letter), it is one entry.
+        # Published with a mark, in one transaction: an adapter killed before the dead letter gives the
+        # directive up again after its restart, maybe long after the idempotency window forgot the id.
+        # (Under offset:, the adapter's checkpoints, which its ACL role may read and write.)
+        told = bus.state_key(f"offset:{bus.agent_id}:undelivered:{directive.envelope.id}")
+        with contextlib.suppress(BusError), translated():  # unknown: told, as before, maybe twice
+            if await bus.client.get(told) is not None:
+                return
         stop = undelivered(bus.agent_id, directive.type.value, directive.envelope.id, deliverer.name, why)
         id = deterministic_id(bus.agent_id, f"undelivered:{directive.envelope.id}", 0)
         bus.warn(f"{directive.type.value} {directive.envelope.id}: the parent is told (a STOP_WORK error)")
         await bus.publish(
-            [new_envelope(stop, agent_id=bus.agent_id, group_id=bus.group_id, source="deliver", id=id)]
+            [new_envelope(stop, agent_id=bus.agent_id, group_id=bus.group_id, source="deliver", id=id)],
+            state={told: b"1"},
         )
 
     follower = InboxFollower(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import orjson
 import pytest
 import redis.exceptions
 from adapter_kit import CLI, Bus, exited, fake, open_bus, run, run_ok, spawn, start, stream_fields, wait_until
+from test_launch_acks import CuttingProxy
 
 from agents.delivery import (
     CommandDelivery,
@@ -530,3 +532,31 @@ async def test_full_loop_run_and_resume_command(redis_url: str, tmp_path: Path) 
         (T.COMPLETION_REPORT, 1),
         (T.AGENT_EXITED, 1),
     ]
+
+
+async def test_a_parent_told_of_a_directive_given_up_is_not_told_again_after_a_kill_9(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Killed after telling the parent and before the dead letter (its connection cut at the XACK that
+    goes with it): the restarted adapter gives the directive up again, and publishes no second
+    STOP_WORK, which the coordinator's window may no longer know of by then."""
+    failing = f"command:{sys.executable} -c 'import sys; sys.exit(\"resume refused\")'"
+    args = idle_adapter(tmp_path, "d9", "--deliver", failing, "--max-attempts", "1", "--retry-ms", "100")
+    log, proxy = tmp_path / "log", CuttingProxy(redis_url)
+    async with open_bus(redis_url) as bus, proxy as proxy_url:
+        first = start(args, proxy_url, log)
+        await Publisher(bus.client, bus.keys).send_directive(directive(agent="d9"))
+        await asyncio.wait_for(proxy.cut.wait(), 30)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        assert await bus.count(GROUP, T.STOP_WORK) == 1
+        assert await bus.client.xlen(bus.stream(GROUP, StreamKind.DEAD)) == 0
+        second = start(args, redis_url, log)
+
+        async def dead() -> bool:
+            return await bus.client.xlen(bus.stream(GROUP, StreamKind.DEAD)) == 1
+
+        await wait_until(dead, 30, "the directive to be given up on again")
+        second.send_signal(signal.SIGTERM)
+        assert await exited(second, 20) == 0
+        assert await bus.count(GROUP, T.STOP_WORK) == 1, log.read_text()
