@@ -153,7 +153,13 @@ async def test_sigterm_is_passed_to_the_agent(redis_url: str, tmp_path: Path, si
     """SIGHUP too: its terminal closed, the adapter stops its agent (in a session of its own, the agent
     would not hear of it) and says so, rather than dying and leaving it running."""
     log = tmp_path / "adapter.log"
-    adapter = start([*run_args("r4"), *fake("say:waiting", "sleep:60", agent_id="r4")], redis_url, log)
+    # Started as from a terminal: a suite run under `nohup` would hand it a SIGHUP it is to keep ignoring.
+    adapter = start(
+        [*run_args("r4"), *fake("say:waiting", "sleep:60", agent_id="r4")],
+        redis_url,
+        log,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
+    )
     async with open_bus(redis_url) as bus:
 
         async def agent_started() -> bool:
