@@ -9,8 +9,10 @@ slot, see :mod:`agents.delegate_wait`). A launcher reads no more requests than i
 so the others stay in the stream for any launcher, and it acknowledges a request only once its agent
 started: a launcher killed before that leaves the request pending, and another launcher (or its own
 restart) starts it. So a request is started at least once: a launcher killed between starting an agent
-and acknowledging its request (one round trip) leaves an agent running and a request that is started
-again. An acknowledgement refused because Redis is unreachable is sent again, and the request is not
+and acknowledging its request (one round trip) leaves an agent running and a request read again. Its mark
+in the log directory (``<request>.started``, written once the adapter started and removed once the
+request is acknowledged) keeps a launcher on that directory from starting it again; one elsewhere does.
+An acknowledgement refused because Redis is unreachable is sent again, and the request is not
 started again by the same process. A request that cannot be started after ``max_attempts`` deliveries
 (at once when its command line is too long) is dead-lettered with the reason, and so is one read after
 it expired (``expires_at``, which the coordinator sets to when it will declare the agent lost and retry
@@ -232,13 +234,21 @@ class Launcher:
                 if ack is Ack.ACK:
                     self._unacked[key] = (consumer, delivery)
                 await consumer.settle([(delivery, ack, reason)])
-                self._unacked.pop(key, None)
+                if self._unacked.pop(key, None) is not None:
+                    self._acknowledged(delivery)
         return found
 
     async def _acknowledge_started(self) -> None:
         for key, (consumer, delivery) in list(self._unacked.items()):
             await consumer.settle([(delivery, Ack.ACK, None)])
             del self._unacked[key]
+            self._acknowledged(delivery)
+
+    def _acknowledged(self, delivery: Delivery) -> None:
+        """A started request is acknowledged: no launcher will read it again, and its mark goes."""
+        payload = delivery.envelope.payload if delivery.envelope is not None else None
+        if isinstance(payload, LaunchRequest):
+            forget(self._spawner.started_file(payload.request_id))
 
     async def _launch(self, delivery: Delivery) -> tuple[Ack, str | None]:
         envelope = delivery.envelope
@@ -248,8 +258,8 @@ class Launcher:
             log.warning("not started, dead-lettered: %s (entry %s)", refused, delivery.entry_id)
             return Ack.DEAD, refused
         request = envelope.payload
-        if self._requests.get(request.new_agent_id) == request.request_id:
-            return Ack.ACK, None  # a repeat of a request whose agent is already running here
+        if self._started_already(request, envelope.group_id):
+            return Ack.ACK, None
         if not await self._previous_ended(request.new_agent_id):
             return Ack.RETRY, f"agent {request.new_agent_id} still runs here under another request"
         try:
@@ -270,6 +280,20 @@ class Launcher:
         self.metrics.launched.inc()
         self._watch(self._reap(request.new_agent_id, envelope.group_id, process))
         return Ack.ACK, None
+
+    def _started_already(self, request: LaunchRequest, group_id: str) -> bool:
+        """Whether the request's agent was started: it runs here for it (the request read again), or a
+        launcher on this log directory killed before it acknowledged the request started it (its mark)."""
+        if self._requests.get(request.new_agent_id) == request.request_id:
+            return True
+        if not self._spawner.started_file(request.request_id).exists():
+            return False
+        log.info(
+            f"{request.new_agent_id} was started for this request by a launcher that ended before "
+            "acknowledging it: not started again",
+            extra=_ids(request, group_id),
+        )
+        return True
 
     async def _previous_ended(self, agent_id: str) -> bool:
         """Whether no earlier adapter of this agent runs here, after a while for one to end (a resume

@@ -139,8 +139,10 @@ def launcher(
     """Start the agents of launch requests (delegations, retries, resumed agents), each under an adapter.
 
     A request is acknowledged once its agent started, so it is started at least once: a launcher killed
-    between the start and the acknowledgement leaves a request that is started again. SIGTERM or
-    Ctrl-C stops the agents this launcher started; SIGKILL leaves them running.
+    between the start and the acknowledgement leaves a request that is read again, which a launcher on
+    the same --log-dir (its restart) does not start again (the request's mark there says it started) and
+    one elsewhere does. SIGTERM or Ctrl-C stops the agents this launcher started; SIGKILL leaves them
+    running.
 
     With --metrics-port it serves Prometheus metrics: task entries read (subagent_bus_entries_in), agents
     launched, launch failures and agents running. The adapters it starts do not inherit the port.

@@ -38,6 +38,7 @@ PLACEHOLDERS: Final = frozenset(
     {"agent_id", "group_id", "prompt_file", "prompt", "parent_agent_id", "request_id"}
 )
 _IDLE_SUFFIX: Final = ".idle"
+_STARTED_SUFFIX: Final = ".started"
 log = logging.getLogger("subagent_bus.launcher")
 
 
@@ -97,6 +98,12 @@ class Spawner:
         """The file the agent's adapter keeps while its agent waits for its blocking delegates
         (``--idle-file``)."""
         return self.log_dir / f"{file_stem(agent_id)}{_IDLE_SUFFIX}"
+
+    def started_file(self, request_id: str) -> Path:
+        """The mark of a request whose agent was started, kept until its acknowledgement is done: a
+        launcher that reads the request again (the one that started it was killed before acknowledging
+        it) does not start it a second time."""
+        return self.log_dir / f"{file_stem(request_id)}{_STARTED_SUFFIX}"
 
     def command(self, request: LaunchRequest, group_id: str, prompt_file: Path, prompt: str) -> list[str]:
         """The ``adapter run`` command line that starts this request's agent."""
@@ -181,8 +188,12 @@ class Spawner:
         )
         try:
             record(self.pid_file(request.new_agent_id), orphan)
+            self.started_file(request.request_id).touch()
         except OSError as exc:  # the agent runs: not a reason to start it again
-            log.warning(f"{exc}: a launcher started after this one is killed will not count this agent")
+            log.warning(
+                f"{exc}: a launcher started after this one is killed will not count this agent, and may "
+                "start it again"
+            )
         return process, path
 
     def _problem(self, agent: list[str], agent_id: str) -> str | None:

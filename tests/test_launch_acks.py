@@ -12,6 +12,7 @@ import contextlib
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pytest
 from adapter_kit import exited, open_bus, start, wait_until
 from test_launcher import GROUP, launcher_args, request, template
 
@@ -99,11 +100,13 @@ async def test_an_agent_started_before_a_lost_ack_is_not_started_again(
         assert pending["pending"] == 0
 
 
-async def test_a_launcher_killed_between_start_and_ack_means_at_least_once(
-    redis_url: str, tmp_path: Path
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["same-log-dir", "another-log-dir"])
+async def test_a_launcher_killed_between_start_and_ack_is_not_started_again_on_its_log_dir(
+    redis_url: str, tmp_path: Path, elsewhere: bool
 ) -> None:
-    """What the README promises: at least once. The agent started, the request was not acknowledged,
-    so the launcher that takes the request over starts it again."""
+    """The agent started, the request was not acknowledged. A launcher on the same log directory (its
+    restart) finds the request's mark and does not start it again; one elsewhere, which cannot know,
+    starts it again: what the README promises, at least once."""
     log = tmp_path / "launcher.log"
     proxy = CuttingProxy(redis_url)
     async with open_bus(redis_url) as bus, proxy as proxy_url:
@@ -115,14 +118,19 @@ async def test_a_launcher_killed_between_start_and_ack_means_at_least_once(
         finally:
             first.kill()
             first.wait(timeout=10)
-        second = start([*args, "--burst"], redis_url, log)
+        marks = list((tmp_path / "logs").glob("*.started"))
+        assert len(marks) == 1, log.read_text()
+        other = launcher_args(tmp_path / "elsewhere", template("complete"), "--reclaim-ms", "100")
+        second = start([*(other if elsewhere else args), "--burst"], redis_url, log)
         assert await exited(second, 60) == 0, log.read_text()
+        starts = 2 if elsewhere else 1
 
-        async def both_completed() -> bool:  # the first launcher's agent outlives it
-            return await bus.count(GROUP, EnvelopeType.COMPLETION_REPORT) == 2
+        async def completed() -> bool:  # the first launcher's agent outlives it
+            return await bus.count(GROUP, EnvelopeType.COMPLETION_REPORT) == starts
 
-        await wait_until(both_completed, 60, "both agents to complete")
+        await wait_until(completed, 60, f"{starts} agent(s) to complete")
         started = [e.agent_id for e in await bus.of_type(GROUP, EnvelopeType.AGENT_STARTED)]
-        assert started == [agent, agent], log.read_text()
+        assert started == [agent] * starts, log.read_text()
         pending = await bus.client.xpending(bus.stream(GROUP, StreamKind.TASKS), "launchers")
         assert pending["pending"] == 0
+        assert marks[0].exists() is elsewhere  # acknowledged by the launcher that found it: gone
