@@ -193,19 +193,24 @@ class FileWatch:
             return False
         return fingerprints(fd, cp.read) == (cp.head, cp.tail)
 
+    def _other(self, fd: int, *, initial: bool) -> str:
+        """How ``fd`` came to be another output than the one read: replaced, truncated or rewritten."""
+        info = os.fstat(fd)
+        known = self.checkpoint.file if initial else None  # a restarted adapter knows it by its inode
+        if (not initial and fd != self._fd) or known not in (None, (info.st_dev, info.st_ino)):
+            return "was replaced by another file"
+        if info.st_size < self.checkpoint.read:
+            return "was truncated"
+        return "no longer holds the bytes already read"
+
     def _adopt(self, fd: int, *, initial: bool) -> None:
         """Follow ``fd`` from the checkpoint, or as a new generation when it is another output."""
         cp = self.checkpoint
         if not self._same_output(fd):
-            if not initial and fd != self._fd:
-                why = "was replaced by another file"
-            elif os.fstat(fd).st_size < cp.read:
-                why = "was truncated"
-            else:
-                why = "no longer holds the bytes already read"
+            away = " while the adapter was away" if initial else ""
             self.bus.warn(
-                f"{self.path} {why}{' while the adapter was away' if initial else ''}; starting over "
-                f"from byte 0 as generation {cp.generation + 1} (new envelope ids)"
+                f"{self.path} {self._other(fd, initial=initial)}{away}; starting over from byte 0 as "
+                f"generation {cp.generation + 1} (new envelope ids)"
             )
             cp = self.checkpoint = Checkpoint(generation=cp.generation + 1)
         if self._fd is not None and self._fd != fd:

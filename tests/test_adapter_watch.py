@@ -646,3 +646,22 @@ async def test_a_file_rotated_while_its_adapter_was_killed_is_read_to_its_end_fi
         percents = [e.payload.percent for e in await bus.of_type(GROUP, T.PROGRESS)]  # type: ignore[union-attr]
         assert percents == [10, 20, 30]
         assert "renamed while the adapter was away" in log.read_text()
+
+
+async def test_a_file_replaced_while_its_adapter_was_away_is_said_to_be_replaced(
+    redis_url: str, tmp_path: Path
+) -> None:
+    out, new, log = tmp_path / "agent.out", tmp_path / "agent.new", tmp_path / "adapter.log"
+    await run_ok(fake(f"say:{'long first run ' * 40}", "progress:10", out=out, agent_id="a11"))
+    args = watch_args(out, "a11", "--until-complete")
+    first = start(args, redis_url, log)
+    async with open_bus(redis_url) as bus:
+        await wait_until(lambda: bus.has(GROUP, T.PROGRESS), 20, "the first run's signal")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        await run_ok(fake("complete", out=new, agent_id="a11"))
+        os.replace(new, out)  # shorter than what was read: not a truncation all the same
+        second = start(args, redis_url, log)
+        assert await exited(second, 30) == 0, log.read_text()
+    said = log.read_text()
+    assert "was replaced by another file while the adapter was away" in said and "truncated" not in said
