@@ -49,6 +49,7 @@ __all__ = [
     "deterministic_id",
     "encode",
     "encode_new",
+    "first_errors",
     "new_envelope",
     "type_of",
 ]
@@ -362,7 +363,7 @@ def decode(data: bytes | str | None) -> Envelope:
     try:  # the canonical validation, for its error (or, should the two ever differ, its verdict)
         return Envelope.model_validate(raw)
     except ValidationError as exc:
-        raise DecodeError(f"invalid envelope: {_first_errors(exc)}") from None
+        raise DecodeError(f"invalid envelope: {first_errors(exc)}") from None
 
 
 def _nested_deeper(value: Any, limit: int) -> bool:
@@ -430,10 +431,16 @@ def _trusted_variant(variant: Any) -> Envelope | None:
     return trusted_instance(Envelope, data, variant.__pydantic_fields_set__)
 
 
-def _first_errors(exc: ValidationError, limit: int = 3) -> str:
+def first_errors(
+    exc: ValidationError, whole: str = "envelope", *, named: bool = False, limit: int = 3
+) -> str:
+    """The first ``limit`` errors of ``exc`` on one line (pydantic's own text spans lines, with links):
+    ``where: message; ...`` and how many more. ``where`` is the field's path, after ``whole`` (what was
+    validated) when ``named``, or ``whole`` alone for an error of the whole value."""
     parts = []
-    for err in exc.errors()[:limit]:
-        where = ".".join(str(p) for p in err["loc"]) or "envelope"
+    for err in exc.errors(include_url=False)[:limit]:
+        path = ".".join(str(p) for p in err["loc"])
+        where = f"{whole}.{path}" if named and path else path or whole
         parts.append(f"{where}: {err['msg']}")
     more = exc.error_count() - limit
     return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")

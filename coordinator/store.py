@@ -28,6 +28,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from bus.connection import as_text
+from bus.envelope import first_errors
 from bus.errors import DecodeError
 from bus.keys import AGENT_FIELD, Keys
 from coordinator.commit import Commit
@@ -260,16 +261,8 @@ def _field(
         ) from None
 
 
-_SHOWN_ERRORS = 3
-
-
 def _problem(exc: Exception) -> str:
-    """What is wrong with a stored value, on one line: pydantic's own text spans lines, with links."""
-    if not isinstance(exc, ValidationError):
-        return " ".join(str(exc).split())
-    errors = exc.errors(include_url=False)
-    parts = [
-        ".".join(map(str, (exc.title, *err["loc"]))) + f": {err['msg']}" for err in errors[:_SHOWN_ERRORS]
-    ]
-    more = len(errors) - _SHOWN_ERRORS
-    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+    """What is wrong with a stored value, on one line."""
+    if isinstance(exc, ValidationError):
+        return first_errors(exc, exc.title, named=True)
+    return " ".join(str(exc).split())
