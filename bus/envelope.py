@@ -344,8 +344,9 @@ def decode(data: bytes | str | None) -> Envelope:
     """Parse the ``data`` field of a stream entry; every failure is a :class:`DecodeError`."""
     if data is None:
         raise DecodeError("entry has no 'data' field")
-    if len(data) > MAX_ENVELOPE_BYTES:
-        raise DecodeError(f"entry is {len(data)} bytes, over the {MAX_ENVELOPE_BYTES}-byte limit")
+    size = len(data) if isinstance(data, bytes) else _utf8_size(data)
+    if size > MAX_ENVELOPE_BYTES:
+        raise DecodeError(f"entry is {size} bytes, over the {MAX_ENVELOPE_BYTES}-byte limit")
     envelope = _decoded_json(data)
     if envelope is not None:
         return envelope
@@ -364,6 +365,13 @@ def decode(data: bytes | str | None) -> Envelope:
         return Envelope.model_validate(raw)
     except ValidationError as exc:
         raise DecodeError(f"invalid envelope: {first_errors(exc)}") from None
+
+
+def _utf8_size(text: str) -> int:
+    """The bytes ``text`` takes in UTF-8 (up to four a character: a short text is not encoded to count)."""
+    if len(text) * 4 <= MAX_ENVELOPE_BYTES:
+        return len(text)
+    return len(text.encode(errors="surrogatepass"))
 
 
 def _nested_deeper(value: Any, limit: int) -> bool:

@@ -60,6 +60,7 @@ def test_timestamp_without_zone_is_rejected() -> None:
         (b"[1, 2]", "invalid envelope"),
         (b'{"type": "NOPE"}', "invalid envelope"),
         (b"x" * (MAX_ENVELOPE_BYTES + 1), "over the"),
+        ("é" * (MAX_ENVELOPE_BYTES // 2 + 1), f"{MAX_ENVELOPE_BYTES + 2} bytes, over"),  # in UTF-8
     ],
 )
 def test_bad_entries_are_decode_errors(data: bytes | None, message: str) -> None:
