@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import ssl
 from pathlib import Path
 from typing import Any, Final, Self
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -66,6 +67,8 @@ _TLS_QUERY: Final = frozenset(
 )  # fmt: skip
 _TLS_FILES: Final = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 _CERT_REQS: Final = ("none", "optional", "required")
+_TLS_VERSIONS: Final = {str(version.value): version.name for version in ssl.TLSVersion}
+"""``ssl_min_version`` is one of these numbers (771 is TLS 1.2): redis-py hands it to ``ssl`` unchecked."""
 _BOOLEANS: Final = frozenset({"", "true", "false", "1", "0", "yes", "no", "t", "f", "y", "n"})
 _LEAST: Final = {"db": 0, "health_check_interval": 0, "socket_read_size": 1}
 """The smallest value of each number of the query that redis-py takes unchecked: below it every connection
@@ -226,8 +229,15 @@ def _value_problem(name: str, value: str) -> str | None:
         return number
     if parser is to_bool and value.lower() not in _BOOLEANS:  # redis-py takes any other text as true
         return f"{name}={value!r} is not true or false"
+    return _tls_problem(name, value)
+
+
+def _tls_problem(name: str, value: str) -> str | None:
     if name == "ssl_cert_reqs" and value not in _CERT_REQS:
         return f"ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}"
+    if name == "ssl_min_version" and value not in _TLS_VERSIONS:
+        known = ", ".join(f"{number} ({label})" for number, label in _TLS_VERSIONS.items())
+        return f"ssl_min_version={value!r} is not a TLS version: one of {known}"
     if name in _TLS_FILES and not Path(value).is_file():
         return f"{name}: no file {value!r}"
     return None

@@ -46,6 +46,7 @@ from coordinator.demo import DemoResult
         ("redis://h:6379/0?decode_responses=true", "unknown option"),
         ("redis://h:6379/0?ssl_ca_certs=/etc/hosts", "ssl_ca_certs needs TLS: use rediss://"),
         ("rediss://h:6379/0?ssl_cert_reqs=bogus", "ssl_cert_reqs must be one of none, optional, required"),
+        ("rediss://h:6379/0?ssl_min_version=12", r"ssl_min_version='12' is not a TLS version: .* 771"),
         ("redis://h:6379/0?protocol=9", r"protocol must be 2 or 3 \(RESP2 or RESP3\)"),
         ("redis://h:6379/0?socket_connect_timeout=0", "socket_connect_timeout='0' is not a number of"),
         ("redis://h:6379/0?socket_connect_timeout=-1", "socket_connect_timeout='-1' is not a number of"),
@@ -62,6 +63,10 @@ from coordinator.demo import DemoResult
 def test_url_options_redis_py_cannot_use_are_config_errors(url: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         bus.Settings.from_url(url)
+
+
+def test_a_tls_version_by_its_number_is_taken() -> None:
+    bus.Settings.from_url("rediss://h:6379/0?ssl_min_version=771")  # TLS 1.2
 
 
 def test_a_namespace_of_other_characters_is_named_in_plain_words() -> None:
