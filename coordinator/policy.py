@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import Annotated, Any, Final
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from bus.errors import ConfigError
 from bus.signals import Priority
@@ -94,11 +102,14 @@ class Policy(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_booleans(cls, value: Any) -> Any:
-        # pydantic reads true as 1: `max_parallel_agents = true` would silently allow one agent.
+    def _as_written(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic reads true as 1 and "3" as 3: `max_parallel_agents = true` would silently allow one
+        # agent, and a quoted number is as likely a mistake in another setting as this one.
         values = value.values() if isinstance(value, dict) else [value]
         if any(isinstance(v, bool) for v in values):
             raise ValueError("true/false is not a valid value here")
+        if info.field_name in _NUMBERS and any(isinstance(v, str) for v in values):
+            raise ValueError("a number is expected, not text (without quotes)")
         return value
 
     @field_validator("expertise")
@@ -139,6 +150,13 @@ class Policy(BaseModel):
             raise ConfigError(f"policy file {file}: {_describe(exc)}") from None
         except RecursionError:
             raise ConfigError(f"policy file {file}: nested too deeply") from None
+
+
+_NUMBERS: Final = frozenset(
+    name
+    for name, info in Policy.model_fields.items()
+    if info.annotation in (int, float) or name == "expertise"  # the weights
+)
 
 
 def _read_mapping(file: Path) -> dict[str, Any]:

@@ -336,6 +336,8 @@ def test_findings_of_different_groups_are_merged_apart(redis_url: str) -> None:
     [
         ("max_parallel_agents = true\n", "max_parallel_agents: Value error, true/false is not a valid value"),
         ("[expertise]\nqa = true\n", "expertise: Value error, true/false is not a valid value"),
+        ('max_retries = "3"\n', "max_retries: Value error, a number is expected, not text"),
+        ('[expertise]\nqa = "1.5"\n', "expertise: Value error, a number is expected, not text"),
         ("lost_timeout_seconds = inf\n", "lost_timeout_seconds: Input should be a finite number"),
         ("lost_timeout_seconds = 1e15\n", "lost_timeout_seconds: Input should be less than or equal to"),
     ],
