@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from rules_kit import Feed, clarification, decisions, kinds, of_type, one, stop_dependency, stop_error
+from rules_kit import (
+    Feed,
+    clarification,
+    decisions,
+    delegate,
+    kinds,
+    of_type,
+    one,
+    stop_dependency,
+    stop_error,
+)
 
 from bus.directives import AnswerItem, HumanAnswer, HumanRecover, HumanResolve, LaunchReason, RecoveryOption
 from bus.envelope import EnvelopeType
@@ -143,6 +153,16 @@ def test_recover_delegate_launches_an_agent_for_the_failing_work() -> None:
     assert directive.render().startswith("## PARTIAL RESUME")
     assert request.new_agent_id in directive.instructions
     assert feed.state.agents[request.new_agent_id].parent_agent_id == "bg-task-stu901"
+
+
+def test_an_agent_that_takes_over_a_delegate_s_work_keeps_its_request_s_priority() -> None:
+    feed = Feed()
+    launched = one(feed.send(delegate(priority="P0"), "bg-task-jkl012"), EnvelopeType.LAUNCH, Target.TASKS)
+    assert launched.priority.value == "P0"
+    child = launched.new_agent_id
+    feed.send(stop_error(child), child)
+    takeover = one(feed.send(HumanRecover(option=RecoveryOption.DELEGATE), child), EnvelopeType.LAUNCH)
+    assert takeover.parent_agent_id == child and takeover.priority.value == "P0"
 
 
 def test_recover_delegate_is_held_to_the_policy_s_resources() -> None:

@@ -32,7 +32,7 @@ from bus.signals import BlockerType, StopReason, StopWork
 from coordinator.rules.aggregation import finish, report_group, unresolved
 from coordinator.rules.delegation import launch_limits
 from coordinator.rules.ids import recovery_agent_id, recovery_request_id
-from coordinator.rules.launch import Launch, deliver, launch
+from coordinator.rules.launch import Launch, deliver, launch, priority_of
 from coordinator.rules.recap import refuse_recap, settled
 from coordinator.rules.step import Rejected, Step, still_held
 from coordinator.state import FINAL_STATES, AgentRecord, Completion
@@ -207,6 +207,7 @@ def _launch_takeover(step: Step, record: AgentRecord, stop: StopWork) -> str:
             context=context,
             parent=record,
             depth=record.depth + 1,
+            priority=priority_of(step.state, record),  # the work's own: it is the same work
         ),
     )
     return new.agent_id
