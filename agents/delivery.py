@@ -6,7 +6,7 @@ hands each directive's rendered resume prompt to the agent by one method:
 - ``print``: the prompt on the adapter's stdout, then an end marker line;
 - ``file:PATH``: the prompt and the end marker appended to a response file, fsynced. The marker names the
   directive's id, so a directive delivered again (after a crash between delivery and acknowledgement) is
-  found in the file and not appended twice;
+  found in the file and not appended twice, and a piece of one that a killed adapter left is replaced;
 - ``command:TEMPLATE``: a resume command such as ``claude --resume {session_id} -p {prompt}``. The
   template is split with shlex first, then the placeholders are replaced inside each argument, and the
   command is executed without a shell: a prompt holding ``; rm -rf /`` or quotes is one literal argument.
@@ -257,15 +257,32 @@ class FileDelivery:
 
     def _append(self, directive: Directive) -> None:
         created = not self.path.exists()
+        framed = _framed(directive)
         with self.path.open("a+b") as stream:
             stream.seek(0)
-            if end_marker(directive).encode() in stream.read():
+            data = stream.read()
+            if end_marker(directive).encode() in data:
                 return  # delivered before the adapter could acknowledge it
-            stream.write(_framed(directive))
+            torn = _torn(data, framed)
+            if torn:
+                stream.truncate(len(data) - torn)
+            stream.write(framed)
             stream.flush()
             os.fsync(stream.fileno())
         if created:
             _fsync_dir(self.path.parent)
+
+
+_FRAME_END: Final = re.compile(rb"<!-- end of directive \S+ \S+ -->\n\n")
+
+
+def _torn(data: bytes, framed: bytes) -> int:
+    """How many bytes at the end of ``data`` are the start of ``framed``, left by an adapter killed while
+    it appended them (a write of more than a page can stop halfway): they are taken back, so the reader
+    finds the prompt once and whole, not a piece of it before it. 0 when the end is anything else."""
+    ends = [match.end() for match in _FRAME_END.finditer(data)]
+    tail = data[ends[-1] if ends else 0 :]
+    return len(tail) if tail and framed.startswith(tail) else 0
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -165,6 +165,25 @@ async def test_file_delivery_appends_once(tmp_path: Path) -> None:
         await FileDelivery(tmp_path / "missing" / "dir" / "r.md").deliver(first)
 
 
+async def test_a_file_delivery_cut_short_by_a_kill_is_written_again_whole(tmp_path: Path) -> None:
+    """A SIGKILL can stop a large write halfway: the retried delivery replaces the piece it left."""
+    path = tmp_path / "responses.md"
+    first, second = as_directive(directive("first")), as_directive(directive("x" * 100_000))
+    assert first is not None and second is not None
+    delivery = FileDelivery(path)
+    await delivery.deliver(first)
+    whole = path.read_bytes()
+    await delivery.deliver(second)
+    both = path.read_bytes()
+    for cut in (1, 5_000, len(both) - len(whole) - len(end_marker(second)) - 3):
+        path.write_bytes(both[: len(whole) + cut])  # what the killed adapter left
+        await delivery.deliver(second)
+        assert path.read_bytes() == both
+    path.write_bytes(whole + b"the agent's own note\n")  # not a piece of the prompt: kept
+    await delivery.deliver(second)
+    assert path.read_bytes() == whole + b"the agent's own note\n" + both[len(whole) :]
+
+
 async def test_command_delivery_passes_a_hostile_prompt_as_one_argument(tmp_path: Path) -> None:
     record = tmp_path / "argv.json"
     argv = split_template(f"{sys.executable} {WRITER} {record} {{agent_id}} {{prompt}} --type={{type}}")
