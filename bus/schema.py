@@ -33,7 +33,7 @@ def envelope_schema(type_: EnvelopeType) -> dict[str, Any]:
     props["payload"] = payload
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": f"subagent-bus/v{SCHEMA_VERSION}/{type_.value}.json",
+        "$id": f"urn:subagent-bus:v{SCHEMA_VERSION}:{type_.value}",  # absolute: resolvers need no base
         "title": f"{type_.value} envelope",
         "type": "object",
         "properties": props,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
 import orjson
 import pytest
 from click.testing import CliRunner
+from referencing import Registry, Resource
 
 from bus.cli import main
 from bus.envelope import PAYLOADS, EnvelopeType, decode, encode, new_envelope
@@ -30,6 +32,21 @@ def test_schema_validates_an_encoded_envelope_and_rejects_a_wrong_one() -> None:
     data["payload"]["percent"] = 140
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(data, schema)
+
+
+def test_the_schemas_are_found_by_their_absolute_ids_from_one_schema_of_any_envelope() -> None:
+    schemas = [orjson.loads(path.read_bytes()) for path in sorted(SCHEMA_DIR.glob("*.json"))]
+    registry: Registry[Any] = Registry().with_resources(
+        (schema["$id"], Resource.from_contents(schema)) for schema in schemas
+    )
+    assert all(schema["$id"].startswith("urn:subagent-bus:v1:") for schema in schemas)
+    any_envelope = {"oneOf": [{"$ref": schema["$id"]} for schema in schemas]}
+    validator = jsonschema.Draft202012Validator(any_envelope, registry=registry)
+    envelope = new_envelope(Progress(agent_id="a1", percent=40, message="half"), agent_id="a1", group_id="g")
+    data = orjson.loads(encode(envelope))
+    validator.validate(data)
+    data["type"] = "STOP_WORK"
+    assert not validator.is_valid(data)
 
 
 @pytest.mark.parametrize("details", ["", "  \n\t"])
