@@ -121,12 +121,6 @@ def load_events(
         loader.dispose()
 
 
-def _simple_mapping(text: str, max_depth: int = DEFAULT_MAX_DEPTH) -> dict[Value, Value] | None:
-    """The usual shapes of a signal body read without the YAML machinery (:func:`agents.yamlfast.read`),
-    or ``None`` for any other shape."""
-    return yamlfast.read(text, max_depth)
-
-
 def _tagged(tag: str, value: str, line: int) -> Value:
     """A scalar with an explicit standard tag (``!!str 12``, ``!!int "3"``...)."""
     name = tag.removeprefix(_TAG) if tag.startswith(_TAG) else None
