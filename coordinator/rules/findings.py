@@ -1,7 +1,8 @@
 """Findings: the append-only stream and the merged (deduplicated) view (seed 001, aggregation protocol).
 
 Deduplication. Two reports are the same finding when they have the same ``file:line`` and category
-(:attr:`bus.findings.Finding.dedup_key`; the category comes from the id prefix when a report names none).
+(:func:`slot_key`: the path normalised, the category compared without case; the category comes from the
+id prefix when a report names none).
 A report without a line number names no place precisely enough to merge on, so it is only merged with
 reports of the same location, category *and* id (or title, when it has no id).
 
