@@ -126,10 +126,10 @@ class _Demo:
         self.started = time.monotonic()
 
     def spawn(self, name: str, args: list[str]) -> None:
-        log = (self.workdir / f"{name}.log").open("wb")
-        self.processes[name] = subprocess.Popen(
-            [*_cli(), *args], env=self.env, stdout=log, stderr=subprocess.STDOUT
-        )
+        with (self.workdir / f"{name}.log").open("wb") as log:  # the child writes to its own copy
+            self.processes[name] = subprocess.Popen(
+                [*_cli(), *args], env=self.env, stdout=log, stderr=subprocess.STDOUT
+            )
 
     def failed(self) -> list[str]:
         """What each process that exited with a failure status last wrote to its log."""

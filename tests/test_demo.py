@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import orjson
 import pytest
 
 from bus.embedded import free_port
+from coordinator.demo import _Demo
 
 CLI = str(Path(sys.executable).parent / "subagent-bus")
 
@@ -163,3 +166,16 @@ def test_a_coordinator_that_dies_ends_the_demo_at_once_saying_so(redis_url: str,
     finally:
         if demo.poll() is None:
             demo.kill()
+
+
+def test_a_process_s_log_is_not_left_open_in_the_demo(tmp_path: Path) -> None:
+    """Each process writes its log through its own descriptor: the demo closes its copy at once, rather
+    than holding one file per process open until the garbage collector finds it."""
+    demo = _Demo("redis://127.0.0.1:1/0", "n", tmp_path, print)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        demo.spawn("version", ["--version"])
+        gc.collect()
+    assert demo.processes["version"].wait(timeout=60) == 0
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+    assert (tmp_path / "version.log").read_bytes()
