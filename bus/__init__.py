@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     from bus.connection import Client, connect
     from bus.consumer import Ack, Consumer, Delivery
-    from bus.envelope import Envelope, EnvelopeType, Kind, decode, deterministic_id, encode, new_envelope
+    from bus.envelope import Envelope, decode, deterministic_id, encode, new_envelope
     from bus.errors import (
         BusError,
         CommandFailed,
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         ProtocolError,
     )
     from bus.keys import Keys, StreamKind, open_namespace
+    from bus.payloads import EnvelopeType, Kind
     from bus.publisher import Publisher
     from bus.settings import Settings
 
@@ -67,8 +68,6 @@ _HOME: Final = {
     "Consumer": "bus.consumer",
     "Delivery": "bus.consumer",
     "Envelope": "bus.envelope",
-    "EnvelopeType": "bus.envelope",
-    "Kind": "bus.envelope",
     "decode": "bus.envelope",
     "deterministic_id": "bus.envelope",
     "encode": "bus.envelope",
@@ -86,6 +85,8 @@ _HOME: Final = {
     "Keys": "bus.keys",
     "StreamKind": "bus.keys",
     "open_namespace": "bus.keys",
+    "EnvelopeType": "bus.payloads",
+    "Kind": "bus.payloads",
     "Publisher": "bus.publisher",
     "Settings": "bus.settings",
 }
