@@ -17,7 +17,17 @@ from bus.errors import DecodeError
 if TYPE_CHECKING:
     from bus.tail import Item
 
-__all__ = ["counted", "cut", "field_names", "format_item", "has_control", "json_bytes", "one_line", "unshown"]
+__all__ = [
+    "counted",
+    "cut",
+    "field_names",
+    "first_line",
+    "format_item",
+    "has_control",
+    "json_bytes",
+    "one_line",
+    "unshown",
+]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _UNSHOWN = re.compile(
@@ -97,6 +107,11 @@ def json_bytes(value: object, *, indent: bool = False) -> bytes:
 def cut(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters, the last one an ellipsis when anything was cut."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def first_line(text: str) -> str:
+    """The first line of ``text`` that is not blank, stripped (``""`` when there is none)."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
 def has_control(text: str) -> bool:

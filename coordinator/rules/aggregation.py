@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 from bus.directives import AnswerItem, DelegationCompleted, HumanDismiss, LaunchReason
+from bus.display import first_line
 from bus.events import AgentState, DecisionType
 from bus.results import ResultStatus
 from bus.signals import ClarificationNeeded, Independence, QuestionType, StopWork
@@ -86,7 +87,7 @@ def finish(
         agent_id, state=state, completion=completion, questions=None, answers=(), next_step=None, blocker=None
     )
     group = step.state.progress.render()
-    detail = f"{completion.status.value}: {_first_line(completion.summary)} (group: {group})"
+    detail = f"{completion.status.value}: {first_line(completion.summary)} (group: {group})"
     step.decide(decision, agent_id, detail, state=state)
     record = step.agent(agent_id)
     _withdraw_blocking_requests(step, record)
@@ -178,7 +179,7 @@ def _handle_failure(step: Step, record: AgentRecord, completion: Completion) -> 
     if record.attempt <= step.policy.max_retries and within:
         _retry(step, record, completion)
         return
-    reason = f"{record.agent_id} failed after {record.attempt} attempt(s): {_first_line(completion.summary)}"
+    reason = f"{record.agent_id} failed after {record.attempt} attempt(s): {first_line(completion.summary)}"
     if record.attempt <= step.policy.max_retries:
         reason += f" (not retried: the group's budget of {budget} agents is used up)"
     if any(e.agent_id == record.agent_id for e in step.state.escalations):
@@ -368,10 +369,3 @@ def on_dismiss(step: Step) -> None:
     open_escalation(step.state, agent_id)
     step.replace(escalations=tuple(e for e in step.state.escalations if e.agent_id != agent_id))
     step.decide(DecisionType.ESCALATION_DISMISSED, agent_id, f"dismissed: {note}" if note else "dismissed")
-
-
-def _first_line(text: str) -> str:
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()
-    return ""

@@ -25,6 +25,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from bus.directives import DelegationApproved, DelegationDenied, HumanApprove, HumanDeny, LaunchReason
+from bus.display import first_line
 from bus.events import AgentState, DecisionType
 from bus.fields import Model
 from bus.signals import DelegateWork, Independence
@@ -300,7 +301,7 @@ def _approve(step: Step, delegation: Delegation, how: str) -> None:
     directive = DelegationApproved(
         request_id=delegation.request_id,
         new_agent_id=new_id,
-        task=_first_line(request.new_task_description),
+        task=first_line(request.new_task_description),
         coordination=request.coordination,
         resume_instructions=wait or then,
     )
@@ -364,7 +365,3 @@ def _context(request: DelegateWork, requester: AgentRecord) -> str:
     if request.coordination and request.coordination.strip():
         parts.append(f"Coordination:\n{request.coordination.strip()}")
     return "\n\n".join(parts)
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), text.strip())
