@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import stat
 import sys
@@ -77,10 +78,17 @@ def write_out(data: bytes, out: IO[bytes]) -> None:
     write_all(out, data)
     try:
         fd = out.fileno()
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            os.fsync(fd)
     except (OSError, ValueError, AttributeError):
-        pass  # not a file descriptor, or one that cannot be synced (a pipe): flushed is all there is
+        return  # no file descriptor behind it: flushed is all there is
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        return  # a pipe, a terminal: nothing to sync
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        # A file system that cannot sync is no failure; one that could not write the bytes (EIO,
+        # ENOSPC surfacing at the sync) is: the caller must not acknowledge what is not on disk.
+        if exc.errno not in (errno.EINVAL, errno.EROFS):
+            raise
 
 
 def _pause_requested(received: Received) -> bool:

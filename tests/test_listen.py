@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 import subprocess
@@ -15,7 +16,7 @@ from adapter_kit import CLI, Bus, exited, open_bus, run, wait_until
 
 from agents.delivery import GROUP
 from agents.inbox_listener import CONSUMER, _block_ms
-from agents.listen import EXIT_ERROR, EXIT_RECEIVED, EXIT_TIMEOUT, PAUSE_ENV
+from agents.listen import EXIT_ERROR, EXIT_RECEIVED, EXIT_TIMEOUT, PAUSE_ENV, write_out
 from bus.cli import EXIT_INTERRUPTED
 from bus.directives import AnswerItem, ClarificationResponse, LaunchReason, LaunchRequest
 from bus.embedded import RedisProcess
@@ -446,3 +447,26 @@ async def test_a_listener_given_another_group_takes_nothing_from_the_agents_inbo
         assert code == EXIT_RECEIVED, err
         assert out.decode() == sent.payload.render() + "\n"  # type: ignore[union-attr]
         assert await pending(bus, "a1") == 0
+
+
+def test_a_directive_printed_to_a_file_that_could_not_be_synced_is_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error the sync reports (the disk failed, or was full: the bytes are not on it) is not to be
+    taken for a print: the directive would be acknowledged, and lost. A file system that cannot sync
+    at all is no failure."""
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with (tmp_path / "out").open("wb") as out, pytest.raises(OSError, match="Input/output error"):
+        write_out(b"prompt\n", out)
+
+    def unsupported(fd: int) -> None:
+        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+
+    monkeypatch.setattr(os, "fsync", unsupported)
+    with (tmp_path / "out").open("wb") as out:
+        write_out(b"prompt\n", out)
+    assert (tmp_path / "out").read_bytes() == b"prompt\n"
