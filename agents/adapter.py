@@ -4,10 +4,8 @@
 publishes envelopes there, one round trip per batch; a batch that carries a state write (the offset
 checkpoint of a file adapter) goes in one MULTI/EXEC, so a checkpoint never disagrees with what was
 published.
-:class:`OutputStream` parses one output of the agent (a file, a process's stdout, a pipe) into
-envelopes whose ids are ``deterministic_id(agent_id, source, offset)``: the same bytes always give the
-same ids, so anything published twice is recognised downstream. Lifecycle events (AGENT_STARTED,
-HEARTBEAT, AGENT_EXITED) come from here too.
+:class:`~agents.output_stream.OutputStream` (re-exported here) parses one output of the agent into the
+envelopes it publishes. Lifecycle events (AGENT_STARTED, HEARTBEAT, AGENT_EXITED) come from here too.
 """
 
 from __future__ import annotations
@@ -19,26 +17,16 @@ from pathlib import Path
 from typing import Final
 
 from agents.lost import AWAITED, lost_signal
-from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, SignalItem
+from agents.output_stream import OutputStream
 from agents.sending import GaveUp, Sender
-from agents.transcript import AnyParser, Format
 from agents.verify import Verifier
 from bus import wire
 from bus.connection import Client, connect
-from bus.envelope import (
-    MAX_ENVELOPE_BYTES,
-    Envelope,
-    EnvelopeType,
-    Payload,
-    deterministic_id,
-    encode,
-    new_envelope,
-)
+from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeType, Payload, encode, new_envelope
 from bus.events import AgentExited, AgentStarted, Heartbeat
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.metrics import AdapterMetrics
 from bus.settings import Settings
-from bus.signals import ClarificationNeeded, StopReason, StopWork, recap_key
 from bus.waits import wait_for
 
 __all__ = [
@@ -55,8 +43,6 @@ __all__ = [
 
 COMPLETING: Final = frozenset({EnvelopeType.COMPLETION_REPORT, EnvelopeType.RESULT})
 """Envelope types that mean the agent finished its work."""
-_WAITS: Final = frozenset({EnvelopeType.STOP_WORK, EnvelopeType.CLARIFICATION_NEEDED})
-"""The signals by which an agent says it waits for an answer (a stop that reports completion aside)."""
 MAX_TASK_CHARS: Final = 256 * 1024
 """A task longer than this is cut in AGENT_STARTED (the prompt itself is not touched)."""
 
@@ -290,120 +276,3 @@ async def heartbeat_loop(
     while not await wait_for(stop, interval):
         if alive():
             await bus.heartbeat(source=source, pid=pid())
-
-
-class OutputStream:
-    """One output of an agent, parsed and turned into envelopes with deterministic ids.
-
-    ``base``/``base_line`` place the first byte fed on the whole output (a file adapter that resumes
-    mid-file); items before ``done`` (an offset) were published before and are skipped; ``reported``: a
-    result report came before ``base`` (see :mod:`agents.unread`). For a Claude
-    Code transcript, :attr:`restart` is the start of the first incomplete JSONL line: a fresh stream
-    started there yields exactly the remaining items, since each line is parsed on its own. Plain text
-    can only be re-parsed from its beginning (code fences around a report change its meaning), so
-    there :attr:`restart` stays at ``base``.
-    """
-
-    def __init__(
-        self,
-        bus: AgentBus,
-        source: str,
-        fmt: Format = Format.AUTO,
-        *,
-        base: int = 0,
-        base_line: int = 1,
-        done: int = 0,
-        reported: bool = False,
-        session_id: str | None = None,
-        max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
-    ) -> None:
-        self.bus = bus
-        self.source = source
-        self.parser = AnyParser(fmt, max_block_bytes=max_block_bytes, first_line=base_line, reported=reported)
-        self.base = base
-        self.base_line = base_line
-        self.done = done
-        self.fed = base
-        """The offset after the last byte fed."""
-        self._line = base_line
-        self._line_start = (base, base_line)
-        self._session_id = session_id
-        self.waits: list[str | None] = []
-        """The questions and stops it held, read or lost (:data:`_WAITS`): each :func:`recap_key`, None for
-        an undated or lost one. The agent said it waits for an answer (unless it only recalled one)."""
-
-    @property
-    def format(self) -> Format:
-        return self.parser.format
-
-    @property
-    def session_id(self) -> str | None:
-        """The transcript's session id (what a resume command needs), once seen."""
-        return self.parser.session_id or self._session_id
-
-    @property
-    def restart(self) -> tuple[int, int]:
-        """(offset, line) where a fresh stream can take over from this one: in a transcript, the start of
-        the first incomplete JSONL line, or of the line of a section held until the agent's end
-        (:mod:`agents.unread`), so that a fresh stream holds it again."""
-        if self.parser.format is not Format.CLAUDE_JSONL:
-            return self.base, self.base_line
-        held = self.parser.held
-        if held is None or held.reread_from is None:
-            return self._line_start
-        return min(self._line_start, (held.reread_from + self.base, held.line))
-
-    def feed(self, chunk: bytes) -> list[Envelope]:
-        """The envelopes completed by the next bytes of output."""
-        items = self.parser.feed(chunk)
-        if self.bus.metrics is not None:
-            self.bus.metrics.read_bytes.inc(len(chunk))
-        newlines = chunk.count(b"\n")
-        if newlines:
-            self._line += newlines
-            self._line_start = (self.fed + chunk.rfind(b"\n") + 1, self._line)
-        self.fed += len(chunk)
-        return self._envelopes(items)
-
-    def settle(self) -> list[Envelope]:
-        """The output paused: the envelope of a signal whose closing tag ends it without a newline."""
-        return self._envelopes(self.parser.settle())
-
-    def close(self) -> list[Envelope]:
-        """End of this output: the envelopes of its last items."""
-        return self._envelopes(self.parser.close())
-
-    def _envelopes(self, items: list[Item]) -> list[Envelope]:
-        out: list[Envelope] = []
-        for item in items:
-            offset = item.offset + self.base
-            if offset < self.done:
-                continue
-            self.done = offset + 1
-            if isinstance(item, ErrorItem):
-                line = item.line
-                self.bus.warn(
-                    f"{self.bus.agent_id}: {self.source} line {line}: not published: {item.message}"
-                )
-                if self.bus.metrics is not None:
-                    self.bus.metrics.rejected.labels("parse_error").inc()
-                if item.type in AWAITED:
-                    lost = lost_signal(self.bus.agent_id, item.type, f"line {line}", item.message)
-                    out.append(self._envelope(lost, offset))
-                if item.type in _WAITS:
-                    self.waits.append(None)
-                continue
-            payload: Payload = item.payload if isinstance(item, SignalItem) else item.report
-            if isinstance(payload, ClarificationNeeded) or (
-                isinstance(payload, StopWork) and payload.stop_reason is not StopReason.COMPLETION
-            ):
-                self.waits.append(recap_key(payload))
-            if isinstance(item, SignalItem) and item.payload.agent_id != self.bus.agent_id:
-                self.bus.foreign_id(item.payload.agent_id, self.source)
-            out.append(self._envelope(payload, offset))
-        return out
-
-    def _envelope(self, payload: Payload, offset: int) -> Envelope:
-        """The envelope of what the output holds at ``offset``: its id is the same on every reading."""
-        envelope_id = deterministic_id(self.bus.agent_id, self.source, offset)
-        return self.bus.envelope(payload, source=self.source, id=envelope_id)

@@ -2,7 +2,7 @@
 
 The checkpoint, one key per agent and file in the group's shard (``offset:<agent>:<sha of path>``), is
 written in the same MULTI/EXEC as the envelopes it accounts for. It holds the file's generation, how far
-it was read, where a fresh parser can take over (:attr:`agents.adapter.OutputStream.restart`), the end
+it was read, where a fresh parser can take over (:attr:`agents.output_stream.OutputStream.restart`), the end
 of the last published item (``done``), fingerprints of the file's first bytes and of the bytes just before
 the read position, and the file's inode. A restarted adapter re-parses from the restart point and
 publishes only the items at or after ``done``: nothing is published twice and nothing is skipped.

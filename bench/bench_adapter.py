@@ -8,7 +8,7 @@
    bytes (one entry per KiB, so as many entries as there are signals) pipelined by 100 with redis-py
    (``raw``, the baseline of the ratios):
 
-   - ``adapter``: :class:`agents.adapter.OutputStream` (parse, validate, envelope with deterministic
+   - ``adapter``: :class:`agents.output_stream.OutputStream` (parse, validate, envelope with deterministic
      ids) + :meth:`agents.adapter.AgentBus.publish` with ``wait=False`` (encode, pack the chunk's XADDs
      with :mod:`bus.wire`, write them, and read their replies while the next chunk is parsed), what the
      process adapter runs (the file watcher adds its checkpoint, in a MULTI/EXEC);
