@@ -146,6 +146,12 @@ def _serve(
     async def main() -> int:
         client = await connect(settings)
         try:
+            return await coordinate(client)
+        finally:
+            await client.aclose()
+
+    async def coordinate(client: Client) -> int:
+        try:
             keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
         except NamespaceMissing:  # checked before the namespace is created with that count
             await _check_connections(client, settings.shards or DEFAULT_SHARDS)
@@ -166,7 +172,6 @@ def _serve(
         finally:
             stop.set()
             await collector
-            await client.aclose()
 
     applied = run_command(main())
     entries = "entry" if applied == 1 else "entries"

@@ -9,16 +9,23 @@ atomic, so stopping at once is a crash, which loses nothing).
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import signal
 import subprocess
+import warnings
 from pathlib import Path
 
 import pytest
 import redis
 from adapter_kit import CLI, exited, logged, start, wait_until
+from click.testing import CliRunner
 
+from bus.connection import connect
 from bus.embedded import RedisProcess
-from bus.keys import Keys
+from bus.keys import Keys, open_namespace
+from bus.settings import Settings
+from coordinator import cli
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -102,3 +109,28 @@ async def test_a_shard_count_the_server_s_maxclients_cannot_take_is_refused(tmp_
             process.terminate()
             process.wait(30)
         server.stop()
+
+
+def test_a_coordinator_refused_at_start_closes_its_connection(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A namespace of another shard count (or too many shards for the server) ends the command before
+    it coordinates anything: its connection is closed all the same, not left to the garbage collector."""
+
+    async def made() -> None:
+        client = await connect(Settings.from_url(redis_url))
+        await open_namespace(client, "fixed", 2)
+        await client.aclose()
+
+    asyncio.run(made())
+    monkeypatch.setattr(cli, "setup_logging", lambda **_: None)  # the test process's logging and gc stay
+    monkeypatch.setattr(cli, "tune_gc", lambda: None)
+    args = ["--redis-url", redis_url, "--namespace", "fixed", "--shards", "4", "--burst"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        refused = CliRunner().invoke(cli.run_coordinator, args)
+        output, code = refused.output, refused.exit_code
+        del refused  # its traceback holds the command's frames, and so its client
+        gc.collect()
+    assert code == 1 and "namespace 'fixed' has 2 shards, not 4" in output
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
