@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -26,6 +27,7 @@ from bus.signals import ClarificationNeeded, CompletionReport, DelegateWork, Pro
 
 __all__ = [
     "PROTOCOL_TOOLS",
+    "AgentField",
     "ProtocolTool",
     "StatusInput",
     "ToolInputError",
@@ -45,6 +47,15 @@ class ToolInputError(ValueError):
     """A tool call's arguments are not valid; the message is what the agent is told."""
 
 
+class AgentField(StrEnum):
+    """The field of a tool's payload that the agent's id enters."""
+
+    AGENT_ID = "agent_id"
+    """Filled in, and hidden from the schema."""
+    AGENT = "agent"
+    """Defaults to the agent's id."""
+
+
 @dataclass(frozen=True)
 class ProtocolTool:
     """A publishing tool: its name, its payload model, and how the agent's id enters the payload."""
@@ -52,8 +63,7 @@ class ProtocolTool:
     name: str
     model: type[Payload]
     description: str
-    agent_field: str | None = "agent_id"
-    """``agent_id``: filled in and hidden from the schema; ``agent``: defaults to the agent's id."""
+    agent_field: AgentField | None = AgentField.AGENT_ID
     hint: str = ""
 
 
@@ -86,13 +96,13 @@ PROTOCOL_TOOLS: Final[tuple[ProtocolTool, ...]] = (
         "add_finding",
         Finding,
         "Report one finding (an issue at a file:line) to the group's append-only findings.",
-        agent_field="agent",
+        agent_field=AgentField.AGENT,
     ),
     ProtocolTool(
         "submit_result",
         ResultReport,
         "Submit your result report (the result contract: status, summary, findings, references...).",
-        agent_field="agent",
+        agent_field=AgentField.AGENT,
     ),
 )
 
@@ -114,7 +124,7 @@ class StatusInput(BaseModel):
 def input_schema(tool: ProtocolTool) -> dict[str, Any]:
     """The tool's input schema: its payload model's JSON Schema, without the id the server fills in."""
     schema = tool.model.model_json_schema()
-    if tool.agent_field == "agent_id":
+    if tool.agent_field is AgentField.AGENT_ID:
         schema["properties"].pop("agent_id", None)
     if tool.agent_field is not None:  # filled in, or defaulted to the agent's id
         schema["required"] = [name for name in schema.get("required", []) if name != tool.agent_field]
@@ -125,7 +135,7 @@ def input_schema(tool: ProtocolTool) -> dict[str, Any]:
 def payload_of(tool: ProtocolTool, arguments: Mapping[str, Any], agent_id: str) -> Payload:
     """The payload of a call, validated by the model; :class:`ToolInputError` says what is wrong."""
     values = dict(arguments)
-    if tool.agent_field == "agent_id":
+    if tool.agent_field is AgentField.AGENT_ID:
         given = values.get("agent_id")
         if given is not None and given != agent_id:  # a null counts as absent, as in a signal
             raise ToolInputError(f"this server speaks for agent {agent_id!r}, not {given!r}")
