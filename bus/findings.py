@@ -92,8 +92,3 @@ class Finding(Model):
         if self.file is None:
             return ""
         return f"{self.file}:{self.line}" if self.line is not None else self.file
-
-    @property
-    def dedup_key(self) -> tuple[str, str]:
-        """Same file:line and same category make the same finding (seed 001, issue deduplication)."""
-        return (self.location, self.category)

@@ -93,7 +93,7 @@ def test_delegation_request_id_is_stable_per_request() -> None:
 def test_finding_category_defaults_from_the_id_prefix() -> None:
     finding = Finding(id="SEC-001", title="Hardcoded JWT secret", file="src/config/jwt.ts", line=8)
     assert finding.category == "SEC"
-    assert finding.dedup_key == ("src/config/jwt.ts:8", "SEC")
+    assert finding.location == "src/config/jwt.ts:8"
     assert Finding(title="no id").category == "general"
     assert Finding(title="x", severity="Critical").severity is Severity.CRITICAL
 
