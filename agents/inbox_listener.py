@@ -214,7 +214,11 @@ class InboxListener:
         return None
 
     async def _take(self, entry_id: str, fields: Mapping[Any, Any], deliveries: int) -> Received | None:
-        """The directive in an entry just read; anything else is dead-lettered here and None returned."""
+        """The directive in an entry just read; anything else is dead-lettered here and None returned.
+
+        A directive is not dead-lettered for the times it was delivered before: a listener ends whenever
+        its agent stops waiting (interrupted, killed, out of time), which says nothing against the
+        directive, and dead-lettering it would leave the agent without its answer."""
         delivery = self.consumer.delivery(entry_id, fields, deliveries)
         if delivery.envelope is None:
             self.log(
