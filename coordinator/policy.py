@@ -176,19 +176,26 @@ def _read_mapping(file: Path) -> dict[str, Any]:
         raise ConfigError(f"policy file {file}: cannot read it: {exc}") from None
     if len(data) > MAX_POLICY_BYTES:
         raise ConfigError(f"policy file {file}: over {MAX_POLICY_BYTES} bytes; a policy is a few settings")
+    raw = _parsed(file, suffix, text)
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"policy file {file}: the top level must be a table of settings")
+    return raw
+
+
+def _parsed(file: Path, suffix: str, text: str) -> Any:
+    """The file's text as TOML or YAML; any problem is a :class:`ConfigError`."""
     try:
-        raw = tomllib.loads(text) if suffix == ".toml" else _yaml(file, text)
+        return tomllib.loads(text) if suffix == ".toml" else _yaml(file, text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"policy file {file}: not valid TOML: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"policy file {file}: not valid YAML: {_yaml_problem(exc, text)}") from None
     except RecursionError:
         raise ConfigError(f"policy file {file}: nested too deeply") from None
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"policy file {file}: the top level must be a table of settings")
-    return raw
+    except ValueError as exc:  # tomllib's: an integer of more digits than Python converts
+        raise ConfigError(f"policy file {file}: not valid TOML: {' '.join(str(exc).split())}") from None
 
 
 def _yaml(file: Path, text: str) -> Any:
@@ -216,7 +223,19 @@ def _yaml(file: Path, text: str) -> Any:
             open_.pop()
         if len(open_) > _MAX_DEPTH:
             raise ConfigError(f"policy file {file}: nested too deeply")
-    return yaml.load(text, Loader=loader)
+    return _constructed(file, text, loader)
+
+
+def _constructed(file: Path, text: str, loader: type[yaml.SafeLoader] | type[yaml.CSafeLoader]) -> Any:
+    """The YAML's value, built by PyYAML (the events were checked); any problem is a :class:`ConfigError`."""
+    try:
+        return yaml.load(text, Loader=loader)
+    except (ArithmeticError, AttributeError, LookupError, TypeError, ValueError) as exc:
+        # PyYAML's constructors fail with Python's own errors on a value that is not what its tag or its
+        # form says: `!!int x`, `!!timestamp x`, the date 2001-02-30, an integer of more digits than Python
+        # converts, a sexagesimal float beyond a float's range.
+        problem = " ".join(str(exc).split())
+        raise ConfigError(f"policy file {file}: not valid YAML: a value cannot be read ({problem})") from None
 
 
 def _yaml_problem(exc: yaml.YAMLError, text: str) -> str:

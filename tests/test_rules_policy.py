@@ -97,6 +97,22 @@ def test_a_byte_order_mark_is_no_setting(tmp_path: Path, name: str) -> None:
             + "auto_approve: *h\n",
             "line 2: aliases (*a) are not allowed",
         ),
+        ("p.toml", "max_retries = " + "9" * 5_000 + "\n", "not valid TOML: Exceeds the limit (4300 digits)"),
+        ("p.yaml", "max_retries: " + "9" * 5_000 + "\n", "not valid YAML: a value cannot be read"),
+        ("p.yaml", "max_retries: !!int x\n", "not valid YAML: a value cannot be read"),
+        ("p.yaml", "max_retries: !!int ''\n", "not valid YAML: a value cannot be read"),
+        ("p.yaml", "max_retries: !!bool x\n", "not valid YAML: a value cannot be read"),
+        ("p.yaml", "max_retries: !!timestamp x\n", "not valid YAML: a value cannot be read"),
+        (
+            "p.yaml",
+            "max_retries: 2001-02-30\n",
+            "not valid YAML: a value cannot be read (day is out of range",
+        ),
+        (
+            "p.yaml",
+            "agreement_bonus: " + ":".join(["59"] * 300) + ".5\n",
+            "not valid YAML: a value cannot be",
+        ),
     ],
 )
 def test_bad_files_are_config_errors(tmp_path: Path, name: str, text: str, message: str) -> None:
