@@ -32,13 +32,28 @@ _CORE_SCHEMA: Final = re.compile(
     r"(~|null|Null|NULL|)|(true|True|TRUE)|(false|False|FALSE)|([-+]?[0-9]+)|0o([0-7]+)|0x([0-9a-fA-F]+)"
     r"|([-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?)|([-+]?)\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)()"
 )
+
+
+def _based(base: int) -> Callable[[str], int]:
+    """The conversion of octal or hexadecimal digits, which ``int()`` takes however many there are: one
+    of more digits than Python writes in decimal raises ``ValueError`` (and stays text), as decimal
+    digits do, since no envelope could carry it (JSON writes it in decimal)."""
+
+    def convert(digits: str) -> int:
+        number = int(digits, base)
+        str(number)  # the ValueError of int(), the other way
+        return number
+
+    return convert
+
+
 _CONVERT: Final[dict[int, Callable[[str], Value]]] = {
     1: lambda _: None,
     2: lambda _: True,
     3: lambda _: False,
     4: int,
-    5: lambda v: int(v, 8),
-    6: lambda v: int(v, 16),
+    5: _based(8),
+    6: _based(16),
     7: float,
     8: lambda v: float(f"{v}inf"),
     9: lambda _: float("nan"),

@@ -15,6 +15,7 @@ from agents import yamlsafe
 from agents.parser import ErrorItem, Found, Parser, ResultItem, SignalItem, parse_text
 from agents.report import ReportError, parse_report
 from agents.transcript import AnyParser, Format, TranscriptParser
+from bus.envelope import decode, encode, new_envelope
 
 MIB = 1 << 20
 CHUNK = 64 * 1024
@@ -157,6 +158,9 @@ BILLION_LAUGHS = "\n".join(
         ("a: !!binary aGVsbG8=", "unsupported tag"),
         ("agent_id: a\x00b", "unacceptable character U+0000"),
         ("a: 1\na: 2", "duplicate key 'a'"),
+        # an integer no envelope could carry: JSON writes it in decimal, over the 4300 digits Python reads
+        ("a: !!int 0x" + "f" * 4_000, "is not a valid 'tag:yaml.org,2002:int'"),
+        ("a: !!int 0o" + "7" * 5_000, "is not a valid 'tag:yaml.org,2002:int'"),
     ],
 )
 def test_hostile_yaml_is_an_error_and_the_next_block_parses(body: str, message: str) -> None:
@@ -182,6 +186,17 @@ def test_a_key_yaml_reads_as_no_text_names_a_field_as_written() -> None:
     first, second = parse_text(progress('meta: {1: a, "1": b}') + VALID)
     assert isinstance(first, ErrorItem) and isinstance(second, SignalItem)
     assert first.message.endswith("duplicate key '1'"), first.message
+
+
+@pytest.mark.parametrize("number", ["0x" + "f" * 4_000, "0o" + "7" * 5_000])
+def test_a_hexadecimal_or_octal_number_too_long_for_decimal_is_text_as_a_decimal_one_is(number: str) -> None:
+    for written in (number, "9" * 5_000):
+        signal = f"[COMPLETION_REPORT]\nagent_id: a\nstatus: SUCCESS\nsummary: done\nref: {written}\n"
+        [item] = parse_text(signal + "[/COMPLETION_REPORT]\n")
+        assert isinstance(item, SignalItem), item
+        assert item.payload.model_dump()["ref"] == written
+        envelope = new_envelope(item.payload, agent_id="a", group_id="g")
+        assert decode(encode(envelope)) == envelope
 
 
 def test_aliases_within_the_limits_are_fine() -> None:
