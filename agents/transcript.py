@@ -87,6 +87,8 @@ class _Detector:
             end = head.find(b"\n", self._pos)
             line = head[self._pos : len(head) if end < 0 else end]
             text = (line.removeprefix(_BOM) if self._pos == 0 else line).strip()
+            if self._pos == 0 and end < 0 and not final and line and _BOM.startswith(line):
+                return Format.AUTO  # a byte order mark cut short: the next bytes tell what it is
             if not (self._entries or self._others) and text[:1] not in (b"", b"{"):
                 return Format.TEXT
             if end < 0 and not (final and text):

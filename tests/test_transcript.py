@@ -224,6 +224,9 @@ def test_the_reader_yields_assistant_texts() -> None:
         (b'{"type": "user", "message"', True, Format.CLAUDE_JSONL),
         (b'\n{"type": "user"}\n', False, Format.CLAUDE_JSONL),
         (b'\xef\xbb\xbf{"type": "assistant"}', True, Format.CLAUDE_JSONL),
+        (b"\xef\xbb", False, Format.AUTO),  # a byte order mark cut short
+        (b"\xef\xbb", True, Format.TEXT),
+        (b"\xef\xbbx", False, Format.TEXT),
         (b'{"kind": "user"}\n', False, Format.AUTO),
         (b'{"kind": "user"}\n', True, Format.TEXT),
         (b"{not json}\n", False, Format.AUTO),
@@ -270,6 +273,19 @@ def test_any_parser_detects_a_transcript_whose_first_line_is_damaged(chunk: int)
     assert parser.format is Format.CLAUDE_JSONL
     assert items == parse(damaged)[0]
     assert isinstance(items[0], ErrorItem) and items[0].line == 1  # the damaged line, reported
+    assert any(isinstance(item, SignalItem) for item in items)
+
+
+def test_any_parser_detects_a_transcript_after_a_byte_order_mark_fed_a_byte_at_a_time() -> None:
+    data = b"\xef\xbb\xbf" + TRANSCRIPT
+    parser = AnyParser()
+    items: list[Item] = []
+    for index in range(len(data)):
+        items += parser.feed(data[index : index + 1])
+    items += parser.close()
+    assert parser.format is Format.CLAUDE_JSONL
+    whole = AnyParser()
+    assert items == whole.feed(data) + whole.close()
     assert any(isinstance(item, SignalItem) for item in items)
 
 
