@@ -70,15 +70,15 @@ def _linked(text: str, target: str) -> tuple[str | None, int | None]:
     path, _, _ = target.partition("#")
     if path and "://" not in path:
         file = _located(path)[0] or file
-    if anchor is not None and int(anchor.group(1)) >= 1:
-        line = int(anchor.group(1))
+    if anchor is not None and _integer(anchor.group(1)) >= 1:
+        line = _integer(anchor.group(1))
     return file, line if file is not None else None
 
 
 def _located(location: str) -> tuple[str | None, int | None]:
     match = _LOCATION.fullmatch(location) or _spaced(location) or _worded(location)
     if match is not None:
-        path, line = match.group(1), int(match.group(2))
+        path, line = match.group(1), _integer(match.group(2))
         if 1 <= line <= MAX_LINE:
             return path, line
         if " " in path:  # a path with spaces, known as one by its line
@@ -87,6 +87,15 @@ def _located(location: str) -> tuple[str | None, int | None]:
     if path and " " not in path and path.lower() not in NONE and ("/" in path or "." in path.strip(".")):
         return path, None
     return None, None
+
+
+def _integer(digits: str) -> int:
+    """The number ``digits`` (a sign before them or not) write; one of more digits than ``int()`` reads
+    (4300) is beyond any line, and read as one past :data:`~bus.findings.MAX_LINE`."""
+    try:
+        return int(digits)
+    except ValueError:
+        return -MAX_LINE - 1 if digits.startswith("-") else MAX_LINE + 1
 
 
 def _spaced(location: str) -> re.Match[str] | None:

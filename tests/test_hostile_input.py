@@ -266,6 +266,15 @@ def test_report_lines_built_to_make_the_expressions_backtrack_are_read_in_linear
     assert isinstance(item, ResultItem)
 
 
+def test_a_line_number_of_more_digits_than_python_reads_is_no_line() -> None:
+    row = "| A-1 | x | a.py:" + "9" * 5_000 + " | high |"
+    table = "### Findings\n| ID | Issue | File:Line | Severity |\n|---|---|---|---|\n" + row + "\n"
+    [item] = parse_text("## QA Result\n### Status\nSUCCESS\n### Summary\nok\n" + table)
+    assert isinstance(item, ResultItem)
+    [finding] = item.report.findings
+    assert (finding.file, finding.line) == ("a.py", None)
+
+
 @pytest.mark.timeout(10)
 def test_a_flood_of_opening_tags() -> None:
     items = parse_text(b"[STOP_WORK]\n" * 20_000)

@@ -543,6 +543,10 @@ def test_key_references_split_file_and_line() -> None:
         # a line past any file's: the file without it
         ("src/a.ts:2147483647", ("src/a.ts", 2147483647)),
         ("src/a.ts:99999999999", ("src/a.ts", None)),
+        ("src/a.ts:" + "9" * 5_000, ("src/a.ts", None)),  # more digits than int() reads
+        ("src/a.ts:-" + "9" * 5_000, ("src/a.ts", None)),
+        ("src/a.ts line " + "9" * 5_000, ("src/a.ts", None)),
+        ("src/my file.ts:" + "9" * 5_000, ("src/my file.ts", None)),
         # Markdown links, as Claude writes references: the relative target is the path, #L the line
         ("[src/auth.ts:42](src/auth.ts#L42)", ("src/auth.ts", 42)),
         ("[auth.ts](src/auth.ts#L42)", ("src/auth.ts", 42)),
