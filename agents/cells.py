@@ -70,7 +70,7 @@ def _linked(text: str, target: str) -> tuple[str | None, int | None]:
     path, _, _ = target.partition("#")
     if path and "://" not in path:
         file = _located(path)[0] or file
-    if anchor is not None and _integer(anchor.group(1)) >= 1:
+    if anchor is not None and 1 <= _integer(anchor.group(1)) <= MAX_LINE:
         line = _integer(anchor.group(1))
     return file, line if file is not None else None
 

@@ -366,6 +366,7 @@ def test_a_location_with_line_zero_negative_or_too_high_keeps_the_finding_withou
             "### Review\n| Issue | Location | Severity |\n|---|---|---|\n"
             "| Zero | `a.py:0` | Low |\n| Negative | a.py:-3 | Low |\n| Fine | a.py:7 | Low |\n"
             "| Huge | a.py:99999999999 | Low |\n| Worded | a.py line 0 | Low |\n| Anchor | a.py#L99999999999 | Low |\n"
+            "| Link | [a.py](a.py#L99999999999) | Low |\n"
         )
     )
     assert [(f.title, f.file, f.line) for f in parsed.findings] == [
@@ -375,6 +376,7 @@ def test_a_location_with_line_zero_negative_or_too_high_keeps_the_finding_withou
         ("Huge", "a.py", None),
         ("Worded", "a.py", None),
         ("Anchor", "a.py", None),
+        ("Link", "a.py", None),
     ]
     assert parsed.violations == [
         "finding 'Zero': 'a.py:0' names no line (lines are 1 to 2147483647): kept without one",
@@ -382,6 +384,7 @@ def test_a_location_with_line_zero_negative_or_too_high_keeps_the_finding_withou
         "finding 'Huge': 'a.py:99999999999' names no line (lines are 1 to 2147483647): kept without one",
         "finding 'Worded': 'a.py line 0' names no line (lines are 1 to 2147483647): kept without one",
         "finding 'Anchor': 'a.py#L99999999999' names no line (lines are 1 to 2147483647): kept without one",
+        "finding 'Link': '[a.py](a.py#L99999999999)' names no line (lines are 1 to 2147483647): kept without one",
     ]
 
 
@@ -555,6 +558,8 @@ def test_key_references_split_file_and_line() -> None:
         ("`[src/a.ts:45](https://github.com/o/r/blob/main/src/a.ts#L45)`", ("src/a.ts", 45)),
         ("[docs](README.md)", ("README.md", None)),
         ("[here](https://example.com)", (None, None)),
+        ("[auth.ts](src/auth.ts#L99999999999)", ("src/auth.ts", None)),  # past any file's line
+        ("[auth.ts:7](src/auth.ts#L" + "9" * 5_000 + ")", ("src/auth.ts", 7)),
     ],
 )
 def test_split_location(location: str, expected: tuple[str | None, int | None]) -> None:
