@@ -27,7 +27,7 @@ from typing import Final, TypeVar
 
 from bus.envelope import Payload
 from bus.fields import Model
-from bus.findings import Finding
+from bus.findings import MAX_LINE, Finding
 from bus.results import Reference, ResultReport
 from bus.signals import DELIVERABLES_VERIFIED, CompletionReport
 
@@ -65,7 +65,10 @@ def split_location(file: str, line: int | None) -> tuple[str, int | None]:
     if line is None:
         match = _LOCATION.match(cleaned)
         if match:
-            return match["file"], int(match["line"])
+            try:
+                return match["file"], int(match["line"])
+            except ValueError:  # more digits than int() reads (4300): a line no file has
+                return match["file"], MAX_LINE + 1
     return cleaned, line
 
 

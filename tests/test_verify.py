@@ -42,6 +42,7 @@ def workdir(tmp_path: Path) -> Path:
         ("src/no_newline.py", 2, True),
         ("src/no_newline.py", 3, False),
         ("src/auth/jwt.ts", 4, False),  # past the end of the file
+        ("src/auth/jwt.ts:" + "9" * 5_000, None, False),  # more digits than int() reads
         ("src/auth/jwt.ts", 0, False),
         ("src/auth/oauth.ts", 1, False),  # invented
         ("src/auth", None, False),  # a directory is no file:line
