@@ -22,10 +22,11 @@ def loads_lenient(data: bytes | str) -> Any:
     """``data`` as Python's JSON reads it, each lone surrogate replaced by U+FFFD; None when it is not
     JSON either way (the caller has the stricter parser's reason)."""
     try:
-        value = json.loads(data)
+        # the replacement recurses as the parser does, two frames a level: a value nested within the
+        # parser's limit may be beyond the interpreter's (a RecursionError: then it is no JSON here either)
+        return _replaced(json.loads(data))
     except (ValueError, UnicodeDecodeError, RecursionError):  # json.JSONDecodeError is a ValueError
         return None
-    return _replaced(value)
 
 
 def _replaced(value: Any) -> Any:

@@ -17,8 +17,9 @@ import mcp_types as types
 import orjson
 import pytest
 from adapter_kit import CLI, open_bus
+from mcp.shared.message import SessionMessage
 
-from agents.mcp_stdio import MAX_LINE_BYTES, Overlong, StdinLines, rejection
+from agents.mcp_stdio import MAX_LINE_BYTES, Overlong, ScreenedLines, StdinLines, rejection
 from bus.signals import Progress
 
 AGENT = "input-agent"
@@ -148,6 +149,29 @@ async def test_stdin_lines_drop_an_over_long_line_up_to_its_newline() -> None:
     assert await asyncio.wait_for(anext(lines), REPLY_TIMEOUT_S) == "last"  # unterminated at the end
     assert await asyncio.wait_for(anext(lines, None), REPLY_TIMEOUT_S) is None
     os.close(read_fd)
+
+
+async def test_a_lone_surrogate_in_a_line_nested_too_deeply_to_mend_is_a_parse_error() -> None:
+    # the surrogate is the parser's first error; mending it walks the value, 600 levels deep
+    hostile = (
+        '{"jsonrpc": "2.0", "id": 1, "method": "ping", "a": "\\ud83d", "b": ' + "[" * 600 + "]" * 600 + "}\n"
+    )
+    ping = '{"jsonrpc": "2.0", "id": 2, "method": "ping"}\n'
+
+    async def lines() -> AsyncIterator[str | Overlong]:
+        for line in (hostile, ping):
+            yield line
+
+    answers: list[Any] = []
+
+    async def send(message: SessionMessage) -> None:
+        answers.append(message.message)
+
+    screened = ScreenedLines(lines(), log=lambda _: None)
+    screened.answer_on(send)
+    assert await asyncio.wait_for(anext(screened), REPLY_TIMEOUT_S) == ping
+    [answer] = answers
+    assert answer.error.code == PARSE
 
 
 class RawClient:

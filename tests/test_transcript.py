@@ -147,6 +147,21 @@ def test_a_lone_surrogate_escape_is_replaced_not_the_line_lost() -> None:
     assert isinstance(text, AssistantText) and text.text.startswith("cut here: \ufffd\n")
 
 
+def test_a_lone_surrogate_escape_in_a_deeply_nested_line_is_an_error_not_a_crash() -> None:
+    # within the JSON parser's nesting limit, beyond what replacing the surrogate could walk
+    nested = b'"sessionId":"s1","x":' + b"[" * 600 + b"]" * 600
+    deep = assistant_line("cut here: X").replace(b"cut here: X", b"cut here: \\ud83d")
+    deep = deep.replace(b'"sessionId":"s1"', nested)
+    assert nested in deep
+    after = assistant_line("[PROGRESS]\nagent_id: a\npercent: 5\n[/PROGRESS]\n")
+    for parser in (AnyParser(Format.CLAUDE_JSONL), AnyParser()):
+        items = parser.feed(deep + after) + parser.close()
+        assert parser.format is Format.CLAUDE_JSONL
+        error, signal = items
+        assert isinstance(error, ErrorItem) and isinstance(signal, SignalItem)
+        assert error.line == 1 and "not JSON" in error.message
+
+
 def test_a_line_that_is_not_utf8_says_so() -> None:
     (error,) = parse(b'{"type": "assistant", "x": \xff}\n')[0]
     assert isinstance(error, ErrorItem) and error.message == "JSONL line 1: not valid UTF-8 (byte 27)"
