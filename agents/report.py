@@ -166,16 +166,19 @@ class _Builder:
             handler(self, part)
 
     def _collect_evidence(self, lines: list[Line]) -> None:
-        current: str | None = None
+        # each paragraph's lines kept in a list and joined once: a text grown a line at a time is copied
+        # whole for each line (a paragraph of a million lines took minutes)
+        paragraphs: dict[str, list[str]] = {}
+        current: list[str] | None = None
         for _, line in lines:
             start = _EVIDENCE_START.match(line)
             if start is not None:
-                current = start.group(1)
-                self.evidence[current] = ""
+                current = paragraphs[start.group(1)] = []
             elif HEADING.fullmatch(line.rstrip()):
                 current = None
             if current is not None:
-                self.evidence[current] += line + "\n"
+                current.append(line + "\n")
+        self.evidence |= {name: "".join(kept) for name, kept in paragraphs.items()}
 
     def status_(self, part: Part) -> None:
         value = next((t.strip() for _, t in part.lines if t.strip()), "")

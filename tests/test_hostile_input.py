@@ -276,6 +276,17 @@ def test_a_line_number_of_more_digits_than_python_reads_is_no_line() -> None:
 
 
 @pytest.mark.timeout(10)
+def test_a_long_evidence_paragraph_is_read_in_linear_time() -> None:
+    # a paragraph grown a line at a time was copied whole for each line: minutes for two million lines
+    table = "### Findings\n| ID | Issue | File:Line | Severity |\n|---|---|---|---|\n| SEC-1 | x | a.py:1 | high |\n"
+    evidence = "### Evidence\n**SEC-1** found\n" + "\n" * 2_000_000 + "the end\n"
+    report = parse_report("## QA Result\n### Status\nSUCCESS\n### Summary\nok\n" + table + evidence)
+    [finding] = report.findings
+    assert finding.evidence is not None
+    assert finding.evidence.startswith("**SEC-1** found\n\n") and finding.evidence.endswith("\nthe end")
+
+
+@pytest.mark.timeout(10)
 def test_a_flood_of_opening_tags() -> None:
     items = parse_text(b"[STOP_WORK]\n" * 20_000)
     assert len(items) == 20_000
