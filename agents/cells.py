@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Final
+from typing import Final, NamedTuple
 
 from pydantic import ValidationError
 
@@ -191,10 +191,10 @@ def findings(
             continue
         if column(table.headers, ("severity", "issue", "finding")) is None:
             continue
-        scored = column(table.headers, _CONFIDENCE) is not None
+        columns = _columns(table.headers)  # once a table: a row's cells are not its headers' count
         for row in table.rows:
-            finding = _finding(table.headers, row, agent, evidence, violations)
-            if finding is not None and not scored and confidence is not None:
+            finding = _finding(columns, row, agent, evidence, violations)
+            if finding is not None and columns.confidence is None and confidence is not None:
                 finding = finding.model_copy(update={"confidence": confidence})
             if finding is not None:
                 found.append(finding)
@@ -230,15 +230,34 @@ def _with_line(place: str, line_cell: str, name: str, violations: list[str]) -> 
     return glued
 
 
-def _finding(
-    headers: list[str], row: list[str], agent: str, evidence: dict[str, str], violations: list[str]
-) -> Finding | None:
+class _Columns(NamedTuple):
+    """Where an issue table has each field of a finding (None: no such column)."""
+
+    id: int | None
+    where: int | None
+    line: int | None
+    title: int
+    severity: int | None
+    category: int | None
+    confidence: int | None
+
+
+def _columns(headers: list[str]) -> _Columns:
     id_ = column(headers, ("id",))
     where = column(headers, _WHERE)
     line_column = column(headers, ("line", "lines", "lineno", "linenumber"))
     title = column(headers, ("issue", "finding", "title", "description", "problem"))
     if title is None:
         title = next(i for i in range(len(headers)) if i not in (id_, where, line_column))
+    level = column(headers, ("severity",))
+    category = column(headers, ("category", "type", "kind"))
+    return _Columns(id_, where, line_column, title, level, category, column(headers, _CONFIDENCE))
+
+
+def _finding(
+    columns: _Columns, row: list[str], agent: str, evidence: dict[str, str], violations: list[str]
+) -> Finding | None:
+    id_, where, line_column, title = columns.id, columns.where, columns.line, columns.title
     if _says_nothing(cell(row, title)) and _says_nothing(cell(row, where)):
         return None  # the template's row left in (`| [SEC-001] | [What is wrong] |`), `| 1 | None | - |`
     ident = cell(row, id_) or None
@@ -251,9 +270,9 @@ def _finding(
     file, line = split_location(place)
     if line is None and _NOT_A_LINE.search(place):
         violations.append(f"{name}: '{place}' names no line (lines are 1 to {MAX_LINE}): kept without one")
-    level = severity(cell(row, column(headers, ("severity",))), name, violations)
-    category = cell(row, column(headers, ("category", "type", "kind"))).strip() or None
-    raw = cell(row, column(headers, _CONFIDENCE))
+    level = severity(cell(row, columns.severity), name, violations)
+    category = cell(row, columns.category).strip() or None
+    raw = cell(row, columns.confidence)
     confidence = number(raw) if raw else None
     if raw and (confidence is None or not 0 <= confidence <= 100):
         violations.append(f"{name}: confidence '{raw}' is not 0-100")

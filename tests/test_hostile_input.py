@@ -287,6 +287,17 @@ def test_a_long_evidence_paragraph_is_read_in_linear_time() -> None:
 
 
 @pytest.mark.timeout(10)
+def test_an_issue_table_of_many_columns_and_many_short_rows_is_read_in_linear_time() -> None:
+    # each row looked its columns up among all the headers again: hours for a megabyte of this
+    header = "| Issue | Location | Severity |" + " x |" * 30_000 + "\n|-|\n"
+    rows = "| t | a.py:1 | high |\n" * 30_000
+    report = parse_report(
+        "## QA Result\n### Status\nSUCCESS\n### Summary\nok\n### Findings\n" + header + rows
+    )
+    assert len(report.findings) == 30_000
+
+
+@pytest.mark.timeout(10)
 def test_a_flood_of_opening_tags() -> None:
     items = parse_text(b"[STOP_WORK]\n" * 20_000)
     assert len(items) == 20_000
