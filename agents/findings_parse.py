@@ -77,6 +77,8 @@ def finding_of(value: Any, agent: str, ignored: list[str] | None = None) -> Find
         return Finding.model_validate(value)
     except ValidationError as exc:
         raise ValueError(describe_errors(exc)) from None
+    except RecursionError:  # a text field of lists or objects is folded into text, a level a frame or two
+        raise ValueError("a field nests arrays and objects too deeply to read") from None
 
 
 def _renamed(value: dict[str, Any]) -> dict[str, Any]:

@@ -233,6 +233,13 @@ def test_add_validates_everything_before_publishing(redis_url: str) -> None:
     assert "no findings" in run_add(redis_url, input="\n").output
 
 
+def test_a_field_nested_too_deeply_to_fold_into_text_is_an_error_of_its_line() -> None:
+    deep = '{"title": ' + '{"a": ' * 600 + "1" + "}" * 600 + "}"
+    findings, errors = parse_findings(f"{deep}\n{line(title='after')}\n", "x")
+    assert [f.title for f in findings] == ["after"]
+    assert errors == ["line 1: a field nests arrays and objects too deeply to read"]
+
+
 def test_true_and_false_are_no_line_or_confidence() -> None:
     """pydantic would read true as 1: a made-up place and confidence, stored without a word."""
     for field in ("line", "confidence"):
