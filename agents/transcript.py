@@ -82,10 +82,10 @@ class _Detector:
         self._entries = 0
         self._others = 0
 
-    def decide(self, head: bytes, *, final: bool) -> Format:
+    def decide(self, head: bytes | bytearray, *, final: bool) -> Format:
         while True:
             end = head.find(b"\n", self._pos)
-            line = head[self._pos : len(head) if end < 0 else end]
+            line = bytes(head[self._pos : len(head) if end < 0 else end])
             text = (line.removeprefix(_BOM) if self._pos == 0 else line).strip()
             if self._pos == 0 and end < 0 and not final and line and _BOM.startswith(line):
                 return Format.AUTO  # a byte order mark cut short: the next bytes tell what it is
@@ -369,7 +369,8 @@ class AnyParser:
         if waiting and b"\n" not in chunk and len(self._head) < DETECT_LIMIT:
             return []
         self._started = self._started or bool(chunk.strip())
-        found = self._detector.decide(bytes(self._head), final=len(self._head) >= DETECT_LIMIT)
+        # the buffer itself, not a copy: a copy per read of up to DETECT_LIMIT bytes each is quadratic
+        found = self._detector.decide(self._head, final=len(self._head) >= DETECT_LIMIT)
         if found is Format.AUTO:
             return []
         return self._start(found)
