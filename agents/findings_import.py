@@ -40,6 +40,9 @@ __all__ = ["ImportReport", "import_file", "import_findings", "parse_findings"]
 MAX_LINE_BYTES: Final = 4 << 20
 _BATCH: Final = 500
 _CHUNK: Final = 1 << 20
+MAX_BAD_SHOWN: Final = 100
+"""Bad lines named one by one; the rest are counted (a file of millions of bad lines would otherwise be
+held as as many messages until the end)."""
 
 
 @dataclass
@@ -48,11 +51,19 @@ class ImportReport:
     skipped: int = 0
     """Lines published by an earlier run."""
     bad: list[str] = field(default_factory=list)
+    """What was wrong with the first :data:`MAX_BAD_SHOWN` bad lines, each with its line number."""
+    bad_lines: int = 0
     left_out: LeftOut = field(default_factory=LeftOut)
     """The fields of published lines that are no finding's."""
     unfinished: int | None = None
     """The number of a last line left for the next run: no newline ends it, and it is no JSON yet (its
     writer may be writing it). Not a bad line."""
+
+    def bad_line(self, message: str) -> None:
+        """One more bad line; its message is kept while fewer than :data:`MAX_BAD_SHOWN` are."""
+        self.bad_lines += 1
+        if len(self.bad) < MAX_BAD_SHOWN:
+            self.bad.append(message)
 
 
 @dataclass(frozen=True)
@@ -138,7 +149,7 @@ async def _import_from(
             if len(batch) >= _BATCH:
                 await _commit(bus, spec, key, checkpoint, fd, (offset, offset, line), batch)
         if len(pending) > MAX_LINE_BYTES:
-            report.bad.append(f"{spec.path}:{line}: longer than {MAX_LINE_BYTES} bytes; skipped")
+            report.bad_line(f"{spec.path}:{line}: longer than {MAX_LINE_BYTES} bytes; skipped")
             overlong, pending = True, b""
     if not overlong and pending.strip():
         try:
@@ -166,12 +177,12 @@ def _line(
     if not text.strip():
         return
     if len(text) > MAX_LINE_BYTES:  # one that ended within the chunk that took it over the limit
-        report.bad.append(f"{spec.path}:{line}: longer than {MAX_LINE_BYTES} bytes; skipped")
+        report.bad_line(f"{spec.path}:{line}: longer than {MAX_LINE_BYTES} bytes; skipped")
         return
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        report.bad.append(f"{spec.path}:{line}: " + ("not UTF-8" if _not_utf8(text) else f"not JSON ({exc})"))
+        report.bad_line(f"{spec.path}:{line}: " + ("not UTF-8" if _not_utf8(text) else f"not JSON ({exc})"))
         return
     ignored: list[str] = []
     try:
@@ -180,7 +191,7 @@ def _line(
             value = {name: item for name, item in value.items() if name != spec.agent_field}
         finding = finding_of(value, agent, ignored)
     except ValueError as exc:
-        report.bad.append(f"{spec.path}:{line}: {exc}")
+        report.bad_line(f"{spec.path}:{line}: {exc}")
         return
     envelope = bus.envelope(
         finding, source=source, id=deterministic_id(agent, source, offset), agent_id=agent
@@ -188,7 +199,7 @@ def _line(
     data = encode(envelope)
     why = oversize(data)
     if why is not None:
-        report.bad.append(f"{spec.path}:{line}: {why}")
+        report.bad_line(f"{spec.path}:{line}: {why}")
         return
     batch.append((envelope, data))
     report.published += 1
@@ -296,13 +307,15 @@ def import_findings(
 def _summary(report: ImportReport, echo: Callable[..., None]) -> None:
     for message in report.bad:
         echo(message, err=True)
+    if report.bad_lines > len(report.bad):
+        echo(f"... and {report.bad_lines - len(report.bad)} more bad line(s)", err=True)
     if report.left_out:
         echo(report.left_out.note(), err=True)
     if report.unfinished is not None:
         echo(f"line {report.unfinished}: incomplete last line (no newline); left for the next run", err=True)
     echo(
-        f"imported {report.published} finding(s); {len(report.bad)} bad line(s); "
+        f"imported {report.published} finding(s); {report.bad_lines} bad line(s); "
         f"{report.skipped} line(s) imported before"
     )
-    if report.bad:
+    if report.bad_lines:
         raise SystemExit(EXIT_INVALID)

@@ -15,7 +15,7 @@ from adapter_kit import CLI
 from click.testing import CliRunner, Result
 
 from agents.findings_add import MAX_INPUT_BYTES, add
-from agents.findings_import import MAX_LINE_BYTES, import_findings, parse_findings
+from agents.findings_import import MAX_BAD_SHOWN, MAX_LINE_BYTES, import_findings, parse_findings
 from agents.findings_parse import finding_of
 from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeType, decode, deterministic_id
 from bus.findings import Finding, Severity
@@ -306,6 +306,18 @@ def test_add_refuses_a_finding_too_large_to_publish_and_publishes_none(
     assert f"bytes encoded, over the {MAX_ENVELOPE_BYTES}-byte limit" in result.output
     assert result.stdout == ""
     assert published(redis_url) == []
+
+
+def test_import_names_the_first_bad_lines_and_counts_the_rest(redis_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "findings.jsonl"
+    bad = MAX_BAD_SHOWN + 50
+    path.write_text("{nope\n" * bad + line(agent="a", title="good") + "\n")
+    result = run_import(redis_url, path)
+    assert result.exit_code == 2
+    named = [text for text in result.stderr.splitlines() if text.startswith(f"{path}:")]
+    assert named[0].startswith(f"{path}:1: not JSON") and len(named) == MAX_BAD_SHOWN
+    assert "... and 50 more bad line(s)" in result.stderr
+    assert f"imported 1 finding(s); {bad} bad line(s)" in result.stdout
 
 
 def test_import_counts_a_line_too_large_to_publish_as_bad(redis_url: str, tmp_path: Path) -> None:
