@@ -29,6 +29,7 @@ from agents.process import ProcessOptions, Session
 from agents.spawn import STOP_SIGNALS
 from agents.stdin import stdin_chunks
 from agents.watch import FileWatch, WatchOptions
+from agents.watch_resume import after_turn
 from bus.cli_connection import redis_options, run_command
 from bus.errors import ConnectionFailed, CredentialsRefused
 from bus.metrics import AdapterMetrics
@@ -235,7 +236,10 @@ def watch(
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, follower.finish)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})  # blocked by a hook that started it
         deliverer = _deliverer(
-            common, _values(common, lambda: follower.session_id or common.session_id), None, bus
+            common,
+            _values(common, lambda: follower.session_id or common.session_id),
+            after_turn(bus, pid, stop, poll_s),
+            bus,
         )
 
         async def work() -> int:

@@ -58,6 +58,7 @@ __all__ = [
     "fill",
     "not_a_directive",
     "program_problem",
+    "run_checked",
     "run_command",
     "split_template",
     "write_all",
@@ -331,10 +332,15 @@ class CommandDelivery:
         argv = self.command(directive)
         if self.runner is not None:
             await self.runner(argv, directive)
-            return
-        code, tail = await run_command(argv, self.log)
-        if code != 0:
-            raise DeliveryFailed(f"{argv[0]} exited with code {code}: {tail.strip()[-500:]}")
+        else:
+            await run_checked(argv, self.log)
+
+
+async def run_checked(argv: list[str], log: Callable[[str], None]) -> None:
+    """:func:`run_command`; an exit status other than 0 is a :class:`DeliveryFailed` with its output."""
+    code, tail = await run_command(argv, log)
+    if code != 0:
+        raise DeliveryFailed(f"{argv[0]} exited with code {code}: {tail.strip()[-500:]}")
 
 
 async def run_command(argv: list[str], log: Callable[[str], None]) -> tuple[int, str]:

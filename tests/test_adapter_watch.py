@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -341,19 +342,14 @@ async def test_claude_transcript_publishes_only_the_assistants_signals(
         redis_url,
         log,
     )
+    last = transcript.rindex(b"\n", 0, len(transcript) - 1) + 1  # its last line completes the agent
     async with open_bus(redis_url) as bus:
         # written in pieces cut inside JSON lines, as a live agent would
-        for start_at in range(0, len(transcript), 777):
+        for start_at in range(0, last, 777):
             with out.open("ab") as stream:
-                stream.write(transcript[start_at : start_at + 777])
+                stream.write(transcript[start_at : min(start_at + 777, last)])
 
-        async def result_seen() -> bool:
-            return await bus.has(GROUP, T.COMPLETION_REPORT)
-
-        await wait_until(result_seen, 30, "the completion report")
-        said = [e.type for e in await bus.envelopes(GROUP) if e.kind in (Kind.SIGNAL, Kind.RESULT)]
-        # the user prompt's templates, the tool input and the tool result are not the agent's output
-        assert said == [T.CLARIFICATION_NEEDED, T.PROGRESS, T.RESULT, T.COMPLETION_REPORT]
+        await wait_until(lambda: bus.has(GROUP, T.CLARIFICATION_NEEDED), 30, "the question")
         response = ClarificationResponse(answers=[AnswerItem(question_id="Q1", answer="both")])
         directive = new_envelope(response, agent_id="a5", group_id=GROUP, source="test")
         await Publisher(bus.client, bus.keys).send_directive(directive)
@@ -364,6 +360,16 @@ async def test_claude_transcript_publishes_only_the_assistants_signals(
         await wait_until(delivered, 30, "the resume command")
         session = orjson.loads(transcript.splitlines()[0])["sessionId"]
         assert orjson.loads(argv_file.read_bytes()) == [session, "CLARIFICATION_RESPONSE"]
+        with out.open("ab") as stream:
+            stream.write(transcript[last:])
+
+        async def result_seen() -> bool:
+            return await bus.has(GROUP, T.COMPLETION_REPORT)
+
+        await wait_until(result_seen, 30, "the completion report")
+        said = [e.type for e in await bus.envelopes(GROUP) if e.kind in (Kind.SIGNAL, Kind.RESULT)]
+        # the user prompt's templates, the tool input and the tool result are not the agent's output
+        assert said == [T.CLARIFICATION_NEEDED, T.PROGRESS, T.RESULT, T.COMPLETION_REPORT]
     adapter.send_signal(signal.SIGTERM)
     assert await exited(adapter, 20) == 0
     assert "delivered CLARIFICATION_RESPONSE" in log.read_text()
@@ -433,6 +439,47 @@ async def test_with_a_pid_it_beats_while_the_agent_lives_and_reports_its_exit(
     assert [e.type for e in envelopes if e.type is not T.HEARTBEAT] == [
         T.AGENT_STARTED, *[T.PROGRESS] * 5, T.AGENT_EXITED,
     ]  # fmt: skip
+
+
+def _resume_recorder(tmp_path: Path, go: Path) -> tuple[str, Path]:
+    """A --deliver command that records whether ``go`` (touched to end the agent's turn) existed."""
+    ran = tmp_path / "ran"
+    code = "import os, sys; open(sys.argv[1], 'a').write(f'{os.path.exists(sys.argv[2])} {sys.argv[3]}\\n')"
+    return f'command:{sys.executable} -c "{code}" {ran} {go} {{type}}', ran
+
+
+@pytest.mark.parametrize("completes", [False, True])
+async def test_with_a_pid_a_resume_command_waits_for_the_turn_and_none_follows_a_completion(
+    redis_url: str, tmp_path: Path, completes: bool
+) -> None:
+    out, go, log = tmp_path / "agent.out", tmp_path / "go", tmp_path / "adapter.log"
+    steps = ("many:1", *(["complete"] if completes else []), f"wait-file:{go}")
+    agent = spawn(fake(*steps, out=out, agent_id="a8"))
+    template, ran = _resume_recorder(tmp_path, go)
+    args = watch_args(out, "a8", "--pid", str(agent.pid), "--heartbeat", "0.1", "--deliver", template)
+    watcher = start(args, redis_url, log)
+    async with open_bus(redis_url) as bus:
+        await wait_until(lambda: bus.has(GROUP, T.PROGRESS), 30, "the agent's progress")
+        response = ClarificationResponse(answers=[AnswerItem(question_id="Q1", answer="both")])
+        directive = new_envelope(response, agent_id="a8", group_id=GROUP, source="test")
+        await Publisher(bus.client, bus.keys).send_directive(directive)
+
+        async def taken() -> bool:
+            pending: Any = await bus.client.xpending(bus.inbox(GROUP, "a8"), "adapter")
+            return bool(pending["pending"])
+
+        await wait_until(taken, 30, "the adapter to take the directive")
+        beats = await bus.count(GROUP, T.HEARTBEAT)
+        await wait_until(lambda: bus.has(GROUP, T.HEARTBEAT, beats + 3), 30, "three more heartbeats")
+        assert not ran.exists()  # the turn still runs: not resumed beside it
+        go.touch()
+        assert await exited(agent, 30) == 0
+        assert await exited(watcher, 30) == 0, log.read_text()
+    if completes:
+        assert not ran.exists()
+        assert "not delivered: the agent has completed" in log.read_text()
+    else:
+        assert ran.read_text() == "True CLARIFICATION_RESPONSE\n"
 
 
 def _assistant(text: str) -> bytes:
