@@ -13,6 +13,7 @@ from bus.findings import Finding, Severity
 from bus.results import ResultStatus
 from coordinator.policy import Policy
 from coordinator.rules import Target, merge_findings, merged_view, summarize
+from coordinator.rules.findings import _keys, _stored_key, slot_key
 from coordinator.rules.ids import emitted_id
 from coordinator.state import ViolationRule
 
@@ -288,3 +289,16 @@ def test_a_result_leaves_out_only_its_finding_whose_copy_would_be_over_the_limit
         and "left out: its FINDING for 'auditor' would be " in violation.detail
     )
     assert [slot.location for slot in feed.state.findings.values()] == ["src/config/jwt.ts:8"]
+
+
+def test_a_slots_keys_are_the_ones_its_reports_give() -> None:
+    reports = [
+        finding("security-auditor"),
+        finding("qa-engineer", file="./src/config/jwt.ts", category="sec"),
+        finding("qa-engineer", id="SEC-010", file="src/a.ts", line=None, title="weak hashing"),
+        finding("qa-engineer", id=None, file="src/a.ts", line=None, title="weak hashing"),
+        finding("qa-engineer", id=None, file=None, line=3, title="no rate limiting", category="SEC"),
+        finding("qa-engineer", id=None, file=None, line=None, title="no rate limiting", category="SEC"),
+    ]
+    for report in reports * 2:  # the second time from the cache
+        assert _keys(report) == (_stored_key(slot_key(report)), slot_key(report))

@@ -93,6 +93,23 @@ def _stored_key(key: tuple[str, str, str]) -> str:
     return orjson.dumps(list(key)).decode()
 
 
+def _keys(finding: Finding) -> tuple[str, tuple[str, str, str]]:
+    """The stored key of the finding's slot (the field of the merged hash) and its :func:`slot_key`."""
+    file, line = finding.file, finding.line
+    discriminator = "" if file is not None and line is not None else finding.id or finding.title
+    return _keys_of(file, line, finding.category, discriminator)
+
+
+@lru_cache(maxsize=4096)
+def _keys_of(
+    file: str | None, line: int | None, category: str, discriminator: str
+) -> tuple[str, tuple[str, str, str]]:
+    # Reports come back to the same few places: normalising the path, folding the category's case and
+    # writing the key's JSON are done once per place, not once per report.
+    key = (_place(file, line), category.casefold(), discriminator)
+    return _stored_key(key), key
+
+
 _SEVERITY_RANK: Final = {severity: -severity.rank for severity in Severity}
 _NO_SEVERITY: Final = -len(Severity)
 
@@ -132,13 +149,17 @@ def _best(reports: Iterable[Finding]) -> Finding:
 def fold(slot: FindingSlot | None, finding: Finding) -> FindingSlot:
     """Add one report to a finding's slot (a new slot when ``slot`` is none)."""
     if slot is None:
-        location, category, discriminator = slot_key(finding)
-        slot = construct(FindingSlot, location=location, category=category, discriminator=discriminator)
+        slot = _new_slot(slot_key(finding))
     agent = _agent_key(finding.agent)
     best = slot.reports.get(agent)
     if best is not None and not _outranks(finding, best):
         return slot
     return evolve(slot, reports={**slot.reports, agent: _kept(finding, agent, slot.reports)})
+
+
+def _new_slot(key: tuple[str, str, str]) -> FindingSlot:
+    location, category, discriminator = key
+    return construct(FindingSlot, location=location, category=category, discriminator=discriminator)
 
 
 def compact_slot(slot: FindingSlot) -> FindingSlot:
@@ -226,9 +247,9 @@ def record_finding(step: Step, finding: Finding, agent_id: str) -> None:
     if finding.agent != reporter:
         finding = evolve(finding, agent=reporter)
     step.emit(Target.FINDINGS, finding, agent_id)
-    key = _stored_key(slot_key(finding))
+    key, place = _keys(finding)
     before = step.finding(key)
-    slot = fold(before, finding)
+    slot = fold(before if before is not None else _new_slot(place), finding)
     if slot is before:
         return  # an unchanged slot cannot have gained a severity: its conflict, if any, is known already
     conflict = len(_severities(slot)) > 1
