@@ -13,7 +13,7 @@ from bus.findings import Finding, Severity
 from bus.results import ResultStatus
 from coordinator.policy import Policy
 from coordinator.rules import Target, merge_findings, merged_view, summarize
-from coordinator.rules.findings import _keys, _stored_key, slot_key
+from coordinator.rules.findings import _in_conflict, _keys, _severities, _stored_key, fold, slot_key
 from coordinator.rules.ids import emitted_id
 from coordinator.state import ViolationRule
 
@@ -302,3 +302,14 @@ def test_a_slots_keys_are_the_ones_its_reports_give() -> None:
     ]
     for report in reports * 2:  # the second time from the cache
         assert _keys(report) == (_stored_key(slot_key(report)), slot_key(report))
+
+
+def test_a_slot_is_in_conflict_when_its_reports_name_two_severities() -> None:
+    agents = ("security-auditor", "qa-engineer", "reviewer")
+    for severities in [(None,), ("minor",), ("minor", None), ("minor", "minor"), (None, "minor", "critical")]:
+        for order in (severities, severities[::-1]):
+            slot = None
+            for agent, severity in zip(agents, order, strict=False):
+                slot = fold(slot, finding(agent, severity=severity))
+            assert slot is not None
+            assert _in_conflict(slot) is (len(_severities(slot)) > 1)

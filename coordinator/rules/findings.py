@@ -236,6 +236,18 @@ def _severities(slot: FindingSlot) -> set[Severity]:
     return {f.severity for f in slot.reports.values() if f.severity is not None}
 
 
+def _in_conflict(slot: FindingSlot) -> bool:
+    """``len(_severities(slot)) > 1``, without building the set: asked for every report folded."""
+    first: Severity | None = None
+    for report in slot.reports.values():
+        severity = report.severity
+        if severity is not None and severity is not first:
+            if first is not None:
+                return True
+            first = severity
+    return False
+
+
 def record_finding(step: Step, finding: Finding, agent_id: str) -> None:
     """Publish one report to the findings stream and fold it into the group's merged view.
 
@@ -252,7 +264,7 @@ def record_finding(step: Step, finding: Finding, agent_id: str) -> None:
     slot = fold(before if before is not None else _new_slot(place), finding)
     if slot is before:
         return  # an unchanged slot cannot have gained a severity: its conflict, if any, is known already
-    conflict = len(_severities(slot)) > 1
+    conflict = _in_conflict(slot)
     if conflict is not slot.conflict_reported:
         slot = evolve(slot, conflict_reported=conflict)
         _count_conflict(step, slot, agent_id)
