@@ -195,9 +195,6 @@ class Batch:
             return str(exc)
         type_ = envelope.type
         self.types_in[type_] = self.types_in.get(type_, 0) + 1
-        if type_ is not EnvelopeType.TICK and not self._here(envelope.group_id):
-            right = self.keys.shard_of(envelope.group_id)
-            return f"group {envelope.group_id!r} belongs to shard {right}, not {self.shard}"
         if type_ is EnvelopeType.TICK:
             for gid in sorted(self.stored.keys() | self.groups.keys()):  # in an order a reload keeps
                 state = self.groups[gid] if gid in self.groups else self.stored[gid]
@@ -207,14 +204,12 @@ class Batch:
                 if reason:  # one group's rule bug must not stop the clock of the others
                     log.error("tick skipped group %s: %s", gid, reason, extra={"group_id": gid})
             return None
-        return self._apply_to(envelope.group_id, envelope)
-
-    def _here(self, gid: str) -> bool:
-        """Whether the group lives on this shard: a raw publisher that computed another shard would
-        otherwise split the group in two states, and its directives would reach no adapter."""
-        if gid in self.stored or gid in self.groups:
-            return True
-        return self.keys.shard_of(gid) == self.shard
+        gid = envelope.group_id
+        # The group must live on this shard: a raw publisher that computed another shard would otherwise
+        # split the group in two states, and its directives would reach no adapter.
+        if gid not in self.groups and gid not in self.stored and self.keys.shard_of(gid) != self.shard:
+            return f"group {gid!r} belongs to shard {self.keys.shard_of(gid)}, not {self.shard}"
+        return self._apply_to(gid, envelope)
 
     def _tomb(self, gid: str) -> frozenset[str]:
         """The agents of the group's tombstone, as the batch has it so far (none: no tombstone)."""
@@ -226,7 +221,7 @@ class Batch:
         if state is None:
             state = self.stored.get(gid)
         run = self.runs.get(gid)
-        tomb = self._tomb(gid)
+        tomb = self._tomb(gid) if self.tombs or self.tombstones else _NO_AGENTS  # mostly none at all
         if tomb or (state is not None and state.retired_at is not None):  # else admit() applies it
             admission = admit(state, tomb, envelope)
             if admission.late is Late.DEAD_LETTERED:
