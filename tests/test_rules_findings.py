@@ -15,7 +15,7 @@ from coordinator.policy import Policy
 from coordinator.rules import Target, merge_findings, merged_view, summarize
 from coordinator.rules.findings import _in_conflict, _keys, _severities, _stored_key, fold, slot_key
 from coordinator.rules.ids import emitted_id
-from coordinator.state import ViolationRule
+from coordinator.state import FindingSlot, ViolationRule
 
 
 def test_seed_worked_example() -> None:
@@ -313,3 +313,12 @@ def test_a_slot_is_in_conflict_when_its_reports_name_two_severities() -> None:
                 slot = fold(slot, finding(agent, severity=severity))
             assert slot is not None
             assert _in_conflict(slot) is (len(_severities(slot)) > 1)
+
+
+def test_a_new_slot_is_the_one_its_first_report_validates_to() -> None:
+    for report in (finding("Security Auditor"), finding("qa-engineer", line=None, severity=None)):
+        slot = fold(None, report)
+        assert fold(None, report, slot_key(report)) == slot
+        again = FindingSlot.model_validate(slot.model_dump(exclude_unset=True))
+        assert slot == again and slot.__pydantic_fields_set__ == again.__pydantic_fields_set__
+        assert list(slot.__dict__) == list(again.__dict__)
