@@ -221,10 +221,15 @@ class Commit:
 
     def xadd_data(self, key: str, data: bytes) -> None:
         """``xadd(key, {"data": data})``, the form of every envelope."""
-        self._ops += (_X, self._key(key), _TWO, _DATA, _item(data))
+        # _item(data) written out (as in hset and rpush_trim): a call less for every envelope emitted
+        self._ops += (_X, self._key(key), _TWO, _DATA, _HEADER.pack(_STR32, len(data)) + data)
 
     def hset(self, key: str, name: str, value: bytes | str) -> None:
-        self._ops += (_H, self._key(key), _item(name), _item(value))
+        # for every record the batch changed
+        data = value.encode() if isinstance(value, str) else value
+        field = name.encode()
+        pack = _HEADER.pack
+        self._ops += (_H, self._key(key), pack(_STR32, len(field)) + field, pack(_STR32, len(data)) + data)
 
     def hdel(self, key: str, name: str) -> None:
         self._ops += (_D, self._key(key), _item(name))
@@ -240,7 +245,9 @@ class Commit:
 
     def rpush_trim(self, key: str, values: list[str], keep: int) -> None:
         """Append ``values`` to a list and keep only its last ``keep`` items."""
-        self._ops += (_L, self._key(key), _item(str(len(values))), _item(str(keep)), *map(_item, values))
+        pack = _HEADER.pack  # for every id of a group's window the batch adds
+        items = [pack(_STR32, len(data)) + data for data in map(str.encode, values)]
+        self._ops += (_L, self._key(key), _item(str(len(values))), _item(str(keep)), *items)
 
     def script_args(
         self, token: str, group: str, ttl_ms: int, version: int
