@@ -24,7 +24,11 @@ __all__ = ["change", "compact", "construct", "evolve"]
 M = TypeVar("M", bound=BaseModel)
 
 _FieldSpec = tuple[str, Any, Callable[[], Any] | None]
-_Spec = tuple[tuple[str, ...], frozenset[str], tuple[_FieldSpec, ...]]
+_Spec = tuple[
+    dict[str, Any], tuple[tuple[str, Callable[[], Any]], ...], frozenset[str], tuple[_FieldSpec, ...]
+]
+"""Per model: every field with its default (None for one made by a factory), in declaration order; the
+fields made by a factory; the fields without a default; and each field's name, default and factory."""
 _SPECS: dict[type[BaseModel], _Spec] = {}
 
 
@@ -38,8 +42,12 @@ def _spec(cls: type[BaseModel]) -> _Spec:
             if info.default_factory_takes_validated_data:
                 raise TypeError(f"{cls.__name__}.{name}: a default factory that reads other fields")
             fields.append((name, info.default, cast("Callable[[], Any] | None", info.default_factory)))
-        names = tuple(cls.__pydantic_fields__)
-        spec = _SPECS[cls] = (names, frozenset(names), tuple(fields))
+        template = {name: None if factory else default for name, default, factory in fields}
+        factories = tuple((name, factory) for name, _, factory in fields if factory is not None)
+        required = frozenset(
+            name for name, default, factory in fields if factory is None and default is PydanticUndefined
+        )
+        spec = _SPECS[cls] = (template, factories, required, tuple(fields))
     return spec
 
 
@@ -48,11 +56,16 @@ def construct(cls: type[M], /, **values: Any) -> M:
 
     Fields are stored in declaration order, so the model serializes exactly as a validated one.
     """
-    names, every, fields = _spec(cls)
-    if values.keys() == every:
-        data = {name: values[name] for name in names}
-    else:
-        data = _with_defaults(cls, fields, values)
+    template, factories, required, fields = _spec(cls)
+    # A copy of every field's default, updated: a dict keeps the place of a key it had, so the fields
+    # stay in declaration order, for less than building the dict field by field.
+    data = template.copy()
+    data.update(values)
+    if len(data) != len(template) or not values.keys() >= required:
+        data = _with_defaults(cls, fields, values)  # raises, naming the fields unknown or missing
+    for name, factory in factories:
+        if name not in values:
+            data[name] = factory()
     return trusted_instance(cls, data, set(values))
 
 
