@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Final, Literal, Union, cast
 
 import orjson
@@ -25,7 +25,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import SchemaValidator
+from pydantic_core import SchemaValidator, core_schema
 
 from bus.errors import DecodeError
 from bus.fields import Model, Timestamp, trusted_instance
@@ -229,10 +229,20 @@ def encode_new(payload: Payload, agent_id: str, group_id: str, source: str, id: 
     a validated envelope. It publishes a copy of every finding, and builds the model only when asked.
     """
     type_ = _TYPE_OF.get(type(payload))
-    offset = ts.utcoffset()
-    if type_ is not None and offset is not None and not (offset.seconds % 60 or offset.microseconds):
+    zone = ts.tzinfo
+    if type_ is not None and (zone is _UTC or zone is UTC or _whole_minutes(ts.utcoffset())):
         return _spliced(_head(type_, id, agent_id, group_id, ts, source), payload)
     return encode(new_envelope(payload, agent_id=agent_id, group_id=group_id, source=source, id=id, ts=ts))
+
+
+_UTC: Final = SchemaValidator(core_schema.datetime_schema()).validate_python("2000-01-01T00:00Z").tzinfo
+"""The time zone of every timestamp pydantic reads in UTC (one object): asking it for its offset, a call
+into pydantic's core that builds a timedelta, was a tenth of the cost of encoding a finding's copy."""
+
+
+def _whole_minutes(offset: timedelta | None) -> bool:
+    """Whether an offset is one pydantic and orjson write alike (``±HH:MM``)."""
+    return offset is not None and not (offset.seconds % 60 or offset.microseconds)
 
 
 def decode(data: bytes | str | None) -> Envelope:

@@ -15,10 +15,11 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from agents.parser import ResultItem, SignalItem, parse_text
 from bus.envelope import PAYLOADS, Envelope, Payload, decode, encode, encode_new, new_envelope
+from bus.fields import Timestamp
 from bus.signals import Progress
 
 DATA = Path(__file__).parent / "data"
@@ -81,6 +82,18 @@ def test_encoding_from_the_parts_is_encoding_the_envelope(ts: datetime) -> None:
     items = parse_text(b"[PROGRESS]\nagent_id: a\npercent: 5\nfiles: 99999999999999999999999\n[/PROGRESS]\n")
     assert isinstance(items[0], SignalItem)
     for payload in [*PAYLOAD_LIST, items[0].payload]:
+        fields = {"id": "e.0", "agent_id": "bg-1", "group_id": "g-1", "source": "coordinator", "ts": ts}
+        assert encode_new(payload, **fields) == encode(new_envelope(payload, **fields))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "text", ["2026-01-11T08:45:00.000001Z", "2026-01-11T08:45:00+00:00", "2026-01-11T08:45-05:30"]
+)
+def test_encoding_from_the_parts_with_a_timestamp_pydantic_read(text: str) -> None:
+    """What the coordinator emits has the timestamp of an entry it decoded, with pydantic's time zone
+    objects (``encode_new`` does not ask the one of UTC for its offset)."""
+    ts = TypeAdapter(Timestamp).validate_python(text)
+    for payload in PAYLOAD_LIST:
         fields = {"id": "e.0", "agent_id": "bg-1", "group_id": "g-1", "source": "coordinator", "ts": ts}
         assert encode_new(payload, **fields) == encode(new_envelope(payload, **fields))  # type: ignore[arg-type]
 
