@@ -71,13 +71,9 @@ def slot_key(finding: Finding) -> tuple[str, str, str]:
     """``(location, category, discriminator)``: reports with equal keys are one finding. The path is
     normalised (``./src/a.ts`` is ``src/a.ts``) and the category compared without case (``SEC``, ``sec``):
     agents write both for one place."""
-    location = _place(finding.file, finding.line)
-    if finding.file is not None and finding.line is not None:
-        return (location, finding.category.casefold(), "")
-    return (location, finding.category.casefold(), finding.id or finding.title)
+    return _keys(finding)[1]
 
 
-@lru_cache(maxsize=4096)
 def _path(file: str) -> str:
     normal = posixpath.normpath(file)
     return file if normal == "." else normal
