@@ -98,6 +98,9 @@ class AgentDone(BusError):
     """The agent has completed: a directive that would start another turn of it is acknowledged, not
     delivered (it arrived after the completion report, e.g. the answer to a second delegation)."""
 
+    def __init__(self, message: str = "the agent has completed; no turn is started for it") -> None:
+        super().__init__(message)
+
 
 @dataclass(frozen=True)
 class Directive:

@@ -144,7 +144,7 @@ class Session:
         await self.idle.wait()
         self._delegates.directed(directive.envelope)
         if self.bus.completed:
-            raise AgentDone("the agent has completed; no turn is started for it")
+            raise AgentDone()
         if self.stop.is_set():
             raise DeliveryFailed("the adapter is stopping")
         await self._start(argv, f"run:{self.base}:resume:{directive.envelope.id}", first=False)

@@ -28,7 +28,7 @@ def after_turn(bus: AgentBus, pid: int | None, stop: asyncio.Event, poll_s: floa
             if await wait_for(stop, poll_s):
                 raise DeliveryFailed(f"the adapter stopped while process {pid} (the agent's turn) still ran")
         if bus.completed:
-            raise AgentDone("the agent has completed; no turn is started for it")
+            raise AgentDone()
         await run_checked(argv, bus.log)
 
     return resume
