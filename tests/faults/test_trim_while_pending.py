@@ -46,8 +46,9 @@ async def test_trimming_while_a_backlog_is_applied_loses_nothing(
     bus_url: str, fleet: Fleet, fault_report: Recorder
 ) -> None:
     # the first half is the backlog a coordinator must be caught holding: big enough that two
-    # coordinators do not drain it before the harness looks (they apply ~20 000 entries a second)
-    published = numbered_findings(agents=20, per_agent=400)
+    # coordinators do not drain it before the harness looks (they apply 20 000 to 30 000 entries a
+    # second; 4 000 were drained unseen once)
+    published = numbered_findings(agents=20, per_agent=1_000)
     half = len(published) // 2
     async with open_bus(bus_url) as bus:
         a = fleet.start(bus_url, name="coord-a", batch=50)
