@@ -26,6 +26,7 @@ __all__ = [
     "decode_body",
     "describe_errors",
     "is_template",
+    "without_escapes",
 ]
 
 SignalPayload = s.ClarificationNeeded | s.StopWork | s.DelegateWork | s.CompletionReport | s.Progress
@@ -40,6 +41,20 @@ SIGNAL_TYPES: Final = tuple(SIGNAL_MODELS)
 """The signal blocks the parser recognises."""
 
 
+TERMINAL_ESCAPE: Final = rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)|\x1b[ -/]*[0-Z\\^-~]"
+"""One terminal escape sequence: CSI (colour, cursor moves, erasing), OSC (a title, a link) or any other
+escape (``\x1b(B`` of ``tput sgr0``, a saved cursor ``\x1b7``); never across a line."""
+_ESCAPES: Final = re.compile(TERMINAL_ESCAPE)
+
+
+def without_escapes(data: bytes) -> bytes:
+    """``data`` without its terminal escape sequences. An agent whose output goes through a terminal, or
+    that colours it anyway (syntax-highlighted YAML, a bold heading), puts them inside a body or a report
+    too: they only style it, and YAML refuses the escape character anywhere, so taking them off changes
+    the meaning of no body that reads as it is. Line numbers stay the same: none holds a newline."""
+    return _ESCAPES.sub(b"", data) if b"\x1b" in data else data
+
+
 # A template's fields hold placeholders (``agent_id: <agent-id>``); a signal's agent id and timestamp are
 # the first things an agent fills in.
 _PLACEHOLDER: Final = re.compile(rb"(?m)^[ \t]*(agent_id|timestamp):[ \t]*<[^<>\n]*>[ \t]*\r?$")
@@ -48,7 +63,7 @@ _PLACEHOLDER: Final = re.compile(rb"(?m)^[ \t]*(agent_id|timestamp):[ \t]*<[^<>\
 def is_template(body: bytes) -> bool:
     """Whether a block's body is a signal template (its agent id and timestamp both ``<placeholders>``,
     as in the prompt's and the seeds' formats): quoted or echoed by an agent, not a signal it sends."""
-    return len({m.group(1) for m in _PLACEHOLDER.finditer(body)}) == 2
+    return len({m.group(1) for m in _PLACEHOLDER.finditer(without_escapes(body))}) == 2
 
 
 class BlockError(ProtocolError):
@@ -63,8 +78,10 @@ def decode_body(kind: EnvelopeType, body: bytes, *, indent: int = 0, first_line:
     """Validate the body of a ``kind`` block (the bytes between its tags) into its payload model.
 
     ``indent`` is the opening tag's indentation, removed from every line (at most that much
-    whitespace); ``first_line`` is the number of the body's first line, used in messages.
+    whitespace); ``first_line`` is the number of the body's first line, used in messages. Terminal
+    escape sequences are taken off (see :func:`without_escapes`).
     """
+    body = without_escapes(body)
     try:
         text = body.decode()
     except UnicodeDecodeError as exc:

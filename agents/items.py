@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from agents.blocks import BlockError, SignalPayload, decode_body, is_template
+from agents.blocks import BlockError, SignalPayload, decode_body, is_template, without_escapes
 from agents.lines import Heading
 from agents.markdown import releveled
 from agents.report import ReportError, parse_report
@@ -110,8 +110,8 @@ def report_item(
     one is prose: None; under one that is not a report's (:attr:`Heading.UNREAD`), one that does is an
     :class:`UnreadReportItem`, and so is a template's filled in (:attr:`Heading.TEMPLATE`). Invalid UTF-8
     is read as U+FFFD and named in the report's violations (``context`` follows its line), since the rest
-    of a report is worth more than a byte."""
-    text = content.decode(errors="replace")
+    of a report is worth more than a byte. Terminal escape sequences (a coloured status) are taken off."""
+    text = without_escapes(content).decode(errors="replace")
     title, _, body = text.partition("\n")
     unread = heading is Heading.UNREAD or heading is Heading.TEMPLATE
     if unread:  # its sections may be a level up (`# Auditor Result` over `## Status`) or down

@@ -10,7 +10,7 @@ import re
 from enum import Enum, auto
 from typing import Final
 
-from agents.blocks import SIGNAL_TYPES
+from agents.blocks import SIGNAL_TYPES, TERMINAL_ESCAPE
 from bus.envelope import EnvelopeType
 
 __all__ = [
@@ -46,7 +46,7 @@ TYPE_OF_TAG: Final = {t.value.encode(): t for t in SIGNAL_TYPES}
 # that starts with a tag: what follows the tag is for the parser to weigh (see :func:`tentative`). A
 # closing tag may be followed by text (``[/STOP_WORK] Waiting for the parent``): it ends an open block of
 # its type; outside one it is prose, like any other line (see the parser).
-_DECO: Final = rb"(?:[*_]|\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)|\x1b[ -/]*[0-Z\\^-~])*"
+_DECO: Final = rb"(?:[*_]|" + TERMINAL_ESCAPE + rb")*"
 _TAG: Final = _DECO + rb"\[(/)?(" + _TAGS + rb")\][^\n]*(?=\n)"
 _LONE: Final = re.compile(_DECO + rb"[ \t]*\r?")
 # Anchored on the newline before a line (each scanned region starts with one), so the regex engine

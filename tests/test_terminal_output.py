@@ -1,0 +1,72 @@
+"""Agent output as a terminal shows it: colour and other escape sequences inside signal bodies and reports,
+not only around tags (syntax-highlighted YAML, a coloured status word)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.parser import ErrorItem, ResultItem, SignalItem, parse_text
+from bus.results import ResultStatus
+from bus.signals import StopWork
+
+BODY = (
+    "agent_id: bg-1\n"
+    "timestamp: 2026-01-11T09:15:00-05:00\n"
+    "stop_reason: blocker\n"
+    "blocker_type: missing_info\n"
+    "details: need the API key\n"
+)
+
+
+def coloured_keys(body: str) -> str:
+    """Each key blue and each value green, as a YAML highlighter colours them."""
+    return "".join(
+        f"\x1b[34m{key}\x1b[0m: \x1b[32m{value}\x1b[39m\n"
+        for key, value in (line.split(": ", 1) for line in body.splitlines())
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        coloured_keys(BODY),
+        "".join(f"\x1b[2m{line}\x1b[0m\r\n" for line in BODY.splitlines()),  # dimmed lines, CRLF
+        "```yaml\n\x1b]8;;file:///tmp\x1b\\" + BODY + "\x1b(B\x1b[m```\n",  # a link's start, tput sgr0
+    ],
+)
+def test_escape_sequences_inside_a_body_are_taken_off(body: str) -> None:
+    text = "Blocked.\n\x1b[1m[STOP_WORK]\x1b[0m\n" + body + "\x1b[1m[/STOP_WORK]\x1b[0m\n"
+    [item] = parse_text(text)
+    assert isinstance(item, SignalItem), item
+    assert isinstance(item.payload, StopWork)
+    assert item.payload.details == "need the API key"
+    assert item.payload.agent_id == "bg-1"
+    assert (item.line, item.offset) == (2, len("Blocked.\n"))
+
+
+def test_a_coloured_tentative_block_is_a_signal_too() -> None:
+    text = "[STOP_WORK] - blocked on the key\n" + coloured_keys(BODY) + "[/STOP_WORK]\n"
+    [item] = parse_text(text)
+    assert isinstance(item, SignalItem), item
+
+
+def test_a_coloured_template_is_still_nothing() -> None:
+    body = "agent_id: \x1b[33m<agent-id>\x1b[0m\ntimestamp: \x1b[33m<ISO-8601>\x1b[0m\nstop_reason: blocker\n"
+    assert parse_text("[STOP_WORK]\n" + body + "[/STOP_WORK]\n") == []
+
+
+def test_a_coloured_body_that_is_no_signal_is_an_error_about_its_fields() -> None:
+    [item] = parse_text("[STOP_WORK]\n\x1b[31magent_id\x1b[0m: a\n\x1b[31mdetails: x\x1b[0m\n[/STOP_WORK]\n")
+    assert isinstance(item, ErrorItem), item
+    assert "field 'stop_reason'" in item.message  # not the escape character
+
+
+def test_escape_sequences_inside_a_report_are_taken_off() -> None:
+    text = (
+        "## Auditor Result\n\n\x1b[1m### Status\x1b[0m\n\x1b[1;32mSUCCESS\x1b[0m\n\n"
+        "### Summary\nAll \x1b[1mgood\x1b[22m.\n"
+    )
+    [item] = parse_text(text)
+    assert isinstance(item, ResultItem), item
+    assert item.report.status is ResultStatus.SUCCESS
+    assert item.report.summary == "All good."
