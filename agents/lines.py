@@ -10,7 +10,7 @@ import re
 from enum import Enum, auto
 from typing import Final
 
-from agents.blocks import SIGNAL_TYPES, TERMINAL_ESCAPE
+from agents.blocks import SIGNAL_TYPES, TERMINAL_ESCAPE, without_escapes
 from bus.envelope import EnvelopeType
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "Hit",
     "closing_tag",
     "ends_block",
+    "heading_text",
     "may_be_report",
     "tentative",
 ]
@@ -49,11 +50,15 @@ TYPE_OF_TAG: Final = {t.value.encode(): t for t in SIGNAL_TYPES}
 _DECO: Final = rb"(?:[*_]|" + TERMINAL_ESCAPE + rb")*"
 _TAG: Final = _DECO + rb"\[(/)?(" + _TAGS + rb")\][^\n]*(?=\n)"
 _LONE: Final = re.compile(_DECO + rb"[ \t]*\r?")
+# A heading may be coloured too (``\x1b[1m## Auditor Result\x1b[0m``): escape sequences before its
+# hashes, and in its text, which :func:`heading_text` takes off.
+_ESCAPES: Final = rb"(?:" + TERMINAL_ESCAPE + rb")*"
 # Anchored on the newline before a line (each scanned region starts with one), so the regex engine
 # only tries line starts; the groups: indent, "/", tag | fence marker, info | hashes, heading text.
 # (The lookahead is for speed: it ends the try at a prose line's first character.)
 HIT: Final = re.compile(
-    rb"\n([ \t]*)(?=[\[*_\x1b`~#])(?:" + _TAG + rb"|(`{3,}|~{3,})([^\n]*)|(#{1,3})[ \t]([^\n]*))"
+    rb"\n([ \t]*)(?=[\[*_\x1b`~#])(?:"
+    + (_TAG + rb"|(`{3,}|~{3,})([^\n]*)|" + _ESCAPES + rb"(#{1,3})[ \t]([^\n]*))")
 )
 TAG_GROUP: Final = 3  # the group of HIT a tag line ends with (``m.lastindex``)
 HASHES_GROUP: Final = 6  # the groups of HIT with a heading's hashes and its text
@@ -72,8 +77,13 @@ def tentative(m: re.Match[bytes]) -> bool:
     return m.group(2) is None and _LONE.fullmatch(m.string, m.end(3) + 1, m.end()) is None
 
 
-HEADING_2: Final = re.compile(rb"\n[ \t]*##[ \t]")
+HEADING_2: Final = re.compile(rb"\n[ \t]*" + _ESCAPES + rb"##[ \t]")
 """A heading of level 2, which may end a block (:func:`ends_block`)."""
+
+
+def heading_text(m: re.Match[bytes]) -> bytes:
+    """The text of a heading line of :data:`HIT`, without escape sequences (a colour reset after it)."""
+    return without_escapes(m.group(HEADING_GROUP))
 
 
 def closing_tag(line: bytes | bytearray) -> EnvelopeType | None:
@@ -89,11 +99,12 @@ def ends_block(m: re.Match[bytes], indent: int) -> bool:
     report's heading (``## Auditor Result``) no further right than the tag: no YAML body holds one (it
     would be a comment), so the block was never terminated (agents forget a PROGRESS block's closing
     tag), and the report is read."""
-    hashes, heading, before = m.group(HASHES_GROUP, HEADING_GROUP, 1)
+    hashes, before = m.group(HASHES_GROUP, 1)
+    if hashes is None or len(hashes) != 2:
+        return False
+    heading = heading_text(m)
     return (
-        hashes is not None
-        and len(hashes) == 2
-        and len(before) <= min(indent, 3)  # a heading (see Hit.level), no further right than the tag
+        len(before) <= min(indent, 3)  # a heading (see Hit.level), no further right than the tag
         and b"\t" not in before
         and may_be_report(heading)
         and RESULT_HEADING.fullmatch(heading) is not None
@@ -165,6 +176,8 @@ class Hit:
         if fence is not None and fence[0] == 0x60 and b"`" in self.info:
             self.fence = None  # ```inline``` code, not a fence
         self.hashes = len(hashes or b"")
+        if hashes is not None and b"\x1b" in self.heading:
+            self.heading = heading_text(m)
 
     @property
     def next_at(self) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.parser import ErrorItem, ResultItem, SignalItem, parse_text
+from agents.parser import ErrorItem, Found, Parser, ResultItem, SignalItem, UnreadReportItem, parse_text
 from bus.results import ResultStatus
 from bus.signals import StopWork
 
@@ -70,3 +70,39 @@ def test_escape_sequences_inside_a_report_are_taken_off() -> None:
     assert isinstance(item, ResultItem), item
     assert item.report.status is ResultStatus.SUCCESS
     assert item.report.summary == "All good."
+
+
+REPORT = (
+    "\x1b[1;36m## Auditor Result\x1b[0m\n\n\x1b[1m### Status\x1b[0m\nPARTIAL\n\n### Summary\nHalf done.\n"
+)
+
+
+def feed_split(data: bytes, cut: int) -> list[Found]:
+    parser = Parser()
+    return parser.feed(data[:cut]) + parser.feed(data[cut:]) + parser.close()
+
+
+def test_a_coloured_report_heading_starts_a_report_however_the_output_is_cut() -> None:
+    data = ("Done.\n" + REPORT).encode()
+    for cut in range(len(data) + 1):
+        [item] = feed_split(data, cut)
+        assert isinstance(item, ResultItem), (cut, item)
+        assert item.report.agent == "Auditor"
+        assert item.report.status is ResultStatus.PARTIAL
+        assert (item.line, item.offset) == (2, len("Done.\n"))
+
+
+def test_a_coloured_report_heading_ends_a_block_left_open() -> None:
+    data = ("[PROGRESS]\nagent_id: bg-1\npercent: 90\n" + REPORT).encode()
+    for cut in range(len(data) + 1):
+        error, report = feed_split(data, cut)
+        assert isinstance(error, ErrorItem), (cut, error)
+        assert "not terminated" in error.message
+        assert isinstance(report, ResultItem), (cut, report)
+
+
+def test_a_coloured_heading_that_is_no_reports_is_kept_in_mind() -> None:
+    text = REPORT.replace("## Auditor Result", "## Auditor Results")
+    [item] = parse_text(text)
+    assert isinstance(item, UnreadReportItem), item
+    assert item.heading == "## Auditor Results"
