@@ -48,11 +48,15 @@ TYPE_OF_TAG: Final = {t.value.encode(): t for t in SIGNAL_TYPES}
 # closing tag may be followed by text (``[/STOP_WORK] Waiting for the parent``): it ends an open block of
 # its type; outside one it is prose, like any other line (see the parser).
 _DECO: Final = rb"(?:[*_]|" + TERMINAL_ESCAPE + rb")*"
-_TAG: Final = _DECO + rb"\[(/)?(" + _TAGS + rb")\][^\n]*(?=\n)"
-_LONE: Final = re.compile(_DECO + rb"[ \t]*\r?")
-# A heading may be coloured too (``\x1b[1m## Auditor Result\x1b[0m``): escape sequences before its
-# hashes, and in its text, which :func:`heading_text` takes off.
-_ESCAPES: Final = rb"(?:" + TERMINAL_ESCAPE + rb")*"
+# Escape sequences inside the brackets too (``[\x1b[1mSTOP_WORK\x1b[0m]``: a highlighter that colours the
+# word); and a heading may be coloured (``\x1b[1m## Auditor Result\x1b[0m``): escape sequences before
+# its hashes, and in its text, which :func:`heading_text` takes off.
+_ESCAPES: Final = rb"(?:" + TERMINAL_ESCAPE + rb")*+"  # possessive: one way to match a run
+_TAG: Final = (
+    _DECO + rb"\[" + _ESCAPES + rb"(/)?" + _ESCAPES + rb"(" + _TAGS + rb")" + _ESCAPES + rb"\][^\n]*(?=\n)"
+)
+_LONE: Final = re.compile(_ESCAPES + rb"\]" + _DECO + rb"[ \t]*\r?")
+"""A tag's line after its name: nothing but its bracket, emphasis, escape sequences and spaces."""
 # Anchored on the newline before a line (each scanned region starts with one), so the regex engine
 # only tries line starts; the groups: indent, "/", tag | fence marker, info | hashes, heading text.
 # (The lookahead is for speed: it ends the try at a prose line's first character.)
@@ -74,7 +78,7 @@ RESULT:``): one only if it reads as a report (a valid status and a summary)."""
 def tentative(m: re.Match[bytes]) -> bool:
     """Whether a tag line of :data:`HIT` or :data:`TAG_LINE` is an opening tag with other text after it
     on its line (``[STOP_WORK] - blocked on npm``): a block or prose, as the lines after it tell."""
-    return m.group(2) is None and _LONE.fullmatch(m.string, m.end(3) + 1, m.end()) is None
+    return m.group(2) is None and _LONE.fullmatch(m.string, m.end(3), m.end()) is None
 
 
 HEADING_2: Final = re.compile(rb"\n[ \t]*" + _ESCAPES + rb"##[ \t]")
@@ -165,7 +169,7 @@ class Hit:
         self.line = line
         self.indent, slash, self.tag, fence, info, hashes, self.heading = m.groups()
         self.close = slash == b"/"
-        self.alone = self.tag is not None and _LONE.fullmatch(m.string, m.end(3) + 1, m.end()) is not None
+        self.alone = self.tag is not None and _LONE.fullmatch(m.string, m.end(3), m.end()) is not None
         """A tag with nothing after it on its line but emphasis, colour codes and spaces."""
         self.tentative = self.tag is not None and tentative(m)
         """An opening tag with text after it, not yet known to open a block (see :func:`tentative`)."""

@@ -106,3 +106,33 @@ def test_a_coloured_heading_that_is_no_reports_is_kept_in_mind() -> None:
     [item] = parse_text(text)
     assert isinstance(item, UnreadReportItem), item
     assert item.heading == "## Auditor Results"
+
+
+@pytest.mark.parametrize(
+    ("opening", "closing"),
+    [
+        ("[\x1b[1;31mSTOP_WORK\x1b[0m]", "[\x1b[1m/STOP_WORK\x1b[0m]"),  # the word coloured
+        ("\x1b[1m[\x1b[0;33mSTOP_WORK\x1b[1m]\x1b[0m", "[/\x1b[33mSTOP_WORK\x1b[39m] waiting"),
+        ("[\x1b[33mSTOP_WORK\x1b[0m] - blocked on the key", "[/STOP_WORK\x1b[0m]"),  # a tentative block
+    ],
+)
+def test_escape_sequences_inside_a_tags_brackets_are_allowed(opening: str, closing: str) -> None:
+    data = ("Blocked.\n" + opening + "\n" + BODY + closing + "\n").encode()
+    for cut in range(len(data) + 1):
+        [item] = feed_split(data, cut)
+        assert isinstance(item, SignalItem), (cut, item)
+        assert (item.line, item.offset) == (2, len("Blocked.\n"))
+
+
+def test_a_coloured_tag_in_the_middle_of_prose_is_still_prose() -> None:
+    assert parse_text("I print [\x1b[1mSTOP_WORK\x1b[0m] when blocked\n" + BODY + "[/STOP_WORK]\n") == []
+    assert (
+        parse_text("[\x1b[1mSTOP_WORK\x1b[0m] is what I print when blocked.\n[/STOP_WORK] ends it.\n") == []
+    )
+
+
+def test_a_closing_tag_coloured_inside_its_brackets_ends_the_block_at_a_pause() -> None:
+    parser = Parser()
+    assert parser.feed(("[STOP_WORK]\n" + BODY + "[\x1b[1m/STOP_WORK\x1b[0m]").encode()) == []
+    [item] = parser.settle()
+    assert isinstance(item, SignalItem), item
