@@ -98,7 +98,7 @@ def decode_body(kind: EnvelopeType, body: bytes, *, indent: int = 0, first_line:
         data = _rescued(text)
         if data is None:
             at = f" at line {first_line - 1 + exc.line}" if exc.line is not None else ""
-            raise BlockError(f"invalid YAML{at}: {exc.message}") from None
+            raise BlockError(f"invalid YAML{at}: {exc.message}{_tabbed(text, first_line)}") from None
     if not isinstance(data, dict):
         raise BlockError(f"the body must be a YAML mapping of fields, not {_kind(data)}")
     data = _unwrapped(kind, data)
@@ -172,14 +172,38 @@ _PROSE_FIELD: Final = re.compile(
 
 
 def _rescued(text: str) -> Any:
-    """The body with its prose fields quoted, when that makes it valid YAML; None otherwise."""
+    """The body with its prose fields quoted, or its tab indentation made spaces (see :func:`_detabbed`),
+    or both, when that makes it valid YAML; None otherwise."""
     quoted = _PROSE_FIELD.sub(lambda m: f"{m.group(1)}'{m.group(2).replace(chr(39), chr(39) * 2)}'", text)
-    if quoted == text:
-        return None
-    try:
-        return yamlsafe.load(quoted)
-    except yamlsafe.YamlError:
-        return None
+    spaced = _detabbed(text)
+    for again in dict.fromkeys((quoted, spaced, _detabbed(quoted))):
+        if again != text:
+            try:
+                return yamlsafe.load(again)
+            except yamlsafe.YamlError:
+                pass
+    return None
+
+
+# The whitespace a line starts with, when it holds a tab.
+_TABBED: Final = re.compile(r"(?m)^ *\t[ \t]*")
+
+
+def _detabbed(text: str) -> str:
+    """The body with the tabs of each line's indentation made spaces, to the next multiple of 8 columns,
+    as a terminal or an editor shows them. YAML refuses a tab there, yet a body indented with tabs (one
+    pasted from an editor, or typed) shows the structure it means; read as shown, it reads as meant."""
+    return _TABBED.sub(lambda m: m.group().expandtabs(8), text) if "\t" in text else text
+
+
+def _tabbed(text: str, first_line: int) -> str:
+    """A hint for a body that is no YAML with tabs in its indentation, even when read as shown."""
+    m = _TABBED.search(text)
+    if m is None:
+        return ""
+    return (
+        f" (line {first_line + text.count(chr(10), 0, m.start())} is indented with a tab, which YAML refuses)"
+    )
 
 
 def describe_errors(exc: ValidationError, limit: int = 3) -> str:
