@@ -120,12 +120,15 @@ class Parser:
     keeps the partial line: a line too long to be a tag line is dropped as it comes, unless it is part
     of an open body."""
 
-    def __init__(self, *, max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES, context: str = "") -> None:
-        """``context`` follows the "at line N" of error messages (a transcript names its JSONL line)."""
+    def __init__(
+        self, *, max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES, context: str = "", end: str = "end of input"
+    ) -> None:
+        """``context`` follows the "at line N" of error messages (a transcript names its JSONL line), and
+        ``end`` says what the end of input is to a block left open there (a transcript's message)."""
         if max_block_bytes < 1:
             raise ValueError("max_block_bytes must be positive")
         self.max_block_bytes = max_block_bytes
-        self._scanner = Scanner(max_block_bytes, context)
+        self._scanner = Scanner(max_block_bytes, context, end)
         self._partial = bytearray()  # the current incomplete line
         self._pos = 0  # stream offset of the partial line
         self._skipping = False  # the partial line was too long and dropped; skip to its end

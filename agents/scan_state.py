@@ -30,9 +30,10 @@ class State(Enum):
 class ScanState:
     """What the scanner holds between regions, and the items it completes; :meth:`drain` takes them."""
 
-    def __init__(self, max_block_bytes: int, context: str) -> None:
+    def __init__(self, max_block_bytes: int, context: str, end: str) -> None:
         self._limit = max_block_bytes
         self._context = context
+        self._end = end  # what the end of input is, for a block it leaves open
         self._out: list[Found] = []
         self.line = 1
         """The line number of the next region's first line (the parser counts the lines it drops)."""

@@ -80,7 +80,7 @@ class Scanner(ScanState):
         while self._tent is not None or (self._state is State.REPORT and self._ends.pending is not None):
             self._rescan(self._decide(False) if self._tent is not None else self._resolve())
         if self._state is State.BLOCK and not self._discard:
-            self._error("not terminated (end of input)")
+            self._error(f"not terminated ({self._end})")
         elif self._state is State.REPORT:
             self._emit_report(None if self._discard else bytes(self._body))
         self._state = State.OUTSIDE

@@ -49,6 +49,8 @@ DEFAULT_MAX_LINE_BYTES: Final = 16 << 20
 DETECT_LIMIT: Final = 1 << 20
 """Bytes :class:`AnyParser` buffers at most before it settles on a format."""
 _BOM: Final = b"\xef\xbb\xbf"
+# A block left open at the end of an assistant text: the transcript may go on, but each text is read alone.
+_END_OF_TEXT: Final = "end of its text: a signal does not span two of the agent's texts"
 
 
 class Format(StrEnum):
@@ -312,7 +314,9 @@ class TranscriptParser:
                 items.append(event)
                 continue
             parser = Parser(
-                max_block_bytes=self.max_block_bytes, context=f" of the text on JSONL line {event.line}"
+                max_block_bytes=self.max_block_bytes,
+                context=f" of the text on JSONL line {event.line}",
+                end=_END_OF_TEXT,
             )
             data = event.text.encode()
             for item in parser.feed(data) + parser.close():

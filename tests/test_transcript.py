@@ -184,15 +184,18 @@ def test_errors_inside_an_assistant_text_name_the_jsonl_line() -> None:
     assert isinstance(item, ErrorItem)
     assert item.line == 2
     assert item.offset == len(assistant_line("ok")) + len("prose\n")
-    assert (
-        item.message == "STOP_WORK block at line 2 of the text on JSONL line 2: not terminated (end of input)"
+    assert item.message == (
+        "STOP_WORK block at line 2 of the text on JSONL line 2: "
+        "not terminated (end of its text: a signal does not span two of the agent's texts)"
     )
 
 
 def test_a_block_does_not_span_two_messages() -> None:
     data = assistant_line("[PROGRESS]\nagent_id: a1\n") + assistant_line("percent: 5\n[/PROGRESS]\n")
     items, _ = parse(data)
-    assert [type(i).__name__ for i in items] == ["ErrorItem"]
+    [error] = items
+    assert isinstance(error, ErrorItem)
+    assert "end of its text" in error.message  # not "end of input": the transcript goes on
 
 
 def test_string_content_and_other_entry_types() -> None:
