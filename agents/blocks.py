@@ -74,6 +74,9 @@ class BlockError(ProtocolError):
         self.message = message
 
 
+_SPACED_CRLF: Final = re.compile(r" *\r\n")
+
+
 def decode_body(kind: EnvelopeType, body: bytes, *, indent: int = 0, first_line: int = 1) -> SignalPayload:
     """Validate the body of a ``kind`` block (the bytes between its tags) into its payload model.
 
@@ -87,8 +90,8 @@ def decode_body(kind: EnvelopeType, body: bytes, *, indent: int = 0, first_line:
     except UnicodeDecodeError as exc:
         line = first_line + body.count(b"\n", 0, exc.start)
         raise BlockError(f"invalid UTF-8 at line {line}") from None
-    if "\r" in text:
-        text = text.replace("\r\n", "\n")
+    if "\r" in text:  # spaces before a CRLF are invisible, and the parser's for a CR before it (\r\r\n)
+        text = _SPACED_CRLF.sub("\n", text) if " \r" in text else text.replace("\r\n", "\n")
     if indent:
         text = re.sub(rf"(?m)^[ \t]{{1,{indent}}}", "", text)
     text = _unfenced(text)

@@ -56,7 +56,8 @@ Recognition rules:
 
 A carriage return not followed by a line feed ends a line, as it does in YAML and Markdown: a program
 that draws a progress line (``Scanning 20%\r``) and then prints a tag puts the tag at the start of a
-line on the terminal, and so it is here (offsets do not change; line numbers count such lines). Any
+line on the terminal, and so it is here (offsets do not change; line numbers count such lines). One
+followed by another is a space, so ``\r\r\n`` (a CRLF through a terminal) ends one line. Any
 terminal escape sequence is allowed around a tag (a spinner's ``\x1b[1G\x1b[0K``, a window title), as
 colour codes are; text before a tag that cursor moves alone erased (no CR) still makes its line prose.
 
@@ -103,12 +104,19 @@ __all__ = [
 DEFAULT_MAX_BLOCK_BYTES: Final = 1 << 20
 _BOM: Final = b"\xef\xbb\xbf"
 _LONE_CR: Final = re.compile(rb"\r(?!\n)")
+_CR_BEFORE_CR: Final = re.compile(rb"\r(?=\r)")
 
 
 def _lines_of(chunk: bytes) -> bytes:
     """The chunk with each carriage return that ends a line on its own made a line feed (same length, so
-    offsets stay the output's). Counting first is two passes in C: CRLF output pays nothing more."""
+    offsets stay the output's). Counting first is two passes in C: CRLF output pays nothing more.
+
+    A carriage return followed by another is a space: ``\r\r\n`` (CRLF through a terminal, which adds a
+    CR to each LF: output kept by ``script``, or a container's with a TTY) ends one line, as the terminal
+    shows it, not two with a blank line between, which would cut a report's table and its summary."""
     if b"\r" in chunk and chunk.count(b"\r") != chunk.count(b"\r\n"):
+        if b"\r\r" in chunk:
+            chunk = _CR_BEFORE_CR.sub(b" ", chunk)
         return _LONE_CR.sub(b"\n", chunk)
     return chunk
 
@@ -150,10 +158,7 @@ class Parser:
             if head.startswith(_BOM):
                 chunk = head[len(_BOM) :]
                 self._pos = len(_BOM)
-        if self._cr:
-            chunk = b"\r" + chunk
-        self._cr = chunk.endswith(b"\r")
-        chunk = _lines_of(chunk[:-1] if self._cr else chunk)
+        chunk = self._line_ends(chunk)
         start = 0
         if self._skipping:
             start = chunk.find(b"\n") + 1
@@ -177,6 +182,15 @@ class Parser:
             self._partial = bytearray()
             self._skipping = True
         return self._scanner.drain()
+
+    def _line_ends(self, chunk: bytes) -> bytes:
+        """The chunk as :func:`_lines_of` makes it, less a last CR, kept back until the next byte tells
+        what it ends (a line on its own, or one with the LF after it)."""
+        if self._cr:
+            chunk = b"\r" + chunk
+        self._cr = chunk.endswith(b"\r")
+        chunk = _lines_of(chunk)  # whole: a CR before the one kept back is known to be followed by a CR
+        return chunk[:-1] if self._cr else chunk
 
     def settle(self) -> list[Found]:
         """The output paused: a partial line that is the closing tag of the open block ends it now, and

@@ -136,3 +136,28 @@ def test_a_closing_tag_coloured_inside_its_brackets_ends_the_block_at_a_pause() 
     assert parser.feed(("[STOP_WORK]\n" + BODY + "[\x1b[1m/STOP_WORK\x1b[0m]").encode()) == []
     [item] = parser.settle()
     assert isinstance(item, SignalItem), item
+
+
+TABLE_REPORT = (
+    "## Auditor Result\n\n### Status\nSUCCESS\n\n### Summary\nAll checked.\n\n### Findings\n"
+    "| ID | Issue | File:Line | Severity |\n|----|-------|-----------|----------|\n"
+    "| SEC-1 | SQL injection | src/a.py:10 | critical |\n| SEC-2 | XSS | src/b.py:20 | minor |\n"
+)
+
+
+@pytest.mark.parametrize("end", ["\r\r\n", "\r\r\r\n"])
+def test_crlf_through_a_terminal_ends_one_line_however_the_output_is_cut(end: str) -> None:
+    """A CRLF written to a terminal becomes CR CR LF (the terminal adds a CR to each LF): one line end, not
+    a blank line after each line, which would cut the table and lose its findings."""
+    body = "agent_id: bg-1\nstop_reason: blocker\nblocker_type: error\ndetails: |\n  npm ERR\n    at line 3\n"
+    text = "Blocked.\n[STOP_WORK]\n" + body + "[/STOP_WORK]\n" + TABLE_REPORT
+    data = text.replace("\n", end).encode()
+    for cut in range(len(data) + 1):
+        signal, report = feed_split(data, cut)
+        assert isinstance(signal, SignalItem), (cut, signal)
+        assert isinstance(signal.payload, StopWork)
+        assert signal.payload.details == "npm ERR\n  at line 3\n"
+        assert signal.line == 2
+        assert isinstance(report, ResultItem), (cut, report)
+        assert report.report.summary == "All checked."
+        assert [f.file for f in report.report.findings] == ["src/a.py", "src/b.py"], cut
