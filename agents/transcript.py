@@ -1,4 +1,4 @@
-"""Claude Code transcripts (JSONL output files) and the detection of the output format.
+"""Claude Code transcripts (JSONL output files); :mod:`agents.transcript_format` tells them from text.
 
 A background agent's output file (seed 004, ``outputFile``) is its transcript: one JSON object per line
 with ``type`` ``user`` or ``assistant`` (other types are bookkeeping and ignored), ``sessionId``,
@@ -7,7 +7,10 @@ with ``type`` ``user`` or ``assistant`` (other types are bookkeeping and ignored
 agent's output: the user prompt (which carries the signal templates), tool inputs and tool results are
 not, so a template or a quoted signal there is never taken for a signal. ``isSidechain`` does not
 filter: a subagent's file holds only its own (sidechain) messages, and a main session's file is that
-session's output.
+session's output. ``claude -p --output-format json`` prints one ``result`` entry, whose ``result`` is the
+answer's text, and ``stream-json`` the same after the assistant's messages: a result's text is read only
+when no assistant text came since the last result (it repeats the last message's), and its
+``session_id`` is the session's, as ``sessionId`` is.
 
 Each assistant text is parsed on its own by a :class:`~agents.parser.Parser` (a signal or a report does
 not span two messages; one still open at the end of its text is an error). The items it yields are
@@ -20,9 +23,6 @@ envelope ids deterministic.
 
 from __future__ import annotations
 
-import contextlib
-import re
-from enum import StrEnum
 from typing import Any, Final
 
 import orjson
@@ -30,6 +30,7 @@ import orjson
 from agents.items import UnreadReportItem
 from agents.lenient_json import loads_lenient
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Found, Item, Parser
+from agents.transcript_format import BOM, Detector, Format, detect_format, replaced
 from agents.unread import UnreadReports
 from bus.fields import Model
 
@@ -48,99 +49,8 @@ DEFAULT_MAX_LINE_BYTES: Final = 16 << 20
 """JSONL lines longer than this are skipped with an error (a transcript line holds one message)."""
 DETECT_LIMIT: Final = 1 << 20
 """Bytes :class:`AnyParser` buffers at most before it settles on a format."""
-_BOM: Final = b"\xef\xbb\xbf"
 # A block left open at the end of an assistant text: the transcript may go on, but each text is read alone.
 _END_OF_TEXT: Final = "end of its text: a signal does not span two of the agent's texts"
-
-
-class Format(StrEnum):
-    AUTO = "auto"
-    TEXT = "text"
-    CLAUDE_JSONL = "claude-jsonl"
-
-
-def detect_format(first_bytes: bytes, *, final: bool = False) -> Format:
-    """The format of an output from its first bytes; :attr:`Format.AUTO` while they do not decide.
-
-    A transcript's first non-blank character is ``{``: anything else is text at once. Then its first
-    non-empty lines are looked at, each a transcript entry (a JSON object with a ``type`` of a transcript's,
-    or a ``type`` and a session id, a message or a uuid: see :data:`_ENTRY_KEYS`) or not:
-    a first line that is an entry decides for a transcript; otherwise (a damaged or cut first line, a
-    JSON object of something else) two entries among the first three lines do, and two lines that are
-    not entries decide for text. ``final`` says no more bytes will come (end of input, or enough
-    buffered): a last line still incomplete is judged on what there is, and with fewer lines than that
-    an entry wins a tie.
-    """
-    return _Detector().decide(first_bytes, final=final)
-
-
-class _Detector:
-    """:func:`detect_format` over a buffer that only grows: lines judged once are not read again."""
-
-    _LINES: Final = 3
-
-    def __init__(self) -> None:
-        self._pos = 0  # the start of the first line not judged yet
-        self._entries = 0
-        self._others = 0
-
-    def decide(self, head: bytes | bytearray, *, final: bool) -> Format:
-        while True:
-            end = head.find(b"\n", self._pos)
-            line = bytes(head[self._pos : len(head) if end < 0 else end])
-            text = (line.removeprefix(_BOM) if self._pos == 0 else line).strip()
-            if self._pos == 0 and end < 0 and not final and line and _BOM.startswith(line):
-                return Format.AUTO  # a byte order mark cut short: the next bytes tell what it is
-            if not (self._entries or self._others) and text[:1] not in (b"", b"{"):
-                return Format.TEXT
-            if end < 0 and not (final and text):
-                break
-            self._pos = len(head) if end < 0 else end + 1
-            if text and (found := self._count(_is_entry(text, complete=end >= 0))) is not Format.AUTO:
-                return found
-        if not final:
-            return Format.AUTO
-        return Format.CLAUDE_JSONL if self._entries and self._entries >= self._others else Format.TEXT
-
-    def _count(self, entry: bool) -> Format:
-        if entry and not (self._entries or self._others):
-            return Format.CLAUDE_JSONL  # a first line that is an entry decides at once
-        if entry:
-            self._entries += 1
-        else:
-            self._others += 1
-        if 2 * self._entries > self._LINES:
-            return Format.CLAUDE_JSONL
-        if 2 * self._others > self._LINES:
-            return Format.TEXT
-        return Format.AUTO
-
-
-_ENTRY_TYPES: Final = frozenset({"user", "assistant", "system", "summary", "result"})
-_ENTRY_KEYS: Final = ("message", "sessionId", "session_id", "uuid", "leafUuid", "messageId")
-"""A transcript entry's ``type`` is one of :data:`_ENTRY_TYPES`, or it has one of these keys: a structured
-log line such as ``{"type": "log", "msg": ...}`` is no entry."""
-
-
-def _is_entry(line: bytes, *, complete: bool) -> bool:
-    """Whether a (stripped) line is a transcript entry; an incomplete one (cut by the buffering limit)
-    is judged by its start."""
-    try:
-        value = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        if not complete:
-            return (
-                line[:1] == b"{"
-                and b'"type"' in line
-                and any(f'"{name}"'.encode() in line for name in (*_ENTRY_TYPES, *_ENTRY_KEYS))
-            )
-        value = loads_lenient(line)
-        if value is None:
-            value = _replaced(line)  # a byte of invalid UTF-8 makes no transcript plain text
-    if not isinstance(value, dict) or "type" not in value:
-        return False
-    kind = value["type"]
-    return (isinstance(kind, str) and kind in _ENTRY_TYPES) or any(key in value for key in _ENTRY_KEYS)
 
 
 class AssistantText(Model):
@@ -160,7 +70,7 @@ class TranscriptReader:
         """``first_line`` is the number of the first line fed (a reading resumed mid-transcript)."""
         self.max_line_bytes = max_line_bytes
         self.session_id: str | None = None
-        """The first ``sessionId`` seen (what a resume needs)."""
+        """The first ``sessionId`` (or ``session_id``) seen (what a resume needs)."""
         self.agent_id: str | None = None
         """The first ``agentId`` seen."""
         self._partial = bytearray()  # the current line, unless it is being skipped
@@ -168,6 +78,7 @@ class TranscriptReader:
         self._pos = 0  # offset of the current line
         self._line = first_line
         self._skipping = False
+        self._answered = False  # an assistant text came since the last result entry
         self._out: list[AssistantText | ErrorItem] = []
 
     def feed(self, chunk: bytes) -> list[AssistantText | ErrorItem]:
@@ -209,7 +120,7 @@ class TranscriptReader:
         self._partial = bytearray()
         self._skipping = False
         if offset == 0:
-            data = data.removeprefix(_BOM)  # orjson refuses one; offsets still count it
+            data = data.removeprefix(BOM)  # orjson refuses one; offsets still count it
         if skipped or not data.strip():
             return
         try:
@@ -217,7 +128,7 @@ class TranscriptReader:
         except orjson.JSONDecodeError as exc:
             entry = loads_lenient(data)
             if entry is None:
-                entry = _replaced(data)
+                entry = replaced(data)
             if entry is None:
                 self._out.append(
                     ErrorItem(line=line, offset=offset, message=f"JSONL line {line}: {_why(data, exc)}")
@@ -231,11 +142,18 @@ class TranscriptReader:
         self._entry(entry, line, offset)
 
     def _entry(self, entry: dict[str, Any], line: int, offset: int) -> None:
-        if self.session_id is None and isinstance(entry.get("sessionId"), str):
-            self.session_id = entry["sessionId"]
+        if self.session_id is None:
+            session = entry.get("sessionId", entry.get("session_id"))
+            self.session_id = session if isinstance(session, str) else None
         if self.agent_id is None and isinstance(entry.get("agentId"), str):
             self.agent_id = entry["agentId"]
-        if entry.get("type") != "assistant":
+        kind = entry.get("type")
+        if kind == "result":
+            answer = entry.get("result")
+            if isinstance(answer, str) and not self._answered:
+                self._out.append(AssistantText(text=answer, line=line, offset=offset, start=offset))
+            self._answered = False
+        if kind != "assistant":
             return
         message = entry.get("message")
         content = message.get("content") if isinstance(message, dict) else None
@@ -253,23 +171,8 @@ class TranscriptReader:
             if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
                 text: str = block["text"]
                 self._out.append(AssistantText(text=text, line=line, offset=offset, start=start))
+                self._answered = True
                 offset += len(text.encode())
-
-
-def _replaced(data: bytes) -> Any:
-    """The line read with each byte of invalid UTF-8 as ``?`` (a signal in it is not lost); None when that
-    does not make it JSON either. One byte for one keeps a text no longer than its line (offsets)."""
-    try:
-        data.decode()
-    except UnicodeDecodeError:
-        text = _ESCAPED.sub("?", data.decode(errors="surrogateescape"))
-        with contextlib.suppress(orjson.JSONDecodeError):
-            return orjson.loads(text)
-    return None
-
-
-_ESCAPED: Final = re.compile("[\udc80-\udcff]")
-"""The bytes ``surrogateescape`` could not decode, one code point each."""
 
 
 def _why(data: bytes, exc: orjson.JSONDecodeError) -> str:
@@ -347,7 +250,7 @@ class AnyParser:
         self.max_block_bytes = max_block_bytes
         self._first_line = first_line
         self._head = bytearray()
-        self._detector = _Detector()
+        self._detector = Detector()
         self._started = False  # a non-blank byte was buffered: only a newline can decide now
         self._parser: Parser | TranscriptParser | None = None
         self._unread = UnreadReports(reported=reported)
