@@ -52,16 +52,18 @@ _DECO: Final = rb"(?:[*_]|" + TERMINAL_ESCAPE + rb")*"
 # word); and a heading may be coloured (``\x1b[1m## Auditor Result\x1b[0m``): escape sequences before
 # its hashes, and in its text, which :func:`heading_text` takes off.
 _ESCAPES: Final = rb"(?:" + TERMINAL_ESCAPE + rb")*+"  # possessive: one way to match a run
-_TAG: Final = (
-    _DECO + rb"\[" + _ESCAPES + rb"(/)?" + _ESCAPES + rb"(" + _TAGS + rb")" + _ESCAPES + rb"\][^\n]*(?=\n)"
-)
-_LONE: Final = re.compile(_ESCAPES + rb"\]" + _DECO + rb"[ \t]*\r?")
+# The full-width forms of the brackets and the slash (``［STOP_WORK］``, as a CJK input method writes
+# them) are theirs too.
+_OPEN, _SLASH, _CLOSE = rb"(?:\[|\xef\xbc\xbb)", rb"(/|\xef\xbc\x8f)", rb"(?:\]|\xef\xbc\xbd)"
+_NAME: Final = _ESCAPES + _SLASH + rb"?" + _ESCAPES + rb"(" + _TAGS + rb")" + _ESCAPES  # ``/STOP_WORK``
+_TAG: Final = _DECO + _OPEN + _NAME + _CLOSE + rb"[^\n]*(?=\n)"
+_LONE: Final = re.compile(_ESCAPES + _CLOSE + _DECO + rb"[ \t]*\r?")
 """A tag's line after its name: nothing but its bracket, emphasis, escape sequences and spaces."""
 # Anchored on the newline before a line (each scanned region starts with one), so the regex engine
 # only tries line starts; the groups: indent, "/", tag | fence marker, info | hashes, heading text.
 # (The lookahead is for speed: it ends the try at a prose line's first character.)
 HIT: Final = re.compile(
-    rb"\n([ \t]*)(?=[\[*_\x1b`~#])(?:"
+    rb"\n([ \t]*)(?=[\[*_\x1b`~#\xef])(?:"
     + (_TAG + rb"|(`{3,}|~{3,})([^\n]*)|" + _ESCAPES + rb"(#{1,3})[ \t]([^\n]*))")
 )
 TAG_GROUP: Final = 3  # the group of HIT a tag line ends with (``m.lastindex``)
@@ -168,7 +170,7 @@ class Hit:
         self.at = base + self.start - 1  # stream offset of the line
         self.line = line
         self.indent, slash, self.tag, fence, info, hashes, self.heading = m.groups()
-        self.close = slash == b"/"
+        self.close = slash is not None
         self.alone = self.tag is not None and _LONE.fullmatch(m.string, m.end(3), m.end()) is not None
         """A tag with nothing after it on its line but emphasis, colour codes and spaces."""
         self.tentative = self.tag is not None and tentative(m)

@@ -161,3 +161,24 @@ def test_crlf_through_a_terminal_ends_one_line_however_the_output_is_cut(end: st
         assert isinstance(report, ResultItem), (cut, report)
         assert report.report.summary == "All checked."
         assert [f.file for f in report.report.findings] == ["src/a.py", "src/b.py"], cut
+
+
+@pytest.mark.parametrize(
+    ("opening", "closing"),
+    [
+        ("［STOP_WORK］", "［/STOP_WORK］"),  # full-width brackets, as a CJK input method writes them
+        ("**［STOP_WORK］**", "［／STOP_WORK］"),  # and a full-width slash
+        ("［STOP_WORK］ 被阻止了", "[/STOP_WORK]"),  # a tentative block
+    ],
+)
+def test_full_width_brackets_make_a_tag(opening: str, closing: str) -> None:
+    data = ("Blocked.\n" + opening + "\n" + BODY + closing + "\n").encode()
+    for cut in range(len(data) + 1):
+        [item] = feed_split(data, cut)
+        assert isinstance(item, SignalItem), (cut, item)
+        assert (item.line, item.offset) == (2, len("Blocked.\n"))
+
+
+def test_a_full_width_tag_in_prose_or_a_closing_one_alone_is_prose() -> None:
+    assert parse_text("我会打印［STOP_WORK］\n" + BODY + "［/STOP_WORK］\n") == []
+    assert parse_text("［／STOP_WORK］\n") == []
