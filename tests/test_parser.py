@@ -780,6 +780,11 @@ FRAGMENTS = [
     b"## [Agent Name] Result\n### Status\nSUCCESS\n### Summary\nDone.\n",  # filled in
     b"# Tester Result\n## Status\nFAILED\n## Summary\nno\n",
     b"# Notes\n### QA Result\n#### Status\nSUCCESS\n### Summary\nok\n",
+    # as a terminal shows output: colour inside a tag and a body, a coloured heading, CR CR LF, full width
+    b"[\x1b[1mPROGRESS\x1b[0m]\n\x1b[34magent_id\x1b[0m: u\npercent: 50\n[\x1b[1m/PROGRESS\x1b[0m]\n",
+    b"\x1b[1m## Coloured Result\x1b[0m\n### Status\nSUCCESS\n### Summary\nok\n",
+    stop("d").replace("\n", "\r\r\n").encode(),
+    "\uff3bPROGRESS\uff3d\nagent_id: v\npercent: 60\n\uff3b\uff0fPROGRESS\uff3d\n".encode(),
 ]
 
 
@@ -826,6 +831,10 @@ def test_byte_by_byte_feeding_of_a_mixed_document() -> None:
         ("UnreadReportItem", 96),
         ("UnreadReportItem", 101),
         ("UnreadReportItem", 107),
+        ("SignalItem", 112),
+        ("ResultItem", 116),
+        ("SignalItem", 121),
+        ("SignalItem", 128),
     ]
 
 
