@@ -76,13 +76,18 @@ class OutputStream:
     def restart(self) -> tuple[int, int]:
         """(offset, line) where a fresh stream can take over from this one: in a transcript, the start of
         the first incomplete JSONL line, or of the line of a section held until the agent's end
-        (:mod:`agents.unread`), so that a fresh stream holds it again."""
+        (:mod:`agents.unread`), so that a fresh stream holds it again, or of the last assistant text
+        since a ``result`` entry, so that a fresh stream knows the next result repeats it (the items
+        of the lines read again were published: ``done`` skips them)."""
         if self.parser.format is not Format.CLAUDE_JSONL:
             return self.base, self.base_line
-        held = self.parser.held
-        if held is None or held.reread_from is None:
-            return self._line_start
-        return min(self._line_start, (held.reread_from + self.base, held.line))
+        restart = self._line_start
+        held, answered = self.parser.held, self.parser.answered_at
+        if held is not None and held.reread_from is not None:
+            restart = min(restart, (held.reread_from + self.base, held.line))
+        if answered is not None:
+            restart = min(restart, (answered[0] + self.base, answered[1]))
+        return restart
 
     def feed(self, chunk: bytes) -> list[Envelope]:
         """The envelopes completed by the next bytes of output."""

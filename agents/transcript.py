@@ -78,7 +78,9 @@ class TranscriptReader:
         self._pos = 0  # offset of the current line
         self._line = first_line
         self._skipping = False
-        self._answered = False  # an assistant text came since the last result entry
+        self.answered_at: tuple[int, int] | None = None
+        """(offset, line) of the last assistant line with text since the last ``result`` entry, whose
+        text the next result repeats: a reading resumed there knows not to read that result."""
         self._out: list[AssistantText | ErrorItem] = []
 
     def feed(self, chunk: bytes) -> list[AssistantText | ErrorItem]:
@@ -150,9 +152,9 @@ class TranscriptReader:
         kind = entry.get("type")
         if kind == "result":
             answer = entry.get("result")
-            if isinstance(answer, str) and not self._answered:
+            if isinstance(answer, str) and self.answered_at is None:
                 self._out.append(AssistantText(text=answer, line=line, offset=offset, start=offset))
-            self._answered = False
+            self.answered_at = None
         if kind != "assistant":
             return
         message = entry.get("message")
@@ -171,7 +173,7 @@ class TranscriptReader:
             if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
                 text: str = block["text"]
                 self._out.append(AssistantText(text=text, line=line, offset=offset, start=start))
-                self._answered = True
+                self.answered_at = (start, line)
                 offset += len(text.encode())
 
 
@@ -203,6 +205,10 @@ class TranscriptParser:
     @property
     def agent_id(self) -> str | None:
         return self.reader.agent_id
+
+    @property
+    def answered_at(self) -> tuple[int, int] | None:
+        return self.reader.answered_at
 
     def feed(self, chunk: bytes) -> list[Found]:
         return self._items(self.reader.feed(chunk))
@@ -286,6 +292,11 @@ class AnyParser:
     def held(self) -> UnreadReportItem | None:
         """The section :mod:`agents.unread` holds, if any."""
         return self._unread.held
+
+    @property
+    def answered_at(self) -> tuple[int, int] | None:
+        """A transcript's :attr:`TranscriptReader.answered_at`; None for text."""
+        return self._parser.answered_at if isinstance(self._parser, TranscriptParser) else None
 
     @property
     def reported(self) -> bool:

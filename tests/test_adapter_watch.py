@@ -538,6 +538,17 @@ async def test_a_section_held_in_a_transcript_is_held_again_after_a_sigkill(
     )
 
 
+async def test_a_stream_json_result_is_not_read_again_after_a_sigkill(redis_url: str, tmp_path: Path) -> None:
+    """``claude -p --output-format stream-json`` ends a turn with a ``result`` entry repeating its last
+    message. An adapter killed after it checkpointed that message restarts from the message's line, not
+    after it: the result that comes next is known for a repeat, not published a second time."""
+    repeat = orjson.dumps({"type": "result", "subtype": "success", "result": _PROGRESS, "session_id": "s1"})
+    signals = await _killed_after_progress(
+        redis_url, tmp_path, _assistant("Starting."), repeat + b"\n" + _COMPLETION
+    )
+    assert [e.type for e in signals] == [T.PROGRESS] * 3 + [T.COMPLETION_REPORT]
+
+
 async def test_a_recap_after_a_report_is_no_lost_result_after_a_sigkill(
     redis_url: str, tmp_path: Path
 ) -> None:
