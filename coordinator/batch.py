@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Final
 
 from bus.connection import as_text
@@ -19,6 +20,7 @@ from bus.consumer import DELETED_REASON, dead_letter_fields
 from bus.display import field_names
 from bus.envelope import Envelope, EnvelopeType, decode
 from bus.errors import DecodeError
+from bus.events import Tick
 from bus.keys import Keys, StreamKind
 from coordinator.commit import Commit
 from coordinator.policy import Policy
@@ -105,6 +107,10 @@ class Batch:
     """The shard's committed states (read only: the batch may yet fail to commit)."""
     tombstones: Tombstones = field(default_factory=dict)
     """The shard's retired groups (read only, like ``stored``; see :mod:`coordinator.tombstones`)."""
+    ticked_at: datetime | None = None
+    """The ``now`` of the shard's last tick (the batch's own once it applied one): a new group starts with
+    it, as if it had been there for that tick, so that its first entries count as sent after it
+    (:mod:`coordinator.rules.timeouts`)."""
     groups: dict[str, GroupState] = field(default_factory=dict)
     """The states of the groups the batch changed (not a copy of the shard's: a shard holds thousands)."""
     runs: dict[str, Run] = field(default_factory=dict)
@@ -196,6 +202,8 @@ class Batch:
         type_ = envelope.type
         self.types_in[type_] = self.types_in.get(type_, 0) + 1
         if type_ is EnvelopeType.TICK:
+            if isinstance(envelope.payload, Tick):
+                self.ticked_at = envelope.payload.now
             for gid in sorted(self.stored.keys() | self.groups.keys()):  # in an order a reload keeps
                 state = self.groups[gid] if gid in self.groups else self.stored[gid]
                 if state.retired_at is not None:  # by an earlier tick of the batch
@@ -236,7 +244,7 @@ class Batch:
             if admission.anew:
                 state = None
         if state is None:  # a new group, or a retired one that starts anew
-            state, run = GroupState(group_id=gid), None
+            state, run = GroupState(group_id=gid, ticked_at=self.ticked_at), None
         if run is None:
             run = self.runs[gid] = Run()
         try:

@@ -14,7 +14,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from bus import wire
 from bus.connection import Client, as_text, check_block, translated
@@ -277,6 +277,10 @@ class Coordinator:
             shard.tombstones = await load_tombstones(self.client, self.keys, shard.index)
         load = load_shard(self.client, self.keys, shard.index, in_thread=True)
         shard.groups, held = await self._leases.hold(shard.pipe, shard.index, shard.token, load)
+        # every group of the shard had its last tick (but groups that came after it, and states stored
+        # before ticks were kept)
+        ticks = [state.ticked_at for state in shard.groups.values() if state.ticked_at is not None]
+        shard.ticked_at = max(ticks, default=None)
         if not held:
             self._lost(shard)
         shard.need_pending = True
@@ -311,8 +315,12 @@ class Coordinator:
         if now - shard.last_tick < self.options.tick_interval_s:
             return
         shard.last_tick = now
+        # The server's clock, not this machine's: every coordinator that ticks the shard then keeps one
+        # time, and one whose clock is ahead does not time out every agent when it takes the shard over.
+        ((seconds, micros),) = await wire.execute(self.client, shard.signals, [(b"TIME",)])
+        server = datetime.fromtimestamp(int(seconds), UTC) + timedelta(microseconds=int(micros))
         tick = new_envelope(
-            Tick(now=datetime.now(UTC)), agent_id=self.options.name, group_id=TICK_GROUP, source="tick"
+            Tick(now=server), agent_id=self.options.name, group_id=TICK_GROUP, source="tick", ts=server
         )
         with translated():
             await self.client.xadd(shard.signals, {"data": encode(tick)})
@@ -338,6 +346,7 @@ class Coordinator:
             Commit(self._leases.key(shard.index), shard.signals, self._version_key(shard)),
             shard.groups,
             shard.tombstones,
+            shard.ticked_at,
         )
         counting = shard.need_pending and not shard.refused
         counts = await shard.delivery_counts(self.client, entries) if counting else {}
@@ -348,6 +357,7 @@ class Coordinator:
         if result is CommitResult.OK:
             shard.refused = False
             batch.committed(shard.groups, shard.tombstones)
+            shard.ticked_at = batch.ticked_at
             shard.version += 1
             self.applied += len(entries)
             # until the commit's reply: the read sent behind it may wait for new entries much longer

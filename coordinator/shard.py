@@ -12,6 +12,7 @@ applied in stream order and none is skipped.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from bus import wire
@@ -58,6 +59,8 @@ class Shard:
     tombstones: dict[str, frozenset[str]] = field(default_factory=dict)
     """The shard's retired groups (:mod:`coordinator.tombstones`), loaded with ``groups``."""
     last_tick: float = 0.0
+    ticked_at: datetime | None = None
+    """The ``now`` of the last tick applied to the shard (:attr:`coordinator.batch.Batch.ticked_at`)."""
     ahead: list[Entry] | None = None
     """Entries read behind the last commit, in the same write (see :meth:`commit`): the next batch, or
     ``[]`` when none came within the block time; None when nothing was read ahead."""

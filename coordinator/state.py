@@ -102,7 +102,8 @@ class AgentRecord(Model):
     task: str | None = None
     registered_at: datetime
     last_seen: datetime
-    """The latest envelope timestamp the agent (or its adapter) sent."""
+    """When the agent (or its adapter) was last heard from: the latest of its envelopes' times
+    (:attr:`~coordinator.rules.step.Step.at`), brought back to a tick's ``now`` when later than it."""
     resumed_at: datetime | None = None
     """When the coordinator last sent it a resume directive; timeouts count from the later of the two."""
     applied: int = 0
@@ -242,8 +243,11 @@ class GroupState(Model):
     (``status``, ``inbox``) know it."""
     applied: int = 0
     last_applied_at: datetime | None = None
-    """The latest timestamp of the entries applied to the group (not rejected), ticks excepted: how long
-    it has been quiet, for retirement."""
+    """The latest time of the entries applied to the group (not rejected), ticks excepted: how long it
+    has been quiet, for retirement."""
+    ticked_at: datetime | None = None
+    """The ``now`` of the last tick applied to the group: the coordinators' clock, which every time the
+    rules compare is brought to (see :mod:`coordinator.rules.timeouts`)."""
     window: IdWindow = Field(default_factory=IdWindow)
     retired_at: datetime | None = None
     """Set by the tick that retires the group: the commit of its batch deletes the stored state instead

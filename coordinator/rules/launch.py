@@ -90,8 +90,8 @@ def launch(step: Step, spec: Launch) -> AgentRecord:
             parent_agent_id=parent_id,
             depth=spec.depth,
             task=spec.task,
-            registered_at=step.ts,
-            last_seen=step.ts,
+            registered_at=step.at,
+            last_seen=step.at,
             attempt=spec.attempt,
             retry_of=spec.retry_of,
             request_id=spec.request_id,
@@ -191,6 +191,6 @@ def _relaunch(step: Step, record: AgentRecord, directives: tuple[str, ...], why:
 def _expiry(step: Step) -> datetime | None:
     """When a launch request made now goes stale: the agent, running from now, is lost if still unheard."""
     try:
-        return step.ts + timedelta(seconds=step.policy.lost_timeout_seconds)
+        return step.at + timedelta(seconds=step.policy.lost_timeout_seconds)
     except OverflowError:  # past the year 9999: never
         return None

@@ -1,7 +1,8 @@
 """An agent's lifecycle as seen through its own envelopes (signals, results, findings, adapter events).
 
 - Any envelope from an agent the group does not know registers it (``running``, depth 0).
-- Any envelope from an agent refreshes ``last_seen`` (never backwards); one from a ``timed_out`` or
+- Any envelope from an agent refreshes ``last_seen`` (never backwards, but by a tick: see
+  :mod:`coordinator.rules.timeouts`); one from a ``timed_out`` or
   ``lost`` agent brings it back to ``running``: it was slow, not gone.
 - AGENT_STARTED names the agent and its task. AGENT_EXITED with a non-zero exit code of a ``running``
   agent that sent no completion makes it ``failed`` (and feeds status aggregation); a clean exit ends a
@@ -43,7 +44,7 @@ def touch(step: Step) -> AgentRecord:
     record = step.find(agent_id)
     if record is None:
         record = step.put(
-            AgentRecord(agent_id=agent_id, registered_at=step.ts, last_seen=step.ts, watched=watched)
+            AgentRecord(agent_id=agent_id, registered_at=step.at, last_seen=step.at, watched=watched)
         )
         step.decide(DecisionType.STATE_CHANGED, agent_id, "registered on its first envelope")
         return record

@@ -77,6 +77,15 @@ class Step:
         return self.envelope.ts
 
     @property
+    def at(self) -> datetime:
+        """When the input was sent, for the rules' timeouts: its timestamp (its sender's clock), but never
+        before the group's last tick, which came before it in the stream. A sender whose clock is behind
+        the coordinators' does not make an agent look silent; one ahead is brought back by the next tick
+        (:mod:`coordinator.rules.timeouts`)."""
+        ts, ticked = self.envelope.ts, self._input.ticked_at
+        return ticked if ticked is not None and ticked > ts else ts
+
+    @property
     def group_id(self) -> str:
         return self._input.group_id
 
@@ -255,13 +264,13 @@ class Step:
         request: str | None = None,
         **changes: Any,
     ) -> None:
-        """Back to running after a directive; timeouts count again from now (the input's timestamp).
+        """Back to running after a directive; timeouts count again from now (the input's :attr:`at`).
 
         Unless something else still holds the agent: one directive answers one thing it waits on, and
         it may wait on several (questions, then a blocker; delegates). It is then in the state of what
         holds it, which the decision names.
         """
-        self.update(agent_id, resumed_at=self.ts, **changes)
+        self.update(agent_id, resumed_at=self.at, **changes)
         state = held(self.agent(agent_id), self.state) or AgentState.RUNNING
         if state is not AgentState.RUNNING:
             detail += f"; still {state.value}"
@@ -279,9 +288,9 @@ class Step:
         if rejected is None:
             changes["applied"] = changes.get("applied", self._input.applied) + 1
             if envelope.type is not EnvelopeType.TICK:  # a tick's agent id is a coordinator's name
-                last = changes.get("last_applied_at", self._input.last_applied_at)
-                if last is None or envelope.ts > last:
-                    changes["last_applied_at"] = envelope.ts
+                last, at = changes.get("last_applied_at", self._input.last_applied_at), self.at
+                if last is None or at > last:
+                    changes["last_applied_at"] = at
                 record = self.find(envelope.agent_id)
                 if record is not None:
                     self._count(record)
@@ -300,8 +309,8 @@ class Step:
         """One more entry applied for ``record``'s agent, the input being the last (and a sign of life)."""
         envelope = self.envelope
         counted: dict[str, Any] = {"applied": record.applied + 1, "last_applied_id": envelope.id}
-        if self.alive and envelope.ts > record.last_seen:
-            counted["last_seen"] = envelope.ts
+        if self.alive and (at := self.at) > record.last_seen:
+            counted["last_seen"] = at
         if id(record) in self.run.own:
             # No rule runs after this and only the run holds the record: no need for another copy.
             change(record, counted)

@@ -7,11 +7,26 @@ its last resume, whichever is later. Agents waiting for a human or a delegate (`
 ``blocked``, ``delegating``) do not time out: their silence is expected, and the wait is on someone else.
 Nor do senders of nothing but findings (scripts, see :attr:`AgentRecord.watched`). A tick also retires a
 group that is done and quiet (:mod:`coordinator.rules.retirement`).
+
+Agents' timestamps come from their adapters' clocks (a human command's from its machine's), ticks from
+the Redis server's (:class:`coordinator.service.Coordinator`), and those differ. So every time the rules
+compare is brought to the ticks' clock (the group remembers its last tick's ``now``,
+:attr:`GroupState.ticked_at`):
+
+- an entry counts as sent no earlier than the group's last tick, which came before it in the stream
+  (:attr:`Step.at`; a new group starts with its shard's last tick, see :class:`coordinator.batch.Batch`):
+  an adapter or a human whose clock is behind does not make an agent look silent;
+- a tick brings back every time later than its ``now`` (an agent's last sign of life or resume, the
+  group's last applied entry) to that ``now``: a sender's clock ahead, a timestamp of the year 9999, or
+  a tick older than the one before it (a server's clock set back, a tick a publisher stamped), puts
+  nothing off for longer than a tick.
+
+So silence is measured in the ticks' clock, at most a tick interval off, whatever the senders' clocks.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from bus.envelope import EnvelopeType
 from bus.events import AgentState, DecisionType, Tick
@@ -23,14 +38,21 @@ from coordinator.state import AgentRecord, Completion
 
 __all__ = ["on_tick"]
 
+_TIMED = frozenset({AgentState.RUNNING, AgentState.TIMED_OUT})
+"""The states that time out."""
+
 
 def on_tick(step: Step) -> None:
     now = step.payload(Tick).now
     heartbeat = timedelta(seconds=step.policy.heartbeat_timeout_seconds)
     lost = timedelta(seconds=step.policy.lost_timeout_seconds)
+    step.replace(ticked_at=now)
+    last_applied = step.current("last_applied_at")
+    if last_applied is not None and last_applied > now:
+        step.replace(last_applied_at=now)
     for agent_id in sorted(step.state.agents):  # not the map's order, which a reload may change
-        record = step.agent(agent_id)
-        if record.state not in {AgentState.RUNNING, AgentState.TIMED_OUT} or not record.watched:
+        record = _rebased(step, step.agent(agent_id), now)
+        if record.state not in _TIMED or not record.watched:
             continue
         silent = now - record.timeout_reference
         if silent > lost:
@@ -39,6 +61,16 @@ def on_tick(step: Step) -> None:
             detail = f"silent for {_seconds(silent)}s (timeout {_seconds(heartbeat)}s)"
             step.transition(agent_id, AgentState.TIMED_OUT, DecisionType.TIMED_OUT, detail)
     retire_if_done(step, now)
+
+
+def _rebased(step: Step, record: AgentRecord, now: datetime) -> AgentRecord:
+    """The record with no time later than the tick's ``now`` (see the module)."""
+    changes: dict[str, datetime] = {}
+    if record.last_seen > now:
+        changes["last_seen"] = now
+    if record.resumed_at is not None and record.resumed_at > now:
+        changes["resumed_at"] = now
+    return step.update(record.agent_id, **changes) if changes else record
 
 
 def _lose(step: Step, record: AgentRecord, silent: timedelta) -> None:

@@ -1,0 +1,96 @@
+"""Clocks on the bus: a tick carries the server's time, and a new group starts with its shard's last tick
+(an adapter whose clock is behind does not get its agents lost at the group's first tick)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Any
+
+import pytest
+from workers.kit import connected, entries
+
+from bus.connection import Client
+from bus.envelope import decode, encode, new_envelope
+from bus.events import AgentStarted, Decision, Tick
+from bus.keys import Keys, StreamKind, open_namespace
+from bus.publisher import Publisher
+from coordinator import service
+from coordinator.policy import Policy
+from coordinator.service import TICK_GROUP, Coordinator, CoordinatorOptions
+from coordinator.view import load_shard
+
+POLICY = Policy(heartbeat_timeout_seconds=120, lost_timeout_seconds=900)
+NOW = datetime.now(UTC)
+BEHIND = NOW - timedelta(hours=1)
+"""The adapters' clock."""
+
+
+async def _tick(client: Client, keys: Keys, now: datetime) -> None:
+    tick = new_envelope(Tick(now=now), agent_id="test", group_id=TICK_GROUP, source="tick")
+    await client.xadd(keys.stream(0, StreamKind.SIGNALS), {"data": encode(tick)})
+
+
+async def _start(client: Client, keys: Keys, group: str) -> None:
+    started = new_envelope(AgentStarted(task="scan"), agent_id=f"{group}-agent", group_id=group, ts=BEHIND)
+    await Publisher(client, keys).publish(started)
+
+
+async def _burst(client: Client, keys: Keys, name: str) -> int:
+    options = CoordinatorOptions(name=name, tick_interval_s=3600)
+    return await Coordinator(client, keys, POLICY, options).run(burst=True)
+
+
+async def test_a_new_group_of_an_adapter_behind_the_coordinators_is_not_lost_at_its_first_tick(
+    redis_url: str,
+) -> None:
+    async with connected(redis_url) as client:
+        keys = await open_namespace(client, "clocks", 1)
+        await _tick(client, keys, NOW)
+        await _start(client, keys, "same-batch")
+        assert await _burst(client, keys, "c1") == 2
+        await _start(client, keys, "after-restart")  # a coordinator that loads the shard again
+        assert await _burst(client, keys, "c2") == 1
+        await _tick(client, keys, NOW + timedelta(seconds=5))
+        assert await _burst(client, keys, "c3") == 1
+
+        states = await load_shard(client, keys, 0)
+        for group in ("same-batch", "after-restart"):
+            agent = states[group].agents[f"{group}-agent"]
+            assert (agent.state.value, agent.last_seen) == ("running", NOW)
+        events = [
+            decode(fields[b"data"]).payload
+            for _, fields in await entries(client, keys.stream(0, StreamKind.EVENTS))
+        ]
+        decided = [event.decision.value for event in events if isinstance(event, Decision)]
+        assert decided == ["state_changed", "state_changed"]  # each registered, nothing timed out
+
+
+class _Ahead(datetime):
+    """The coordinator machine's clock, an hour ahead of the server's."""
+
+    @classmethod
+    def now(cls, tz: tzinfo | None = None) -> _Ahead:
+        return cls.fromtimestamp((datetime.now(tz) + timedelta(hours=1)).timestamp(), tz)
+
+
+async def test_a_tick_carries_the_server_s_time_not_its_coordinator_s(
+    bus_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(service, "datetime", _Ahead)
+    async with connected(bus_url) as client:
+        keys = await open_namespace(client, "tick-time", 1)
+        stop = asyncio.Event()
+        options = CoordinatorOptions(name="c", tick_interval_s=0.1)
+        running = asyncio.create_task(Coordinator(client, keys, POLICY, options).run(stop=stop))
+        try:
+            reply: Any = await client.xread({keys.stream(0, StreamKind.SIGNALS): "0"}, count=1, block=10_000)
+        finally:
+            stop.set()
+            await running
+        [(_, [(_, fields)])] = reply
+        envelope = decode(fields[b"data"])
+        seconds, micros = await client.time()
+        assert isinstance(envelope.payload, Tick) and envelope.ts == envelope.payload.now
+        server = datetime.fromtimestamp(seconds + micros / 1e6, UTC)
+        assert timedelta(0) <= server - envelope.ts < timedelta(seconds=10)
