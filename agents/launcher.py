@@ -32,7 +32,7 @@ import os
 import socket
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Final
 
@@ -48,6 +48,7 @@ from bus.keys import ConsumerGroup, Keys, StreamKind
 from bus.metrics import LauncherMetrics
 from bus.settings import Settings
 from bus.waits import wait_for
+from bus.wire import server_time
 
 __all__ = ["GROUP", "PLACEHOLDERS", "Launcher", "LauncherOptions", "adapter_command", "file_stem"]
 
@@ -253,7 +254,7 @@ class Launcher:
     async def _launch(self, delivery: Delivery) -> tuple[Ack, str | None]:
         envelope = delivery.envelope
         self.metrics.read(envelope.type.value if envelope is not None else "undecodable")
-        refused = _refusal(delivery, datetime.now(UTC))
+        refused = _refusal(delivery, await self._now(delivery))
         if refused is not None or envelope is None or not isinstance(envelope.payload, LaunchRequest):
             log.warning("not started, dead-lettered: %s (entry %s)", refused, delivery.entry_id)
             return Ack.DEAD, refused
@@ -280,6 +281,18 @@ class Launcher:
         self.metrics.launched.inc()
         self._watch(self._reap(request.new_agent_id, envelope.group_id, process))
         return Ack.ACK, None
+
+    async def _now(self, delivery: Delivery) -> datetime | None:
+        """The time a request's expiry is compared with (None: it has none): the server's, as in the
+        coordinators' ticks, which the expiry is in (:mod:`coordinator.rules.timeouts`), not this
+        machine's, whose clock may be minutes off."""
+        envelope = delivery.envelope
+        if envelope is None or not isinstance(envelope.payload, LaunchRequest):
+            return None
+        if envelope.payload.expires_at is None:
+            return None
+        tasks = self.keys.stream(self.keys.shard_of(envelope.group_id), StreamKind.TASKS)
+        return await server_time(self.client, tasks)
 
     def _started_already(self, request: LaunchRequest, group_id: str) -> bool:
         """Whether the request's agent was started: it runs here for it (the request read again), or a
@@ -342,7 +355,7 @@ class Launcher:
             await asyncio.gather(*list(self._waiters), return_exceptions=True)
 
 
-def _refusal(delivery: Delivery, now: datetime) -> str | None:
+def _refusal(delivery: Delivery, now: datetime | None) -> str | None:
     """Why an entry of the tasks stream is not a request this launcher can start, if it is not."""
     envelope = delivery.envelope
     if delivery.error is not None or envelope is None:
@@ -353,7 +366,7 @@ def _refusal(delivery: Delivery, now: datetime) -> str | None:
     for what, value in (("agent id", request.new_agent_id), ("group id", envelope.group_id)):
         if (problem := id_problem(value)) is not None:  # the adapter would refuse it: do not start it
             return f"the {what} {value!r} of the launch request {problem}"
-    if request.expires_at is not None and now > request.expires_at:
+    if request.expires_at is not None and now is not None and now > request.expires_at:
         return (
             f"launch request {request.request_id} expired at {request.expires_at.isoformat()}: its agent "
             f"{request.new_agent_id} was not started in time, and the coordinator declares it lost"

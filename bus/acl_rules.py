@@ -131,6 +131,7 @@ def _launcher(ns: str) -> list[str]:
     return [
         *_ROOT,
         *_TRANSACTION,
+        "+time",  # a request's expiry is in the server's time (the coordinators' ticks)
         _selector(_keys(ns, ("tasks",)), _GROUP_READER),
         _selector(_keys(ns, ("dead",), "%W~"), "+xadd"),
         _selector(f"%R~{meta_key(ns)}", "+get"),
@@ -173,6 +174,7 @@ def _observer(ns: str) -> list[str]:
         f"%R~{ns}:coordinators",
         "+@read",
         *_ROOT,
+        "+time",  # whether a coordinator's membership expired, by the server's clock (`status`)
         "-scan",
         "-randomkey",
         "-dbsize",

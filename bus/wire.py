@@ -19,6 +19,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import redis.exceptions as rex
@@ -28,7 +29,7 @@ from redis.asyncio.connection import Connection
 from bus.connection import Client, translated
 from bus.errors import CommandFailed
 
-__all__ = ["Command", "Pipe", "Script", "execute", "execute_routed", "pack"]
+__all__ = ["Command", "Pipe", "Script", "execute", "execute_routed", "pack", "server_time"]
 
 Command = tuple[bytes, ...]
 """A command and its arguments, as bytes."""
@@ -66,6 +67,13 @@ async def execute(
     usable); an unreachable server raises :class:`~bus.errors.ConnectionFailed`.
     """
     return await Pipe(client, key).execute(commands, transaction=transaction)
+
+
+async def server_time(client: Client, key: str | bytes) -> datetime:
+    """The clock of the server that holds ``key`` (``TIME``): the one time that the processes of a bus,
+    on machines whose clocks differ, share."""
+    ((seconds, micros),) = await execute(client, key, [(b"TIME",)])
+    return datetime.fromtimestamp(int(seconds), UTC) + timedelta(microseconds=int(micros))
 
 
 async def execute_routed(client: Client, commands: Sequence[tuple[str | bytes, Command]]) -> list[Any]:

@@ -14,7 +14,6 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 
 from bus import wire
 from bus.connection import Client, as_text, check_block, translated
@@ -317,8 +316,7 @@ class Coordinator:
         shard.last_tick = now
         # The server's clock, not this machine's: every coordinator that ticks the shard then keeps one
         # time, and one whose clock is ahead does not time out every agent when it takes the shard over.
-        ((seconds, micros),) = await wire.execute(self.client, shard.signals, [(b"TIME",)])
-        server = datetime.fromtimestamp(int(seconds), UTC) + timedelta(microseconds=int(micros))
+        server = await wire.server_time(self.client, shard.signals)
         tick = new_envelope(
             Tick(now=server), agent_id=self.options.name, group_id=TICK_GROUP, source="tick", ts=server
         )

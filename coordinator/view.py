@@ -13,9 +13,10 @@ from typing import Any
 
 from bus.connection import Client, as_text, translated
 from bus.envelope import decode
-from bus.errors import BusError, DecodeError
+from bus.errors import BusError, CommandFailed, DecodeError
 from bus.findings import Finding
 from bus.keys import ConsumerGroup, Keys, StreamKind
+from bus.wire import server_time
 from coordinator.console import replay_command
 from coordinator.lease import members_key
 from coordinator.rules.summary import GroupSummary, summarize
@@ -289,7 +290,12 @@ _CLOCK_SLACK_MS = 10_000
 
 
 async def _coordinator_live(client: Client, keys: Keys) -> bool:
-    """Whether a coordinator's membership has not expired (by this machine's clock, give or take
-    :data:`_CLOCK_SLACK_MS`: reading the server's would take a permission a viewer lacks)."""
-    now = time.time() * 1000
-    return bool(await client.zrangebyscore(members_key(keys), now - _CLOCK_SLACK_MS, "+inf", start=0, num=1))
+    """Whether a coordinator's membership has not expired, by the server's clock, which its expiry is in;
+    by this machine's, give or take :data:`_CLOCK_SLACK_MS`, for a user that may not ask for it (made by
+    an earlier version's ``acl --apply``)."""
+    key = members_key(keys)
+    try:
+        since = (await server_time(client, key)).timestamp() * 1000
+    except CommandFailed:
+        since = time.time() * 1000 - _CLOCK_SLACK_MS
+    return bool(await client.zrangebyscore(key, since, "+inf", start=0, num=1))

@@ -641,10 +641,10 @@ BASE = {"auth", "hello", "ping", "echo", "quit", "reset", "readonly", "readwrite
         "client|setinfo", "client|setname", "client|trackinginfo", "info", "cluster|slots", "cluster|shards"}  # fmt: skip
 KEYLESS = {
     Role.ADAPTER: BASE | {"multi", "exec", "discard"},
-    Role.LAUNCHER: BASE | {"multi", "exec", "discard"},
+    Role.LAUNCHER: BASE | {"multi", "exec", "discard", "time"},
     Role.COORDINATOR: BASE | {"time", "script|load", "script|exists"},
-    Role.OBSERVER: BASE | {"lolwut"},
-    Role.HUMAN: BASE | {"lolwut"},
+    Role.OBSERVER: BASE | {"lolwut", "time"},
+    Role.HUMAN: BASE | {"lolwut", "time"},
 }
 
 

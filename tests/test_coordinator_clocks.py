@@ -4,18 +4,22 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 import pytest
 from workers.kit import connected, entries
 
+from bus import envelope as envelope_module
 from bus.connection import Client
 from bus.envelope import decode, encode, new_envelope
+from bus.errors import CommandFailed
 from bus.events import AgentStarted, Decision, Tick
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.publisher import Publisher
-from coordinator import service
+from coordinator import service, view
+from coordinator.lease import members_key
 from coordinator.policy import Policy
 from coordinator.service import TICK_GROUP, Coordinator, CoordinatorOptions
 from coordinator.view import load_shard
@@ -77,7 +81,8 @@ class _Ahead(datetime):
 async def test_a_tick_carries_the_server_s_time_not_its_coordinator_s(
     bus_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(service, "datetime", _Ahead)
+    for module in (service, envelope_module):  # where the coordinator's ticks read its clock
+        monkeypatch.setattr(module, "datetime", _Ahead, raising=False)
     async with connected(bus_url) as client:
         keys = await open_namespace(client, "tick-time", 1)
         stop = asyncio.Event()
@@ -94,3 +99,44 @@ async def test_a_tick_carries_the_server_s_time_not_its_coordinator_s(
         assert isinstance(envelope.payload, Tick) and envelope.ts == envelope.payload.now
         server = datetime.fromtimestamp(seconds + micros / 1e6, UTC)
         assert timedelta(0) <= server - envelope.ts < timedelta(seconds=10)
+
+
+class _MinuteAhead:
+    """The ``time`` module of a viewer whose clock is a minute ahead of the server's."""
+
+    @staticmethod
+    def time() -> float:
+        return time.time() + 60
+
+
+async def test_status_sees_a_live_coordinator_by_the_server_s_clock(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(view, "time", _MinuteAhead)
+    async with connected(redis_url) as client:
+        keys = await open_namespace(client, "viewer-clock", 1)
+        await _start(client, keys, "waiting")  # a signal no coordinator read yet
+        seconds, _ = await client.time()
+        live = (seconds + 30) * 1000  # a coordinator's membership, 30 s left by the server's clock
+        await client.zadd(members_key(keys), {"c": live})
+        assert await view.no_coordinator_note(client, keys) == ""
+        await client.zadd(members_key(keys), {"c": live - 60_000})  # expired 30 s ago
+        note = await view.no_coordinator_note(client, keys)
+        assert note == " (1 signal(s) wait for a coordinator: start one, `subagent-bus coordinator`)"
+
+
+async def test_status_of_a_user_that_may_not_ask_the_time_uses_its_own_clock(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def refused(client: object, key: object) -> datetime:
+        raise CommandFailed("NOPERM User observer has no permissions to run the 'time' command")
+
+    monkeypatch.setattr(view, "server_time", refused)  # an observer made by an earlier `acl --apply`
+    async with connected(redis_url) as client:
+        keys = await open_namespace(client, "viewer-old-acl", 1)
+        await _start(client, keys, "waiting")
+        seconds, _ = await client.time()
+        await client.zadd(members_key(keys), {"c": (seconds + 30) * 1000})
+        assert await view.no_coordinator_note(client, keys) == ""
+        await client.zadd(members_key(keys), {"c": (seconds - 30) * 1000})
+        assert "wait for a coordinator" in await view.no_coordinator_note(client, keys)

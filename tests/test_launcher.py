@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 import signal
 import subprocess
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 
 import pytest
 from adapter_kit import CLI, Bus, exited, fake, logged, open_bus, run_ok, start, stream_fields, wait_until
 
-from agents.launcher import file_stem
+from agents import launcher as launcher_module
+from agents.launcher import Launcher, LauncherOptions, file_stem
 from agents.orphans import Proc
 from agents.spawn import Spawner
 from bus.directives import DelegationApproved, LaunchReason, LaunchRequest
@@ -20,6 +22,7 @@ from bus.envelope import EnvelopeType, decode, new_envelope
 from bus.events import AgentStarted, Heartbeat
 from bus.keys import StreamKind, dead_stream_for
 from bus.publisher import Publisher
+from bus.settings import Settings
 from bus.signals import StopWork
 
 T = EnvelopeType
@@ -571,3 +574,32 @@ def test_a_file_delivery_is_one_file_per_agent(tmp_path: Path) -> None:
     command = replace(spawner, adapter_args=("--deliver", "command:resume --id {agent_id} {prompt}"))
     argv = command.command(launch, GROUP, tmp_path / "p.md", "t")
     assert argv[argv.index("--deliver") + 1] == "command:resume --id {agent_id} {prompt}"
+
+
+class _Ahead(datetime):
+    """The launcher machine's clock, an hour ahead of the server's."""
+
+    @classmethod
+    def now(cls, tz: tzinfo | None = None) -> _Ahead:
+        return cls.fromtimestamp((datetime.now(tz) + timedelta(hours=1)).timestamp(), tz)
+
+
+async def test_a_request_expires_by_the_server_s_clock_not_the_launcher_s(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the expiry is in the ticks' time (the server's): a launcher whose clock is an hour ahead would
+    # otherwise refuse every request as expired, and every agent it should start would be lost
+    monkeypatch.setattr(launcher_module, "datetime", _Ahead, raising=False)  # where it read its clock
+    async with open_bus(redis_url) as bus:
+        await request(bus, 1, expires_at=datetime.now(UTC) + timedelta(minutes=15))
+        options = LauncherOptions(
+            template=[str(tmp_path / "no-such-agent")],
+            burst=True,
+            max_attempts=1,
+            prompt_dir=tmp_path / "prompts",
+            log_dir=tmp_path / "logs",
+        )
+        launcher = Launcher(bus.client, bus.keys, Settings.from_url(redis_url), options)
+        assert await launcher.run(asyncio.Event()) == 0
+        [dead] = await stream_fields(bus.client, dead_stream_for(bus.stream(GROUP, StreamKind.TASKS)))
+    assert dead[b"reason"].decode().startswith("cannot start agent agent-1")  # read in time: not expired
