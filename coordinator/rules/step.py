@@ -293,7 +293,7 @@ class Step:
                     changes["last_applied_at"] = at
                 record = self.find(envelope.agent_id)
                 if record is not None:
-                    self._count(record)
+                    self._count(record, at)
         if run.agents is not None:
             changes["agents"] = run.agents
         if run.findings is not None:
@@ -305,11 +305,11 @@ class Step:
             state = run.state = evolve(state, **changes)
         return Outcome(state, self.emits, rejected, run.agents_touched, run.findings_touched)
 
-    def _count(self, record: AgentRecord) -> None:
+    def _count(self, record: AgentRecord, at: datetime) -> None:
         """One more entry applied for ``record``'s agent, the input being the last (and a sign of life)."""
         envelope = self.envelope
         counted: dict[str, Any] = {"applied": record.applied + 1, "last_applied_id": envelope.id}
-        if self.alive and (at := self.at) > record.last_seen:
+        if self.alive and at > record.last_seen:
             counted["last_seen"] = at
         if id(record) in self.run.own:
             # No rule runs after this and only the run holds the record: no need for another copy.
