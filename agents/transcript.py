@@ -18,21 +18,18 @@ placed on the transcript: ``line`` is the JSONL line of the message, and ``offse
 that JSONL line plus the UTF-8 offset of the item within the message's texts (the texts of one line
 counted one after the other). A JSON string is never shorter than the UTF-8 of its value, so offsets
 stay inside their JSONL line: unique in the transcript, and the same however it is chunked, which keeps
-envelope ids deterministic.
+envelope ids deterministic. Cutting the output into lines is :mod:`agents.jsonl_reader`'s.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-import orjson
-
 from agents.items import UnreadReportItem
-from agents.lenient_json import loads_lenient
+from agents.jsonl_reader import DEFAULT_MAX_LINE_BYTES, AssistantText, JsonlReader
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Found, Item, Parser
-from agents.transcript_format import BOM, Detector, Format, detect_format, replaced
+from agents.transcript_format import Detector, Format, detect_format
 from agents.unread import UnreadReports
-from bus.fields import Model
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -45,103 +42,17 @@ __all__ = [
     "detect_format",
 ]
 
-DEFAULT_MAX_LINE_BYTES: Final = 16 << 20
-"""JSONL lines longer than this are skipped with an error (a transcript line holds one message)."""
 DETECT_LIMIT: Final = 1 << 20
 """Bytes :class:`AnyParser` buffers at most before it settles on a format."""
 # A block left open at the end of an assistant text: the transcript may go on, but each text is read alone.
 _END_OF_TEXT: Final = "end of its text: a signal does not span two of the agent's texts"
 
 
-class AssistantText(Model):
-    """One ``text`` block of an assistant message; ``offset`` is where its first byte is counted,
-    ``start`` where its JSONL line starts."""
-
-    text: str
-    line: int
-    offset: int
-    start: int
-
-
-class TranscriptReader:
-    """Incremental JSONL reader yielding the assistant's texts (and errors for malformed lines)."""
-
-    def __init__(self, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, first_line: int = 1) -> None:
-        """``first_line`` is the number of the first line fed (a reading resumed mid-transcript)."""
-        self.max_line_bytes = max_line_bytes
-        self.session_id: str | None = None
-        """The first ``sessionId`` (or ``session_id``) seen (what a resume needs)."""
-        self.agent_id: str | None = None
-        """The first ``agentId`` seen."""
-        self._partial = bytearray()  # the current line, unless it is being skipped
-        self._length = 0  # bytes of the current line so far
-        self._pos = 0  # offset of the current line
-        self._line = first_line
-        self._skipping = False
-        self.answered_at: tuple[int, int] | None = None
-        """(offset, line) of the last assistant line with text since the last ``result`` entry, whose
-        text the next result repeats: a reading resumed there knows not to read that result."""
-        self._out: list[AssistantText | ErrorItem] = []
-
-    def feed(self, chunk: bytes) -> list[AssistantText | ErrorItem]:
-        """Consume the next bytes; returns the texts (and errors) of the lines they complete."""
-        start = 0
-        end = chunk.find(b"\n")
-        while end >= 0:
-            self._append(chunk[start:end])
-            self._complete(newline=True)
-            start = end + 1
-            end = chunk.find(b"\n", start)
-        self._append(chunk[start:])
-        out, self._out = self._out, []
-        return out
-
-    def close(self) -> list[AssistantText | ErrorItem]:
-        """End of input: a last line without a newline still counts."""
-        if self._length:
-            self._complete(newline=False)
-        out, self._out = self._out, []
-        return out
-
-    def _append(self, data: bytes) -> None:
-        self._length += len(data)
-        if self._skipping:
-            return
-        self._partial += data
-        if len(self._partial) > self.max_line_bytes:
-            message = f"JSONL line {self._line}: longer than {self.max_line_bytes} bytes; skipped"
-            self._out.append(ErrorItem(line=self._line, offset=self._pos, message=message))
-            self._partial = bytearray()
-            self._skipping = True
-
-    def _complete(self, *, newline: bool) -> None:
-        line, offset, data, skipped = self._line, self._pos, bytes(self._partial), self._skipping
-        self._line += 1
-        self._pos += self._length + newline
-        self._length = 0
-        self._partial = bytearray()
-        self._skipping = False
-        if offset == 0:
-            data = data.removeprefix(BOM)  # orjson refuses one; offsets still count it
-        if skipped or not data.strip():
-            return
-        try:
-            entry = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            entry = loads_lenient(data)
-            if entry is None:
-                entry = replaced(data)
-            if entry is None:
-                self._out.append(
-                    ErrorItem(line=line, offset=offset, message=f"JSONL line {line}: {_why(data, exc)}")
-                )
-                return
-        if not isinstance(entry, dict):
-            self._out.append(
-                ErrorItem(line=line, offset=offset, message=f"JSONL line {line}: not a JSON object")
-            )
-            return
-        self._entry(entry, line, offset)
+class TranscriptReader(JsonlReader):
+    """Incremental reader of a Claude Code transcript yielding the assistant's texts (and errors for
+    malformed lines). :attr:`session_id` is the first ``sessionId`` (or ``session_id``) seen, and
+    :attr:`answered_at` the (offset, line) of the last assistant line with text since the last ``result``
+    entry, whose text the next result repeats: a reading resumed there knows not to read that result."""
 
     def _entry(self, entry: dict[str, Any], line: int, offset: int) -> None:
         if self.session_id is None:
@@ -153,7 +64,7 @@ class TranscriptReader:
         if kind == "result":
             answer = entry.get("result")
             if isinstance(answer, str) and self.answered_at is None:
-                self._out.append(AssistantText(text=answer, line=line, offset=offset, start=offset))
+                self._text(answer, line, offset, offset)
             self.answered_at = None
         if kind != "assistant":
             return
@@ -162,27 +73,15 @@ class TranscriptReader:
         if isinstance(content, str):
             content = [{"type": "text", "text": content}]
         if not isinstance(content, list):
-            self._out.append(
-                ErrorItem(
-                    line=line, offset=offset, message=f"JSONL line {line}: assistant message without content"
-                )
-            )
+            self._error(line, offset, "assistant message without content")
             return
         start = offset
         for block in content:
             if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
                 text: str = block["text"]
-                self._out.append(AssistantText(text=text, line=line, offset=offset, start=start))
+                self._text(text, line, offset, start)
                 self.answered_at = (start, line)
                 offset += len(text.encode())
-
-
-def _why(data: bytes, exc: orjson.JSONDecodeError) -> str:
-    try:
-        data.decode()
-    except UnicodeDecodeError as bad:
-        return f"not valid UTF-8 (byte {bad.start})"
-    return f"not JSON ({exc})"
 
 
 class TranscriptParser:
@@ -196,7 +95,7 @@ class TranscriptParser:
         first_line: int = 1,
     ) -> None:
         self.max_block_bytes = max_block_bytes
-        self.reader = TranscriptReader(max_line_bytes=max_line_bytes, first_line=first_line)
+        self.reader: JsonlReader = TranscriptReader(max_line_bytes=max_line_bytes, first_line=first_line)
 
     @property
     def session_id(self) -> str | None:
@@ -295,7 +194,7 @@ class AnyParser:
 
     @property
     def answered_at(self) -> tuple[int, int] | None:
-        """A transcript's :attr:`TranscriptReader.answered_at`; None for text."""
+        """A transcript's :attr:`~agents.jsonl_reader.JsonlReader.answered_at`; None for text."""
         return self._parser.answered_at if isinstance(self._parser, TranscriptParser) else None
 
     @property
