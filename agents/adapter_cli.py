@@ -207,8 +207,9 @@ def adapter() -> None:
 def watch(
     settings: Settings, common: Common, path: Path, until_complete: bool, pid: int | None, poll_s: float
 ) -> None:
-    """Follow a growing output file (a Claude Code outputFile, or any log); restarts resume where they
-    stopped, truncation or replacement starts a new generation. The file may not exist yet.
+    """Follow a growing output file (a Claude Code outputFile, `codex exec --json` output, or any log);
+    restarts resume where they stopped, truncation or replacement starts a new generation. The file may
+    not exist yet.
 
     SIGUSR1 has it publish the file to its end (waiting for Redis as long as that takes) and exit,
     without saying the agent exited: the Task hook sends it when a resumed agent writes another file.

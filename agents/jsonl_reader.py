@@ -3,7 +3,8 @@
 :class:`JsonlReader` cuts the bytes into lines (in bounded memory: a line over the limit is skipped with
 an error), reads each as a JSON object (leniently: see :mod:`agents.lenient_json` and
 :func:`~agents.transcript_format.replaced`) and hands it to :meth:`JsonlReader._entry`, which a format's
-reader defines (:mod:`agents.transcript` for Claude Code). A line is read only once its newline (or the end of the output) came, so a reading started at a line's
+reader defines (:mod:`agents.transcript` for Claude Code, :mod:`agents.codex_output` for Codex CLI). A
+line is read only once its newline (or the end of the output) came, so a reading started at a line's
 start yields exactly what a reading of the whole output yields from there.
 """
 

@@ -65,7 +65,8 @@ format_option = click.option(
     type=click.Choice([f.value for f in Format]),
     default=Format.AUTO.value,
     show_default=True,
-    help="Plain text, a Claude Code JSONL transcript, or detect from the first lines.",
+    help="Plain text, a Claude Code JSONL transcript, Codex CLI's exec --json output, or detect from the "
+    "first lines.",
 )
 """``--format``: how agent output is read (the command receives it as ``fmt``, a :class:`Format` value)."""
 

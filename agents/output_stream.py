@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Final
 from agents.lost import AWAITED, lost_signal
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, SignalItem
 from agents.transcript import AnyParser, Format
+from agents.transcript_format import LINE_FORMATS
 from bus.envelope import Envelope, EnvelopeType, Payload, deterministic_id
 from bus.signals import ClarificationNeeded, StopReason, StopWork, recap_key
 
@@ -28,11 +29,11 @@ class OutputStream:
 
     ``base``/``base_line`` place the first byte fed on the whole output (a file adapter that resumes
     mid-file); items before ``done`` (an offset) were published before and are skipped; ``reported``: a
-    result report came before ``base`` (see :mod:`agents.unread`). For a Claude
-    Code transcript, :attr:`restart` is the start of the first incomplete JSONL line: a fresh stream
-    started there yields exactly the remaining items, since each line is parsed on its own. Plain text
-    can only be re-parsed from its beginning (code fences around a report change its meaning), so
-    there :attr:`restart` stays at ``base``.
+    result report came before ``base`` (see :mod:`agents.unread`). For JSONL output (a Claude Code
+    transcript, Codex CLI's ``exec --json``), :attr:`restart` is the start of the first incomplete line:
+    a fresh stream started there yields exactly the remaining items, since each line is parsed on its own.
+    Plain text can only be re-parsed from its beginning (code fences around a report change its
+    meaning), so there :attr:`restart` stays at ``base``.
     """
 
     def __init__(
@@ -69,17 +70,17 @@ class OutputStream:
 
     @property
     def session_id(self) -> str | None:
-        """The transcript's session id (what a resume command needs), once seen."""
+        """The JSONL output's session id (what a resume command needs), once seen."""
         return self.parser.session_id or self._session_id
 
     @property
     def restart(self) -> tuple[int, int]:
-        """(offset, line) where a fresh stream can take over from this one: in a transcript, the start of
+        """(offset, line) where a fresh stream can take over from this one: in JSONL output, the start of
         the first incomplete JSONL line, or of the line of a section held until the agent's end
         (:mod:`agents.unread`), so that a fresh stream holds it again, or of the last assistant text
         since a ``result`` entry, so that a fresh stream knows the next result repeats it (the items
         of the lines read again were published: ``done`` skips them)."""
-        if self.parser.format is not Format.CLAUDE_JSONL:
+        if self.parser.format not in LINE_FORMATS:
             return self.base, self.base_line
         restart = self._line_start
         held, answered = self.parser.held, self.parser.answered_at

@@ -1,4 +1,5 @@
-"""Claude Code transcripts (JSONL output files); :mod:`agents.transcript_format` tells them from text.
+"""Claude Code transcripts (JSONL output files), and the parser of any output; :mod:`agents.transcript_format`
+tells the formats apart.
 
 A background agent's output file (seed 004, ``outputFile``) is its transcript: one JSON object per line
 with ``type`` ``user`` or ``assistant`` (other types are bookkeeping and ignored), ``sessionId``,
@@ -18,17 +19,19 @@ placed on the transcript: ``line`` is the JSONL line of the message, and ``offse
 that JSONL line plus the UTF-8 offset of the item within the message's texts (the texts of one line
 counted one after the other). A JSON string is never shorter than the UTF-8 of its value, so offsets
 stay inside their JSONL line: unique in the transcript, and the same however it is chunked, which keeps
-envelope ids deterministic. Cutting the output into lines is :mod:`agents.jsonl_reader`'s.
+envelope ids deterministic. Codex CLI's ``exec --json`` output is read the same way, its agent messages
+as the texts (:mod:`agents.codex_output`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
+from agents.codex_output import CodexReader
 from agents.items import UnreadReportItem
 from agents.jsonl_reader import DEFAULT_MAX_LINE_BYTES, AssistantText, JsonlReader
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Found, Item, Parser
-from agents.transcript_format import Detector, Format, detect_format
+from agents.transcript_format import LINE_FORMATS, Detector, Format, detect_format
 from agents.unread import UnreadReports
 
 __all__ = [
@@ -85,17 +88,20 @@ class TranscriptReader(JsonlReader):
 
 
 class TranscriptParser:
-    """Parses a transcript's assistant texts into items placed on the transcript (see the module)."""
+    """Parses the agent's texts in JSONL output (a Claude Code transcript, or with ``fmt`` Codex CLI's
+    ``exec --json`` output: :mod:`agents.codex_output`) into items placed on the output (see the module)."""
 
     def __init__(
         self,
         *,
+        fmt: Format = Format.CLAUDE_JSONL,
         max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         first_line: int = 1,
     ) -> None:
         self.max_block_bytes = max_block_bytes
-        self.reader: JsonlReader = TranscriptReader(max_line_bytes=max_line_bytes, first_line=first_line)
+        reader = CodexReader if fmt is Format.CODEX_JSONL else TranscriptReader
+        self.reader: JsonlReader = reader(max_line_bytes=max_line_bytes, first_line=first_line)
 
     @property
     def session_id(self) -> str | None:
@@ -136,7 +142,7 @@ class TranscriptParser:
 
 
 class AnyParser:
-    """A parser for either format; with :attr:`Format.AUTO` it buffers the first lines to decide (see
+    """A parser for any format; with :attr:`Format.AUTO` it buffers the first lines to decide (see
     :func:`detect_format`)."""
 
     def __init__(
@@ -165,6 +171,7 @@ class AnyParser:
 
     @property
     def session_id(self) -> str | None:
+        """A JSONL output's session id (``sessionId``, or Codex CLI's ``thread_id``); None for text."""
         return self._parser.session_id if isinstance(self._parser, TranscriptParser) else None
 
     @property
@@ -194,7 +201,7 @@ class AnyParser:
 
     @property
     def answered_at(self) -> tuple[int, int] | None:
-        """A transcript's :attr:`~agents.jsonl_reader.JsonlReader.answered_at`; None for text."""
+        """A JSONL output's :attr:`~agents.jsonl_reader.JsonlReader.answered_at`; None for text."""
         return self._parser.answered_at if isinstance(self._parser, TranscriptParser) else None
 
     @property
@@ -203,7 +210,7 @@ class AnyParser:
         return self._unread.reported
 
     def settle(self) -> list[Item]:
-        """The output paused: plain text's :meth:`Parser.settle` (a transcript's lines are whole)."""
+        """The output paused: plain text's :meth:`Parser.settle` (a JSONL output's lines are whole)."""
         if isinstance(self._parser, Parser):
             return self._unread.items(self._parser.settle())
         return []
@@ -218,8 +225,10 @@ class AnyParser:
 
     def _start(self, fmt: Format) -> list[Item]:
         self.format = fmt
-        if fmt is Format.CLAUDE_JSONL:
-            self._parser = TranscriptParser(max_block_bytes=self.max_block_bytes, first_line=self._first_line)
+        if fmt in LINE_FORMATS:
+            self._parser = TranscriptParser(
+                fmt=fmt, max_block_bytes=self.max_block_bytes, first_line=self._first_line
+            )
         else:
             self._parser = Parser(max_block_bytes=self.max_block_bytes)
         head, self._head = bytes(self._head), bytearray()
