@@ -7,9 +7,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agents.cli import parse as parse_command
 from agents.codex_output import CodexReader
 from agents.jsonl_reader import AssistantText
 from agents.parser import ErrorItem, Found, Item, ResultItem, SignalItem, parse_text
@@ -220,3 +222,15 @@ def test_a_forced_format_reads_what_it_is_told() -> None:
         ResultItem,
         SignalItem,
     ]
+
+
+def test_parse_names_the_thread_and_takes_the_format_by_name() -> None:
+    path = str(Path(__file__).parent / "data" / "codex_exec.jsonl")
+    auto = CliRunner().invoke(parse_command, [path])
+    assert auto.exit_code == 0, auto.output
+    assert auto.stdout.splitlines()[-2:] == [
+        f"transcript: session {THREAD}, agent -",
+        "3 signals, 1 result, 0 errors",
+    ]
+    named = CliRunner().invoke(parse_command, [path, "--format", "codex-jsonl", "--json"])
+    assert [orjson.loads(line)["line"] for line in named.stdout.splitlines()] == [6, 16, 16, 16]
