@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from enum import EnumType
 
 import pytest
 from rules_kit import T0, Feed, completion, decisions, finding, kinds, of_type, one, payloads, result
@@ -16,6 +17,30 @@ from coordinator.rules import Target, merge_findings, merged_view, summarize
 from coordinator.rules.findings import _in_conflict, _keys, _severities, _stored_key, fold, slot_key
 from coordinator.rules.ids import emitted_id
 from coordinator.state import FindingSlot, ViolationRule
+
+
+def test_a_merged_view_ranks_severities_without_listing_them_for_each_finding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Listing the members to rank one severity made ranking most of a large merged view's time."""
+    listed = 0
+    members = EnumType.__iter__
+
+    def counted(cls: type[Severity]) -> object:
+        nonlocal listed
+        listed += cls is Severity
+        return members(cls)
+
+    monkeypatch.setattr(EnumType, "__iter__", counted)
+    findings = [Finding(title=f"f{n}", file="a.py", line=n + 1, severity="minor") for n in range(100)]
+    merged = merge_findings(findings, Policy())
+    assert [m.severities for m in merged] == [(Severity.MINOR,)] * 100
+    assert sorted([Severity.LOW, Severity.CRITICAL, Severity.MINOR], key=lambda s: s.rank) == [
+        Severity.CRITICAL,
+        Severity.MINOR,
+        Severity.LOW,
+    ]
+    assert listed == 0
 
 
 def test_seed_worked_example() -> None:
