@@ -125,8 +125,16 @@ _THREAD_PAGE = 100
 
 
 async def _load(
-    client: Client, keys: Keys, shard: int, group_id: str, *, window: bool, in_thread: bool = False
+    client: Client,
+    keys: Keys,
+    shard: int,
+    group_id: str,
+    *,
+    window: bool,
+    in_thread: bool = False,
+    on_page: Callable[[int], None] | None = None,
 ) -> GroupState:
+    """A group's state; ``on_page`` is told after each page of merged findings how many were read."""
     fields = await client.hgetall(group_key(keys, shard, group_id))
     seen = await client.lrange(seen_key(keys, shard, group_id), 0, -1) if window else []
     slots: dict[str, FindingSlot] = {}
@@ -136,6 +144,8 @@ async def _load(
         cursor, page = reply
         big = in_thread and len(page) > _THREAD_PAGE  # a thread hop costs more than a small page
         slots.update(await asyncio.to_thread(decode_slots, page) if big else decode_slots(page))
+        if on_page is not None:
+            on_page(len(page))
         if not cursor:
             break
     if in_thread:
@@ -170,17 +180,31 @@ async def _group_refs(client: Client, keys: Keys, group_id: str | None) -> list[
 
 
 async def load_groups(
-    client: Client, keys: Keys, group_id: str | None = None, *, findings: bool = True
+    client: Client,
+    keys: Keys,
+    group_id: str | None = None,
+    *,
+    findings: bool = True,
+    on_page: Callable[[int], None] | None = None,
 ) -> list[GroupState]:
     """Every group's committed state (or just ``group_id``'s), ordered by group id, without windows.
 
     ``findings=False`` leaves the merged findings out: one command per group, however many it merged.
+    ``on_page`` is told, after each page of merged findings, how many were read so far (of every group).
     """
     states: list[GroupState] = []
+    read = 0
+
+    def counted(count: int) -> None:
+        nonlocal read
+        read += count
+        if on_page is not None:
+            on_page(read)
+
     for shard, gid in await _group_refs(client, keys, group_id):
         with translated():
             if findings:
-                states.append(await _load(client, keys, shard, gid, window=False))
+                states.append(await _load(client, keys, shard, gid, window=False, on_page=counted))
             else:
                 states.append(load_state(gid, await client.hgetall(group_key(keys, shard, gid)), []))
     return states

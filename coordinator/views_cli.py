@@ -283,10 +283,19 @@ def _merged_state(settings: Settings, group_id: str | None, policy: Policy) -> d
     applied it, trimmed or not since."""
 
     async def read(client: Client, keys: Keys) -> dict[str, list[MergedFinding]]:
-        view = {
-            state.group_id: merged_view(state, policy) for state in await load_groups(client, keys, group_id)
-        }
-        view = {group: merged for group, merged in view.items() if merged}
+        with Progress() as progress:  # a group of 200 000 merged findings takes seconds to read and merge
+
+            def shown(read: int) -> None:
+                progress.update(f"reading the merged findings: {read:,}")
+
+            states = await load_groups(client, keys, group_id, on_page=shown)
+            view: dict[str, list[MergedFinding]] = {}
+            for state in states:
+                if state.findings:
+                    progress.update(
+                        f"combining the {len(state.findings):,} merged findings of {state.group_id}"
+                    )
+                    view[state.group_id] = merged_view(state, policy)
         if group_id is not None and not view:
             await _no_findings(client, keys, settings, group_id)
         return view
@@ -296,7 +305,12 @@ def _merged_state(settings: Settings, group_id: str | None, policy: Policy) -> d
 
 def _merged(by_group: dict[str, list[Finding]], policy: Policy) -> dict[str, list[MergedFinding]]:
     """Each group's findings merged on their own, as the coordinator merges them."""
-    return {group: merge_findings(items, policy) for group, items in by_group.items()}
+    view: dict[str, list[MergedFinding]] = {}
+    with Progress() as progress:
+        for group, items in by_group.items():
+            progress.update(f"combining the {len(items):,} findings of {group}")
+            view[group] = merge_findings(items, policy)
+    return view
 
 
 def _merged_records(view: dict[str, list[MergedFinding]]) -> list[dict[str, object]]:

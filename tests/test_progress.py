@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
+from functools import partial
 from pathlib import Path
 
 import orjson
+import pytest
+from click.testing import CliRunner
+from workers.kit import connected
 
 from agents.adapter import connect_bus
 from agents.findings_import import import_file
 from bus.envelope import encode, new_envelope
 from bus.findings import Finding
-from bus.keys import StreamKind
+from bus.keys import StreamKind, open_namespace
 from bus.progress import Progress
+from bus.publisher import Publisher
 from bus.settings import Settings
-from coordinator.view import iter_findings
+from coordinator import view, views_cli
+from coordinator.policy import Policy
+from coordinator.service import Coordinator, CoordinatorOptions
+from coordinator.view import iter_findings, load_groups
 
 
 class Terminal(io.StringIO):
@@ -98,3 +107,56 @@ async def test_import_file_reports_each_batch_up_to_the_end_of_the_file(
         (sum(map(len, lines[:1000])), 1001),
         (size, 1201),
     ]
+
+
+def _merged_group(url: str, group: str, count: int) -> None:
+    """A group of ``count`` merged findings, each at a place of its own, applied by a coordinator."""
+
+    async def fill() -> None:
+        async with connected(url) as client:
+            keys = await open_namespace(client, "sbus", None)
+            findings = [
+                new_envelope(Finding(title=f"f{n}", file=f"m{n}.py", line=1), agent_id="a", group_id=group)
+                for n in range(count)
+            ]
+            await Publisher(client, keys).publish_many(findings)
+            coordinator = Coordinator(client, keys, Policy(), CoordinatorOptions(name="c"))
+            assert await coordinator.run(burst=True) == count
+
+    asyncio.run(fill())
+
+
+async def test_load_groups_reports_the_merged_findings_read_page_by_page(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await asyncio.to_thread(_merged_group, redis_url, "g-merged", 300)
+    monkeypatch.setattr(view, "_SLOT_PAGE", 50)
+    pages: list[int] = []
+    async with connected(redis_url) as client:
+        keys = await open_namespace(client, "sbus", None, create=False)
+        (state,) = await load_groups(client, keys, "g-merged", on_page=pages.append)
+    assert len(state.findings) == 300
+    assert len(pages) > 2  # a count the server takes as a hint: about 50 a page
+    assert pages == sorted(pages)
+    assert pages[-1] >= 300  # a rehash in between may return some twice
+
+
+@pytest.mark.parametrize("command", [["findings", "--merged"], ["replay", "--group", "g-shown"]])
+def test_the_merged_listings_show_how_far_they_are(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    """Reading and combining a group's merged findings took seconds with nothing on the terminal."""
+    _merged_group(redis_url, "g-shown", 200)
+    terminal = Terminal()
+    monkeypatch.setattr(views_cli, "Progress", partial(Progress, stream=terminal, delay=0, interval=0))
+    cli = {c.name: c for c in views_cli.commands}[command[0]]
+    result = CliRunner().invoke(cli, [*command[1:], "--redis-url", redis_url])
+    assert result.exit_code == 0, result.output
+    assert "200 merged finding" in result.output
+    shown = terminal.getvalue()
+    assert "combining the 200 " in shown
+    if command[0] == "findings":
+        assert "reading the merged findings: 200" in shown
+    else:
+        assert "reading the findings stream: 200 entries" in shown
+    assert shown.endswith("\r\x1b[K")  # erased before the listing
