@@ -1,5 +1,6 @@
 """Commands of the coordinator side: run a coordinator (or `up`, or the demo); the views of its state are
-:mod:`coordinator.views_cli`'s, the human commands :mod:`coordinator.human`'s."""
+:mod:`coordinator.views_cli`'s and :mod:`coordinator.findings_cli`'s, the human commands
+:mod:`coordinator.human`'s."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from bus.ops import serve_metrics
 from bus.params import FiniteFloatRange
 from bus.settings import Settings
 from coordinator.demo import demo
+from coordinator.findings_cli import commands as findings_commands
 from coordinator.human import commands as human_commands
 from coordinator.policy import Policy
 from coordinator.runtime import collect_garbage, tune_gc
@@ -266,4 +268,11 @@ def _attach(settings: Settings, *, local: bool) -> str:
     return _ATTACH.format(url=url, ns=settings.namespace, where=where)
 
 
-commands: list[click.Command] = [demo, up, run_coordinator, *view_commands, *human_commands]
+commands: list[click.Command] = [
+    demo,
+    up,
+    run_coordinator,
+    *view_commands,
+    *findings_commands,
+    *human_commands,
+]

@@ -20,7 +20,7 @@ from bus.keys import StreamKind, open_namespace
 from bus.progress import Progress
 from bus.publisher import Publisher
 from bus.settings import Settings
-from coordinator import view, views_cli
+from coordinator import findings_cli, view
 from coordinator.policy import Policy
 from coordinator.service import Coordinator, CoordinatorOptions
 from coordinator.view import iter_findings, load_groups
@@ -148,8 +148,8 @@ def test_the_merged_listings_show_how_far_they_are(
     """Reading and combining a group's merged findings took seconds with nothing on the terminal."""
     _merged_group(redis_url, "g-shown", 200)
     terminal = Terminal()
-    monkeypatch.setattr(views_cli, "Progress", partial(Progress, stream=terminal, delay=0, interval=0))
-    cli = {c.name: c for c in views_cli.commands}[command[0]]
+    monkeypatch.setattr(findings_cli, "Progress", partial(Progress, stream=terminal, delay=0, interval=0))
+    cli = {c.name: c for c in findings_cli.commands}[command[0]]
     result = CliRunner().invoke(cli, [*command[1:], "--redis-url", redis_url])
     assert result.exit_code == 0, result.output
     assert "200 merged finding" in result.output
