@@ -18,6 +18,7 @@ from bus.settings import Settings
 from coordinator.console import finding_lines, merged_lines
 from coordinator.policy import Policy
 from coordinator.rules import MergedFinding, merge_findings, merged_view
+from coordinator.runtime import no_collection
 from coordinator.view import group_ids, iter_findings, load_groups, retired_note, was_retired
 from coordinator.views_cli import POLICY_OPTION, other_groups, pretty_json, read_view
 
@@ -128,6 +129,7 @@ def _merged_records(view: dict[str, list[MergedFinding]]) -> list[dict[str, obje
 @POLICY_OPTION
 @redis_options
 @click.pass_context
+@no_collection()  # the listing builds a model per finding: hundreds of thousands of them
 def findings(
     ctx: click.Context,
     settings: Settings,
@@ -176,6 +178,7 @@ def findings(
 @POLICY_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the merged view as JSON.")
 @redis_options
+@no_collection()
 def replay(settings: Settings, group_id: str, policy: Policy, as_json: bool) -> None:
     """Recompute a group's merged findings from the findings stream from id 0 (e.g. under new weights).
 

@@ -1,8 +1,10 @@
-"""Progress on long work: the line itself (pure), and what the long commands feed it (real Redis)."""
+"""Long work in the CLI: the progress line itself (pure), what the long commands feed it, and the collector
+they keep from walking what they build (real Redis)."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 from functools import partial
 from pathlib import Path
@@ -160,3 +162,28 @@ def test_the_merged_listings_show_how_far_they_are(
     else:
         assert "reading the findings stream: 200 entries" in shown
     assert shown.endswith("\r\x1b[K")  # erased before the listing
+
+
+@pytest.mark.parametrize(
+    "command", [["findings", "--merged"], ["findings", "--jsonl"], ["replay", "--group", "g-gc"]]
+)
+def test_the_findings_listings_run_no_collection_while_they_build(redis_url: str, command: list[str]) -> None:
+    """The collector, run by allocation counts, walked the models of every finding read again and again:
+    most of a listing's time for a group of 200 000 merged findings, and none of them garbage."""
+    _merged_group(redis_url, "g-gc", 2000)
+    collections: list[int] = []
+
+    def collecting(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.callbacks.append(collecting)
+    try:
+        cli = {c.name: c for c in findings_cli.commands}[command[0]]
+        result = CliRunner().invoke(cli, [*command[1:], "--redis-url", redis_url])
+    finally:
+        gc.callbacks.remove(collecting)
+    assert result.exit_code == 0, result.output
+    # at most one, once the command is done: the collector is on again, and its counts were kept
+    assert len(collections) <= 1, collections
+    assert gc.isenabled()
