@@ -5,6 +5,8 @@ They read a namespace and never create one (see :mod:`coordinator.views_cli`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 import click
 
 from bus.cli_connection import redis_options, run_command
@@ -20,7 +22,7 @@ from coordinator.policy import Policy
 from coordinator.rules import MergedFinding, merge_findings, merged_view
 from coordinator.runtime import no_collection
 from coordinator.view import group_ids, iter_findings, load_groups, retired_note, was_retired
-from coordinator.views_cli import POLICY_OPTION, other_groups, pretty_json, read_view
+from coordinator.views_cli import POLICY_OPTION, other_groups, read_view
 
 __all__ = ["commands"]
 
@@ -113,8 +115,8 @@ def _merged(by_group: dict[str, list[Finding]], policy: Policy) -> dict[str, lis
     return view
 
 
-def _merged_records(view: dict[str, list[MergedFinding]]) -> list[dict[str, object]]:
-    return [{"group_id": g, **m.model_dump(mode="json")} for g, merged in view.items() for m in merged]
+def _merged_records(view: dict[str, list[MergedFinding]]) -> Iterator[dict[str, object]]:
+    return ({"group_id": g, **m.model_dump(mode="json")} for g, merged in view.items() for m in merged)
 
 
 @click.group("findings", invoke_without_command=True)
@@ -147,23 +149,24 @@ def findings(
         return
     if as_json and as_jsonl:
         raise click.UsageError("--json and --jsonl exclude each other")
-    records: list[dict[str, object]]
+    records: Iterable[dict[str, object]]
     if merged:
         view = _merged_state(settings, group_id, policy)
         records = _merged_records(view)
-        lines = merged_lines(view)
-        total = f"{counted(len(records), 'merged finding')}{_conflicts(view)}"
+        count = sum(len(items) for items in view.values())
+        lines = merged_lines(view) if not (as_json or as_jsonl) else []
+        total = f"{counted(count, 'merged finding')}{_conflicts(view)}"
     else:
         by_group = _read_findings(settings, group_id)
-        records = [
+        records = (
             {"group_id": group, **f.model_dump(mode="json", exclude_none=True)}
             for group, items in by_group.items()
             for f in items
-        ]
-        lines = finding_lines(by_group)
-        total = counted(len(records), "finding")
+        )
+        lines = finding_lines(by_group) if not (as_json or as_jsonl) else []
+        total = counted(sum(len(items) for items in by_group.values()), "finding")
     if as_json:
-        click.echo(pretty_json(records))
+        _echo_array(records)
     elif as_jsonl:
         for record in records:
             click.echo(json_bytes(record).decode())
@@ -171,6 +174,17 @@ def findings(
         for line in lines:
             click.echo(line)
         click.echo(total)
+
+
+def _echo_array(records: Iterable[dict[str, object]]) -> None:
+    """What ``pretty_json(list(records))`` prints, record by record: the whole list and its JSON, built
+    first, held several times the memory of the findings they list."""
+    first = True
+    for record in records:
+        click.echo("[" if first else ",")
+        click.echo("  " + json_bytes(record, indent=True).decode().replace("\n", "\n  "), nl=False)
+        first = False
+    click.echo("[]" if first else "\n]")
 
 
 @click.command()
@@ -194,7 +208,7 @@ def replay(settings: Settings, group_id: str, policy: Policy, as_json: bool) -> 
     by_group, retired = run_command(read_view(settings, read, nothing))
     view = _merged(by_group, policy)
     if as_json:
-        click.echo(pretty_json(_merged_records(view)))
+        _echo_array(_merged_records(view))
     else:
         for line in merged_lines(view):
             click.echo(line)

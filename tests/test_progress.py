@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import io
+import tracemalloc
 from functools import partial
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from workers.kit import connected
 
 from agents.adapter import connect_bus
 from agents.findings_import import import_file
+from bus.display import json_bytes
 from bus.envelope import encode, new_envelope
 from bus.findings import Finding
 from bus.keys import StreamKind, open_namespace
@@ -187,3 +189,29 @@ def test_the_findings_listings_run_no_collection_while_they_build(redis_url: str
     # at most one, once the command is done: the collector is on again, and its counts were kept
     assert len(collections) <= 1, collections
     assert gc.isenabled()
+
+
+def _peak(url: str, args: list[str]) -> int:
+    """The most memory the findings command held (traced) while it ran with ``args``."""
+    tracemalloc.start()
+    try:
+        result = CliRunner().invoke(findings_cli.findings, [*args, "--redis-url", url])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.exit_code == 0, result.output
+    return peak
+
+
+@pytest.mark.parametrize("merged", [[], ["--merged"]])
+def test_a_json_listing_is_written_record_by_record(redis_url: str, merged: list[str]) -> None:
+    """The records, then their JSON, then its text were built whole before a byte was written: a JSON
+    listing of 500 000 findings held 1.6 to 2.6 GB, a text listing of them 1 GB."""
+    _merged_group(redis_url, "g-json", 2000)
+    text = _peak(redis_url, merged)  # the findings' models and the listing's lines
+    assert _peak(redis_url, [*merged, "--json"]) < text  # the models and one record
+    assert _peak(redis_url, [*merged, "--jsonl"]) < text
+    listed = CliRunner().invoke(findings_cli.findings, [*merged, "--json", "--redis-url", redis_url])
+    records = orjson.loads(listed.output)
+    assert len(records) == 2000
+    assert listed.output == json_bytes(records, indent=True).decode() + "\n"  # as when it was built whole
