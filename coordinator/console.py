@@ -28,7 +28,8 @@ from coordinator.state import ViolationRule
 __all__ = [
     "NOTHING_WAITS",
     "bar",
-    "finding_lines",
+    "finding_line",
+    "grouped_lines",
     "inbox_lines",
     "merged_command",
     "merged_lines",
@@ -356,23 +357,19 @@ def _unresolved(s: GroupSummary, namespace: str) -> list[str]:
     return lines
 
 
-def _by_group(rows: dict[str, list[str]]) -> list[str]:
+def grouped_lines(rows: dict[str, list[str]]) -> list[str]:
     """The rows of each group, under a ``group G:`` heading when there are several groups."""
     if len(rows) < 2:
         return [row for group_rows in rows.values() for row in group_rows]
     return [line for g, group_rows in rows.items() for line in (f"group {one_line(g)}:", *group_rows)]
 
 
-def finding_lines(findings: dict[str, list[Finding]]) -> list[str]:
-    """One line per finding (``file:line severity title (agent)``), by group."""
-    rows: dict[str, list[str]] = {}
-    for group, items in findings.items():
-        rows[group] = [
-            f"{one_line(f.file or '-')}:{f.line if f.line is not None else '-'} "
-            f"{f.severity.value if f.severity else '-'} {_text(f.title)} ({one_line(f.agent)})"
-            for f in items
-        ]
-    return _by_group(rows)
+def finding_line(f: Finding) -> str:
+    """One line of a raw finding: ``file:line severity title (agent)``."""
+    return (
+        f"{one_line(f.file or '-')}:{f.line if f.line is not None else '-'} "
+        f"{f.severity.value if f.severity else '-'} {_text(f.title)} ({one_line(f.agent)})"
+    )
 
 
 def merged_lines(merged: dict[str, list[MergedFinding]]) -> list[str]:
@@ -389,4 +386,4 @@ def merged_lines(merged: dict[str, list[MergedFinding]]) -> list[str]:
                 f"{one_line(m.location or '-'):32} {one_line(m.category):8} {sev:18} {conf:>6}  {agents}  "
                 f"{_text(m.finding.title)}{flag}"
             )
-    return _by_group(rows)
+    return grouped_lines(rows)

@@ -5,7 +5,9 @@ They read a namespace and never create one (see :mod:`coordinator.views_cli`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
+from typing import TypeVar
 
 import click
 
@@ -17,7 +19,7 @@ from bus.keys import Keys
 from bus.params import not_blank
 from bus.progress import Progress
 from bus.settings import Settings
-from coordinator.console import finding_lines, merged_lines
+from coordinator.console import finding_line, grouped_lines, merged_lines
 from coordinator.policy import Policy
 from coordinator.rules import MergedFinding, merge_findings, merged_view
 from coordinator.runtime import no_collection
@@ -26,21 +28,27 @@ from coordinator.views_cli import POLICY_OPTION, other_groups, read_view
 
 __all__ = ["commands"]
 
+T = TypeVar("T")
 
-def _read_findings(settings: Settings, group_id: str | None) -> dict[str, list[Finding]]:
-    """Every finding in the findings stream by group (of one group, or of all, in group order), with
-    progress on a terminal."""
 
-    async def read(client: Client, keys: Keys) -> dict[str, list[Finding]]:
-        return await _findings(client, keys, settings, group_id)
+def _read_findings(
+    settings: Settings, group_id: str | None, shape: Callable[[str, Finding], T]
+) -> dict[str, list[T]]:
+    """Every finding in the findings stream by group (of one group, or of all, in group order), each
+    kept as ``shape`` makes it of its group and itself, with progress on a terminal."""
+
+    async def read(client: Client, keys: Keys) -> dict[str, list[T]]:
+        return await _findings(client, keys, settings, group_id, shape)
 
     return run_command(read_view(settings, read, {}))
 
 
 async def _findings(
-    client: Client, keys: Keys, settings: Settings, group_id: str | None
-) -> dict[str, list[Finding]]:
-    by_group: dict[str, list[Finding]] = {}
+    client: Client, keys: Keys, settings: Settings, group_id: str | None, shape: Callable[[str, Finding], T]
+) -> dict[str, list[T]]:
+    """The findings by group, each as ``shape`` makes it: a listing keeps only what it prints (a
+    finding's model takes several times the memory of its line or JSON)."""
+    by_group: dict[str, list[T]] = {}
     skipped: list[str] = []  # the first entry that is no envelope
     count = 0
     with Progress() as progress:
@@ -57,7 +65,7 @@ async def _findings(
         async for _, finding, _, group in iter_findings(
             client, keys, group_id, on_page=shown, on_skipped=foreign
         ):
-            by_group.setdefault(group, []).append(finding)
+            by_group.setdefault(group, []).append(shape(group, finding))
     if count == 1:  # written by something other than a coordinator: said, not shown as findings
         click.echo(f"skipped an entry of the findings stream that is no envelope: {skipped[0]}", err=True)
     elif count:
@@ -149,40 +157,53 @@ def findings(
         return
     if as_json and as_jsonl:
         raise click.UsageError("--json and --jsonl exclude each other")
-    records: Iterable[dict[str, object]]
+    encoded: Iterable[str] = ()
+    lines: list[str] = []
     if merged:
         view = _merged_state(settings, group_id, policy)
-        records = _merged_records(view)
+        if as_json or as_jsonl:
+            encoded = (json_bytes(record, indent=as_json).decode() for record in _merged_records(view))
+        else:
+            lines = merged_lines(view)
         count = sum(len(items) for items in view.values())
-        lines = merged_lines(view) if not (as_json or as_jsonl) else []
         total = f"{counted(count, 'merged finding')}{_conflicts(view)}"
+    elif as_json or as_jsonl:
+        records = _read_findings(settings, group_id, partial(_record, indent=as_json))
+        encoded = (record for items in records.values() for record in items)
+        total = counted(sum(len(items) for items in records.values()), "finding")
     else:
-        by_group = _read_findings(settings, group_id)
-        records = (
-            {"group_id": group, **f.model_dump(mode="json", exclude_none=True)}
-            for group, items in by_group.items()
-            for f in items
-        )
-        lines = finding_lines(by_group) if not (as_json or as_jsonl) else []
-        total = counted(sum(len(items) for items in by_group.values()), "finding")
+        rows = _read_findings(settings, group_id, _line)
+        lines = grouped_lines(rows)
+        total = counted(sum(len(items) for items in rows.values()), "finding")
     if as_json:
-        _echo_array(records)
+        _echo_array(encoded)
     elif as_jsonl:
-        for record in records:
-            click.echo(json_bytes(record).decode())
+        for record in encoded:
+            click.echo(record)
     else:
         for line in lines:
             click.echo(line)
         click.echo(total)
 
 
-def _echo_array(records: Iterable[dict[str, object]]) -> None:
-    """What ``pretty_json(list(records))`` prints, record by record: the whole list and its JSON, built
-    first, held several times the memory of the findings they list."""
+def _record(group_id: str, finding: Finding, *, indent: bool) -> str:
+    """A raw finding's JSON record, which names its group, as text: orjson's bytes keep a buffer of
+    several kilobytes each, ten times the text."""
+    record = {"group_id": group_id, **finding.model_dump(mode="json", exclude_none=True)}
+    return json_bytes(record, indent=indent).decode()
+
+
+def _line(_group_id: str, finding: Finding) -> str:
+    return finding_line(finding)
+
+
+def _echo_array(records: Iterable[str]) -> None:
+    """The JSON array of ``records`` (each indented JSON), as ``pretty_json`` prints a list, record by
+    record: the whole list and its JSON, built first, held several times the memory of the findings."""
     first = True
     for record in records:
         click.echo("[" if first else ",")
-        click.echo("  " + json_bytes(record, indent=True).decode().replace("\n", "\n  "), nl=False)
+        click.echo("  " + record.replace("\n", "\n  "), nl=False)
         first = False
     click.echo("[]" if first else "\n]")
 
@@ -201,14 +222,14 @@ def replay(settings: Settings, group_id: str, policy: Policy, as_json: bool) -> 
     """
 
     async def read(client: Client, keys: Keys) -> tuple[dict[str, list[Finding]], bool]:
-        by_group = await _findings(client, keys, settings, group_id)
+        by_group = await _findings(client, keys, settings, group_id, _finding)
         return by_group, bool(by_group) and await was_retired(client, keys, group_id)
 
     nothing: tuple[dict[str, list[Finding]], bool] = ({}, False)
     by_group, retired = run_command(read_view(settings, read, nothing))
     view = _merged(by_group, policy)
     if as_json:
-        _echo_array(_merged_records(view))
+        _echo_array(json_bytes(record, indent=True).decode() for record in _merged_records(view))
     else:
         for line in merged_lines(view):
             click.echo(line)
@@ -220,6 +241,10 @@ def replay(settings: Settings, group_id: str, policy: Policy, as_json: bool) -> 
             "(`findings --merged` of a group started anew holds only those since)",
             err=True,
         )
+
+
+def _finding(_group_id: str, finding: Finding) -> Finding:
+    return finding
 
 
 def _conflicts(view: dict[str, list[MergedFinding]]) -> str:
