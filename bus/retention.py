@@ -50,9 +50,11 @@ _READERS: Final = {
 _INBOX_READER: Final = ConsumerGroup.ADAPTER.value
 
 # KEYS[1] the stream; ARGV[1] "0" (keep none but what the groups need) or "", ARGV[2] minid ("ms-seq")
-# or "", ARGV[3] the group the stream is written for or "". Returns entries removed. A maxlen above 0 comes
-# as a minid: the id of the maxlen-th newest entry (see _nth_newest), found before, in steps that each
-# hold the server for a moment only; the script's own work is bounded by the groups it reads.
+# or "", ARGV[3] the group the stream is written for or "", ARGV[4] the most entries to remove. Returns
+# entries removed. A maxlen above 0 comes as a minid: the id of the maxlen-th newest entry (see
+# _nth_newest), found before, in steps that each hold the server for a moment only. The script's own work
+# is bounded by the groups it reads and by ARGV[4]: removing a few hundred thousand entries in one call
+# held every other client for a tenth of a second, a few million for seconds; the caller calls again.
 _TRIM_SCRIPT: Final = """
 local key = KEYS[1]
 if redis.call('EXISTS', key) == 0 then return 0 end
@@ -97,10 +99,11 @@ end
 if not reader_seen and not explicit then return 0 end
 local limit = floor
 if ARGV[2] ~= '' and (limit == nil or less(ARGV[2], limit)) then limit = ARGV[2] end
-if limit == nil then
-  if ARGV[1] == '' then return 0 end
-  return redis.call('XTRIM', key, 'MAXLEN', '=', 0)
-end
+if limit == nil and ARGV[1] == '' then return 0 end
+local step = tonumber(ARGV[4])
+local head = redis.call('XRANGE', key, '-', '+', 'COUNT', step + 1)
+if #head > step and (limit == nil or less(head[#head][1], limit)) then limit = head[#head][1] end
+if limit == nil then return redis.call('XTRIM', key, 'MAXLEN', '=', 0) end
 return redis.call('XTRIM', key, 'MINID', '=', limit)
 """
 
@@ -112,6 +115,8 @@ if #chunk == 0 then return {'', 0} end
 return {chunk[#chunk][1], #chunk}
 """
 _STEP: Final = 1000
+_TRIM_STEP: Final = _STEP
+"""The most entries one trim script removes (a few milliseconds of the server's time)."""
 
 
 def stream_id(text: str) -> str:
@@ -158,11 +163,15 @@ async def _trim(
         if newest_kept is None:
             return 0  # no more entries than maxlen
         floor_id = newest_kept if floor_id is None else min(floor_id, newest_kept, key=entry_order)
-    with translated():
-        reply = await client.eval(
-            _TRIM_SCRIPT, 1, stream, "0" if maxlen == 0 else "", floor_id or "", reader or ""
-        )
-    return int(reply)
+    removed, step = 0, _TRIM_STEP
+    while step == _TRIM_STEP:  # a call that removed fewer reached the bound
+        with translated():
+            reply = await client.eval(
+                _TRIM_SCRIPT, 1, stream, "0" if maxlen == 0 else "", floor_id or "", reader or "", _TRIM_STEP
+            )
+        step = int(reply)
+        removed += step
+    return removed
 
 
 async def _nth_newest(client: Client, stream: str, n: int) -> str | None:

@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 from workers.kit import connected, entries, read_group
 
+from bus import retention
 from bus.cli import main
 from bus.connection import Client
 from bus.errors import ConfigError
@@ -60,6 +61,30 @@ async def test_redis_8_trims_with_xtrim_acked_which_also_removes_acked_entries_b
         stats = await client.info("commandstats")
         assert (stats["cmdstat_xtrim"]["calls"], "cmdstat_eval" in stats) == (1, False)
         assert await _left(client) == [ids[1], *ids[3:]]
+
+
+async def test_a_long_trim_is_done_a_bounded_number_of_entries_at_a_time(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One script removed all it could at once: a few hundred thousand entries held every other client
+    for a tenth of a second."""
+    monkeypatch.setattr(retention, "_TRIM_STEP", 10, raising=False)
+    async with connected(redis_url) as client:
+        ids = await _fill(client, 35)
+        await client.xgroup_create(STREAM, "g", id="0")
+        await client.xack(STREAM, "g", *(await _read(client, "g", 35))[:32])
+        bare = "{ret:0}:tasks"  # without groups: only to an explicit bound
+        bare_ids = await _fill(client, 25, bare)
+        for stream, maxlen, filled, left in (
+            (STREAM, None, ids, ids[32:]),
+            (bare, 3, bare_ids, bare_ids[22:]),
+        ):
+            await client.config_resetstat()
+            assert await trim(client, stream, maxlen=maxlen) == len(filled) - len(left)
+            calls = int((await client.info("commandstats"))["cmdstat_eval"]["calls"])
+            assert calls >= 3, calls  # 10 entries at most per call
+            assert await _left(client, stream) == left
+        assert await trim(client, bare, maxlen=0) == 3
 
 
 async def test_the_slowest_group_sets_the_floor(bus_url: str) -> None:
