@@ -15,13 +15,18 @@ from test_human_commands import DELEGATE, agent_says, clarify, cli, coordinate, 
 
 from bus.consumer import stream_entries
 from bus.directives import AnswerItem, HumanAnswer, HumanResolve
-from bus.envelope import Payload, new_envelope
+from bus.envelope import Envelope, Payload, new_envelope
+from bus.events import AgentStarted
+from bus.findings import Finding
 from bus.keys import DEFAULT_SHARDS, ConsumerGroup, Keys, StreamKind
 from bus.publisher import Publisher
 from bus.settings import DEFAULT_NAMESPACE
 from bus.signals import DelegateWork
+from coordinator import queued as queued_module
 from coordinator.policy import Policy
-from coordinator.queued import Queued, load_queued, projected, queued_before
+from coordinator.queued import Queued, load_queued, project, projected, queued_before
+from coordinator.rules import Outcome, apply
+from coordinator.rules.run import Run
 from coordinator.state import GroupState
 from coordinator.view import load_groups
 
@@ -199,6 +204,31 @@ def test_what_a_coordinator_took_but_did_not_commit_is_still_queued(redis_url: s
 
     taken, queued = asyncio.run(scenario())
     assert queued[:2] == taken[1:] and len(queued) == 3, (taken, queued)
+
+
+def test_the_queue_is_applied_in_one_run_as_a_coordinator_applies_a_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Applied one by one, each queued finding copied the group's map of merged findings: a command
+    checked against 200 000 queued findings took eight minutes."""
+    runs: list[Run | None] = []
+
+    def recorded(state: GroupState, envelope: Envelope, policy: Policy, run: Run | None = None) -> Outcome:
+        runs.append(run)
+        return apply(state, envelope, policy, run)
+
+    monkeypatch.setattr(queued_module, "apply", recorded)
+    started = new_envelope(AgentStarted(task="review"), agent_id="a", group_id="g")
+    found = [
+        new_envelope(Finding(title=f"f{n}", file=f"m{n}.py", line=1), agent_id="a", group_id="g")
+        for n in range(50)
+    ]
+    entries = [Queued(f"{n + 1}-0", e) for n, e in enumerate([started, *found, found[3]])]  # one again
+    state, applied = project(None, "g", frozenset(), entries, Policy())
+    assert state is not None and len(state.findings) == 50
+    assert [q.envelope for q in applied] == [started, *found]  # the copy is dropped
+    assert len({id(run) for run in runs}) == 1 and runs[0] is not None
+    assert all(e.id in state.window for e in [started, *found])
 
 
 def test_a_refusal_names_what_is_queued_for_that_agent_in_that_group_only() -> None:
