@@ -229,4 +229,4 @@ def test_a_raw_listing_keeps_what_it_prints_of_each_finding(redis_url: str, outp
     _merged_group(redis_url, "g-raw-2", 2000)
     per_finding = (_peak(redis_url, output) - before) / 2000
     listed = CliRunner().invoke(findings_cli.findings, [*output, "--redis-url", redis_url])
-    assert per_finding < 2 * len(listed.output) / 4000 + 100
+    assert per_finding < len(listed.output) / 4000 + 400, per_finding  # a model: over 1 100
