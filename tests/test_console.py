@@ -278,3 +278,20 @@ def test_text_that_shows_nothing_or_breaks_lines_is_escaped_on_one_line() -> Non
 def test_every_format_character_and_separator_is_escaped() -> None:
     unseen = [chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) in ("Cf", "Zl", "Zp")]
     assert [c for c in unseen if one_line(c) == c] == []
+
+
+def test_status_lists_agents_and_requests_in_registration_order_whatever_the_maps_order() -> None:
+    # a state read back from a large Redis hash holds its agents in the hash's order, not registration's
+    feed = Feed()
+    for n, agent in enumerate(["c-first", "a-second", "b-third"]):
+        feed.send(delegate(agent, priority="P2"), agent, at=n + 1)
+    state = feed.state
+    shuffled = state.model_copy(
+        update={
+            "agents": dict(reversed(state.agents.items())),
+            "delegations": dict(reversed(state.delegations.items())),
+        }
+    )
+    summary = summarize(shuffled)
+    assert [a.agent_id for a in summary.agents] == ["c-first", "a-second", "b-third"]
+    assert [d.requester_id for d in summary.pending_delegations] == ["c-first", "a-second", "b-third"]

@@ -142,7 +142,9 @@ def summarize(state: GroupState, *, findings: int | None = None) -> GroupSummary
 
     ``findings`` is the number of merged findings when ``state`` was loaded without them.
     """
-    records = list(state.agents.values())
+    # Sorted, not the map's order: a state read back from a large Redis hash comes in the hash's own order.
+    records = sorted(state.agents.values(), key=lambda r: (r.registered_at, r.agent_id))
+    pending = (d for d in state.delegations.values() if d.status is DelegationStatus.PENDING_HUMAN)
     counted = deciding(state)
     return GroupSummary(
         group_id=state.group_id,
@@ -154,8 +156,7 @@ def summarize(state: GroupState, *, findings: int | None = None) -> GroupSummary
         blockers=tuple(_blocker(r, r.blocker) for r in records if r.blocker is not None),
         pending_delegations=tuple(
             _delegation(d, state.agents.get(d.requester_id))
-            for d in state.delegations.values()
-            if d.status is DelegationStatus.PENDING_HUMAN
+            for d in sorted(pending, key=lambda d: (d.requested_at, d.request_id))
         ),
         escalations=state.escalations,
         findings=len(state.findings) if findings is None else findings,
