@@ -45,8 +45,8 @@ async def test_codex_exec_output_is_read_resumed_by_its_thread_id_and_restarted(
         directive = new_envelope(response, agent_id="cx-1", group_id=GROUP, source="test")
         await Publisher(bus.client, bus.keys).send_directive(directive)
 
-        async def delivered() -> bool:
-            return argv_file.exists()
+        async def delivered() -> bool:  # said once the command ran (its file is written before)
+            return "delivered CLARIFICATION_RESPONSE" in log.read_text()
 
         await wait_until(delivered, 30, "the resume command")
         thread = orjson.loads(OUTPUT.splitlines()[0])["thread_id"]
@@ -67,4 +67,3 @@ async def test_codex_exec_output_is_read_resumed_by_its_thread_id_and_restarted(
     items = [i for i in parser.feed(OUTPUT) + parser.close() if not isinstance(i, ErrorItem)]
     source = source_of(canonical(out), 0)
     assert [e.id for e in said] == [deterministic_id("cx-1", source, i.offset) for i in items]
-    assert "delivered CLARIFICATION_RESPONSE" in log.read_text()
