@@ -170,7 +170,9 @@ def _json_line(item: Item) -> bytes:
 
 
 def _write_totals(out: IO[bytes], parser: AnyParser, counts: Counter[str]) -> None:
-    if parser.session_id or parser.agent_id:
+    if parser.format is Format.CODEX_JSONL and parser.session_id:
+        out.write(f"codex exec output: thread {parser.session_id}\n".encode())
+    elif parser.session_id or parser.agent_id:
         out.write(
             f"transcript: session {parser.session_id or '-'}, agent {parser.agent_id or '-'}\n".encode()
         )

@@ -229,7 +229,7 @@ def test_parse_names_the_thread_and_takes_the_format_by_name() -> None:
     auto = CliRunner().invoke(parse_command, [path])
     assert auto.exit_code == 0, auto.output
     assert auto.stdout.splitlines()[-2:] == [
-        f"transcript: session {THREAD}, agent -",
+        f"codex exec output: thread {THREAD}",
         "3 signals, 1 result, 0 errors",
     ]
     named = CliRunner().invoke(parse_command, [path, "--format", "codex-jsonl", "--json"])
