@@ -231,8 +231,37 @@ def encode_new(payload: Payload, agent_id: str, group_id: str, source: str, id: 
     type_ = _TYPE_OF.get(type(payload))
     zone = ts.tzinfo
     if type_ is not None and (zone is _UTC or zone is UTC or _whole_minutes(ts.utcoffset())):
-        return _spliced(_head(type_, id, agent_id, group_id, ts, source), payload)
+        between, after = _fixed_parts(type_, agent_id, group_id, source)
+        body = payload.__pydantic_serializer__.to_json(payload, exclude_none=True)
+        parts = (
+            b'{"id":',
+            orjson.dumps(id),
+            between,
+            orjson.dumps(ts, option=orjson.OPT_UTC_Z),
+            after,
+            body,
+            b"}",
+        )
+        return b"".join(parts)
     return encode(new_envelope(payload, agent_id=agent_id, group_id=group_id, source=source, id=id, ts=ts))
+
+
+@functools.lru_cache(maxsize=4096)
+def _fixed_parts(type_: EnvelopeType, agent_id: str, group_id: str, source: str) -> tuple[bytes, bytes]:
+    """The JSON of an envelope's fields that a group's agent repeats on every envelope of a type it is
+    sent, as :func:`_spliced` writes them: between the id and the timestamp, and from there to the
+    payload. The coordinator sends one per finding, to few agents; the JSON of a whole head took
+    half the time of encoding a finding's copy."""
+    middle = orjson.dumps(
+        {
+            "v": SCHEMA_VERSION,
+            "kind": PAYLOADS[type_][0],
+            "type": type_,
+            "agent_id": agent_id,
+            "group_id": group_id,
+        }
+    )
+    return b"," + middle[1:-1] + b',"ts":', b"," + orjson.dumps({"source": source})[1:-1] + b',"payload":'
 
 
 _UTC: Final = SchemaValidator(core_schema.datetime_schema()).validate_python("2000-01-01T00:00Z").tzinfo
