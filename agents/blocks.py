@@ -101,7 +101,9 @@ def decode_body(kind: EnvelopeType, body: bytes, *, indent: int = 0, first_line:
         data = _rescued(text)
         if data is None:
             at = f" at line {first_line - 1 + exc.line}" if exc.line is not None else ""
-            raise BlockError(f"invalid YAML{at}: {exc.message}{_tabbed(text, first_line)}") from None
+            raise BlockError(
+                f"invalid YAML{at}: {exc.message}{_tabbed(text, exc.line, first_line)}"
+            ) from None
     if not isinstance(data, dict):
         raise BlockError(f"the body must be a YAML mapping of fields, not {_kind(data)}")
     data = _unwrapped(kind, data)
@@ -199,14 +201,16 @@ def _detabbed(text: str) -> str:
     return _TABBED.sub(lambda m: m.group().expandtabs(8), text) if "\t" in text else text
 
 
-def _tabbed(text: str, first_line: int) -> str:
-    """A hint for a body that is no YAML with tabs in its indentation, even when read as shown."""
-    m = _TABBED.search(text)
-    if m is None:
+def _tabbed(text: str, line: int | None, first_line: int) -> str:
+    """A hint for a body that is no YAML, even read as shown, when YAML's error is at a line indented
+    with a tab (``line``, 1-based in ``text``). A tab elsewhere is none of the trouble: in a literal
+    block's text, after its indentation, YAML takes it as it is."""
+    if line is None or line < 1:
         return ""
-    return (
-        f" (line {first_line + text.count(chr(10), 0, m.start())} is indented with a tab, which YAML refuses)"
-    )
+    lines = text.split("\n", line)
+    if len(lines) < line or _TABBED.match(lines[line - 1]) is None:
+        return ""
+    return f" (line {first_line - 1 + line} is indented with a tab, which YAML refuses)"
 
 
 def describe_errors(exc: ValidationError, limit: int = 3) -> str:

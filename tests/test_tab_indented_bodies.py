@@ -48,3 +48,12 @@ def test_tabs_that_do_not_line_up_are_an_error_naming_the_tab() -> None:
     [item] = parse_text("Blocked.\n" + HEAD + questions + "[/CLARIFICATION_NEEDED]\n")
     assert isinstance(item, ErrorItem), item
     assert "line 9 is indented with a tab, which YAML refuses" in item.message
+
+
+def test_a_tab_yaml_takes_is_not_named_for_an_error_elsewhere() -> None:
+    # the tab is in a literal block's text, which YAML takes; the error is the unclosed list two lines on
+    body = "agent_id: a\nstop_reason: blocker\nblocker_type: error\ndetails: |\n  col1\n  \tindented\nextra: [a\n"
+    [item] = parse_text("[STOP_WORK]\n" + body + "[/STOP_WORK]\n")
+    assert isinstance(item, ErrorItem), item
+    assert item.message.startswith("STOP_WORK block at line 1: invalid YAML at line 9: "), item.message
+    assert "tab" not in item.message
