@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from rules_kit import T0, Feed, answers, clarification, completion, kinds
+from rules_kit import T0, Feed, answers, clarification, completion, delegate, kinds, payloads
 
-from bus.events import AgentStarted, AgentState, DecisionType, Heartbeat, Tick
+from bus.directives import LaunchRequest
+from bus.envelope import EnvelopeType
+from bus.events import AgentStarted, AgentState, Decision, DecisionType, Heartbeat, Tick
 from coordinator.policy import Policy
+from coordinator.rules import Outcome, Target
 
 AGENT = "bg-task-abc123"
 TICKER = "coordinator"
@@ -124,3 +127,40 @@ def test_timestamps_are_instants_whatever_their_offset() -> None:
     assert feed.state.agents[AGENT].last_seen == T0 + timedelta(seconds=100)
     assert _tick(feed, 220) == []
     assert _tick(feed, 221) == [DecisionType.TIMED_OUT]
+
+
+def test_a_launch_by_a_sender_whose_clock_is_ahead_expires_before_its_agent_is_lost() -> None:
+    # a launch request must be stale to a launcher (by the server's clock, the ticks') once its agent is
+    # declared lost and retried: a launcher would otherwise start it beside its retry
+    feed = Feed(POLICY)
+    _tick(feed, 0)
+    feed.send(AgentStarted(task="scan", name="security-auditor"), AGENT, at=1)
+    launched = feed.send(delegate(AGENT), AGENT, at=2 + HOUR)  # its adapter's clock, an hour ahead
+    [request] = payloads(launched, EnvelopeType.LAUNCH, Target.TASKS)
+    assert isinstance(request, LaunchRequest) and request.expires_at is not None
+    for second in range(5, 2000, 5):
+        lost = [
+            e.envelope
+            for e in _ticked(feed, second).emits
+            if isinstance(e.envelope.payload, Decision)
+            and e.envelope.payload.decision is DecisionType.LOST
+            and e.envelope.agent_id == request.new_agent_id
+        ]
+        if lost:
+            break
+    else:
+        raise AssertionError("the launched agent was never declared lost")
+    assert T0 + timedelta(seconds=second) > request.expires_at
+
+
+def test_a_launch_expires_lost_timeout_after_the_request_for_a_clock_in_step() -> None:
+    feed = Feed(POLICY)
+    _tick(feed, 0)
+    feed.send(AgentStarted(task="scan", name="security-auditor"), AGENT, at=1)
+    [request] = payloads(feed.send(delegate(AGENT), AGENT, at=2), EnvelopeType.LAUNCH, Target.TASKS)
+    # from the tick before it: no later than the agent can be lost, at most a tick interval earlier
+    assert request.expires_at == T0 + timedelta(seconds=900)
+
+
+def _ticked(feed: Feed, seconds: float) -> Outcome:
+    return feed.send(Tick(now=T0 + timedelta(seconds=seconds)), TICKER, at=seconds)

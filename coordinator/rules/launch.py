@@ -189,8 +189,14 @@ def _relaunch(step: Step, record: AgentRecord, directives: tuple[str, ...], why:
 
 
 def _expiry(step: Step) -> datetime | None:
-    """When a launch request made now goes stale: the agent, running from now, is lost if still unheard."""
+    """When a launch request made now goes stale: the agent, running from now, is lost if still unheard.
+
+    Counted from the group's last tick (a tick's own ``now`` for a launch at a tick), not from
+    :attr:`Step.at` when that is later: a sender's clock ahead puts the agent's ``last_seen`` ahead,
+    which the next tick brings back to its ``now`` (:mod:`coordinator.rules.timeouts`), and the agent
+    would be lost and retried while a launcher could still start its request beside the retry."""
+    at, ticked = step.at, step.current("ticked_at")
     try:
-        return step.at + timedelta(seconds=step.policy.lost_timeout_seconds)
+        return min(at, ticked or at) + timedelta(seconds=step.policy.lost_timeout_seconds)
     except OverflowError:  # past the year 9999: never
         return None
