@@ -74,9 +74,6 @@ class BlockError(ProtocolError):
         self.message = message
 
 
-_SPACED_CRLF: Final = re.compile(r" *\r\n")
-
-
 def decode_body(kind: EnvelopeType, body: bytes, *, indent: int = 0, first_line: int = 1) -> SignalPayload:
     """Validate the body of a ``kind`` block (the bytes between its tags) into its payload model.
 
@@ -90,8 +87,8 @@ def decode_body(kind: EnvelopeType, body: bytes, *, indent: int = 0, first_line:
     except UnicodeDecodeError as exc:
         line = first_line + body.count(b"\n", 0, exc.start)
         raise BlockError(f"invalid UTF-8 at line {line}") from None
-    if "\r" in text:  # spaces before a CRLF are invisible, and the parser's for a CR before it (\r\r\n)
-        text = _SPACED_CRLF.sub("\n", text) if " \r" in text else text.replace("\r\n", "\n")
+    if "\r" in text:
+        text = _lf_lines(text) if " \r" in text else text.replace("\r\n", "\n")
     if indent:
         text = re.sub(rf"(?m)^[ \t]{{1,{indent}}}", "", text)
     text = _unfenced(text)
@@ -174,6 +171,14 @@ def _unwrapped(kind: EnvelopeType, data: dict[Any, Any]) -> dict[Any, Any]:
 _PROSE_FIELD: Final = re.compile(
     r"(?m)^([ \t]*(?:- )?[A-Za-z_][\w-]*:[ \t]+)([^'\"\[\]{}|>&*!#%@`\s][^\n]*?:(?:[ \t][^\n]*?)?)[ \t]*\r?$"
 )
+
+
+def _lf_lines(text: str) -> str:
+    """The text with each CRLF made an LF, and the spaces before it taken off: invisible, and the parser's
+    for a CR before it (``\\r\\r\\n``). Line by line, in linear time: a regular expression such as
+    ``" *\\r\\n"`` tries each space of a long run again, and a body of a megabyte of spaces took minutes."""
+    *ended, last = text.split("\r\n")
+    return "".join(part.rstrip(" ") + "\n" for part in ended) + last
 
 
 def _rescued(text: str) -> Any:

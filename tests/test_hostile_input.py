@@ -244,6 +244,16 @@ def test_lines_built_to_make_the_expressions_backtrack_are_read_in_linear_time(l
 
 
 @pytest.mark.timeout(10)
+@pytest.mark.parametrize("line_end", [b"\r\r\n", b" \r\n"])
+def test_a_long_run_of_spaces_in_a_body_with_crlf_lines_is_read_in_linear_time(line_end: bytes) -> None:
+    # the spaces before each CRLF are taken off: an expression that tried every space of the run again
+    # took minutes for a body of a megabyte
+    body = b"agent_id: a1" + line_end + b" " * 1_000_000 + b"x\n"
+    [item] = parse_text(b"[STOP_WORK]\n" + body + b"[/STOP_WORK]\n")
+    assert isinstance(item, ErrorItem)
+
+
+@pytest.mark.timeout(10)
 @pytest.mark.parametrize(
     "section",
     [
