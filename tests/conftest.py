@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 import signal
 import subprocess
@@ -23,6 +24,16 @@ import redis
 from adapter_kit import kill_naming, kill_started
 
 from bus.embedded import RedisCluster, RedisProcess
+
+
+@pytest.fixture(autouse=True)
+def _collector_kept() -> Iterator[None]:
+    """A ``coordinator`` command run in the test process turns the collector off for the process
+    (:func:`coordinator.runtime.tune_gc`): on again for the tests after it, which may count collections."""
+    enabled = gc.isenabled()
+    yield
+    if enabled:
+        gc.enable()
 
 
 @pytest.fixture(autouse=True)
