@@ -31,6 +31,7 @@ from coordinator.policy import Policy
 from coordinator.queued import projected, queued_before
 from coordinator.rules import apply
 from coordinator.rules.step import Rejected
+from coordinator.runtime import no_collection
 from coordinator.state import AgentRecord, GroupState
 from coordinator.view import (
     UnknownAgent,
@@ -110,8 +111,10 @@ async def _publish(
         def load() -> Awaitable[list[GroupState]]:
             return load_groups(client, keys, group_id, findings=False)
 
-        # Checked as a coordinator will apply it: after what is queued before it (coordinator.queued).
-        groups, queued = await projected(client, keys, load, group_id, how.policy)
+        # Checked as a coordinator will apply it: after what is queued before it (coordinator.queued), a
+        # model per queued entry, which the collector would walk again and again, finding nothing.
+        with no_collection():
+            groups, queued = await projected(client, keys, load, group_id, how.policy)
         if group_id is not None and not groups:
             retired = await retired_note(client, keys, group_id)
             unknown = f"no group {group_id!r} is known to the coordinators"

@@ -17,6 +17,7 @@ from workers.kit import connected
 
 from agents.adapter import connect_bus
 from agents.findings_import import import_file
+from bus.cli import main
 from bus.display import json_bytes
 from bus.envelope import encode, new_envelope
 from bus.findings import Finding
@@ -187,6 +188,37 @@ def test_the_findings_listings_run_no_collection_while_they_build(redis_url: str
         gc.callbacks.remove(collecting)
     assert result.exit_code == 0, result.output
     # at most one, once the command is done: the collector is on again, and its counts were kept
+    assert len(collections) <= 1, collections
+    assert gc.isenabled()
+
+
+def test_a_human_command_checked_against_a_long_queue_runs_no_collection(redis_url: str) -> None:
+    """A command is checked against the queue applied by the rules (coordinator.queued): a model per
+    queued finding, which the collector, run by allocation counts, walked again and again."""
+
+    async def queue() -> None:
+        async with connected(redis_url) as client:
+            keys = await open_namespace(client, "sbus", None)
+            findings = [
+                new_envelope(Finding(title=f"f{n}", file=f"q{n}.py", line=1), agent_id="a", group_id="g-q")
+                for n in range(2000)
+            ]
+            await Publisher(client, keys).publish_many(findings)  # no coordinator runs: all queued
+
+    asyncio.run(queue())
+    collections: list[int] = []
+
+    def collecting(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.callbacks.append(collecting)
+    try:
+        args = ["resolve", "a", "--resolution", "done", "--group", "g-q", "--redis-url", redis_url]
+        result = CliRunner().invoke(main, args)
+    finally:
+        gc.callbacks.remove(collecting)
+    assert "no open blocker" in result.output or "not blocked" in result.output, result.output
     assert len(collections) <= 1, collections
     assert gc.isenabled()
 
