@@ -80,13 +80,14 @@ class Finding(Model):
     # as a Python dict, a third of the cost of decoding a finding from JSON.
     @model_validator(mode="after")
     def _defaults(self) -> Self:
-        if not self.category:
-            self.__dict__["category"] = derive_category(self.id, self.title)
+        fields = self.__dict__  # read once: each attribute read of a model goes through its __getattr__
+        if not fields["category"]:
+            fields["category"] = derive_category(fields["id"], fields["title"])
             self.__pydantic_fields_set__.add("category")
-        file = self.file
+        file = fields["file"]
         if file is not None and not file.strip():
             # A blank file names no place: taken as one, every finding "at :3" would merge into one.
-            self.__dict__["file"] = None
+            fields["file"] = None
         return self
 
     @property

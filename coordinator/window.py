@@ -78,13 +78,13 @@ class IdWindow(Model):
         return hash(self.chunks)
 
     def __len__(self) -> int:
-        return self._indexed()[2]
+        return _indexed(self, self.chunks)[2]
 
     def __contains__(self, envelope_id: object) -> bool:
         chunks = self.chunks
         if not chunks or not isinstance(envelope_id, str):
             return False
-        index, newest, _ = self._indexed()
+        index, newest, _ = _indexed(self, chunks)
         seq = index.chunk_of.get(envelope_id)
         if seq is None:
             return False
@@ -103,19 +103,19 @@ class IdWindow(Model):
         if not ids:
             return self
         chunks = self.chunks
-        index, seq, total = self._indexed()
+        index, seq, total = _indexed(self, chunks)
         newest = len(chunks[-1]) if chunks else 0
         chunk_of = index.chunk_of
         if index.last != seq or index.newest != newest or any(i in chunk_of for i in ids):
             index, seq = _ChunkIndex(chunks), len(chunks) - 1
             chunk_of = index.chunk_of
-        out = list(chunks)
-        if newest and newest < self.CHUNK:
+        out, size = list(chunks), IdWindow.CHUNK  # read of the class: an instance's is ten times the cost
+        if newest and newest < size:
             tail = list(out.pop())
         else:
             tail, seq = [], seq + 1
         for envelope_id in ids:
-            if len(tail) == self.CHUNK:
+            if len(tail) == size:
                 out.append(tuple(tail))
                 tail, seq = [], seq + 1
             tail.append(envelope_id)
@@ -131,13 +131,14 @@ class IdWindow(Model):
         cursor = {"_cursor": (index, seq, total)}
         return trusted_instance(IdWindow, {"chunks": tuple(out[first:])}, {"chunks"}, cursor)
 
-    def _indexed(self) -> tuple[_ChunkIndex, int, int]:
-        """The shared index, this window's newest chunk number in it, and the window's size."""
-        private = self.__pydantic_private__
-        cursor = private.get("_cursor") if private is not None else None
-        chunks = self.chunks
-        if cursor is None or cursor[1] - len(chunks) < cursor[0].first - 1:  # not (or no longer) indexed
-            total = cursor[2] if cursor is not None else sum(map(len, chunks))
-            cursor = (_ChunkIndex(chunks), len(chunks) - 1, total)
-            _set(self, "__pydantic_private__", {"_cursor": cursor})
-        return cursor
+
+def _indexed(window: IdWindow, chunks: tuple[tuple[str, ...], ...]) -> tuple[_ChunkIndex, int, int]:
+    """The shared index, the window's newest chunk number in it, and the window's size (``chunks``: the
+    window's, which its caller has read already: each attribute read of a model costs ten plain ones)."""
+    private = window.__pydantic_private__
+    cursor = private.get("_cursor") if private is not None else None
+    if cursor is None or cursor[1] - len(chunks) < cursor[0].first - 1:  # not (or no longer) indexed
+        total = cursor[2] if cursor is not None else sum(map(len, chunks))
+        cursor = (_ChunkIndex(chunks), len(chunks) - 1, total)
+        _set(window, "__pydantic_private__", {"_cursor": cursor})
+    return cursor

@@ -100,7 +100,8 @@ def apply(state: GroupState, envelope: Envelope, policy: Policy, run: Run | None
     alone = run is None
     if run is None:
         run = Run()
-    if envelope.id in state.window or envelope.id in run.ids:
+    envelope_id = envelope.id
+    if envelope_id in state.window or envelope_id in run.ids:
         return Outcome(state, [], duplicate=True)
     step = Step(state, envelope, policy, run)
     try:
@@ -117,26 +118,24 @@ def apply(state: GroupState, envelope: Envelope, policy: Policy, run: Run | None
     else:
         outcome = step.finish()
     if alone:  # the state is the run's own (finish made it), and the run ends here
-        change(outcome.state, {"window": outcome.state.window.add(envelope.id, policy.idempotency_window)})
+        change(outcome.state, {"window": outcome.state.window.add(envelope_id, policy.idempotency_window)})
     return outcome
 
 
 def _run(step: Step) -> None:
-    envelope = step.envelope
-    if envelope.group_id != step.group_id and envelope.type is not EnvelopeType.TICK:
-        raise Rejected(f"entry of group {envelope.group_id!r} applied to group {step.group_id!r}")
-    handler = HANDLERS.get(envelope.type)
+    type_ = step.entry_type
+    if type_ is not EnvelopeType.TICK and step.entry_group_id != step.group_id:
+        raise Rejected(f"entry of group {step.entry_group_id!r} applied to group {step.group_id!r}")
+    handler = HANDLERS.get(type_)
     if handler is None:
-        raise Rejected(f"{envelope.type.value} is an output of the coordinator, not an input")
-    if envelope.type in _FROM_AGENT:
-        record = lifecycle.touch(step)
-        if envelope.type is T.STOP_WORK and record.state in _FINISHED:
+        raise Rejected(f"{type_.value} is an output of the coordinator, not an input")
+    if type_ in _FROM_AGENT:
+        state = lifecycle.touch(step).state
+        if type_ is T.STOP_WORK and state in _FINISHED:
             blockers.on_late_stop(step)  # kept: often the adapter's word that a report was lost
             return
-        if envelope.type in _WAITS and record.state in _FINISHED:
+        if type_ in _WAITS and state in _FINISHED:
             # Its outcome is decided (and aggregated, retried or escalated): a signal that would have it
             # wait again would undo that, and nothing would act on its answer.
-            raise Rejected(
-                f"agent {record.agent_id!r} is {record.state.value}: its {envelope.type.value} is ignored"
-            )
+            raise Rejected(f"agent {step.agent_id!r} is {state.value}: its {type_.value} is ignored")
     handler(step)

@@ -91,9 +91,10 @@ def _stored_key(key: tuple[str, str, str]) -> str:
 
 def _keys(finding: Finding) -> tuple[str, tuple[str, str, str]]:
     """The stored key of the finding's slot (the field of the merged hash) and its :func:`slot_key`."""
-    file, line = finding.file, finding.line
-    discriminator = "" if file is not None and line is not None else finding.id or finding.title
-    return _keys_of(file, line, finding.category, discriminator)
+    fields = finding.__dict__  # one attribute read of the model rather than three or five
+    file, line = fields["file"], fields["line"]
+    discriminator = "" if file is not None and line is not None else fields["id"] or fields["title"]
+    return _keys_of(file, line, fields["category"], discriminator)
 
 
 @lru_cache(maxsize=4096)
@@ -142,10 +143,17 @@ def _best(reports: Iterable[Finding]) -> Finding:
     return best
 
 
-def fold(slot: FindingSlot | None, finding: Finding, key: tuple[str, str, str] | None = None) -> FindingSlot:
+def fold(
+    slot: FindingSlot | None,
+    finding: Finding,
+    key: tuple[str, str, str] | None = None,
+    agent: str | None = None,
+) -> FindingSlot:
     """Add one report to a finding's slot (a new slot when ``slot`` is none, at ``key``: the report's
-    :func:`slot_key`, computed when not given)."""
-    agent = _agent_key(finding.agent)
+    :func:`slot_key`, computed when not given). ``agent`` is the report's normalised agent name, when
+    known already."""
+    if agent is None:
+        agent = _agent_key(finding.agent)
     if slot is None:
         # Built with its report at once: the slot an empty one would be evolved into, for half the cost.
         location, category, discriminator = key or slot_key(finding)
@@ -254,14 +262,18 @@ def record_finding(step: Step, finding: Finding, agent_id: str) -> None:
     The published report names its agent (normalised name, or the agent id when the agent's kind is
     unknown), so the view can be recomputed from the stream alone.
     """
-    record = step.find(agent_id)
-    reporter = _agent_key(finding.agent or (record.name if record is not None and record.name else agent_id))
-    if finding.agent != reporter:
+    given = finding.agent
+    if given:
+        reporter = _agent_key(given)
+    else:
+        record = step.find(agent_id)
+        reporter = _agent_key(record.name if record is not None and record.name else agent_id)
+    if given != reporter:
         finding = evolve(finding, agent=reporter)
     step.emit(Target.FINDINGS, finding, agent_id)
     key, place = _keys(finding)
     before = step.finding(key)
-    slot = fold(before, finding, place)
+    slot = fold(before, finding, place, reporter)
     if slot is before:
         return  # an unchanged slot cannot have gained a severity: its conflict, if any, is known already
     conflict = _in_conflict(slot)
@@ -288,4 +300,4 @@ def _count_conflict(step: Step, slot: FindingSlot, agent_id: str) -> None:
 
 def on_finding(step: Step) -> None:
     """A FINDING envelope: one report."""
-    record_finding(step, step.payload(Finding), step.envelope.agent_id)
+    record_finding(step, step.payload(Finding), step.agent_id)

@@ -38,9 +38,9 @@ def touch(step: Step) -> AgentRecord:
     The step refreshes the agent's ``last_seen`` when it counts the entry (:meth:`Step.finish`), together
     with its other counters, so a sign of life costs one copy of the agent's record.
     """
-    agent_id = step.envelope.agent_id
+    agent_id = step.agent_id
     step.alive = True
-    watched = step.envelope.type is not EnvelopeType.FINDING
+    watched = step.entry_type is not EnvelopeType.FINDING
     record = step.find(agent_id)
     if record is None:
         record = step.put(

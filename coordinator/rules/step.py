@@ -55,13 +55,55 @@ class Step:
     the step's changes when a rule asks for them, and :meth:`finish` builds the final one once.
     """
 
-    __slots__ = ("_changes", "_input", "_state", "_undo", "alive", "emits", "envelope", "policy", "run")
+    __slots__ = (
+        "_cause",
+        "_changes",
+        "_input",
+        "_payload",
+        "_state",
+        "_undo",
+        "agent_id",
+        "alive",
+        "at",
+        "emits",
+        "entry_group_id",
+        "entry_id",
+        "entry_type",
+        "envelope",
+        "group_id",
+        "policy",
+        "run",
+        "ts",
+    )
 
     def __init__(self, state: GroupState, envelope: Envelope, policy: Policy, run: Run) -> None:
         self._input: Final = state
         self.envelope: Final = envelope
         self.policy: Final = policy
         self.run: Final = run
+        # The fields every entry's rules read, read here once: reading a field of a pydantic model costs
+        # about ten plain attribute reads (its class's __getattr__ keeps CPython from caching the lookup).
+        head, group = envelope.__dict__, state.__dict__
+        self.entry_id: Final[str] = head["id"]
+        self.entry_type: Final[EnvelopeType] = head["type"]
+        self.entry_group_id: Final[str] = head["group_id"]
+        self.agent_id: Final[str] = head["agent_id"]
+        """The input's sender (for a human command, the agent it is addressed to)."""
+        self.ts: Final[datetime] = head["ts"]
+        """The timestamp of every envelope emitted in this step: the input's own."""
+        self.group_id: Final[str] = group["group_id"]
+        ticked = group["ticked_at"]
+        self.at: Final[datetime] = ticked if ticked is not None and ticked > self.ts else self.ts
+        """When the input was sent, for the rules' timeouts: its timestamp (its sender's clock), but never
+        before the group's last tick, which came before it in the stream. A sender whose clock is behind
+        the coordinators' does not make an agent look silent; one ahead is brought back by the next tick
+        (:mod:`coordinator.rules.timeouts`)."""
+        self._payload: Final[Payload] = head["payload"]
+        cause = self.entry_id
+        if self.entry_group_id != self.group_id:  # a TICK, applied to every group of its shard: one id each
+            cause = f"{cause}@{self.group_id}"
+        self._cause: Final = cause
+        """What the ids of the step's emitted envelopes derive from."""
         self.emits: list[Emit] = []
         self._changes: dict[str, Any] = {}
         self._state: GroupState | None = None
@@ -70,24 +112,6 @@ class Step:
         """(map, key, the value it had or _MISSING) for every change to the run's maps, in order."""
         self.alive = False
         """The input is a sign of life of its agent: counting it refreshes the agent's ``last_seen``."""
-
-    @property
-    def ts(self) -> datetime:
-        """The timestamp of every envelope emitted in this step: the input's own."""
-        return self.envelope.ts
-
-    @property
-    def at(self) -> datetime:
-        """When the input was sent, for the rules' timeouts: its timestamp (its sender's clock), but never
-        before the group's last tick, which came before it in the stream. A sender whose clock is behind
-        the coordinators' does not make an agent look silent; one ahead is brought back by the next tick
-        (:mod:`coordinator.rules.timeouts`)."""
-        ts, ticked = self.envelope.ts, self._input.ticked_at
-        return ticked if ticked is not None and ticked > ts else ts
-
-    @property
-    def group_id(self) -> str:
-        return self._input.group_id
 
     @property
     def initial(self) -> GroupState:
@@ -124,9 +148,9 @@ class Step:
 
     def payload(self, model: type[P]) -> P:
         """The input's payload, which the dispatch guarantees to be a ``model``."""
-        payload = self.envelope.payload
+        payload = self._payload
         if not isinstance(payload, model):
-            raise Rejected(f"payload of {self.envelope.type.value} is not a {model.__name__}")
+            raise Rejected(f"payload of {self.entry_type.value} is not a {model.__name__}")
         return payload
 
     # -- agents and findings -------------------------------------------------------------------------
@@ -190,11 +214,8 @@ class Step:
     # -- emitting -----------------------------------------------------------------------------------
 
     def emit(self, target: Target, payload: Payload, agent_id: str) -> None:
-        group_id, cause = self._input.group_id, self.envelope.id
-        if self.envelope.group_id != group_id:  # a TICK, applied to every group of its shard: one id each
-            cause = f"{cause}@{group_id}"
-        emitted = emitted_id(cause, len(self.emits))
-        emit = Emit(target, payload, agent_id, group_id, SOURCE, emitted, self.envelope.ts)
+        emitted = emitted_id(self._cause, len(self.emits))
+        emit = Emit(target, payload, agent_id, self.group_id, SOURCE, emitted, self.ts)
         if len(emit.data) > MAX_ENVELOPE_BYTES and (
             self.envelope.kind is Kind.HUMAN or target is Target.FINDINGS
         ):
@@ -232,7 +253,7 @@ class Step:
             Decision,
             decision=decision,
             detail=detail,
-            cause=self.envelope.id,
+            cause=self.entry_id,
             request_id=request_id,
             state=state,
         )
@@ -283,15 +304,16 @@ class Step:
         also counts for the group (with its time, but a tick's) and for the agent it names (for the status
         view).
         """
-        changes, envelope, run = self._changes, self.envelope, self.run
-        run.ids[envelope.id] = None
+        changes, run = self._changes, self.run
+        run.ids[self.entry_id] = None
         if rejected is None:
-            changes["applied"] = changes.get("applied", self._input.applied) + 1
-            if envelope.type is not EnvelopeType.TICK:  # a tick's agent id is a coordinator's name
-                last, at = changes.get("last_applied_at", self._input.last_applied_at), self.at
+            before = self._input.__dict__
+            changes["applied"] = changes.get("applied", before["applied"]) + 1
+            if self.entry_type is not EnvelopeType.TICK:  # a tick's agent id is a coordinator's name
+                last, at = changes.get("last_applied_at", before["last_applied_at"]), self.at
                 if last is None or at > last:
                     changes["last_applied_at"] = at
-                record = self.find(envelope.agent_id)
+                record = self.find(self.agent_id)
                 if record is not None:
                     self._count(record, at)
         if run.agents is not None:
@@ -307,9 +329,9 @@ class Step:
 
     def _count(self, record: AgentRecord, at: datetime) -> None:
         """One more entry applied for ``record``'s agent, the input being the last (and a sign of life)."""
-        envelope = self.envelope
-        counted: dict[str, Any] = {"applied": record.applied + 1, "last_applied_id": envelope.id}
-        if self.alive and at > record.last_seen:
+        fields = record.__dict__
+        counted: dict[str, Any] = {"applied": fields["applied"] + 1, "last_applied_id": self.entry_id}
+        if self.alive and at > fields["last_seen"]:
             counted["last_seen"] = at
         if id(record) in self.run.own:
             # No rule runs after this and only the run holds the record: no need for another copy.

@@ -89,13 +89,29 @@ def _with_defaults(
     return data
 
 
+_PLAIN: dict[type[BaseModel], bool] = {}
+
+
+def _plain(cls: type[BaseModel]) -> bool:
+    """Whether a model of ``cls`` holds nothing but its fields: no extra fields, no private attributes.
+
+    Asked of the class, not of the instance: each attribute of a pydantic model read on an instance
+    costs about ten plain attribute reads (its class's ``__getattr__`` keeps CPython from caching the
+    lookup), and the rules copy a model or two on every entry."""
+    plain = _PLAIN.get(cls)
+    if plain is None:
+        plain = _PLAIN[cls] = cls.model_config.get("extra") != "allow" and not cls.__private_attributes__
+    return plain
+
+
 def evolve(model: M, /, **changes: Any) -> M:
     """``model.model_copy(update=changes)``, minus the generic work pydantic does for any model."""
-    if model.__pydantic_extra__ or model.__pydantic_private__:
+    cls = type(model)
+    if not _plain(cls):
         return model.model_copy(update=changes)
     data = model.__dict__.copy()
     data.update(changes)
-    return trusted_instance(model.__class__, data, model.__pydantic_fields_set__ | changes.keys())
+    return trusted_instance(cls, data, model.__pydantic_fields_set__ | changes.keys())
 
 
 def change(model: BaseModel, changes: dict[str, Any], /) -> None:
@@ -119,7 +135,8 @@ def compact(model: M, /, **shared: Any) -> M:
     every instance that gave the same fields. Sharing it is safe: the models are frozen, pydantic copies
     the set before it changes one (``model_copy``), and :func:`evolve` makes a new one.
     """
-    if model.__pydantic_extra__ or model.__pydantic_private__:
+    cls = type(model)
+    if not _plain(cls):
         return model
     data = model.__dict__.copy()
     for name, value in shared.items():
@@ -129,4 +146,4 @@ def compact(model: M, /, **shared: Any) -> M:
     fields_set = _FIELDS_SETS.get(given)
     if fields_set is None:
         fields_set = _FIELDS_SETS[given] = set(given)
-    return trusted_instance(model.__class__, data, fields_set)
+    return trusted_instance(cls, data, fields_set)
