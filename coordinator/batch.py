@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from bus.connection import as_text
@@ -79,6 +79,29 @@ def _data(fields: list[bytes] | None) -> bytes | Fields | None:
     return Fields(fields)
 
 
+TICK_SKEW: Final = timedelta(seconds=30)
+"""How far a tick's time may be from its stream entry's. A coordinator reads the server's clock (``TIME``)
+and adds its tick right after, which stamps the entry's id by the same clock: the two are milliseconds
+apart, seconds for a process paused in between. Any producer may add a TICK entry (ACLs do not look inside
+an entry: the adapter and human roles may), and one whose time is far off would pull every agent's time
+back, or push it on, and lose every running agent of the shard at the next tick."""
+
+
+def _tick_refused(entry_id: bytes, tick: Tick) -> str | None:
+    """Why a tick is refused (dead-lettered): its time is more than :data:`TICK_SKEW` from the time in
+    its entry's id; None for a coordinator's."""
+    try:
+        added = datetime.fromtimestamp(int(entry_id.partition(b"-")[0]) / 1000, UTC)
+    except (ValueError, OverflowError, OSError):
+        return f"a tick in an entry whose id {as_text(entry_id)!r} tells no time"
+    if abs(tick.now - added) <= TICK_SKEW:
+        return None
+    return (
+        f"a tick at {tick.now.isoformat()} in an entry added at {added.isoformat()}: more than "
+        f"{TICK_SKEW.seconds} s apart, so no coordinator's (a coordinator's tick is the server's time)"
+    )
+
+
 _TARGET_STREAM: Final = {
     Target.EVENTS: StreamKind.EVENTS,
     Target.TASKS: StreamKind.TASKS,
@@ -137,7 +160,7 @@ class Batch:
         if data is None and others:
             reason: str | None = f"entry has no 'data' field (fields: {field_names(n for n, _ in others)})"
         else:
-            reason = self._apply_entry(data, deliveries, max_deliveries)
+            reason = self._apply_entry(entry_id, data, deliveries, max_deliveries)
         if reason:
             self.dead.append((as_text(entry_id), reason))
             letter = dead_letter_fields(
@@ -189,7 +212,9 @@ class Batch:
             else:
                 tombstones.pop(gid, None)
 
-    def _apply_entry(self, data: bytes | None, deliveries: int, max_deliveries: int) -> str | None:
+    def _apply_entry(
+        self, entry_id: bytes, data: bytes | None, deliveries: int, max_deliveries: int
+    ) -> str | None:
         """Apply one entry to the working copy; the dead-letter reason when it cannot be applied."""
         if deliveries > max_deliveries:
             return f"delivered {deliveries} times without being committed"
@@ -203,22 +228,30 @@ class Batch:
         type_ = head["type"]
         self.types_in[type_] = self.types_in.get(type_, 0) + 1
         if type_ is EnvelopeType.TICK:
-            if isinstance(envelope.payload, Tick):
-                self.ticked_at = envelope.payload.now
-            for gid in sorted(self.stored.keys() | self.groups.keys()):  # in an order a reload keeps
-                state = self.groups[gid] if gid in self.groups else self.stored[gid]
-                if state.retired_at is not None:  # by an earlier tick of the batch
-                    continue
-                reason = self._apply_to(gid, envelope)
-                if reason:  # one group's rule bug must not stop the clock of the others
-                    log.error("tick skipped group %s: %s", gid, reason, extra={"group_id": gid})
-            return None
+            return self._apply_tick(entry_id, envelope)
         gid = head["group_id"]
         # The group must live on this shard: a raw publisher that computed another shard would otherwise
         # split the group in two states, and its directives would reach no adapter.
         if gid not in self.groups and gid not in self.stored and self.keys.shard_of(gid) != self.shard:
             return f"group {gid!r} belongs to shard {self.keys.shard_of(gid)}, not {self.shard}"
         return self._apply_to(gid, envelope)
+
+    def _apply_tick(self, entry_id: bytes, envelope: Envelope) -> str | None:
+        """Apply a tick to every group of the shard; the dead-letter reason of one that is no
+        coordinator's."""
+        if isinstance(envelope.payload, Tick):
+            refused = _tick_refused(entry_id, envelope.payload)
+            if refused:
+                return refused
+            self.ticked_at = envelope.payload.now
+        for gid in sorted(self.stored.keys() | self.groups.keys()):  # in an order a reload keeps
+            state = self.groups[gid] if gid in self.groups else self.stored[gid]
+            if state.retired_at is not None:  # by an earlier tick of the batch
+                continue
+            reason = self._apply_to(gid, envelope)
+            if reason:  # one group's rule bug must not stop the clock of the others
+                log.error("tick skipped group %s: %s", gid, reason, extra={"group_id": gid})
+        return None
 
     def _tomb(self, gid: str) -> frozenset[str]:
         """The agents of the group's tombstone, as the batch has it so far (none: no tombstone)."""

@@ -25,6 +25,11 @@ GROUP = "group-1"
 T0 = datetime(2026, 1, 11, 8, 0, tzinfo=timezone(timedelta(hours=-5)))
 
 
+def stream_id(at: datetime, seq: int = 0) -> bytes:
+    """The id the server gives an entry it adds at ``at``: a tick's must tell its tick's time."""
+    return b"%d-%d" % (round(at.timestamp() * 1000), seq)
+
+
 class Feed:
     """Applies envelopes one after another, like the service loop, and keeps everything emitted."""
 

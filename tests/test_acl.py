@@ -259,9 +259,10 @@ async def test_coordinator_runs_end_to_end_on_its_own_permissions(bus: AclServer
         # A finished group, quiet for a week, is retired: its state deleted in the tick's commit.
         done = CompletionReport(agent_id="agent-1", status=CompletionStatus.SUCCESS, summary="Done.")
         await agent.publish([new_envelope(done, agent_id="agent-1", group_id="g")])
-        later = Tick(now=datetime.now(UTC) + timedelta(days=8))
-        tick = new_envelope(later, agent_id="test", group_id=TICK_GROUP, source="tick")
-        await coord.xadd(keys.stream(keys.shard_of("g"), StreamKind.SIGNALS), {"data": encode(tick)})
+        later = datetime.now(UTC) + timedelta(days=8)  # the server's clock, and the tick's entry id
+        tick = new_envelope(Tick(now=later), agent_id="test", group_id=TICK_GROUP, source="tick")
+        signals = keys.stream(keys.shard_of("g"), StreamKind.SIGNALS)
+        await coord.xadd(signals, {"data": encode(tick)}, id=f"{round(later.timestamp() * 1000)}-*")
         retiring = Policy(retire_after_seconds=7 * 86_400)
         assert await Coordinator(coord, keys, retiring, CoordinatorOptions()).run(burst=True) == 2
         assert await load_groups(observer, KEYS) == []

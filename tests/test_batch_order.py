@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from rules_kit import T0, Feed
+import pytest
+from rules_kit import T0, Feed, stream_id
 
 from bus.envelope import encode, new_envelope
 from bus.events import AgentStarted, Tick
@@ -36,7 +37,8 @@ def _states() -> dict[str, GroupState]:
 def _commit(stored: dict[str, GroupState]) -> tuple[list[bytes], list[bytes]]:
     commit = Commit("lease", KEYS.stream(0, StreamKind.SIGNALS), "version")
     batch = Batch(0, KEYS, POLICY, target_streams(KEYS, 0), KEYS.stream(0, StreamKind.DEAD), commit, stored)
-    batch.add(b"1-0", TICK, 1, 5)
+    batch.add(stream_id(LATER), TICK, 1, 5)
+    assert batch.dead == []
     batch.write()
     return commit.script_args("token", "coordinator", 5000, 0)
 
@@ -44,3 +46,22 @@ def _commit(stored: dict[str, GroupState]) -> tuple[list[bytes], list[bytes]]:
 def test_a_tick_commits_the_same_whatever_the_order_of_the_states() -> None:
     states = _states()
     assert _commit(states) == _commit(dict(reversed(states.items())))
+
+
+@pytest.mark.parametrize(
+    ("entry_id", "reason"),
+    [
+        (stream_id(LATER + timedelta(seconds=31)), "more than 30 s apart, so no coordinator's"),
+        (stream_id(LATER - timedelta(seconds=31)), "more than 30 s apart, so no coordinator's"),
+        (b"tick-1", "whose id 'tick-1' tells no time"),
+    ],
+)
+def test_a_tick_whose_time_is_not_its_entry_s_changes_nothing(entry_id: bytes, reason: str) -> None:
+    commit = Commit("lease", KEYS.stream(0, StreamKind.SIGNALS), "version")
+    batch = Batch(
+        0, KEYS, POLICY, target_streams(KEYS, 0), KEYS.stream(0, StreamKind.DEAD), commit, _states()
+    )
+    batch.add(entry_id, TICK, 1, 5)
+    [(_, refused)] = batch.dead
+    assert reason in refused
+    assert (batch.groups, batch.ticked_at) == ({}, None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from rules_kit import T0, Feed
+from rules_kit import T0, Feed, stream_id
 
 from bus.envelope import encode, new_envelope
 from bus.events import AgentStarted, AgentState, Heartbeat, Tick
@@ -17,6 +17,7 @@ from coordinator.state import GroupState
 
 KEYS = Keys("tombs", 1)
 POLICY = Policy(heartbeat_timeout_seconds=120, lost_timeout_seconds=900)
+LATER = T0 + timedelta(seconds=200)
 
 
 def _batch(stored: dict[str, GroupState], tombstones: dict[str, frozenset[str]], *datas: bytes) -> Batch:
@@ -25,7 +26,7 @@ def _batch(stored: dict[str, GroupState], tombstones: dict[str, frozenset[str]],
         0, KEYS, POLICY, target_streams(KEYS, 0), KEYS.stream(0, StreamKind.DEAD), commit, stored, tombstones
     )
     for n, data in enumerate(datas):
-        batch.add(b"%d-0" % (n + 1), data, 1, 5)
+        batch.add(stream_id(LATER, n), data, 1, 5)
     batch.write()
     return batch
 
@@ -54,8 +55,7 @@ def test_an_old_agent_the_group_knows_again_is_applied_one_it_does_not_is_droppe
 
 
 def test_a_tick_named_like_an_old_agent_still_applies_to_the_group() -> None:
-    later = T0 + timedelta(seconds=200)
-    tick = encode(new_envelope(Tick(now=later), agent_id="coord-1", group_id="*", id="tick-1", ts=later))
+    tick = encode(new_envelope(Tick(now=LATER), agent_id="coord-1", group_id="*", id="tick-1", ts=LATER))
     batch = _batch(_started_anew(), TOMBSTONES, tick)
     assert batch.dead == []
     states = {agent: record.state for agent, record in batch.groups["g"].agents.items()}

@@ -25,18 +25,20 @@ from coordinator.service import TICK_GROUP, Coordinator, CoordinatorOptions
 from coordinator.view import load_shard
 
 POLICY = Policy(heartbeat_timeout_seconds=120, lost_timeout_seconds=900)
-NOW = datetime.now(UTC)
-BEHIND = NOW - timedelta(hours=1)
-"""The adapters' clock."""
+BEHIND = timedelta(hours=1)
+"""How far the adapters' clock is behind the server's."""
 
 
 async def _tick(client: Client, keys: Keys, now: datetime) -> None:
+    """A coordinator's tick at ``now``, the server's time (and its entry's id)."""
     tick = new_envelope(Tick(now=now), agent_id="test", group_id=TICK_GROUP, source="tick")
-    await client.xadd(keys.stream(0, StreamKind.SIGNALS), {"data": encode(tick)})
+    stream_id = f"{round(now.timestamp() * 1000)}-*"
+    await client.xadd(keys.stream(0, StreamKind.SIGNALS), {"data": encode(tick)}, id=stream_id)
 
 
-async def _start(client: Client, keys: Keys, group: str) -> None:
-    started = new_envelope(AgentStarted(task="scan"), agent_id=f"{group}-agent", group_id=group, ts=BEHIND)
+async def _start(client: Client, keys: Keys, group: str, now: datetime) -> None:
+    at = now - BEHIND
+    started = new_envelope(AgentStarted(task="scan"), agent_id=f"{group}-agent", group_id=group, ts=at)
     await Publisher(client, keys).publish(started)
 
 
@@ -50,24 +52,47 @@ async def test_a_new_group_of_an_adapter_behind_the_coordinators_is_not_lost_at_
 ) -> None:
     async with connected(redis_url) as client:
         keys = await open_namespace(client, "clocks", 1)
-        await _tick(client, keys, NOW)
-        await _start(client, keys, "same-batch")
+        now = datetime.now(UTC)
+        await _tick(client, keys, now)
+        await _start(client, keys, "same-batch", now)
         assert await _burst(client, keys, "c1") == 2
-        await _start(client, keys, "after-restart")  # a coordinator that loads the shard again
+        await _start(client, keys, "after-restart", now)  # a coordinator that loads the shard again
         assert await _burst(client, keys, "c2") == 1
-        await _tick(client, keys, NOW + timedelta(seconds=5))
+        await _tick(client, keys, now + timedelta(seconds=5))
         assert await _burst(client, keys, "c3") == 1
 
         states = await load_shard(client, keys, 0)
         for group in ("same-batch", "after-restart"):
             agent = states[group].agents[f"{group}-agent"]
-            assert (agent.state.value, agent.last_seen) == ("running", NOW)
+            assert (agent.state.value, agent.last_seen) == ("running", now)
         events = [
             decode(fields[b"data"]).payload
             for _, fields in await entries(client, keys.stream(0, StreamKind.EVENTS))
         ]
         decided = [event.decision.value for event in events if isinstance(event, Decision)]
         assert decided == ["state_changed", "state_changed"]  # each registered, nothing timed out
+
+
+@pytest.mark.parametrize("forged", [datetime(2000, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC)])
+async def test_a_tick_whose_time_is_not_its_entry_s_is_dead_lettered(
+    redis_url: str, forged: datetime
+) -> None:
+    """Anyone who may add to a signals stream (a human or adapter user) may add a TICK: one stamped far
+    from the time its entry was added would pull every time back, or push it on, and lose every agent."""
+    async with connected(redis_url) as client:
+        keys = await open_namespace(client, "forged-tick", 1)
+        now = datetime.now(UTC)
+        await _start(client, keys, "g", now + BEHIND)  # an adapter on the server's clock
+        tick = new_envelope(Tick(now=forged), agent_id="someone", group_id=TICK_GROUP, source="tick")
+        [forged_id] = await Publisher(client, keys).publish_many([tick])
+        await _tick(client, keys, now + timedelta(seconds=5))
+        assert await _burst(client, keys, "c1") == 3
+
+        agent = (await load_shard(client, keys, 0))["g"].agents["g-agent"]
+        assert (agent.state.value, agent.last_seen) == ("running", now)
+        [(_, dead)] = await entries(client, keys.stream(0, StreamKind.DEAD))
+        assert dead[b"entry_id"].decode() == forged_id
+        assert b"more than 30 s apart, so no coordinator's" in dead[b"reason"]
 
 
 class _Ahead(datetime):
@@ -115,7 +140,7 @@ async def test_status_sees_a_live_coordinator_by_the_server_s_clock(
     monkeypatch.setattr(view, "time", _MinuteAhead)
     async with connected(redis_url) as client:
         keys = await open_namespace(client, "viewer-clock", 1)
-        await _start(client, keys, "waiting")  # a signal no coordinator read yet
+        await _start(client, keys, "waiting", datetime.now(UTC))  # a signal no coordinator read yet
         seconds, _ = await client.time()
         live = (seconds + 30) * 1000  # a coordinator's membership, 30 s left by the server's clock
         await client.zadd(members_key(keys), {"c": live})
@@ -134,7 +159,7 @@ async def test_status_of_a_user_that_may_not_ask_the_time_uses_its_own_clock(
     monkeypatch.setattr(view, "server_time", refused)  # an observer made by an earlier `acl --apply`
     async with connected(redis_url) as client:
         keys = await open_namespace(client, "viewer-old-acl", 1)
-        await _start(client, keys, "waiting")
+        await _start(client, keys, "waiting", datetime.now(UTC))
         seconds, _ = await client.time()
         await client.zadd(members_key(keys), {"c": (seconds + 30) * 1000})
         assert await view.no_coordinator_note(client, keys) == ""

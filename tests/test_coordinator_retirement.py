@@ -44,13 +44,11 @@ async def _finished_group(client: Client, keys: Keys) -> None:
 
 
 async def _tick(client: Client, keys: Keys, days: float) -> None:
-    tick = new_envelope(
-        Tick(now=datetime.now(UTC) + timedelta(days=days)),
-        agent_id="test",
-        group_id=TICK_GROUP,
-        source="tick",
-    )
-    await client.xadd(keys.stream(0, StreamKind.SIGNALS), {"data": encode(tick)})
+    """A coordinator's tick of a server whose clock went ``days`` on (the entry's id tells that time too)."""
+    now = datetime.now(UTC) + timedelta(days=days)
+    tick = new_envelope(Tick(now=now), agent_id="test", group_id=TICK_GROUP, source="tick")
+    stream_id = f"{round(now.timestamp() * 1000)}-*"
+    await client.xadd(keys.stream(0, StreamKind.SIGNALS), {"data": encode(tick)}, id=stream_id)
 
 
 async def _stored_keys(client: Client, keys: Keys, group: str) -> list[int]:
