@@ -32,7 +32,7 @@ import os
 import socket
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
@@ -101,6 +101,8 @@ class Launcher:
         self.running: dict[str, asyncio.subprocess.Process] = {}
         self._requests: dict[str, str] = {}
         """The request each running agent was started for."""
+        self._own_clock = False
+        """Whether the server refused this user the time (see :meth:`_now`)."""
         self.adopted: dict[str, Orphan] = {}
         """Agents a killed launcher left running (:mod:`agents.orphans`): each counts like one started
         here."""
@@ -292,7 +294,17 @@ class Launcher:
         if envelope.payload.expires_at is None:
             return None
         tasks = self.keys.stream(self.keys.shard_of(envelope.group_id), StreamKind.TASKS)
-        return await server_time(self.client, tasks)
+        if not self._own_clock:
+            try:
+                return await server_time(self.client, tasks)
+            except CommandFailed as exc:  # NOPERM: a launcher user made by an earlier `acl --apply`
+                log.warning(
+                    "%s: launch requests expire by this machine's clock instead of the server's; "
+                    "`subagent-bus acl --apply` again lets this user ask the server",
+                    exc,
+                )
+                self._own_clock = True
+        return datetime.now(UTC)
 
     def _started_already(self, request: LaunchRequest, group_id: str) -> bool:
         """Whether the request's agent was started: it runs here for it (the request read again), or a

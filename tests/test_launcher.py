@@ -19,6 +19,7 @@ from agents.orphans import Proc
 from agents.spawn import Spawner
 from bus.directives import DelegationApproved, LaunchReason, LaunchRequest
 from bus.envelope import EnvelopeType, decode, new_envelope
+from bus.errors import CommandFailed
 from bus.events import AgentStarted, Heartbeat
 from bus.keys import StreamKind, dead_stream_for
 from bus.publisher import Publisher
@@ -603,3 +604,31 @@ async def test_a_request_expires_by_the_server_s_clock_not_the_launcher_s(
         assert await launcher.run(asyncio.Event()) == 0
         [dead] = await stream_fields(bus.client, dead_stream_for(bus.stream(GROUP, StreamKind.TASKS)))
     assert dead[b"reason"].decode().startswith("cannot start agent agent-1")  # read in time: not expired
+
+
+async def test_a_launcher_user_that_may_not_ask_the_time_goes_by_its_own_clock(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a launcher user made by an earlier `acl --apply` may not run TIME: the launcher must not stop
+    async def refused(client: object, key: object) -> datetime:
+        raise CommandFailed("NOPERM User launcher has no permissions to run the 'time' command")
+
+    monkeypatch.setattr(launcher_module, "server_time", refused)
+    now = datetime.now(UTC)
+    async with open_bus(redis_url) as bus:
+        await request(bus, 1, expires_at=now - timedelta(seconds=1))
+        await request(bus, 2, expires_at=now + timedelta(minutes=15))
+        options = LauncherOptions(
+            template=[str(tmp_path / "no-such-agent")],
+            burst=True,
+            max_attempts=1,
+            prompt_dir=tmp_path / "prompts",
+            log_dir=tmp_path / "logs",
+        )
+        launcher = Launcher(bus.client, bus.keys, Settings.from_url(redis_url), options)
+        assert await launcher.run(asyncio.Event()) == 0
+        dead = await stream_fields(bus.client, dead_stream_for(bus.stream(GROUP, StreamKind.TASKS)))
+    reasons = [d[b"reason"].decode() for d in dead]
+    assert reasons[0].startswith("launch request req-1 expired at ")
+    assert reasons[1].startswith("cannot start agent agent-2")  # read in time: not expired
+    assert caplog.text.count("expire by this machine's clock") == 1
