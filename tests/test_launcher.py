@@ -585,6 +585,20 @@ class _Ahead(datetime):
         return cls.fromtimestamp((datetime.now(tz) + timedelta(hours=1)).timestamp(), tz)
 
 
+async def _burst_of_failing_starts(bus: Bus, redis_url: str, tmp_path: Path) -> None:
+    """Run a launcher in burst mode whose every start fails (a start, not an expiry, is then a dead
+    letter that says "cannot start agent")."""
+    options = LauncherOptions(
+        template=[str(tmp_path / "no-such-agent")],
+        burst=True,
+        max_attempts=1,
+        prompt_dir=tmp_path / "prompts",
+        log_dir=tmp_path / "logs",
+    )
+    launcher = Launcher(bus.client, bus.keys, Settings.from_url(redis_url), options)
+    assert await launcher.run(asyncio.Event()) == 0
+
+
 async def test_a_request_expires_by_the_server_s_clock_not_the_launcher_s(
     redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -593,15 +607,7 @@ async def test_a_request_expires_by_the_server_s_clock_not_the_launcher_s(
     monkeypatch.setattr(launcher_module, "datetime", _Ahead, raising=False)  # where it read its clock
     async with open_bus(redis_url) as bus:
         await request(bus, 1, expires_at=datetime.now(UTC) + timedelta(minutes=15))
-        options = LauncherOptions(
-            template=[str(tmp_path / "no-such-agent")],
-            burst=True,
-            max_attempts=1,
-            prompt_dir=tmp_path / "prompts",
-            log_dir=tmp_path / "logs",
-        )
-        launcher = Launcher(bus.client, bus.keys, Settings.from_url(redis_url), options)
-        assert await launcher.run(asyncio.Event()) == 0
+        await _burst_of_failing_starts(bus, redis_url, tmp_path)
         [dead] = await stream_fields(bus.client, dead_stream_for(bus.stream(GROUP, StreamKind.TASKS)))
     assert dead[b"reason"].decode().startswith("cannot start agent agent-1")  # read in time: not expired
 
@@ -618,15 +624,7 @@ async def test_a_launcher_user_that_may_not_ask_the_time_goes_by_its_own_clock(
     async with open_bus(redis_url) as bus:
         await request(bus, 1, expires_at=now - timedelta(seconds=1))
         await request(bus, 2, expires_at=now + timedelta(minutes=15))
-        options = LauncherOptions(
-            template=[str(tmp_path / "no-such-agent")],
-            burst=True,
-            max_attempts=1,
-            prompt_dir=tmp_path / "prompts",
-            log_dir=tmp_path / "logs",
-        )
-        launcher = Launcher(bus.client, bus.keys, Settings.from_url(redis_url), options)
-        assert await launcher.run(asyncio.Event()) == 0
+        await _burst_of_failing_starts(bus, redis_url, tmp_path)
         dead = await stream_fields(bus.client, dead_stream_for(bus.stream(GROUP, StreamKind.TASKS)))
     reasons = [d[b"reason"].decode() for d in dead]
     assert reasons[0].startswith("launch request req-1 expired at ")
