@@ -31,7 +31,7 @@ from coordinator.state import GroupState
 from coordinator.store import Touched, delete_group, write_changes
 from coordinator.tombstones import Late, Tombstones, admit, bury, late_reason, unbury
 
-__all__ = ["Batch", "Entry", "Fields", "entries_of", "target_streams"]
+__all__ = ["Batch", "Entry", "Fields", "entries_of", "target_streams", "tick_refused"]
 
 log = logging.getLogger("subagent_bus.coordinator")
 
@@ -87,7 +87,7 @@ an entry: the adapter and human roles may), and one whose time is far off would 
 back, or push it on, and lose every running agent of the shard at the next tick."""
 
 
-def _tick_refused(entry_id: bytes, tick: Tick) -> str | None:
+def tick_refused(entry_id: bytes, tick: Tick) -> str | None:
     """Why a tick is refused (dead-lettered): its time is more than :data:`TICK_SKEW` from the time in
     its entry's id; None for a coordinator's."""
     try:
@@ -240,7 +240,7 @@ class Batch:
         """Apply a tick to every group of the shard; the dead-letter reason of one that is no
         coordinator's."""
         if isinstance(envelope.payload, Tick):
-            refused = _tick_refused(entry_id, envelope.payload)
+            refused = tick_refused(entry_id, envelope.payload)
             if refused:
                 return refused
             self.ticked_at = envelope.payload.now

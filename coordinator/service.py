@@ -277,9 +277,9 @@ class Coordinator:
         load = load_shard(self.client, self.keys, shard.index, in_thread=True)
         shard.groups, held = await self._leases.hold(shard.pipe, shard.index, shard.token, load)
         # every group of the shard had its last tick (but groups that came after it, and states stored
-        # before ticks were kept)
+        # before ticks were kept); with none, the stream has it
         ticks = [state.ticked_at for state in shard.groups.values() if state.ticked_at is not None]
-        shard.ticked_at = max(ticks, default=None)
+        shard.ticked_at = max(ticks, default=None) or await shard.stream_tick(self.client)
         if not held:
             self._lost(shard)
         shard.need_pending = True

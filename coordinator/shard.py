@@ -17,8 +17,11 @@ from typing import Any
 
 from bus import wire
 from bus.connection import Client, translated
+from bus.envelope import decode
+from bus.errors import DecodeError
+from bus.events import Tick
 from bus.keys import ConsumerGroup
-from coordinator.batch import Entry, entries_of
+from coordinator.batch import Entry, entries_of, tick_refused
 from coordinator.commit import Commit, CommitResult, parse_result, refusals
 from coordinator.rules import Target
 from coordinator.state import GroupState
@@ -115,6 +118,37 @@ class Shard:
         else:
             self.ahead = entries_of(after[0])
         return parse_result(reply)
+
+    async def stream_tick(self, client: Client, scan: int = 10_000) -> datetime | None:
+        """The ``now`` of the latest coordinator's tick among the last ``scan`` entries of the shard's
+        stream (a tick is added every few seconds by the shard's owner), none if there is none.
+
+        For a take-over with no stored group to take the shard's last tick from: a group that starts
+        then would otherwise count its first entries by their senders' clocks, and one behind the
+        server's by more than the heartbeat timeout would time its agents out at its first tick. (The
+        last tick may come after entries not applied yet, which then count as sent at its time until
+        an older tick among them brings them back to its own: late, never early.)"""
+        end: bytes | str = "+"
+        while scan > 0:
+            page = min(scan, 1000)
+            with translated():
+                rows: Any = await client.xrevrange(self.signals, end, "-", count=page)
+            for entry_id, fields in rows:
+                data = fields.get(b"data")
+                if data is None or b'"TICK"' not in data:  # most entries: no decoding
+                    continue
+                try:
+                    envelope = decode(data)
+                except DecodeError:
+                    continue
+                payload = envelope.payload
+                if isinstance(payload, Tick) and tick_refused(_bytes(entry_id), payload) is None:
+                    return payload.now
+            if len(rows) < page:
+                return None
+            scan -= page
+            end = b"(" + _bytes(rows[-1][0])
+        return None
 
     async def delivery_counts(self, client: Client, entries: list[Entry]) -> dict[bytes, int]:
         """How many times the group delivered each of ``entries`` (read from the pending list)."""

@@ -73,6 +73,25 @@ async def test_a_new_group_of_an_adapter_behind_the_coordinators_is_not_lost_at_
         assert decided == ["state_changed", "state_changed"]  # each registered, nothing timed out
 
 
+async def test_a_group_new_after_a_restart_with_no_stored_group_starts_with_the_stream_s_last_tick(
+    redis_url: str,
+) -> None:
+    """A restarted coordinator that finds no group stored on a shard (all retired, or none yet) takes
+    the shard's last tick from its stream; an adapter behind the server's clock then loses no agent."""
+    async with connected(redis_url) as client:
+        keys = await open_namespace(client, "clocks-empty", 1)
+        now = datetime.now(UTC)
+        await _tick(client, keys, now)
+        assert await _burst(client, keys, "c1") == 1  # the tick, and no group to store it in
+        await _start(client, keys, "later", now)
+        assert await _burst(client, keys, "c2") == 1  # a new process: nothing stored on the shard
+        await _tick(client, keys, now + timedelta(seconds=5))
+        assert await _burst(client, keys, "c3") == 1
+
+        agent = (await load_shard(client, keys, 0))["later"].agents["later-agent"]
+        assert (agent.state.value, agent.last_seen) == ("running", now)
+
+
 @pytest.mark.parametrize("forged", [datetime(2000, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC)])
 async def test_a_tick_whose_time_is_not_its_entry_s_is_dead_lettered(
     redis_url: str, forged: datetime
@@ -89,7 +108,8 @@ async def test_a_tick_whose_time_is_not_its_entry_s_is_dead_lettered(
         assert await _burst(client, keys, "c1") == 3
 
         agent = (await load_shard(client, keys, 0))["g"].agents["g-agent"]
-        assert (agent.state.value, agent.last_seen) == ("running", now)
+        assert agent.state.value == "running"
+        assert now <= agent.last_seen <= now + timedelta(seconds=5)  # the stream's last (real) tick
         [(_, dead)] = await entries(client, keys.stream(0, StreamKind.DEAD))
         assert dead[b"entry_id"].decode() == forged_id
         assert b"more than 30 s apart, so no coordinator's" in dead[b"reason"]
