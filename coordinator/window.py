@@ -109,7 +109,7 @@ class IdWindow(Model):
         if index.last != seq or index.newest != newest or any(i in chunk_of for i in ids):
             index, seq = _ChunkIndex(chunks), len(chunks) - 1
             chunk_of = index.chunk_of
-        out, size = list(chunks), IdWindow.CHUNK  # read of the class: an instance's is ten times the cost
+        out, size = list(chunks), IdWindow.CHUNK  # read once: a model's attribute costs ten plain ones
         if newest and newest < size:
             tail = list(out.pop())
         else:
