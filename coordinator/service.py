@@ -279,7 +279,7 @@ class Coordinator:
         # every group of the shard had its last tick (but groups that came after it, and states stored
         # before ticks were kept); with none, the stream has it
         ticks = [state.ticked_at for state in shard.groups.values() if state.ticked_at is not None]
-        shard.ticked_at = max(ticks, default=None) or await shard.stream_tick(self.client)
+        shard.ticked_at = max(ticks, default=None) or await shard.stream_tick()
         if not held:
             self._lost(shard)
         shard.need_pending = True

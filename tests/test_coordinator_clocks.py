@@ -12,16 +12,20 @@ import pytest
 from workers.kit import connected, entries
 
 from bus import envelope as envelope_module
+from bus import wire
 from bus.connection import Client
 from bus.envelope import decode, encode, new_envelope
 from bus.errors import CommandFailed
 from bus.events import AgentStarted, Decision, Tick
+from bus.findings import Finding
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.publisher import Publisher
 from coordinator import service, view
+from coordinator.batch import target_streams
 from coordinator.lease import members_key
 from coordinator.policy import Policy
 from coordinator.service import TICK_GROUP, Coordinator, CoordinatorOptions
+from coordinator.shard import Shard, read_head
 from coordinator.view import load_shard
 
 POLICY = Policy(heartbeat_timeout_seconds=120, lost_timeout_seconds=900)
@@ -90,6 +94,44 @@ async def test_a_group_new_after_a_restart_with_no_stored_group_starts_with_the_
 
         agent = (await load_shard(client, keys, 0))["later"].agents["later-agent"]
         assert (agent.state.value, agent.last_seen) == ("running", now)
+
+
+async def test_the_stream_s_last_tick_is_found_behind_pages_of_other_entries_and_forged_ticks(
+    redis_url: str,
+) -> None:
+    """A take-over looks for the last valid tick among the stream's last entries: past a page of them,
+    past entries that only name a tick (a finding's title, a broken entry) and past a forged tick."""
+    async with connected(redis_url) as client:
+        keys = await open_namespace(client, "last-tick", 1)
+        stream = keys.stream(0, StreamKind.SIGNALS)
+        shard = Shard(
+            0,
+            signals=stream,
+            dead=keys.stream(0, StreamKind.DEAD),
+            targets=target_streams(keys, 0),
+            pipe=wire.Pipe(client, stream, hold=True),
+            head=read_head("test", 100),
+        )
+        try:
+            assert await shard.stream_tick() is None  # no stream yet
+            now = datetime.now(UTC).replace(microsecond=0)
+            await _tick(client, keys, now)
+            pipe = client.pipeline(transaction=False)
+            for i in range(1500):
+                finding = Finding(title=f'"TICK" {i}' if i % 100 == 0 else f"finding {i}")
+                envelope = new_envelope(finding, agent_id="a", group_id="g")
+                pipe.xadd(stream, {"data": encode(envelope)})
+            pipe.xadd(stream, {"data": b'{"type":"TICK"'})  # cut short
+            pipe.xadd(stream, {"other": b'"TICK"'})  # no data field
+            forged = new_envelope(Tick(now=now - timedelta(days=1)), agent_id="x", group_id=TICK_GROUP)
+            pipe.xadd(stream, {"data": encode(forged)})
+            await pipe.execute()
+
+            assert await shard.stream_tick() == now
+            assert await shard.stream_tick(scan=1504) == now  # the tick is the 1 504th entry back
+            assert await shard.stream_tick(scan=1503) is None
+        finally:
+            await shard.pipe.close()
 
 
 @pytest.mark.parametrize("forged", [datetime(2000, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC)])
