@@ -24,6 +24,7 @@ from bus.envelope import Envelope, Payload, decode, new_envelope
 from bus.errors import BusError, DecodeError
 from bus.events import Decision, DecisionType
 from bus.keys import StreamKind, open_namespace
+from bus.progress import Progress
 from bus.publisher import Publisher
 from bus.settings import Settings
 from coordinator.lease import lease_key
@@ -113,8 +114,10 @@ async def _publish(
 
         # Checked as a coordinator will apply it: after what is queued before it (coordinator.queued), a
         # model per queued entry, which the collector would walk again and again, finding nothing.
-        with no_collection():
-            groups, queued = await projected(client, keys, load, group_id, how.policy)
+        with no_collection(), Progress() as progress:
+            groups, queued = await projected(
+                client, keys, load, group_id, how.policy, progress=progress.update
+            )
         if group_id is not None and not groups:
             retired = await retired_note(client, keys, group_id)
             unknown = f"no group {group_id!r} is known to the coordinators"

@@ -45,6 +45,14 @@ __all__ = [
     "queued_before",
 ]
 
+Report = Callable[[str], None]
+"""Told, now and then, how far long work is (e.g. :meth:`bus.progress.Progress.update`)."""
+
+
+def _silent(_: str) -> None:
+    pass
+
+
 _PAGE: Final = 1000
 _TRIES: Final = 20
 """Reads of a group's state before a command gives up on a group changed by a commit at each."""
@@ -80,14 +88,22 @@ class QueuedCommand(Model):
 
 
 async def load_queued(
-    client: Client, keys: Keys, shards: Iterable[int], *, human: bool = False
+    client: Client, keys: Keys, shards: Iterable[int], *, human: bool = False, progress: Report = _silent
 ) -> list[Queued]:
     """The entries of ``shards`` not applied yet, oldest first (by entry id: a shard's in stream order),
-    the human commands only with ``human`` (the others are not decoded)."""
+    the human commands only with ``human`` (the others are not decoded). ``progress`` is told how many
+    entries were read, page by page."""
     queued: list[Queued] = []
+    read = 0
+
+    def page_read(count: int) -> None:
+        nonlocal read
+        read += count
+        progress(f"reading what no coordinator has applied yet: {read:,} entries")
+
     with translated():
         for shard in shards:
-            found = await _shard(client, keys.stream(shard, StreamKind.SIGNALS), human)
+            found = await _shard(client, keys.stream(shard, StreamKind.SIGNALS), human, page_read)
             # a raw publisher's entry on another shard than its group's: a coordinator dead-letters it
             queued += [
                 q
@@ -97,7 +113,7 @@ async def load_queued(
     return sorted(queued, key=lambda q: entry_order(q.entry_id))
 
 
-async def _shard(client: Client, stream: str, human: bool) -> list[Queued]:
+async def _shard(client: Client, stream: str, human: bool, page_read: Callable[[int], None]) -> list[Queued]:
     group = ConsumerGroup.COORDINATOR.value
     if not await client.exists(stream):
         return []
@@ -118,6 +134,7 @@ async def _shard(client: Client, stream: str, human: bool) -> list[Queued]:
             if entry_id in pending or entry_order(entry_id) > delivered:  # else applied (acknowledged)
                 envelope = _envelope(fields, human)
                 found += [Queued(entry_id, envelope)] if envelope is not None else []
+        page_read(len(page))
         if len(page) < _PAGE:
             return found
         start = "(" + as_text(page[-1][0])
@@ -160,6 +177,8 @@ async def projected(
     load: Callable[[], Awaitable[Sequence[GroupState]]],
     group_id: str | None,
     policy: Policy,
+    *,
+    progress: Report = _silent,
 ) -> tuple[list[GroupState], list[Queued]]:
     """The groups a command is checked against (``group_id``'s, or all), by group id, with what is
     queued applied (:func:`project`), and the queued entries that count (a coordinator will apply them).
@@ -173,9 +192,10 @@ async def projected(
 
     Besides the committed groups, the ones only the queue starts: a group's first signals wait there
     until a coordinator runs, and a command about them is applied then; a retired group's signals may
-    start it anew (see :mod:`coordinator.tombstones`)."""
+    start it anew (see :mod:`coordinator.tombstones`). ``progress`` is told how far reading and applying
+    the queue are: a long queue takes seconds."""
     shards = [keys.shard_of(group_id)] if group_id is not None else range(keys.shards)
-    queued = await load_queued(client, keys, shards)
+    queued = await load_queued(client, keys, shards, progress=progress)
     known = {g.group_id: g for g in await load()}
     queued_ids = {q.envelope.group_id for q in queued if q.envelope.type is not EnvelopeType.TICK}
     for gid in sorted(g for g in queued_ids if group_id in (None, g)):  # the shard's others are not asked
@@ -188,8 +208,14 @@ async def projected(
         tombs = await tombstones_of(client, keys, queued_ids)
     states: list[GroupState] = []
     counted: list[Queued] = []
+    by_group: dict[str, list[Queued]] = {}
+    for q in queued:
+        by_group.setdefault(q.envelope.group_id, []).append(q)
     for gid in sorted(known.keys() | {g for g in queued_ids if group_id in (None, g)}):
-        state, applied = project(known.get(gid), gid, tombs.get(gid, frozenset()), queued, policy)
+        mine = by_group.get(gid, [])
+        state, applied = project(
+            known.get(gid), gid, tombs.get(gid, frozenset()), mine, policy, progress=progress
+        )
         states += [state] if state is not None else []
         counted += applied
     return states, sorted(counted, key=lambda q: entry_order(q.entry_id))
@@ -215,7 +241,13 @@ async def _with_window(client: Client, keys: Keys, group_id: str) -> GroupState 
 
 
 def project(
-    state: GroupState | None, group_id: str, tomb: frozenset[str], queued: Sequence[Queued], policy: Policy
+    state: GroupState | None,
+    group_id: str,
+    tomb: frozenset[str],
+    queued: Sequence[Queued],
+    policy: Policy,
+    *,
+    progress: Report = _silent,
 ) -> tuple[GroupState | None, list[Queued]]:
     """The state of group ``group_id`` (``state``: the committed one, None when there is none) with its
     ``queued`` entries applied by the rules, as a coordinator will apply them, the group's tombstone
@@ -224,12 +256,14 @@ def project(
 
     Not the ticks: what they time out depends on the coordinators' policy, which a command may not be
     given, and a command is better accepted, then rejected, than refused for a timeout that may not
-    come."""
+    come. ``progress`` is told how many entries are applied, every thousand."""
     applied: list[Queued] = []
     # One run for the entries in a row, as a coordinator's batch: applied one by one, each finding copied
     # the group's map of merged findings, and 200 000 queued findings took minutes.
     run = Run()
-    for q in queued:
+    for n, q in enumerate(queued, 1):
+        if n % 1000 == 0:
+            progress(f"applying what is queued for group {group_id}: {n:,} of {len(queued):,} entries")
         envelope = q.envelope
         if envelope.group_id != group_id or envelope.type is EnvelopeType.TICK:
             continue

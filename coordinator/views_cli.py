@@ -20,6 +20,7 @@ from bus.errors import BusError, NamespaceMissing
 from bus.fields import Model
 from bus.keys import Keys, open_namespace
 from bus.params import FiniteFloatRange, not_blank
+from bus.progress import Progress
 from bus.settings import Settings
 from coordinator.console import (
     NOTHING_WAITS,
@@ -170,7 +171,9 @@ def inbox(settings: Settings, as_json: bool) -> None:
     async def read(client: Client, keys: Keys) -> tuple[list[GroupSummary], list[QueuedCommand], str]:
         # the queue first: a command applied meanwhile is then shown applied (its item gone), not open
         # without it (an item that looks unanswered is answered again, and that answer refused)
-        queued = human_commands(await load_queued(client, keys, range(keys.shards), human=True))
+        with Progress() as progress:
+            found = await load_queued(client, keys, range(keys.shards), human=True, progress=progress.update)
+        queued = human_commands(found)
         summaries = await load_summaries(client, keys, None)
         return summaries, queued, "" if as_json else await no_coordinator_note(client, keys)
 

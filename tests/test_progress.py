@@ -26,7 +26,7 @@ from bus.keys import StreamKind, open_namespace
 from bus.progress import Progress
 from bus.publisher import Publisher
 from bus.settings import Settings
-from coordinator import findings_cli, view
+from coordinator import findings_cli, human_publish, view, views_cli
 from coordinator.policy import Policy
 from coordinator.service import Coordinator, CoordinatorOptions
 from coordinator.view import iter_findings, load_groups
@@ -199,24 +199,53 @@ def test_the_findings_listings_run_no_collection_while_they_build(redis_url: str
     assert len(collections) <= 1, collections
 
 
-def test_a_human_command_checked_against_a_long_queue_runs_no_collection(redis_url: str) -> None:
-    """A command is checked against the queue applied by the rules (coordinator.queued): a model per
-    queued finding, which the collector, run by allocation counts, walked again and again."""
+def _queue(redis_url: str, group: str, count: int) -> None:
+    """``count`` findings of agent ``a`` in ``group``, queued: no coordinator runs."""
 
     async def queue() -> None:
         async with connected(redis_url) as client:
             keys = await open_namespace(client, "sbus", None)
             findings = [
-                new_envelope(Finding(title=f"f{n}", file=f"q{n}.py", line=1), agent_id="a", group_id="g-q")
-                for n in range(2000)
+                new_envelope(Finding(title=f"f{n}", file=f"q{n}.py", line=1), agent_id="a", group_id=group)
+                for n in range(count)
             ]
-            await Publisher(client, keys).publish_many(findings)  # no coordinator runs: all queued
+            await Publisher(client, keys).publish_many(findings)
 
     asyncio.run(queue())
+
+
+def test_a_human_command_checked_against_a_long_queue_runs_no_collection(redis_url: str) -> None:
+    """A command is checked against the queue applied by the rules (coordinator.queued): a model per
+    queued finding, which the collector, run by allocation counts, walked again and again."""
+    _queue(redis_url, "g-q", 2000)
     args = ["resolve", "a", "--resolution", "done", "--group", "g-q", "--redis-url", redis_url]
     result, collections = _collections(main, args)
     assert "has no open blocker" in result.output, result.output
     assert len(collections) <= 1, collections
+
+
+def test_a_human_command_and_the_inbox_show_how_far_they_are_in_a_long_queue(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading and applying 200 000 queued entries took a command seconds with nothing on the terminal."""
+    _queue(redis_url, "g-long", 2500)
+    terminal = Terminal()
+    shown = partial(Progress, stream=terminal, delay=0, interval=0)
+    monkeypatch.setattr(human_publish, "Progress", shown)
+    monkeypatch.setattr(views_cli, "Progress", shown)
+    args = ["resolve", "a", "--resolution", "done", "--group", "g-long", "--redis-url", redis_url]
+    result = CliRunner().invoke(main, args)
+    assert "has no open blocker" in result.output, result.output
+    lines = terminal.getvalue()
+    assert "reading what no coordinator has applied yet: 2,500 entries" in lines
+    assert "applying what is queued for group g-long: 2,000 of 2,500 entries" in lines
+    assert lines.endswith("\r\x1b[K")  # erased before the command says anything
+
+    terminal.seek(0)
+    terminal.truncate()
+    result = CliRunner().invoke(main, ["inbox", "--redis-url", redis_url])
+    assert result.exit_code == 0, result.output
+    assert "reading what no coordinator has applied yet: 2,500 entries" in terminal.getvalue()
 
 
 def _peak(url: str, args: list[str]) -> int:
