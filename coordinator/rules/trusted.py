@@ -30,12 +30,25 @@ _Spec = tuple[
 """Per model: every field with its default (None for one made by a factory), in declaration order; the
 fields made by a factory; the fields without a default; and each field's name, default and factory."""
 _SPECS: dict[type[BaseModel], _Spec] = {}
+_PLAIN: dict[type[BaseModel], bool] = {}
+
+
+def _plain(cls: type[BaseModel]) -> bool:
+    """Whether a model of ``cls`` holds nothing but its fields: no extra fields, no private attributes.
+
+    Asked of the class, not of the instance: each attribute of a pydantic model read on an instance
+    costs about ten plain attribute reads (its class's ``__getattr__`` keeps CPython from caching the
+    lookup), and the rules copy a model or two on every entry."""
+    plain = _PLAIN.get(cls)
+    if plain is None:
+        plain = _PLAIN[cls] = cls.model_config.get("extra") != "allow" and not cls.__private_attributes__
+    return plain
 
 
 def _spec(cls: type[BaseModel]) -> _Spec:
     spec = _SPECS.get(cls)
     if spec is None:
-        if cls.model_config.get("extra") == "allow" or cls.__private_attributes__:
+        if not _plain(cls):
             raise TypeError(f"{cls.__name__} has extra fields or private attributes; validate it instead")
         fields: list[_FieldSpec] = []
         for name, info in cls.__pydantic_fields__.items():
@@ -87,21 +100,6 @@ def _with_defaults(
     if given != len(values):
         raise TypeError(f"{cls.__name__}: unknown fields {sorted(values.keys() - data.keys())}")
     return data
-
-
-_PLAIN: dict[type[BaseModel], bool] = {}
-
-
-def _plain(cls: type[BaseModel]) -> bool:
-    """Whether a model of ``cls`` holds nothing but its fields: no extra fields, no private attributes.
-
-    Asked of the class, not of the instance: each attribute of a pydantic model read on an instance
-    costs about ten plain attribute reads (its class's ``__getattr__`` keeps CPython from caching the
-    lookup), and the rules copy a model or two on every entry."""
-    plain = _PLAIN.get(cls)
-    if plain is None:
-        plain = _PLAIN[cls] = cls.model_config.get("extra") != "allow" and not cls.__private_attributes__
-    return plain
 
 
 def evolve(model: M, /, **changes: Any) -> M:
