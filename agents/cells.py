@@ -13,6 +13,7 @@ from typing import Final, NamedTuple
 
 from pydantic import ValidationError
 
+from bus.display import quoted
 from bus.findings import MAX_LINE, Finding, Severity
 from bus.results import Table
 
@@ -170,7 +171,7 @@ def severity(raw: str, what: str, violations: list[str]) -> Severity | None:
     try:
         return Severity(raw)
     except ValueError:
-        violations.append(f"{what}: unknown severity '{raw}'")
+        violations.append(f"{what}: unknown severity {quoted(raw)}")
         return None
 
 
@@ -225,7 +226,7 @@ def _with_line(place: str, line_cell: str, name: str, violations: list[str]) -> 
         return place
     glued = f"{place}:{number}"
     if split_location(glued)[1] is None and not _NOT_A_LINE.search(glued):  # (that one is said below)
-        violations.append(f"{name}: line '{written}' is not a line number: kept without one")
+        violations.append(f"{name}: line {quoted(written)} is not a line number: kept without one")
         return place
     return glued
 
@@ -262,20 +263,22 @@ def _finding(
         return None  # the template's row left in (`| [SEC-001] | [What is wrong] |`), `| 1 | None | - |`
     ident = cell(row, id_) or None
     if not cell(row, title).strip():
-        violations.append(f"finding '{ident or cell(row, where)}' has no title: left out")
+        violations.append(f"finding {quoted(ident or cell(row, where))} has no title: left out")
         return None
-    name = f"finding '{ident or cell(row, title)}'"
+    name = f"finding {quoted(ident or cell(row, title))}"
     place = cell(row, where).replace("`", "").strip()
     place = _with_line(place, cell(row, line_column), name, violations)
     file, line = split_location(place)
     if line is None and _NOT_A_LINE.search(place):
-        violations.append(f"{name}: '{place}' names no line (lines are 1 to {MAX_LINE}): kept without one")
+        violations.append(
+            f"{name}: {quoted(place)} names no line (lines are 1 to {MAX_LINE}): kept without one"
+        )
     level = severity(cell(row, columns.severity), name, violations)
     category = cell(row, columns.category).strip() or None
     raw = cell(row, columns.confidence)
     confidence = number(raw) if raw else None
     if raw and (confidence is None or not 0 <= confidence <= 100):
-        violations.append(f"{name}: confidence '{raw}' is not 0-100")
+        violations.append(f"{name}: confidence {quoted(raw)} is not 0-100")
         confidence = None
     try:
         return Finding(

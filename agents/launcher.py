@@ -43,6 +43,7 @@ from agents.spawn import PLACEHOLDERS, Spawner, adapter_command, file_stem
 from bus.connection import Client
 from bus.consumer import Ack, Consumer, Delivery
 from bus.directives import LaunchRequest
+from bus.display import cut
 from bus.errors import CommandFailed, ConnectionFailed
 from bus.keys import ConsumerGroup, Keys, StreamKind
 from bus.metrics import LauncherMetrics
@@ -377,7 +378,7 @@ def _refusal(delivery: Delivery, now: datetime | None) -> str | None:
         return f"{envelope.type.value} is not a launch request"
     for what, value in (("agent id", request.new_agent_id), ("group id", envelope.group_id)):
         if (problem := id_problem(value)) is not None:  # the adapter would refuse it: do not start it
-            return f"the {what} {value!r} of the launch request {problem}"
+            return f"the {what} {cut(repr(value), 80)} of the launch request {problem}"
     if request.expires_at is not None and now is not None and now > request.expires_at:
         return (
             f"launch request {request.request_id} expired at {request.expires_at.isoformat()}: its agent "

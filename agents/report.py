@@ -34,6 +34,7 @@ from agents.markdown import (
     split_sections,
 )
 from agents.titles import STATUS, key, label, labelled_parts, section_key
+from bus.display import quoted
 from bus.errors import ProtocolError
 from bus.results import (
     ConfidenceJustification,
@@ -184,7 +185,7 @@ class _Builder:
         value = next((t.strip() for _, t in part.lines if t.strip()), "")
         match = STATUS.match(bare(value))
         if match is None:
-            raise ReportError(f"status '{value}' is not SUCCESS, PARTIAL or FAILED", part.line)
+            raise ReportError(f"status {quoted(value)} is not SUCCESS, PARTIAL or FAILED", part.line)
         self.status = ResultStatus(match.group(1).upper())
 
     def summary_(self, part: Part) -> None:
@@ -241,7 +242,7 @@ class _Builder:
                 score = (self.breakdown["verified"] + self.breakdown["inferred"]) / 2  # the seed's formula
         if score is None:
             first = lines[0] if lines else ""
-            self.violations.append(f"Confidence '{first}' is not a score from 0 to 100")
+            self.violations.append(f"Confidence {quoted(first)} is not a score from 0 to 100")
         else:
             self.score = (score, "\n".join(x for x in why if x))
 
@@ -253,7 +254,7 @@ class _Builder:
                 values[match.group(1).lower().removeprefix("potential ")] = match.group(2).strip()
         score = number(values.get("score", ""))
         if "score" in values and (score is None or not 0 <= score <= 100):
-            self.violations.append(f"Confidence Justification score '{values['score']}' is not 0-100")
+            self.violations.append(f"Confidence Justification score {quoted(values['score'])} is not 0-100")
             score = None
         self.detailed = ConfidenceJustification(
             score=score,
@@ -269,7 +270,7 @@ class _Builder:
             title, _, description = head.partition(": ")
             raw = next((f.split(":", 1)[1] for f in fields if f.lower().startswith("severity:")), "")
             description = "\n".join([description.strip(), *texts[1:]]).strip()
-            level = severity(raw, f"issue '{title}'", self.violations)
+            level = severity(raw, f"issue {quoted(title)}", self.violations)
             self.issues.append(Issue(title=title.strip("*` "), description=description, severity=level))
 
     def next_steps_(self, part: Part) -> None:
@@ -299,7 +300,7 @@ class _Builder:
         if raw.lower() in _TRUE | _FALSE:
             recoverable = raw.lower() in _TRUE
         elif raw:
-            self.violations.append(f"Error Details: Recoverable '{raw}' is neither true nor false")
+            self.violations.append(f"Error Details: Recoverable {quoted(raw)} is neither true nor false")
         self.error = ErrorDetails(
             type=values.get("type"),
             message=values.get("message"),

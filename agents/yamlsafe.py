@@ -45,6 +45,7 @@ from agents import yamlfast
 from agents.yamlfast import Value
 from agents.yamlfast import plain as _plain
 from agents.yamlfast import resolve as _resolve
+from bus.display import cut
 from bus.errors import ProtocolError
 
 __all__ = [
@@ -132,7 +133,7 @@ def _tagged(tag: str, value: str, line: int) -> Value:
     if name == "float" and isinstance(resolved, int) and not isinstance(resolved, bool):
         resolved = float(resolved)
     if type(resolved) is not _SCALAR_TAGS[name]:
-        raise YamlError(f"{value!r} is not a valid {tag!r}", line)
+        raise YamlError(f"{cut(repr(value), 60)} is not a valid {tag!r}", line)
     return resolved
 
 

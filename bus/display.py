@@ -109,6 +109,12 @@ def cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def quoted(text: str, limit: int = 60) -> str:
+    """``'text'`` for a message, cut to ``limit`` characters: what an agent wrote in a cell or a field
+    may be a megabyte, and a message that repeats it all says no more."""
+    return f"'{cut(text, limit)}'"
+
+
 def first_line(text: str) -> str:
     """The first line of ``text`` that is not blank, stripped (``""`` when there is none)."""
     return next((line.strip() for line in text.splitlines() if line.strip()), "")

@@ -96,7 +96,7 @@ def _extended(value: Any) -> Any:
         raise PydanticCustomError(
             "timestamp_number",
             "{value} is a number, not an ISO 8601 timestamp such as 2026-01-11T08:45:00-05:00",
-            {"value": str(value).strip()},
+            {"value": _cut(str(value).strip())},
         )
     if type(value) is not str or not value[4:5].isdigit():  # the extended format (or no timestamp)
         return value
@@ -107,6 +107,11 @@ def _extended(value: Any) -> Any:
     if zone != "Z":
         zone = f"{zone[:3]}:{zone[-2:] if len(zone) > 3 else '00'}"
     return f"{year}-{month}-{day}T{hour}:{minute}:{(second or '00').replace(',', '.')}{zone}"
+
+
+def _cut(text: str) -> str:
+    # bus.display.cut, which this base module cannot import: an agent's "number" may be a megabyte long
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 SignalTimestamp = Annotated[AwareDatetime, BeforeValidator(_extended)]

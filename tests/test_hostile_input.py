@@ -436,3 +436,42 @@ def test_a_percent_or_confidence_that_is_no_finite_number_says_so(value: str) ->
     progress = f"[PROGRESS]\nagent_id: a\ntimestamp: 2026-01-01T00:00:00Z\npercent: {value}\n[/PROGRESS]\n"
     [error] = parse_text(progress)
     assert isinstance(error, ErrorItem) and "finite number" in error.message
+
+
+LONG = "9" * 100_000
+"""A value a hundred thousand characters long, where a short one is expected."""
+
+
+@pytest.mark.parametrize(
+    "section",
+    [
+        f"### Confidence\n{LONG}\n",
+        f"### Confidence Justification\n**Score**: {LONG}\n",
+        f"### Issues (if any)\n- Naming {LONG}: x | Severity: {LONG}\n",
+        f"### Findings\n| ID | File | Line | Issue | Severity | Confidence |\n|---|---|---|---|---|---|\n"
+        f"| {LONG} | a.py | L{LONG} | {LONG} | {LONG} | {LONG} |\n",
+        f"### Error Details\n- Type: x\n- Recoverable: {LONG}\n",
+    ],
+)
+def test_a_violation_repeats_no_long_value(section: str) -> None:
+    """What an agent wrote may be a megabyte: a violation that repeated it all (kept on the result, shown
+    in `status`) would say no more than its first characters."""
+    text = f"## QA Result\n\n### Status\nSUCCESS\n\n### Summary\nDone.\n\n{section}"
+    violations = parse_report(text).violations
+    assert violations
+    assert all(len(v) < 300 for v in violations), [v[:300] for v in violations]
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (f"agent_id: a\nstop_reason: error\ntimestamp: {LONG}", "… is a number, not an ISO 8601 timestamp"),
+        (f"agent_id: a\nstop_reason: !!int x{LONG}", "… is not a valid 'tag:yaml.org,2002:int'"),
+    ],
+)
+def test_an_error_repeats_no_long_value(body: str, said: str) -> None:
+    first, second = parse_text(block(body))
+    assert isinstance(first, ErrorItem)
+    assert said in first.message
+    assert len(first.message) < 400, first.message[:400]
+    assert isinstance(second, SignalItem)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from adapter_kit import exited, open_bus, start, stream_fields
 from test_launcher import GROUP
 
@@ -42,12 +43,21 @@ async def test_a_task_too_long_for_prompt_is_dead_lettered_at_once_with_a_hint(
     assert pending["pending"] == 0
 
 
+@pytest.mark.parametrize(
+    ("agent_id", "reason"),
+    [
+        (
+            "evil\nagent",
+            "the agent id 'evil\\nagent' of the launch request must not contain control characters (a "
+            "newline, a tab...)",
+        ),
+        ("x" * 100_000, f"the agent id '{'x' * 78}… of the launch request must be at most 256 characters"),
+    ],
+)
 async def test_a_request_for_an_agent_id_the_adapter_would_refuse_is_dead_lettered(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, agent_id: str, reason: str
 ) -> None:
-    bad = LaunchRequest(
-        request_id="req-bad", new_agent_id="evil\nagent", reason=LaunchReason.DELEGATION, task="t"
-    )
+    bad = LaunchRequest(request_id="req-bad", new_agent_id=agent_id, reason=LaunchReason.DELEGATION, task="t")
     log = tmp_path / "launcher.log"
     async with open_bus(redis_url) as bus:
         await Publisher(bus.client, bus.keys).publish(
@@ -57,7 +67,5 @@ async def test_a_request_for_an_agent_id_the_adapter_would_refuse_is_dead_letter
                 "--log-dir", str(tmp_path / "logs"), "--burst"]  # fmt: skip
         assert await exited(start(args, redis_url, log), 60) == 0, log.read_text()
         [dead] = await stream_fields(bus.client, dead_stream_for(bus.stream(GROUP, StreamKind.TASKS)))
-    assert dead[b"reason"].decode() == (
-        "the agent id 'evil\\nagent' of the launch request must not contain control characters (a newline, a tab...)"
-    )
+    assert dead[b"reason"].decode() == reason
     assert not (tmp_path / "logs").exists() or not any((tmp_path / "logs").iterdir())  # nothing started
