@@ -23,7 +23,7 @@ from coordinator.console import finding_line, grouped_lines, merged_lines
 from coordinator.policy import Policy
 from coordinator.rules import MergedFinding, merge_findings, merged_view
 from coordinator.runtime import no_collection
-from coordinator.view import group_ids, iter_findings, load_groups, retired_note, was_retired
+from coordinator.view import each_group, group_ids, iter_findings, retired_note, was_retired
 from coordinator.views_cli import POLICY_OPTION, other_groups, read_view
 
 __all__ = ["commands"]
@@ -98,14 +98,16 @@ def _merged_state(settings: Settings, group_id: str | None, policy: Policy) -> d
             def shown(read: int) -> None:
                 progress.update(f"reading the merged findings: {read:,}")
 
-            states = await load_groups(client, keys, group_id, on_page=shown)
             view: dict[str, list[MergedFinding]] = {}
-            for state in states:
+            # group by group: a group's view keeps one report of each merged finding, its state every
+            # agent's, and the state of each group read before it is gone when the next one is read
+            async for state in each_group(client, keys, group_id, on_page=shown):
                 if state.findings:
                     progress.update(
                         f"combining the {len(state.findings):,} merged findings of {state.group_id}"
                     )
                     view[state.group_id] = merged_view(state, policy)
+                del state
         if group_id is not None and not view:
             await _no_findings(client, keys, settings, group_id)
         return view

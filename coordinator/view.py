@@ -33,6 +33,7 @@ from coordinator.tombstones import load_tombstones, retired_key
 
 __all__ = [
     "UnknownAgent",
+    "each_group",
     "find_agent",
     "find_request",
     "group_ids",
@@ -192,7 +193,19 @@ async def load_groups(
     ``findings=False`` leaves the merged findings out: one command per group, however many it merged.
     ``on_page`` is told, after each page of merged findings, how many were read so far (of every group).
     """
-    states: list[GroupState] = []
+    return [state async for state in each_group(client, keys, group_id, findings=findings, on_page=on_page)]
+
+
+async def each_group(
+    client: Client,
+    keys: Keys,
+    group_id: str | None = None,
+    *,
+    findings: bool = True,
+    on_page: Callable[[int], None] | None = None,
+) -> AsyncIterator[GroupState]:
+    """:func:`load_groups`, one group at a time: a caller that keeps less than a whole state of each (a
+    merged view) then holds one state, not every group's."""
     read = 0
 
     def counted(count: int) -> None:
@@ -204,10 +217,11 @@ async def load_groups(
     for shard, gid in await _group_refs(client, keys, group_id):
         with translated():
             if findings:
-                states.append(await _load(client, keys, shard, gid, window=False, on_page=counted))
+                state = await _load(client, keys, shard, gid, window=False, on_page=counted)
             else:
-                states.append(load_state(gid, await client.hgetall(group_key(keys, shard, gid)), []))
-    return states
+                state = load_state(gid, await client.hgetall(group_key(keys, shard, gid)), [])
+        yield state
+        del state  # not held while the next one is read
 
 
 async def load_summaries(client: Client, keys: Keys, group_id: str | None = None) -> list[GroupSummary]:

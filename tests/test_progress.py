@@ -4,8 +4,10 @@ they keep from walking what they build (real Redis)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import io
+import os
 import tracemalloc
 from functools import partial
 from pathlib import Path
@@ -249,15 +251,15 @@ def test_a_human_command_and_the_inbox_show_how_far_they_are_in_a_long_queue(
 
 
 def _peak(url: str, args: list[str]) -> int:
-    """The most memory the findings command held (traced) while it ran with ``args``."""
-    tracemalloc.start()
-    try:
-        result = CliRunner().invoke(findings_cli.findings, [*args, "--redis-url", url])
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert result.exit_code == 0, result.output
-    return peak
+    """The most memory the findings command held (traced) while it ran with ``args``, its output written
+    to /dev/null: a CliRunner keeps all of it, which would count as the command's."""
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+        tracemalloc.start()
+        try:
+            findings_cli.findings.main([*args, "--redis-url", url], standalone_mode=False)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
 
 
 def test_a_merged_json_listing_is_written_record_by_record(redis_url: str) -> None:
@@ -275,6 +277,19 @@ def test_a_merged_json_listing_is_written_record_by_record(redis_url: str) -> No
     records = orjson.loads(listed.output)
     assert len(records) == 4000
     assert listed.output == json_bytes(records, indent=True).decode() + "\n"  # as when it was built whole
+
+
+def test_a_merged_listing_of_every_group_holds_one_group_s_state_at_a_time(redis_url: str) -> None:
+    """Every group's state was read before any was combined: each holds every agent's report of each
+    merged finding, its view one of them, and a listing of many groups held all their states at once."""
+    _merged_group(redis_url, "g-each-0", 1)
+    before = _peak(redis_url, ["--merged", "--group", "g-each-0"])
+    _merged_group(redis_url, "g-each-1", 2000)
+    one = (_peak(redis_url, ["--merged", "--group", "g-each-1"]) - before) / 2000
+    for n in (2, 3, 4):
+        _merged_group(redis_url, f"g-each-{n}", 2000)
+    added = (_peak(redis_url, ["--merged"]) - before) / 2000 - one
+    assert added / 3 < 0.8 * one, (added / 3, one)  # each group more: its view, not its state as well
 
 
 @pytest.mark.parametrize("output", [[], ["--json"], ["--jsonl"]])
