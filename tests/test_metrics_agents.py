@@ -24,6 +24,7 @@ T = EnvelopeType
 GROUP = "g-metrics"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 FAILURES = "subagent_bus_adapter_delivery_failures_total"
+DELIVERED = "subagent_bus_adapter_directives_delivered_total"
 
 BROKEN = "[STOP_WORK]\nagent_id: m1\nstop_reason: nonsense\n[/STOP_WORK]"
 REPORT = (
@@ -126,10 +127,14 @@ async def test_adapter_counts_what_it_publishes_reads_rejects_and_delivers(
                 on_stream = Counter(e.type.value for e in await bus.envelopes(GROUP) if e.agent_id == "m1")
                 await endpoint.scrape()
                 published = endpoint.published()
+                # the answer's delivery is counted once its file is written and synced: the agent may
+                # read it, and complete, first
+                delivered = endpoint.value(DELIVERED, type=T.CLARIFICATION_RESPONSE)
                 return (
                     published == on_stream
                     and published.get(T.COMPLETION_REPORT) == 1
                     and bool(published.get(T.HEARTBEAT))
+                    and delivered is not None
                 )
 
             await wait_until(all_counted, 30, "the completion report and heartbeats to be counted")
@@ -146,7 +151,7 @@ async def test_adapter_counts_what_it_publishes_reads_rejects_and_delivers(
         assert value("subagent_bus_adapter_findings_total") == 2
         assert value("subagent_bus_adapter_rejected_total", reason="parse_error") == 1
         assert value("subagent_bus_adapter_rejected_total", reason="too_large") == 0
-        assert value("subagent_bus_adapter_directives_delivered_total", type=T.CLARIFICATION_RESPONSE) == 1
+        assert value(DELIVERED, type=T.CLARIFICATION_RESPONSE) == 1
         failures = value(FAILURES, type=T.CLARIFICATION_RESPONSE)
         assert failures is not None and failures >= 1
         assert value("subagent_bus_adapter_info", agent_id="m1", group_id=GROUP) == 1
