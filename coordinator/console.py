@@ -29,6 +29,7 @@ __all__ = [
     "NOTHING_WAITS",
     "bar",
     "finding_line",
+    "group_heading",
     "grouped_lines",
     "inbox_lines",
     "merged_command",
@@ -358,10 +359,16 @@ def _unresolved(s: GroupSummary, namespace: str) -> list[str]:
 
 
 def grouped_lines(rows: dict[str, list[str]]) -> list[str]:
-    """The rows of each group, under a ``group G:`` heading when there are several groups."""
+    """The rows of each group, under a ``group G:`` heading (:func:`group_heading`) when there are several
+    groups."""
     if len(rows) < 2:
         return [row for group_rows in rows.values() for row in group_rows]
-    return [line for g, group_rows in rows.items() for line in (f"group {one_line(g)}:", *group_rows)]
+    return [line for g, group_rows in rows.items() for line in (group_heading(g), *group_rows)]
+
+
+def group_heading(group: str) -> str:
+    """The line a group's rows come under in a listing of several groups."""
+    return f"group {one_line(group)}:"
 
 
 def finding_line(f: Finding) -> str:

@@ -19,7 +19,7 @@ from bus.keys import Keys
 from bus.params import not_blank
 from bus.progress import Progress
 from bus.settings import Settings
-from coordinator.console import finding_line, grouped_lines, merged_lines
+from coordinator.console import finding_line, group_heading, grouped_lines, merged_lines
 from coordinator.policy import Policy
 from coordinator.rules import MergedFinding, merge_findings, merged_view
 from coordinator.runtime import no_collection
@@ -88,31 +88,79 @@ async def _no_findings(client: Client, keys: Keys, settings: Settings, group_id:
     click.echo(f"no findings for group {group_id!r} in namespace {settings.namespace!r}{hint}", err=True)
 
 
-def _merged_state(settings: Settings, group_id: str | None, policy: Policy) -> dict[str, list[MergedFinding]]:
-    """The merged findings the coordinators keep, by group: what the findings stream held when they
-    applied it, trimmed or not since."""
+def _list_merged(settings: Settings, group_id: str | None, policy: Policy, listing: _MergedListing) -> None:
+    """Add to ``listing`` the merged findings the coordinators keep, group by group: what the findings
+    stream held when they applied it, trimmed or not since."""
 
-    async def read(client: Client, keys: Keys) -> dict[str, list[MergedFinding]]:
+    async def read(client: Client, keys: Keys) -> None:
         with Progress() as progress:  # a group of 200 000 merged findings takes seconds to read and merge
 
             def shown(read: int) -> None:
                 progress.update(f"reading the merged findings: {read:,}")
 
-            view: dict[str, list[MergedFinding]] = {}
-            # group by group: a group's view keeps one report of each merged finding, its state every
-            # agent's, and the state of each group read before it is gone when the next one is read
+            # One group at a time, printed once combined: a listing of many groups held every group's
+            # state, then every group's view, until the last was combined.
             async for state in each_group(client, keys, group_id, on_page=shown):
                 if state.findings:
                     progress.update(
                         f"combining the {len(state.findings):,} merged findings of {state.group_id}"
                     )
-                    view[state.group_id] = merged_view(state, policy)
+                    merged = merged_view(state, policy)
+                    progress.close()  # erased before the listing goes on under it
+                    listing.add(state.group_id, merged)
+                    del merged
                 del state
-        if group_id is not None and not view:
+        if group_id is not None and not listing.count:
             await _no_findings(client, keys, settings, group_id)
-        return view
 
-    return run_command(read_view(settings, read, {}))
+    run_command(read_view(settings, read, None))
+
+
+class _MergedListing:
+    """A merged listing written group by group. In text, a group's lines come under a ``group G:``
+    heading when several groups have findings, which only a second one tells: the first group's lines
+    wait for it (or for the end)."""
+
+    def __init__(self, *, as_json: bool, as_jsonl: bool) -> None:
+        self.count = 0
+        self.conflicts = 0
+        self._array = _JsonArray() if as_json else None
+        self._jsonl = as_jsonl
+        self._first: tuple[str, list[str]] | None = None
+        self._groups = 0
+
+    def add(self, group: str, merged: list[MergedFinding]) -> None:
+        self.count += len(merged)
+        self.conflicts += sum(m.severity_conflict for m in merged)
+        self._groups += 1
+        if self._array is not None or self._jsonl:
+            for record in _merged_records({group: merged}):
+                text = json_bytes(record, indent=self._array is not None).decode()
+                if self._array is not None:
+                    self._array.add(text)
+                else:
+                    click.echo(text)
+            return
+        lines = merged_lines({group: merged})
+        if self._groups == 1:
+            self._first = (group, lines)
+            return
+        if self._first is not None:
+            (held, held_lines), self._first = self._first, None
+            lines = grouped_lines({held: held_lines, group: lines})
+        else:
+            lines = [group_heading(group), *lines]
+        for line in lines:
+            click.echo(line)
+
+    def close(self) -> None:
+        """End the listing: the JSON array, or the lines of the only group (under no heading)."""
+        if self._array is not None:
+            self._array.close()
+        elif self._first is not None:
+            for line in self._first[1]:
+                click.echo(line)
+            self._first = None
 
 
 def _merged(by_group: dict[str, list[Finding]], policy: Policy) -> dict[str, list[MergedFinding]]:
@@ -159,17 +207,16 @@ def findings(
         return
     if as_json and as_jsonl:
         raise click.UsageError("--json and --jsonl exclude each other")
+    if merged:
+        listing = _MergedListing(as_json=as_json, as_jsonl=as_jsonl)
+        _list_merged(settings, group_id, policy, listing)
+        listing.close()
+        if not (as_json or as_jsonl):
+            click.echo(f"{counted(listing.count, 'merged finding')}{_conflicts(listing.conflicts)}")
+        return
     encoded: Iterable[str] = ()
     lines: list[str] = []
-    if merged:
-        view = _merged_state(settings, group_id, policy)
-        if as_json or as_jsonl:
-            encoded = (json_bytes(record, indent=as_json).decode() for record in _merged_records(view))
-        else:
-            lines = merged_lines(view)
-        count = sum(len(items) for items in view.values())
-        total = f"{counted(count, 'merged finding')}{_conflicts(view)}"
-    elif as_json or as_jsonl:
+    if as_json or as_jsonl:
         records = _read_findings(settings, group_id, partial(_record, indent=as_json))
         encoded = (record for items in records.values() for record in items)
         total = counted(sum(len(items) for items in records.values()), "finding")
@@ -199,15 +246,27 @@ def _line(_group_id: str, finding: Finding) -> str:
     return finding_line(finding)
 
 
-def _echo_array(records: Iterable[str]) -> None:
-    """The JSON array of ``records`` (each indented JSON), as ``pretty_json`` prints a list, record by
+class _JsonArray:
+    """A JSON array of records (each indented JSON), as ``pretty_json`` prints a list, written record by
     record: the whole list and its JSON, built first, held several times the memory of the findings."""
-    first = True
-    for record in records:
-        click.echo("[" if first else ",")
+
+    def __init__(self) -> None:
+        self._first = True
+
+    def add(self, record: str) -> None:
+        click.echo("[" if self._first else ",")
         click.echo("  " + record.replace("\n", "\n  "), nl=False)
-        first = False
-    click.echo("[]" if first else "\n]")
+        self._first = False
+
+    def close(self) -> None:
+        click.echo("[]" if self._first else "\n]")
+
+
+def _echo_array(records: Iterable[str]) -> None:
+    array = _JsonArray()
+    for record in records:
+        array.add(record)
+    array.close()
 
 
 @click.command()
@@ -236,7 +295,8 @@ def replay(settings: Settings, group_id: str, policy: Policy, as_json: bool) -> 
         for line in merged_lines(view):
             click.echo(line)
         count = sum(len(merged) for merged in view.values())
-        click.echo(f"{counted(count, 'merged finding')} recomputed for group {group_id!r}{_conflicts(view)}")
+        conflicts = _conflicts(sum(m.severity_conflict for merged in view.values() for m in merged))
+        click.echo(f"{counted(count, 'merged finding')} recomputed for group {group_id!r}{conflicts}")
     if retired:
         click.echo(
             f"group {group_id!r} was retired: this view holds the reports of each of its lives since id 0 "
@@ -249,9 +309,8 @@ def _finding(_group_id: str, finding: Finding) -> Finding:
     return finding
 
 
-def _conflicts(view: dict[str, list[MergedFinding]]) -> str:
+def _conflicts(count: int) -> str:
     """``, N with conflicting severities (CONFLICT)`` after a merged listing's count, when any."""
-    count = sum(m.severity_conflict for merged in view.values() for m in merged)
     return f", {count} with conflicting severities (CONFLICT)" if count else ""
 
 
