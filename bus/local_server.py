@@ -13,11 +13,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import signal
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Final
 
 import orjson
 import redis
@@ -156,8 +158,8 @@ def _recorded(directory: Path, field: str) -> object:
 
 def _running_url(directory: Path) -> str | None:
     url = _recorded(directory, "url")
-    if not isinstance(url, str):
-        return None
+    if not (isinstance(url, str) and _written(url)):
+        return None  # a damaged file: as if none were recorded (the pid file still tells of a server)
     client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=_PROBE_TIMEOUT_S)
     try:
         info = client.info("server")
@@ -179,6 +181,14 @@ def _running_url(directory: Path) -> str | None:
 
 
 _PROBE_TIMEOUT_S = 5.0
+_URL: Final = re.compile(r"redis://127\.0\.0\.1:(\d{1,5})/0")
+
+
+def _written(url: str) -> bool:
+    """Whether ``url`` is one :func:`_start_local_server` writes (any other, a hand-edited or damaged
+    file's, could name an option or a port that redis-py fails on)."""
+    match = _URL.fullmatch(url)
+    return match is not None and 0 < int(match[1]) < 65536
 
 
 @contextlib.contextmanager

@@ -77,13 +77,22 @@ def test_down_stops_the_local_server_and_waits_for_it_to_exit(tmp_path: Path) ->
     assert again.returncode == 0 and "no local Redis running" in again.stderr
 
 
-def test_a_server_whose_state_file_is_damaged_is_stopped_not_doubled(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "damaged",
+    [
+        "garbage{",
+        '{"url": "garbage"}',
+        '{"url": "redis://127.0.0.1:1/0?foo=bar"}',
+        '{"url": "redis://127.0.0.1:99999"}',
+    ],
+)
+def test_a_server_whose_state_file_is_damaged_is_stopped_not_doubled(tmp_path: Path, damaged: str) -> None:
     data = tmp_path / ".subagent-bus"
     url = ensure_local_server(data)
     client = redis.Redis.from_url(url)
     pid = int(client.info("server")["process_id"])
     client.close()
-    (data / "server.json").write_text("garbage{")
+    (data / "server.json").write_text(damaged)
     try:
         with pytest.raises(EmbeddedRedisError, match=f"pid {pid}.*`subagent-bus down` stops it"):
             ensure_local_server(data)
