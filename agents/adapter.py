@@ -211,6 +211,10 @@ class AgentBus:
     ) -> None:
         """AGENT_STARTED (published with ``state``, if any, in one transaction)."""
         if task is not None and len(task) > MAX_TASK_CHARS:
+            self.warn(
+                f"the task is {len(task)} characters: AGENT_STARTED carries its first {MAX_TASK_CHARS} "
+                "(status, a retry of the agent's work and a relaunch of it see only those)"
+            )
             task = task[:MAX_TASK_CHARS] + "\n…(cut)"
         event = AgentStarted(pid=pid, command=command, task=task, name=name)
         envelope = new_envelope(event, agent_id=self.agent_id, group_id=self.group_id, source=source, id=id)

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 
 import click
@@ -80,6 +81,8 @@ def mcp(
 
     if (agent_id is None) != (group_id is None):
         raise click.UsageError("give both --agent-id and --group, or neither")
+    if sys.stdin is None or sys.stdout is None:  # started with one closed
+        raise click.UsageError("stdin or stdout is closed: an MCP client talks to this command through both")
     identity = Identity(agent_id, group_id) if agent_id and group_id else None
     server = ProtocolServer(
         settings, identity, workdir=workdir, publish_timeout_s=publish_timeout_s, claim_idle_ms=claim_idle_ms

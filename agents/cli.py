@@ -5,15 +5,15 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import IO, Any, Final
 
 import click
 
 from agents.identity import build_prompt
-from agents.options import check_id, format_option
+from agents.options import MAX_TASK_FILE_BYTES, check_id, format_option
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, ResultItem, SignalItem
 from agents.transcript import AnyParser, Format
+from agents.whole_input import InputError, read_whole
 from bus.display import counted, json_bytes, one_line
 from bus.envelope import EnvelopeType
 from bus.signals import ClarificationNeeded
@@ -129,6 +129,9 @@ def parse(path: str, fmt: str, as_json: bool, max_block_bytes: int) -> None:
          that could not be written (stdout full or closed, or its reader gone: `| head`)
       2  the output holds at least one error item
     """
+    if path == "-" and sys.stdin is None:  # started with it closed
+        click.echo("Error: stdin is closed: give PATH, or pipe the output in", err=True)
+        raise SystemExit(EXIT_USAGE)
     try:
         stream: IO[bytes] = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
     except OSError as exc:
@@ -192,9 +195,13 @@ def prompt(taskfile: str, agent_id: str) -> None:
     The task is read from TASKFILE, or from stdin without one (or with -).
     """
     try:
-        task = sys.stdin.read() if taskfile == "-" else Path(taskfile).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise click.BadParameter(f"cannot read {taskfile}: {exc}", param_hint="TASKFILE") from None
+        task = read_whole(taskfile, MAX_TASK_FILE_BYTES, what="the task").decode()
+    except InputError as exc:
+        raise click.BadParameter(str(exc), param_hint="TASKFILE") from None
+    except UnicodeDecodeError as exc:
+        raise click.BadParameter(
+            f"{taskfile} is not UTF-8 (byte {exc.start})", param_hint="TASKFILE"
+        ) from None
     if not task.strip():
         raise click.BadParameter("the task is empty", param_hint="TASKFILE")
     click.echo(build_prompt(task, agent_id), nl=False)

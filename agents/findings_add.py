@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import codecs
 import hashlib
-import sys
+import os
 from pathlib import Path
 from typing import Final
 
@@ -20,6 +20,7 @@ import click
 from agents.adapter import connect_bus, oversize
 from agents.findings_parse import located_findings
 from agents.options import check_id
+from agents.whole_input import InputError, read_whole
 from bus.cli_connection import redis_options, run_command
 from bus.connection import translated
 from bus.envelope import content_id, encode
@@ -35,19 +36,14 @@ _SOURCE_HINT: Final = " (SOURCE is a file name unless it is - for stdin or start
 
 
 def _read_input(source: str) -> str:
-    try:
-        if source == "-":
-            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
-        elif source.lstrip().startswith(("{", "[")):
-            data = source.encode()
-        else:
-            with open(source, "rb") as stream:
-                data = stream.read(MAX_INPUT_BYTES + 1)
-    except OSError as exc:
-        hint = _SOURCE_HINT if isinstance(exc, FileNotFoundError) else ""
-        raise ValueError(f"cannot read {source}: {exc.strerror or exc}{hint}") from None
-    if len(data) > MAX_INPUT_BYTES:
-        raise ValueError(f"the input is larger than {MAX_INPUT_BYTES} bytes")
+    if source.lstrip().startswith(("{", "[")):
+        data = source.encode()  # an argument: a few hundred KiB at most, as the system allows
+    else:
+        try:
+            data = read_whole(source, MAX_INPUT_BYTES)
+        except InputError as exc:
+            hint = _SOURCE_HINT if source != "-" and not os.path.lexists(source) else ""
+            raise ValueError(f"{exc}{hint}") from None
     try:
         return data.removeprefix(codecs.BOM_UTF8).decode()  # a mark Windows tools write: no content
     except UnicodeDecodeError as exc:

@@ -35,6 +35,7 @@ import codecs
 import json
 import os
 import shlex
+import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -196,13 +197,30 @@ def protocol_section() -> str:
     return "\n".join(parts) + "\n"
 
 
+MAX_FILE_BYTES: Final = 16 << 20
+"""A file ``init`` edits that is larger than this is left alone (a CLAUDE.md is a few kilobytes)."""
+
+
 def _read(path: Path) -> bytes | None:
     try:
-        return path.read_bytes()
+        # Opened without blocking, and read only when it is a regular file: a FIFO in its place would
+        # wait for a writer forever, and a device would be read without end.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise Conflict(f"cannot be read: {exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise Conflict("it is not a regular file (a FIFO, a device or a directory): init edits files only")
+    with open(fd, "rb") as stream:
+        try:
+            raw = stream.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            raise Conflict(f"cannot be read: {exc}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise Conflict(f"it is larger than {MAX_FILE_BYTES} bytes, which is no file init edits")
+    return raw
 
 
 def _text(raw: bytes) -> str:

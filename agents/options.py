@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -13,6 +12,7 @@ import click
 
 from agents.delivery import DeliverySpec, delivery_problem, program_problem
 from agents.transcript import Format
+from agents.whole_input import InputError, read_whole
 from bus.display import has_control, unshown
 from bus.ops import Ops, ops_options
 from bus.params import MILLISECONDS, FiniteFloatRange
@@ -117,17 +117,17 @@ def check_delivery(spec: DeliverySpec) -> None:
         raise click.BadParameter(problem, param_hint="'--deliver'")
 
 
+MAX_TASK_FILE_BYTES: Final = 16 << 20
+"""A task prompt file larger than this is refused (a mistaken path such as a log or ``/dev/zero``)."""
+
+
 def _read_task(path: str | None) -> str | None:
     if path is None:
         return None
     try:
-        if path == "-":
-            return sys.stdin.read()
-        return Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise click.BadParameter(
-            f"cannot read {path}: {exc.strerror or exc}", param_hint="--task-file"
-        ) from None
+        return read_whole(path, MAX_TASK_FILE_BYTES, what="the task").decode(errors="replace")
+    except InputError as exc:
+        raise click.BadParameter(str(exc), param_hint="--task-file") from None
 
 
 def common_options(command: Callable[P, R]) -> Callable[..., R]:

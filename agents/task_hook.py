@@ -34,7 +34,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -47,6 +46,7 @@ from agents.options import id_problem
 from agents.orphans import Adapter, Proc, record
 from agents.spawn import adapter_command, file_stem
 from agents.watched_file import canonical
+from agents.whole_input import read_whole
 from bus.cli_connection import URL_ENV
 from bus.errors import ConfigError
 from bus.ops import METRICS_PORT_ENV
@@ -244,10 +244,8 @@ def hook_task(group_id: str | None, log_dir: Path, project_dir: Path | None, url
     Reads the hook call (JSON) on stdin. Exit status 0 when an adapter was started or the call was not a
     background launch, 1 when the input was unusable (the reason is on stderr).
     """
-    data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
     try:
-        if len(data) > MAX_INPUT_BYTES:
-            raise ValueError(f"the hook input is larger than {MAX_INPUT_BYTES} bytes")
+        data = read_whole("-", MAX_INPUT_BYTES, what="the hook input")
         try:
             call = orjson.loads(data)
         except orjson.JSONDecodeError as exc:

@@ -141,7 +141,11 @@ class RedisProcess:
         """Start the server and return once it answers PING."""
         self.directory.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
-            self.argv(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=self.directory
+            self.argv(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            cwd=self.directory,
         )
         wait_for_ping(self.url, timeout, self.process, self.directory / "server.log")
 

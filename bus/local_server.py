@@ -57,7 +57,9 @@ def _start_local_server(directory: Path) -> str:
     pidfile = directory / "server.pid"
     pidfile.unlink(missing_ok=True)  # a dead server's: a pid file is then always the new server's
     args += ["--daemonize", "yes", "--pidfile", str(pidfile)]
-    started = subprocess.run(args, check=False, cwd=directory, capture_output=True)
+    # stdin too: a command started with it closed would leave fd 0 free for the server's socket, which
+    # daemonizing then points at /dev/null
+    started = subprocess.run(args, check=False, cwd=directory, capture_output=True, stdin=subprocess.DEVNULL)
     if started.returncode != 0:
         said = b" ".join((started.stdout + started.stderr).split()).decode(errors="replace")
         raise EmbeddedRedisError(

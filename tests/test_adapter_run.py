@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from adapter_kit import Bus, exited, fake, logged, open_bus, spawn, start, wait_until
 
+from agents.adapter import MAX_TASK_CHARS
 from agents.agent_process import start_error
 from bus.directives import AnswerItem, ClarificationResponse, DelegationApproved
 from bus.envelope import EnvelopeType, Kind, new_envelope
@@ -552,6 +553,21 @@ async def test_a_bad_deliver_spec_or_task_file_is_a_usage_error(redis_url: str, 
     assert f"Invalid value for --task-file: cannot read {missing}: No such file or directory" in text
     async with open_bus(redis_url) as bus:
         assert await bus.envelopes(GROUP) == []  # refused before anything was published
+
+
+async def test_a_task_over_the_limit_is_cut_in_agent_started_and_the_cut_is_reported(
+    redis_url: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "adapter.log"
+    task = tmp_path / "task.md"
+    task.write_text("t" * (MAX_TASK_CHARS + 10))
+    adapter = start([*run_args("r14", "--task-file", str(task)), *fake("complete")], redis_url, log)
+    assert await exited(adapter, 30) == 0, log.read_text()
+    assert f"the task is {MAX_TASK_CHARS + 10} characters: AGENT_STARTED carries its first" in log.read_text()
+    async with open_bus(redis_url) as bus:
+        started = (await bus.envelopes(GROUP))[0].payload
+    assert isinstance(started, AgentStarted)
+    assert started.task == "t" * MAX_TASK_CHARS + "\n…(cut)"
 
 
 async def test_a_signal_naming_another_agent_id_stays_the_adapters_and_is_reported_once(

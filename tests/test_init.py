@@ -21,6 +21,7 @@ import pytest
 from adapter_kit import CLI, logged, open_bus, wait_until
 from click.testing import CliRunner, Result
 
+from agents import init as init_module
 from agents.identity import IDENTITY_STATEMENT, RESULT_TEMPLATE, SIGNAL_TEMPLATES
 from agents.init import HOOK_MATCHER, URL_REFERENCE, hook_entry, init, server_entry
 from agents.init_merge import MARK_END, MARK_START
@@ -184,6 +185,24 @@ def test_json_nested_too_deeply_is_refused_and_left_alone(tmp_path: Path) -> Non
     result = run_init(tmp_path)
     assert result.exit_code == 1
     assert ".mcp.json: it is nested too deeply to be read as JSON; fix it by hand" in result.output
+    assert snapshot(tmp_path) == before
+
+
+def test_a_fifo_a_directory_or_an_oversized_file_in_place_of_a_file_is_refused_and_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    os.mkfifo(tmp_path / "CLAUDE.md")  # read, it would wait for a writer forever
+    (tmp_path / ".mcp.json").mkdir()
+    (tmp_path / ".gitignore").write_text("x" * 101)
+    monkeypatch.setattr(init_module, "MAX_FILE_BYTES", 100)
+    before = snapshot(tmp_path)
+    result = run_init(tmp_path)
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    refused = "it is not a regular file (a FIFO, a device or a directory): init edits files only"
+    assert f"CLAUDE.md: {refused}" in lines
+    assert f".mcp.json: {refused}" in lines
+    assert ".gitignore: it is larger than 100 bytes, which is no file init edits" in lines
     assert snapshot(tmp_path) == before
 
 
