@@ -396,7 +396,7 @@ def stdin(settings: Settings, common: Common, until_complete: bool, quiet: bool)
                 if not piped.cancelled():
                     piped.result()  # it gave up publishing first
                 await bus.flush()  # once more: on the server now, or given up and reported
-                return 128 + (session.signalled or signal.SIGTERM)
+                return 0  # what it read is published: an ordinary end, as `watch` stopped
             piped.result()  # a failure of the pipe's publishing is this command's failure
             await _end(bus, session, until_complete)
             return 0

@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import pytest
 from adapter_kit import exited, fake, logged, open_bus, spawn, start, wait_until
 
 from bus.embedded import RedisProcess, pid_alive
@@ -297,3 +298,23 @@ async def test_stdin_gives_up_at_the_first_signal(fresh_redis: RedisProcess, tmp
     assert "SIGINT: gave up publishing: " in text
     assert f"of agent s1 in group {GROUP} were not published: they are lost (the bus is unreachable" in text
     assert "Traceback" not in text
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+async def test_stdin_stopped_with_nothing_left_unsent_ends_as_usual(
+    fresh_redis: RedisProcess, tmp_path: Path, sig: signal.Signals
+) -> None:
+    log = tmp_path / "adapter.log"
+    producer = spawn(fake("progress:10", "sleep:60", agent_id="s2"), stdout=subprocess.PIPE)
+    assert producer.stdout is not None
+    args = ["adapter", "stdin", "--agent-id", "s2", "--group", GROUP, "--quiet"]
+    adapter = start(args, fresh_redis.url, log, stdin=producer.stdout)
+    producer.stdout.close()
+    try:
+        await first_progress(fresh_redis.url)
+        adapter.send_signal(sig)
+        assert await exited(adapter, 20) == 0, log.read_text()
+    finally:
+        stop(adapter)
+        stop(producer)
+    assert "not published" not in log.read_text()
