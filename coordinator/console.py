@@ -123,10 +123,9 @@ def render(summary: GroupSummary, namespace: str = DEFAULT_NAMESPACE) -> list[st
         for q in summary.open_questions
         if not q.answered
     ]
-    lines += [
-        f"  ! {one_line(b.agent_id)} blocked ({one_line(b.blocker_type)}): {_text(b.details)}"
-        for b in summary.blockers
-    ]
+    for b in summary.blockers:
+        lines.append(f"  ! {one_line(b.agent_id)} blocked ({one_line(b.blocker_type)}): {_text(b.details)}")
+        lines += [f"  ! {one_line(b.agent_id)} also blocked on {_text(earlier)}" for earlier in b.earlier]
     lines += [
         f"  > delegation {one_line(d.request_id)} from {one_line(d.requester_id)} ({d.priority.value}) awaits approval"
         for d in summary.pending_delegations
@@ -260,6 +259,7 @@ def _blockers(s: GroupSummary, agents: _Ids) -> list[str]:
         resolve = _suggest("resolve", [b.agent_id], [_arg(b.agent_id)], ['--resolution "..."', *options])
         lines.append(f"blocker   {one_line(b.agent_id)} ({one_line(b.blocker_type)}): {_cut(b.details)}")
         lines += _detail("needs", b.resume_requirements) + _detail("recovery", b.error_recovery)
+        lines += [line for earlier in b.earlier for line in _detail("also open", earlier)]
         queued = agents.queued_line(s, b.agent_id, "blocker", b.agent_id)
         lines.append(queued or f"          resolve: {resolve}")
         if not queued:  # seed 003's recovery patterns; a blocker's cause is not an error to retry past

@@ -26,6 +26,7 @@ from coordinator.window import IdWindow
 
 __all__ = [
     "ACTIVE_STATES",
+    "EARLIER_BLOCKERS_KEPT",
     "FINAL_STATES",
     "AgentProgress",
     "AgentRecord",
@@ -45,6 +46,7 @@ __all__ = [
 FINAL_STATES: Final = frozenset({AgentState.COMPLETED, AgentState.FAILED, AgentState.LOST})
 """States an agent leaves only by being heard from again (lost) or never (completed, failed)."""
 ACTIVE_STATES: Final = frozenset(AgentState) - FINAL_STATES
+EARLIER_BLOCKERS_KEPT: Final = 8
 """States that hold a parallel slot and keep the group from being settled."""
 
 
@@ -119,6 +121,10 @@ class AgentRecord(Model):
     """Fingerprints of the latest dated questions and stops it was answered or resolved on (see
     :mod:`coordinator.rules.recap`)."""
     blocker: StopWork | None = None
+    earlier_blockers: tuple[StopWork, ...] = ()
+    """Blockers the agent stopped on before ``blocker`` that nothing resolved (the latest
+    :data:`EARLIER_BLOCKERS_KEPT`): a second STOP_WORK, two printed in one turn or an adapter's for two
+    signals it could not read, does not hide the first. Shown, resolved and left unresolved with it."""
     completion: Completion | None = None
     extra_reports: int = 0
     """Completion reports received after the first (kept out of aggregation, see the completion rules)."""
@@ -160,6 +166,13 @@ class AgentRecord(Model):
         if self.resumed_at is not None and self.resumed_at > self.last_seen:
             return self.resumed_at
         return self.last_seen
+
+    def blocker_details(self, stop: StopWork) -> str:
+        """``stop``'s details (the open blocker's), followed by those of the earlier blockers still open."""
+        if not self.earlier_blockers:
+            return stop.details
+        earlier = "\n".join(f"- {s.kind}: {s.details.strip()}" for s in self.earlier_blockers)
+        return f"{stop.details.rstrip()}\n\nStill open from earlier STOP_WORK signals:\n{earlier}"
 
 
 class DelegationStatus(StrEnum):

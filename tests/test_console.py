@@ -295,3 +295,22 @@ def test_status_lists_agents_and_requests_in_registration_order_whatever_the_map
     summary = summarize(shuffled)
     assert [a.agent_id for a in summary.agents] == ["c-first", "a-second", "b-third"]
     assert [d.requester_id for d in summary.pending_delegations] == ["c-first", "a-second", "b-third"]
+
+
+def test_an_agent_blocked_twice_shows_the_earlier_blocker_under_the_open_one() -> None:
+    feed = Feed()
+    feed.send(stop_error("a"), "a")
+    no_network = {"agent_id": "a", "blocker_type": "external_dependency", "details": "no network"}
+    feed.send(StopWork.model_validate({"stop_reason": "blocker", **no_network}), "a")
+    lines = inbox_lines([summarize(feed.state)], "sbus")
+    assert _item(lines, "blocker   a")[:2] == [
+        "blocker   a (external_dependency): no network",
+        "          also open: error: Unexpected error during analysis: TypeError: Cannot read property "
+        "'length' of undefined",
+    ]
+    status = render(summarize(feed.state))
+    assert "  ! a blocked (external_dependency): no network" in status
+    assert (
+        "  ! a also blocked on error: Unexpected error during analysis: TypeError: Cannot read property "
+        "'length' of undefined"
+    ) in status

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rules_kit import (
     Feed,
     clarification,
+    completion,
     decisions,
     delegate,
     kinds,
@@ -293,3 +294,51 @@ def test_the_same_dated_stop_again_after_its_resolution_is_a_recap() -> None:
     feed.send(HumanRecover(option=RecoveryOption.SKIP_AND_CONTINUE), AGENT)
     assert feed.send(stop_dependency(at="2026-01-11T10:15:00-05:00"), AGENT).rejected is not None
     assert feed.state.agents[AGENT].blocker is None
+
+
+def test_a_second_stop_keeps_the_first_open_with_it_until_one_resolution_settles_both() -> None:
+    feed = Feed()
+    feed.send(stop_dependency(), AGENT)
+    opened = feed.send(stop_error(AGENT), AGENT)
+    assert "still open with it: 1 earlier blocker(s), resolved with it" in decisions(opened)[-1].detail
+    (blocker,) = summarize(feed.state).blockers
+    assert (blocker.blocker_type, blocker.details) == ("error", stop_error(AGENT).details)
+    assert blocker.earlier == ("external_dependency: node_modules missing",)
+    resolved = feed.send(HumanResolve(resolution="Installed the modules and fixed the bug"), AGENT)
+    directive = one(resolved, EnvelopeType.BLOCKER_RESOLVED, Target.INBOX)
+    assert directive.issue == (
+        f"{stop_error(AGENT).details}\n\nStill open from earlier STOP_WORK signals:\n"
+        "- external_dependency: node_modules missing"
+    )
+    record = feed.state.agents[AGENT]
+    assert (record.state, record.blocker, record.earlier_blockers) == (AgentState.RUNNING, None, ())
+    assert summarize(feed.state).blockers == ()
+    recap = feed.send(stop_dependency(), AGENT)  # the earlier one, quoted after the resolution
+    assert recap.rejected is not None and "the same stop was resolved before" in recap.rejected
+
+
+def test_the_open_stop_sent_again_is_no_earlier_blocker() -> None:
+    feed = Feed()
+    feed.send(stop_dependency(), AGENT)
+    again = feed.send(stop_dependency(), AGENT)
+    assert "still open with it" not in decisions(again)[-1].detail
+    assert feed.state.agents[AGENT].earlier_blockers == ()
+
+
+def test_an_agent_that_completes_with_two_blockers_open_leaves_both_unresolved() -> None:
+    feed = Feed()
+    feed.send(stop_dependency(), AGENT)
+    feed.send(stop_error(AGENT), AGENT)
+    feed.send(completion(AGENT), AGENT)
+    record = feed.state.agents[AGENT]
+    assert (record.blocker, record.earlier_blockers) == (None, ())
+    left = [v.detail for v in record.violations if v.rule == "unresolved_blocker"]
+    assert [d.split(":")[0] for d in left] == ["external_dependency", "error"]
+
+
+def test_a_blocker_sent_again_is_listed_once() -> None:
+    feed = Feed()
+    for stop in (stop_dependency(), stop_error(AGENT), stop_dependency(), stop_error(AGENT)):
+        feed.send(stop, AGENT)
+    record = feed.state.agents[AGENT]
+    assert (record.blocker, record.earlier_blockers) == (stop_error(AGENT), (stop_dependency(),))

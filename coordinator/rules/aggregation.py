@@ -77,14 +77,22 @@ def finish(
             later = f"a later {completion.source.value} says {completion.status.value}"
             step.decide(DecisionType.COMPLETED, agent_id, f"{later}; outcome stays {kept.value}")
         return
-    if record.blocker is not None:
-        unresolved(step, agent_id, record.blocker)
+    for stop in (*record.earlier_blockers, record.blocker):
+        if stop is not None:
+            unresolved(step, agent_id, stop)
     if record.questions is not None:
         _unanswered(step, agent_id, record.questions, record.answers)
     if state is None:
         state = AgentState.FAILED if completion.status is ResultStatus.FAILED else AgentState.COMPLETED
     step.update(
-        agent_id, state=state, completion=completion, questions=None, answers=(), next_step=None, blocker=None
+        agent_id,
+        state=state,
+        completion=completion,
+        questions=None,
+        answers=(),
+        next_step=None,
+        blocker=None,
+        earlier_blockers=(),
     )
     group = step.state.progress.render()
     detail = f"{completion.status.value}: {first_line(completion.summary)} (group: {group})"

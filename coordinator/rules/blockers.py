@@ -35,7 +35,7 @@ from coordinator.rules.ids import recovery_agent_id, recovery_request_id
 from coordinator.rules.launch import Launch, deliver, launch, priority_of
 from coordinator.rules.recap import refuse_recap, settled
 from coordinator.rules.step import Rejected, Step, still_held
-from coordinator.state import FINAL_STATES, AgentRecord, Completion
+from coordinator.state import EARLIER_BLOCKERS_KEPT, FINAL_STATES, AgentRecord, Completion
 
 __all__ = [
     "DEFAULT_RECOVERY",
@@ -68,11 +68,32 @@ def on_stop(step: Step) -> None:
     if stop.stop_reason is StopReason.COMPLETION:
         _stop_as_completion(step, stop)
         return
-    refuse_recap(step.agent(agent_id), stop)
+    record = step.agent(agent_id)
+    refuse_recap(record, stop)
     detail = f"{stop.kind}: {stop.details.strip()}"
     if is_error(stop):
         detail += "\nrecovery options: " + ", ".join(option.value for option in RecoveryOption)
-    step.transition(agent_id, AgentState.BLOCKED, DecisionType.BLOCKER_OPENED, detail, blocker=stop)
+    earlier = _still_open(record, stop)
+    if earlier:
+        detail += f"\nstill open with it: {len(earlier)} earlier blocker(s), resolved with it"
+    step.transition(
+        agent_id,
+        AgentState.BLOCKED,
+        DecisionType.BLOCKER_OPENED,
+        detail,
+        blocker=stop,
+        earlier_blockers=earlier,
+    )
+
+
+def _still_open(record: AgentRecord, stop: StopWork) -> tuple[StopWork, ...]:
+    """The agent's blockers open when ``stop`` comes that it does not repeat, each once (the latest
+    :data:`EARLIER_BLOCKERS_KEPT`)."""
+    kept: list[StopWork] = []
+    for other in (*record.earlier_blockers, record.blocker):
+        if other is not None and other != stop and other not in kept:
+            kept.append(other)
+    return tuple(kept[-EARLIER_BLOCKERS_KEPT:])
 
 
 def on_late_stop(step: Step) -> None:
@@ -131,7 +152,7 @@ def on_resolve(step: Step) -> None:
     then = command.instructions or _resume_instructions(stop)
     wait = still_held(record, step.state, then, blocker=None)  # e.g. questions it asked too
     directive = BlockerResolved(
-        issue=stop.details,
+        issue=record.blocker_details(stop),
         resolution=command.resolution,
         state_restoration=stop.state_snapshot,
         resume_instructions=wait or then,
@@ -142,7 +163,8 @@ def on_resolve(step: Step) -> None:
         DecisionType.BLOCKER_RESOLVED,
         f"resolved: {command.resolution.strip()}",
         blocker=None,
-        settled=settled(record, stop),
+        earlier_blockers=(),
+        settled=settled(record, *record.earlier_blockers, stop),
     )
 
 
@@ -177,7 +199,8 @@ def on_recover(step: Step) -> None:
         DecisionType.BLOCKER_RESOLVED,
         f"recovery: {command.option.value}",
         blocker=None,
-        settled=settled(record, stop),
+        earlier_blockers=(),
+        settled=settled(record, *record.earlier_blockers, stop),
     )
 
 

@@ -22,10 +22,10 @@ __all__ = ["SETTLED_KEPT", "refuse_recap", "settled"]
 SETTLED_KEPT: Final = 8
 
 
-def settled(record: AgentRecord, signal: ClarificationNeeded | StopWork) -> tuple[str, ...]:
-    """The record's ``settled`` once ``signal`` is answered or resolved."""
-    key = recap_key(signal)
-    return record.settled if key is None else (*record.settled, key)[-SETTLED_KEPT:]
+def settled(record: AgentRecord, *signals: ClarificationNeeded | StopWork) -> tuple[str, ...]:
+    """The record's ``settled`` once ``signals`` are answered or resolved."""
+    keys = [key for signal in signals if (key := recap_key(signal)) is not None]
+    return (*record.settled, *keys)[-SETTLED_KEPT:] if keys else record.settled
 
 
 def refuse_recap(record: AgentRecord, signal: ClarificationNeeded | StopWork) -> None:

@@ -101,6 +101,9 @@ class OpenBlocker(Model):
     """How the resolution reaches the agent."""
     error_recovery: str | None = None
     """The fixes an agent stopped by an error proposes."""
+    earlier: tuple[str, ...] = ()
+    """The agent's earlier blockers still open with this one (``kind: details`` each), which its
+    resolution settles too."""
 
 
 class PendingDelegation(Model):
@@ -237,6 +240,7 @@ def _blocker(record: AgentRecord, stop: StopWork) -> OpenBlocker:
         stop_reason=stop.stop_reason.value,
         blocker_type=stop.kind,
         details=stop.details,
+        earlier=tuple(f"{s.kind}: {s.details.strip()}" for s in record.earlier_blockers),
         resume_requirements=stop.resume_requirements,
         error_recovery=stop.error_recovery,
     )
