@@ -17,7 +17,17 @@ from bus.display import quoted
 from bus.findings import MAX_LINE, Finding, Severity
 from bus.results import Table
 
-__all__ = ["NONE", "bare", "cell", "column", "findings", "number", "severity", "split_location"]
+__all__ = [
+    "NONE",
+    "bare",
+    "cell",
+    "column",
+    "findings",
+    "names_no_line",
+    "number",
+    "severity",
+    "split_location",
+]
 
 _MARKS: Final = frozenset(" \t*`_.:")
 _MARK_CATEGORIES: Final = frozenset({"So", "Sk", "Mn", "Cf", "Zs"})
@@ -63,6 +73,12 @@ def split_location(location: str) -> tuple[str | None, int | None]:
     if link is not None:
         return _linked(link.group(1), link.group(2))
     return _located(location)
+
+
+def names_no_line(location: str) -> bool:
+    """Whether ``location`` gives a line number that no file has (``a.py:0``, ``a.py:99999999999``), which
+    :func:`split_location` reads as no line."""
+    return _NOT_A_LINE.search(location) is not None
 
 
 def _linked(text: str, target: str) -> tuple[str | None, int | None]:
@@ -269,7 +285,7 @@ def _finding(
     place = cell(row, where).replace("`", "").strip()
     place = _with_line(place, cell(row, line_column), name, violations)
     file, line = split_location(place)
-    if line is None and _NOT_A_LINE.search(place):
+    if line is None and names_no_line(place):
         violations.append(
             f"{name}: {quoted(place)} names no line (lines are 1 to {MAX_LINE}): kept without one"
         )

@@ -13,9 +13,10 @@ from typing import Any, Final
 import orjson
 from pydantic import ValidationError
 
-from agents.cells import split_location
+from agents.cells import names_no_line, split_location
 from agents.parser import describe_errors
-from bus.findings import Finding
+from bus.display import quoted
+from bus.findings import MAX_LINE, Finding
 
 __all__ = ["LeftOut", "finding_of", "located_findings", "parse_findings"]
 
@@ -86,7 +87,11 @@ def _renamed(value: dict[str, Any]) -> dict[str, Any]:
     and a ``description`` as the ``title`` it lacks. Anything else stays as it is."""
     location, description, file = value.get("location"), value.get("description"), value.get("file")
     no_file = file is None or (isinstance(file, str) and not file.strip())  # a blank one is none either
-    place = split_location(location) if isinstance(location, str) and no_file else None
+    place = None
+    if isinstance(location, str) and no_file:
+        place = split_location(location)
+        if place[1] is None and value.get("line") is None and names_no_line(location):
+            raise ValueError(f"location: {quoted(location)} names no line (lines are 1 to {MAX_LINE})")
     named = isinstance(description, str) and value.get("title") is None
     if (place is None or place[0] is None) and not named:
         return value

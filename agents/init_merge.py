@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from agents.task_hook import HOOK_COMMAND, URL_VARIABLE
 from bus.cli_connection import DEFAULT_DATA_DIR
+from bus.display import cut
 
 __all__ = [
     "LOCAL_DATA",
@@ -69,13 +70,24 @@ def _json_object(existing: str | None, what: str) -> dict[str, Any]:
     if existing is None or not existing.strip():
         return {}
     try:
-        value = json.loads(existing)
+        value = json.loads(existing, object_pairs_hook=_unique)
     except json.JSONDecodeError as exc:
         raise Conflict(f"it is not valid JSON ({exc}); fix it by hand") from None
     except RecursionError:
         raise Conflict("it is nested too deeply to be read as JSON; fix it by hand") from None
     if not isinstance(value, dict):
         raise Conflict(f"it is not a JSON object of {what}")
+    return value
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object of the file, refused when it names a key twice: written back, it would keep only the
+    last, and the other would be gone from the file without a word."""
+    value: dict[str, Any] = {}
+    for key, item in pairs:
+        if key in value:
+            raise Conflict(f"it names the key {cut(repr(key), 60)} twice in one object; fix it by hand")
+        value[key] = item
     return value
 
 

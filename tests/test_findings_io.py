@@ -18,7 +18,7 @@ from agents.findings_add import MAX_INPUT_BYTES, add
 from agents.findings_import import MAX_BAD_SHOWN, MAX_LINE_BYTES, import_findings, parse_findings
 from agents.findings_parse import finding_of
 from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeType, decode, deterministic_id
-from bus.findings import Finding, Severity
+from bus.findings import MAX_LINE, Finding, Severity
 from bus.keys import Keys, StreamKind
 
 GROUP = "g-findings"
@@ -88,6 +88,13 @@ def test_a_location_and_a_description_stand_for_file_line_and_title() -> None:
         "line 5: field 'location': Extra inputs are not permitted",
         "line 6: field 'location': Extra inputs are not permitted",
     ]
+
+
+@pytest.mark.parametrize("place", ["src/a.py:0", "src/a.py:99999999999999999999", "src/a.py#L0"])
+def test_a_location_whose_line_no_file_has_is_an_error_not_a_line_dropped(place: str) -> None:
+    findings, errors = parse_findings(line(title="t", location=place), "x")
+    assert findings == []
+    assert errors == [f"finding 1: location: '{place}' names no line (lines are 1 to {MAX_LINE})"]
 
 
 def test_fields_that_are_no_findings_can_be_left_out_and_named() -> None:

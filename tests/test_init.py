@@ -179,6 +179,15 @@ def test_files_of_another_shape_or_encoding_are_refused_and_left_alone(tmp_path:
     assert snapshot(tmp_path) == before
 
 
+def test_json_that_names_a_key_twice_is_refused_and_left_alone(tmp_path: Path) -> None:
+    (tmp_path / ".mcp.json").write_text('{"mcpServers": {"x": {"command": "x"}, "x": {"command": "y"}}}')
+    before = snapshot(tmp_path)
+    result = run_init(tmp_path)
+    assert result.exit_code == 1
+    assert ".mcp.json: it names the key 'x' twice in one object; fix it by hand" in result.output
+    assert snapshot(tmp_path) == before
+
+
 def test_json_nested_too_deeply_is_refused_and_left_alone(tmp_path: Path) -> None:
     (tmp_path / ".mcp.json").write_text("[" * 100_000)
     before = snapshot(tmp_path)
