@@ -26,6 +26,7 @@ from bus.directives import (
     HumanResolve,
     RecoveryOption,
 )
+from bus.display import cut
 from bus.envelope import Payload
 from bus.params import FiniteFloatRange, not_blank
 from bus.settings import Settings
@@ -87,9 +88,11 @@ def _split_answers(pairs: tuple[str, ...], known: Collection[str]) -> list[tuple
             written, _, answer = pair.partition("=")
             qid = written.strip()
             if not qid:
-                raise click.BadParameter(f"{pair!r} is not QUESTION_ID=answer", param_hint="ANSWERS")
+                raise click.BadParameter(
+                    f"{cut(repr(pair), 80)} is not QUESTION_ID=answer", param_hint="ANSWERS"
+                )
         if not answer.strip():
-            raise click.BadParameter(f"the answer to {qid} is blank", param_hint="ANSWERS")
+            raise click.BadParameter(f"the answer to {cut(qid, 80)} is blank", param_hint="ANSWERS")
         if qid in out:
             raise click.BadParameter(f"{qid} is answered twice", param_hint="ANSWERS")
         out[qid] = answer.strip()
@@ -117,7 +120,7 @@ def answer(
     """
     for pair in answers:  # a usage error before connecting (which ids hold "=" is known only then)
         if "=" not in pair:
-            raise click.BadParameter(f"{pair!r} is not QUESTION_ID=answer", param_hint="ANSWERS")
+            raise click.BadParameter(f"{cut(repr(pair), 80)} is not QUESTION_ID=answer", param_hint="ANSWERS")
 
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
         records = [g.agents[agent_id] for g in groups if agent_id in g.agents]
@@ -204,7 +207,9 @@ def _delegation_command(approve: bool) -> Callable[..., None]:
             holding = [g for g in groups if request_id in g.delegations]
             if not holding:
                 find_request(groups, request_id)  # raises
-            group = only(holding, f"delegation request {request_id!r}", lambda g: pending(g, request_id))
+            group = only(
+                holding, f"delegation request {cut(repr(request_id), 80)}", lambda g: pending(g, request_id)
+            )
             delegation = pending(group, request_id)
             requester = delegation.requester_id
             payload: Payload = (

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from bus.connection import Client, as_text, translated
+from bus.display import cut
 from bus.envelope import decode
 from bus.errors import BusError, CommandFailed, DecodeError
 from bus.findings import Finding
@@ -248,7 +249,7 @@ def find_request(groups: list[GroupState], request_id: str) -> GroupState:
     for state in groups:
         if request_id in state.delegations:
             return state
-    raise BusError(f"no delegation request {request_id!r} (see `subagent-bus inbox`)")
+    raise BusError(f"no delegation request {cut(repr(request_id), 80)} (see `subagent-bus inbox`)")
 
 
 async def iter_findings(

@@ -62,14 +62,23 @@ POLICY_OPTION = click.option(
 )
 
 
-async def read_view(settings: Settings, read: Callable[[Client, Keys], Awaitable[T]], nothing: T) -> T:
+async def read_view(
+    settings: Settings, read: Callable[[Client, Keys], Awaitable[T]], nothing: T, *, named: bool = False
+) -> T:
     """``read`` over the namespace; ``nothing`` when it does not exist yet: a view does not create it
-    (a mistyped --namespace would fix a shard count before the coordinator meant to)."""
+    (a mistyped --namespace would fix a shard count before the coordinator meant to). A note on stderr
+    then says so, unless the view's own text names the namespace (``named``)."""
     client = await connect(settings)
     try:
         try:
             keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
         except NamespaceMissing:
+            if not named:
+                click.echo(
+                    f"note: namespace {settings.namespace!r} does not exist on this server (yet): "
+                    "nothing to show; check --namespace",
+                    err=True,
+                )
             return nothing
         return await read(client, keys)
     finally:
@@ -103,7 +112,7 @@ async def _status_lines(settings: Settings, group_id: str | None) -> list[str]:
             return [none + await _known(client, keys, group_id)]
         return [none + await no_coordinator_note(client, keys)]
 
-    return await read_view(settings, read, [none])
+    return await read_view(settings, read, [none], named=True)
 
 
 def _not_both(ctx: click.Context, param: click.Parameter, value: T) -> T:

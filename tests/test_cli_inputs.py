@@ -10,7 +10,9 @@ import pytest
 from adapter_kit import CLI
 
 from agents.whole_input import InputError, read_whole
+from bus.errors import BusError
 from bus.local_server import stop_local_server
+from coordinator.view import find_request
 
 
 def _cli(args: list[str], cwd: Path, *, close_stdin: bool = False) -> subprocess.CompletedProcess[str]:
@@ -79,3 +81,13 @@ def test_read_whole_reads_up_to_its_limit_and_no_further(tmp_path: Path) -> None
         read_whole(str(path), 9, what="the findings")
     with pytest.raises(InputError, match=f"cannot read {tmp_path}/missing: No such file or directory"):
         read_whole(str(tmp_path / "missing"), 9)
+
+
+def test_a_long_id_or_answer_is_quoted_cut_in_an_error(tmp_path: Path) -> None:
+    long = "x" * 100_000
+    done = _cli(["answer", "agent-1", long], tmp_path)  # refused before it connects
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"Invalid value for ANSWERS: '{'x' * 78}… is not QUESTION_ID=answer" in done.stderr
+    with pytest.raises(BusError, match="no delegation request 'xxx") as refused:
+        find_request([], long)
+    assert len(str(refused.value)) < 200

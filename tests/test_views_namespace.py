@@ -30,7 +30,13 @@ def test_views_of_a_namespace_that_does_not_exist_are_empty_and_create_nothing(
 ) -> None:
     status = run(redis_url, "status")
     assert (status.returncode, status.stdout) == (0, "no groups yet in namespace 'typo'\n")
-    assert orjson.loads(run(redis_url, "status", "--json").stdout) == []
+    status_json = run(redis_url, "status", "--json")
+    assert orjson.loads(status_json.stdout) == []
+    assert "note: namespace 'typo' does not exist on this server (yet): nothing to show" in status_json.stderr
+    assert "note:" not in status.stderr  # its own text names the namespace
+    for view in (["inbox"], ["findings"], ["findings", "--merged"], ["replay", "--group", "g"]):
+        done = run(redis_url, *view)
+        assert done.returncode == 0 and "note: namespace 'typo' does not exist" in done.stderr, view
     assert run(redis_url, "inbox").stdout == "nothing waits for a human\n"
     assert run(redis_url, "findings").stdout == "0 findings\n"
     assert run(redis_url, "findings", "--merged", "--json").stdout.strip() == "[]"
