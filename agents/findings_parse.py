@@ -69,7 +69,8 @@ def finding_of(value: Any, agent: str, ignored: list[str] | None = None) -> Find
     if "group_id" in value:  # what `findings --json` writes with each finding: the command's group decides
         value = {name: item for name, item in value.items() if name != "group_id"}
     value = _renamed(value)
-    if not value.get("agent"):
+    given = value.get("agent")
+    if not given or (isinstance(given, str) and given.isspace()):
         value = {**value, "agent": agent}
     if ignored is not None and not value.keys() <= _FIELDS:
         ignored += [name for name in value if name not in _FIELDS]

@@ -81,9 +81,11 @@ class Finding(Model):
     @model_validator(mode="after")
     def _defaults(self) -> Self:
         fields = self.__dict__  # read once: each attribute read of a model goes through its __getattr__
-        if not fields["category"]:
+        if not fields["category"] or fields["category"].isspace():
             fields["category"] = derive_category(fields["id"], fields["title"])
             self.__pydantic_fields_set__.add("category")
+        if fields["agent"].isspace():  # no name: as if none were given (a blank reporter is no one)
+            fields["agent"] = ""
         file = fields["file"]
         if file is not None and not file.strip():
             # A blank file names no place: taken as one, every finding "at :3" would merge into one.

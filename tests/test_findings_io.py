@@ -90,6 +90,16 @@ def test_a_location_and_a_description_stand_for_file_line_and_title() -> None:
     ]
 
 
+def test_a_blank_agent_or_category_is_none_given() -> None:
+    (finding,), errors = parse_findings(line(id="SEC-9", title="t", agent="   ", category=" \t"), "auditor")
+    assert errors == []
+    assert (finding.agent, finding.category) == ("auditor", "SEC")
+    assert Finding(title="t", agent="  ", category="  ").model_dump(include={"agent", "category"}) == {
+        "agent": "",
+        "category": "general",
+    }
+
+
 @pytest.mark.parametrize("place", ["src/a.py:0", "src/a.py:99999999999999999999", "src/a.py#L0"])
 def test_a_location_whose_line_no_file_has_is_an_error_not_a_line_dropped(place: str) -> None:
     findings, errors = parse_findings(line(title="t", location=place), "x")
