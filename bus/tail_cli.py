@@ -14,7 +14,7 @@ import click
 
 from bus.cli_connection import redis_options, run_command
 from bus.connection import connect
-from bus.display import format_item
+from bus.display import cut, format_item
 from bus.errors import ConfigError
 from bus.keys import ConsumerGroup, Keys, StreamKind, open_namespace
 from bus.params import FiniteFloatRange, not_blank
@@ -149,7 +149,9 @@ def tail(
     try:
         start = start if start == "$" else stream_id(start)
     except ConfigError:
-        raise click.BadParameter(f"{start!r} is not 0, $, MS or MS-SEQ", param_hint="--from") from None
+        raise click.BadParameter(
+            f"{cut(repr(start), 80)} is not 0, $, MS or MS-SEQ (each number below 2^64)", param_hint="--from"
+        ) from None
     if consumer is not None and group is None:
         raise click.UsageError("--consumer names a consumer of --group: give the group too")
     dead = stream == StreamKind.DEAD.value

@@ -338,3 +338,10 @@ def test_a_dead_letter_of_json_nested_deeper_than_json_is_written_shows_as_text(
     assert result.exit_code == 0, result.output
     shown = orjson.loads(result.stdout)
     assert shown["data"] == deep.decode() and "data_base64" not in shown
+
+
+@pytest.mark.parametrize("start", ["yesterday", "99999999999999999999999-0", "1-99999999999999999999999"])
+def test_a_from_that_is_no_stream_id_is_a_usage_error(redis_url: str, start: str) -> None:
+    result = _tail(redis_url, "--from", start)
+    assert result.exit_code == 2
+    assert f"'{start}' is not 0, $, MS or MS-SEQ (each number below 2^64)" in result.output
