@@ -6,6 +6,7 @@ still buffered fails only when the interpreter flushes it at exit.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -13,6 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from workers.kit import connected
+
+from bus.keys import open_namespace
+from bus.settings import DEFAULT_NAMESPACE
 
 CLI = str(Path(sys.executable).parent / "subagent-bus")
 SIGNAL = (
@@ -76,6 +81,11 @@ def test_stdout_closed_at_start_is_a_one_line_error(signal_file: Path, command: 
 
 @pytest.mark.parametrize("args", [["status", "--json"], ["inbox"], ["findings", "--merged"]])
 def test_a_command_of_the_bus_fails_alike(redis_url: str, args: list[str]) -> None:
+    async def create() -> None:  # a namespace to show (of a missing one, a note says so on stderr)
+        async with connected(redis_url) as client:
+            await open_namespace(client, DEFAULT_NAMESPACE)
+
+    asyncio.run(create())
     code, err = _run(args, preexec_fn=_close_stdout, url=redis_url)
     assert (code, err) == (1, CLOSED + "\n")
     with open("/dev/full", "wb") as full:
