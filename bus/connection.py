@@ -88,6 +88,11 @@ def _refused(exc: rex.RedisError) -> BusError:
     said = f"({type(exc).__name__}): {exc}"
     if isinstance(exc, rex.NoPermissionError):
         return PermissionDenied(f"Redis refused the command {said}")
+    if isinstance(exc, rex.InvalidResponse):  # the reply is no RESP at all: another kind of server
+        return CommandFailed(
+            f"the server did not answer as Redis does {said}: check that the URL's host and port are a "
+            "Redis server's"
+        )
     if isinstance(exc, rex.AskError):  # MovedError too: only a client that is not a cluster client sees one
         return CommandFailed(
             f"the server is a Redis Cluster node: it sent a key to another node {said}; use the cluster "

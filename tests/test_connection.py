@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -68,6 +69,22 @@ async def test_unreachable_server_is_connection_failed() -> None:
     settings = Settings.from_url(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=1)
     with pytest.raises(ConnectionFailed, match="unavailable"):
         await connect(settings)
+
+
+async def test_a_server_that_is_no_redis_is_named_as_such() -> None:
+    async def http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)
+        writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+
+    server = await asyncio.start_server(http, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        with pytest.raises(CommandFailed, match="the server did not answer as Redis does") as refused:
+            await connect(Settings.from_url(f"redis://127.0.0.1:{port}/0"))
+    finally:
+        server.close()
+    assert "check that the URL's host and port are a Redis server's" in str(refused.value)
 
 
 async def test_unix_socket(tmp_path: Path) -> None:
