@@ -46,8 +46,9 @@ __all__ = [
 FINAL_STATES: Final = frozenset({AgentState.COMPLETED, AgentState.FAILED, AgentState.LOST})
 """States an agent leaves only by being heard from again (lost) or never (completed, failed)."""
 ACTIVE_STATES: Final = frozenset(AgentState) - FINAL_STATES
-EARLIER_BLOCKERS_KEPT: Final = 8
 """States that hold a parallel slot and keep the group from being settled."""
+EARLIER_BLOCKERS_KEPT: Final = 8
+"""How many of an agent's earlier blockers stay open beside its latest (``AgentRecord.earlier_blockers``)."""
 
 
 class ViolationRule(StrEnum):
