@@ -85,7 +85,10 @@ def test_read_whole_reads_up_to_its_limit_and_no_further(tmp_path: Path) -> None
 
 def test_a_long_id_or_answer_is_quoted_cut_in_an_error(tmp_path: Path) -> None:
     long = "x" * 100_000
-    done = _cli(["answer", "agent-1", long], tmp_path)  # refused before it connects
+    try:
+        done = _cli(["answer", "agent-1", long], tmp_path)
+    finally:
+        stop_local_server(tmp_path / ".subagent-bus")  # started by the connection options
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert f"Invalid value for ANSWERS: '{'x' * 78}… is not QUESTION_ID=answer" in done.stderr
     with pytest.raises(BusError, match="no delegation request 'xxx") as refused:
