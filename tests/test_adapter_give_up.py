@@ -276,14 +276,22 @@ async def test_a_hung_server_does_not_hold_a_stopped_adapter(
     await wait_until(applied, 20, "the resumed server to apply the batch")
 
 
+def _piped(
+    steps: list[str], agent_id: str, url: str, log: Path
+) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+    """A fake agent whose output is piped into `adapter stdin`: (the agent, the adapter)."""
+    producer = spawn(steps, stdout=subprocess.PIPE)
+    assert producer.stdout is not None
+    args = ["adapter", "stdin", "--agent-id", agent_id, "--group", GROUP, "--quiet"]
+    adapter = start(args, url, log, stdin=producer.stdout)
+    producer.stdout.close()
+    return producer, adapter
+
+
 async def test_stdin_gives_up_at_the_first_signal(fresh_redis: RedisProcess, tmp_path: Path) -> None:
     go, log = tmp_path / "go", tmp_path / "adapter.log"
     steps = fake("progress:10", f"wait-file:{go}", "progress:50", "complete", "sleep:60", agent_id="s1")
-    producer = spawn(steps, stdout=subprocess.PIPE)
-    assert producer.stdout is not None
-    args = ["adapter", "stdin", "--agent-id", "s1", "--group", GROUP, "--quiet"]
-    adapter = start(args, fresh_redis.url, log, stdin=producer.stdout)
-    producer.stdout.close()
+    producer, adapter = _piped(steps, "s1", fresh_redis.url, log)
     try:
         await first_progress(fresh_redis.url)
         fresh_redis.kill()
@@ -305,11 +313,7 @@ async def test_stdin_stopped_with_nothing_left_unsent_ends_as_usual(
     fresh_redis: RedisProcess, tmp_path: Path, sig: signal.Signals
 ) -> None:
     log = tmp_path / "adapter.log"
-    producer = spawn(fake("progress:10", "sleep:60", agent_id="s2"), stdout=subprocess.PIPE)
-    assert producer.stdout is not None
-    args = ["adapter", "stdin", "--agent-id", "s2", "--group", GROUP, "--quiet"]
-    adapter = start(args, fresh_redis.url, log, stdin=producer.stdout)
-    producer.stdout.close()
+    producer, adapter = _piped(fake("progress:10", "sleep:60", agent_id="s2"), "s2", fresh_redis.url, log)
     try:
         await first_progress(fresh_redis.url)
         adapter.send_signal(sig)
