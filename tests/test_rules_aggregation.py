@@ -23,7 +23,7 @@ from bus.results import ErrorDetails, ResultBlocker, ResultStatus
 from coordinator.console import unresolved_blockers
 from coordinator.policy import Policy
 from coordinator.rules import Target, summarize
-from coordinator.rules.ids import retry_agent_id, retry_request_id
+from coordinator.rules.ids import delegate_agent_id, retry_agent_id, retry_request_id
 from coordinator.state import GroupVerdict, ViolationRule
 
 A, B, C = "bg-task-a", "bg-task-b", "bg-task-c"
@@ -147,7 +147,12 @@ def test_a_retry_is_told_what_the_failed_report_said() -> None:
     _start(feed, A)
     report = result("security-auditor", ResultStatus.FAILED, summary="No database credentials").model_copy(
         update={
-            "error": ErrorDetails(type="ConfigError", message="DATABASE_URL is invalid", recoverable=False),
+            "error": ErrorDetails(
+                type="ConfigError",
+                message="DATABASE_URL is invalid",
+                occurred_at="db.py:4",
+                recoverable=False,
+            ),
             "root_cause": "The credentials expired",
             "attempted_actions": ["Read .env", "Tried the default URL"],
             "blockers": [ResultBlocker(description="Database credentials are invalid", resolution="a URL")],
@@ -156,7 +161,7 @@ def test_a_retry_is_told_what_the_failed_report_said() -> None:
     launch = one(feed.send(report, A), EnvelopeType.LAUNCH)
     assert launch.context == (
         f"Previous attempt {A} ended FAILED:\nNo database credentials\n\n"
-        "Error:\n- ConfigError DATABASE_URL is invalid\n"
+        "Error:\n- ConfigError DATABASE_URL is invalid (at db.py:4) (not recoverable)\n"
         "Root cause:\n- The credentials expired\n"
         "Attempted:\n- Read .env\n- Tried the default URL\n"
         "Blockers:\n- Database credentials are invalid (needs: a URL)"
@@ -284,3 +289,42 @@ def test_the_agent_budget_counts_retries_and_not_scripts() -> None:
     feed2 = Feed(Policy(max_agents_per_group=3))
     _start(feed2, A, B)
     assert of_type(feed2.send(result("security-auditor", ResultStatus.FAILED), A), EnvelopeType.LAUNCH)
+
+
+def test_optional_work_that_fails_is_a_gap_not_an_escalation() -> None:
+    """Seed 001: "Retry once with reduced scope if critical ... Proceed with available results if
+    non-critical, documenting the gap". A delegate asked for as `optional` is the non-critical kind."""
+    for ending in (completion("x", "failed", "docs site down"), AgentExited(exit_code=1)):
+        feed = Feed()
+        _start(feed, A)
+        optional, parallel = (
+            delegate(A, independence="optional"),
+            delegate(A, stamp="2026-01-11T10:05:00-05:00"),
+        )
+        feed.send(optional, A)
+        feed.send(parallel, A)
+        helper = delegate_agent_id(GROUP, optional.request_id())
+        other = delegate_agent_id(GROUP, parallel.request_id())
+        failed = feed.send(ending, helper)
+        assert of_type(failed, EnvelopeType.LAUNCH) == [], ending
+        assert DecisionType.ESCALATED not in kinds(failed)
+        assert "optional work: not retried" in decisions(failed)[-1].detail
+        feed.send(completion(A), A)
+        feed.send(completion(other), other)
+        assert feed.state.escalations == ()
+        assert feed.state.status is GroupVerdict.CONTINUE
+        assert _group_status(feed) == [
+            f"continue: 2/3 completed, 1 failed, 0 active; optional work failed: {helper}, "
+            "results may be incomplete"
+        ]
+
+
+def test_a_parallel_delegate_that_fails_is_retried() -> None:
+    """Its requester goes on without waiting, but did not call it optional: critical work."""
+    feed = Feed()
+    _start(feed, A)
+    request = delegate(A)
+    feed.send(request, A)
+    helper = delegate_agent_id(GROUP, request.request_id())
+    launch = one(feed.send(completion(helper, "failed"), helper), EnvelopeType.LAUNCH)
+    assert (launch.reason, launch.new_agent_id) == (LaunchReason.RETRY, retry_agent_id(GROUP, helper, 2))

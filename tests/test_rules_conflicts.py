@@ -10,8 +10,8 @@ from bus.events import AgentStarted, DecisionType
 from bus.results import ResultStatus
 from coordinator.policy import Policy
 from coordinator.rules import Outcome, merged_view, summarize
-from coordinator.rules.aggregation import verdict
 from coordinator.rules.findings import fold, slot_key
+from coordinator.rules.verdict import verdict
 from coordinator.state import GroupVerdict
 from coordinator.store import load_state
 

@@ -27,7 +27,7 @@ from bus.envelope import EnvelopeType
 from bus.events import AgentExited, AgentStarted, AgentState, DecisionType, Tick
 from bus.findings import Severity
 from bus.results import Issue, ResultBlocker, ResultStatus
-from bus.signals import DelegateWork, Priority
+from bus.signals import BlockerType, DelegateWork, Priority, StopWork
 from coordinator.policy import Policy
 from coordinator.rules import Target, Verdict, apply, evaluate, summarize
 from coordinator.rules.delegation import Check
@@ -460,18 +460,45 @@ def test_requester_with_two_blocking_delegates_resumes_after_both() -> None:
     assert one(last, EnvelopeType.DELEGATION_COMPLETED).resume_instructions.startswith("The delegated work")
 
 
-def test_a_requester_blocked_since_it_delegated_is_told_to_wait_for_its_blocker() -> None:
-    """Seed 000's blocking delegation says the requester "will STOP_WORK until infrastructure ready": the
-    delegate's results do not resolve that blocker, so they tell the requester to wait for it."""
+def test_a_requester_that_stops_to_wait_for_its_delegate_is_resumed_by_its_results() -> None:
+    """Seed 000's blocking delegation: "This agent: Will STOP_WORK until infrastructure ready ... Resume:
+    When new agent completes". That stop is the wait itself: no blocker for a human to resolve."""
     feed = Feed()
     delegate_id = _blocking(feed)
-    feed.send(stop_dependency(REQUESTER), REQUESTER)
+    stop = stop_dependency(REQUESTER)
+    waiting = feed.send(stop, REQUESTER)
+    (decision,) = decisions(waiting)
+    assert decision.decision is DecisionType.STATE_CHANGED and "taken as its wait" in decision.detail
+    requester = feed.state.agents[REQUESTER]
+    assert (requester.state, requester.blocker) == (AgentState.DELEGATING, None)
     outcome = feed.send(completion(delegate_id), delegate_id)
     assert one(outcome, EnvelopeType.DELEGATION_COMPLETED).resume_instructions == (
-        "Do not go on yet: you will be resumed once your blocker is resolved. "
-        "Then: The delegated work is done. Continue your task using its results."
+        "The delegated work is done. Continue your task using its results."
     )
-    assert feed.state.agents[REQUESTER].state is AgentState.BLOCKED
+    assert feed.state.agents[REQUESTER].state is AgentState.RUNNING
+    assert kinds(feed.send(stop, REQUESTER)) == [DecisionType.REJECTED]  # quoted once resumed: a recap
+
+
+def test_a_requester_blocked_on_something_else_is_told_to_wait_for_its_blocker() -> None:
+    """A stop a delegate cannot settle (missing information, a resource limit, an error) opens a blocker
+    while the agent waits: the delegate's results tell it to wait for that blocker's resolution."""
+    for blocker_type in (BlockerType.MISSING_INFO, BlockerType.RESOURCE_LIMIT, BlockerType.ERROR):
+        feed = Feed()
+        delegate_id = _blocking(feed)
+        feed.send(_stop(blocker_type), REQUESTER)
+        outcome = feed.send(completion(delegate_id), delegate_id)
+        assert one(outcome, EnvelopeType.DELEGATION_COMPLETED).resume_instructions == (
+            "Do not go on yet: you will be resumed once your blocker is resolved. "
+            "Then: The delegated work is done. Continue your task using its results."
+        ), blocker_type
+        assert feed.state.agents[REQUESTER].state is AgentState.BLOCKED
+
+
+def _stop(blocker_type: BlockerType) -> StopWork:
+    fields = stop_dependency(REQUESTER).model_dump(mode="json", exclude_none=True)
+    if blocker_type is BlockerType.ERROR:
+        fields["stop_reason"] = "error"
+    return StopWork.model_validate({**fields, "blocker_type": blocker_type.value})
 
 
 def test_a_human_decision_on_a_request_does_not_tell_a_requester_held_since_to_go_on() -> None:
@@ -479,7 +506,7 @@ def test_a_human_decision_on_a_request_does_not_tell_a_requester_held_since_to_g
     approval of a parallel request nor a denial may tell it to continue before it is answered."""
     for held_by, signal, for_what in (
         ("questions", clarification(REQUESTER), "your questions are answered"),
-        ("blocker", stop_dependency(REQUESTER), "your blocker is resolved"),
+        ("blocker", _stop(BlockerType.MISSING_INFO), "your blocker is resolved"),
     ):
         feed = Feed()
         parallel = delegate(priority="P2")

@@ -111,11 +111,17 @@ def test_an_answer_leaves_an_agent_blocked_while_its_blocker_is_open() -> None:
     assert feed.state.agents[AGENT].state is AgentState.RUNNING
 
 
+def _missing_info() -> StopWork:
+    """A stop while the agent waits for a delegate that the delegate cannot settle (one on an external
+    dependency would be the wait itself)."""
+    return stop_dependency(AGENT).model_copy(update={"blocker_type": BlockerType.MISSING_INFO})
+
+
 def test_a_resolution_leaves_an_agent_waiting_for_its_delegate() -> None:
     feed = Feed()
     feed.send(delegate(AGENT, independence="blocks_current_work"), AGENT)
     assert feed.state.agents[AGENT].state is AgentState.DELEGATING
-    feed.send(stop_dependency(AGENT), AGENT)
+    feed.send(_missing_info(), AGENT)
     resolved = feed.send(HumanResolve(resolution="Installed it"), AGENT)
     assert decisions(resolved)[0].detail.endswith("; still delegating")
     assert feed.state.agents[AGENT].state is AgentState.DELEGATING  # not running: it cannot time out
@@ -142,7 +148,7 @@ def test_a_delegate_that_completes_leaves_its_parent_waiting_for_a_human_decisio
 def test_an_approval_leaves_a_blocked_agent_blocked_until_its_blocker_is_resolved() -> None:
     feed = Feed()
     feed.send(delegate(AGENT, independence="blocks_current_work", priority="P2"), AGENT)
-    feed.send(stop_dependency(AGENT), AGENT)
+    feed.send(_missing_info(), AGENT)
     assert feed.state.agents[AGENT].state is AgentState.BLOCKED
     [pending] = summarize(feed.state).pending_delegations
     approved = feed.send(HumanApprove(request_id=pending.request_id), AGENT)

@@ -4,6 +4,10 @@
   retried once with reduced scope: a launch request with ``reason: retry`` and the next attempt number, for
   a new agent that takes the failed one's place. A failed retry (after ``Policy.max_retries`` retries) is
   escalated to a human.
+- Unless its work is not critical: a delegate its requester asked for as ``independence: optional``. Seed
+  001: "Retry once with reduced scope if critical ... Proceed with available results if non-critical,
+  documenting the gap". It is neither retried nor escalated, and the group's status names the gap
+  (``...; optional work failed: <agent>, results may be incomplete``) instead of escalating.
 - An agent whose parent waits for it (``blocks_current_work``) resumes the parent with its outcome once
   that outcome is final (after its retries).
 - When the group settles (every agent finished, no delegation waiting for a human), its status is reported
@@ -31,6 +35,7 @@ from bus.signals import ClarificationNeeded, Independence, QuestionType, StopWor
 from coordinator.rules.ids import retry_agent_id, retry_request_id
 from coordinator.rules.launch import Launch, deliver, launch, priority_of
 from coordinator.rules.step import Rejected, Step, still_held
+from coordinator.rules.verdict import gaps, optional, unresolved_count, verdict
 from coordinator.state import (
     FINAL_STATES,
     AgentRecord,
@@ -44,13 +49,11 @@ from coordinator.state import (
 )
 
 __all__ = [
-    "deciding",
     "finish",
     "on_dismiss",
     "open_escalation",
     "report_group",
     "unresolved",
-    "verdict",
 ]
 
 
@@ -182,6 +185,10 @@ def _handle_failure(step: Step, record: AgentRecord, completion: Completion) -> 
         detail = f"the work was completed by {done.agent_id}, an earlier attempt: not retried"
         step.decide(DecisionType.COMPLETED, record.agent_id, detail)
         return
+    if optional(step.state, record):
+        detail = "optional work: not retried, and the group goes on without it (results may be incomplete)"
+        step.decide(DecisionType.COMPLETED, record.agent_id, detail)
+        return
     budget = step.policy.max_agents_per_group
     within = step.state.budget_used < budget
     if record.attempt <= step.policy.max_retries and within:
@@ -301,48 +308,6 @@ def _resume_after(status: ResultStatus) -> str:
     return "The delegated work is done. Continue your task using its results."
 
 
-def verdict(state: GroupState) -> GroupVerdict:
-    """The group status from the outcomes of its agents' work: per piece of work, its last attempt's,
-    unless that one failed and an earlier attempt (slow, not gone) has completed it since. Work that
-    would go on is reviewed first while agents disagree on the severity of a merged finding, or an agent
-    left a blocker unresolved."""
-    deciding = _deciding_attempts(state)
-    if any(record is None for record in deciding):
-        return GroupVerdict.ESCALATE
-    outcomes = [r.completion.status if r.completion else ResultStatus.SUCCESS for r in deciding if r]
-    if ResultStatus.PARTIAL in outcomes or state.severity_conflicts > 0 or any(map(_left_blocked, deciding)):
-        return GroupVerdict.REVIEW
-    return GroupVerdict.CONTINUE
-
-
-def _unresolved_count(state: GroupState) -> int:
-    """The agents whose outcome is their work's and who left a blocker unresolved."""
-    return sum(map(_left_blocked, _deciding_attempts(state)))
-
-
-def _left_blocked(record: AgentRecord | None) -> bool:
-    rule = ViolationRule.UNRESOLVED_BLOCKER
-    return record is not None and any(v.rule is rule for v in record.violations)
-
-
-def deciding(state: GroupState) -> frozenset[str]:
-    """The agents whose outcome is their work's (see :func:`verdict`): a blocker one of them left
-    unresolved is for review; one an attempt left that a later or earlier one made good is not."""
-    return frozenset(r.agent_id for r in _deciding_attempts(state) if r is not None)
-
-
-def _deciding_attempts(state: GroupState) -> list[AgentRecord | None]:
-    return [_deciding(state, a) for a in state.agents.values() if a.retried_by is None]
-
-
-def _deciding(state: GroupState, last: AgentRecord) -> AgentRecord | None:
-    """The attempt whose outcome is the outcome of the work ``last`` is the latest attempt at: ``last``,
-    or an earlier attempt that completed it after ``last`` failed; None when the work failed."""
-    if last.state not in {AgentState.FAILED, AgentState.LOST}:
-        return last
-    return state.completed_earlier(last)
-
-
 def report_group(step: Step, agent_id: str) -> None:
     """Report the group status when this step settled the group, or changed the status of a settled one
     (an agent declared lost that completes after all, a severity conflict that began or ended)."""
@@ -356,9 +321,12 @@ def report_group(step: Step, agent_id: str) -> None:
     conflicts = step.state.severity_conflicts
     if conflicts:
         detail += f"; {conflicts} merged finding(s) whose agents disagree on severity, for review"
-    left = _unresolved_count(step.state) if result is GroupVerdict.REVIEW else 0
+    left = unresolved_count(step.state) if result is GroupVerdict.REVIEW else 0
     if left:
         detail += f"; {left} agent(s) finished with a blocker unresolved (see status), for review"
+    failed = gaps(step.state)
+    if failed:
+        detail += f"; optional work failed: {', '.join(failed)}, results may be incomplete"
     step.decide(DecisionType.GROUP_STATUS, agent_id, detail)
 
 

@@ -7,6 +7,9 @@
   patterns of seed 003. RECOVER sends ERROR_RECOVERY for the chosen option; ``delegate`` also launches an
   agent for the failing work. RESOLVE works for errors as well (the human fixed the cause), and RECOVER
   with ``skip_and_continue`` or ``delegate`` for any blocker (seed 000's resource-limit stop offers both).
+- A stop on an external dependency from an agent that waits for delegates of its own (``blocks_current_work``)
+  is that wait (seed 000's blocking delegation: "This agent: Will STOP_WORK until infrastructure ready ...
+  Resume: When new agent completes"): no blocker opens, and the delegates' results resume the agent.
 - ``stop_reason: completion`` -> treated as a completion report: SUCCESS, or PARTIAL when the stop lists
   ``blocked_work``, with ``completed_work`` as the summary.
 - A stop from an agent whose outcome is decided is nothing to resume: it is kept as an unresolved blocker
@@ -34,7 +37,7 @@ from coordinator.rules.delegation import launch_limits
 from coordinator.rules.ids import recovery_agent_id, recovery_request_id
 from coordinator.rules.launch import Launch, deliver, launch, priority_of
 from coordinator.rules.recap import refuse_recap, settled
-from coordinator.rules.step import Rejected, Step, still_held
+from coordinator.rules.step import Rejected, Step, still_held, waits_for_delegation
 from coordinator.state import EARLIER_BLOCKERS_KEPT, FINAL_STATES, AgentRecord, Completion
 
 __all__ = [
@@ -71,6 +74,11 @@ def on_stop(step: Step) -> None:
     record = step.agent(agent_id)
     refuse_recap(record, stop)
     detail = f"{stop.kind}: {stop.details.strip()}"
+    if _is_wait(record, step, stop):
+        # Settled at once, so that the same stop quoted again once the agent is resumed is a recap.
+        step.update(agent_id, settled=settled(record, stop))
+        step.decide(DecisionType.STATE_CHANGED, agent_id, f"{detail}\ntaken as its wait for its delegates")
+        return
     if is_error(stop):
         detail += "\nrecovery options: " + ", ".join(option.value for option in RecoveryOption)
     earlier = _still_open(record, stop)
@@ -83,6 +91,17 @@ def on_stop(step: Step) -> None:
         detail,
         blocker=stop,
         earlier_blockers=earlier,
+    )
+
+
+def _is_wait(record: AgentRecord, step: Step, stop: StopWork) -> bool:
+    """Whether ``stop`` is the agent's word that it waits for its delegates: a stop on an external
+    dependency while it waits for a ``blocks_current_work`` delegate (or for a human to decide such a
+    request). Any other stop (missing information, a resource limit, an error) needs a human all the same."""
+    return (
+        stop.stop_reason is StopReason.BLOCKER
+        and stop.blocker_type is BlockerType.EXTERNAL_DEPENDENCY
+        and waits_for_delegation(record, step.state)
     )
 
 

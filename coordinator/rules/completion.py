@@ -17,7 +17,7 @@ from bus.display import cut
 from bus.envelope import EnvelopeType
 from bus.events import DecisionType
 from bus.findings import Finding
-from bus.results import Issue, ResultReport, ResultStatus, says_nothing
+from bus.results import ErrorDetails, Issue, ResultReport, ResultStatus, says_nothing
 from bus.signals import CompletionReport, CompletionStatus
 from coordinator.policy import agent_key
 from coordinator.rules.aggregation import finish
@@ -79,6 +79,13 @@ def on_result(step: Step) -> None:
     finish(step, agent_id, completion)
 
 
+def _error_line(error: ErrorDetails) -> str:
+    """Type, message, where and whether the agent thinks it recoverable (seed 002's error details)."""
+    where = f"(at {error.occurred_at})" if error.occurred_at else None
+    recoverable = {True: "(recoverable)", False: "(not recoverable)", None: None}[error.recoverable]
+    return " ".join(filter(None, (error.type, error.message, where, recoverable)))
+
+
 def _results(report: ResultReport, group_id: str) -> str | None:
     """The report's error (type, message, root cause, actions attempted, recovery options), findings (the
     first :data:`MAX_LISTED`), issues, next steps and blockers as text."""
@@ -86,7 +93,7 @@ def _results(report: ResultReport, group_id: str) -> str | None:
     if len(report.findings) > MAX_LISTED:
         more = len(report.findings) - MAX_LISTED
         findings.append(f"… and {more} more (`subagent-bus findings --group {group_id}`)")
-    error = " ".join(filter(None, (report.error.type, report.error.message))) if report.error else ""
+    error = _error_line(report.error) if report.error else ""
     parts = (
         ("Error", [error] if error else []),
         ("Root cause", [report.root_cause] if report.root_cause else []),

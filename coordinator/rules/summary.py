@@ -9,7 +9,7 @@ from bus.events import AgentState
 from bus.fields import Model
 from bus.results import ResultStatus
 from bus.signals import Independence, Priority, StopWork
-from coordinator.rules.aggregation import deciding
+from coordinator.rules.verdict import deciding
 from coordinator.state import (
     FINAL_STATES,
     AgentRecord,
