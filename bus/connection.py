@@ -31,7 +31,7 @@ from bus.errors import (
 from bus.sentinel import sentinel_client
 from bus.settings import DEFAULT_SOCKET_TIMEOUT, Settings
 
-__all__ = ["Client", "as_text", "check_block", "connect", "tcp_options", "translated"]
+__all__ = ["Client", "as_text", "check_block", "connect", "refused_for_now", "tcp_options", "translated"]
 
 Client: TypeAlias = redis.asyncio.Redis | redis.asyncio.RedisCluster
 """Either asyncio client of redis-py; every module of the bus works with both."""
@@ -47,6 +47,18 @@ _UNAVAILABLE = (
     rex.RedisClusterException,
     OSError,
 )
+_IN_TROUBLE: Final = ("MISCONF ", "BUSY ")
+
+
+def refused_for_now(exc: BaseException) -> bool:
+    """Whether ``exc`` is a server's refusal of a command while it is in trouble, which it takes again,
+    unchanged, once out of it: out of memory (``OOM``: maxmemory reached, until memory is freed or the
+    streams trimmed), unable to persist (``MISCONF``: a failing snapshot or AOF write) or running a script
+    that does not end (``BUSY``). A command so refused did nothing: a writer keeps it and sends it again,
+    as after a lost connection, instead of dropping what it holds."""
+    if isinstance(exc, rex.OutOfMemoryError):
+        return True
+    return type(exc) is rex.ResponseError and str(exc).startswith(_IN_TROUBLE)
 
 
 @contextmanager
@@ -75,6 +87,8 @@ def translated() -> Iterator[None]:
         detail = str(exc) or "no reply within the socket timeout"
         raise ConnectionFailed(f"Redis unavailable ({type(exc).__name__}): {detail}") from exc
     except rex.RedisError as exc:
+        if refused_for_now(exc):
+            raise ConnectionFailed(f"Redis unavailable ({type(exc).__name__}): {exc}") from exc
         raise _refused(exc) from exc
     except (AttributeError, TypeError) as exc:
         if not _closed_while_writing(exc):

@@ -26,7 +26,7 @@ import redis.exceptions as rex
 from redis.asyncio import RedisCluster
 from redis.asyncio.connection import Connection
 
-from bus.connection import Client, translated
+from bus.connection import Client, refused_for_now, translated
 from bus.errors import CommandFailed
 
 __all__ = ["Command", "Pipe", "Script", "execute", "execute_routed", "pack", "server_time"]
@@ -107,7 +107,7 @@ class Pipe:
 
     A batch stays in flight until it is settled: when writing or reading it fails with
     :class:`~bus.errors.ConnectionFailed`, or a reply says the server cannot take it for now
-    (``CLUSTERDOWN``, ``TRYAGAIN``, ``READONLY``), the next :meth:`settle` writes it again (so a caller
+    (``CLUSTERDOWN``, ``TRYAGAIN``, ``READONLY``, ``OOM``, ``MISCONF``, ``BUSY``), the next :meth:`settle` writes it again (so a caller
     that retries ``settle`` loses nothing; it may write entries twice, as any retried pipeline).
 
     The connection comes from the client's pool for each batch, or, with ``hold``, is kept from one
@@ -280,13 +280,14 @@ async def _redis_py_pipeline(client: Client, commands: Sequence[Command], *, tra
 
 _TRANSIENT: Final = (rex.ClusterDownError, rex.TryAgainError, rex.ReadOnlyError)
 """Error replies of a server that cannot take writes for now (a cluster that is down or resharding, a
-master demoted to a replica): the batch is as unwritten as after a lost connection."""
+master demoted to a replica; and :func:`~bus.connection.refused_for_now`'s): the batch is as unwritten as
+after a lost connection."""
 
 
 def _transient(replies: Sequence[Any]) -> Exception | None:
     """The first transient error reply, the replies of an EXEC included."""
     for reply in replies:
-        if isinstance(reply, _TRANSIENT):
+        if isinstance(reply, _TRANSIENT) or (isinstance(reply, Exception) and refused_for_now(reply)):
             return reply
         if isinstance(reply, list) and (inside := _transient(reply)) is not None:
             return inside

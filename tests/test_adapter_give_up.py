@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+import redis
 from adapter_kit import exited, fake, logged, open_bus, spawn, start, wait_until
 
 from bus.embedded import RedisProcess, pid_alive
@@ -180,31 +181,41 @@ async def test_output_left_in_the_pipe_when_the_agent_exits_waits_for_redis_too(
     assert "holds its output open" not in log.read_text()
 
 
+@pytest.mark.parametrize("trouble", ["READONLY", "OOM"])
 async def test_a_server_that_refuses_writes_for_a_while_loses_nothing(
-    fresh_redis: RedisProcess, tmp_path: Path
+    fresh_redis: RedisProcess, tmp_path: Path, trouble: str
 ) -> None:
     # READONLY (a master demoted to a replica), like CLUSTERDOWN and TRYAGAIN, refuses the batch: each
-    # retry took the refused batch for delivered, and the adapter exited 0 without the rest
+    # retry took the refused batch for delivered, and the adapter exited 0 without the rest. OOM (maxmemory
+    # reached), like MISCONF and BUSY, ended the adapter with an error and killed its agent.
     log, go = tmp_path / "adapter.log", tmp_path / "go"
     steps = fake("progress:10", f"wait-file:{go}", "progress:50", "complete", agent_id="d7")
     adapter = start([*run_args("d7", "--quiet"), *steps], fresh_redis.url, log)
     admin = fresh_redis.client()
     try:
         pid = await agent_pid(fresh_redis.url)
-        admin.replicaof("127.0.0.1", 1)  # no master there: read-only until told
+        _trouble(admin, trouble, on=True)
         go.touch()
         await wait_until(gone(pid), 30, "the agent to exit")
-        await wait_until(logged(log, "ReadOnlyError"), 30, "the adapter to retry")
-        admin.replicaof("NO", "ONE")
+        error = "ReadOnlyError" if trouble == "READONLY" else "OutOfMemoryError"
+        await wait_until(logged(log, error), 30, "the adapter to retry")
+        _trouble(admin, trouble, on=False)
         assert await exited(adapter, 60) == 0, log.read_text()
     finally:
-        admin.replicaof("NO", "ONE")
+        _trouble(admin, trouble, on=False)
         admin.close()
         stop(adapter)
     async with open_bus(fresh_redis.url) as bus:
         envelopes = await bus.envelopes(GROUP)
     types = [e.type for e in envelopes]
     assert types == [T.AGENT_STARTED, T.PROGRESS, T.PROGRESS, T.COMPLETION_REPORT, T.AGENT_EXITED], types
+
+
+def _trouble(admin: redis.Redis, trouble: str, *, on: bool) -> None:
+    if trouble == "READONLY":  # no master there: read-only until told
+        admin.replicaof(*(("127.0.0.1", 1) if on else ("NO", "ONE")))
+    else:
+        admin.config_set("maxmemory", 1 if on else 0)
 
 
 async def test_with_wait_for_redis_an_adapter_starts_once_the_server_answers(

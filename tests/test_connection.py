@@ -14,12 +14,13 @@ import orjson
 import pytest
 import redis
 import redis.asyncio
+from adapter_kit import wait_until
 from click.testing import CliRunner
 
 from bus import wire
 from bus.cli import main
 from bus.cli_connection import default_url, redis_options
-from bus.connection import connect, translated
+from bus.connection import connect, refused_for_now, translated
 from bus.embedded import RedisCluster, RedisProcess, find_binary, free_port
 from bus.errors import CommandFailed, ConfigError, ConnectionFailed
 from bus.local_server import stop_local_server
@@ -287,3 +288,58 @@ def test_an_argument_that_is_not_utf8_is_a_usage_error(redis_url: str) -> None:
 def test_status_watch_needs_a_positive_interval(redis_url: str) -> None:
     result = CliRunner().invoke(main, ["status", "--watch", "0", "--redis-url", redis_url])
     assert result.exit_code == 2 and "--watch" in result.output
+
+
+async def test_a_server_in_trouble_refuses_for_now(fresh_redis: RedisProcess) -> None:
+    """Out of memory, or running a script that does not end: the command did nothing, and is a lost
+    connection's error (written again later), not a refusal (dropped)."""
+    client = await connect(Settings.from_url(fresh_redis.url))
+    admin = fresh_redis.client()
+    try:
+        admin.config_set("maxmemory", 1)
+        with pytest.raises(ConnectionFailed, match="OutOfMemoryError"), translated():
+            await client.xadd("s", {"data": b"x"})
+        with pytest.raises(ConnectionFailed, match="OutOfMemoryError"):
+            await wire.execute(client, "s", [(b"XADD", b"s", b"*", b"data", b"x")])
+        admin.config_set("maxmemory", 0)
+        admin.config_set("busy-reply-threshold", 10)
+        runaway = asyncio.create_task(asyncio.to_thread(_run_away, fresh_redis))
+
+        async def busy() -> bool:
+            try:
+                await client.get("nothing")
+            except redis.ResponseError as exc:
+                return str(exc).startswith("BUSY")
+            return False
+
+        await wait_until(busy, 30, "the script to hold the server")
+        with pytest.raises(ConnectionFailed, match="BUSY"), translated():
+            await client.xadd("s", {"data": b"x"})
+        admin.script_kill()
+        await runaway
+        assert await client.xlen("s") == 0
+    finally:
+        admin.config_set("maxmemory", 0)
+        admin.close()
+        await client.aclose()
+
+
+def _run_away(server: RedisProcess) -> None:
+    client = server.client()
+    try:
+        with pytest.raises(redis.ResponseError, match="killed"):
+            client.eval("while true do end", 0)
+    finally:
+        client.close()
+
+
+def test_only_a_server_in_trouble_refuses_for_now() -> None:
+    for said, for_now in [
+        ("MISCONF Errors writing to the AOF file: No space left on device", True),
+        ("BUSY Redis is busy running a script. You can only call SCRIPT KILL or FUNCTION KILL.", True),
+        ("BUSYKEY Target key name already exists.", False),
+        ("ERR unknown command 'XADD'", False),
+    ]:
+        assert refused_for_now(redis.ResponseError(said)) is for_now, said
+    assert refused_for_now(redis.exceptions.OutOfMemoryError("command not allowed")) is True
+    assert refused_for_now(redis.exceptions.NoPermissionError("MISCONF lookalike")) is False

@@ -20,10 +20,12 @@ import pytest
 import redis
 from adapter_kit import CLI, exited, logged, start, wait_until
 from click.testing import CliRunner
+from workers.kit import progresses
 
 from bus.connection import connect
 from bus.embedded import RedisProcess
 from bus.keys import Keys, open_namespace
+from bus.publisher import Publisher
 from bus.settings import Settings
 from coordinator import cli
 
@@ -134,3 +136,39 @@ def test_a_coordinator_refused_at_start_closes_its_connection(
         gc.collect()
     assert code == 1 and "namespace 'fixed' has 2 shards, not 4" in output
     assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+async def test_a_coordinator_waits_out_a_server_out_of_memory(
+    fresh_redis: RedisProcess, tmp_path: Path
+) -> None:
+    """OOM (maxmemory reached) refuses its ticks, leases and commits until memory is freed: the
+    coordinator retries as for an outage, and goes on once the server takes writes again."""
+    url, group = fresh_redis.url, "oom-group"
+    log = tmp_path / "coordinator.log"
+    coordinator = start(["coordinator", "--shards", "1"], url, log)
+    admin = redis.Redis.from_url(url)
+    try:
+        await wait_until(logged(log, "shard 0 acquired"), 30, "the coordinator to take its shard")
+        admin.config_set("maxmemory", 1)
+        await wait_until(logged(log, "OutOfMemoryError"), 30, "the coordinator to meet the refusal")
+        admin.config_set("maxmemory", 0)
+        client = await connect(Settings.from_url(url))
+        try:
+            await Publisher(client, await open_namespace(client, "sbus", 1)).publish_many(
+                progresses(3, group_id=group)
+            )
+        finally:
+            await client.aclose()
+
+        async def applied() -> bool:
+            args = [CLI, "status", "--json", "--group", group, "--redis-url", url]
+            shown = await asyncio.to_thread(subprocess.run, args, capture_output=True, text=True, check=False)
+            return '"applied": 3' in shown.stdout
+
+        await wait_until(applied, 60, "the coordinator to apply what came after")
+        assert coordinator.poll() is None, log.read_text()
+    finally:
+        admin.config_set("maxmemory", 0)
+        admin.close()
+        coordinator.terminate()
+    assert await exited(coordinator, 30) == 0, log.read_text()
