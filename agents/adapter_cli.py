@@ -35,13 +35,11 @@ from bus.errors import ConnectionFailed, CredentialsRefused
 from bus.metrics import AdapterMetrics
 from bus.params import FiniteFloatRange
 from bus.settings import Settings
-from bus.waits import wait_for
+from bus.waits import backoff, wait_for
 
 __all__ = ["Common", "adapter", "commands"]
 
 _log = logging.getLogger("subagent_bus.adapter")
-_CONNECT_RETRY_S = 0.2
-_CONNECT_RETRY_MAX_S = 5.0
 
 Values = Callable[[], Mapping[str, str | None]]
 
@@ -143,7 +141,7 @@ async def _waiting_for(connect: Callable[[], Awaitable[AgentBus]]) -> AgentBus |
 
 async def _connected(connect: Callable[[], Awaitable[AgentBus]], stopped: asyncio.Event) -> AgentBus | None:
     """``connect()``, tried again after a wait that doubles, until it connects or ``stopped``."""
-    delay = _CONNECT_RETRY_S
+    delays = backoff()
     while True:
         try:
             return await connect()  # a try is bounded by the socket timeout
@@ -152,10 +150,10 @@ async def _connected(connect: Callable[[], Awaitable[AgentBus]], stopped: asynci
         except ConnectionFailed as exc:
             if stopped.is_set():
                 return None
+            delay = next(delays)
             _log.warning("%s; retrying in %.1fs", exc, delay)
             if await wait_for(stopped, delay):
                 return None
-            delay = min(delay * 2, _CONNECT_RETRY_MAX_S)
 
 
 def _gave_up(bus: AgentBus, exc: GaveUp) -> str:
@@ -232,6 +230,7 @@ def watch(
             poll_s,
             task=common.task,
             name=common.name,
+            wait_for_redis=common.wait_for_redis,
         )
         follower = FileWatch(bus, options, stop)
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, follower.finish)

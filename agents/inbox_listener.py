@@ -37,6 +37,7 @@ from agents.inbox_pending import CONSUMER, InboxPending
 from bus.connection import Client, as_text, translated
 from bus.consumer import DELETED_REASON, Ack, Consumer, Delivery, stream_entries
 from bus.errors import CommandFailed, ConnectionFailed
+from bus.waits import backoff
 
 __all__ = [
     "CONSUMER",
@@ -49,8 +50,6 @@ __all__ = [
 
 DEFAULT_CLAIM_IDLE_MS: Final = 2000
 _POLL_MS: Final = 1000
-_RETRY_FIRST_S: Final = 0.2
-_RETRY_MAX_S: Final = 5.0
 STALL_GRACE_S: Final = 1.0
 T = TypeVar("T")
 
@@ -131,7 +130,7 @@ class InboxListener:
 
     async def _retrying(self, call: Callable[[], Awaitable[T]], deadline: float | None) -> T:
         """``call()``, again after a lost connection (with backoff) until ``deadline``."""
-        delay = _RETRY_FIRST_S
+        delays = backoff()
         while True:
             try:
                 return await call()
@@ -139,9 +138,9 @@ class InboxListener:
                 left = _remaining(deadline)
                 if left is not None and left <= 0:
                     raise
+                delay = next(delays)
                 self.log(f"inbox {self.inbox}: {exc}; retrying in {delay:.1f}s")
                 await asyncio.sleep(delay if left is None else min(delay, left))
-                delay = min(delay * 2, _RETRY_MAX_S)
 
     async def _step(self, remaining: float | None) -> Received | None:
         """One round: stale entries of dead listeners, then new entries (blocking at most a poll).

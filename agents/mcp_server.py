@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import anyio
 import mcp_types as types
@@ -54,11 +54,9 @@ from bus.envelope import MAX_ENVELOPE_BYTES, encode
 from bus.errors import BusError, ConnectionFailed, CredentialsRefused
 from bus.events import AgentState
 from bus.settings import Settings
+from bus.waits import backoff
 
 __all__ = ["Identity", "ProtocolServer"]
-
-_CONNECT_RETRY_S: Final = 0.2
-_CONNECT_RETRY_MAX_S: Final = 5.0
 
 
 @dataclass(frozen=True)
@@ -278,7 +276,7 @@ class ProtocolServer:
         again, after a wait that doubles, until the caller's timeout (a publishing call waits for the bus
         as it does once connected); else its error is the call's."""
         identity = self._identity()
-        delay = _CONNECT_RETRY_S
+        delays = backoff()
         while True:
             async with self._connecting:  # one try at a time; the waits between them hold no one up
                 if self._bus is not None:
@@ -294,8 +292,7 @@ class ProtocolServer:
                     if not waiting:
                         raise
                     self._unreachable = str(exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _CONNECT_RETRY_MAX_S)
+            await asyncio.sleep(next(delays))
 
 
 def _validated(model: type[BaseModel], arguments: Mapping[str, Any]) -> Any:

@@ -176,8 +176,9 @@ def common_options(command: Callable[P, R]) -> Callable[..., R]:
     @click.option(
         "--wait-for-redis",
         is_flag=True,
-        help="At start, wait for a Redis that is unreachable or down (retrying, until a stop signal) "
-        "instead of exiting 1. A launcher starts its adapters with it.",
+        help="At start (connecting, and for watch reading its checkpoint), wait for a Redis that is "
+        "unreachable or down (retrying, until a stop signal) instead of exiting 1. A launcher starts its "
+        "adapters with it.",
     )
     @format_option
     @functools.wraps(command)

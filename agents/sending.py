@@ -20,12 +20,10 @@ from bus import wire
 from bus.connection import Client
 from bus.envelope import EnvelopeType
 from bus.errors import ConnectionFailed
-from bus.waits import wait_for
+from bus.waits import backoff, wait_for
 
 __all__ = ["GIVE_UP_GRACE_S", "GaveUp", "Sender"]
 
-_RETRY_FIRST_S: Final = 0.2
-_RETRY_MAX_S: Final = 5.0
 GIVE_UP_GRACE_S: Final = 2.0
 """How long an attempt under way when :meth:`Sender.give_up` is called may still take: a healthy server
 answers in far less, a hung one (no socket timeout) would hold the adapter for ever."""
@@ -119,7 +117,7 @@ class Sender:
         self.unsent.update(t for t in types if t is not EnvelopeType.HEARTBEAT)
 
     async def _settle(self) -> None:
-        delay = _RETRY_FIRST_S
+        delays = backoff()
         while True:
             cutoff = (
                 None if self._stop_signal is None else asyncio.get_running_loop().time() + GIVE_UP_GRACE_S
@@ -140,9 +138,9 @@ class Sender:
                     why = str(exc) or f"no answer within {GIVE_UP_GRACE_S:g}s"
                     unanswered = sent if isinstance(exc, TimeoutError) else ""
                     raise GaveUp(f"the bus is unreachable: {why}", self._stop_signal, unanswered) from exc
+                delay = next(delays)
                 self.log(f"publishing to {self.key} failed ({exc}); retrying in {delay:.1f}s")
                 await wait_for(self._given_up, delay)
-                delay = min(delay * 2, _RETRY_MAX_S)
             else:
                 self.confirmed.update(self._in_flight[1])
                 self._in_flight = ([], {})

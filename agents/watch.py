@@ -43,7 +43,8 @@ from agents.watched_file import (
 from bus.connection import translated
 from bus.embedded import pid_alive
 from bus.envelope import Envelope, EnvelopeType, deterministic_id
-from bus.waits import wait_for
+from bus.errors import ConnectionFailed, CredentialsRefused
+from bus.waits import backoff, wait_for
 
 __all__ = ["FileWatch", "WatchOptions"]
 
@@ -63,6 +64,9 @@ class WatchOptions:
     chunk_bytes: int = 1 << 20
     task: str | None = None
     name: str | None = None
+    wait_for_redis: bool = False
+    """Wait out an outage while reading the checkpoint at the start too, as ``--wait-for-redis`` does
+    while connecting (a blip right after the connection ended a hook's adapter, which nobody restarts)."""
 
 
 class FileWatch:
@@ -95,9 +99,7 @@ class FileWatch:
 
     async def run(self) -> bool:
         """Follow the file; whether the agent completed."""
-        self.path = await named(self.bus, self.options.path, lambda path: checkpoint_key(self.bus, path))
-        self.key = checkpoint_key(self.bus, self.path)
-        self.checkpoint = self._saved = self._loaded = await self._load()
+        self.checkpoint = self._saved = self._loaded = await self._begin()
         if self.checkpoint.completed:
             self.bus.mark_completed()  # published by an earlier run of the adapter
         if self.options.until_complete and self.checkpoint.completion_report:
@@ -142,6 +144,23 @@ class FileWatch:
             f"they are still in {self.path}, after byte {read} (the checkpoint on the server), and the "
             "next `adapter watch` of that file publishes them"
         )
+
+    async def _begin(self) -> Checkpoint:
+        """The file's name and its checkpoint, read again after an outage (see
+        :attr:`WatchOptions.wait_for_redis`) until they are read or the adapter is stopped."""
+        delays = backoff()
+        while True:
+            try:
+                self.path = await named(self.bus, self.options.path, lambda p: checkpoint_key(self.bus, p))
+                self.key = checkpoint_key(self.bus, self.path)
+                return await self._load()
+            except ConnectionFailed as exc:
+                if not self.options.wait_for_redis or isinstance(exc, CredentialsRefused):
+                    raise
+                delay = next(delays)
+                self.bus.warn(f"{exc}; retrying in {delay:.1f}s")
+                if await wait_for(self.stop, delay):
+                    raise
 
     async def _load(self) -> Checkpoint:
         with translated():

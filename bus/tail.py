@@ -28,13 +28,12 @@ from bus.connection import Client, as_text, translated
 from bus.consumer import Ack, Consumer, Delivery, stream_entries
 from bus.errors import BusError, CommandFailed, ConnectionFailed
 from bus.keys import entry_order
+from bus.waits import backoff
 
 __all__ = ["Item", "TailOptions", "tail_streams"]
 
 _BATCH = 100
 _FOLLOW_BLOCK_MS = 1000
-_RETRY_FIRST_S = 0.2
-_RETRY_MAX_S = 5.0
 _RELEASE_MAX = 4 * _BATCH  # a consumer holds at most the batch in hand and one whose read was cut short
 _RELEASED_IDLE_MS = 86_400_000  # idle past any reclaim threshold, not past the server's clock
 _RELEASE_TIMEOUT_S = 5.0
@@ -83,7 +82,7 @@ class _Link:
         self._down = False
 
     async def call(self, who: int, op: Callable[[], Awaitable[T]]) -> T:
-        delay = _RETRY_FIRST_S
+        delays = backoff()
         while True:
             try:
                 result = await op()
@@ -94,8 +93,7 @@ class _Link:
                     self.log(f"lost the server: {exc}; retrying until it answers")
                     self._down = True
                 self._failing.add(who)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RETRY_MAX_S)
+                await asyncio.sleep(next(delays))
                 continue
             if who in self._failing:
                 self._failing.discard(who)

@@ -15,10 +15,12 @@ import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 import pytest
 from adapter_kit import Bus, exited, fake, open_bus, run_ok, spawn, start, wait_until
+from faults.proxy import ReplyDroppingProxy
 
 from agents.adapter import connect_bus
 from agents.identity import build_prompt
@@ -121,6 +123,31 @@ async def test_a_completed_file_watched_again_says_a_resumed_turn_there_is_not_f
     second = start(watch_args(out, "a13", "--until-complete"), redis_url, log)
     assert await exited(second, 30) == 0, log.read_text()
     assert "what a resumed turn writes to this file is not followed" in log.read_text()
+
+
+@pytest.mark.parametrize("wait", [True, False])
+async def test_with_wait_for_redis_a_blip_after_connecting_is_waited_out(
+    redis_url: str, tmp_path: Path, wait: bool
+) -> None:
+    """The connection drops as the checkpoint is read: with --wait-for-redis the adapter reads it again
+    (a hook's adapter that exited there, which nobody restarts, never published its agent's output);
+    without, it exits 1 as at any outage when it starts."""
+    out, log = tmp_path / "agent.out", tmp_path / "adapter.log"
+    await run_ok(fake("progress:10", "complete", out=out, agent_id="a14"))
+    port = urlsplit(redis_url).port
+    assert port is not None
+    proxy = ReplyDroppingProxy("127.0.0.1", port, b"offset:")
+    await proxy.start()
+    try:
+        extra = ["--wait-for-redis"] if wait else []
+        watcher = start(watch_args(out, "a14", "--until-complete", *extra), proxy.url, log)
+        assert await exited(watcher, 30) == (0 if wait else 1), log.read_text()
+    finally:
+        await proxy.close()
+    assert proxy.dropped_reply is not None
+    assert ("retrying in 0.2s" in log.read_text()) is wait
+    async with open_bus(redis_url) as bus:
+        assert await bus.count(GROUP, T.COMPLETION_REPORT) == (1 if wait else 0)
 
 
 async def test_a_restart_that_spells_the_path_otherwise_resumes(redis_url: str, tmp_path: Path) -> None:
