@@ -158,7 +158,13 @@ async def _connected(connect: Callable[[], Awaitable[AgentBus]], stopped: asynci
 
 def _gave_up(bus: AgentBus, exc: GaveUp) -> str:
     """What a stop signal left unpublished, and where it is (if anywhere)."""
-    fate = "they are lost" if exc.kept is None else exc.kept
+    # Counted: what was read and parsed. Not counted, and lost with them: the output after it that was not
+    # read yet (reading waits while publishing does) and the agent's end, which was never published.
+    fate = (
+        "they are lost, and so are any output of the agent's not read yet and the report of its end"
+        if exc.kept is None
+        else exc.kept
+    )
     if exc.unanswered:  # its request may sit in the server's socket buffer, applied once it runs again
         fate += f" (the server, which did not answer, may still apply the {exc.unanswered} it was sent last)"
     notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))

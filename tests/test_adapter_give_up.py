@@ -73,7 +73,8 @@ async def test_sigint_after_the_agent_exited_gives_up_and_says_what_is_lost(
     text = log.read_text()
     assert (
         f"subagent-bus: SIGINT: gave up publishing: 2 envelope(s) (1 PROGRESS, 1 COMPLETION_REPORT) of "
-        f"agent d1 in group {GROUP} were not published: they are lost; the agent exited with status 0 "
+        f"agent d1 in group {GROUP} were not published: they are lost, and so are any output of the "
+        "agent's not read yet and the report of its end; the agent exited with status 0 "
         "(the bus is unreachable: Redis unavailable"
     ) in text
     assert "Traceback" not in text
@@ -98,7 +99,8 @@ async def test_a_second_signal_gives_up_while_the_agent_is_being_stopped(
     text = log.read_text()
     assert (
         f"SIGTERM: gave up publishing: 1 envelope(s) (1 STOP_WORK) of agent d2 in group {GROUP} were not "
-        f"published: they are lost; the agent exited with status {128 + signal.SIGTERM} (the bus is "
+        "published: they are lost, and so are any output of the agent's not read yet and the report of its "
+        f"end; the agent exited with status {128 + signal.SIGTERM} (the bus is "
     ) in text
     assert "Traceback" not in text
 
@@ -315,7 +317,10 @@ async def test_stdin_gives_up_at_the_first_signal(fresh_redis: RedisProcess, tmp
         stop(producer)
     text = log.read_text()
     assert "SIGINT: gave up publishing: " in text
-    assert f"of agent s1 in group {GROUP} were not published: they are lost (the bus is unreachable" in text
+    assert (
+        f"of agent s1 in group {GROUP} were not published: they are lost, and so are any output of the "
+        "agent's not read yet and the report of its end (the bus is unreachable"
+    ) in text
     assert "Traceback" not in text
 
 
