@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from pydantic import ValidationError
-
 from agents.adapter import COMPLETING, AgentBus, OutputStream, heartbeat_loop
 from agents.transcript import Format
 from agents.until_complete import UntilComplete
@@ -34,17 +32,16 @@ from agents.watched_file import (
     Checkpoint,
     canonical,
     checkpoint_key,
+    directory_of,
     fingerprints,
+    load_checkpoint,
     moved,
-    named,
     open_file,
     source_of,
 )
-from bus.connection import translated
 from bus.embedded import pid_alive
 from bus.envelope import Envelope, EnvelopeType, deterministic_id
-from bus.errors import ConnectionFailed, CredentialsRefused
-from bus.waits import backoff, wait_for
+from bus.waits import wait_for
 
 __all__ = ["FileWatch", "WatchOptions"]
 
@@ -86,6 +83,7 @@ class FileWatch:
         self._loaded = Checkpoint()
         self._grew = False
         self._vanished = False
+        self._directory: str | None = None
         self._finishing = False
 
     def finish(self) -> None:
@@ -99,7 +97,10 @@ class FileWatch:
 
     async def run(self) -> bool:
         """Follow the file; whether the agent completed."""
-        self.checkpoint = self._saved = self._loaded = await self._begin()
+        self.path, self.key, loaded = await load_checkpoint(
+            self.bus, self.options.path, self.stop if self.options.wait_for_redis else None
+        )
+        self.checkpoint = self._saved = self._loaded = loaded
         if self.checkpoint.completed:
             self.bus.mark_completed()  # published by an earlier run of the adapter
         if self.options.until_complete and self.checkpoint.completion_report:
@@ -145,34 +146,6 @@ class FileWatch:
             "next `adapter watch` of that file publishes them"
         )
 
-    async def _begin(self) -> Checkpoint:
-        """The file's name and its checkpoint, read again after an outage (see
-        :attr:`WatchOptions.wait_for_redis`) until they are read or the adapter is stopped."""
-        delays = backoff()
-        while True:
-            try:
-                self.path = await named(self.bus, self.options.path, lambda p: checkpoint_key(self.bus, p))
-                self.key = checkpoint_key(self.bus, self.path)
-                return await self._load()
-            except ConnectionFailed as exc:
-                if not self.options.wait_for_redis or isinstance(exc, CredentialsRefused):
-                    raise
-                delay = next(delays)
-                self.bus.warn(f"{exc}; retrying in {delay:.1f}s")
-                if await wait_for(self.stop, delay):
-                    raise
-
-    async def _load(self) -> Checkpoint:
-        with translated():
-            raw = await self.bus.client.get(self.key)
-        if raw is None:
-            return Checkpoint()
-        try:
-            return Checkpoint.model_validate_json(raw)
-        except ValidationError:
-            self.bus.warn(f"checkpoint {self.key} is unreadable; starting {self.path} from byte 0")
-            return Checkpoint(generation=1)
-
     async def _open(self) -> int | None:
         """The file, opened once it exists; None if stopped first, or if the ``--pid`` process ended
         before the file appeared (:attr:`_vanished`)."""
@@ -198,7 +171,8 @@ class FileWatch:
     def _renamed(self, fd: int) -> int:
         """The file read before, when another file took its name while the adapter was away (a log
         rotated): it is read to its end first, then :meth:`_rotated` goes on with the one at the path."""
-        found = moved(self.path, self.checkpoint.file, fd, self._same_output)
+        cp = self.checkpoint
+        found = moved(self.path, cp.file, fd, self._same_output, cp.directory)
         if found != fd:
             self.bus.log(f"{self.path} was renamed while the adapter was away; reading it to its end first")
         return found
@@ -235,6 +209,7 @@ class FileWatch:
         if self._fd is not None and self._fd != fd:
             os.close(self._fd)
         self._fd = fd
+        self._directory = directory_of(fd, self.path)
         os.lseek(fd, cp.resume, os.SEEK_SET)
         self.stream = OutputStream(
             self.bus,
@@ -329,6 +304,7 @@ class FileWatch:
             head=head,
             tail=tail,
             file=(info.st_dev, info.st_ino),
+            directory=self._directory,
         )
 
     async def _publish(self, envelopes: list[Envelope], *, force: bool) -> None:

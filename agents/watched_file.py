@@ -9,6 +9,7 @@ the path otherwise resumes instead of publishing everything again.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import stat
@@ -16,16 +17,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from pydantic import ValidationError
+
 from agents.adapter import AgentBus
 from agents.transcript import Format
 from bus.connection import translated
+from bus.errors import ConnectionFailed, CredentialsRefused
 from bus.fields import Model
+from bus.waits import backoff, wait_for
 
 __all__ = [
     "Checkpoint",
     "canonical",
     "checkpoint_key",
+    "directory_of",
     "fingerprints",
+    "load_checkpoint",
     "moved",
     "named",
     "open_file",
@@ -61,6 +68,9 @@ class Checkpoint(Model):
     tail: str = ""
     file: tuple[int, int] | None = None
     """The device and inode of the file read, by which a restart finds it renamed (rotated)."""
+    directory: str | None = None
+    """The directory of the file read (a symbolic link's target's), where a restart looks for it too: a
+    link that a rotation pointed at a file elsewhere leaves the file read in another directory."""
 
 
 def canonical(path: Path) -> Path:
@@ -93,6 +103,37 @@ def _names(given: Path) -> tuple[Path, Path]:
     return canonical(given), given.absolute()
 
 
+async def load_checkpoint(
+    bus: AgentBus, given: Path, waiting: asyncio.Event | None = None
+) -> tuple[Path, str, Checkpoint]:
+    """The file's name (:func:`named`), its checkpoint key, and its checkpoint (an empty one when there
+    is none or it is unreadable). With ``waiting`` (``--wait-for-redis``: a blip right after connecting
+    ended a hook's adapter, which nobody restarts), read again after an outage until read or ``waiting``
+    is set, which ends it with the outage's error."""
+    delays = backoff()
+    while True:
+        try:
+            path = await named(bus, given, lambda p: checkpoint_key(bus, p))
+            key = checkpoint_key(bus, path)
+            with translated():
+                raw = await bus.client.get(key)
+            break
+        except ConnectionFailed as exc:
+            if waiting is None or isinstance(exc, CredentialsRefused):
+                raise
+            delay = next(delays)
+            bus.warn(f"{exc}; retrying in {delay:.1f}s")
+            if await wait_for(waiting, delay):
+                raise
+    if raw is None:
+        return path, key, Checkpoint()
+    try:
+        return path, key, Checkpoint.model_validate_json(raw)
+    except ValidationError:
+        bus.warn(f"checkpoint {key} is unreadable; starting {path} from byte 0")
+        return path, key, Checkpoint(generation=1)
+
+
 def checkpoint_key(bus: AgentBus, path: Path) -> str:
     digest = hashlib.sha256(str(path).encode()).hexdigest()[:16]
     return bus.state_key(f"offset:{bus.agent_id}:{digest}")
@@ -111,18 +152,28 @@ def fingerprints(fd: int, read: int) -> tuple[str, str]:
     return hashlib.sha256(head).hexdigest(), hashlib.sha256(tail).hexdigest()
 
 
-def moved(path: Path, file: tuple[int, int] | None, fd: int, same: Callable[[int], bool]) -> int:
+def moved(
+    path: Path,
+    file: tuple[int, int] | None,
+    fd: int,
+    same: Callable[[int], bool],
+    directory: str | None = None,
+) -> int:
     """``fd`` (the file at ``path``), or, when it is not the file ``file`` (device, inode) nor holds what
-    was read from it (``same``), that file found under another name in the same directory (a log
-    rotated by renaming it) and still holding it; ``fd`` is then closed."""
+    was read from it (``same``), that file found under another name and still holding it (a log rotated
+    by renaming it, or a symbolic link pointed at another file): in the path's directory, in
+    ``directory`` (where it was read) or in the directory of the link's new target. ``fd`` is then
+    closed."""
     info = os.fstat(fd)
     if file is None or (info.st_dev, info.st_ino) == file or same(fd):
         return fd
-    try:
-        with os.scandir(path.parent) as entries:
-            names = [Path(e.path) for e in entries if e.inode() == file[1] and e.path != str(path)]
-    except OSError:
-        return fd
+    names: list[Path] = []
+    for where in dict.fromkeys((path.parent, *((Path(directory),) if directory else ()), _target_dir(path))):
+        try:
+            with os.scandir(where) as entries:
+                names += [Path(e.path) for e in entries if e.inode() == file[1] and e.path != str(path)]
+        except OSError:
+            continue
     for name in names:
         try:
             old = open_file(name)
@@ -134,6 +185,20 @@ def moved(path: Path, file: tuple[int, int] | None, fd: int, same: Callable[[int
             return old
         os.close(old)
     return fd
+
+
+def _target_dir(path: Path) -> Path:
+    """The directory of the file ``path`` names (through symbolic links)."""
+    return Path(os.path.realpath(path)).parent
+
+
+def directory_of(fd: int, path: Path) -> str:
+    """The directory of the file open at ``fd`` (which ``path`` named when it was opened): where the
+    system says it is now (Linux), else where ``path`` leads."""
+    try:
+        return str(Path(os.readlink(f"/proc/self/fd/{fd}")).parent)
+    except OSError:
+        return str(_target_dir(path))
 
 
 _PIPE_HINT: Final = "pipe the agent's output into `subagent-bus adapter stdin` instead"

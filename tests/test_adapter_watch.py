@@ -733,6 +733,42 @@ async def test_a_file_rotated_while_its_adapter_was_killed_is_read_to_its_end_fi
         assert "renamed while the adapter was away" in log.read_text()
 
 
+@pytest.mark.parametrize("new_in", ["logs", "elsewhere"])
+async def test_a_link_pointed_elsewhere_while_its_adapter_was_killed_is_read_to_its_end_first(
+    redis_url: str, tmp_path: Path, new_in: str
+) -> None:
+    """The path is a symbolic link that a rotation pointed at a new file, in the old one's directory or
+    in another: the restarted adapter finds the file it read (in the directory the checkpoint names) and
+    publishes the rest of it first. It looked in the link's own directory only, and lost that rest."""
+    (tmp_path / "logs").mkdir()
+    (tmp_path / new_in).mkdir(exist_ok=True)
+    old, new, link = tmp_path / "logs" / "run1.log", tmp_path / new_in / "run2.log", tmp_path / "current.log"
+    progress = "[PROGRESS]\nagent_id: a15\npercent: {}\n[/PROGRESS]\n"
+    old.write_text(progress.format(10))
+    link.symlink_to(old)
+    log = tmp_path / "adapter.log"
+    args = watch_args(link, "a15", "--poll", "0.01")
+    first = start(args, redis_url, log)
+    async with open_bus(redis_url) as bus:
+        await wait_until(lambda: bus.has(GROUP, T.PROGRESS), 30, "the first progress")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        with old.open("a") as written:
+            written.write(progress.format(20))
+        new.write_text(progress.format(30))
+        link.unlink()
+        link.symlink_to(new)
+        second = start(args, redis_url, log)
+        try:
+            await wait_until(lambda: bus.has(GROUP, T.PROGRESS, 3), 30, "the other two")
+            second.send_signal(signal.SIGTERM)
+            assert await exited(second, 30) == 0, log.read_text()
+        finally:
+            second.kill()
+        percents = [e.payload.percent for e in await bus.of_type(GROUP, T.PROGRESS)]  # type: ignore[union-attr]
+        assert percents == [10, 20, 30]
+
+
 async def test_a_file_replaced_while_its_adapter_was_away_is_said_to_be_replaced(
     redis_url: str, tmp_path: Path
 ) -> None:
