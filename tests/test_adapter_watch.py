@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -704,33 +705,48 @@ async def test_what_was_written_to_a_rotated_file_before_the_new_one_came_is_rea
         await bus.client.aclose()
 
 
+_PROGRESS = "[PROGRESS]\nagent_id: {}\npercent: {}\n[/PROGRESS]\n"
+
+
+async def _percents_across_a_kill(
+    path: Path, agent: str, redis_url: str, log: Path, meanwhile: Callable[[], None]
+) -> list[float]:
+    """Watch ``path`` until its first progress, kill the adapter with -9, run ``meanwhile`` (the agent
+    writes on, its log rotates), watch again until three progress signals are on the bus: their percents."""
+    args = watch_args(path, agent, "--poll", "0.01")
+    first = start(args, redis_url, log)
+    async with open_bus(redis_url) as bus:
+        await wait_until(lambda: bus.has(GROUP, T.PROGRESS), 30, "the first progress")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        meanwhile()
+        second = start(args, redis_url, log)
+        try:
+            await wait_until(lambda: bus.has(GROUP, T.PROGRESS, 3), 30, "the other two")
+            second.send_signal(signal.SIGTERM)
+            assert await exited(second, 30) == 0, f"the second adapter failed (its log: {log})"
+        finally:
+            second.kill()
+        return [e.payload.percent for e in await bus.of_type(GROUP, T.PROGRESS)]  # type: ignore[union-attr]
+
+
 async def test_a_file_rotated_while_its_adapter_was_killed_is_read_to_its_end_first(
     redis_url: str, tmp_path: Path
 ) -> None:
     """Killed with -9, then the agent writes on and its log is rotated (renamed, a new file created):
     the restarted adapter finds the renamed file by its inode and publishes what was written to it
     before the new file's output."""
-    out = tmp_path / "agent.out"
-    progress = "[PROGRESS]\nagent_id: a10\npercent: {}\n[/PROGRESS]\n"
-    out.write_text(progress.format(10))
-    log = tmp_path / "adapter.log"
-    args = watch_args(out, "a10", "--poll", "0.01")
-    first = start(args, redis_url, log)
-    async with open_bus(redis_url) as bus:
-        await wait_until(lambda: bus.has(GROUP, T.PROGRESS), 30, "the first progress")
-        first.send_signal(signal.SIGKILL)
-        first.wait(timeout=10)
+    out, log = tmp_path / "agent.out", tmp_path / "adapter.log"
+    out.write_text(_PROGRESS.format("a10", 10))
+
+    def rotate() -> None:
         with out.open("a") as old:
-            old.write(progress.format(20))
+            old.write(_PROGRESS.format("a10", 20))
         out.rename(tmp_path / "agent.out.1")
-        out.write_text(progress.format(30))
-        second = start(args, redis_url, log)
-        await wait_until(lambda: bus.has(GROUP, T.PROGRESS, 3), 30, "the other two")
-        second.send_signal(signal.SIGTERM)
-        assert await exited(second, 30) == 0, log.read_text()
-        percents = [e.payload.percent for e in await bus.of_type(GROUP, T.PROGRESS)]  # type: ignore[union-attr]
-        assert percents == [10, 20, 30]
-        assert "renamed while the adapter was away" in log.read_text()
+        out.write_text(_PROGRESS.format("a10", 30))
+
+    assert await _percents_across_a_kill(out, "a10", redis_url, log, rotate) == [10, 20, 30]
+    assert "renamed while the adapter was away" in log.read_text()
 
 
 @pytest.mark.parametrize("new_in", ["logs", "elsewhere"])
@@ -743,30 +759,18 @@ async def test_a_link_pointed_elsewhere_while_its_adapter_was_killed_is_read_to_
     (tmp_path / "logs").mkdir()
     (tmp_path / new_in).mkdir(exist_ok=True)
     old, new, link = tmp_path / "logs" / "run1.log", tmp_path / new_in / "run2.log", tmp_path / "current.log"
-    progress = "[PROGRESS]\nagent_id: a15\npercent: {}\n[/PROGRESS]\n"
-    old.write_text(progress.format(10))
+    old.write_text(_PROGRESS.format("a15", 10))
     link.symlink_to(old)
-    log = tmp_path / "adapter.log"
-    args = watch_args(link, "a15", "--poll", "0.01")
-    first = start(args, redis_url, log)
-    async with open_bus(redis_url) as bus:
-        await wait_until(lambda: bus.has(GROUP, T.PROGRESS), 30, "the first progress")
-        first.send_signal(signal.SIGKILL)
-        first.wait(timeout=10)
+
+    def repoint() -> None:
         with old.open("a") as written:
-            written.write(progress.format(20))
-        new.write_text(progress.format(30))
+            written.write(_PROGRESS.format("a15", 20))
+        new.write_text(_PROGRESS.format("a15", 30))
         link.unlink()
         link.symlink_to(new)
-        second = start(args, redis_url, log)
-        try:
-            await wait_until(lambda: bus.has(GROUP, T.PROGRESS, 3), 30, "the other two")
-            second.send_signal(signal.SIGTERM)
-            assert await exited(second, 30) == 0, log.read_text()
-        finally:
-            second.kill()
-        percents = [e.payload.percent for e in await bus.of_type(GROUP, T.PROGRESS)]  # type: ignore[union-attr]
-        assert percents == [10, 20, 30]
+
+    percents = await _percents_across_a_kill(link, "a15", redis_url, tmp_path / "adapter.log", repoint)
+    assert percents == [10, 20, 30]
 
 
 async def test_a_file_replaced_while_its_adapter_was_away_is_said_to_be_replaced(
