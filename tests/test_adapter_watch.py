@@ -705,7 +705,7 @@ async def test_what_was_written_to_a_rotated_file_before_the_new_one_came_is_rea
         await bus.client.aclose()
 
 
-_PROGRESS = "[PROGRESS]\nagent_id: {}\npercent: {}\n[/PROGRESS]\n"
+_ONE_PROGRESS = "[PROGRESS]\nagent_id: {}\npercent: {}\n[/PROGRESS]\n"
 
 
 async def _percents_across_a_kill(
@@ -737,13 +737,13 @@ async def test_a_file_rotated_while_its_adapter_was_killed_is_read_to_its_end_fi
     the restarted adapter finds the renamed file by its inode and publishes what was written to it
     before the new file's output."""
     out, log = tmp_path / "agent.out", tmp_path / "adapter.log"
-    out.write_text(_PROGRESS.format("a10", 10))
+    out.write_text(_ONE_PROGRESS.format("a10", 10))
 
     def rotate() -> None:
         with out.open("a") as old:
-            old.write(_PROGRESS.format("a10", 20))
+            old.write(_ONE_PROGRESS.format("a10", 20))
         out.rename(tmp_path / "agent.out.1")
-        out.write_text(_PROGRESS.format("a10", 30))
+        out.write_text(_ONE_PROGRESS.format("a10", 30))
 
     assert await _percents_across_a_kill(out, "a10", redis_url, log, rotate) == [10, 20, 30]
     assert "renamed while the adapter was away" in log.read_text()
@@ -759,13 +759,13 @@ async def test_a_link_pointed_elsewhere_while_its_adapter_was_killed_is_read_to_
     (tmp_path / "logs").mkdir()
     (tmp_path / new_in).mkdir(exist_ok=True)
     old, new, link = tmp_path / "logs" / "run1.log", tmp_path / new_in / "run2.log", tmp_path / "current.log"
-    old.write_text(_PROGRESS.format("a15", 10))
+    old.write_text(_ONE_PROGRESS.format("a15", 10))
     link.symlink_to(old)
 
     def repoint() -> None:
         with old.open("a") as written:
-            written.write(_PROGRESS.format("a15", 20))
-        new.write_text(_PROGRESS.format("a15", 30))
+            written.write(_ONE_PROGRESS.format("a15", 20))
+        new.write_text(_ONE_PROGRESS.format("a15", 30))
         link.unlink()
         link.symlink_to(new)
 
