@@ -67,6 +67,13 @@ def test_a_completion_with_a_blocker_open_leaves_it_unresolved_for_review() -> N
     assert agent.violations == (flagged.detail,) and summarize(feed.state).blockers == ()
 
 
+def test_resolving_an_agent_that_finished_without_a_blocker_points_to_none() -> None:
+    feed = Feed()
+    feed.send(completion(AGENT), AGENT)
+    resolved = feed.send(HumanResolve(resolution="Sent it again"), AGENT)
+    assert resolved.rejected == f"agent {AGENT!r} has no open blocker (it is completed: nothing resumes it)"
+
+
 def test_a_stop_after_the_outcome_is_decided_is_kept_and_the_group_reviewed() -> None:
     feed = Feed()
     feed.send(completion(AGENT), AGENT)

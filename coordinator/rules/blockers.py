@@ -38,7 +38,7 @@ from coordinator.rules.ids import recovery_agent_id, recovery_request_id
 from coordinator.rules.launch import Launch, deliver, launch, priority_of
 from coordinator.rules.recap import refuse_recap, settled
 from coordinator.rules.step import Rejected, Step, still_held, waits_for_delegation
-from coordinator.state import EARLIER_BLOCKERS_KEPT, FINAL_STATES, AgentRecord, Completion
+from coordinator.state import EARLIER_BLOCKERS_KEPT, FINAL_STATES, AgentRecord, Completion, ViolationRule
 
 __all__ = [
     "DEFAULT_RECOVERY",
@@ -140,12 +140,12 @@ def _stop_as_completion(step: Step, stop: StopWork) -> None:
 def open_blocker(record: AgentRecord) -> StopWork:
     """The agent's open blocker (also checked by the ``resolve`` command before it publishes)."""
     if record.blocker is None:
-        done = record.state in FINAL_STATES and record.completion is not None
-        why = (
-            f" (it is {record.state.value}: nothing resumes it; `status` shows a blocker it left)"
-            if done
-            else ""
-        )
+        why = ""
+        if record.state in FINAL_STATES and record.completion is not None:
+            left = any(v.rule is ViolationRule.UNRESOLVED_BLOCKER for v in record.violations)
+            why = f" (it is {record.state.value}: nothing resumes it" + (
+                "; `status` shows a blocker it left)" if left else ")"
+            )
         raise Rejected(f"agent {record.agent_id!r} has no open blocker{why}")
     return record.blocker
 
