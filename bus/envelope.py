@@ -37,6 +37,7 @@ __all__ = [
     "MAX_ID_CHARS",
     "PAYLOADS",
     "SCHEMA_VERSION",
+    "WIRE_UTC",
     "Envelope",
     "EnvelopeType",
     "Kind",
@@ -230,7 +231,7 @@ def encode_new(payload: Payload, agent_id: str, group_id: str, source: str, id: 
     """
     type_ = _TYPE_OF.get(type(payload))
     zone = ts.tzinfo
-    if type_ is not None and (zone is _UTC or zone is UTC or _whole_minutes(ts.utcoffset())):
+    if type_ is not None and (zone is WIRE_UTC or zone is UTC or _whole_minutes(ts.utcoffset())):
         between, after = _fixed_parts(type_, agent_id, group_id, source)
         body = payload.__pydantic_serializer__.to_json(payload, exclude_none=True)
         parts = (
@@ -264,9 +265,10 @@ def _fixed_parts(type_: EnvelopeType, agent_id: str, group_id: str, source: str)
     return b"," + middle[1:-1] + b',"ts":', b"," + orjson.dumps({"source": source})[1:-1] + b',"payload":'
 
 
-_UTC: Final = SchemaValidator(core_schema.datetime_schema()).validate_python("2000-01-01T00:00Z").tzinfo
+WIRE_UTC: Final = SchemaValidator(core_schema.datetime_schema()).validate_python("2000-01-01T00:00Z").tzinfo
 """The time zone of every timestamp pydantic reads in UTC (one object): asking it for its offset, a call
-into pydantic's core that builds a timedelta, was a tenth of the cost of encoding a finding's copy."""
+into pydantic's core that builds a timedelta, was a tenth of the cost of encoding a finding's copy; and a
+time in it compares with the envelopes' ten times faster than one in ``datetime.UTC``."""
 
 
 def _whole_minutes(offset: timedelta | None) -> bool:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from bus.connection import as_text
 from bus.consumer import DELETED_REASON, dead_letter_fields
 from bus.display import field_names
-from bus.envelope import Envelope, EnvelopeType, decode
+from bus.envelope import WIRE_UTC, Envelope, EnvelopeType, decode
 from bus.errors import DecodeError
 from bus.events import Tick
 from bus.keys import Keys, StreamKind
@@ -87,12 +87,21 @@ an entry: the adapter and human roles may), and one whose time is far off would 
 back, or push it on, and lose every running agent of the shard at the next tick."""
 
 
+def arrival(entry_id: bytes) -> datetime | None:
+    """When the entry was added to its stream, by the server's clock (the time in its id); None for an
+    id that tells none (beyond the year 9999)."""
+    head = entry_id.partition(b"-")[0]
+    try:  # in the envelopes' own zone object: a time in another compares with theirs ten times slower
+        return datetime.fromtimestamp(int(head) / 1000, WIRE_UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
 def tick_refused(entry_id: bytes, tick: Tick) -> str | None:
     """Why a tick is refused (dead-lettered): its time is more than :data:`TICK_SKEW` from the time in
     its entry's id; None for a coordinator's."""
-    try:
-        added = datetime.fromtimestamp(int(entry_id.partition(b"-")[0]) / 1000, UTC)
-    except (ValueError, OverflowError, OSError):
+    added = arrival(entry_id)
+    if added is None:
         return f"a tick in an entry whose id {as_text(entry_id)!r} tells no time"
     if abs(tick.now - added) <= TICK_SKEW:
         return None
@@ -149,10 +158,16 @@ class Batch:
     tombs: dict[str, frozenset[str]] = field(default_factory=dict)
     """The tombstones the batch changes: the agents of a group it retired, or that a retired group's agent
     left (back with its AGENT_STARTED); an empty set when the tombstone goes."""
+    arrived: datetime | None = None
+    """When the batch's first entry was added to the stream (:func:`arrival`): no entry of the batch came
+    earlier, so it is the floor of every entry's time (:attr:`~coordinator.rules.step.Step.floor`), read
+    once per batch rather than per entry (a time read from an id costs a few percent of an entry)."""
 
     def add(self, entry_id: bytes, data: bytes | Fields | None, deliveries: int, max_deliveries: int) -> None:
         """Apply one entry (the next in stream order), or dead-letter it when it cannot be applied."""
         self.commit.entry_ids.append(entry_id)
+        if self.arrived is None:
+            self.arrived = arrival(entry_id)
         others: Sequence[tuple[bytes, bytes]] = ()  # not a list: no allocation for the common entry
         if isinstance(data, Fields):
             fields = data
@@ -282,7 +297,7 @@ class Batch:
         if run is None:
             run = self.runs[gid] = Run()
         try:
-            outcome = apply(state, envelope, self.policy, run)
+            outcome = apply(state, envelope, self.policy, run, self.arrived)
         except Exception as exc:  # a rule bug must not stop the shard: dead-letter the entry
             log.exception("rule failed on %s", envelope.id, extra={"group_id": gid})
             return f"rule failed: {type(exc).__name__}: {exc}"

@@ -26,6 +26,7 @@ from bus.errors import BusError, DecodeError
 from bus.fields import Model
 from bus.keys import ConsumerGroup, Keys, StreamKind, entry_order
 from bus.signals import DelegateWork
+from coordinator.batch import arrival
 from coordinator.policy import Policy
 from coordinator.rules import apply
 from coordinator.rules.run import Run
@@ -275,7 +276,7 @@ def project(
         if base is not state:  # a group the queue starts (anew): its run starts with it
             run = Run()
         try:
-            outcome = apply(base, envelope, policy, run)
+            outcome = apply(base, envelope, policy, run, arrival(q.entry_id.encode()))
         except Exception:  # a rule's bug: the coordinator dead-letters the entry, which changes nothing
             continue
         if not outcome.duplicate:

@@ -9,19 +9,21 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 import pytest
+from rules_kit import delegate
 from workers.kit import connected, entries
 
 from bus import envelope as envelope_module
 from bus import wire
 from bus.connection import Client
+from bus.directives import LaunchRequest
 from bus.envelope import decode, encode, new_envelope
 from bus.errors import CommandFailed
-from bus.events import AgentStarted, Decision, Tick
+from bus.events import AgentStarted, Decision, Heartbeat, Tick
 from bus.findings import Finding
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.publisher import Publisher
 from coordinator import service, view
-from coordinator.batch import target_streams
+from coordinator.batch import arrival, target_streams
 from coordinator.lease import members_key
 from coordinator.policy import Policy
 from coordinator.service import TICK_GROUP, Coordinator, CoordinatorOptions
@@ -68,13 +70,51 @@ async def test_a_new_group_of_an_adapter_behind_the_coordinators_is_not_lost_at_
         states = await load_shard(client, keys, 0)
         for group in ("same-batch", "after-restart"):
             agent = states[group].agents[f"{group}-agent"]
-            assert (agent.state.value, agent.last_seen) == ("running", now)
+            # when its entry was added (the server's clock), not an hour before by the adapter's
+            assert agent.state.value == "running" and now <= agent.last_seen < now + timedelta(seconds=5)
         events = [
             decode(fields[b"data"]).payload
             for _, fields in await entries(client, keys.stream(0, StreamKind.EVENTS))
         ]
         decided = [event.decision.value for event in events if isinstance(event, Decision)]
         assert decided == ["state_changed", "state_changed"]  # each registered, nothing timed out
+
+
+async def _added_at(client: Client, keys: Keys, at: datetime, payload: Any, agent: str, group: str) -> None:
+    """An entry of an adapter whose clock is :data:`BEHIND`, added to the stream at ``at`` (the server's
+    time, its id's)."""
+    sent = new_envelope(payload, agent_id=agent, group_id=group, ts=at - BEHIND)
+    stream_id = f"{round(at.timestamp() * 1000)}-*"
+    await client.xadd(keys.stream(0, StreamKind.SIGNALS), {"data": encode(sent)}, id=stream_id)
+
+
+async def test_entries_applied_long_after_they_came_count_from_when_they_came(redis_url: str) -> None:
+    """Every coordinator was down for longer than the lost timeout while an adapter behind the server's
+    clock went on: its heartbeat counts from when it came (its entry's time), not from the last tick
+    before the outage (it was lost at the first tick after); and a delegate approved then gets a launch
+    request that expires the lost timeout after the request came (it expired before it was written)."""
+    async with connected(redis_url) as client:
+        keys = await open_namespace(client, "outage", 1)
+        now = datetime.now(UTC).replace(microsecond=0)
+        await _tick(client, keys, now)
+        await _added_at(client, keys, now, AgentStarted(task="scan"), "worker", "outage-group")
+        assert await _burst(client, keys, "before") == 2
+        later = now + timedelta(seconds=1000)  # more than the lost timeout (900 s) without a coordinator
+        await _added_at(client, keys, later, Heartbeat(), "worker", "outage-group")
+        request = delegate("worker")
+        await _added_at(client, keys, later, request, "worker", "outage-group")
+        await _tick(client, keys, later + timedelta(seconds=5))
+        assert await _burst(client, keys, "after") == 3
+
+        state = (await load_shard(client, keys, 0))["outage-group"]
+        assert state.agents["worker"].state.value == "running"
+        assert state.agents["worker"].last_seen == later
+        [launch] = [
+            decode(fields[b"data"]).payload
+            for _, fields in await entries(client, keys.stream(0, StreamKind.TASKS))
+        ]
+        assert isinstance(launch, LaunchRequest)
+        assert launch.expires_at == later + timedelta(seconds=POLICY.lost_timeout_seconds)
 
 
 async def test_a_group_new_after_a_restart_with_no_stored_group_starts_with_the_stream_s_last_tick(
@@ -93,7 +133,7 @@ async def test_a_group_new_after_a_restart_with_no_stored_group_starts_with_the_
         assert await _burst(client, keys, "c3") == 1
 
         agent = (await load_shard(client, keys, 0))["later"].agents["later-agent"]
-        assert (agent.state.value, agent.last_seen) == ("running", now)
+        assert agent.state.value == "running" and now <= agent.last_seen < now + timedelta(seconds=5)
 
 
 async def test_the_stream_s_last_tick_is_found_behind_pages_of_other_entries_and_forged_ticks(
@@ -227,3 +267,8 @@ async def test_status_of_a_user_that_may_not_ask_the_time_uses_its_own_clock(
         assert await view.no_coordinator_note(client, keys) == ""
         await client.zadd(members_key(keys), {"c": (seconds - 30) * 1000})
         assert "wait for a coordinator" in await view.no_coordinator_note(client, keys)
+
+
+def test_an_entry_id_tells_when_it_was_added_or_nothing() -> None:
+    assert arrival(b"1764519000000-7") == datetime(2025, 11, 30, 16, 10, tzinfo=UTC)
+    assert arrival(b"18446744073709551615-0") is None  # a hand-set id beyond the year 9999

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -213,9 +214,11 @@ def test_the_queue_is_applied_in_one_run_as_a_coordinator_applies_a_batch(
     checked against 200 000 queued findings took eight minutes."""
     runs: list[Run | None] = []
 
-    def recorded(state: GroupState, envelope: Envelope, policy: Policy, run: Run | None = None) -> Outcome:
+    def recorded(
+        state: GroupState, envelope: Envelope, policy: Policy, run: Run | None = None, arrived: Any = None
+    ) -> Outcome:
         runs.append(run)
-        return apply(state, envelope, policy, run)
+        return apply(state, envelope, policy, run, arrived)
 
     monkeypatch.setattr(queued_module, "apply", recorded)
     started = new_envelope(AgentStarted(task="review"), agent_id="a", group_id="g")

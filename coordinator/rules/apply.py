@@ -21,6 +21,7 @@ Per entry, in order:
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Final
 
 from bus.envelope import Envelope, EnvelopeType
@@ -89,8 +90,18 @@ _WAITS: Final = frozenset({T.CLARIFICATION_NEEDED, T.STOP_WORK, T.DELEGATE_WORK}
 _FINISHED: Final = frozenset({AgentState.COMPLETED, AgentState.FAILED})
 
 
-def apply(state: GroupState, envelope: Envelope, policy: Policy, run: Run | None = None) -> Outcome:
+def apply(
+    state: GroupState,
+    envelope: Envelope,
+    policy: Policy,
+    run: Run | None = None,
+    arrived: datetime | None = None,
+) -> Outcome:
     """Apply one entry of the group's stream to its state.
+
+    ``arrived`` is a time by the server's clock no later than when the entry was added to the stream (its
+    id's time, or an earlier entry's), when known: the entry counts as sent no earlier
+    (:attr:`~coordinator.rules.step.Step.at`).
 
     ``run`` is for applying many entries of the group in a row, each to the state the one before
     returned (see :class:`~coordinator.rules.run.Run`): the entry's id goes into the run rather than
@@ -103,13 +114,13 @@ def apply(state: GroupState, envelope: Envelope, policy: Policy, run: Run | None
     envelope_id = envelope.id
     if envelope_id in state.window or envelope_id in run.ids:
         return Outcome(state, [], duplicate=True)
-    step = Step(state, envelope, policy, run)
+    step = Step(state, envelope, policy, run, arrived)
     try:
         _run(step)
     except Rejected as exc:
         step.undo()
         reason = str(exc)
-        step = Step(state, envelope, policy, run)
+        step = Step(state, envelope, policy, run, arrived)
         step.decide(DecisionType.REJECTED, envelope.agent_id, reason)
         outcome = step.finish(rejected=reason)
     except BaseException:  # a rule bug: the caller dead-letters the entry, which changed nothing

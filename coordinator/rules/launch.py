@@ -16,6 +16,7 @@ from bus.directives import (
     LaunchReason,
     LaunchRequest,
 )
+from bus.envelope import EnvelopeType
 from bus.events import AgentState, DecisionType
 from bus.signals import Priority
 from coordinator.rules.ids import resume_request_id
@@ -191,12 +192,14 @@ def _relaunch(step: Step, record: AgentRecord, directives: tuple[str, ...], why:
 def _expiry(step: Step) -> datetime | None:
     """When a launch request made now goes stale: the agent, running from now, is lost if still unheard.
 
-    Counted from the group's last tick (a tick's own ``now`` for a launch at a tick), not from
-    :attr:`Step.at` when that is later: a sender's clock ahead puts the agent's ``last_seen`` ahead,
-    which the next tick brings back to its ``now`` (:mod:`coordinator.rules.timeouts`), and the agent
-    would be lost and retried while a launcher could still start its request beside the retry."""
-    at, ticked = step.at, step.current("ticked_at")
+    Counted from :attr:`Step.floor` (the server's time when the input came, or the group's last tick; a
+    tick's own ``now`` for a launch at a tick), not from :attr:`Step.at` when that is later: a sender's
+    clock ahead puts the agent's ``last_seen`` ahead, which the next tick brings back to its ``now``
+    (:mod:`coordinator.rules.timeouts`), and the agent would be lost and retried while a launcher could
+    still start its request beside the retry."""
+    at = step.at
+    floor = step.current("ticked_at") if step.entry_type is EnvelopeType.TICK else step.floor
     try:
-        return min(at, ticked or at) + timedelta(seconds=step.policy.lost_timeout_seconds)
+        return min(at, floor or at) + timedelta(seconds=step.policy.lost_timeout_seconds)
     except OverflowError:  # past the year 9999: never
         return None

@@ -70,13 +70,16 @@ class Step:
         "entry_id",
         "entry_type",
         "envelope",
+        "floor",
         "group_id",
         "policy",
         "run",
         "ts",
     )
 
-    def __init__(self, state: GroupState, envelope: Envelope, policy: Policy, run: Run) -> None:
+    def __init__(
+        self, state: GroupState, envelope: Envelope, policy: Policy, run: Run, arrived: datetime | None = None
+    ) -> None:
         self._input: Final = state
         self.envelope: Final = envelope
         self.policy: Final = policy
@@ -93,11 +96,17 @@ class Step:
         """The timestamp of every envelope emitted in this step: the input's own."""
         self.group_id: Final[str] = group["group_id"]
         ticked = group["ticked_at"]
+        if arrived is not None and (ticked is None or arrived > ticked):
+            ticked = arrived
+        self.floor: Final[datetime | None] = ticked
+        """The earliest the input can have been sent, by the server's clock: the later of the ``arrived``
+        time :func:`~coordinator.rules.apply.apply` was given and the group's last tick, which came before
+        it in the stream."""
         self.at: Final[datetime] = ticked if ticked is not None and ticked > self.ts else self.ts
         """When the input was sent, for the rules' timeouts: its timestamp (its sender's clock), but never
-        before the group's last tick, which came before it in the stream. A sender whose clock is behind
-        the coordinators' does not make an agent look silent; one ahead is brought back by the next tick
-        (:mod:`coordinator.rules.timeouts`)."""
+        before :attr:`floor`. A sender whose clock is behind the server's does not make an agent look
+        silent, also when its entries are applied long after they came (every coordinator was down);
+        one ahead is brought back by the next tick (:mod:`coordinator.rules.timeouts`)."""
         self._payload: Final[Payload] = head["payload"]
         cause = self.entry_id
         if self.entry_group_id != self.group_id:  # a TICK, applied to every group of its shard: one id each

@@ -13,9 +13,10 @@ the Redis server's (:class:`coordinator.service.Coordinator`), and those differ.
 compare is brought to the ticks' clock (the group remembers its last tick's ``now``,
 :attr:`GroupState.ticked_at`):
 
-- an entry counts as sent no earlier than the group's last tick, which came before it in the stream
-  (:attr:`Step.at`; a new group starts with its shard's last tick, see :class:`coordinator.batch.Batch`):
-  an adapter or a human whose clock is behind does not make an agent look silent;
+- an entry counts as sent no earlier than when it was added to the stream (its id's time, the server's
+  clock) nor than the group's last tick, which came before it there (:attr:`Step.at`; a new group starts
+  with its shard's last tick, see :class:`coordinator.batch.Batch`): an adapter or a human whose clock is
+  behind does not make an agent look silent, also when its entries are applied long after they came;
 - a tick brings back every time later than its ``now`` (an agent's last sign of life or resume, the
   group's last applied entry) to that ``now``: a sender's clock ahead, a timestamp of the year 9999, or
   a tick older than the one before it (a server's clock set back, a tick a publisher stamped), puts
