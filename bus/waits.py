@@ -7,18 +7,18 @@ import contextlib
 from collections.abc import Iterator
 from typing import Final
 
-__all__ = ["RETRY_FIRST_S", "RETRY_MAX_S", "backoff", "wait_for"]
+__all__ = ["backoff", "wait_for"]
 
-RETRY_FIRST_S: Final = 0.2
-RETRY_MAX_S: Final = 5.0
+_FIRST_S: Final = 0.2
+_MAX_S: Final = 5.0
 
 
 def backoff() -> Iterator[float]:
     """The waits between tries against a server that is away: 0.2 s, doubled each time, at most 5 s."""
-    delay = RETRY_FIRST_S
+    delay = _FIRST_S
     while True:
         yield delay
-        delay = min(delay * 2, RETRY_MAX_S)
+        delay = min(delay * 2, _MAX_S)
 
 
 async def wait_for(event: asyncio.Event, seconds: float) -> bool:

@@ -107,8 +107,9 @@ class Pipe:
 
     A batch stays in flight until it is settled: when writing or reading it fails with
     :class:`~bus.errors.ConnectionFailed`, or a reply says the server cannot take it for now
-    (``CLUSTERDOWN``, ``TRYAGAIN``, ``READONLY``, ``OOM``, ``MISCONF``, ``BUSY``), the next :meth:`settle` writes it again (so a caller
-    that retries ``settle`` loses nothing; it may write entries twice, as any retried pipeline).
+    (``CLUSTERDOWN``, ``TRYAGAIN``, ``READONLY``, ``OOM``, ``MISCONF``, ``BUSY``), the next
+    :meth:`settle` writes it again (so a caller that retries ``settle`` loses nothing; it may write
+    entries twice, as any retried pipeline).
 
     The connection comes from the client's pool for each batch, or, with ``hold``, is kept from one
     batch to the next until :meth:`close` (a loop that talks to one server all the time saves the
