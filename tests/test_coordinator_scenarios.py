@@ -236,6 +236,18 @@ summary: Set up the security testing infrastructure
 """
 
 
+WAIT_STOP = """[STOP_WORK]
+agent_id: bg-task-mno345
+timestamp: 2026-01-11T10:31:00-05:00
+stop_reason: blocker
+blocker_type: external_dependency
+details: Security testing needs the infrastructure the delegated agent sets up
+blocked_work: |
+  Security testing of the auth scenarios
+[/STOP_WORK]
+"""
+
+
 def test_blocking_delegation_resumes_the_requester_when_the_delegate_completes(redis_url: str) -> None:
     task = "Set up security testing infrastructure: OWASP ZAP, auth fixtures, mock API server"
     emit(redis_url, "bg-task-mno345", delegate("bg-task-mno345", "blocks_current_work", "P0", task))
@@ -243,6 +255,11 @@ def test_blocking_delegation_resumes_the_requester_when_the_delegate_completes(r
     [launch] = tasks(redis_url)
     child = launch["payload"]["new_agent_id"]
     assert agent(redis_url, "bg-task-mno345")["state"] == "delegating"
+    # the seed's coordination: "This agent: Will STOP_WORK until infrastructure ready"
+    emit(redis_url, "bg-task-mno345", WAIT_STOP)
+    coordinate(redis_url)
+    assert agent(redis_url, "bg-task-mno345")["state"] == "delegating"
+    assert status(redis_url)["blockers"] == []  # nothing for a human: the delegate's results resume it
     publish(redis_url, child, AgentStarted(task=launch["payload"]["task"]))
     emit(redis_url, child, completion(child, "success"))
     coordinate(redis_url)
