@@ -47,16 +47,18 @@ _UNAVAILABLE = (
     rex.RedisClusterException,
     OSError,
 )
+_FOR_NOW: Final = (rex.ClusterDownError, rex.TryAgainError, rex.ReadOnlyError, rex.OutOfMemoryError)
 _IN_TROUBLE: Final = ("MISCONF ", "BUSY ")
 
 
 def refused_for_now(exc: BaseException) -> bool:
-    """Whether ``exc`` is a server's refusal of a command while it is in trouble, which it takes again,
-    unchanged, once out of it: out of memory (``OOM``: maxmemory reached, until memory is freed or the
-    streams trimmed), unable to persist (``MISCONF``: a failing snapshot or AOF write) or running a script
-    that does not end (``BUSY``). A command so refused did nothing: a writer keeps it and sends it again,
-    as after a lost connection, instead of dropping what it holds."""
-    if isinstance(exc, rex.OutOfMemoryError):
+    """Whether ``exc`` is a server's refusal of a command that it takes again, unchanged, later: a cluster
+    that is down (``CLUSTERDOWN``) or resharding (``TRYAGAIN``), a master demoted to a replica
+    (``READONLY``), or a server in trouble: out of memory (``OOM``: maxmemory reached, until memory is
+    freed or the streams trimmed), unable to persist (``MISCONF``: a failing snapshot or AOF write) or
+    running a script that does not end (``BUSY``). A command so refused did nothing: a writer keeps it and
+    sends it again, as after a lost connection, instead of dropping what it holds."""
+    if isinstance(exc, _FOR_NOW):
         return True
     return type(exc) is rex.ResponseError and str(exc).startswith(_IN_TROUBLE)
 

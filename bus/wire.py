@@ -20,7 +20,7 @@ import hashlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any
 
 import redis.exceptions as rex
 from redis.asyncio import RedisCluster
@@ -279,16 +279,12 @@ async def _redis_py_pipeline(client: Client, commands: Sequence[Command], *, tra
     return list(await pipe.execute())
 
 
-_TRANSIENT: Final = (rex.ClusterDownError, rex.TryAgainError, rex.ReadOnlyError)
-"""Error replies of a server that cannot take writes for now (a cluster that is down or resharding, a
-master demoted to a replica; and :func:`~bus.connection.refused_for_now`'s): the batch is as unwritten as
-after a lost connection."""
-
-
 def _transient(replies: Sequence[Any]) -> Exception | None:
-    """The first transient error reply, the replies of an EXEC included."""
+    """The first error reply of a server that cannot take the batch for now
+    (:func:`~bus.connection.refused_for_now`), the replies of an EXEC included: the batch is as unwritten
+    as after a lost connection."""
     for reply in replies:
-        if isinstance(reply, _TRANSIENT) or (isinstance(reply, Exception) and refused_for_now(reply)):
+        if isinstance(reply, Exception) and refused_for_now(reply):
             return reply
         if isinstance(reply, list) and (inside := _transient(reply)) is not None:
             return inside

@@ -82,7 +82,9 @@ def on_result(step: Step) -> None:
 def _error_line(error: ErrorDetails) -> str:
     """Type, message, where and whether the agent thinks it recoverable (seed 002's error details)."""
     where = f"(at {error.occurred_at})" if error.occurred_at else None
-    recoverable = {True: "(recoverable)", False: "(not recoverable)", None: None}[error.recoverable]
+    recoverable = (
+        None if error.recoverable is None else "(recoverable)" if error.recoverable else "(not recoverable)"
+    )
     return " ".join(filter(None, (error.type, error.message, where, recoverable)))
 
 
