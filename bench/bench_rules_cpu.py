@@ -35,6 +35,9 @@ from coordinator.policy import Policy
 from coordinator.runtime import tune_gc
 from coordinator.state import GroupState
 
+_ADDED_MS = 1_764_500_000_000
+"""The time in the entries' ids (a backlog's: a batch of it was added within a second)."""
+
 
 def entries(kind: str, signals: int, keys: Keys) -> dict[int, list[bytes]]:
     """The workload's encoded entries by shard, in publishing order."""
@@ -55,7 +58,7 @@ def one_round(by_shard: dict[int, list[bytes]], keys: Keys, policy: Policy, batc
             commit = Commit("lease", keys.stream(shard, StreamKind.SIGNALS), "version")
             work = Batch(shard, keys, policy, targets, keys.stream(shard, StreamKind.DEAD), commit, states)
             for n, data in enumerate(datas[start : start + batch]):
-                work.add(b"%d-%d" % (start, n), data, 1, 5)
+                work.add(b"%d-%d" % (_ADDED_MS + start, n), data, 1, 5)
             work.write()
             commit.script_args("token", "coordinator", 5000, 0)
             work.committed(states, {})

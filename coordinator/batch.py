@@ -159,15 +159,19 @@ class Batch:
     """The tombstones the batch changes: the agents of a group it retired, or that a retired group's agent
     left (back with its AGENT_STARTED); an empty set when the tombstone goes."""
     arrived: datetime | None = None
-    """When the batch's first entry was added to the stream (:func:`arrival`): no entry of the batch came
-    earlier, so it is the floor of every entry's time (:attr:`~coordinator.rules.step.Step.floor`), read
-    once per batch rather than per entry (a time read from an id costs a few percent of an entry)."""
+    """The floor of the current entry's time (:attr:`~coordinator.rules.step.Step.floor`): when the first
+    entry of the batch with the same first ten digits of its id (the same second, for every id since
+    2001) was added to the stream (:func:`arrival`). An earlier entry came no later, and reading a time
+    from every id would cost a few percent of an entry; a batch of a backlog that spans minutes (entries
+    that waited for a coordinator) still gives each entry its own second."""
+    _second: bytes = field(default=b"", init=False, repr=False)
 
     def add(self, entry_id: bytes, data: bytes | Fields | None, deliveries: int, max_deliveries: int) -> None:
         """Apply one entry (the next in stream order), or dead-letter it when it cannot be applied."""
         self.commit.entry_ids.append(entry_id)
-        if self.arrived is None:
-            self.arrived = arrival(entry_id)
+        second = entry_id[:10]
+        if second != self._second:
+            self._second, self.arrived = second, arrival(entry_id)
         others: Sequence[tuple[bytes, bytes]] = ()  # not a list: no allocation for the common entry
         if isinstance(data, Fields):
             fields = data

@@ -117,6 +117,37 @@ async def test_entries_applied_long_after_they_came_count_from_when_they_came(re
         assert launch.expires_at == later + timedelta(seconds=POLICY.lost_timeout_seconds)
 
 
+async def test_a_launch_written_after_it_expired_is_requested_again_at_the_first_tick(redis_url: str) -> None:
+    """A delegation came 10 s into an outage of every coordinator that lasted longer than the lost
+    timeout: its launch request, which expires the lost timeout after the delegation came, was written
+    expired (no launcher starts it). The first tick after the outage requests the launch again, with a new
+    expiry, rather than have the delegate lost and its work retried with reduced scope."""
+    async with connected(redis_url) as client:
+        keys = await open_namespace(client, "born-expired", 1)
+        now = datetime.now(UTC).replace(microsecond=0)
+        await _tick(client, keys, now)
+        await _added_at(client, keys, now, AgentStarted(task="scan"), "worker", "outage-group")
+        assert await _burst(client, keys, "before") == 2
+        came = now + timedelta(seconds=10)
+        await _added_at(client, keys, came, delegate("worker"), "worker", "outage-group")
+        await _added_at(client, keys, now + timedelta(seconds=1000), Heartbeat(), "worker", "outage-group")
+        await _tick(client, keys, now + timedelta(seconds=1005))
+        assert await _burst(client, keys, "after") == 3
+
+        first, again, *more = [
+            decode(fields[b"data"]).payload
+            for _, fields in await entries(client, keys.stream(0, StreamKind.TASKS))
+        ]
+        assert more == [] and isinstance(first, LaunchRequest) and isinstance(again, LaunchRequest), more
+        lost = timedelta(seconds=POLICY.lost_timeout_seconds)
+        assert first.expires_at == came + lost  # before the tick that came after it was written
+        assert again.new_agent_id == first.new_agent_id and again.request_id != first.request_id
+        assert again.expires_at == now + timedelta(seconds=1005) + lost
+        state = (await load_shard(client, keys, 0))["outage-group"]
+        assert state.agents[first.new_agent_id].state.value == "running"
+        assert state.agents["worker"].state.value == "running"
+
+
 async def test_a_group_new_after_a_restart_with_no_stored_group_starts_with_the_stream_s_last_tick(
     redis_url: str,
 ) -> None:

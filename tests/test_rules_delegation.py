@@ -574,6 +574,7 @@ def test_a_blocking_delegate_declared_lost_that_completes_resumes_the_requester_
     policy = Policy(heartbeat_timeout_seconds=120, lost_timeout_seconds=900)
     feed = Feed(policy)
     delegate_id = _blocking(feed)
+    feed.send(Tick(now=T0 + timedelta(seconds=500)), "coordinator", at=500)  # coordinators tick all along
     feed.send(Tick(now=T0 + timedelta(seconds=1000)), "coordinator", at=1000)  # lost: retried
     retry = feed.state.agents[delegate_id].retried_by
     assert retry is not None and feed.state.agents[REQUESTER].waiting_on == (retry,)
@@ -582,5 +583,7 @@ def test_a_blocking_delegate_declared_lost_that_completes_resumes_the_requester_
     assert (directive.delegate_agent_id, directive.status) == (delegate_id, "SUCCESS")
     requester = feed.state.agents[REQUESTER]
     assert requester.state is AgentState.RUNNING and requester.waiting_on == ()
-    later = feed.send(Tick(now=T0 + timedelta(seconds=3000)), "coordinator", at=3000)  # the retry is lost
+    feed.send(Tick(now=T0 + timedelta(seconds=1800)), "coordinator", at=1800)
+    later = feed.send(Tick(now=T0 + timedelta(seconds=2600)), "coordinator", at=2600)  # the retry is lost
+    assert feed.state.agents[retry].state is AgentState.LOST
     assert of_type(later, EnvelopeType.DELEGATION_COMPLETED) == [] and feed.state.escalations == ()

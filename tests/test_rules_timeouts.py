@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from rules_kit import GROUP, T0, Feed, answers, clarification, completion, decisions, kinds, one
+from rules_kit import GROUP, T0, Feed, answers, clarification, completion, decisions, delegate, kinds, one
 
 from agents.lost import lost_signal
 from bus.directives import LaunchReason
@@ -187,3 +187,51 @@ def test_the_slow_attempt_that_completes_the_work_withdraws_a_retry_s_escalation
     done = feed.send(completion(AGENT), AGENT, at=2001)
     assert DecisionType.ESCALATION_DISMISSED in kinds(done)
     assert feed.state.escalations == ()
+
+
+def _delegate_launched_at(feed: Feed, seconds: float, stamp: str = "2026-01-11T10:00:00-05:00") -> str:
+    """A delegate approved by policy for :data:`AGENT` at ``seconds`` (a request stamped ``stamp``); its id."""
+    request = delegate(AGENT, stamp=stamp)
+    return str(one(feed.send(request, AGENT, at=seconds), EnvelopeType.LAUNCH).new_agent_id)
+
+
+def test_a_launch_after_a_gap_in_the_ticks_longer_than_a_request_lives_is_requested_again() -> None:
+    """No coordinator ran from 0 to 1005 s; the delegation came at 10 s and was applied at the end of the
+    outage, so its request, which expires 900 s after it came, was written expired: the delegate is
+    not lost for that (nor retried with reduced scope), its launch is requested again, once."""
+    feed = Feed(POLICY)
+    _tick(feed, 0)
+    feed.send(AgentStarted(task="scan"), AGENT, at=0)
+    delegate_id = _delegate_launched_at(feed, 10)
+    feed.send(Heartbeat(), AGENT, at=1000)
+    outcome = feed.send(Tick(now=T0 + timedelta(seconds=1005)), TICKER, at=1005)
+    assert kinds(outcome) == [DecisionType.LAUNCH_REQUESTED]
+    again = one(outcome, EnvelopeType.LAUNCH)
+    assert again.new_agent_id == delegate_id and again.reason is LaunchReason.DELEGATION
+    assert again.request_id != feed.state.agents[delegate_id].request_id  # a launcher marks requests
+    assert again.expires_at == T0 + timedelta(seconds=1005 + 900)
+    assert feed.state.agents[delegate_id].state is AgentState.RUNNING
+    assert "no coordinator ticked the group" in decisions(outcome)[0].detail
+    for seconds in range(1010, 1905, 300):  # ticking all along again: silent from the new request on
+        feed.send(Heartbeat(), AGENT, at=seconds)
+        assert _tick(feed, seconds) == ([DecisionType.TIMED_OUT] if seconds == 1310 else [])
+    feed.send(Heartbeat(), AGENT, at=1906)
+    lost = feed.send(Tick(now=T0 + timedelta(seconds=1906)), TICKER, at=1906)
+    assert kinds(lost)[0] is DecisionType.LOST  # never started after all: lost and retried, as always
+    assert one(lost, EnvelopeType.LAUNCH).reason is LaunchReason.RETRY
+
+
+def test_a_gap_in_the_ticks_loses_agents_heard_from_or_launched_before_it_as_always() -> None:
+    feed = Feed(POLICY)
+    _tick(feed, 0)
+    feed.send(AgentStarted(task="scan"), AGENT, at=0)
+    early = _delegate_launched_at(feed, 0)  # launched before the last tick before the gap
+    _tick(feed, 1)
+    feed.send(AgentStarted(), "heard", at=2)  # heard from, then silent through the gap
+    late = _delegate_launched_at(feed, 3, "2026-01-11T10:05:00-05:00")
+    feed.send(Heartbeat(), late, at=4)  # started: its request did its work
+    feed.send(Heartbeat(), AGENT, at=1000)
+    outcome = feed.send(Tick(now=T0 + timedelta(seconds=1005)), TICKER, at=1005)
+    assert not any("requested again" in d.detail for d in decisions(outcome))
+    for agent_id in (early, "heard", late):
+        assert feed.state.agents[agent_id].state is AgentState.LOST

@@ -24,7 +24,7 @@ from coordinator.rules.outcome import Target
 from coordinator.rules.step import Step
 from coordinator.state import FINAL_STATES, AgentRecord, GroupState
 
-__all__ = ["SENT_KEPT", "Directive", "Launch", "after_exit", "deliver", "launch", "priority_of"]
+__all__ = ["SENT_KEPT", "Directive", "Launch", "after_exit", "deliver", "launch", "priority_of", "reissue"]
 
 Directive = (
     ClarificationResponse
@@ -187,6 +187,34 @@ def _relaunch(step: Step, record: AgentRecord, directives: tuple[str, ...], why:
     step.decide(
         DecisionType.LAUNCH_REQUESTED, agent_id, f"resume launch of {agent_id}: {why}", request_id=request_id
     )
+
+
+def reissue(step: Step, record: AgentRecord, silent: str) -> None:
+    """Write the launch request of an agent never heard from again, with a new expiry: at a tick that
+    comes after no coordinator ticked the group for longer than a request lives, when the agent was
+    launched in that time (see :mod:`coordinator.rules.timeouts`). Its request was caused by an entry
+    that may have waited that long for a coordinator, and then expired before it was written: no
+    launcher could start it, and the agent is not lost, nor its attempt spent, for it."""
+    agent_id = record.agent_id
+    request = LaunchRequest(
+        request_id=resume_request_id(agent_id, step.envelope.id),
+        new_agent_id=agent_id,
+        parent_agent_id=record.parent_agent_id,
+        reason=LaunchReason.RETRY if record.retry_of is not None else LaunchReason.DELEGATION,
+        task=record.task or "",
+        context=record.context,
+        priority=priority_of(step.state, record),
+        depth=record.depth,
+        attempt=record.attempt,
+        expires_at=_expiry(step),
+    )
+    step.update(agent_id, resumed_at=step.at)  # its silence counts from this request, as its expiry does
+    step.emit(Target.TASKS, request, agent_id)
+    detail = (
+        f"launch of {agent_id} requested again: never heard from ({silent}), and no coordinator ticked the "
+        "group for longer than a launch request lives, so its request may have expired before it was written"
+    )
+    step.decide(DecisionType.LAUNCH_REQUESTED, agent_id, detail, request_id=request.request_id)
 
 
 def _expiry(step: Step) -> datetime | None:

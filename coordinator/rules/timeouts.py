@@ -3,7 +3,10 @@
 A ``running`` agent silent for longer than ``heartbeat_timeout_seconds`` becomes ``timed_out``; a
 ``running`` or ``timed_out`` agent silent for longer than ``lost_timeout_seconds`` becomes ``lost``, which
 is handled as a failure (retried once, then escalated). Silence counts from the agent's last envelope or
-its last resume, whichever is later. Agents waiting for a human or a delegate (``awaiting_clarification``,
+its last resume, whichever is later. An agent launched in a gap of the group's ticks longer than
+``lost_timeout_seconds`` (no coordinator ran) and never heard from is not lost at the tick after it: its
+launch request, caused by an entry that may have waited that long, may have been written expired, and is
+written again (:func:`coordinator.rules.launch.reissue`); silence then counts from that tick. Agents waiting for a human or a delegate (``awaiting_clarification``,
 ``blocked``, ``delegating``) do not time out: their silence is expected, and the wait is on someone else.
 Nor do senders of nothing but findings (scripts, see :attr:`AgentRecord.watched`). A tick also retires a
 group that is done and quiet (:mod:`coordinator.rules.retirement`).
@@ -33,6 +36,7 @@ from bus.envelope import EnvelopeType
 from bus.events import AgentState, DecisionType, Tick
 from bus.results import ResultStatus
 from coordinator.rules.aggregation import finish
+from coordinator.rules.launch import reissue
 from coordinator.rules.retirement import retire_if_done
 from coordinator.rules.step import Step
 from coordinator.state import AgentRecord, Completion
@@ -47,7 +51,11 @@ def on_tick(step: Step) -> None:
     now = step.payload(Tick).now
     heartbeat = timedelta(seconds=step.policy.heartbeat_timeout_seconds)
     lost = timedelta(seconds=step.policy.lost_timeout_seconds)
+    previous = step.current("ticked_at")
     step.replace(ticked_at=now)
+    # Ticks stop only while no coordinator runs. After a gap longer than a launch request lives, a request
+    # caused by an entry of that time may have been written expired (its expiry counts from the entry).
+    gap = previous is None or now - previous > lost
     last_applied = step.current("last_applied_at")
     if last_applied is not None and last_applied > now:
         step.replace(last_applied_at=now)
@@ -56,12 +64,21 @@ def on_tick(step: Step) -> None:
         if record.state not in _TIMED or not record.watched:
             continue
         silent = now - record.timeout_reference
-        if silent > lost:
+        if silent > lost and gap and _launched_unheard(record, previous):
+            reissue(step, record, f"silent for {_seconds(silent)}s")
+        elif silent > lost:
             _lose(step, record, silent)
         elif silent > heartbeat and record.state is AgentState.RUNNING:
             detail = f"silent for {_seconds(silent)}s (timeout {_seconds(heartbeat)}s)"
             step.transition(agent_id, AgentState.TIMED_OUT, DecisionType.TIMED_OUT, detail)
     retire_if_done(step, now)
+
+
+def _launched_unheard(record: AgentRecord, previous: datetime | None) -> bool:
+    """Whether the rules launched the agent after the group's ``previous`` tick, and nothing of it (or
+    for it) came since."""
+    launched_since = previous is None or record.registered_at >= previous
+    return record.request_id is not None and record.applied == 0 and launched_since
 
 
 def _rebased(step: Step, record: AgentRecord, now: datetime) -> AgentRecord:
