@@ -6,6 +6,8 @@ anything published twice is recognised downstream.
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 from agents.lost import AWAITED, lost_signal
@@ -33,7 +35,8 @@ class OutputStream:
     transcript, Codex CLI's ``exec --json``), :attr:`restart` is the start of the first incomplete line:
     a fresh stream started there yields exactly the remaining items, since each line is parsed on its own.
     Plain text can only be re-parsed from its beginning (code fences around a report change its
-    meaning), so there :attr:`restart` stays at ``base``.
+    meaning), so there :attr:`restart` stays at ``base``, and a fresh stream given :attr:`pauses`
+    pauses where this one did.
     """
 
     def __init__(
@@ -48,6 +51,7 @@ class OutputStream:
         reported: bool = False,
         session_id: str | None = None,
         max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
+        pauses: Iterable[int] = (),
     ) -> None:
         self.bus = bus
         self.source = source
@@ -60,6 +64,11 @@ class OutputStream:
         self._line = base_line
         self._line_start = (base, base_line)
         self._session_id = session_id
+        self.pauses = list(pauses)
+        """The offsets at which a pause ended a line at a closing tag (:meth:`settle`). A reading of the
+        same bytes without those pauses would differ when the rest of the line made it longer than a
+        tag line can be: a fresh stream given them pauses there too, wherever its chunks end."""
+        self._replay = deque(p for p in self.pauses if p > base)
         self.waits: list[str | None] = []
         """The questions and stops it held, read or lost (:data:`_WAITS`): each :func:`recap_key`, None for
         an undated or lost one. The agent said it waits for an answer (unless it only recalled one)."""
@@ -92,6 +101,15 @@ class OutputStream:
 
     def feed(self, chunk: bytes) -> list[Envelope]:
         """The envelopes completed by the next bytes of output."""
+        out: list[Envelope] = []
+        while self._replay and self._replay[0] <= self.fed + len(chunk):
+            cut = self._replay.popleft() - self.fed
+            out += self._feed(chunk[:cut])
+            out += self._envelopes(self.parser.settle())
+            chunk = chunk[cut:]
+        return out + self._feed(chunk) if chunk else out
+
+    def _feed(self, chunk: bytes) -> list[Envelope]:
         items = self.parser.feed(chunk)
         if self.bus.metrics is not None:
             self.bus.metrics.read_bytes.inc(len(chunk))
@@ -104,6 +122,8 @@ class OutputStream:
 
     def settle(self) -> list[Envelope]:
         """The output paused: the envelope of a signal whose closing tag ends it without a newline."""
+        if self.parser.pausing:
+            self.pauses.append(self.fed)
         return self._envelopes(self.parser.settle())
 
     def close(self) -> list[Envelope]:

@@ -192,13 +192,19 @@ class Parser:
         chunk = _lines_of(chunk)  # whole: a CR before the one kept back is known to be followed by a CR
         return chunk[:-1] if self._cr else chunk
 
+    @property
+    def pausing(self) -> bool:
+        """Whether a pause now would end the partial line (:meth:`settle`): it is the open block's
+        closing tag."""
+        return not self._closed and not self._skipping and self._scanner.closes(self._partial)
+
     def settle(self) -> list[Found]:
         """The output paused: a partial line that is the closing tag of the open block ends it now, and
         the rest of its line, if any comes, is skipped. An agent that ends its output with a closing tag
         and no newline, then waits for its answer, would otherwise wait for ever. (What follows a closing
         tag on its line is nothing, unless it makes the line longer than :data:`MAX_TAG_LINE`, which no
         longer makes the line prose once it paused.)"""
-        if self._closed or self._skipping or not self._scanner.closes(self._partial):
+        if not self.pausing:
             return []
         partial = bytes(self._partial)
         self._scanner.run(b"\n" + partial + b"\n", self._pos)

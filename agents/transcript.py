@@ -209,6 +209,11 @@ class AnyParser:
         """A result report was read (:mod:`agents.unread`)."""
         return self._unread.reported
 
+    @property
+    def pausing(self) -> bool:
+        """Whether a pause now would end plain text's partial line (:attr:`Parser.pausing`)."""
+        return isinstance(self._parser, Parser) and self._parser.pausing
+
     def settle(self) -> list[Item]:
         """The output paused: plain text's :meth:`Parser.settle` (a JSONL output's lines are whole)."""
         if isinstance(self._parser, Parser):

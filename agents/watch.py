@@ -3,8 +3,8 @@
 The checkpoint, one key per agent and file in the group's shard (``offset:<agent>:<sha of path>``), is
 written in the same MULTI/EXEC as the envelopes it accounts for. It holds the file's generation, how far
 it was read, where a fresh parser can take over (:attr:`agents.output_stream.OutputStream.restart`), the end
-of the last published item (``done``), fingerprints of the file's first bytes and of the bytes just before
-the read position, and the file's inode. A restarted adapter re-parses from the restart point and
+of the last published item (``done``), where pauses ended lines at closing tags, fingerprints of the file's
+first bytes and of the bytes just before the read position, and the file's inode. A restarted adapter re-parses from the restart point and
 publishes only the items at or after ``done``: nothing is published twice and nothing is skipped.
 
 The file may not exist yet (the adapter waits for it), may be truncated, or may be replaced (another
@@ -220,6 +220,7 @@ class FileWatch:
             done=cp.done,
             reported=cp.reported,
             session_id=cp.session_id,
+            pauses=cp.pauses,
         )
 
     async def _follow(self) -> bool:
@@ -301,6 +302,7 @@ class FileWatch:
             completion_report=cp.completion_report or any(e.type is _COMPLETION for e in envelopes),
             started=cp.started,
             ended=cp.ended,
+            pauses=tuple(stream.pauses),
             head=head,
             tail=tail,
             file=(info.st_dev, info.st_ino),

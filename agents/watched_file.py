@@ -64,6 +64,8 @@ class Checkpoint(Model):
     """AGENT_STARTED was published (once per generation, not per adapter restart)."""
     ended: bool = False
     """AGENT_EXITED was published."""
+    pauses: tuple[int, ...] = ()
+    """Where a pause ended a line at a closing tag (:attr:`agents.output_stream.OutputStream.pauses`)."""
     head: str = ""
     tail: str = ""
     file: tuple[int, int] | None = None

@@ -790,3 +790,43 @@ async def test_a_file_replaced_while_its_adapter_was_away_is_said_to_be_replaced
         assert await exited(second, 30) == 0, log.read_text()
     said = log.read_text()
     assert "was replaced by another file while the adapter was away" in said and "truncated" not in said
+
+
+@pytest.mark.parametrize("killed", [False, True])
+async def test_a_closing_tag_seen_at_a_pause_ends_its_block_after_a_restart_too(
+    redis_url: str, tmp_path: Path, killed: bool
+) -> None:
+    """The agent paused after a closing tag, then wrote on that line past 4096 bytes, then a block whose
+    tag line has text after it. The pause ended the first block for an adapter that ran throughout, and
+    must for one killed meanwhile: read again from the start, the long line was no tag line, so the
+    block stayed open and took the next one in."""
+    out, log = tmp_path / "agent.out", tmp_path / "adapter.log"
+    stop = "[STOP_WORK]\nagent_id: a16\nstop_reason: blocker\nblocker_type: missing_info\ndetails: key\n"
+    out.write_text(stop + "[/STOP_WORK]")
+    args = watch_args(out, "a16", "--poll", "0.01")
+    watcher = start(args, redis_url, log)
+    async with open_bus(redis_url) as bus:
+        await wait_until(lambda: bus.has(GROUP, T.STOP_WORK), 30, "the STOP_WORK")
+        if killed:
+            watcher.send_signal(signal.SIGKILL)
+            watcher.wait(timeout=10)
+        tentative = "[PROGRESS] - halfway\nagent_id: a16\npercent: 50\n[/PROGRESS]\n"
+        with out.open("a") as more:
+            more.write(" " + "waiting " * 600 + "\n" + tentative + _ONE_PROGRESS.format("a16", 60))
+        if killed:
+            watcher = start(args, redis_url, log)
+
+        async def percents() -> list[float]:
+            return [e.payload.percent for e in await bus.of_type(GROUP, T.PROGRESS)]  # type: ignore[union-attr]
+
+        async def last_progress() -> bool:
+            return 60 in await percents()
+
+        try:
+            await wait_until(last_progress, 30, "the last progress")
+            watcher.send_signal(signal.SIGTERM)
+            assert await exited(watcher, 30) == 0, log.read_text()
+        finally:
+            watcher.kill()
+        assert await percents() == [50, 60]
+        assert await bus.count(GROUP, T.STOP_WORK) == 1
