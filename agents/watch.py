@@ -82,6 +82,7 @@ class FileWatch:
         self._saved: Checkpoint | None = None
         self._loaded = Checkpoint()
         self._grew = False
+        self._caught_up = False  # the end of the file followed was reached: what comes later is new
         self._vanished = False
         self._directory: str | None = None
         self._finishing = False
@@ -209,6 +210,7 @@ class FileWatch:
         if self._fd is not None and self._fd != fd:
             os.close(self._fd)
         self._fd = fd
+        self._caught_up = False
         self._directory = directory_of(fd, self.path)
         os.lseek(fd, cp.resume, os.SEEK_SET)
         self.stream = OutputStream(
@@ -237,11 +239,12 @@ class FileWatch:
                 await self._switch(self._fd)
                 continue
             if chunk:
-                self._grew, quiet_since = True, None
+                self._grew, quiet_since = self._grew or self._caught_up, None
                 await self._publish(self.stream.feed(chunk), force=False)
                 continue
             if quiet_since is None:
                 quiet_since = time.monotonic()
+            self._caught_up = True
             await self._publish(self.stream.settle(), force=True)
             await self.bus.flush()  # at the end of the file: everything read is on the server
             if self._finishing:  # the end of its output: a report or block it leaves open ends here
@@ -396,7 +399,8 @@ class FileWatch:
         )
 
     def _alive_now(self) -> bool:
-        """With a pid: whether it runs. Without: whether the file grew since the last beat."""
+        """With a pid: whether it runs. Without: whether the file grew since the last beat while watched
+        (what it held when the adapter came to it may be older than the agent's end, or its loss)."""
         if self.options.pid is not None:
             return pid_alive(self.options.pid)
         grew, self._grew = self._grew, False

@@ -7,13 +7,14 @@ start a new generation with new ids; a Claude Code transcript publishes the assi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -830,3 +831,57 @@ async def test_a_closing_tag_seen_at_a_pause_ends_its_block_after_a_restart_too(
             watcher.kill()
         assert await percents() == [50, 60]
         assert await bus.count(GROUP, T.STOP_WORK) == 1
+
+
+class _Asking(FileWatch):
+    """A watch that counts the times it asks whether the agent lives (once per heartbeat interval)."""
+
+    asked = 0
+
+    def _alive_now(self) -> bool:
+        self.asked += 1
+        return super()._alive_now()
+
+
+@contextlib.asynccontextmanager
+async def _following(url: str, agent: str, options: WatchOptions) -> AsyncIterator[_Asking]:
+    """An adapter watching in this process, stopped at the end of the block."""
+    bus = await connect_bus(Settings.from_url(url), agent, GROUP)
+    stop = asyncio.Event()
+    watch = _Asking(bus, options, stop)
+    following = asyncio.create_task(watch.run())
+    try:
+        yield watch
+    finally:
+        stop.set()
+        await following
+        await bus.client.aclose()
+
+
+async def test_without_a_pid_a_restarted_adapter_beats_only_for_output_written_while_it_watches(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Without ``--pid`` only output says the agent lives. A restarted adapter reads the file again
+    (plain text from its start), and what was written while it was away: none of that says the agent
+    lives now, and a beat for it brought back an agent the coordinator had declared lost."""
+    out = tmp_path / "agent.out"
+    out.write_text(_ONE_PROGRESS.format("a17", 10))
+    options = WatchOptions(path=out, poll_s=0.01, heartbeat_s=0.02)
+    async with open_bus(redis_url) as reader:
+        async with _following(redis_url, "a17", options):
+            await wait_until(lambda: reader.has(GROUP, T.PROGRESS), 20, "the first progress")
+        with out.open("a") as more:
+            more.write("Still thinking...\n")  # written while the adapter was away
+        beats = await reader.count(GROUP, T.HEARTBEAT)
+        async with _following(redis_url, "a17", options) as watch:
+
+            async def asked_thrice() -> bool:
+                return watch.asked >= 3
+
+            await wait_until(asked_thrice, 20, "the adapter to ask three times whether the agent lives")
+            assert await reader.count(GROUP, T.HEARTBEAT) == beats
+            with out.open("a") as more:
+                more.write(_ONE_PROGRESS.format("a17", 20))
+            await wait_until(lambda: reader.has(GROUP, T.HEARTBEAT, beats + 1), 20, "a beat for new output")
+        percents = [e.payload.percent for e in await reader.of_type(GROUP, T.PROGRESS)]  # type: ignore[union-attr]
+        assert percents == [10, 20]
