@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
+from agents.lines import MAX_TAG_LINE
 from agents.lost import AWAITED, lost_signal
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, SignalItem
 from agents.transcript import AnyParser, Format
@@ -69,6 +70,10 @@ class OutputStream:
         same bytes without those pauses would differ when the rest of the line made it longer than a
         tag line can be: a fresh stream given them pauses there too, wherever its chunks end."""
         self._replay = deque(p for p in self.pauses if p > base)
+        self._paused: tuple[int, int] | None = None
+        """The latest pause and the start of its line, until the line ends: a line that ends within
+        :data:`MAX_TAG_LINE` bytes reads the same without it, and its pause is forgotten (so only pauses
+        in lines longer than a tag line can be are kept)."""
         self.waits: list[str | None] = []
         """The questions and stops it held, read or lost (:data:`_WAITS`): each :func:`recap_key`, None for
         an undated or lost one. The agent said it waits for an answer (unless it only recalled one)."""
@@ -105,6 +110,7 @@ class OutputStream:
         while self._replay and self._replay[0] <= self.fed + len(chunk):
             cut = self._replay.popleft() - self.fed
             out += self._feed(chunk[:cut])
+            self._paused = (self.fed, self._line_start[0])
             out += self._envelopes(self.parser.settle())
             chunk = chunk[cut:]
         return out + self._feed(chunk) if chunk else out
@@ -115,6 +121,11 @@ class OutputStream:
             self.bus.metrics.read_bytes.inc(len(chunk))
         newlines = chunk.count(b"\n")
         if newlines:
+            if self._paused is not None:
+                pause, start = self._paused
+                if self.fed + chunk.find(b"\n") - start < MAX_TAG_LINE:
+                    self.pauses.remove(pause)
+                self._paused = None
             self._line += newlines
             self._line_start = (self.fed + chunk.rfind(b"\n") + 1, self._line)
         self.fed += len(chunk)
@@ -124,6 +135,7 @@ class OutputStream:
         """The output paused: the envelope of a signal whose closing tag ends it without a newline."""
         if self.parser.pausing:
             self.pauses.append(self.fed)
+            self._paused = (self.fed, self._line_start[0])
         return self._envelopes(self.parser.settle())
 
     def close(self) -> list[Envelope]:

@@ -24,8 +24,9 @@ import pytest
 from adapter_kit import Bus, exited, fake, open_bus, run_ok, spawn, start, wait_until
 from faults.proxy import ReplyDroppingProxy
 
-from agents.adapter import connect_bus
+from agents.adapter import AgentBus, connect_bus
 from agents.identity import build_prompt
+from agents.output_stream import OutputStream
 from agents.parser import ErrorItem, SignalItem, parse_text
 from agents.transcript import TranscriptParser
 from agents.watch import FileWatch, WatchOptions
@@ -831,6 +832,24 @@ async def test_a_closing_tag_seen_at_a_pause_ends_its_block_after_a_restart_too(
             watcher.kill()
         assert await percents() == [50, 60]
         assert await bus.count(GROUP, T.STOP_WORK) == 1
+
+
+async def test_a_pause_is_kept_only_while_its_line_may_grow_longer_than_a_tag_line(redis_url: str) -> None:
+    """The checkpoint keeps where pauses ended lines at closing tags; a line that ended within 4096 bytes
+    reads the same without its pause, which is forgotten then, so the list does not grow with every
+    signal an agent ends at a pause."""
+    stop = "[STOP_WORK]\nagent_id: a17\nstop_reason: blocker\nblocker_type: missing_info\ndetails: key\n"
+    async with open_bus(redis_url) as bus:
+        stream = OutputStream(AgentBus(bus.client, bus.keys, "a17", GROUP), "file:/tmp/a17.out")
+        for rest in (" done\n", " " + "waiting " * 600 + "\n", " still open"):
+            stream.feed((stop + "[/STOP_WORK]").encode())
+            assert [e.type for e in stream.settle()] == [T.STOP_WORK]
+            stream.feed(rest.encode())
+        short, long, open_ = (i * len(stop + "[/STOP_WORK]") for i in (1, 2, 3))
+        long += len(" done\n")
+        open_ += len(" done\n") + 4801 + len("\n")
+        assert stream.pauses == [long, open_]  # the one in a short line gone
+        assert short not in stream.pauses
 
 
 class _Asking(FileWatch):
