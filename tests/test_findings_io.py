@@ -250,6 +250,26 @@ def test_add_validates_everything_before_publishing(redis_url: str) -> None:
     assert "no findings" in run_add(redis_url, input="\n").output
 
 
+def test_add_refuses_a_key_given_twice_and_publishes_nothing(redis_url: str) -> None:
+    """A JSON parser keeps one of the values without a word: which one was meant is not known."""
+    twice = '{"title": "t", "confidence": 90, "confidence": 10}'
+    lines = run_add(redis_url, input=f"{line(title='fine')}\n{twice}\n")
+    assert lines.exit_code == 2
+    assert lines.output == (
+        "Error: line 2: the key 'confidence' is given more than once in one object: give it once\n"
+    )
+    array = run_add(redis_url, f'[{line(title="fine")}, {{"title": "a", "evidence": {{"x": 1, "x": 2}}}}]')
+    assert array.exit_code == 2
+    assert "Error: finding 2: the key 'x' is given more than once in one object" in array.output
+    escaped = run_add(
+        redis_url, '{"title": "t", "\\u0073everity": "low", "severity": "critical", "title": "u"}'
+    )
+    assert escaped.exit_code == 2
+    assert "finding 1: the keys 'severity', 'title' are each given more than once" in escaped.output
+    assert published(redis_url) == []
+    assert run_add(redis_url, '{"title": "t", "evidence": {"title": "not the same object"}}').exit_code == 0
+
+
 def test_a_field_nested_too_deeply_to_fold_into_text_is_an_error_of_its_line() -> None:
     deep = '{"title": ' + '{"a": ' * 600 + "1" + "}" * 600 + "}"
     findings, errors = parse_findings(f"{deep}\n{line(title='after')}\n", "x")
