@@ -134,6 +134,7 @@ class AgentBus:
         *,
         encoded: Sequence[bytes] | None = None,
         state: Mapping[str, bytes] | None = None,
+        state_ttl_s: int | None = None,
         wait: bool = True,
     ) -> None:
         """Append ``envelopes`` to the signals stream, in order, in one round trip.
@@ -141,7 +142,8 @@ class AgentBus:
         ``encoded``: the envelopes' bytes, when the caller has encoded them already. An envelope over
         ``MAX_ENVELOPE_BYTES`` encoded is logged and left out (see :func:`oversize`).
         With ``state`` (a checkpoint) everything goes in one MULTI/EXEC: the entries and the state
-        that accounts for them are written together or not at all. An unreachable server is retried
+        that accounts for them are written together or not at all (with ``state_ttl_s``, each state key
+        expires after that many seconds). An unreachable server is retried
         with backoff until it answers (agent output is not dropped while it is briefly away) or until a
         stop signal gives up (:meth:`Sender.give_up`: :class:`GaveUp` is raised); the batch is sent
         again with the same ids, so an entry written twice is recognised downstream.
@@ -165,7 +167,8 @@ class AgentBus:
         if batch or state:
             # a state write must land with the entries it accounts for; plain batches need no MULTI
             commands: list[wire.Command] = [(b"XADD", self._signals, b"*", b"data", data) for data in batch]
-            commands += [(b"SET", key.encode(), value) for key, value in (state or {}).items()]
+            expiry = () if state_ttl_s is None else (b"EX", b"%d" % state_ttl_s)
+            commands += [(b"SET", key.encode(), value, *expiry) for key, value in (state or {}).items()]
             types = [envelope.type for envelope in sent]
             await self.sender.send(commands, types, state or {}, wait=wait or completing)
         if self.metrics is not None:

@@ -4,7 +4,8 @@ It takes one JSON object, a JSON array of objects, or JSON lines of :class:`~bus
 and publishes FINDING envelopes onto the group's signals stream; the coordinator copies each into the
 append-only findings stream exactly once. Everything is validated before anything is published: one bad
 finding publishes none, and the messages name its line. An envelope's id hashes the agent and the
-finding's content, so running the same command again is recognised as a repeat.
+finding's content, so running the same command again is recognised as a repeat: published with a mark,
+kept :data:`MARK_TTL_S`, by which a run killed after publishing and run again publishes nothing twice.
 """
 
 from __future__ import annotations
@@ -27,11 +28,14 @@ from bus.envelope import content_id, encode
 from bus.findings import Finding
 from bus.settings import Settings
 
-__all__ = ["EXIT_INVALID", "MAX_INPUT_BYTES", "add"]
+__all__ = ["EXIT_INVALID", "MARK_TTL_S", "MAX_INPUT_BYTES", "add"]
 
 MAX_INPUT_BYTES: Final = 64 << 20
 """``findings add`` refuses more input than this."""
 EXIT_INVALID: Final = 2
+MARK_TTL_S: Final = 30 * 24 * 3600
+"""How long the mark of a run is kept (30 days): far longer than a retry of a run that was killed or lost
+its connection takes, and short enough that the server does not keep one key per run ever made."""
 _SOURCE_HINT: Final = " (SOURCE is a file name unless it is - for stdin or starts with { or [ for JSON)"
 
 
@@ -119,7 +123,8 @@ def add(settings: Settings, source: str, agent_id: str, group_id: str, workdir: 
                 if (why := oversize(data)) is not None
             ]
             if not too_large:  # all or nothing, with the mark of having done it
-                await bus.publish(envelopes, encoded=datas, state={done: b"%d" % len(envelopes)})
+                mark = {done: b"%d" % len(envelopes)}
+                await bus.publish(envelopes, encoded=datas, state=mark, state_ttl_s=MARK_TTL_S)
             return too_large
         finally:
             await bus.client.aclose()

@@ -14,7 +14,7 @@ import redis
 from adapter_kit import CLI
 from click.testing import CliRunner, Result
 
-from agents.findings_add import MAX_INPUT_BYTES, add
+from agents.findings_add import MARK_TTL_S, MAX_INPUT_BYTES, add
 from agents.findings_import import MAX_BAD_SHOWN, MAX_LINE_BYTES, import_findings, parse_findings
 from agents.findings_parse import finding_of
 from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeType, decode, deterministic_id
@@ -214,6 +214,24 @@ def test_add_publishes_findings(redis_url: str, tmp_path: Path) -> None:
     more = run_add(redis_url, "--workdir", str(tmp_path), input=text + "\n" + line(title="third"))
     assert "published 3 finding(s)" in more.output  # the repeats keep their ids: known duplicates
     assert [e.id for e in published(redis_url)[2:4]] == [e.id for e in envelopes]
+
+
+def test_the_mark_of_an_add_expires_long_after_any_retry(redis_url: str) -> None:
+    """One key per run would otherwise stay for ever; within its time a run again publishes nothing."""
+    text = line(id="SEC-001", title="Token in code", file="auth.py", line=2)
+    assert run_add(redis_url, input=text).output == f"published 1 finding(s) of sec-1 in group {GROUP}\n"
+    client = redis.Redis.from_url(redis_url)
+    try:
+        [mark] = client.keys("*:import:add:*")
+        assert MARK_TTL_S - 600 < client.ttl(mark) <= MARK_TTL_S
+        again = run_add(redis_url, input=text)
+        assert again.output == f"these 1 finding(s) of sec-1 in group {GROUP} were published before\n"
+        assert len(published(redis_url)) == 1
+        assert client.expire(mark, 0) and not client.exists(mark)  # expired, as after its 30 days
+        later = run_add(redis_url, input=text)  # its ids known only while the group's window holds them
+        assert later.output == f"published 1 finding(s) of sec-1 in group {GROUP}\n"
+    finally:
+        client.close()
 
 
 def test_the_same_findings_go_into_another_group_of_the_shard(redis_url: str, tmp_path: Path) -> None:
