@@ -1,7 +1,8 @@
 """The agent's process as ``adapter run`` starts it: stdin closed, stdout and stderr on pipes, in a session
 of its own (the terminal's signals reach the adapter, which passes them on once, after it has decided what
 to do about them), and, on Linux, sent SIGTERM when the adapter dies, even by SIGKILL, rather than run on
-unread as an orphan.
+unread as an orphan. An adapter that stops running for it while it runs (it failed, or gave up publishing)
+ends it with SIGTERM, and SIGKILL only after :data:`STOP_GRACE_S` (:func:`stop_agent`).
 """
 
 from __future__ import annotations
@@ -13,14 +14,20 @@ import os
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Callable
 from typing import Final
 
-__all__ = ["StderrTail", "exit_status", "start_agent", "start_error"]
+__all__ = ["STOP_GRACE_S", "StderrTail", "exit_status", "start_agent", "start_error", "stop_agent"]
 
 _TAIL_LINES: Final = 20
 _TAIL_BYTES: Final = 4096
 _PR_SET_PDEATHSIG: Final = 1
+STOP_GRACE_S: Final = 5.0
+"""How long an agent the adapter stops has between SIGTERM and SIGKILL: time for it to save its session
+and work, not so long that one which ignores SIGTERM holds a failed adapter (and whatever waits for that
+to exit) for long."""
+_EXITED_POLL_S: Final = 0.2
 
 
 async def start_agent(argv: list[str]) -> asyncio.subprocess.Process:
@@ -33,6 +40,26 @@ async def start_agent(argv: list[str]) -> asyncio.subprocess.Process:
         start_new_session=True,
         preexec_fn=_dies_with_us(),
     )
+
+
+async def stop_agent(
+    process: asyncio.subprocess.Process, *, termed: bool, warn: Callable[[str], None]
+) -> None:
+    """End an agent that the adapter stops running for: SIGTERM, so that it can save its work (not sent
+    again when it was ``termed`` already, to which a second one may mean "quit now"), then SIGKILL if it
+    has not exited within :data:`STOP_GRACE_S` (said to ``warn``)."""
+    if not termed:
+        process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    try:
+        # not process.wait(): it waits for the output's end too, which a process the agent started may hold
+        while process.returncode is None and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(_EXITED_POLL_S)
+    finally:  # cancelled while it waited (Ctrl-C again): it is not left running
+        if process.returncode is None:
+            warn(f"the agent did not exit within {STOP_GRACE_S:g}s of SIGTERM: killed")
+            process.kill()
+    await process.wait()
 
 
 def start_error(program: str, exc: OSError | ValueError) -> str:

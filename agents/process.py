@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from agents.adapter import AgentBus, GaveUp, OutputStream, heartbeat_loop
-from agents.agent_process import StderrTail, exit_status, start_agent, start_error
+from agents.agent_process import StderrTail, exit_status, start_agent, start_error, stop_agent
 from agents.delegate_wait import DelegateWait
 from agents.delivery import AgentDone, DeliveryFailed, Directive
 from agents.transcript import Format
@@ -239,9 +239,8 @@ class Session:
             self._gave_up = exc
             raise
         finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
+            if process.returncode is None:  # an already passed-on SIGTERM is not sent again
+                await stop_agent(process, termed=self.signalled == signal.SIGTERM, warn=self.bus.warn)
             self.process = None
             self.idle.set()
             self._delegates.between_turns(self._between_turns())

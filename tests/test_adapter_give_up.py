@@ -1,5 +1,6 @@
 """Stopping an adapter while Redis is down: output is kept while an agent runs, given up on a signal
-that has no agent to stop (real adapters, real redis-servers killed by the test, real signals)."""
+that has no agent to stop (real adapters, real redis-servers killed by the test, real signals); an
+adapter that fails stops its agent with SIGTERM before any SIGKILL."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 import redis
 from adapter_kit import exited, fake, logged, open_bus, spawn, start, wait_until
 
+from agents.agent_process import STOP_GRACE_S
 from bus.embedded import RedisProcess, pid_alive
 from bus.envelope import EnvelopeType
 from bus.events import AgentStarted
@@ -287,6 +289,51 @@ async def test_a_hung_server_does_not_hold_a_stopped_adapter(
             return [e.type for e in await bus.envelopes(GROUP)] == [T.AGENT_STARTED, T.PROGRESS, *sent]
 
     await wait_until(applied, 20, "the resumed server to apply the batch")
+
+
+async def failing(server: RedisProcess, log: Path, agent: str, trap: str) -> int:
+    """Run an agent that sets ``trap`` (a step of the fake agent) and then prints on; once it runs, the
+    server's ACL stops allowing the adapter's writes, an error it does not wait out: the agent's pid,
+    once the adapter exited with status 1."""
+    go = log.with_name("go")
+    admin = server.client()
+    admin.acl_setuser("writer", enabled=True, passwords=["+writer-pw"], keys=["*"], commands=["+@all"])
+    url = server.url.replace("redis://", "redis://writer:writer-pw@")
+    steps = fake(
+        trap, "progress:10", f"wait-file:{go}", "progress:50", "progress:60", "sleep:60", agent_id=agent
+    )
+    adapter = start([*run_args(agent, "--quiet"), *steps], url, log)
+    try:
+        pid = await agent_pid(server.url)
+        admin.acl_setuser("writer", enabled=True, commands=["-xadd"])  # added to its rules
+        go.touch()
+        assert await exited(adapter, 30) == 1, log.read_text()  # noqa: ASYNC240 - a failed test's log
+    finally:
+        admin.close()
+        stop(adapter)
+    assert "no permissions to run the 'xadd' command" in log.read_text()  # noqa: ASYNC240 - it has exited
+    return pid
+
+
+async def test_an_adapter_that_fails_gives_its_agent_sigterm_and_time_to_save_its_work(
+    fresh_redis: RedisProcess, tmp_path: Path
+) -> None:
+    # it was killed with SIGKILL at once: nothing the agent did to save its session or work could run
+    log, noted = tmp_path / "adapter.log", tmp_path / "noted"
+    pid = await failing(fresh_redis, log, "d9", f"save-on-term:{noted}")
+    assert noted.read_text() == "SIGTERM\nsaved\n", log.read_text()
+    assert not pid_alive(pid)
+    assert "killed" not in log.read_text()
+
+
+async def test_an_agent_that_ignores_sigterm_is_killed_after_the_grace(
+    fresh_redis: RedisProcess, tmp_path: Path
+) -> None:
+    log, noted = tmp_path / "adapter.log", tmp_path / "noted"
+    pid = await failing(fresh_redis, log, "d10", f"ignore-term:{noted}")
+    assert noted.read_text() == "SIGTERM\n", log.read_text()
+    assert not pid_alive(pid)
+    assert f"the agent did not exit within {STOP_GRACE_S:g}s of SIGTERM: killed" in log.read_text()
 
 
 def _piped(

@@ -7,6 +7,8 @@ It prints prose and protocol blocks over time (each block in two writes, so read
 waits for a directive by watching a response file, or is re-run with a resume prompt, and can crash.
 Steps: say:TEXT  progress:N  many:N  burst:N  clarify  stop  delegate[:INDEPENDENCE]  complete[:FILE,FILE]
 result:FILE:LINE  await:PATH  wait-file:PATH  sleep:SECONDS  crash:CODE
+save-on-term:PATH (from then on SIGTERM is noted in PATH, and the agent saves its work, notes that too
+and exits 0)  ignore-term:PATH (SIGTERM is noted in PATH, and ignored)
 unless-prompt:TEXT=STEP and if-prompt:TEXT=STEP (STEP only when the --prompt-file and the --resumed
 prompt do not contain TEXT, or when one does).
 Only the standard library is used, like any program that was never written for this project.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from datetime import UTC, datetime
@@ -202,6 +205,10 @@ Looked at the code.
             time.sleep(0.02)
     elif name == "sleep":
         time.sleep(float(arg))
+    elif name == "save-on-term":
+        signal.signal(signal.SIGTERM, lambda *_: save_and_exit(Path(arg)))
+    elif name == "ignore-term":
+        signal.signal(signal.SIGTERM, lambda *_: note(Path(arg), "SIGTERM"))
     elif name == "crash":
         print(
             "Traceback (most recent call last):\n  File \"analyze.py\", line 142\nTypeError: cannot read 'length'",
@@ -211,6 +218,18 @@ Looked at the code.
         sys.exit(int(arg))
     else:
         raise SystemExit(f"unknown step {name!r}")
+
+
+def note(path: Path, text: str) -> None:
+    with path.open("a") as record:
+        record.write(text + "\n")
+
+
+def save_and_exit(path: Path) -> None:
+    note(path, "SIGTERM")
+    time.sleep(0.3)  # the work an agent does to save its session
+    note(path, "saved")
+    sys.exit(0)
 
 
 def await_directive(out: Output, path: Path) -> None:
