@@ -4,8 +4,8 @@
 publishes envelopes there, one round trip per batch; a batch that carries a state write (the offset
 checkpoint of a file adapter) goes in one MULTI/EXEC, so a checkpoint never disagrees with what was
 published.
-:class:`~agents.output_stream.OutputStream` (re-exported here) parses one output of the agent into the
-envelopes it publishes. Lifecycle events (AGENT_STARTED, HEARTBEAT, AGENT_EXITED) come from here too.
+:class:`~agents.output_stream.OutputStream` (re-exported here, with :data:`COMPLETING`) parses one output
+of the agent into the envelopes it publishes. Lifecycle events (AGENT_STARTED, HEARTBEAT, AGENT_EXITED) come from here too.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Final
 
 from agents.lost import AWAITED, lost_signal
-from agents.output_stream import OutputStream
+from agents.output_stream import COMPLETING, OutputStream
 from agents.sending import GaveUp, Sender
 from agents.verify import Verifier
 from bus import wire
 from bus.connection import Client, connect
-from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeType, Payload, encode, new_envelope
+from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, Payload, encode, new_envelope
 from bus.events import AgentExited, AgentStarted, Heartbeat
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.metrics import AdapterMetrics
@@ -41,8 +41,6 @@ __all__ = [
     "stderr_log",
 ]
 
-COMPLETING: Final = frozenset({EnvelopeType.COMPLETION_REPORT, EnvelopeType.RESULT})
-"""Envelope types that mean the agent finished its work."""
 MAX_TASK_CHARS: Final = 256 * 1024
 """A task longer than this is cut in AGENT_STARTED (the prompt itself is not touched)."""
 

@@ -10,6 +10,7 @@ from typing import IO, Any, Final
 import click
 
 from agents.identity import build_prompt
+from agents.items import TurnFailedItem
 from agents.options import MAX_TASK_FILE_BYTES, check_id, format_option
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, ResultItem, SignalItem
 from agents.transcript import AnyParser, Format
@@ -25,6 +26,13 @@ EXIT_USAGE: Final = 1
 EXIT_ERRORS: Final = 2
 CHUNK_BYTES: Final = 64 * 1024
 
+_KINDS: Final[dict[type[Item], str]] = {
+    SignalItem: "signal",
+    ResultItem: "result",
+    ErrorItem: "error",
+    TurnFailedItem: "failed turn",
+}
+"""What an item is counted as in the totals."""
 # The fields shown for each signal in the readable summary.
 _KEY_FIELDS: Final[dict[EnvelopeType, tuple[str, ...]]] = {
     EnvelopeType.CLARIFICATION_NEEDED: ("blocked_at",),
@@ -62,6 +70,8 @@ def item_json(item: Item) -> dict[str, Any]:
     if isinstance(item, ResultItem):
         report = item.report.model_dump(mode="json", exclude_none=True)
         return {"kind": "result", **report, "line": item.line, "offset": item.offset}
+    if isinstance(item, TurnFailedItem):
+        return {"kind": "turn_failed", "line": item.line, "offset": item.offset, "message": item.message}
     error: dict[str, Any] = {
         "kind": "error",
         "line": item.line,
@@ -87,6 +97,8 @@ def item_summary(item: Item) -> str:
 def _summary(item: Item) -> str:
     if isinstance(item, ErrorItem):
         return f"{item.line:>6}  {'ERROR':<20} {item.message}"
+    if isinstance(item, TurnFailedItem):
+        return f"{item.line:>6}  {'TURN_FAILED':<20} {item.message}"
     if isinstance(item, SignalItem):
         payload = item.payload
         values = ((name, getattr(payload, name)) for name in _KEY_FIELDS[item.type])
@@ -159,9 +171,7 @@ def parse(path: str, fmt: str, as_json: bool, max_block_bytes: int) -> None:
 
 def _write(out: IO[bytes], items: list[Item], as_json: bool, counts: Counter[str]) -> None:
     for item in items:
-        counts[
-            "error" if isinstance(item, ErrorItem) else "signal" if isinstance(item, SignalItem) else "result"
-        ] += 1
+        counts[_KINDS[type(item)]] += 1
         line = _json_line(item) if as_json else item_summary(item).encode()
         out.write(line + b"\n")
     if items:
@@ -180,6 +190,8 @@ def _write_totals(out: IO[bytes], parser: AnyParser, counts: Counter[str]) -> No
             f"transcript: session {parser.session_id or '-'}, agent {parser.agent_id or '-'}\n".encode()
         )
     total = ", ".join(counted(counts[kind], kind) for kind in ("signal", "result", "error"))
+    if counts["failed turn"]:  # said by the agent's program (a JSONL output), not the agent
+        total += f", {counted(counts['failed turn'], 'failed turn')}"
     out.write(f"{total}\n".encode())
     out.flush()
 

@@ -11,6 +11,11 @@ the protocol, a plan that mentions it) is never taken for one, as a Claude Code 
 are not (:mod:`agents.transcript`). An item is read once, when completed: the started and updated events
 of the same item carry its text so far.
 
+``turn.failed`` (its ``error``'s ``message`` says why: a usage limit, a model error) ends a turn that
+failed: it is yielded as a :class:`~agents.items.TurnFailedItem`. An ``error`` event is not: Codex CLI
+prints them for what it retries too (``Reconnecting... 1/5``), and one that ends the turn is followed by
+its ``turn.failed``.
+
 A message's text is placed as a Claude Code assistant text is: at the offset of its JSONL line, so that a
 :class:`~agents.transcript.TranscriptParser` over this reader parses each message on its own and places
 its items inside their line (ids stay deterministic, and a reading restarts at a line's start).
@@ -37,6 +42,11 @@ class CodexReader(JsonlReader):
         if kind == "thread.started" and self.session_id is None:
             thread = entry.get("thread_id")
             self.session_id = thread if isinstance(thread, str) and thread else None
+        if kind == "turn.failed":
+            error = entry.get("error")
+            message = error.get("message") if isinstance(error, dict) else None
+            said = message.strip() if isinstance(message, str) else ""
+            self._failed(line, "Codex CLI reported turn.failed" + (f": {said}" if said else ""))
         if kind != "item.completed":
             return
         item = entry.get("item")

@@ -1,5 +1,5 @@
-"""What parsing agent output yields: a signal, a result report, or an error, each located in the output,
-and how a closed block or report becomes one."""
+"""What parsing agent output yields: a signal, a result report, an error, or a failed turn the agent's
+program reported, each located in the output, and how a closed block or report becomes one."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ __all__ = [
     "Item",
     "ResultItem",
     "SignalItem",
+    "TurnFailedItem",
     "UnreadReportItem",
     "block_item",
     "report_item",
@@ -54,6 +55,16 @@ class ErrorItem(Model):
     type: EnvelopeType | None = None
 
 
+class TurnFailedItem(Model):
+    """The agent's program said in its JSONL output that the agent's turn failed (Codex CLI's
+    ``turn.failed``, a Claude Code ``result`` that is an error): ``message`` says so in its words.
+    ``line``/``offset`` locate the last byte of that JSONL line, where no text of the line is placed."""
+
+    message: str
+    line: int
+    offset: int
+
+
 class UnreadReportItem(Model):
     """A section that reads as a result report under a heading that is not a report's (``## Auditor
     Results``): no report, but held until the agent's end (see :mod:`agents.unread`). ``line``/``offset``
@@ -70,7 +81,7 @@ class UnreadReportItem(Model):
     restarted from a checkpoint must, to hold it again)."""
 
 
-Item = SignalItem | ResultItem | ErrorItem
+Item = SignalItem | ResultItem | ErrorItem | TurnFailedItem
 """What parsing agent output yields."""
 Found = Item | UnreadReportItem
 """What the text parser finds: an :data:`Item`, or a section to hold (:class:`UnreadReportItem`)."""

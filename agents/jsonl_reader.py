@@ -3,9 +3,10 @@
 :class:`JsonlReader` cuts the bytes into lines (in bounded memory: a line over the limit is skipped with
 an error), reads each as a JSON object (leniently: see :mod:`agents.lenient_json` and
 :func:`~agents.transcript_format.replaced`) and hands it to :meth:`JsonlReader._entry`, which a format's
-reader defines (:mod:`agents.transcript` for Claude Code, :mod:`agents.codex_output` for Codex CLI). A
-line is read only once its newline (or the end of the output) came, so a reading started at a line's
-start yields exactly what a reading of the whole output yields from there.
+reader defines (:mod:`agents.transcript` for Claude Code, :mod:`agents.codex_output` for Codex CLI), and
+which may also say that the agent's turn failed (:class:`~agents.items.TurnFailedItem`). A line is read
+only once its newline (or the end of the output) came, so a reading started at a line's start yields
+exactly what a reading of the whole output yields from there.
 """
 
 from __future__ import annotations
@@ -14,15 +15,19 @@ from typing import Any, Final
 
 import orjson
 
+from agents.items import ErrorItem, TurnFailedItem
 from agents.lenient_json import loads_lenient
-from agents.parser import ErrorItem
 from agents.transcript_format import BOM, replaced
+from bus.display import cut
 from bus.fields import Model
 
-__all__ = ["DEFAULT_MAX_LINE_BYTES", "AssistantText", "JsonlReader"]
+__all__ = ["DEFAULT_MAX_LINE_BYTES", "MAX_FAILURE_CHARS", "AssistantText", "JsonlReader", "Read"]
 
 DEFAULT_MAX_LINE_BYTES: Final = 16 << 20
 """JSONL lines longer than this are skipped with an error (a line holds one message)."""
+MAX_FAILURE_CHARS: Final = 4000
+"""What a program says of a failed turn is cut to this many characters: a server's error may quote a
+whole response."""
 
 
 class AssistantText(Model):
@@ -33,6 +38,10 @@ class AssistantText(Model):
     line: int
     offset: int
     start: int
+
+
+Read = AssistantText | ErrorItem | TurnFailedItem
+"""What reading a JSONL line yields."""
 
 
 class JsonlReader:
@@ -53,9 +62,10 @@ class JsonlReader:
         self._pos = 0  # offset of the current line
         self._line = first_line
         self._skipping = False
-        self._out: list[AssistantText | ErrorItem] = []
+        self._last = 0  # offset of the last byte of the line being read
+        self._out: list[Read] = []
 
-    def feed(self, chunk: bytes) -> list[AssistantText | ErrorItem]:
+    def feed(self, chunk: bytes) -> list[Read]:
         """Consume the next bytes; returns the texts (and errors) of the lines they complete."""
         start = 0
         end = chunk.find(b"\n")
@@ -68,7 +78,7 @@ class JsonlReader:
         out, self._out = self._out, []
         return out
 
-    def close(self) -> list[AssistantText | ErrorItem]:
+    def close(self) -> list[Read]:
         """End of input: a last line without a newline still counts."""
         if self._length:
             self._complete(newline=False)
@@ -85,6 +95,12 @@ class JsonlReader:
     def _error(self, line: int, offset: int, why: str) -> None:
         self._out.append(ErrorItem(line=line, offset=offset, message=f"JSONL line {line}: {why}"))
 
+    def _failed(self, line: int, message: str) -> None:
+        """The line being read says the agent's turn failed: placed on its last byte, past its texts (a
+        JSON string is longer than its value), so that its envelope id is its own."""
+        said = cut(message, MAX_FAILURE_CHARS)
+        self._out.append(TurnFailedItem(message=said, line=line, offset=self._last))
+
     def _append(self, data: bytes) -> None:
         self._length += len(data)
         if self._skipping:
@@ -97,6 +113,7 @@ class JsonlReader:
 
     def _complete(self, *, newline: bool) -> None:
         line, offset, data, skipped = self._line, self._pos, bytes(self._partial), self._skipping
+        self._last = offset + self._length - 1
         self._line += 1
         self._pos += self._length + newline
         self._length = 0

@@ -1,4 +1,5 @@
-"""What the parent is told when a signal the agent printed cannot reach it.
+"""What the parent is told when a signal the agent printed cannot reach it, or when the agent's program
+says that its turn failed.
 
 A CLARIFICATION_NEEDED, STOP_WORK or DELEGATE_WORK the agent waits on, or the completion it ends with
 (a COMPLETION_REPORT or a result report), that cannot be read or is too large for an envelope would
@@ -14,6 +15,11 @@ The other way round, a directive of the coordinator that the adapter cannot hand
 resume command cannot start, say) is dead-lettered after the adapter's attempts, and the agent would be
 left waiting for it, or ended, while the parent sees it running: the adapter then publishes a STOP_WORK
 error saying so (:func:`undelivered`).
+
+An agent whose program says in its output that the turn failed (Codex CLI's ``turn.failed``, a Claude Code
+result that is an error: :class:`~agents.items.TurnFailedItem`) prints no signal of its own, and may
+exit 0: the adapter publishes a STOP_WORK error with what the program said (:func:`failed_turn`), as it
+does for an agent that exits with an error status (:mod:`agents.process`).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Final
 from bus.envelope import EnvelopeType
 from bus.signals import BlockerType, StopReason, StopWork
 
-__all__ = ["AWAITED", "lost_signal", "undelivered"]
+__all__ = ["AWAITED", "RECOVERY", "failed_turn", "lost_signal", "undelivered"]
 
 AWAITED: Final = frozenset(
     {
@@ -38,6 +44,13 @@ AWAITED: Final = frozenset(
 
 _ENDS: Final = frozenset({EnvelopeType.COMPLETION_REPORT, EnvelopeType.RESULT})
 """What the agent ends with: most often it has finished by the time its loss is read."""
+RECOVERY: Final = (
+    "Potential fixes:\n"
+    "1. Retry from the last checkpoint\n"
+    "2. Skip the failing step and continue\n"
+    "3. Delegate the remaining work to a new agent"
+)
+"""The recoveries of an agent that failed (``error_recovery``)."""
 
 
 def lost_signal(agent_id: str, type_: EnvelopeType, where: str, why: str) -> StopWork:
@@ -77,4 +90,15 @@ def undelivered(agent_id: str, what: str, directive_id: str, how: str, why: str)
             "got it: it may wait for it, or have ended. Resolve this with what the agent needs (the "
             "same answer again, shorter, say), or choose a recovery."
         ),
+    )
+
+
+def failed_turn(agent_id: str, message: str) -> StopWork:
+    """The STOP_WORK error published for a turn that the agent's program said failed (``message``)."""
+    return StopWork(
+        agent_id=agent_id,
+        stop_reason=StopReason.ERROR,
+        blocker_type=BlockerType.ERROR,
+        details=f"The agent's turn failed: {message}",
+        error_recovery=RECOVERY,
     )

@@ -10,8 +10,9 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
+from agents.items import TurnFailedItem
 from agents.lines import MAX_TAG_LINE
-from agents.lost import AWAITED, lost_signal
+from agents.lost import AWAITED, failed_turn, lost_signal
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Item, SignalItem
 from agents.transcript import AnyParser, Format
 from agents.transcript_format import LINE_FORMATS
@@ -21,10 +22,12 @@ from bus.signals import ClarificationNeeded, StopReason, StopWork, recap_key
 if TYPE_CHECKING:
     from agents.adapter import AgentBus
 
-__all__ = ["OutputStream"]
+__all__ = ["COMPLETING", "OutputStream"]
 
 _WAITS: Final = frozenset({EnvelopeType.STOP_WORK, EnvelopeType.CLARIFICATION_NEEDED})
 """The signals by which an agent says it waits for an answer (a stop that reports completion aside)."""
+COMPLETING: Final = frozenset({EnvelopeType.COMPLETION_REPORT, EnvelopeType.RESULT})
+"""Envelope types that mean the agent finished its work."""
 
 
 class OutputStream:
@@ -75,8 +78,10 @@ class OutputStream:
         :data:`MAX_TAG_LINE` bytes reads the same without it, and its pause is forgotten (so only pauses
         in lines longer than a tag line can be are kept)."""
         self.waits: list[str | None] = []
-        """The questions and stops it held, read or lost (:data:`_WAITS`): each :func:`recap_key`, None for
-        an undated or lost one. The agent said it waits for an answer (unless it only recalled one)."""
+        """The questions and stops it held, read or lost (:data:`_WAITS`), and its failed turns: each
+        :func:`recap_key`, None for an undated or lost one or a failed turn. The agent said it waits for an
+        answer (unless it only recalled one)."""
+        self._completed = False  # it held a completion report or a result report
 
     @property
     def format(self) -> Format:
@@ -162,6 +167,9 @@ class OutputStream:
                 if item.type in _WAITS:
                     self.waits.append(None)
                 continue
+            if isinstance(item, TurnFailedItem):
+                out += self._failed(item, offset)
+                continue
             payload: Payload = item.payload if isinstance(item, SignalItem) else item.report
             if isinstance(payload, ClarificationNeeded) or (
                 isinstance(payload, StopWork) and payload.stop_reason is not StopReason.COMPLETION
@@ -170,7 +178,19 @@ class OutputStream:
             if isinstance(item, SignalItem) and item.payload.agent_id != self.bus.agent_id:
                 self.bus.foreign_id(item.payload.agent_id, self.source)
             out.append(self._envelope(payload, offset))
+            self._completed = self._completed or out[-1].type in COMPLETING
         return out
+
+    def _failed(self, item: TurnFailedItem, offset: int) -> list[Envelope]:
+        """The STOP_WORK error of a failed turn (:func:`failed_turn`); none once the agent completed, whose
+        outcome is recorded, as a failed exit after a completion is no error either."""
+        where = f"{self.bus.agent_id}: {self.source} line {item.line}"
+        if self._completed or self.bus.completed:
+            self.bus.log(f"{where}: after the agent's completion: {item.message}")
+            return []
+        self.bus.warn(f"{where}: the agent's turn failed: {item.message}")
+        self.waits.append(None)
+        return [self._envelope(failed_turn(self.bus.agent_id, item.message), offset)]
 
     def _envelope(self, payload: Payload, offset: int) -> Envelope:
         """The envelope of what the output holds at ``offset``: its id is the same on every reading."""

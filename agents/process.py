@@ -6,7 +6,8 @@ For every process it publishes AGENT_STARTED, the envelopes parsed from stdout a
 HEARTBEATs while it runs, and at its end AGENT_EXITED with the exit code and the last lines of stderr.
 A non-zero exit without a completion report is published first as a ``[STOP_WORK]`` with
 ``stop_reason: error`` and ``blocker_type: error``, the stderr tail in ``details``, so the parent can
-recover it like any error the agent reports itself.
+recover it like any error the agent reports itself; unless the turn's output said why already: a
+question or a stop of the agent's, or a failed turn its program reported (:func:`agents.lost.failed_turn`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from agents.adapter import AgentBus, GaveUp, OutputStream, heartbeat_loop
 from agents.agent_process import StderrTail, exit_status, start_agent, start_error, stop_agent
 from agents.delegate_wait import DelegateWait
 from agents.delivery import AgentDone, DeliveryFailed, Directive
+from agents.lost import RECOVERY
 from agents.transcript import Format
 from bus.envelope import Envelope, deterministic_id
 from bus.signals import BlockerType, StopReason, StopWork
@@ -33,12 +35,6 @@ from bus.signals import BlockerType, StopReason, StopWork
 __all__ = ["CHUNK", "Chunks", "ProcessOptions", "Session"]
 
 CHUNK: Final = 64 * 1024
-_RECOVERY: Final = (
-    "Potential fixes:\n"
-    "1. Retry from the last checkpoint\n"
-    "2. Skip the failing step and continue\n"
-    "3. Delegate the remaining work to a new agent"
-)
 
 Chunks = Callable[[], Awaitable[bytes]]
 """The next bytes of an output; empty at its end."""
@@ -369,7 +365,7 @@ class Session:
                 stop_reason=StopReason.ERROR,
                 blocker_type=BlockerType.ERROR,
                 details=details,
-                error_recovery=_RECOVERY,
+                error_recovery=RECOVERY,
             )
             stop_id = deterministic_id(self.bus.agent_id, f"{source}#exit", 0)
             await self.bus.publish([self.bus.envelope(stop, source=source, id=stop_id)])
@@ -379,8 +375,9 @@ class Session:
 
     def _said_it_waits(self) -> bool:
         """Whether this turn's output said the agent waits: a question or a stop, read or lost, that
-        recalls none of an earlier turn (which the coordinator does not apply again). Its exit then ends
-        the turn, whatever its status, and is no error of its own to report over what it said."""
+        recalls none of an earlier turn (which the coordinator does not apply again), or a failed turn its
+        program reported. Its exit then ends the turn, whatever its status, and is no error of its own to
+        report over what it said."""
         turn = self._turn
         if turn is None:
             return False

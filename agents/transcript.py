@@ -11,7 +11,11 @@ filter: a subagent's file holds only its own (sidechain) messages, and a main se
 session's output. ``claude -p --output-format json`` prints one ``result`` entry, whose ``result`` is the
 answer's text, and ``stream-json`` the same after the assistant's messages: a result's text is read only
 when no assistant text came since the last result (it repeats the last message's), and its
-``session_id`` is the session's, as ``sessionId`` is.
+``session_id`` is the session's, as ``sessionId`` is. A result that is an error (``is_error: true``, or a
+``subtype`` such as ``error_max_turns`` or ``error_during_execution``) also says that the agent's turn
+failed, with its ``errors`` (or its ``result``, an API error's text) as why: a
+:class:`~agents.items.TurnFailedItem`. ``claude -p`` may exit 0 after one (an API error), so its exit
+status alone would not tell.
 
 Each assistant text is parsed on its own by a :class:`~agents.parser.Parser` (a signal or a report does
 not span two messages; one still open at the end of its text is an error). The items it yields are
@@ -28,8 +32,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 from agents.codex_output import CodexReader
-from agents.items import UnreadReportItem
-from agents.jsonl_reader import DEFAULT_MAX_LINE_BYTES, AssistantText, JsonlReader
+from agents.items import TurnFailedItem, UnreadReportItem
+from agents.jsonl_reader import DEFAULT_MAX_LINE_BYTES, AssistantText, JsonlReader, Read
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Found, Item, Parser
 from agents.transcript_format import LINE_FORMATS, Detector, Format, detect_format
 from agents.unread import UnreadReports
@@ -65,10 +69,7 @@ class TranscriptReader(JsonlReader):
             self.agent_id = entry["agentId"]
         kind = entry.get("type")
         if kind == "result":
-            answer = entry.get("result")
-            if isinstance(answer, str) and self.answered_at is None:
-                self._text(answer, line, offset, offset)
-            self.answered_at = None
+            self._result(entry, line, offset)
         if kind != "assistant":
             return
         message = entry.get("message")
@@ -85,6 +86,30 @@ class TranscriptReader(JsonlReader):
                 self._text(text, line, offset, start)
                 self.answered_at = (start, line)
                 offset += len(text.encode())
+
+    def _result(self, entry: dict[str, Any], line: int, offset: int) -> None:
+        answer = entry.get("result")
+        if isinstance(answer, str) and self.answered_at is None:
+            self._text(answer, line, offset, offset)
+        self.answered_at = None
+        failure = _failure(entry)
+        if failure is not None:
+            self._failed(line, failure)
+
+
+def _failure(result: dict[str, Any]) -> str | None:
+    """What a ``result`` entry says of a failed turn, if it is an error."""
+    subtype = result.get("subtype")
+    named = isinstance(subtype, str) and subtype.startswith("error")
+    if not named and result.get("is_error") is not True:
+        return None
+    errors = result.get("errors")
+    said = [e.strip() for e in errors if isinstance(e, str) and e.strip()] if isinstance(errors, list) else []
+    answer = result.get("result")
+    if not said and isinstance(answer, str) and answer.strip():
+        said = [answer.strip()]
+    what = f"Claude Code's result is an error ({subtype})" if named else "Claude Code's result is an error"
+    return what + (f": {'; '.join(said)}" if said else "")
 
 
 class TranscriptParser:
@@ -121,10 +146,10 @@ class TranscriptParser:
     def close(self) -> list[Found]:
         return self._items(self.reader.close())
 
-    def _items(self, events: list[AssistantText | ErrorItem]) -> list[Found]:
+    def _items(self, events: list[Read]) -> list[Found]:
         items: list[Found] = []
         for event in events:
-            if isinstance(event, ErrorItem):
+            if isinstance(event, ErrorItem | TurnFailedItem):
                 items.append(event)
                 continue
             parser = Parser(

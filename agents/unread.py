@@ -55,7 +55,9 @@ class UnreadReports:
             if isinstance(item, SignalItem):
                 if item.type is EnvelopeType.COMPLETION_REPORT:
                     out += self._named(item.offset - 1)
-            elif isinstance(item, ResultItem) or item.type is EnvelopeType.RESULT:
+            elif isinstance(item, ResultItem) or (
+                isinstance(item, ErrorItem) and item.type is EnvelopeType.RESULT
+            ):
                 self._held, self._reported = None, True  # a report, or one meant that does not read
             out.append(item)
         return out

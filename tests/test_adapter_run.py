@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from adapter_kit import Bus, exited, fake, logged, open_bus, spawn, start, wait_until
+from adapter_kit import CLI, Bus, exited, fake, logged, open_bus, run_ok, spawn, start, wait_until
 
 from agents.adapter import MAX_TASK_CHARS
 from agents.agent_process import start_error
@@ -147,6 +148,83 @@ async def test_a_failure_after_completion_is_not_an_error_signal(redis_url: str,
             T.COMPLETION_REPORT,
             T.AGENT_EXITED,
         ]
+
+
+_DATA = Path(__file__).parent / "data"
+_PRINTS = "import sys; sys.stdout.buffer.write(open(sys.argv[1], 'rb').read()); sys.exit(int(sys.argv[2]))"
+"""An agent that prints a recorded output and exits with the status it is given."""
+
+
+def _run(data: bytes, part: int) -> bytes:
+    """The ``part``-th run (0, 1, ...) of recorded ``claude -p`` output: each starts with its init entry."""
+    starts = [n for n in range(len(data)) if data.startswith(b'{"type": "system"', n)]
+    return data[starts[part] : [*starts, len(data)][part + 1]]
+
+
+@pytest.mark.parametrize(
+    ("recorded", "code", "said"),
+    [
+        (
+            (_DATA / "codex_exec_failed.jsonl").read_bytes(),
+            1,
+            "Codex CLI reported turn.failed: You've hit your usage limit. Upgrade to Pro "
+            "(https://openai.com/chatgpt/pricing), or try again in 2 days 4 hours 11 minutes.",
+        ),
+        (
+            _run((_DATA / "claude_print_failed.jsonl").read_bytes(), 0),
+            1,
+            "Claude Code's result is an error (error_max_turns): Reached maximum number of turns (2)",
+        ),
+        (
+            _run((_DATA / "claude_print_failed.jsonl").read_bytes(), 1),
+            0,  # claude -p exits 0 after an API error
+            "Claude Code's result is an error: API Error: 529 "
+            '{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":null}',
+        ),
+    ],
+    ids=["codex turn.failed", "claude error_max_turns", "claude API error"],
+)
+async def test_a_failed_turn_the_agents_program_reports_is_a_stop_work_error_saying_why(
+    redis_url: str, tmp_path: Path, recorded: bytes, code: int, said: str
+) -> None:
+    # the failure was seen, if at all, from the exit status: "exited with code 1", or nothing after exit 0
+    log, output = tmp_path / "adapter.log", tmp_path / "output.jsonl"
+    output.write_bytes(recorded)
+    agent = [sys.executable, "-c", _PRINTS, str(output), str(code)]
+    adapter = start([*run_args("r21", "--quiet"), *agent], redis_url, log)
+    assert await exited(adapter, 30) == code, log.read_text()
+    async with open_bus(redis_url) as bus:
+        envelopes = [e for e in await bus.envelopes(GROUP) if e.type is not T.PROGRESS]
+    assert [e.type for e in envelopes] == [T.AGENT_STARTED, T.STOP_WORK, T.AGENT_EXITED]
+    stop, exit_ = envelopes[1].payload, envelopes[2].payload
+    assert isinstance(stop, StopWork)
+    assert (stop.stop_reason, stop.blocker_type) == (StopReason.ERROR, BlockerType.ERROR)
+    assert stop.details == f"The agent's turn failed: {said}"
+    assert stop.error_recovery is not None and "Retry from the last checkpoint" in stop.error_recovery
+    assert isinstance(exit_, AgentExited)
+    assert (exit_.exit_code, exit_.completed) == (code, False)
+    assert f"the agent's turn failed: {said}" in log.read_text()
+    await run_ok([CLI, "coordinator", "--burst", "--redis-url", redis_url])  # the parent sees why
+    shown = await run_ok([CLI, "status", "--group", GROUP, "--redis-url", redis_url])
+    assert "r21 blocked (error): The agent's turn failed: " in shown.decode(), shown.decode()
+
+
+async def test_a_failed_turn_after_the_completion_is_only_logged(redis_url: str, tmp_path: Path) -> None:
+    log, output = tmp_path / "adapter.log", tmp_path / "output.jsonl"
+    completion = "[COMPLETION_REPORT]\nagent_id: r22\nstatus: success\nsummary: Done\n[/COMPLETION_REPORT]"
+    message = {"id": "item_1", "type": "agent_message", "text": completion}
+    failed = {"type": "turn.failed", "error": {"message": "stream disconnected"}}
+    lines = [{"type": "item.completed", "item": message}, failed]
+    output.write_bytes(b"".join(json.dumps(entry).encode() + b"\n" for entry in lines))
+    agent = [sys.executable, "-c", _PRINTS, str(output), "1"]
+    adapter = start([*run_args("r22", "--quiet"), *agent], redis_url, log)
+    assert await exited(adapter, 30) == 1, log.read_text()
+    async with open_bus(redis_url) as bus:
+        types = [e.type for e in await bus.envelopes(GROUP)]
+    assert types == [T.AGENT_STARTED, T.COMPLETION_REPORT, T.AGENT_EXITED]
+    assert (
+        "after the agent's completion: Codex CLI reported turn.failed: stream disconnected" in log.read_text()
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])

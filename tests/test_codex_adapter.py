@@ -1,6 +1,7 @@
 """``adapter watch`` of Codex CLI's ``codex exec --json`` output, on a real Redis: the format is told from
-its first line, only the agent's messages are published, ``{session_id}`` is the thread id, and a
-restart after SIGKILL publishes the rest once, under the ids one reading of the whole output gives."""
+its first line, only the agent's messages are published, ``{session_id}`` is the thread id, a
+restart after SIGKILL publishes the rest once, under the ids one reading of the whole output gives, and
+a failed turn is a STOP_WORK error."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from agents.watched_file import canonical, source_of
 from bus.directives import AnswerItem, ClarificationResponse
 from bus.envelope import EnvelopeType, Kind, deterministic_id, new_envelope
 from bus.publisher import Publisher
+from bus.signals import StopReason, StopWork
 
 T = EnvelopeType
 GROUP = "g-codex"
@@ -67,3 +69,28 @@ async def test_codex_exec_output_is_read_resumed_by_its_thread_id_and_restarted(
     items = [i for i in parser.feed(OUTPUT) + parser.close() if not isinstance(i, ErrorItem)]
     source = source_of(canonical(out), 0)
     assert [e.id for e in said] == [deterministic_id("cx-1", source, i.offset) for i in items]
+
+
+async def test_a_watched_failed_turn_blocks_the_agent_instead_of_leaving_it_to_time_out(
+    redis_url: str, tmp_path: Path
+) -> None:
+    out, log = tmp_path / "codex.jsonl", tmp_path / "adapter.log"
+    out.write_bytes((Path(__file__).parent / "data" / "codex_exec_failed.jsonl").read_bytes())
+    watch = start(watch_args(out), redis_url, log)
+    try:
+        async with open_bus(redis_url) as bus:
+            await wait_until(lambda: bus.has(GROUP, T.STOP_WORK), 30, "the failed turn")
+            [stop] = await bus.of_type(GROUP, T.STOP_WORK)
+        watch.send_signal(signal.SIGTERM)
+        assert await exited(watch, 30) == 0, log.read_text()
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait()
+    assert isinstance(stop.payload, StopWork)
+    assert stop.payload.stop_reason is StopReason.ERROR
+    assert stop.payload.details.startswith(
+        "The agent's turn failed: Codex CLI reported turn.failed: You've hit your usage limit."
+    )
+    items = TranscriptParser(fmt=Format.CODEX_JSONL).feed(out.read_bytes())
+    assert stop.id == deterministic_id("cx-1", source_of(canonical(out), 0), items[-1].offset)

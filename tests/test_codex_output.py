@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from agents.cli import parse as parse_command
 from agents.codex_output import CodexReader
-from agents.jsonl_reader import AssistantText
+from agents.items import TurnFailedItem
+from agents.jsonl_reader import MAX_FAILURE_CHARS, AssistantText
 from agents.parser import ErrorItem, Found, Item, ResultItem, SignalItem, parse_text
 from agents.transcript import AnyParser, Format, TranscriptParser, detect_format
 from bus.results import ResultStatus
@@ -55,6 +56,66 @@ def test_the_data_file_holds_signals_outside_the_agent_messages() -> None:
         quoted = str(item.get("text") or item.get("aggregated_output") or item["arguments"]["query"])
         assert any(isinstance(i, SignalItem) for i in parse_text(quoted)), number
     assert b"[COMPLETION_REPORT]" in LINES[9]  # a todo list's item
+
+
+FAILED = (Path(__file__).parent / "data" / "codex_exec_failed.jsonl").read_bytes()
+"""A turn that ends at a usage limit: a message, a retry's error event, the error that ends it, turn.failed."""
+
+
+def test_a_failed_turn_is_an_item_of_its_own_on_its_lines_last_byte() -> None:
+    items, parser = parse(FAILED)
+    assert [type(i) for i in items] == [SignalItem, TurnFailedItem]
+    failed = items[1]
+    assert isinstance(failed, TurnFailedItem)
+    assert failed.message == (
+        "Codex CLI reported turn.failed: You've hit your usage limit. Upgrade to Pro "
+        "(https://openai.com/chatgpt/pricing), or try again in 2 days 4 hours 11 minutes."
+    )
+    lines = FAILED.splitlines(keepends=True)
+    assert failed.line == len(lines)
+    assert failed.offset == len(FAILED) - 2  # the line's `}`: no text of a line is placed there
+    assert parser.session_id == "0199b7c2-5d1e-7a30-9f4b-6c2e8d1a7f35"
+    assert all(parse(FAILED, cuts)[0] == items for cuts in ([1], [len(FAILED) - 1], list(range(0, 900, 7))))
+
+
+def test_error_events_alone_are_no_failed_turn() -> None:
+    # Codex CLI prints them for what it retries, and goes on
+    items, _ = parse(
+        event("error", message="Reconnecting... 1/5") + message(PROGRESS) + event("turn.completed")
+    )
+    assert [type(i) for i in items] == [SignalItem]
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        ({}, "Codex CLI reported turn.failed"),
+        ({"error": {"message": "  "}}, "Codex CLI reported turn.failed"),
+        ({"error": "not an object"}, "Codex CLI reported turn.failed"),
+        ({"error": {"message": "x" * 10_000}}, "Codex CLI reported turn.failed: " + "x" * 10_000),
+    ],
+    ids=["no error", "blank", "not an object", "long"],
+)
+def test_a_failed_turn_without_a_usable_message_says_what_it_can(error: dict[str, object], said: str) -> None:
+    items, _ = parse(event("turn.failed", **error))
+    assert [i.message for i in items if isinstance(i, TurnFailedItem)] == [
+        said if len(said) <= MAX_FAILURE_CHARS else said[: MAX_FAILURE_CHARS - 1] + "…"
+    ]
+
+
+def test_parse_shows_a_failed_turn_and_counts_it_apart_from_errors(tmp_path: Path) -> None:
+    path = tmp_path / "codex.jsonl"
+    path.write_bytes(FAILED)
+    result = CliRunner().invoke(parse_command, [str(path)])
+    assert result.exit_code == 0, result.output  # what the program said of its turn is no parse error
+    assert (
+        "     9  TURN_FAILED          Codex CLI reported turn.failed: You've hit your usage limit."
+        in result.output
+    )
+    assert "1 signal, 0 results, 0 errors, 1 failed turn" in result.output
+    result = CliRunner().invoke(parse_command, [str(path), "--json"])
+    failed = orjson.loads(result.output.splitlines()[-1])
+    assert (failed["kind"], failed["line"]) == ("turn_failed", 9)
 
 
 def test_only_the_completed_agent_messages_are_parsed() -> None:

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
 
+from agents.items import TurnFailedItem
 from agents.parser import Found, SignalItem
 from agents.transcript import AnyParser, Format, TranscriptParser
 from bus.signals import StopWork
@@ -66,3 +69,42 @@ def test_auto_detection_takes_a_json_output_for_a_transcript() -> None:
     items = parser.feed(result(STOP)) + parser.close()
     assert parser.format is Format.CLAUDE_JSONL
     assert [type(i) for i in items] == [SignalItem]
+
+
+FAILED = (Path(__file__).parent / "data" / "claude_print_failed.jsonl").read_bytes()
+"""Two `claude -p --output-format stream-json` runs: one stopped at --max-turns, one ended by an API error
+(Claude Code exits 0 after that one)."""
+
+
+def test_a_result_that_is_an_error_is_a_failed_turn_with_what_it_says() -> None:
+    items, _ = parse(FAILED)
+    assert [(i.line, type(i)) for i in items] == [(2, SignalItem), (5, TurnFailedItem), (8, TurnFailedItem)]
+    turns = [i for i in items if isinstance(i, TurnFailedItem)]
+    assert [t.message for t in turns] == [
+        "Claude Code's result is an error (error_max_turns): Reached maximum number of turns (2)",
+        "Claude Code's result is an error: API Error: 529 "
+        '{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":null}',
+    ]
+    ends = [n for n, byte in enumerate(FAILED) if byte == ord("\n")]
+    assert [t.offset for t in turns] == [ends[4] - 1, ends[7] - 1]  # each result line's last byte
+
+
+def test_a_result_whose_text_starts_with_a_signal_keeps_it_and_its_failure_apart() -> None:
+    entry = line(type="result", subtype="success", is_error=True, result=STOP.removeprefix("Blocked.\n"))
+    items, _ = parse(entry)
+    assert [type(i) for i in items] == [SignalItem, TurnFailedItem]
+    assert items[0].offset < items[1].offset
+
+
+def test_only_an_error_result_is_a_failed_turn() -> None:
+    results = [
+        line(type="result", subtype="error_during_execution", is_error=True, num_turns=1),
+        line(type="result", subtype="error_max_budget_usd", errors=["", "Reached the budget"]),
+        line(type="result", subtype="success", is_error=False, result="Done."),
+        line(type="result", subtype="success", is_error="yes", result="Done."),
+    ]
+    items, _ = parse(b"".join(results))
+    assert [(i.line, i.message) for i in items if isinstance(i, TurnFailedItem)] == [
+        (1, "Claude Code's result is an error (error_during_execution)"),
+        (2, "Claude Code's result is an error (error_max_budget_usd): Reached the budget"),
+    ]
