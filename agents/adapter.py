@@ -31,6 +31,7 @@ from bus.waits import wait_for
 
 __all__ = [
     "COMPLETING",
+    "MARK_TTL_S",
     "MAX_TASK_CHARS",
     "AgentBus",
     "GaveUp",
@@ -43,6 +44,10 @@ __all__ = [
 
 MAX_TASK_CHARS: Final = 256 * 1024
 """A task longer than this is cut in AGENT_STARTED (the prompt itself is not touched)."""
+MARK_TTL_S: Final = 30 * 24 * 3600
+"""How long a mark published with entries to say they were (``state_ttl_s`` of :meth:`AgentBus.publish`)
+is kept: 30 days, far longer than the retry of a command or the restart of an adapter killed after
+publishing takes, and short enough that the server does not keep one key per run ever made."""
 
 
 def oversize(data: bytes) -> str | None:

@@ -18,7 +18,7 @@ from typing import Final
 
 import click
 
-from agents.adapter import connect_bus, oversize
+from agents.adapter import MARK_TTL_S, connect_bus, oversize
 from agents.findings_parse import located_findings
 from agents.options import check_id
 from agents.whole_input import InputError, read_whole
@@ -28,14 +28,11 @@ from bus.envelope import content_id, encode
 from bus.findings import Finding
 from bus.settings import Settings
 
-__all__ = ["EXIT_INVALID", "MARK_TTL_S", "MAX_INPUT_BYTES", "add"]
+__all__ = ["EXIT_INVALID", "MAX_INPUT_BYTES", "add"]
 
 MAX_INPUT_BYTES: Final = 64 << 20
 """``findings add`` refuses more input than this."""
 EXIT_INVALID: Final = 2
-MARK_TTL_S: Final = 30 * 24 * 3600
-"""How long the mark of a run is kept (30 days): far longer than a retry of a run that was killed or lost
-its connection takes, and short enough that the server does not keep one key per run ever made."""
 _SOURCE_HINT: Final = " (SOURCE is a file name unless it is - for stdin or starts with { or [ for JSON)"
 
 

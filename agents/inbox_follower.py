@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-from agents.adapter import AgentBus
+from agents.adapter import MARK_TTL_S, AgentBus
 from agents.delivery import (
     GROUP,
     HOLD_REFRESH_S,
@@ -169,6 +169,7 @@ async def with_inbox(
         await bus.publish(
             [new_envelope(stop, agent_id=bus.agent_id, group_id=bus.group_id, source="deliver", id=id)],
             state={told: b"1"},
+            state_ttl_s=MARK_TTL_S,
         )
 
     follower = InboxFollower(

@@ -16,6 +16,7 @@ import redis.exceptions
 from adapter_kit import CLI, Bus, exited, fake, open_bus, run, run_ok, spawn, start, stream_fields, wait_until
 from test_launch_acks import CuttingProxy
 
+from agents.adapter import MARK_TTL_S
 from agents.delivery import (
     CommandDelivery,
     DeliveryFailed,
@@ -579,3 +580,5 @@ async def test_a_parent_told_of_a_directive_given_up_is_not_told_again_after_a_k
         second.send_signal(signal.SIGTERM)
         assert await exited(second, 20) == 0
         assert await bus.count(GROUP, T.STOP_WORK) == 1, log.read_text()
+        [mark] = [key async for key in bus.client.scan_iter(match="*:undelivered:*")]
+        assert MARK_TTL_S - 600 < await bus.client.ttl(mark) <= MARK_TTL_S  # not kept for ever

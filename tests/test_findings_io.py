@@ -14,7 +14,8 @@ import redis
 from adapter_kit import CLI
 from click.testing import CliRunner, Result
 
-from agents.findings_add import MARK_TTL_S, MAX_INPUT_BYTES, add
+from agents.adapter import MARK_TTL_S
+from agents.findings_add import MAX_INPUT_BYTES, add
 from agents.findings_import import MAX_BAD_SHOWN, MAX_LINE_BYTES, import_findings, parse_findings
 from agents.findings_parse import finding_of
 from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeType, decode, deterministic_id
