@@ -257,13 +257,19 @@ class Launcher:
     async def _launch(self, delivery: Delivery) -> tuple[Ack, str | None]:
         envelope = delivery.envelope
         self.metrics.read(envelope.type.value if envelope is not None else "undecodable")
+        # Before any refusal: a request read again after it expired, or once too often, whose agent was
+        # started is done, not one that could not start.
+        if (
+            envelope is not None
+            and isinstance(envelope.payload, LaunchRequest)
+            and self._started_already(envelope.payload, envelope.group_id)
+        ):
+            return Ack.ACK, None
         refused = _refusal(delivery, await self._now(delivery))
         if refused is not None or envelope is None or not isinstance(envelope.payload, LaunchRequest):
             log.warning("not started, dead-lettered: %s (entry %s)", refused, delivery.entry_id)
             return Ack.DEAD, refused
         request = envelope.payload
-        if self._started_already(request, envelope.group_id):
-            return Ack.ACK, None
         if not await self._previous_ended(request.new_agent_id):
             return Ack.RETRY, f"agent {request.new_agent_id} still runs here under another request"
         try:
