@@ -17,7 +17,8 @@ started again by the same process. A request that cannot be started after ``max_
 (at once when its command line is too long) is dead-lettered with the reason, and so is one read after
 it expired (``expires_at``, which the coordinator sets to when it will declare the agent lost and retry
 it: started then, the agent would run twice). Stopping a launcher with SIGTERM or SIGINT stops the
-adapters it started, which stop their agents (a second signal has them kill an agent that ignores it).
+adapters it started, which stop their agents (a second signal has them kill an agent that ignores it), and
+it starts no more: the requests it read and had not started yet stay pending, for another launcher.
 A launcher killed with SIGKILL leaves its agents running; the next launcher on the same log directory
 counts them against its ``max_parallel`` until they end (:mod:`agents.orphans`).
 """
@@ -157,7 +158,7 @@ class Launcher:
         try:
             while not stop.is_set():
                 try:
-                    found = await self._fill_slots()
+                    found = await self._fill_slots(stop)
                     if self.options.burst and not found and not self._alive() and await self._drained():
                         break
                 except (ConnectionFailed, CommandFailed) as exc:  # the agents keep running; the queue waits
@@ -216,13 +217,13 @@ class Launcher:
                 return False
         return True
 
-    async def _fill_slots(self) -> bool:
-        """Read and start requests while slots are free; whether any request was read."""
+    async def _fill_slots(self, stop: asyncio.Event) -> bool:
+        """Read and start requests while slots are free, until ``stop``; whether any request was read."""
         await self._acknowledge_started()
         found = False
         for _ in range(len(self._consumers)):
             free = self.options.max_parallel - self.busy()
-            if free <= 0:
+            if free <= 0 or stop.is_set():
                 break
             consumer = self._consumers[self._next]
             self._next = (self._next + 1) % len(self._consumers)
@@ -233,6 +234,8 @@ class Launcher:
                 key = (consumer.stream, delivery.entry_id)
                 if key in self._unacked:  # read again after its acknowledgement was lost
                     ack, reason = Ack.ACK, None
+                elif stop.is_set():  # signalled during a start: its agent would only be stopped at once
+                    continue  # left pending, for any launcher to take over
                 else:
                     ack, reason = await self._launch(delivery)
                 if ack is Ack.ACK:

@@ -11,6 +11,8 @@ from adapter_kit import open_bus, stream_fields
 from test_launcher import GROUP, request, template
 
 from agents.launcher import Launcher, LauncherOptions
+from agents.spawn import Spawner
+from bus.directives import LaunchRequest
 from bus.keys import StreamKind, dead_stream_for
 from bus.settings import Settings
 
@@ -22,6 +24,30 @@ def options(tmp_path: Path, tpl: str, **more: object) -> LauncherOptions:
         log_dir=tmp_path / "logs",
         **more,  # type: ignore[arg-type]
     )
+
+
+async def test_a_launcher_stopped_while_it_starts_an_agent_starts_no_other(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM while the first request of a batch is being started: the others are left for another
+    launcher, not started only to be stopped at once (each a blocked agent for a human to recover)."""
+    stop = asyncio.Event()
+    spawn = Spawner.start
+
+    async def stopped_meanwhile(self: Spawner, launch: LaunchRequest, group_id: str) -> object:
+        started = await spawn(self, launch, group_id)
+        stop.set()
+        return started
+
+    monkeypatch.setattr(Spawner, "start", stopped_meanwhile)
+    async with open_bus(redis_url) as bus:
+        for n in range(3):
+            await request(bus, n)
+        tpl = template(f"wait-file:{tmp_path / 'never'}", "complete")
+        launcher = Launcher(bus.client, bus.keys, Settings.from_url(redis_url), options(tmp_path, tpl))
+        assert await asyncio.wait_for(launcher.run(stop), 60) == 1
+        tasks = bus.stream(GROUP, StreamKind.TASKS)
+        assert (await bus.client.xpending(tasks, "launchers"))["pending"] == 2  # for any launcher to take
 
 
 @pytest.mark.parametrize("why", ["expired", "delivered-too-often"])
