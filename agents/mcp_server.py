@@ -34,6 +34,7 @@ import mcp_types as types
 import orjson
 from mcp.server import Server, ServerRequestContext
 from pydantic import BaseModel, ValidationError
+from pydantic_core import from_json
 
 from agents.adapter import AgentBus, connect_bus
 from agents.inbox_listener import DEFAULT_CLAIM_IDLE_MS, InboxListener, other_group
@@ -229,9 +230,9 @@ class ProtocolServer:
         """A line is out on stdout: when it is the reply that carried a directive, acknowledge that."""
         if not self._unacked:
             return
-        try:
-            request_id = orjson.loads(line).get("id")
-        except (orjson.JSONDecodeError, AttributeError):
+        try:  # not orjson: it reads an integer beyond 64 bits, which an id may be, as a float
+            request_id = from_json(line).get("id")
+        except (ValueError, AttributeError):
             return
         ack = self._unacked.pop(request_id, None)
         if ack is None:

@@ -1,0 +1,40 @@
+"""``subagent-bus mcp`` given valid JSON-RPC with hostile values: numbers JSON can write but a tool call
+cannot carry as they are, over the real stdio transport against a real Redis."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from adapter_kit import open_bus
+from test_mcp_input import AGENT, GROUP_ID, raw_server
+
+from bus.directives import AnswerItem, ClarificationResponse
+from bus.envelope import Envelope, new_envelope
+from bus.publisher import Publisher
+
+
+def directive(answer: str) -> Envelope:
+    payload = ClarificationResponse(answers=[AnswerItem(question_id="Q1", answer=answer)], next_step="Go on")
+    return new_envelope(payload, agent_id=AGENT, group_id=GROUP_ID, source="coordinator")
+
+
+@pytest.mark.parametrize("id_", [10**30, -(10**30), 2**64 + 1])
+async def test_a_directive_returned_to_a_request_with_a_huge_id_is_acknowledged(
+    redis_url: str, tmp_path: Path, id_: int
+) -> None:
+    """An id beyond 64 bits is an integer JSON-RPC allows: the reply carrying the directive is matched
+    to it, and the directive acknowledged, not left pending for the next wait to deliver again."""
+    sent = directive("JWT")
+    async with open_bus(redis_url) as bus:
+        await Publisher(bus.client, bus.keys).send_directive(sent)
+        async with raw_server(redis_url, tmp_path / "stderr") as client:
+            call = {"name": "wait_for_directive", "arguments": {"timeout_seconds": 10}}
+            line = b'{"jsonrpc": "2.0", "id": %d, "method": "tools/call", "params": %s}\n'
+            await client.send(line % (id_, orjson.dumps(call)))
+            reply = await client.reply()
+            assert reply["result"]["content"][0]["text"] == sent.payload.render()  # type: ignore[union-attr]
+            await client.request("ping")  # its reply is written after the directive's was acknowledged
+            inbox = bus.inbox(GROUP_ID, AGENT)
+            assert (await bus.client.xpending(inbox, "adapter"))["pending"] == 0
