@@ -12,7 +12,8 @@ so each call gets a fresh id) and ``source`` (``mcp:<server instance>`` instead 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
@@ -142,10 +143,32 @@ def payload_of(tool: ProtocolTool, arguments: Mapping[str, Any], agent_id: str) 
         values["agent_id"] = agent_id
     elif tool.agent_field is not None and not values.get(tool.agent_field):
         values[tool.agent_field] = agent_id
+    field = _non_finite(values)
+    if field is not None:
+        raise ToolInputError(
+            f"invalid {tool.name} call: field '{field}': not a finite number (NaN, Infinity, or beyond "
+            "a float's range), which the bus's JSON cannot carry"
+        )
     try:
         return tool.model.model_validate(values)
     except ValidationError as exc:
         raise ToolInputError(f"invalid {tool.name} call: {describe_errors(exc, limit=10)}") from None
+
+
+def _non_finite(value: object, path: str = "") -> str | None:
+    """Where ``value`` holds a float that is not finite (the JSON parser of the SDK takes ``NaN`` and
+    ``Infinity``, and reads ``1e400`` as infinity), as ``describe_errors`` names a field; None if nowhere."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if isinstance(value, dict):
+        items: Iterable[tuple[str, object]] = (
+            (f"{path}.{key}" if path else key, v) for key, v in value.items()
+        )
+    elif isinstance(value, list):
+        items = ((f"{path}[{index}]", v) for index, v in enumerate(value))
+    else:
+        return None
+    return next((found for where, v in items if (found := _non_finite(v, where)) is not None), None)
 
 
 def call_id(tool: ProtocolTool, payload: Payload, agent_id: str) -> str | None:

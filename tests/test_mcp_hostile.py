@@ -13,6 +13,7 @@ from test_mcp_input import AGENT, GROUP_ID, raw_server
 from bus.directives import AnswerItem, ClarificationResponse
 from bus.envelope import Envelope, new_envelope
 from bus.publisher import Publisher
+from bus.signals import Progress
 
 
 def directive(answer: str) -> Envelope:
@@ -38,3 +39,30 @@ async def test_a_directive_returned_to_a_request_with_a_huge_id_is_acknowledged(
             await client.request("ping")  # its reply is written after the directive's was acknowledged
             inbox = bus.inbox(GROUP_ID, AGENT)
             assert (await bus.client.xpending(inbox, "adapter"))["pending"] == 0
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        (b'{"percent": 40, "x": Infinity}', "x"),
+        (b'{"percent": 40, "x": {"y": [1, -Infinity]}}', "x.y[1]"),
+        (b'{"percent": 40, "x": NaN}', "x"),
+        (b'{"percent": 40, "x": 1e400}', "x"),
+        (b'{"percent": 40, "message": "m", "eta": -1e999}', "eta"),
+    ],
+)
+async def test_a_number_beyond_a_float_is_refused_not_published_as_null(
+    redis_url: str, tmp_path: Path, arguments: bytes, field: str
+) -> None:
+    async with raw_server(redis_url, tmp_path / "stderr") as client:
+        params = b'{"name": "report_progress", "arguments": %s}' % arguments
+        await client.send(b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": %s}\n' % params)
+        reply = await client.reply()
+        assert reply["id"] == 3 and reply["result"]["isError"], reply
+        text = reply["result"]["content"][0]["text"]
+        assert f"invalid report_progress call: field '{field}': not a finite number" in text, text
+        result = await client.request("tools/call", {"name": "report_progress", "arguments": {"percent": 41}})
+        assert not result["isError"], result
+        async with open_bus(redis_url) as bus:
+            published = [e.payload for e in await bus.envelopes(GROUP_ID)]
+            assert [p.percent for p in published if isinstance(p, Progress)] == [41]
