@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Final, Literal, Union, cast
@@ -119,7 +120,11 @@ def deterministic_id(agent_id: str, source: str, offset: int) -> str:
 def content_id(agent_id: str, kind: str, payload: BaseModel) -> str:
     """The id of an envelope named by what it says: the same ``kind`` of payload with the same content
     from the same agent is the same envelope (a script, or a tool call, run again)."""
-    canonical = orjson.dumps(payload.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+    content = payload.model_dump(mode="json")
+    try:
+        canonical = orjson.dumps(content, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:  # an integer beyond 64 bits, which a signal's extra field can hold
+        canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     return deterministic_id(agent_id, f"{kind}:{hashlib.sha256(canonical).hexdigest()}", 0)
 
 

@@ -66,3 +66,30 @@ async def test_a_number_beyond_a_float_is_refused_not_published_as_null(
         async with open_bus(redis_url) as bus:
             published = [e.payload for e in await bus.envelopes(GROUP_ID)]
             assert [p.percent for p in published if isinstance(p, Progress)] == [41]
+
+
+async def test_a_dated_signal_with_an_integer_beyond_64_bits_is_published_once(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Its id is derived from its content, which holds a number orjson cannot write: the call is
+    published (as an adapter publishes the same signal printed as text), and made again it is the same
+    envelope."""
+    arguments = (
+        b'{"percent": 40, "timestamp": "2026-01-11T08:45:00-05:00", "x": 1000000000000000000000000000000}'
+    )
+    params = b'{"name": "report_progress", "arguments": %s}' % arguments
+    ids = []
+    async with raw_server(redis_url, tmp_path / "stderr") as client:
+        for id_ in (4, 5):
+            await client.send(
+                b'{"jsonrpc": "2.0", "id": %d, "method": "tools/call", "params": %s}\n' % (id_, params)
+            )
+            reply = await client.reply()
+            assert reply["id"] == id_ and not reply["result"]["isError"], reply
+            ids.append(reply["result"]["content"][0]["text"].split()[2])
+    assert ids[0] == ids[1]
+    async with open_bus(redis_url) as bus:
+        [published] = {e.id: e for e in await bus.envelopes(GROUP_ID)}.values()
+        assert published.id == ids[0]
+        assert published.payload.model_extra == {"x": 10**30}
+    assert "Traceback" not in (tmp_path / "stderr").read_text()
