@@ -1,7 +1,8 @@
 """The protocol's MCP tools: what each publishes, its input schema, and a call's payload and envelope id.
 
 Each signal of seed 000 (and PROGRESS, a finding, a result report) is a tool whose input schema is the
-JSON Schema of the payload model itself, so a call is validated by the same model the text parser uses.
+JSON Schema of the payload model itself, so a call is validated by the same model the text parser uses
+(a finding is read as ``findings add`` reads one: :func:`agents.findings_parse.finding_of`).
 A valid call is turned into an envelope by the adapters' own code (:meth:`agents.adapter.AgentBus.envelope`
 and :meth:`~agents.adapter.AgentBus.publish`): the same type, payload and stream as the signal printed
 as text, so the coordinator cannot tell the two apart. Two things differ, by nature: the envelope id
@@ -20,6 +21,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agents.findings_parse import finding_of
 from agents.parser import describe_errors
 from bus.envelope import Payload, content_id
 from bus.findings import Finding
@@ -149,6 +151,11 @@ def payload_of(tool: ProtocolTool, arguments: Mapping[str, Any], agent_id: str) 
             f"invalid {tool.name} call: field '{field}': not a finite number (NaN, Infinity, or beyond "
             "a float's range), which the bus's JSON cannot carry"
         )
+    if tool.model is Finding:  # read as `findings add` reads one: `"line": true` is no line 1
+        try:
+            return finding_of(values, agent_id)
+        except ValueError as exc:
+            raise ToolInputError(f"invalid {tool.name} call: {exc}") from None
     try:
         return tool.model.model_validate(values)
     except ValidationError as exc:

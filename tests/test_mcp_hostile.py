@@ -93,3 +93,19 @@ async def test_a_dated_signal_with_an_integer_beyond_64_bits_is_published_once(
         assert published.id == ids[0]
         assert published.payload.model_extra == {"x": 10**30}
     assert "Traceback" not in (tmp_path / "stderr").read_text()
+
+
+@pytest.mark.parametrize(("field", "value"), [("line", "true"), ("confidence", "false")])
+async def test_a_finding_with_a_boolean_for_a_number_is_refused_as_findings_add_refuses_it(
+    redis_url: str, tmp_path: Path, field: str, value: str
+) -> None:
+    arguments = b'{"title": "SQL injection", "file": "src/a.py", "%s": %s}' % (field.encode(), value.encode())
+    params = b'{"name": "add_finding", "arguments": %s}' % arguments
+    async with raw_server(redis_url, tmp_path / "stderr") as client:
+        await client.send(b'{"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": %s}\n' % params)
+        reply = await client.reply()
+        assert reply["id"] == 6 and reply["result"]["isError"], reply
+        text = reply["result"]["content"][0]["text"]
+        assert text == f"invalid add_finding call: {field}: a number, not {value}", text
+    async with open_bus(redis_url) as bus:
+        assert await bus.envelopes(GROUP_ID) == []
