@@ -25,6 +25,10 @@ Why stdin is not left to the SDK:
   JSON error, the members a message lacks, the parameter and what it should be). The exception is a
   malformed *response* (an object with ``result`` or ``error`` and no ``method``): JSON-RPC answers no
   response, and two peers answering each other's bad responses would never stop; it is only logged.
+- It takes the last value of a key given twice in one object (``{"line": 3, "line": 30}``). No client
+  that sends objects writes that; of a line written by hand neither value can be said to be the one
+  meant, so a message giving a key twice, at any depth, is answered ``-32600`` naming the key (a
+  notification, which gets no answer, is logged and dropped).
 
 Answers go out on the SDK's own write stream, so they never interleave with its replies on stdout.
 Each rejected line is also reported on stderr. Blank lines are skipped: there is nothing to answer.
@@ -53,6 +57,7 @@ from pydantic import ValidationError
 from pydantic_core import from_json
 
 from agents.adapter import stderr_log
+from agents.json_keys import keys_given_twice
 from agents.lenient_json import loads_lenient
 from bus.display import cut, one_line
 from bus.envelope import MAX_ENVELOPE_BYTES
@@ -66,6 +71,7 @@ __all__ = [
     "ScreenedLines",
     "StdinLines",
     "WrittenLines",
+    "keys_twice",
     "overlong_error",
     "rejection",
     "screened_stdio",
@@ -257,6 +263,34 @@ def _describe(message: dict[str, Any], exc: ValidationError) -> str:
     return f"not a JSON-RPC {_MEMBERS[member]}: {'; '.join(list(problems.values())[:3])}"
 
 
+def keys_twice(line: str) -> types.JSONRPCError | None:
+    """``-32600`` naming the keys ``line`` (a JSON-RPC message) gives more than once in one object, at
+    any depth; None when it gives each once. The SDK would take the last value of each: no client that
+    sends objects writes such a line, and of one written by hand neither value can be said to be meant,
+    so it is refused, as ``findings add`` refuses such a finding."""
+    twice = keys_given_twice(line)
+    if not twice.keys:
+        return None
+    names = ", ".join(repr(cut(one_line(key), 40)) for key in twice.keys[:5])
+    if len(twice.keys) > 5:
+        names += f" (and {len(twice.keys) - 5} more)"
+    which = f"the key {names} is" if len(twice.keys) == 1 else f"the keys {names} are each"
+    return _error(
+        types.INVALID_REQUEST,
+        f"Invalid Request: {which} given more than once in one object: give each once",
+        None if "id" in twice.outermost else _request_id(from_json(line)),
+    )
+
+
+def _is_notification(line: str) -> bool:
+    """Whether ``line`` is a JSON object with a ``method`` and no ``id``."""
+    try:
+        message = from_json(line)
+    except ValueError:
+        return False
+    return isinstance(message, dict) and "method" in message and "id" not in message
+
+
 def _is_response(line: str) -> bool:
     """Whether ``line`` is meant as a response (a JSON object with ``result`` or ``error``, no ``method``)."""
     try:
@@ -313,16 +347,20 @@ class ScreenedLines:
             else:
                 text = line.removesuffix("\n")  # or a JSON error's position would be on a line 2
                 found = rejection(text) or self._premature(text)
-                if found is None:
-                    return line
-                mended = _mended(text) if found.error.code == types.PARSE_ERROR else None
+                mended = (
+                    _mended(text) if found is not None and found.error.code == types.PARSE_ERROR else None
+                )
                 if mended is not None:
                     found = rejection(mended) or self._premature(mended)
-                    if found is None:
-                        return mended + "\n"
+                valid = found is None  # but maybe for keys given twice
+                if found is None and (found := keys_twice(text)) is None:
+                    return line if mended is None else mended + "\n"
                 error, seen = found, f"a line of {len(text.encode())} bytes: {cut(one_line(text), 80)}"
                 if _is_response(text):
                     self.log(f"dropped a malformed response ({error.error.message}), unanswered: {seen}")
+                    continue
+                if valid and _is_notification(text):  # JSON-RPC answers no notification
+                    self.log(f"dropped a notification ({error.error.message}), unanswered: {seen}")
                     continue
             self.log(f"answered {error.error.code} ({error.error.message}) to {seen}")
             if not await self._answer(error):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import mcp_types as types
 import orjson
 import pytest
 from adapter_kit import open_bus
@@ -109,3 +110,35 @@ async def test_a_finding_with_a_boolean_for_a_number_is_refused_as_findings_add_
         assert text == f"invalid add_finding call: {field}: a number, not {value}", text
     async with open_bus(redis_url) as bus:
         assert await bus.envelopes(GROUP_ID) == []
+
+
+async def test_a_request_with_a_key_given_twice_is_refused_rather_than_read_with_one_of_its_values(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """No MCP client writes one (it sends objects), but a hand-written one can: it is told, as
+    ``findings add`` tells it, and nothing is published."""
+    arguments = b'{"percent": 40, "message": "first", "x": {"a": 1, "a": 2}, "message": "second"}'
+    params = b'{"name": "report_progress", "arguments": %s}' % arguments
+    stderr = tmp_path / "stderr"
+    async with raw_server(redis_url, stderr) as client:
+        await client.send(b'{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": %s}\n' % params)
+        reply = await client.reply()
+        assert (reply["id"], reply["error"]["code"]) == (7, types.INVALID_REQUEST), reply
+        message = reply["error"]["message"]
+        assert "the keys 'a', 'message' are each given more than once in one object" in message, message
+        finding = b'{"name": "add_finding", "arguments": {"id": "F1", "title": "t", "id": "F2"}}'
+        await client.send(b'{"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": %s}\n' % finding)
+        reply = await client.reply()
+        assert (reply["id"], reply["error"]["code"]) == (8, types.INVALID_REQUEST), reply
+        assert "the key 'id' is given more than once" in reply["error"]["message"], reply
+        await client.send(b'{"jsonrpc": "2.0", "id": 9, "method": "ping", "id": 10}\n')
+        reply = await client.reply()  # which id to answer is what cannot be said
+        assert (reply["id"], reply["error"]["code"]) == (None, types.INVALID_REQUEST), reply
+        await client.send(
+            b'{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1, "requestId": 2}}\n'
+        )
+        await client.assert_served()  # a notification is not answered, and the next request is
+    async with open_bus(redis_url) as bus:
+        assert await bus.envelopes(GROUP_ID) == []
+    logged = stderr.read_text()
+    assert "answered -32600" in logged and "dropped a notification" in logged, logged
