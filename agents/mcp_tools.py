@@ -115,7 +115,9 @@ class WaitInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    timeout_seconds: float = Field(default=60.0, ge=0, le=3600, description="How long to wait.")
+    timeout_seconds: float = Field(
+        default=60.0, ge=0, le=3600, allow_inf_nan=False, description="How long to wait."
+    )
 
 
 class StatusInput(BaseModel):

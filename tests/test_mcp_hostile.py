@@ -142,3 +142,16 @@ async def test_a_request_with_a_key_given_twice_is_refused_rather_than_read_with
         assert await bus.envelopes(GROUP_ID) == []
     logged = stderr.read_text()
     assert "answered -32600" in logged and "dropped a notification" in logged, logged
+
+
+@pytest.mark.parametrize("value", [b"NaN", b"Infinity", b"1e400"])
+async def test_wait_for_directive_says_a_timeout_that_is_no_number_is_not_finite(
+    redis_url: str, tmp_path: Path, value: bytes
+) -> None:
+    params = b'{"name": "wait_for_directive", "arguments": {"timeout_seconds": %s}}' % value
+    async with raw_server(redis_url, tmp_path / "stderr") as client:
+        await client.send(b'{"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": %s}\n' % params)
+        reply = await client.reply()
+        assert reply["id"] == 9 and reply["result"]["isError"], reply
+        text = reply["result"]["content"][0]["text"]
+        assert text == "invalid arguments: field 'timeout_seconds': Input should be a finite number", text
