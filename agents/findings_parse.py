@@ -6,22 +6,21 @@ schema): ``location`` (``"src/a.ts:8"``, split as a report's Location column is)
 ``line``, and ``description`` for a ``title`` that is missing.
 
 A key given twice in one object (``{"confidence": 90, "confidence": 10}``) is an error of its finding:
-a JSON parser keeps one of the values without a word, and which one a script meant is not known. orjson
-reads the input; the keys are counted by a second reading with the standard library's parser, whose
-``object_pairs_hook`` sees every key (this input is a command's, read once, not a hot path).
+a JSON parser keeps one of the values without a word, and which one a script meant is not known
+(:mod:`agents.json_keys`).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any, Final
 
 import orjson
 from pydantic import ValidationError
 
 from agents.cells import names_no_line, split_location
+from agents.json_keys import keys_given_twice, twice_message
 from agents.parser import describe_errors
-from bus.display import one_line, quoted
+from bus.display import quoted
 from bus.findings import MAX_LINE, Finding
 
 __all__ = ["LeftOut", "finding_of", "located_findings", "parse_findings"]
@@ -143,7 +142,7 @@ def located_findings(text: str, agent: str) -> tuple[list[tuple[str, Finding]], 
         try:
             value = orjson.loads(line)
             if isinstance(value, dict):  # anything else is no finding, whatever its keys
-                _refuse_keys_twice([key for keys in _keys_twice(line) for key in keys])
+                _refuse_keys_twice(keys_given_twice(line).keys)
             found.append((f"line {number}", finding_of(value, agent)))
         except orjson.JSONDecodeError as exc:
             errors.append(f"line {number}: not JSON ({exc})")
@@ -168,48 +167,17 @@ def _validated(
 
 
 def _refuse_keys_twice(keys: list[str]) -> None:
-    if not keys:
-        return
-    names = ", ".join(quoted(one_line(key)) for key in keys[:5])
-    if len(keys) > 5:
-        names += f" (and {len(keys) - 5} more)"
-    if len(keys) == 1:
-        raise ValueError(f"the key {names} is given more than once in one object: give it once")
-    raise ValueError(f"the keys {names} are each given more than once in one object: give each once")
-
-
-class _KeysTwice:
-    """An ``object_pairs_hook`` that keeps each object given a key more than once, with those keys."""
-
-    def __init__(self) -> None:
-        self.found: list[tuple[dict[str, Any], list[str]]] = []
-
-    def __call__(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        value = dict(pairs)
-        if len(value) < len(pairs):
-            seen: set[str] = set()
-            twice: list[str] = []
-            for key, _ in pairs:
-                if key in seen and key not in twice:
-                    twice.append(key)
-                seen.add(key)
-            self.found.append((value, twice))
-        return value
+    if keys:
+        raise ValueError(twice_message(keys))
 
 
 def _keys_twice(text: str) -> list[list[str]]:
     """For each item of the JSON ``text`` (of an array, or its one value), the keys given more than once
-    in an object of it, at any depth; an empty list when it cannot be read (see below)."""
-    hook = _KeysTwice()
-    try:
-        value = json.loads(text, object_pairs_hook=hook)
-    except (ValueError, RecursionError):
-        # Nesting beyond the interpreter's depth: a finding that deep is refused for it anyway (its
-        # text fields are folded level by level); anything else orjson read, this parser reads too.
-        return []
-    items = value if isinstance(value, list) else [value]
+    in an object of it, at any depth (none when it cannot be read: see :func:`keys_given_twice`)."""
+    twice = keys_given_twice(text)
+    items = twice.value if isinstance(twice.value, list) else [twice.value]
     found: list[list[str]] = [[] for _ in items]
-    if not hook.found:
+    if not twice.found:
         return found
     owner: dict[int, int] = {}  # each object by identity: the item it is in
     for index, item in enumerate(items):
@@ -221,7 +189,7 @@ def _keys_twice(text: str) -> list[list[str]]:
                 stack.extend(node.values())
             elif isinstance(node, list):
                 stack.extend(node)
-    for built, twice in hook.found:
-        keys = found[owner[id(built)]]
-        keys += [key for key in twice if key not in keys]
+    for built, keys in twice.found:
+        held = found[owner[id(built)]]
+        held += [key for key in keys if key not in held]
     return found

@@ -1,5 +1,10 @@
 """The keys a JSON text gives more than once in one object, which the JSON parsers in use settle silently
-(the last value wins): for a reader that refuses such a text rather than take one of the values."""
+(the last value wins): for a reader that refuses such a text rather than take one of the values.
+
+orjson and the MCP SDK read the text; the keys are counted by a second reading with the standard
+library's parser, whose ``object_pairs_hook`` sees every key (escaped spellings too: ``"\\u0061"`` is
+``"a"``). Only inputs read once take that second reading (a command's, a message's), no hot path.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +12,25 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["KeysTwice", "keys_given_twice"]
+from bus.display import cut, one_line
+
+__all__ = ["KeysTwice", "keys_given_twice", "twice_message"]
 
 
 @dataclass
 class KeysTwice:
-    """The keys given more than once in an object of a text, at any depth, and in its outermost one."""
+    """The objects of a text that give a key more than once, at any depth, and its outermost one's keys."""
 
-    keys: list[str] = field(default_factory=list)
+    found: list[tuple[dict[str, Any], list[str]]] = field(default_factory=list)
+    """Each object (as read) that gives keys more than once, with those keys, innermost first."""
     outermost: list[str] = field(default_factory=list)
+    value: Any = None
+    """The text's value, whose objects are those of :attr:`found` (for telling which item holds one)."""
+
+    @property
+    def keys(self) -> list[str]:
+        """Every key given more than once in an object, each named once."""
+        return list(dict.fromkeys(key for _, keys in self.found for key in keys))
 
     def __call__(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         """``json.loads``'s ``object_pairs_hook``: it is called for an object once its members are read,
@@ -28,15 +43,26 @@ class KeysTwice:
                 if key in seen and key not in self.outermost:
                     self.outermost.append(key)
                 seen.add(key)
-            self.keys += [key for key in self.outermost if key not in self.keys]
+            self.found.append((value, self.outermost))
         return value
 
 
 def keys_given_twice(text: str) -> KeysTwice:
-    """The keys ``text`` gives twice; none when it is no JSON this parser reads (too deeply nested)."""
+    """The keys ``text`` gives twice; none when it is no JSON this parser reads (too deeply nested: the
+    readers refuse such a text for its depth anyway)."""
     found = KeysTwice()
     try:
-        json.loads(text, object_pairs_hook=found)
+        found.value = json.loads(text, object_pairs_hook=found)
     except (ValueError, RecursionError):
         return KeysTwice()
     return found
+
+
+def twice_message(keys: list[str]) -> str:
+    """``the key 'a' is given more than once in one object: give it once`` (or of up to five keys)."""
+    names = ", ".join(repr(cut(one_line(key), 40)) for key in keys[:5])
+    if len(keys) > 5:
+        names += f" (and {len(keys) - 5} more)"
+    if len(keys) == 1:
+        return f"the key {names} is given more than once in one object: give it once"
+    return f"the keys {names} are each given more than once in one object: give each once"

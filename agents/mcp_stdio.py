@@ -57,7 +57,7 @@ from pydantic import ValidationError
 from pydantic_core import from_json
 
 from agents.adapter import stderr_log
-from agents.json_keys import keys_given_twice
+from agents.json_keys import keys_given_twice, twice_message
 from agents.lenient_json import loads_lenient
 from bus.display import cut, one_line
 from bus.envelope import MAX_ENVELOPE_BYTES
@@ -271,13 +271,9 @@ def keys_twice(line: str) -> types.JSONRPCError | None:
     twice = keys_given_twice(line)
     if not twice.keys:
         return None
-    names = ", ".join(repr(cut(one_line(key), 40)) for key in twice.keys[:5])
-    if len(twice.keys) > 5:
-        names += f" (and {len(twice.keys) - 5} more)"
-    which = f"the key {names} is" if len(twice.keys) == 1 else f"the keys {names} are each"
     return _error(
         types.INVALID_REQUEST,
-        f"Invalid Request: {which} given more than once in one object: give each once",
+        f"Invalid Request: {twice_message(twice.keys)}",
         None if "id" in twice.outermost else _request_id(from_json(line)),
     )
 
