@@ -177,6 +177,15 @@ def _merged_records(view: dict[str, list[MergedFinding]]) -> Iterator[dict[str, 
     return ({"group_id": g, **m.model_dump(mode="json")} for g, merged in view.items() for m in merged)
 
 
+def _one_format(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    """``--json`` and ``--jsonl`` refused together while the options are parsed (before the connection
+    options start a local server): whichever of the two click handles second sees the other."""
+    other = "as_jsonl" if param.name == "as_json" else "as_json"
+    if value and ctx.params.get(other):
+        raise click.UsageError("--json and --jsonl exclude each other")
+    return value
+
+
 @click.group("findings", invoke_without_command=True)
 @click.option("--group", "group_id", callback=not_blank, help="Only this task group.")
 @click.option(
@@ -184,8 +193,8 @@ def _merged_records(view: dict[str, list[MergedFinding]]) -> Iterator[dict[str, 
     is_flag=True,
     help="The deduplicated view the coordinators keep, with combined confidence under --policy.",
 )
-@click.option("--json", "as_json", is_flag=True, help="One JSON array.")
-@click.option("--jsonl", "as_jsonl", is_flag=True, help="One JSON object per line.")
+@click.option("--json", "as_json", is_flag=True, callback=_one_format, help="One JSON array.")
+@click.option("--jsonl", "as_jsonl", is_flag=True, callback=_one_format, help="One JSON object per line.")
 @POLICY_OPTION
 @redis_options
 @click.pass_context
@@ -205,8 +214,6 @@ def findings(
     """
     if ctx.invoked_subcommand is not None:
         return
-    if as_json and as_jsonl:
-        raise click.UsageError("--json and --jsonl exclude each other")
     if merged:
         listing = _MergedListing(as_json=as_json, as_jsonl=as_jsonl)
         _list_merged(settings, group_id, policy, listing)

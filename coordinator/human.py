@@ -99,9 +99,18 @@ def _split_answers(pairs: tuple[str, ...], known: Collection[str]) -> list[tuple
     return list(out.items())
 
 
+def _with_equals(_ctx: click.Context, _param: click.Parameter, pairs: tuple[str, ...]) -> tuple[str, ...]:
+    """Each answer written ``QUESTION_ID=answer``, checked while the arguments are parsed: a usage error
+    before the connection options start a local server (which ids hold "=" is known only once connected)."""
+    for pair in pairs:
+        if "=" not in pair:
+            raise click.BadParameter(f"{cut(repr(pair), 80)} is not QUESTION_ID=answer", param_hint="ANSWERS")
+    return pairs
+
+
 @click.command()
 @click.argument("agent_id")
-@click.argument("answers", nargs=-1, required=True)
+@click.argument("answers", nargs=-1, required=True, callback=_with_equals)
 @_text("--next-step", help="What the agent should do next (default: continue with the answers).")
 @_how
 @redis_options
@@ -118,9 +127,6 @@ def answer(
     answer until the agent has them all. An id that starts with - goes after `--`; one that holds = is
     written as it is (`a=b="..."`: the agent's longest question id the argument starts with).
     """
-    for pair in answers:  # a usage error before connecting (which ids hold "=" is known only then)
-        if "=" not in pair:
-            raise click.BadParameter(f"{cut(repr(pair), 80)} is not QUESTION_ID=answer", param_hint="ANSWERS")
 
     def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
         records = [g.agents[agent_id] for g in groups if agent_id in g.agents]

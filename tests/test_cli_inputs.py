@@ -94,3 +94,23 @@ def test_a_long_id_or_answer_is_quoted_cut_in_an_error(tmp_path: Path) -> None:
     with pytest.raises(BusError, match="no delegation request 'xxx") as refused:
         find_request([], long)
     assert len(str(refused.value)) < 200
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["answer", "agent-1", "Q1"], "'Q1' is not QUESTION_ID=answer"),
+        (["findings", "--json", "--jsonl"], "--json and --jsonl exclude each other"),
+        (["findings", "--jsonl", "--merged", "--json"], "--json and --jsonl exclude each other"),
+    ],
+    ids=["answer-without-equals", "findings-json-jsonl", "findings-jsonl-json"],
+)
+def test_a_usage_error_starts_no_local_server(tmp_path: Path, args: list[str], message: str) -> None:
+    try:
+        done = _cli(args, tmp_path)
+    finally:
+        stop_local_server(tmp_path / ".subagent-bus")
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert "using local Redis" not in done.stderr
+    assert not (tmp_path / ".subagent-bus").exists()
