@@ -26,8 +26,9 @@ from bus.directives import (
     HumanResolve,
     RecoveryOption,
 )
-from bus.display import cut
+from bus.display import cut, one_line
 from bus.envelope import Payload
+from bus.errors import BusError
 from bus.params import FiniteFloatRange, not_blank
 from bus.settings import Settings
 from bus.signals import Question
@@ -92,9 +93,9 @@ def _split_answers(pairs: tuple[str, ...], known: Collection[str]) -> list[tuple
                     f"{cut(repr(pair), 80)} is not QUESTION_ID=answer", param_hint="ANSWERS"
                 )
         if not answer.strip():
-            raise click.BadParameter(f"the answer to {cut(qid, 80)} is blank", param_hint="ANSWERS")
+            raise click.BadParameter(f"the answer to {one_line(cut(qid, 80))} is blank", param_hint="ANSWERS")
         if qid in out:
-            raise click.BadParameter(f"{qid} is answered twice", param_hint="ANSWERS")
+            raise click.BadParameter(f"{one_line(cut(qid, 80))} is answered twice", param_hint="ANSWERS")
         out[qid] = answer.strip()
     return list(out.items())
 
@@ -208,9 +209,13 @@ def recover(
 
 
 def _delegation_command(approve: bool) -> Callable[..., None]:
-    def build_for(request_id: str, reason: str | None, alternative: str | None) -> Build:
+    def build_for(
+        request_id: str, reason: str | None, alternative: str | None, group_id: str | None
+    ) -> Build:
         def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
             holding = [g for g in groups if request_id in g.delegations]
+            if not holding and group_id is not None:
+                raise BusError(f"no delegation request {cut(repr(request_id), 80)} in group {group_id!r}")
             if not holding:
                 find_request(groups, request_id)  # raises
             group = only(
@@ -235,7 +240,8 @@ def _delegation_command(approve: bool) -> Callable[..., None]:
         alternative: str | None = None,
     ) -> None:
         source = "approve" if approve else "deny"
-        publish_command(settings, how, build_for(request_id, reason, alternative), source, request_id)
+        build = build_for(request_id, reason, alternative, how.group_id)
+        publish_command(settings, how, build, source, request_id)
 
     return command
 

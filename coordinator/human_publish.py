@@ -130,12 +130,12 @@ async def _publish(
                 raise BusError(f"{exc}{await no_coordinator_note(client, keys)}") from None
             raise BusError(retired) from None
         except BusError as exc:
-            raise BusError(f"{exc}{queued_before(queued, subject, group_id)}") from None
+            raise BusError(one_line(f"{exc}{queued_before(queued, subject, group_id)}")) from None
         envelope = new_envelope(payload, agent_id=agent_id, group_id=group_id, source=source)
         state = next(g for g in groups if g.group_id == group_id)
         rejected = apply(state, envelope, how.policy).rejected
         if rejected is not None:
-            raise BusError(f"{rejected}{queued_before(queued, subject, group_id)}")
+            raise BusError(one_line(f"{rejected}{queued_before(queued, subject, group_id)}"))
         shard = keys.shard_of(group_id)
         events = keys.stream(shard, StreamKind.EVENTS)
         with translated():

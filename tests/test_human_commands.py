@@ -502,3 +502,25 @@ def test_a_question_id_that_holds_an_equals_sign_is_answered_as_inbox_suggests(r
     [directive] = directives(redis_url, "eq")
     answers = {a["question_id"]: a["answer"] for a in directive["payload"]["answers"]}
     assert answers == {"a=b": "x=1", "a": "y", "=x": "=", " sp ": "z"}
+
+
+def test_a_request_or_question_id_named_wrongly_is_refused_on_one_line(redis_url: str) -> None:
+    agent_says(redis_url, "lead", "alpha", DELEGATE)
+    agent_says(redis_url, "asker", "beta", clarify("asker"))
+    coordinate(redis_url)
+    [request] = [d["request_id"] for d in orjson.loads(ok(redis_url, "inbox", "--json"))["delegations"]]
+    published = len(said(redis_url))
+    elsewhere = cli(redis_url, "approve", request, "--group", "beta")
+    assert elsewhere.returncode == 1
+    assert f"no delegation request {request!r} in group 'beta'" in elsewhere.stderr
+    for args, message in [
+        (["answer", "asker", "Q\n1=x"], "agent 'asker' has no question Q\\n1 (its questions: Q1)"),
+        (["answer", "asker", "Q\n1=x", "Q\n1 =y"], "Q\\n1 is answered twice"),
+        (["answer", "asker", "Q\n1= "], "the answer to Q\\n1 is blank"),
+        (["answer", "asker", f"{'Q' * 10_000}=x"], f"agent 'asker' has no question {'Q' * 79}…"),
+    ]:
+        done = cli(redis_url, *args)
+        assert done.returncode in (1, 2), done.stderr
+        assert message in done.stderr, done.stderr
+        assert len(done.stderr.splitlines()[-1]) < 300, done.stderr
+    assert len(said(redis_url)) == published

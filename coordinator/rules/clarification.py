@@ -10,6 +10,7 @@ one, the agent gets a CLARIFICATION_RESPONSE (the seed's prompt, each answer und
 from __future__ import annotations
 
 from bus.directives import AnswerItem, ClarificationResponse, HumanAnswer
+from bus.display import cut
 from bus.events import AgentState, DecisionType
 from bus.signals import ClarificationNeeded, QuestionType
 from coordinator.rules.launch import deliver
@@ -92,7 +93,8 @@ def answerable(record: AgentRecord, question_ids: list[str]) -> ClarificationNee
         answered = {a.question_id for a in record.answers}
         listed = ", ".join(f"{qid} (answered)" if qid in answered else qid for qid in known)
         raise Rejected(
-            f"agent {record.agent_id!r} has no question {', '.join(unknown)} (its questions: {listed})"
+            f"agent {record.agent_id!r} has no question {', '.join(cut(q, 80) for q in unknown)} "
+            f"(its questions: {listed})"
         )
     return questions
 
