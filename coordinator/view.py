@@ -155,17 +155,36 @@ async def _load(
     return load_state(group_id, fields, seen, slots)
 
 
-async def _load_summary(client: Client, keys: Keys, shard: int, group_id: str) -> GroupSummary:
-    """A group's summary from its group hash (one command) and the number of its merged findings."""
-    with translated():
-        fields = await client.hgetall(group_key(keys, shard, group_id))
-        slots = merged_key(keys, shard, group_id)
-        legacy = legacy_slots(fields)
-        if legacy:  # 0.1.0's slots, some of them merged again since
-            count = len(legacy.keys() | {as_text(k) for k in await client.hkeys(slots)})
-        else:
-            count = await client.hlen(slots)
-    return summarize(load_state(group_id, fields, []), findings=count)
+_GROUPS_PER_READ = 500
+"""Group hashes read in one round trip (a pipeline) by the views of every group: read one by one, the
+thousands of groups of a busy namespace took a round trip each, minutes from a distant server."""
+
+
+async def _group_hashes(
+    client: Client, keys: Keys, refs: list[tuple[int, str]], *, count_slots: bool = False
+) -> AsyncIterator[tuple[str, Any, int]]:
+    """``(group id, group hash, number of merged findings)`` of each of ``refs``, in their order, a
+    pipeline of :data:`_GROUPS_PER_READ` groups per round trip (the number is counted with
+    ``count_slots`` only, else 0)."""
+    for start in range(0, len(refs), _GROUPS_PER_READ):
+        chunk = refs[start : start + _GROUPS_PER_READ]
+        pipe = client.pipeline(transaction=False)
+        for shard, gid in chunk:
+            pipe.hgetall(group_key(keys, shard, gid))
+            if count_slots:
+                pipe.hlen(merged_key(keys, shard, gid))
+        with translated():
+            replies = await pipe.execute()
+        step = 2 if count_slots else 1
+        for n, (shard, gid) in enumerate(chunk):
+            fields = replies[n * step]
+            count = replies[n * step + 1] if count_slots else 0
+            legacy = legacy_slots(fields) if count_slots else None
+            if legacy:  # 0.1.0's slots, some of them merged again since
+                with translated():
+                    merged = await client.hkeys(merged_key(keys, shard, gid))
+                count = len(legacy.keys() | {as_text(k) for k in merged})
+            yield gid, fields, count
 
 
 async def _group_refs(client: Client, keys: Keys, group_id: str | None) -> list[tuple[int, str]]:
@@ -215,12 +234,14 @@ async def each_group(
         if on_page is not None:
             on_page(read)
 
-    for shard, gid in await _group_refs(client, keys, group_id):
+    refs = await _group_refs(client, keys, group_id)
+    if not findings:  # one command per group: pipelined
+        async for gid, fields, _ in _group_hashes(client, keys, refs):
+            yield load_state(gid, fields, [])
+        return
+    for shard, gid in refs:
         with translated():
-            if findings:
-                state = await _load(client, keys, shard, gid, window=False, on_page=counted)
-            else:
-                state = load_state(gid, await client.hgetall(group_key(keys, shard, gid)), [])
+            state = await _load(client, keys, shard, gid, window=False, on_page=counted)
         yield state
         del state  # not held while the next one is read
 
@@ -228,9 +249,10 @@ async def each_group(
 async def load_summaries(client: Client, keys: Keys, group_id: str | None = None) -> list[GroupSummary]:
     """:func:`~coordinator.rules.summarize` of every group (or of ``group_id``), ordered by group id,
     without reading the merged findings (only their number)."""
+    refs = await _group_refs(client, keys, group_id)
     return [
-        await _load_summary(client, keys, shard, gid)
-        for shard, gid in await _group_refs(client, keys, group_id)
+        summarize(load_state(gid, fields, []), findings=count)
+        async for gid, fields, count in _group_hashes(client, keys, refs, count_slots=True)
     ]
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -17,10 +18,13 @@ import orjson
 import pytest
 import redis
 
+from bus.connection import connect
+from bus.envelope import new_envelope
 from bus.errors import ConfigError
-from bus.keys import Keys, StreamKind
-from bus.settings import DEFAULT_NAMESPACE
-from bus.signals import DelegateWork
+from bus.keys import Keys, StreamKind, open_namespace
+from bus.publisher import Publisher
+from bus.settings import DEFAULT_NAMESPACE, Settings
+from bus.signals import ClarificationNeeded, DelegateWork, Question
 from coordinator.policy import Policy
 
 CLI = str(Path(sys.executable).parent / "subagent-bus")
@@ -524,3 +528,46 @@ def test_a_request_or_question_id_named_wrongly_is_refused_on_one_line(redis_url
         assert message in done.stderr, done.stderr
         assert len(done.stderr.splitlines()[-1]) < 300, done.stderr
     assert len(said(redis_url)) == published
+
+
+def test_the_views_of_many_groups_read_them_in_a_few_round_trips(redis_url: str) -> None:
+    groups = 400
+
+    async def publish() -> None:
+        client = await connect(Settings.from_url(redis_url))
+        try:
+            keys = await open_namespace(client, DEFAULT_NAMESPACE, 8)
+            asked = [
+                new_envelope(
+                    ClarificationNeeded(
+                        agent_id=f"a{n}",
+                        blocked_at="x",
+                        reason="r",
+                        questions=[Question(question_id="Q1", text="?")],
+                    ),
+                    agent_id=f"a{n}",
+                    group_id=f"g{n}",
+                    source="test",
+                )
+                for n in range(groups)
+            ]
+            await Publisher(client, keys).publish_many(asked)
+        finally:
+            await client.aclose()
+
+    asyncio.run(publish())
+    coordinate(redis_url)
+    server = redis.Redis.from_url(redis_url)
+
+    def reads(*args: str) -> int:
+        before = int(server.info("stats")["total_reads_processed"])
+        out = ok(redis_url, *args)
+        assert out
+        return int(server.info("stats")["total_reads_processed"]) - before
+
+    # a round trip per group would be more than a thousand reads
+    assert reads("status") < 200
+    assert reads("inbox") < 200
+    assert reads("answer", "a7", "Q1=x", "--wait", "0") < 200
+    assert orjson.loads(ok(redis_url, "status", "--json"))[-1]["group_id"] == "g99"
+    server.close()
