@@ -58,7 +58,9 @@ _WAIT = click.option(
     type=FiniteFloatRange(0, 3600),
     default=10.0,
     show_default=True,
-    help="Seconds to wait for a running coordinator's decision on it (0: publish and return).",
+    help="Seconds to wait for a running coordinator's decision on it (0: publish and return); exit status 1 "
+    "when it rejects the command. With no coordinator running, the command waits on the bus until one applies "
+    "it (`inbox` shows it queued).",
 )
 
 
@@ -269,7 +271,7 @@ def deny(
     alternative: str | None,
     how: How,
 ) -> None:
-    """Deny a pending delegation request."""
+    """Deny a pending delegation request (ids are listed by `inbox`)."""
     _delegation_command(False)(settings, request_id, reason, how, alternative)
 
 
