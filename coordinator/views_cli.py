@@ -89,30 +89,31 @@ def pretty_json(value: object) -> str:
     return json_bytes(value, indent=True).decode()
 
 
-async def _summaries(settings: Settings, group_id: str | None = None) -> list[GroupSummary]:
-    async def read(client: Client, keys: Keys) -> list[GroupSummary]:
-        return await load_summaries(client, keys, group_id)
+async def _status(
+    settings: Settings, group_id: str | None, *, as_json: bool = False
+) -> tuple[list[GroupSummary], list[str]]:
+    """The summaries, and the lines said after them (a coordinator stopped) or instead of them (no such
+    group, and why); ``as_json``, a missing namespace is said as every view says it (on stderr)."""
+    none = f"no groups yet{f' named {group_id!r}' if group_id else ''} in namespace {settings.namespace!r}"
 
-    return await read_view(settings, read, [])
+    async def read(client: Client, keys: Keys) -> tuple[list[GroupSummary], list[str]]:
+        summaries = await load_summaries(client, keys, group_id)  # one connection: a slow server met once
+        if summaries:
+            note = await no_coordinator_note(client, keys)  # a coordinator stopped: the states are old
+            return summaries, [note.strip()] if note else []
+        retired = await retired_note(client, keys, group_id) if group_id else None
+        if retired:
+            return [], [retired]
+        if group_id:
+            return [], [none + await _known(client, keys, group_id)]
+        return [], [none + await no_coordinator_note(client, keys)]
+
+    return await read_view(settings, read, ([], [] if as_json else [none]), named=not as_json)
 
 
 async def _status_lines(settings: Settings, group_id: str | None) -> list[str]:
-    none = f"no groups yet{f' named {group_id!r}' if group_id else ''} in namespace {settings.namespace!r}"
-
-    async def read(client: Client, keys: Keys) -> list[str]:  # one connection: a slow server is met once
-        summaries = await load_summaries(client, keys, group_id)
-        if summaries:
-            note = await no_coordinator_note(client, keys)  # a coordinator stopped: the states are old
-            lines = [line for summary in summaries for line in render(summary, settings.namespace)]
-            return [*lines, note.strip()] if note else lines
-        retired = await retired_note(client, keys, group_id) if group_id else None
-        if retired:
-            return [retired]
-        if group_id:
-            return [none + await _known(client, keys, group_id)]
-        return [none + await no_coordinator_note(client, keys)]
-
-    return await read_view(settings, read, [none], named=True)
+    summaries, said = await _status(settings, group_id)
+    return [line for summary in summaries for line in render(summary, settings.namespace)] + said
 
 
 def _not_both(ctx: click.Context, param: click.Parameter, value: T) -> T:
@@ -145,9 +146,11 @@ def status(settings: Settings, group_id: str | None, as_json: bool, watch: float
     Per agent it also shows how many envelopes the coordinators applied and the id of the last one.
     """
     if watch is None:
-        if as_json:
-            summaries = run_command(_summaries(settings, group_id))
+        if as_json:  # what the text says besides the groups on stderr: [] alone looks the same for a typo
+            summaries, said = run_command(_status(settings, group_id, as_json=True))
             click.echo(pretty_json([s.model_dump(mode="json") for s in summaries]))
+            for line in said:
+                click.echo(line, err=True)
         else:
             click.echo("\n".join(run_command(_status_lines(settings, group_id))))
         return

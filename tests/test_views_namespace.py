@@ -121,3 +121,17 @@ def test_a_blank_group_is_refused_before_starting_a_local_server(tmp_path: Path)
                               timeout=60, cwd=tmp_path, env=env)  # fmt: skip
         assert done.returncode == 2 and "'--group': must not be blank" in done.stderr, (command, done.stderr)
     assert not (tmp_path / ".subagent-bus").exists()
+
+
+def test_status_json_says_on_stderr_what_the_text_says_besides_the_groups(redis_url: str) -> None:
+    added = run(redis_url, "findings", "add", '{"title": "t"}', "--agent-id", "a", "--group", "g")
+    assert added.returncode == 0, added.stderr
+    assert run(redis_url, "coordinator", "--burst").returncode == 0
+    typo = run(redis_url, "status", "--group", "h", "--json")
+    assert (typo.returncode, typo.stdout) == (0, "[]\n")
+    assert typo.stderr == "no groups yet named 'h' in namespace 'typo'; known groups: g\n"
+    added = run(redis_url, "findings", "add", '{"title": "u"}', "--agent-id", "a", "--group", "g")
+    assert added.returncode == 0, added.stderr
+    stale = run(redis_url, "status", "--json")
+    assert [s["group_id"] for s in orjson.loads(stale.stdout)] == ["g"]
+    assert "(1 signal(s) not applied yet: no coordinator is running;" in stale.stderr
