@@ -235,13 +235,14 @@ async def each_group(
             on_page(read)
 
     refs = await _group_refs(client, keys, group_id)
-    if not findings:  # one command per group: pipelined
-        async for gid, fields, _ in _group_hashes(client, keys, refs):
-            yield load_state(gid, fields, [])
-        return
-    for shard, gid in refs:
+    shards = dict((gid, shard) for shard, gid in refs)
+    # the hashes pipelined, with the number of merged findings: only a group that has some is read again
+    async for gid, fields, count in _group_hashes(client, keys, refs, count_slots=findings):
+        if not count:
+            yield load_state(gid, fields, [], {} if findings else None)
+            continue
         with translated():
-            state = await _load(client, keys, shard, gid, window=False, on_page=counted)
+            state = await _load(client, keys, shards[gid], gid, window=False, on_page=counted)
         yield state
         del state  # not held while the next one is read
 

@@ -569,6 +569,7 @@ def test_the_views_of_many_groups_read_them_in_a_few_round_trips(redis_url: str)
     assert reads("status") < 200
     assert reads("inbox") < 200
     assert reads("answer", "a7", "Q1=x", "--wait", "0") < 200
+    assert reads("findings", "--merged") < 200
     assert orjson.loads(ok(redis_url, "status", "--json"))[-1]["group_id"] == "g99"
     server.close()
 
