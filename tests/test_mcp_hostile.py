@@ -4,12 +4,13 @@ cannot carry as they are, over the real stdio transport against a real Redis."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import mcp_types as types
 import orjson
 import pytest
 from adapter_kit import open_bus
-from test_mcp_input import AGENT, GROUP_ID, raw_server
+from test_mcp_input import AGENT, GROUP_ID, RawClient, raw_server
 
 from bus.directives import AnswerItem, ClarificationResponse
 from bus.envelope import Envelope, new_envelope
@@ -22,6 +23,12 @@ def directive(answer: str) -> Envelope:
     return new_envelope(payload, agent_id=AGENT, group_id=GROUP_ID, source="coordinator")
 
 
+async def call(client: RawClient, id_: int, params: bytes) -> dict[str, Any]:
+    """The reply to a ``tools/call`` request of ``id_`` whose params are the JSON ``params``, as written."""
+    await client.send(b'{"jsonrpc": "2.0", "id": %d, "method": "tools/call", "params": %s}\n' % (id_, params))
+    return await client.reply()
+
+
 @pytest.mark.parametrize("id_", [10**30, -(10**30), 2**64 + 1])
 async def test_a_directive_returned_to_a_request_with_a_huge_id_is_acknowledged(
     redis_url: str, tmp_path: Path, id_: int
@@ -32,10 +39,8 @@ async def test_a_directive_returned_to_a_request_with_a_huge_id_is_acknowledged(
     async with open_bus(redis_url) as bus:
         await Publisher(bus.client, bus.keys).send_directive(sent)
         async with raw_server(redis_url, tmp_path / "stderr") as client:
-            call = {"name": "wait_for_directive", "arguments": {"timeout_seconds": 10}}
-            line = b'{"jsonrpc": "2.0", "id": %d, "method": "tools/call", "params": %s}\n'
-            await client.send(line % (id_, orjson.dumps(call)))
-            reply = await client.reply()
+            arguments = {"name": "wait_for_directive", "arguments": {"timeout_seconds": 10}}
+            reply = await call(client, id_, orjson.dumps(arguments))
             assert reply["result"]["content"][0]["text"] == sent.payload.render()  # type: ignore[union-attr]
             await client.request("ping")  # its reply is written after the directive's was acknowledged
             inbox = bus.inbox(GROUP_ID, AGENT)
@@ -57,8 +62,7 @@ async def test_a_number_beyond_a_float_is_refused_not_published_as_null(
 ) -> None:
     async with raw_server(redis_url, tmp_path / "stderr") as client:
         params = b'{"name": "report_progress", "arguments": %s}' % arguments
-        await client.send(b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": %s}\n' % params)
-        reply = await client.reply()
+        reply = await call(client, 3, params)
         assert reply["id"] == 3 and reply["result"]["isError"], reply
         text = reply["result"]["content"][0]["text"]
         assert f"invalid report_progress call: field '{field}': not a finite number" in text, text
@@ -82,10 +86,7 @@ async def test_a_dated_signal_with_an_integer_beyond_64_bits_is_published_once(
     ids = []
     async with raw_server(redis_url, tmp_path / "stderr") as client:
         for id_ in (4, 5):
-            await client.send(
-                b'{"jsonrpc": "2.0", "id": %d, "method": "tools/call", "params": %s}\n' % (id_, params)
-            )
-            reply = await client.reply()
+            reply = await call(client, id_, params)
             assert reply["id"] == id_ and not reply["result"]["isError"], reply
             ids.append(reply["result"]["content"][0]["text"].split()[2])
     assert ids[0] == ids[1]
@@ -103,8 +104,7 @@ async def test_a_finding_with_a_boolean_for_a_number_is_refused_as_findings_add_
     arguments = b'{"title": "SQL injection", "file": "src/a.py", "%s": %s}' % (field.encode(), value.encode())
     params = b'{"name": "add_finding", "arguments": %s}' % arguments
     async with raw_server(redis_url, tmp_path / "stderr") as client:
-        await client.send(b'{"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": %s}\n' % params)
-        reply = await client.reply()
+        reply = await call(client, 6, params)
         assert reply["id"] == 6 and reply["result"]["isError"], reply
         text = reply["result"]["content"][0]["text"]
         assert text == f"invalid add_finding call: {field}: a number, not {value}", text
@@ -121,14 +121,12 @@ async def test_a_request_with_a_key_given_twice_is_refused_rather_than_read_with
     params = b'{"name": "report_progress", "arguments": %s}' % arguments
     stderr = tmp_path / "stderr"
     async with raw_server(redis_url, stderr) as client:
-        await client.send(b'{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": %s}\n' % params)
-        reply = await client.reply()
+        reply = await call(client, 7, params)
         assert (reply["id"], reply["error"]["code"]) == (7, types.INVALID_REQUEST), reply
         message = reply["error"]["message"]
         assert "the keys 'a', 'message' are each given more than once in one object" in message, message
         finding = b'{"name": "add_finding", "arguments": {"id": "F1", "title": "t", "id": "F2"}}'
-        await client.send(b'{"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": %s}\n' % finding)
-        reply = await client.reply()
+        reply = await call(client, 8, finding)
         assert (reply["id"], reply["error"]["code"]) == (8, types.INVALID_REQUEST), reply
         assert "the key 'id' is given more than once" in reply["error"]["message"], reply
         await client.send(b'{"jsonrpc": "2.0", "id": 9, "method": "ping", "id": 10}\n')
@@ -150,8 +148,7 @@ async def test_wait_for_directive_says_a_timeout_that_is_no_number_is_not_finite
 ) -> None:
     params = b'{"name": "wait_for_directive", "arguments": {"timeout_seconds": %s}}' % value
     async with raw_server(redis_url, tmp_path / "stderr") as client:
-        await client.send(b'{"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": %s}\n' % params)
-        reply = await client.reply()
+        reply = await call(client, 9, params)
         assert reply["id"] == 9 and reply["result"]["isError"], reply
         text = reply["result"]["content"][0]["text"]
         assert text == "invalid arguments: field 'timeout_seconds': Input should be a finite number", text
