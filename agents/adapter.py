@@ -5,7 +5,8 @@ publishes envelopes there, one round trip per batch; a batch that carries a stat
 checkpoint of a file adapter) goes in one MULTI/EXEC, so a checkpoint never disagrees with what was
 published.
 :class:`~agents.output_stream.OutputStream` (re-exported here, with :data:`COMPLETING`) parses one output
-of the agent into the envelopes it publishes. Lifecycle events (AGENT_STARTED, HEARTBEAT, AGENT_EXITED) come from here too.
+of the agent into the envelopes it publishes. Lifecycle events (AGENT_STARTED, HEARTBEAT, AGENT_EXITED)
+come from here too.
 """
 
 from __future__ import annotations

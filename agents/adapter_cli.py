@@ -324,10 +324,10 @@ def run(
     SIGTERM and SIGINT are passed on to the agent. A non-zero exit without a completion report is
     published as a STOP_WORK error with the end of its stderr, unless the agent said in that turn that
     it waits (a STOP_WORK or a CLARIFICATION_NEEDED of its own) or its program that the turn failed
-    (Codex CLI's turn.failed, a Claude Code error result: a STOP_WORK error with what it said). While Redis is unreachable, what the
-    agent printed is kept and sent again until it is taken; a signal once the agent has exited (or a
-    second signal, which also kills it) gives up instead: the adapter says on stderr what was not
-    published and exits with 130 (SIGINT) or 143 (SIGTERM).
+    (Codex CLI's turn.failed, a Claude Code error result: a STOP_WORK error with what it said). While
+    Redis is unreachable, what the agent printed is kept and sent again until it is taken; a signal once
+    the agent has exited (or a second signal, which also kills it) gives up instead: the adapter says on
+    stderr what was not published and exits with 130 (SIGINT) or 143 (SIGTERM).
     """
     check_program(list(argv), "CMD")  # before anything is published: no blocker for a typo
     _check_until_complete(until_complete, common)

@@ -4,8 +4,9 @@ The checkpoint, one key per agent and file in the group's shard (``offset:<agent
 written in the same MULTI/EXEC as the envelopes it accounts for. It holds the file's generation, how far
 it was read, where a fresh parser can take over (:attr:`agents.output_stream.OutputStream.restart`), the end
 of the last published item (``done``), where pauses ended lines at closing tags, fingerprints of the file's
-first bytes and of the bytes just before the read position, and the file's inode. A restarted adapter re-parses from the restart point and
-publishes only the items at or after ``done``: nothing is published twice and nothing is skipped.
+first bytes and of the bytes just before the read position, and the file's inode. A restarted adapter
+re-parses from the restart point and publishes only the items at or after ``done``: nothing is published
+twice and nothing is skipped.
 
 The file may not exist yet (the adapter waits for it), may be truncated, or may be replaced (another
 inode at the path). A file whose fingerprints still match what was read is the same output (an editor's

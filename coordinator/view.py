@@ -235,7 +235,7 @@ async def each_group(
             on_page(read)
 
     refs = await _group_refs(client, keys, group_id)
-    shards = dict((gid, shard) for shard, gid in refs)
+    shards = {gid: shard for shard, gid in refs}
     # the hashes pipelined, with the number of merged findings: only a group that has some is read again
     async for gid, fields, count in _group_hashes(client, keys, refs, count_slots=findings):
         if not count:

@@ -6,8 +6,9 @@ is handled as a failure (retried once, then escalated). Silence counts from the 
 its last resume, whichever is later. An agent launched in a gap of the group's ticks longer than
 ``lost_timeout_seconds`` (no coordinator ran) and never heard from is not lost at the tick after it: its
 launch request, caused by an entry that may have waited that long, may have been written expired, and is
-written again (:func:`coordinator.rules.launch.reissue`); silence then counts from that tick. Agents waiting for a human or a delegate (``awaiting_clarification``,
-``blocked``, ``delegating``) do not time out: their silence is expected, and the wait is on someone else.
+written again (:func:`coordinator.rules.launch.reissue`); silence then counts from that tick. Agents
+waiting for a human or a delegate (``awaiting_clarification``, ``blocked``, ``delegating``) do not time
+out: their silence is expected, and the wait is on someone else.
 Nor do senders of nothing but findings (scripts, see :attr:`AgentRecord.watched`). A tick also retires a
 group that is done and quiet (:mod:`coordinator.rules.retirement`).
 
