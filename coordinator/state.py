@@ -39,6 +39,7 @@ __all__ = [
     "GroupState",
     "GroupVerdict",
     "IdWindow",
+    "Relaunch",
     "Violation",
     "ViolationRule",
 ]
@@ -91,6 +92,18 @@ class AgentProgress(Model):
     percent: float
     message: str | None = None
     eta: str | None = None
+
+
+class Relaunch(Model):
+    """A resume launch request the rules wrote for an agent, kept until the group's next tick: one caused
+    by an entry that waited for a coordinator longer than a request lives was written expired, and that
+    tick writes it again (see :mod:`coordinator.rules.timeouts`)."""
+
+    context: str
+    """The request's context: the agent's launch context and the directives it carries."""
+    applied: int
+    """The agent's :attr:`AgentRecord.applied` with the entry that caused the request: a higher one, and
+    something of (or for) its new session came."""
 
 
 class AgentRecord(Model):
@@ -155,6 +168,8 @@ class AgentRecord(Model):
     """Directives (rendered) put in its inbox since its adapter started, when a launcher started it (the
     latest :data:`~coordinator.rules.launch.SENT_KEPT`): its next session is given them if the adapter
     ends with it before they are known to be read."""
+    relaunch: Relaunch | None = None
+    """Its last resume launch request, when an entry caused it since the group's last tick."""
     escalated: bool = False
     watched: bool = True
     """Whether it is an agent the group waits for: not while it has sent nothing but findings (a

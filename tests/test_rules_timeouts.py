@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from rules_kit import GROUP, T0, Feed, answers, clarification, completion, decisions, delegate, kinds, one
 
 from agents.lost import lost_signal
-from bus.directives import LaunchReason
+from bus.directives import LaunchReason, LaunchRequest
 from bus.envelope import EnvelopeType, new_envelope
-from bus.events import AgentStarted, AgentState, DecisionType, Heartbeat, Tick
+from bus.events import AgentExited, AgentStarted, AgentState, DecisionType, Heartbeat, Tick
 from coordinator.policy import Policy
 from coordinator.rules import apply
 from coordinator.rules.ids import retry_agent_id
@@ -235,3 +236,80 @@ def test_a_gap_in_the_ticks_loses_agents_heard_from_or_launched_before_it_as_alw
     assert not any("requested again" in d.detail for d in decisions(outcome))
     for agent_id in (early, "heard", late):
         assert feed.state.agents[agent_id].state is AgentState.LOST
+
+
+def _resumed_in_a_gap(feed: Feed, cause: str) -> tuple[str, LaunchRequest]:
+    """A delegate of :data:`AGENT`, heard from before the last tick before a gap in the ticks, whose
+    adapter ended with it, and which an entry that came at 10 s, in the gap, starts again: a human's
+    answer to it (``answer``), its adapter's exit after an answer reached its inbox (``exit``), or the
+    result of its own delegate (``result``). Its id and its resume launch request."""
+    _tick(feed, 0)
+    feed.send(AgentStarted(task="scan"), AGENT, at=0)
+    delegate_id = _delegate_launched_at(feed, 0)
+    feed.send(AgentStarted(pid=42), delegate_id, at=1)
+    if cause == "result":
+        waits = delegate(delegate_id, independence="blocks_current_work")
+        grandchild = one(feed.send(waits, delegate_id, at=2), EnvelopeType.LAUNCH).new_agent_id
+    else:
+        feed.send(clarification(delegate_id), delegate_id, at=2)
+    if cause == "exit":
+        feed.send(answers(("Q1", "Both"), ("Q2", "3.0-beta")), delegate_id, at=3)  # into its inbox
+    else:
+        feed.send(AgentExited(exit_code=0, resumable=False), delegate_id, at=3)
+    _tick(feed, 4)
+    if cause == "answer":
+        outcome = feed.send(answers(("Q1", "Both"), ("Q2", "3.0-beta")), delegate_id, at=10)
+    elif cause == "exit":
+        outcome = feed.send(AgentExited(exit_code=0, resumable=False), delegate_id, at=10)
+    else:
+        outcome = feed.send(completion(grandchild, summary="Refactored."), grandchild, at=10)
+    request: LaunchRequest = one(outcome, EnvelopeType.LAUNCH)
+    assert (request.new_agent_id, request.reason) == (delegate_id, LaunchReason.RESUME)
+    return delegate_id, request
+
+
+@pytest.mark.parametrize("cause", ["answer", "exit", "result"])
+def test_a_resume_launch_after_a_gap_in_the_ticks_longer_than_a_request_lives_is_requested_again(
+    cause: str,
+) -> None:
+    """No coordinator ran from 4 to 1005 s; the entry that resumes the delegate came at 10 s and was
+    applied at the end of the outage, so its resume request was written expired: the delegate is not
+    lost for that, its resume request is written again, with the same directives, once."""
+    feed = Feed(POLICY)
+    delegate_id, first = _resumed_in_a_gap(feed, cause)
+    feed.send(Heartbeat(), AGENT, at=1000)
+    outcome = feed.send(Tick(now=T0 + timedelta(seconds=1005)), TICKER, at=1005)
+    assert kinds(outcome) == [DecisionType.LAUNCH_REQUESTED]
+    assert "resume launch of" in decisions(outcome)[0].detail
+    again: LaunchRequest = one(outcome, EnvelopeType.LAUNCH)
+    assert again.request_id != first.request_id  # a launcher marks requests
+    assert again.expires_at == T0 + timedelta(seconds=1005 + 900)
+    unchanged = again.model_copy(update={"request_id": first.request_id, "expires_at": first.expires_at})
+    assert unchanged == first
+    record = feed.state.agents[delegate_id]
+    assert record.state is AgentState.RUNNING and record.relaunch is None
+    feed.send(Heartbeat(), AGENT, at=1906)
+    lost = feed.send(Tick(now=T0 + timedelta(seconds=1906)), TICKER, at=1906)
+    assert kinds(lost)[0] is DecisionType.LOST  # never started after all: lost and retried, as always
+    assert one(lost, EnvelopeType.LAUNCH).reason is LaunchReason.RETRY
+
+
+def test_a_resumed_agent_heard_from_after_its_resume_launch_is_lost_after_a_gap_as_always() -> None:
+    for heard in (AgentStarted(pid=43), Heartbeat()):  # its new session started, or its adapter beat
+        feed = Feed(POLICY)
+        delegate_id, _ = _resumed_in_a_gap(feed, "answer")
+        feed.send(heard, delegate_id, at=20)
+        feed.send(Heartbeat(), AGENT, at=1000)
+        outcome = feed.send(Tick(now=T0 + timedelta(seconds=1005)), TICKER, at=1005)
+        assert not any("requested again" in d.detail for d in decisions(outcome))
+        assert feed.state.agents[delegate_id].state is AgentState.LOST
+
+
+def test_a_resume_launch_the_last_tick_saw_is_not_requested_again_after_a_gap() -> None:
+    feed = Feed(POLICY)
+    delegate_id, _ = _resumed_in_a_gap(feed, "answer")
+    _tick(feed, 11)  # a coordinator ran when the request was written: a launcher could start it
+    feed.send(Heartbeat(), AGENT, at=1000)
+    outcome = feed.send(Tick(now=T0 + timedelta(seconds=1012)), TICKER, at=1012)
+    assert not any("requested again" in d.detail for d in decisions(outcome))
+    assert feed.state.agents[delegate_id].state is AgentState.LOST

@@ -7,11 +7,12 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from rules_kit import GROUP, Feed, clarification, delegate, stop_dependency
+from rules_kit import GROUP, Feed, answers, clarification, delegate, one, stop_dependency
 from test_rules_properties import POLICY, SETTINGS, Run, batches, script_st
 
+from bus.envelope import EnvelopeType
 from bus.errors import DecodeError
-from bus.events import AgentStarted
+from bus.events import AgentExited, AgentStarted
 from bus.keys import Keys
 from bus.signals import ClarificationNeeded
 from coordinator.commit import Commit
@@ -97,6 +98,24 @@ def test_values_orjson_cannot_write_are_stored_by_pydantic() -> None:
     hashes: dict[str, dict[str, bytes]] = {}
     _write(hashes, None, feed.state, Touched(set(), set()))
     assert _read(hashes, feed.state) == feed.state
+
+
+def test_a_resume_launch_kept_for_the_next_tick_reads_back_and_records_stored_before_it_load() -> None:
+    feed = Feed()
+    feed.send(AgentStarted(task="scan"), "parent")
+    child = one(feed.send(delegate("parent"), "parent"), EnvelopeType.LAUNCH).new_agent_id
+    feed.send(clarification(child), child)
+    feed.send(AgentExited(exit_code=0, resumable=False), child)
+    feed.send(answers(("Q1", "Both"), ("Q2", "3.0-beta")), child)
+    relaunch = feed.state.agents[child].relaunch
+    assert relaunch is not None and "A1: Both" in relaunch.context
+    hashes: dict[str, dict[str, bytes]] = {}
+    _write(hashes, None, feed.state, Touched(set(), set()))
+    assert _read(hashes, feed.state) == feed.state
+    before = (
+        b'{"agent_id": "a1", "registered_at": "2026-01-11T08:00:00Z", "last_seen": "2026-01-11T08:00:00Z"}'
+    )
+    assert load_state("g", {b"a:a1": before}, []).agents["a1"].relaunch is None
 
 
 @pytest.mark.parametrize(

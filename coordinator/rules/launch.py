@@ -22,7 +22,7 @@ from bus.signals import Priority
 from coordinator.rules.ids import resume_request_id
 from coordinator.rules.outcome import Target
 from coordinator.rules.step import Step
-from coordinator.state import FINAL_STATES, AgentRecord, GroupState
+from coordinator.state import FINAL_STATES, AgentRecord, GroupState, Relaunch
 
 __all__ = ["SENT_KEPT", "Directive", "Launch", "after_exit", "deliver", "launch", "priority_of", "reissue"]
 
@@ -166,55 +166,72 @@ def after_exit(step: Step, record: AgentRecord) -> None:
 
 
 def _relaunch(step: Step, record: AgentRecord, directives: tuple[str, ...], why: str) -> None:
-    """A resume launch request for ``record``'s agent with ``directives`` in its context."""
+    """A resume launch request for ``record``'s agent with ``directives`` in its context.
+
+    One an entry caused is kept in the record (:attr:`AgentRecord.relaunch`) for the group's next tick,
+    which writes it again if the entry waited for a coordinator longer than a request lives (see
+    :func:`reissue`); one a tick makes expires from that tick's ``now``, and is written at once.
+    """
     agent_id = record.agent_id
     request_id = resume_request_id(agent_id, step.envelope.id)
     before = f"{record.context.strip()}\n\n" if record.context and record.context.strip() else ""
-    request = LaunchRequest(
-        request_id=request_id,
-        new_agent_id=agent_id,
-        parent_agent_id=record.parent_agent_id,
-        reason=LaunchReason.RESUME,
-        task=record.task or "(the task of the previous session)",
-        context=before + _RESUMED + "\n\n".join(directives),
-        priority=priority_of(step.state, record),
-        depth=record.depth,
-        attempt=record.attempt,
-        expires_at=_expiry(step),
-    )
-    step.update(agent_id, unreachable=False, held=(), sent=())
+    context = before + _RESUMED + "\n\n".join(directives)
+    request = _again(step, record, LaunchReason.RESUME, context, request_id)
+    relaunch = None
+    if step.entry_type is not EnvelopeType.TICK:
+        # the entry counts for the agent once applied when it is the agent's own, or a human's command to
+        # it (Step.finish): the count it leaves is the one that says nothing came since
+        relaunch = Relaunch(context=context, applied=record.applied + int(step.agent_id == agent_id))
+    step.update(agent_id, unreachable=False, held=(), sent=(), relaunch=relaunch)
     step.emit(Target.TASKS, request, agent_id)
     step.decide(
         DecisionType.LAUNCH_REQUESTED, agent_id, f"resume launch of {agent_id}: {why}", request_id=request_id
     )
 
 
-def reissue(step: Step, record: AgentRecord, silent: str) -> None:
-    """Write the launch request of an agent never heard from again, with a new expiry: at a tick that
+def reissue(step: Step, record: AgentRecord, relaunch: Relaunch | None, silent: str) -> None:
+    """Write the launch request of an agent not heard from since, with a new expiry: at a tick that
     comes after no coordinator ticked the group for longer than a request lives, when the agent was
-    launched in that time (see :mod:`coordinator.rules.timeouts`). Its request was caused by an entry
-    that may have waited that long for a coordinator, and then expired before it was written: no
-    launcher could start it, and the agent is not lost, nor its attempt spent, for it."""
+    launched in that time, or resumed (``relaunch``, its request) by an entry of that time (see
+    :mod:`coordinator.rules.timeouts`). Its request was caused by an entry that may have waited that
+    long for a coordinator, and then expired before it was written: no launcher could start it, and the
+    agent is not lost, nor its attempt spent, for it."""
     agent_id = record.agent_id
-    request = LaunchRequest(
-        request_id=resume_request_id(agent_id, step.envelope.id),
-        new_agent_id=agent_id,
+    request_id = resume_request_id(agent_id, step.envelope.id)
+    if relaunch is not None:
+        request = _again(step, record, LaunchReason.RESUME, relaunch.context, request_id)
+        what = "resume launch"
+        since = "not heard from since it was resumed"
+    else:
+        reason = LaunchReason.RETRY if record.retry_of is not None else LaunchReason.DELEGATION
+        request = _again(step, record, reason, record.context, request_id)
+        what, since = "launch", "never heard from"
+    step.update(agent_id, resumed_at=step.at)  # its silence counts from this request, as its expiry does
+    step.emit(Target.TASKS, request, agent_id)
+    detail = (
+        f"{what} of {agent_id} requested again: {since} ({silent}), and no coordinator ticked the group "
+        "for longer than a launch request lives, so its request may have expired before it was written"
+    )
+    step.decide(DecisionType.LAUNCH_REQUESTED, agent_id, detail, request_id=request_id)
+
+
+def _again(
+    step: Step, record: AgentRecord, reason: LaunchReason, context: str | None, request_id: str
+) -> LaunchRequest:
+    """A launch request that starts ``record``'s agent again (same id, task, depth and attempt)."""
+    task = record.task or ("(the task of the previous session)" if reason is LaunchReason.RESUME else "")
+    return LaunchRequest(
+        request_id=request_id,
+        new_agent_id=record.agent_id,
         parent_agent_id=record.parent_agent_id,
-        reason=LaunchReason.RETRY if record.retry_of is not None else LaunchReason.DELEGATION,
-        task=record.task or "",
-        context=record.context,
+        reason=reason,
+        task=task,
+        context=context,
         priority=priority_of(step.state, record),
         depth=record.depth,
         attempt=record.attempt,
         expires_at=_expiry(step),
     )
-    step.update(agent_id, resumed_at=step.at)  # its silence counts from this request, as its expiry does
-    step.emit(Target.TASKS, request, agent_id)
-    detail = (
-        f"launch of {agent_id} requested again: never heard from ({silent}), and no coordinator ticked the "
-        "group for longer than a launch request lives, so its request may have expired before it was written"
-    )
-    step.decide(DecisionType.LAUNCH_REQUESTED, agent_id, detail, request_id=request.request_id)
 
 
 def _expiry(step: Step) -> datetime | None:

@@ -6,7 +6,9 @@ is handled as a failure (retried once, then escalated). Silence counts from the 
 its last resume, whichever is later. An agent launched in a gap of the group's ticks longer than
 ``lost_timeout_seconds`` (no coordinator ran) and never heard from is not lost at the tick after it: its
 launch request, caused by an entry that may have waited that long, may have been written expired, and is
-written again (:func:`coordinator.rules.launch.reissue`); silence then counts from that tick. Agents
+written again (:func:`coordinator.rules.launch.reissue`); silence then counts from that tick. So is the
+resume launch request of an agent an entry of that time relaunched, and not heard from since
+(:attr:`~coordinator.state.AgentRecord.relaunch`, which every tick clears). Agents
 waiting for a human or a delegate (``awaiting_clarification``, ``blocked``, ``delegating``) do not time
 out: their silence is expected, and the wait is on someone else.
 Nor do senders of nothing but findings (scripts, see :attr:`AgentRecord.watched`). A tick also retires a
@@ -40,7 +42,7 @@ from coordinator.rules.aggregation import finish
 from coordinator.rules.launch import reissue
 from coordinator.rules.retirement import retire_if_done
 from coordinator.rules.step import Step
-from coordinator.state import AgentRecord, Completion
+from coordinator.state import AgentRecord, Completion, Relaunch
 
 __all__ = ["on_tick"]
 
@@ -62,11 +64,14 @@ def on_tick(step: Step) -> None:
         step.replace(last_applied_at=now)
     for agent_id in sorted(step.state.agents):  # not the map's order, which a reload may change
         record = _rebased(step, step.agent(agent_id), now)
+        relaunch = record.relaunch
+        if relaunch is not None:  # an entry resumed it since the last tick: this tick decides on it, once
+            record = step.update(agent_id, relaunch=None)
         if record.state not in _TIMED or not record.watched:
             continue
         silent = now - record.timeout_reference
-        if silent > lost and gap and _launched_unheard(record, previous):
-            reissue(step, record, f"silent for {_seconds(silent)}s")
+        if silent > lost and gap and _launched_unheard(record, relaunch, previous):
+            reissue(step, record, relaunch, f"silent for {_seconds(silent)}s")
         elif silent > lost:
             _lose(step, record, silent)
         elif silent > heartbeat and record.state is AgentState.RUNNING:
@@ -75,11 +80,14 @@ def on_tick(step: Step) -> None:
     retire_if_done(step, now)
 
 
-def _launched_unheard(record: AgentRecord, previous: datetime | None) -> bool:
-    """Whether the rules launched the agent after the group's ``previous`` tick, and nothing of it (or
-    for it) came since."""
-    launched_since = previous is None or record.registered_at >= previous
-    return record.request_id is not None and record.applied == 0 and launched_since
+def _launched_unheard(record: AgentRecord, relaunch: Relaunch | None, previous: datetime | None) -> bool:
+    """Whether the rules launched the agent after the group's ``previous`` tick, or an entry since it
+    resumed it (``relaunch``), and nothing of it (or for it) came since."""
+    if record.request_id is None:
+        return False
+    if relaunch is not None:
+        return record.applied == relaunch.applied
+    return record.applied == 0 and (previous is None or record.registered_at >= previous)
 
 
 def _rebased(step: Step, record: AgentRecord, now: datetime) -> AgentRecord:
