@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from agents.adapter import AgentBus, connect_bus, oversize
 from agents.findings_add import EXIT_INVALID
 from agents.findings_parse import LeftOut, finding_of, parse_findings
+from agents.json_keys import keys_given_twice, may_give_twice, twice_message
 from agents.options import check_id, id_problem
 from agents.watched_file import Checkpoint, fingerprints, named, open_file
 from bus.cli_connection import redis_options, run_command
@@ -187,6 +188,10 @@ def _line(
     ignored: list[str] = []
     try:
         agent = _agent_of(value, spec)
+        if may_give_twice(text, value):  # as `findings add`, rather than take a duplicated key's last value
+            twice = keys_given_twice(text.decode()).keys
+            if twice:
+                raise ValueError(twice_message(twice))
         if spec.agent_field != "agent" and isinstance(value, dict):  # it named the agent: not a field
             value = {name: item for name, item in value.items() if name != spec.agent_field}
         finding = finding_of(value, agent, ignored)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -13,11 +14,14 @@ import pytest
 import redis
 from adapter_kit import CLI
 from click.testing import CliRunner, Result
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agents.adapter import MARK_TTL_S
 from agents.findings_add import MAX_INPUT_BYTES, add
 from agents.findings_import import MAX_BAD_SHOWN, MAX_LINE_BYTES, import_findings, parse_findings
 from agents.findings_parse import finding_of
+from agents.json_keys import keys_given_twice, may_give_twice
 from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeType, decode, deterministic_id
 from bus.findings import MAX_LINE, Finding, Severity
 from bus.keys import Keys, StreamKind
@@ -374,6 +378,52 @@ def test_import_names_the_first_bad_lines_and_counts_the_rest(redis_url: str, tm
     assert named[0].startswith(f"{path}:1: not JSON") and len(named) == MAX_BAD_SHOWN
     assert "... and 50 more bad line(s)" in result.stderr
     assert f"imported 1 finding(s); {bad} bad line(s)" in result.stdout
+
+
+_KEY = st.text(alphabet='ab":\\ ', max_size=3)
+_SPACE = st.sampled_from(["", " ", "\t", "\r\n", "  "])
+
+
+@given(
+    pairs=st.lists(st.tuples(_KEY, st.one_of(st.integers(), _KEY)), max_size=6),
+    spaces=st.lists(_SPACE, min_size=30, max_size=30),
+)
+def test_a_text_that_gives_a_key_twice_is_always_asked_about(
+    pairs: list[tuple[str, int | str]], spaces: list[str]
+) -> None:
+    # an object written member by member, with white space around every colon and comma
+    members = [
+        f"{json.dumps(key)}{spaces[i % 30]}:{spaces[(i + 7) % 30]}{json.dumps(value)}"
+        for i, (key, value) in enumerate(pairs)
+    ]
+    text = ("{" + ("," + spaces[3]).join(members) + "}").encode()
+    value = orjson.loads(text)
+    if keys_given_twice(text.decode()).keys:
+        assert may_give_twice(text, value)
+    if len({key for key, _ in pairs}) == len(pairs) and all(
+        str(text).strip("ab") == "" for pair in pairs for text in pair
+    ):
+        assert not may_give_twice(text, value)  # nothing that looks like a key's end but the keys
+
+
+def test_import_refuses_a_line_that_gives_a_key_twice_as_add_does(redis_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "findings.jsonl"
+    lines = [
+        '{"agent": "a", "title": "first", "confidence": 90, "confidence": 10}',
+        '{"agent" : "a", "title": "spaced", "title"\t: "again"}',
+        '{"agent": "a", "title": "nested", "x": {"k": 1, "k": 2}}',
+        '{"agent": "a", "title": "fine", "evidence": "\\"a\\": \\"b\\":"}',
+        '{"agent": "a", "title": "flat"}',
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    result = run_import(redis_url, path)
+    assert result.exit_code == 2
+    assert f"{path}:1: the key 'confidence' is given more than once in one object" in result.stderr
+    assert f"{path}:2: the key 'title' is given more than once" in result.stderr
+    assert f"{path}:3: the key 'k' is given more than once" in result.stderr
+    assert "imported 2 finding(s); 3 bad line(s)" in result.stdout
+    titles = [e.payload.title for e in published(redis_url) if isinstance(e.payload, Finding)]
+    assert titles == ["fine", "flat"]
 
 
 def test_import_counts_a_line_too_large_to_publish_as_bad(redis_url: str, tmp_path: Path) -> None:
