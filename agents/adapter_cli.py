@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import signal
@@ -26,7 +25,6 @@ from agents.findings_import import import_findings
 from agents.inbox_follower import with_inbox
 from agents.options import Common, check_program, common_options
 from agents.process import ProcessOptions, Session
-from agents.spawn import STOP_SIGNALS
 from agents.stdin import stdin_chunks
 from agents.watch import FileWatch, WatchOptions
 from agents.watch_resume import after_turn
@@ -35,6 +33,7 @@ from bus.errors import ConnectionFailed, CredentialsRefused
 from bus.metrics import AdapterMetrics
 from bus.params import FiniteFloatRange
 from bus.settings import Settings
+from bus.stop_signals import STOP_SIGNALS, handled_stop_signals
 from bus.waits import backoff, wait_for
 
 __all__ = ["Common", "adapter", "commands"]
@@ -62,17 +61,11 @@ def _values(common: Common, session_id: Callable[[], str | None]) -> Values:
     return lambda: {"agent_id": common.agent_id, "group_id": common.group_id, "session_id": session_id()}
 
 
-@functools.cache
-def _stop_signals() -> tuple[signal.Signals, ...]:
-    """The stop signals the adapter handles: those it was not started ignoring. ``nohup`` has SIGHUP
-    ignored, a shell without job control SIGINT for a command run with ``&``: the adapter, and its agent
-    (which inherits the ignoring), are to outlive them. Asked before any handler is installed."""
-    return tuple(sig for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN)
-
-
 def _on_signals(handler: Callable[[int], None]) -> None:
+    """Have ``handler`` take the stop signals the adapter was not started ignoring; its agent inherits
+    the ignoring of the others, and outlives them too (``nohup``)."""
     loop = asyncio.get_running_loop()
-    for sig in _stop_signals():
+    for sig in handled_stop_signals():
         loop.add_signal_handler(sig, handler, sig)
     # A launcher starts its adapters with these blocked (agents.spawn), so that one stopped as it started
     # waits until here to be told, instead of dying unheard: what came meanwhile is handled now.
@@ -119,7 +112,7 @@ async def _waiting_for(connect: Callable[[], Awaitable[AgentBus]]) -> AgentBus |
         signals.append(sig)
         stopped.set()
 
-    handled = _stop_signals()
+    handled = handled_stop_signals()
     for sig in handled:
         loop.add_signal_handler(sig, on_signal, sig)
     mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
@@ -271,7 +264,7 @@ def _check_until_complete(until_complete: bool, common: Common) -> None:
 
 
 def _session(bus: AgentBus, common: Common, options: ProcessOptions) -> tuple[Session, Deliverer | None]:
-    """The agent's session (SIGTERM and SIGINT passed on to it) and what delivers its directives."""
+    """The agent's session (the stop signals passed on to it) and what delivers its directives."""
     session = Session(bus, options, asyncio.Event())
     _on_signals(session.forward)
     return session, _deliverer(common, _values(common, lambda: session.session_id), session.resume, bus)
@@ -321,13 +314,14 @@ def run(
 ) -> None:
     """Run an agent command and publish what it prints; exit with its exit status.
 
-    SIGTERM and SIGINT are passed on to the agent. A non-zero exit without a completion report is
-    published as a STOP_WORK error with the end of its stderr, unless the agent said in that turn that
-    it waits (a STOP_WORK or a CLARIFICATION_NEEDED of its own) or its program that the turn failed
-    (Codex CLI's turn.failed, a Claude Code error result: a STOP_WORK error with what it said). While
-    Redis is unreachable, what the agent printed is kept and sent again until it is taken; a signal once
-    the agent has exited (or a second signal, which also kills it) gives up instead: the adapter says on
-    stderr what was not published and exits with 130 (SIGINT) or 143 (SIGTERM).
+    SIGTERM, SIGINT and SIGHUP are passed on to the agent (under nohup SIGHUP is ignored, by both). A
+    non-zero exit without a completion report is published as a STOP_WORK error with the end of its
+    stderr, unless the agent said in that turn that it waits (a STOP_WORK or a CLARIFICATION_NEEDED of
+    its own) or its program that the turn failed (Codex CLI's turn.failed, a Claude Code error result:
+    a STOP_WORK error with what it said). While Redis is unreachable, what the agent printed is kept and
+    sent again until it is taken; a signal once the agent has exited (or a second signal, which also
+    kills it) gives up instead: the adapter says on stderr what was not published and exits with 128 +
+    the signal (130, 143, 129).
     """
     check_program(list(argv), "CMD")  # before anything is published: no blocker for a typo
     _check_until_complete(until_complete, common)

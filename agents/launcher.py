@@ -16,7 +16,7 @@ An acknowledgement refused because Redis is unreachable is sent again, and the r
 started again by the same process. A request that cannot be started after ``max_attempts`` deliveries
 (at once when its command line is too long) is dead-lettered with the reason, and so is one read after
 it expired (``expires_at``, which the coordinator sets to when it will declare the agent lost and retry
-it: started then, the agent would run twice). Stopping a launcher with SIGTERM or SIGINT stops the
+it: started then, the agent would run twice). Stopping a launcher with SIGTERM, SIGINT or SIGHUP stops the
 adapters it started, which stop their agents (a second signal has them kill an agent that ignores it), and
 it starts no more: the requests it read and had not started yet stay pending, for another launcher.
 A launcher killed with SIGKILL leaves its agents running; the next launcher on the same log directory

@@ -19,6 +19,7 @@ from bus.metrics import LauncherMetrics
 from bus.ops import Ops, ops_options
 from bus.params import MILLISECONDS, FiniteFloatRange
 from bus.settings import Settings
+from bus.stop_signals import handled_stop_signals
 
 __all__ = ["launcher"]
 
@@ -141,8 +142,8 @@ def launcher(
     A request is acknowledged once its agent started, so it is started at least once: a launcher killed
     between the start and the acknowledgement leaves a request that is read again, which a launcher on
     the same --log-dir (its restart) does not start again (the request's mark there says it started) and
-    one elsewhere does. SIGTERM or Ctrl-C stops the agents this launcher started; SIGKILL leaves them
-    running.
+    one elsewhere does. SIGTERM, Ctrl-C or SIGHUP (its terminal closed; not under nohup) stops the agents
+    this launcher started and then the launcher; SIGKILL leaves them running.
 
     With --metrics-port it serves Prometheus metrics: task entries read (subagent_bus_entries_in), agents
     launched, launch failures and agents running. The adapters it starts do not inherit the port.
@@ -177,7 +178,7 @@ def launcher(
                 stop.set()
 
             loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in handled_stop_signals():
                 loop.add_signal_handler(sig, signalled, sig)
             return await launcher.run(stop)
         finally:

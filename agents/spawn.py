@@ -27,12 +27,9 @@ from agents.orphans import PID_SUFFIX, Orphan, Proc, record
 from bus.cli_connection import NAMESPACE_ENV, URL_ENV
 from bus.directives import LaunchRequest
 from bus.ops import METRICS_PORT_ENV
+from bus.stop_signals import STOP_SIGNALS
 
-__all__ = ["PLACEHOLDERS", "STOP_SIGNALS", "Spawner", "adapter_command", "file_stem"]
-
-STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-"""What stops an adapter (it passes them on to its agent, which runs in a session of its own: a closed
-terminal's SIGHUP would otherwise end the adapter alone and leave the agent running)."""
+__all__ = ["PLACEHOLDERS", "Spawner", "adapter_command", "file_stem"]
 
 PLACEHOLDERS: Final = frozenset(
     {"agent_id", "group_id", "prompt_file", "prompt", "parent_agent_id", "request_id"}

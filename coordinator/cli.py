@@ -22,6 +22,7 @@ from bus.metrics import Metrics
 from bus.ops import serve_metrics
 from bus.params import FiniteFloatRange
 from bus.settings import Settings
+from bus.stop_signals import handled_stop_signals
 from coordinator.demo import demo
 from coordinator.findings_cli import commands as findings_commands
 from coordinator.human import commands as human_commands
@@ -113,10 +114,10 @@ def run_coordinator(
     """Apply the protocol's rules to every signal, exactly once and in order.
 
     Run as many as you like, on any machines: they split the shards through leases, and a shard whose
-    coordinator dies is taken over (its pending entries first) once the lease expires. SIGTERM or
-    Ctrl-C applies every entry pending on its shards (the batch in hand included) and releases the
-    leases; a second one stops it at once (as a crash would: what it had not committed is applied by
-    whoever takes its shards over once its leases expire).
+    coordinator dies is taken over (its pending entries first) once the lease expires. SIGTERM, Ctrl-C
+    or SIGHUP (its terminal closed; not under nohup) applies every entry pending on its shards (the
+    batch in hand included) and releases the leases; a second one stops it at once (as a crash would:
+    what it had not committed is applied by whoever takes its shards over once its leases expire).
     """
     options = CoordinatorOptions(
         batch=batch, lease_ttl_ms=lease_ttl_ms, tick_interval_s=tick_s, max_deliveries=max_deliveries
@@ -164,7 +165,7 @@ def _serve(
             click.echo(ready, err=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in handled_stop_signals():
             loop.add_signal_handler(sig, _on_signal, stop, sig)
         coordinator = Coordinator(client, keys, policy, options, metrics)
         log.info("coordinator %s: %d shards in namespace %s", options.name, keys.shards, keys.namespace)
@@ -198,8 +199,9 @@ async def _check_connections(client: Client, shards: int) -> None:
 
 
 def _on_signal(stop: asyncio.Event, sig: signal.Signals) -> None:
-    """The first SIGTERM or SIGINT stops gracefully; a second one (the server stalled, say, and the
-    graceful stop waits for it) exits at once, which loses nothing: commits are atomic."""
+    """The first stop signal (SIGTERM, SIGINT, SIGHUP) stops gracefully; a second one (the server
+    stalled, say, and the graceful stop waits for it) exits at once, which loses nothing: commits are
+    atomic."""
     if not stop.is_set():
         log.info("%s: stopping after the entries pending on this process's shards (again: at once)", sig.name)
         stop.set()
@@ -238,7 +240,8 @@ def up(settings: Settings, policy: Policy, metrics_port: int | None, log_json: b
     """Start everything a single machine needs: Redis (embedded unless --redis-url) and a coordinator.
 
     Prints the URL and the commands that attach adapters from other terminals or machines, then runs
-    the coordinator in the foreground until Ctrl-C.
+    the coordinator in the foreground until Ctrl-C (or SIGTERM, or SIGHUP: its terminal closed), which
+    stops it as it stops `subagent-bus coordinator`.
     """
     # "is up" once it is: the server answered, the namespace has the shards asked for, metrics are served
     _serve(

@@ -28,14 +28,26 @@ from bus.keys import Keys, open_namespace
 from bus.publisher import Publisher
 from bus.settings import Settings
 from coordinator import cli
+from coordinator.lease import lease_key
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def _from_a_terminal() -> None:
+    """A process started as from a terminal: a suite run under ``nohup`` would hand it a SIGHUP it is to
+    keep ignoring."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def _under_nohup() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what `nohup` does before it runs its command
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda sig: sig.name)
 async def test_a_second_signal_stops_a_coordinator_waiting_for_a_stalled_server(
     fresh_redis: RedisProcess, tmp_path: Path, sig: signal.Signals
 ) -> None:
     log = tmp_path / "coordinator.log"
-    coordinator = start(["coordinator", "--name", "stalled", "--shards", "2"], fresh_redis.url, log)
+    args = ["coordinator", "--name", "stalled", "--shards", "2"]
+    coordinator = start(args, fresh_redis.url, log, preexec_fn=_from_a_terminal)
     assert fresh_redis.process is not None
     try:
         await wait_until(logged(log, "shard 1 acquired by stalled"), 30, "the coordinator to take its shards")
@@ -50,6 +62,39 @@ async def test_a_second_signal_stops_a_coordinator_waiting_for_a_stalled_server(
     finally:
         fresh_redis.process.send_signal(signal.SIGCONT)
     assert f"{sig.name} again: stopping at once" in log.read_text()
+
+
+async def test_sighup_stops_a_coordinator_gracefully_unless_it_runs_under_nohup(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Its terminal closed, a coordinator stops as on SIGTERM: it releases its leases, so that another
+    coordinator need not wait out their TTL (a minute here) for its shards. One started by ``nohup``
+    outlives its terminal."""
+    admin = redis.Redis.from_url(redis_url)
+    leases = [lease_key(Keys("sbus", 2), shard) for shard in range(2)]
+    args = ["--shards", "2", "--lease-ttl", "60000"]
+    try:
+        log = tmp_path / "kept.log"
+        kept = start(["coordinator", "--name", "kept", *args], redis_url, log, preexec_fn=_under_nohup)
+        await wait_until(logged(log, "shard 1 acquired by kept"), 30, "the coordinator to take its shards")
+        kept.send_signal(signal.SIGHUP)  # ignored, as nohup asked: the SIGTERM after it is the first stop
+        kept.send_signal(signal.SIGTERM)
+        assert await exited(kept, 30) == 0, log.read_text()
+        assert "SIGTERM: stopping after the entries pending" in log.read_text()
+        assert "SIGHUP" not in log.read_text()
+
+        log = tmp_path / "hup.log"
+        hup = start(["coordinator", "--name", "hup", *args], redis_url, log, preexec_fn=_from_a_terminal)
+        await wait_until(logged(log, "shard 1 acquired by hup"), 30, "the coordinator to take its shards")
+        hup.send_signal(signal.SIGHUP)
+        assert await exited(hup, 30) == 0, log.read_text()
+        holders = [admin.get(key) for key in leases]
+        assert holders == [None, None]  # released, a minute before they would expire
+        text = log.read_text()
+        assert "SIGHUP: stopping after the entries pending on this process's shards" in text
+        assert "coordinator hup stopped after applying" in text
+    finally:
+        admin.close()
 
 
 async def test_a_running_coordinator_writes_back_the_namespace_a_server_lost(

@@ -283,6 +283,31 @@ async def test_a_launcher_stopped_as_it_launches_leaves_the_agent_blocked_not_ru
         assert [e.agent_id for e in await bus.of_type(GROUP, T.AGENT_EXITED)] == [agent]
 
 
+async def test_a_closed_terminal_stops_a_launcher_as_sigterm_does(redis_url: str, tmp_path: Path) -> None:
+    """SIGHUP: the launcher's agents run in sessions of their own, which its terminal's SIGHUP does not
+    reach, so it passes the stop on to their adapters rather than die and leave them running."""
+    log = tmp_path / "launcher.log"
+    tpl = template(f"wait-file:{tmp_path / 'never'}", "complete")
+    async with open_bus(redis_url) as bus:
+        agent = await request(bus, 0)
+        # Started as from a terminal: a suite run under `nohup` would hand it a SIGHUP it is to keep ignoring.
+        launcher = start(
+            launcher_args(tmp_path, tpl),
+            redis_url,
+            log,
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
+        )
+        await wait_until(lambda: bus.has(GROUP, T.AGENT_STARTED), 60, "the agent to start")
+        launcher.send_signal(signal.SIGHUP)
+        assert await exited(launcher, 60) == 0, log.read_text()
+        assert f"agent {agent} ended with exit status 143" in log.read_text()
+        [stop] = [e.payload for e in await bus.of_type(GROUP, T.STOP_WORK)]
+        assert isinstance(stop, StopWork) and stop.agent_id == agent
+        assert f"killed by signal {int(signal.SIGTERM)}" in stop.details, stop.details
+        assert [e.agent_id for e in await bus.of_type(GROUP, T.AGENT_EXITED)] == [agent]
+    assert not list((tmp_path / "logs").glob("*.pid"))
+
+
 async def test_a_request_read_by_a_launcher_that_died_is_taken_over(redis_url: str, tmp_path: Path) -> None:
     async with open_bus(redis_url) as bus:
         agent = await request(bus, 7)
