@@ -2,7 +2,8 @@
 of its own (the terminal's signals reach the adapter, which passes them on once, after it has decided what
 to do about them), and, on Linux, sent SIGTERM when the adapter dies, even by SIGKILL, rather than run on
 unread as an orphan. An adapter that stops running for it while it runs (it failed, or gave up publishing)
-ends it with SIGTERM, and SIGKILL only after :data:`STOP_GRACE_S` (:func:`stop_agent`).
+ends it with SIGTERM, and SIGKILL only after :data:`STOP_GRACE_S`, reading its output meanwhile
+(:func:`stop_agent`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Final
 
 __all__ = ["STOP_GRACE_S", "StderrTail", "exit_status", "start_agent", "start_error", "stop_agent"]
@@ -28,6 +29,7 @@ STOP_GRACE_S: Final = 5.0
 and work, not so long that one which ignores SIGTERM holds a failed adapter (and whatever waits for that
 to exit) for long."""
 _EXITED_POLL_S: Final = 0.2
+_READ_ON_S: Final = 2.0
 
 
 async def start_agent(argv: list[str]) -> asyncio.subprocess.Process:
@@ -43,23 +45,41 @@ async def start_agent(argv: list[str]) -> asyncio.subprocess.Process:
 
 
 async def stop_agent(
-    process: asyncio.subprocess.Process, *, termed: bool, warn: Callable[[str], None]
+    process: asyncio.subprocess.Process,
+    *,
+    termed: bool,
+    warn: Callable[[str], None],
+    reading: Iterable[Awaitable[None]] = (),
 ) -> None:
     """End an agent that the adapter stops running for: SIGTERM, so that it can save its work (not sent
     again when it was ``termed`` already, to which a second one may mean "quit now"), then SIGKILL if it
-    has not exited within :data:`STOP_GRACE_S` (said to ``warn``)."""
-    if not termed:
-        process.terminate()
-    deadline = time.monotonic() + STOP_GRACE_S
+    has not exited within :data:`STOP_GRACE_S` (said to ``warn``).
+
+    ``reading`` reads the agent's outputs that nothing else reads any more, meanwhile: an agent that
+    prints as it saves its work would otherwise block on a full pipe and be killed for it (and the
+    agent's end, which waits for its pipes to close, would wait for ever for those unread). Once the agent
+    has ended they read on to the outputs' end, for :data:`_READ_ON_S` at most (a process the agent
+    started may hold them open)."""
+    readers = [asyncio.ensure_future(read) for read in reading]
     try:
-        # not process.wait(): it waits for the output's end too, which a process the agent started may hold
-        while process.returncode is None and time.monotonic() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(_EXITED_POLL_S)
-    finally:  # cancelled while it waited (Ctrl-C again): it is not left running
-        if process.returncode is None:
-            warn(f"the agent did not exit within {STOP_GRACE_S:g}s of SIGTERM: killed")
-            process.kill()
-    await process.wait()
+        if not termed:
+            process.terminate()
+        deadline = time.monotonic() + STOP_GRACE_S
+        try:
+            # not process.wait(): it waits for the output's end too, which a process the agent started
+            # may hold
+            while process.returncode is None and time.monotonic() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(_EXITED_POLL_S)
+        finally:  # cancelled while it waited (Ctrl-C again): it is not left running
+            if process.returncode is None:
+                warn(f"the agent did not exit within {STOP_GRACE_S:g}s of SIGTERM: killed")
+                process.kill()
+        await process.wait()
+        if readers:
+            await asyncio.wait(readers, timeout=_READ_ON_S)
+    finally:
+        for reader in readers:
+            reader.cancel()
 
 
 def start_error(program: str, exc: OSError | ValueError) -> str:

@@ -193,6 +193,7 @@ class Session:
     async def _supervise(
         self, process: asyncio.subprocess.Process, argv: list[str], source: str, *, first: bool
     ) -> int:
+        pumps: list[asyncio.Future[None]] = []  # the readers of its stdout and stderr, once started
         try:
             await self.bus.started(
                 source=source,
@@ -216,10 +217,11 @@ class Session:
             assert process.stdout is not None and process.stderr is not None
             stdout, stderr = process.stdout, process.stderr
             try:
-                pumps = asyncio.gather(
-                    self._pump(lambda: stdout.read(CHUNK), source), self._pump_stderr(stderr, tail)
+                pumps += (
+                    asyncio.ensure_future(self._pump(lambda: stdout.read(CHUNK), source)),
+                    asyncio.ensure_future(self._pump_stderr(stderr, tail)),
                 )
-                await self._drained(process, pumps)
+                await self._drained(process, asyncio.gather(*pumps))
                 # not process.wait(): it waits for the output's end too, which may be never
                 assert process.returncode is not None
                 code = exit_status(process.returncode)
@@ -235,11 +237,40 @@ class Session:
             self._gave_up = exc
             raise
         finally:
-            if process.returncode is None:  # an already passed-on SIGTERM is not sent again
-                await stop_agent(process, termed=self.signalled == signal.SIGTERM, warn=self.bus.warn)
+            if process.returncode is None:
+                await self._stop_agent(process, pumps)
             self.process = None
             self.idle.set()
             self._delegates.between_turns(self._between_turns())
+
+    async def _stop_agent(
+        self, process: asyncio.subprocess.Process, pumps: list[asyncio.Future[None]]
+    ) -> None:
+        """:func:`stop_agent`, reading the outputs whose readers ended (or never started) meanwhile. The
+        stdout read then cannot be published (the adapter failed, or gave up publishing): it is copied
+        to stdout as ever, and the log says how much of it the bus lacks. The stderr goes where it goes."""
+        out, err = process.stdout, process.stderr
+        assert out is not None and err is not None
+        dropped = 0
+
+        async def read_on() -> None:
+            nonlocal dropped
+            while chunk := await out.read(CHUNK):
+                self._copy(chunk)
+                dropped += len(chunk)
+
+        out_pump, err_pump = pumps or (None, None)
+        reading: list[Awaitable[None]] = []
+        if out_pump is None or out_pump.done():
+            reading.append(read_on())
+        if err_pump is None or err_pump.done():
+            reading.append(self._pump_stderr(err, StderrTail()))
+        termed = self.signalled == signal.SIGTERM  # an already passed-on SIGTERM is not sent again
+        await stop_agent(process, termed=termed, warn=self.bus.warn, reading=reading)
+        if dropped:
+            self.bus.warn(
+                f"{dropped} bytes of the agent's output read while it was being stopped were not published"
+            )
 
     def _between_turns(self) -> bool:
         """Whether the agent, no process of it running, waits for the directive that resumes it."""

@@ -326,6 +326,23 @@ async def test_an_adapter_that_fails_gives_its_agent_sigterm_and_time_to_save_it
     assert "killed" not in log.read_text()
 
 
+async def test_an_agent_that_prints_on_as_it_saves_its_work_is_read_not_killed(
+    fresh_redis: RedisProcess, tmp_path: Path
+) -> None:
+    """Its output is read on through the grace (not published: the adapter failed), so an agent that
+    prints more than a pipe holds as it saves its work is not blocked on the write and killed for it."""
+    log, noted = tmp_path / "adapter.log", tmp_path / "noted"
+    pid = await failing(fresh_redis, log, "d11", f"loud-save-on-term:{noted}")
+    assert noted.read_text() == "SIGTERM\nsaved\n", log.read_text()
+    assert not pid_alive(pid)
+    text = log.read_text()
+    assert "killed" not in text
+    dropped = re.search(
+        r"(\d+) bytes of the agent's output read while it was being stopped were not published", text
+    )
+    assert dropped is not None and int(dropped.group(1)) >= 1 << 20, text  # what it printed as it saved
+
+
 async def test_an_agent_that_ignores_sigterm_is_killed_after_the_grace(
     fresh_redis: RedisProcess, tmp_path: Path
 ) -> None:

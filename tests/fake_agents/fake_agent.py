@@ -8,7 +8,7 @@ waits for a directive by watching a response file, or is re-run with a resume pr
 Steps: say:TEXT  progress:N  many:N  burst:N  clarify  stop  delegate[:INDEPENDENCE]  complete[:FILE,FILE]
 result:FILE:LINE  await:PATH  wait-file:PATH  sleep:SECONDS  crash:CODE
 save-on-term:PATH (from then on SIGTERM is noted in PATH, and the agent saves its work, notes that too
-and exits 0)  ignore-term:PATH (SIGTERM is noted in PATH, and ignored)
+and exits 0)  loud-save-on-term:PATH (the same, and it prints 1 MiB as it saves)  ignore-term:PATH (SIGTERM is noted in PATH, and ignored)
 unless-prompt:TEXT=STEP and if-prompt:TEXT=STEP (STEP only when the --prompt-file and the --resumed
 prompt do not contain TEXT, or when one does).
 Only the standard library is used, like any program that was never written for this project.
@@ -27,6 +27,8 @@ from typing import BinaryIO
 
 SESSION = "5d1c7e0a-9a0b-4f5e-8f0d-3c2b1a090807"
 END = "<!-- end of directive"
+LOUD_SAVE = 1 << 20
+"""What ``loud-save-on-term`` prints as it saves its work, in bytes."""
 
 
 def now() -> str:
@@ -207,6 +209,8 @@ Looked at the code.
         time.sleep(float(arg))
     elif name == "save-on-term":
         signal.signal(signal.SIGTERM, lambda *_: save_and_exit(Path(arg)))
+    elif name == "loud-save-on-term":  # more than a pipe holds: it blocks unless its output is read
+        signal.signal(signal.SIGTERM, lambda *_: save_and_exit(Path(arg), out, LOUD_SAVE))
     elif name == "ignore-term":
         signal.signal(signal.SIGTERM, lambda *_: note(Path(arg), "SIGTERM"))
     elif name == "crash":
@@ -225,9 +229,12 @@ def note(path: Path, text: str) -> None:
         record.write(text + "\n")
 
 
-def save_and_exit(path: Path) -> None:
+def save_and_exit(path: Path, out: Output | None = None, printed: int = 0) -> None:
     note(path, "SIGTERM")
     time.sleep(0.3)  # the work an agent does to save its session
+    if out is not None:
+        for _ in range(printed // 1024):
+            out.raw(b"saving " + b"." * 1016 + b"\n")
     note(path, "saved")
     sys.exit(0)
 
