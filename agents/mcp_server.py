@@ -38,7 +38,7 @@ from pydantic_core import from_json
 
 from agents.adapter import AgentBus, connect_bus
 from agents.inbox_listener import DEFAULT_CLAIM_IDLE_MS, InboxListener, other_group
-from agents.mcp_stdio import screened_stdio
+from agents.mcp_stdio import After, screened_stdio
 from agents.mcp_tools import (
     PROTOCOL_TOOLS,
     ProtocolTool,
@@ -51,6 +51,7 @@ from agents.mcp_tools import (
 )
 from agents.parser import describe_errors
 from bus.connection import translated
+from bus.display import quoted
 from bus.envelope import MAX_ENVELOPE_BYTES, encode
 from bus.errors import BusError, ConnectionFailed, CredentialsRefused
 from bus.events import AgentState
@@ -118,7 +119,7 @@ class ProtocolServer:
         """Serve on stdin/stdout until the client closes them (or Ctrl-C)."""
         server = self.server()
         try:
-            async with screened_stdio(sys.stdin.fileno(), on_written=self._written) as (
+            async with screened_stdio(sys.stdin.fileno(), on_writing=self._writing) as (
                 read_stream,
                 write_stream,
             ):
@@ -164,7 +165,7 @@ class ProtocolServer:
                 return await self.status()
             tool = self.tools.get(params.name)
             if tool is None:
-                return _text(f"unknown tool {params.name!r}", error=True)
+                return _text(f"unknown tool {quoted(params.name)}", error=True)
             return await self.publish(tool, arguments)
         except ValueError as exc:  # ToolInputError, or a value the bus refuses (an over-long id...)
             return _text(str(exc), error=True)
@@ -210,7 +211,7 @@ class ProtocolServer:
     ) -> types.CallToolResult:
         """``listen`` as a tool: the next directive's resume prompt, or a timeout message.
 
-        The directive is acknowledged once the reply to ``request_id`` is written (:meth:`_written`).
+        The directive is acknowledged once the reply to ``request_id`` is written (:meth:`_writing`).
         """
         bus = await self._connected()
         listener = InboxListener(bus.client, bus.inbox, claim_idle_ms=self.claim_idle_ms, log=bus.log)
@@ -226,21 +227,25 @@ class ProtocolServer:
             self._unacked[request_id] = functools.partial(listener.ack, received)
         return _text(received.directive.prompt)
 
-    async def _written(self, line: str) -> None:
-        """A line is out on stdout: when it is the reply that carried a directive, acknowledge that."""
+    def _writing(self, line: str) -> After | None:
+        """A line goes out on stdout: when it is the reply that carries a directive, what acknowledges
+        that directive once the line is out. Taken off ``_unacked`` now: once the reply is out, the
+        client may send its id again."""
         if not self._unacked:
-            return
+            return None
         try:  # not orjson: it reads an integer beyond 64 bits, which an id may be, as a float
-            request_id = from_json(line).get("id")
-        except (ValueError, AttributeError):
-            return
+            message = from_json(line)
+        except ValueError:
+            return None
+        # only a result carries a directive: an error under its id is the refusal of another request
+        # sent under it while it was in flight (agents.mcp_inflight)
+        if not isinstance(message, dict) or "result" not in message:
+            return None
+        request_id = message.get("id")
+        if not isinstance(request_id, (str, int)):
+            return None
         ack = self._unacked.pop(request_id, None)
-        if ack is None:
-            return
-        try:
-            await ack()
-        except BusError as exc:  # still pending: the next wait_for_directive (or listen) has it again
-            sys.stderr.write(f"subagent-bus mcp: a delivered directive was not acknowledged: {exc}\n")
+        return None if ack is None else functools.partial(_acknowledge, ack)
 
     async def status(self) -> types.CallToolResult:
         """The agent's record in the coordinator's group state (JSON), read without the coordinator."""
@@ -294,6 +299,13 @@ class ProtocolServer:
                         raise
                     self._unreachable = str(exc)
             await asyncio.sleep(next(delays))
+
+
+async def _acknowledge(ack: Callable[[], Awaitable[None]]) -> None:
+    try:
+        await ack()
+    except BusError as exc:  # still pending: the next wait_for_directive (or listen) has it again
+        sys.stderr.write(f"subagent-bus mcp: a delivered directive was not acknowledged: {exc}\n")
 
 
 def _validated(model: type[BaseModel], arguments: Mapping[str, Any]) -> Any:

@@ -25,6 +25,9 @@ Why stdin is not left to the SDK:
   JSON error, the members a message lacks, the parameter and what it should be). The exception is a
   malformed *response* (an object with ``result`` or ``error`` and no ``method``): JSON-RPC answers no
   response, and two peers answering each other's bad responses would never stop; it is only logged.
+- It runs a request under the id of one still in flight (JSON-RPC requires them to differ), and a reply
+  would then be taken for the other's. Such a request is answered ``-32600`` and not run
+  (:mod:`agents.mcp_inflight`).
 - It takes the last value of a key given twice in one object (``{"line": 3, "line": 30}``). No client
   that sends objects writes that; of a line written by hand neither value can be said to be the one
   meant, so a message giving a key twice, at any depth, is answered ``-32600`` naming the key (a
@@ -59,6 +62,7 @@ from pydantic_core import from_json
 from agents.adapter import stderr_log
 from agents.json_keys import keys_given_twice, twice_message
 from agents.lenient_json import loads_lenient
+from agents.mcp_inflight import RequestsInFlight
 from bus.display import cut, one_line
 from bus.envelope import MAX_ENVELOPE_BYTES
 
@@ -67,6 +71,7 @@ if TYPE_CHECKING:  # the SDK's stream protocols live in a private module: only n
 
 __all__ = [
     "MAX_LINE_BYTES",
+    "After",
     "Overlong",
     "ScreenedLines",
     "StdinLines",
@@ -323,6 +328,8 @@ class ScreenedLines:
     ) -> None:
         self._lines = lines
         self.log = log
+        self.in_flight = RequestsInFlight()
+        """The requests passed on and not yet answered (:mod:`agents.mcp_inflight`)."""
         self._send: Callable[[SessionMessage], Awaitable[None]] | None = None
         self._ready = asyncio.Event()
         self._initialized = False
@@ -349,8 +356,9 @@ class ScreenedLines:
                 if mended is not None:
                     found = rejection(mended) or self._premature(mended)
                 valid = found is None  # but maybe for keys given twice
-                if found is None and (found := keys_twice(text)) is None:
-                    return line if mended is None else mended + "\n"
+                passed = line if mended is None else mended + "\n"
+                if found is None and (found := keys_twice(text) or self._reused(passed)) is None:
+                    return passed
                 error, seen = found, f"a line of {len(text.encode())} bytes: {cut(one_line(text), 80)}"
                 if _is_response(text):
                     self.log(f"dropped a malformed response ({error.error.message}), unanswered: {seen}")
@@ -377,6 +385,22 @@ class ScreenedLines:
         why = f"Invalid Request: {method} before initialize (a session starts with an initialize request)"
         return _error(types.INVALID_REQUEST, why, _request_id(message))
 
+    def _reused(self, line: str) -> types.JSONRPCError | None:
+        """``-32600`` for a request under the id of one still in flight (:mod:`agents.mcp_inflight`),
+        which is not run; None for any other message, a request then being taken as in flight."""
+        message = from_json(line)
+        if not isinstance(message, dict) or "method" not in message:
+            return None
+        request_id = _request_id(message)
+        if request_id is None or self.in_flight.take(request_id):
+            return None
+        return _error(
+            types.INVALID_REQUEST,
+            f"Invalid Request: id {cut(json.dumps(request_id), 80)} is the id of a request still in "
+            "flight; the ids of requests in flight must differ: this one was not run",
+            request_id,
+        )
+
     async def _answer(self, error: types.JSONRPCError) -> bool:
         """Send ``error``; False when the write stream is closed (the server is stopping)."""
         await self._ready.wait()
@@ -388,28 +412,40 @@ class ScreenedLines:
         return True
 
 
-class WrittenLines:
-    """The SDK transport's stdout, on a duplicate of fd 1, telling ``on_written`` each line once it was
-    written and flushed: the moment a reply is out of the server's hands (a directive is acknowledged
-    then, so that a server killed before has it delivered again, as ``listen`` does)."""
+After = Callable[[], Awaitable[None]]
+"""What to do once a line is out on stdout."""
 
-    def __init__(self, fd: int, on_written: Callable[[str], Awaitable[None]]) -> None:
+
+class WrittenLines:
+    """The SDK transport's stdout, on a duplicate of fd 1. Each line is given to ``on_writing`` before it
+    is written, which returns what to run once it was written and flushed: the moment a reply is out of
+    the server's hands (a directive is acknowledged then, so that a server killed before has it
+    delivered again, as ``listen`` does). The request a line answers leaves ``in_flight`` before the line
+    goes out: a client that has the answer may send its id again at once."""
+
+    def __init__(
+        self, fd: int, on_writing: Callable[[str], After | None], in_flight: RequestsInFlight
+    ) -> None:
         binary = os.fdopen(fd, "wb", closefd=False)  # see screened_stdio: never closed
         self._file = anyio.wrap_file(io.TextIOWrapper(binary, encoding="utf-8"))
-        self._on_written = on_written
-        self._line = ""
+        self._on_writing = on_writing
+        self._in_flight = in_flight
+        self._after: After | None = None
 
     async def write(self, text: str) -> None:
+        # taken now, not at the flush: a reply out on the wire may be followed by a request under its id
+        self._after = self._on_writing(text)
+        self._in_flight.answered(text)
         await self._file.write(text)  # in a worker thread: a client slow to read blocks no task
-        self._line = text
 
     async def flush(self) -> None:
         await self._file.flush()
-        line, self._line = self._line, ""
-        await self._on_written(line)
+        after, self._after = self._after, None
+        if after is not None:
+            await after()
 
 
-async def _nothing(_line: str) -> None:
+def _nothing(_line: str) -> After | None:
     return None
 
 
@@ -418,7 +454,7 @@ async def screened_stdio(
     fd: int,
     *,
     log: Callable[[str], None] = stderr_log,
-    on_written: Callable[[str], Awaitable[None]] = _nothing,
+    on_writing: Callable[[str], After | None] = _nothing,
 ) -> AsyncIterator[tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]]:
     """The SDK's stdio transport, reading the screened lines of ``fd`` and writing to stdout through
     :class:`WrittenLines`. While it serves, fd 1 points at stderr, so that stray output (a library's
@@ -427,7 +463,7 @@ async def screened_stdio(
     wire = os.dup(1)
     os.dup2(2, 1)
     try:
-        stdout = WrittenLines(wire, on_written)
+        stdout = WrittenLines(wire, on_writing, lines.in_flight)
         async with stdio_server(stdin=cast(Any, lines), stdout=cast(Any, stdout)) as (
             read_stream,
             write_stream,

@@ -9,9 +9,10 @@ from typing import Any
 import mcp_types as types
 import orjson
 import pytest
-from adapter_kit import open_bus
+from adapter_kit import open_bus, wait_until
 from test_mcp_input import AGENT, GROUP_ID, RawClient, raw_server
 
+from agents.mcp_inflight import RequestsInFlight
 from bus.directives import AnswerItem, ClarificationResponse
 from bus.envelope import Envelope, new_envelope
 from bus.publisher import Publisher
@@ -152,3 +153,59 @@ async def test_wait_for_directive_says_a_timeout_that_is_no_number_is_not_finite
         assert reply["id"] == 9 and reply["result"]["isError"], reply
         text = reply["result"]["content"][0]["text"]
         assert text == "invalid arguments: field 'timeout_seconds': Input should be a finite number", text
+
+
+async def test_an_unknown_tool_s_name_is_cut_in_its_error(redis_url: str, tmp_path: Path) -> None:
+    name = "no_such_tool_" + "x" * (3 << 20)
+    async with raw_server(redis_url, tmp_path / "stderr") as client:
+        reply = await call(client, 11, orjson.dumps({"name": name, "arguments": {}}))
+        assert reply["id"] == 11 and reply["result"]["isError"], reply
+        text = reply["result"]["content"][0]["text"]
+        assert text.startswith("unknown tool 'no_such_tool_xxx") and text.endswith("…'"), text[:200]
+        assert len(text) < 100, len(text)
+
+
+async def test_a_request_under_the_id_of_one_in_flight_is_refused_and_not_run(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Two waits under one id, each holding a directive before either reply is written, would have one
+    directive acknowledged at the other's reply and delivered again: the second is refused unrun."""
+    wait = orjson.dumps({"name": "wait_for_directive", "arguments": {"timeout_seconds": 20}})
+    quick = orjson.dumps({"name": "wait_for_directive", "arguments": {"timeout_seconds": 1}})
+    async with open_bus(redis_url) as bus, raw_server(redis_url, tmp_path / "stderr") as client:
+        await client.send(b'{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": %s}\n' % wait)
+
+        async def blocked() -> bool:
+            info: dict[str, Any] = await bus.client.info("clients")
+            return int(info["blocked_clients"]) >= 1
+
+        await wait_until(blocked, 20, "the first wait to block on the inbox")
+        for _ in range(2):  # a refusal under the id does not end the first request's flight
+            reply = await call(client, 5, quick)
+            assert (reply["id"], reply.get("error", {}).get("code")) == (5, types.INVALID_REQUEST), reply
+            assert "id 5 is the id of a request still in flight" in reply["error"]["message"], reply
+        sent = directive("JWT")
+        await Publisher(bus.client, bus.keys).send_directive(sent)
+        reply = await client.reply()
+        assert reply["id"] == 5 and reply["result"]["content"][0]["text"] == sent.payload.render(), reply  # type: ignore[union-attr]
+        answered = await call(client, 5, orjson.dumps({"name": "status", "arguments": {}}))
+        assert answered["id"] == 5 and "result" in answered, answered  # answered, the id is free again
+        inbox = bus.inbox(GROUP_ID, AGENT)
+        assert (await bus.client.xpending(inbox, "adapter"))["pending"] == 0
+
+
+def test_an_id_is_in_flight_until_a_line_answers_it_that_is_not_a_refusal() -> None:
+    requests = RequestsInFlight()
+    long_id = "r" * 1000
+    assert requests.take(7) and requests.take("7") and requests.take(long_id)
+    assert not requests.take(7)  # refused: its answer is one more line under id 7
+    requests.answered('{"jsonrpc": "2.0", "id": 7, "result": {}}')  # the first of the two
+    assert not requests.take(7)  # its refusal is still to be written
+    requests.answered('{"jsonrpc": "2.0", "id": 7, "error": {"code": -32600, "message": "m"}}')
+    requests.answered('{"jsonrpc": "2.0", "id": 7, "error": {"code": -32600, "message": "m"}}')
+    requests.answered('{"jsonrpc": "2.0", "id": 7, "method": "ping"}')  # a request of the server's
+    assert requests.take(7)
+    assert not requests.take("7") and not requests.take(long_id)
+    for _ in range(2):  # the refusal, and the answer
+        requests.answered(orjson.dumps({"jsonrpc": "2.0", "id": long_id, "result": {}}).decode())
+    assert requests.take(long_id)

@@ -1,0 +1,74 @@
+"""The ids of the requests ``subagent-bus mcp`` has taken and not yet answered on its stdout.
+
+JSON-RPC requires the ids of requests in flight to differ, and the server relies on it: the reply that
+carries a directive is matched to its request by id when it is written, and the directive acknowledged
+then (:mod:`agents.mcp_server`). Two ``wait_for_directive`` calls under one id, both holding a directive
+before either reply is written, would have one directive acknowledged at the other's reply and the other
+left pending, to be delivered again. The SDK runs such a request all the same, so the screening of stdin
+(:class:`agents.mcp_stdio.ScreenedLines`) refuses it, ``-32600``, before the SDK sees it.
+
+An id is in flight from the moment its request is passed on until a response with that id goes out on
+stdout (just before: a client may send the id again as soon as it has the response). The refusal of a request under an id in flight carries that id too: it is counted, so that its
+line does not end the first request's flight (whichever of the two lines is written first). A request
+cancelled before it was answered is never answered: its id stays taken, which costs nothing to a client
+that follows MCP, which forbids reusing an id within a session at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from typing import Final
+
+import mcp_types as types
+from pydantic_core import from_json
+
+__all__ = ["RequestsInFlight"]
+
+_LONG_ID: Final = 64
+"""A string id longer than this is kept as its digest: a cancelled request's id is kept for good."""
+
+
+def _key(request_id: types.RequestId) -> types.RequestId | bytes:
+    if isinstance(request_id, str) and len(request_id) > _LONG_ID:
+        return hashlib.sha256(request_id.encode(errors="surrogatepass")).digest()
+    return request_id
+
+
+class RequestsInFlight:
+    """The ids of the requests taken and not yet answered, and the refusals written under them."""
+
+    def __init__(self) -> None:
+        self._ids: set[types.RequestId | bytes] = set()
+        self._refusals: Counter[types.RequestId | bytes] = Counter()
+
+    def take(self, request_id: types.RequestId) -> bool:
+        """Mark ``request_id`` in flight; False (and counted as refused) when it already is."""
+        key = _key(request_id)
+        if key in self._ids:
+            self._refusals[key] += 1
+            return False
+        self._ids.add(key)
+        return True
+
+    def answered(self, line: str) -> None:
+        """``line`` goes out on stdout: when it answers a request in flight (and is not the refusal of
+        another under its id), that request is no longer in flight."""
+        if not self._ids:
+            return
+        try:  # not orjson: it reads an integer beyond 64 bits, which an id may be, as a float
+            message = from_json(line)
+        except ValueError:
+            return
+        if not isinstance(message, dict) or "method" in message or "id" not in message:
+            return  # a notification or a request of the server's own, not an answer
+        request_id = message["id"]
+        if not isinstance(request_id, (str, int)):
+            return
+        key = _key(request_id)
+        if self._refusals[key]:
+            self._refusals[key] -= 1
+            if not self._refusals[key]:
+                del self._refusals[key]
+        else:
+            self._ids.discard(key)
