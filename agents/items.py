@@ -57,7 +57,8 @@ class ErrorItem(Model):
 
 class TurnFailedItem(Model):
     """The agent's program said in its JSONL output that the agent's turn failed (Codex CLI's
-    ``turn.failed``, a Claude Code ``result`` that is an error): ``message`` says so in its words.
+    ``turn.failed``, a Claude Code ``result`` that is an error, or its entry flagged
+    ``isApiErrorMessage``): ``message`` says so in its words.
     ``line``/``offset`` locate the last byte of that JSONL line, where no text of the line is placed."""
 
     message: str

@@ -15,7 +15,12 @@ when no assistant text came since the last result (it repeats the last message's
 ``subtype`` such as ``error_max_turns`` or ``error_during_execution``) also says that the agent's turn
 failed, with its ``errors`` (or its ``result``, an API error's text) as why: a
 :class:`~agents.items.TurnFailedItem`. ``claude -p`` may exit 0 after one (an API error), so its exit
-status alone would not tell.
+status alone would not tell. An interactive session's transcript has no ``result``: there an API error
+(Claude Code gave up retrying, or the error is not one it retries) is an ``assistant`` entry flagged
+``isApiErrorMessage``, whose text is the error (``API Error: 529 {...}``), and it is that turn's failure
+too, read at that entry. ``stream-json`` writes that entry as well, before the ``result`` that repeats
+it: the failure is read once, at the entry, and the error result that ends the same turn says nothing
+more.
 
 Each assistant text is parsed on its own by a :class:`~agents.parser.Parser` (a signal or a report does
 not span two messages; one still open at the end of its text is an error). The items it yields are
@@ -61,6 +66,9 @@ class TranscriptReader(JsonlReader):
     :attr:`answered_at` the (offset, line) of the last assistant line with text since the last ``result``
     entry, whose text the next result repeats: a reading resumed there knows not to read that result."""
 
+    _api_failed = False
+    """The last entry of the turn so far is an API error: an error result after it is the same failure."""
+
     def _entry(self, entry: dict[str, Any], line: int, offset: int) -> None:
         if self.session_id is None:
             session = entry.get("sessionId", entry.get("session_id"))
@@ -70,8 +78,12 @@ class TranscriptReader(JsonlReader):
         kind = entry.get("type")
         if kind == "result":
             self._result(entry, line, offset)
-        if kind != "assistant":
-            return
+        if kind in ("user", "assistant", "result"):
+            self._api_failed = False
+        if kind == "assistant":
+            self._assistant(entry, line, offset)
+
+    def _assistant(self, entry: dict[str, Any], line: int, offset: int) -> None:
         message = entry.get("message")
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, str):
@@ -86,6 +98,17 @@ class TranscriptReader(JsonlReader):
                 self._text(text, line, offset, start)
                 self.answered_at = (start, line)
                 offset += len(text.encode())
+        if entry.get("isApiErrorMessage") is True:
+            self._api_error(content, line)
+
+    def _api_error(self, content: list[Any], line: int) -> None:
+        """An API error that ended the turn: published whatever follows it. Claude Code writes this entry
+        once it has stopped retrying, so the turn ended there; output after it is a new turn, prompted
+        again (by the coordinator's answer to this very failure, most often), with nothing to take back."""
+        texts = [b["text"].strip() for b in content if isinstance(b, dict) and isinstance(b.get("text"), str)]
+        said = "; ".join(text for text in texts if text) or "no text"
+        self._failed(line, f"Claude Code's request to the API failed: {said}")
+        self._api_failed = True
 
     def _result(self, entry: dict[str, Any], line: int, offset: int) -> None:
         answer = entry.get("result")
@@ -93,7 +116,7 @@ class TranscriptReader(JsonlReader):
             self._text(answer, line, offset, offset)
         self.answered_at = None
         failure = _failure(entry)
-        if failure is not None:
+        if failure is not None and not self._api_failed:
             self._failed(line, failure)
 
 

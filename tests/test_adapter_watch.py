@@ -552,6 +552,42 @@ async def _killed_after_progress(redis_url: str, tmp_path: Path, head: bytes, ta
     return signals
 
 
+async def test_an_api_error_in_an_interactive_transcript_is_a_stop_work_error_once(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Claude Code ends a turn on an API error with an assistant entry flagged ``isApiErrorMessage`` (an
+    interactive session writes no ``result``): the coordinator is told the agent stopped, once, though a
+    restarted adapter reads that entry again (the last assistant text is where a reading resumes)."""
+    text = 'API Error: 529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'
+    api_error = {
+        "type": "assistant",
+        "sessionId": "s1",
+        "isApiErrorMessage": True,
+        "message": {"role": "assistant", "model": "<synthetic>", "content": [{"type": "text", "text": text}]},
+    }
+    args = ("--format", "claude-jsonl")
+    out, log = tmp_path / "agent.jsonl", tmp_path / "adapter.log"
+    out.write_bytes(_assistant(_PROGRESS) + orjson.dumps(api_error) + b"\n")
+    async with open_bus(redis_url) as bus:
+        first = start(watch_args(out, "a7", *args), redis_url, log)
+        await wait_until(lambda: bus.has(GROUP, T.STOP_WORK), 30, "the failed turn")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        prompted = {"type": "user", "sessionId": "s1", "message": {"role": "user", "content": "Go on."}}
+        with out.open("ab") as stream:
+            stream.write(orjson.dumps(prompted) + b"\n" + _COMPLETION)
+        second = start(watch_args(out, "a7", "--until-complete", *args), redis_url, log)
+        assert await exited(second, 60) == 0, log.read_text()
+        signals = [e for e in await bus.envelopes(GROUP) if e.kind is Kind.SIGNAL]
+    assert [e.type for e in signals] == [T.PROGRESS] * 3 + [T.STOP_WORK, T.COMPLETION_REPORT]
+    stop = signals[3].payload
+    assert isinstance(stop, StopWork) and stop.stop_reason is StopReason.ERROR
+    assert stop.details == f"The agent's turn failed: Claude Code's request to the API failed: {text}"
+    parser = TranscriptParser()
+    [failed] = [i for i in parser.feed(out.read_bytes()) + parser.close() if i.line == 2]
+    assert signals[3].id == deterministic_id("a7", source_of(out.absolute(), 0), failed.offset)
+
+
 async def test_a_section_held_in_a_transcript_is_held_again_after_a_sigkill(
     redis_url: str, tmp_path: Path
 ) -> None:

@@ -77,16 +77,18 @@ FAILED = (Path(__file__).parent / "data" / "claude_print_failed.jsonl").read_byt
 
 
 def test_a_result_that_is_an_error_is_a_failed_turn_with_what_it_says() -> None:
+    """The API error is read at the entry that says it, and the error result repeating it is not a
+    second failure."""
     items, _ = parse(FAILED)
-    assert [(i.line, type(i)) for i in items] == [(2, SignalItem), (5, TurnFailedItem), (8, TurnFailedItem)]
+    assert [(i.line, type(i)) for i in items] == [(2, SignalItem), (5, TurnFailedItem), (7, TurnFailedItem)]
     turns = [i for i in items if isinstance(i, TurnFailedItem)]
     assert [t.message for t in turns] == [
         "Claude Code's result is an error (error_max_turns): Reached maximum number of turns (2)",
-        "Claude Code's result is an error: API Error: 529 "
+        "Claude Code's request to the API failed: API Error: 529 "
         '{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":null}',
     ]
     ends = [n for n, byte in enumerate(FAILED) if byte == ord("\n")]
-    assert [t.offset for t in turns] == [ends[4] - 1, ends[7] - 1]  # each result line's last byte
+    assert [t.offset for t in turns] == [ends[4] - 1, ends[6] - 1]  # each line's last byte
 
 
 def test_a_result_whose_text_starts_with_a_signal_keeps_it_and_its_failure_apart() -> None:

@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agents.items import TurnFailedItem
+from agents.jsonl_reader import MAX_FAILURE_CHARS
 from agents.parser import ErrorItem, Found, Item, ResultItem, SignalItem, parse_text
 from agents.transcript import (
     AnyParser,
@@ -334,3 +336,83 @@ def test_a_reading_resumed_mid_transcript_names_the_transcripts_lines() -> None:
     assert [(i.line, i.offset + line_start(3)) for i in part] == [
         (i.line, i.offset) for i in whole if i.offset >= line_start(3)
     ]
+
+
+OVERLOADED = 'API Error: 529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'
+
+
+def api_error_line(text: str = OVERLOADED) -> bytes:
+    """The entry an interactive session writes for an API error (it has no ``result`` entries)."""
+    entry = {
+        "type": "assistant",
+        "sessionId": "s1",
+        "isApiErrorMessage": True,
+        "error": "unknown",
+        "message": {"role": "assistant", "model": "<synthetic>", "content": [{"type": "text", "text": text}]},
+    }
+    return orjson.dumps(entry) + b"\n"
+
+
+def user_line(text: str) -> bytes:
+    return (
+        orjson.dumps({"type": "user", "sessionId": "s1", "message": {"role": "user", "content": text}})
+        + b"\n"
+    )
+
+
+def test_an_api_error_in_an_interactive_transcript_is_a_failed_turn_on_its_line_s_last_byte() -> None:
+    data = assistant_line("Reading src/auth first.") + api_error_line()
+    items, _ = parse(data)
+    [failed] = items
+    assert isinstance(failed, TurnFailedItem)
+    assert failed.message == f"Claude Code's request to the API failed: {OVERLOADED}"
+    assert (failed.line, failed.offset) == (2, len(data) - 2)  # the id of its envelope is its own
+
+
+@pytest.mark.parametrize("cuts", [[], [5], [len(assistant_line("x")) + 3, 200]])
+def test_an_api_error_is_read_once_however_the_transcript_is_chunked(cuts: list[int]) -> None:
+    data = assistant_line("x") + api_error_line()
+    items, _ = parse(data, cuts)
+    assert [(type(i), i.line) for i in items] == [(TurnFailedItem, 2)]
+
+
+def test_only_an_entry_flagged_as_an_api_error_is_a_failed_turn() -> None:
+    """The agent quoting an API error is not one; a flagged entry's text says what failed, cut."""
+    quoted = assistant_line(f"The log says: {OVERLOADED}")
+    flagged_false = orjson.loads(api_error_line())
+    flagged_false["isApiErrorMessage"] = "true"
+    items, _ = parse(quoted + orjson.dumps(flagged_false) + b"\n")
+    assert items == []
+    items, _ = parse(api_error_line("API Error: " + "x" * 100_000) + api_error_line("  "))
+    long, blank = items
+    assert isinstance(long, TurnFailedItem) and len(long.message) == MAX_FAILURE_CHARS
+    assert isinstance(blank, TurnFailedItem) and blank.message.endswith("failed: no text")
+
+
+def test_an_api_error_followed_by_a_new_turn_is_still_its_turn_s_failure() -> None:
+    """Output after it is the session prompted again; each API error is its turn's failure."""
+    data = (
+        api_error_line()
+        + user_line("Go on.")
+        + assistant_line("[PROGRESS]\nagent_id: a1\npercent: 50\n[/PROGRESS]")
+        + api_error_line("API Error: Connection error.")
+    )
+    items, _ = parse(data)
+    assert [(type(i), i.line) for i in items] == [(TurnFailedItem, 1), (SignalItem, 3), (TurnFailedItem, 4)]
+
+
+def test_a_stream_json_result_repeating_an_api_error_is_not_a_second_failure() -> None:
+    """``stream-json`` writes the flagged entry, then an error result that repeats it; a later turn's
+    error result is its own failure."""
+    result = {
+        "type": "result",
+        "subtype": "success",
+        "is_error": True,
+        "result": OVERLOADED,
+        "session_id": "s1",
+    }
+    data = (
+        api_error_line() + orjson.dumps(result) + b"\n" + user_line("Again.") + orjson.dumps(result) + b"\n"
+    )
+    items, _ = parse(data)
+    assert [(type(i), i.line) for i in items] == [(TurnFailedItem, 1), (TurnFailedItem, 4)]
