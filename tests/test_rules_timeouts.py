@@ -5,10 +5,23 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from rules_kit import GROUP, T0, Feed, answers, clarification, completion, decisions, delegate, kinds, one
+from rules_kit import (
+    GROUP,
+    T0,
+    Feed,
+    answers,
+    clarification,
+    completion,
+    decisions,
+    delegate,
+    kinds,
+    of_type,
+    one,
+    stop_dependency,
+)
 
 from agents.lost import lost_signal
-from bus.directives import LaunchReason, LaunchRequest
+from bus.directives import HumanResolve, LaunchReason, LaunchRequest
 from bus.envelope import EnvelopeType, new_envelope
 from bus.events import AgentExited, AgentStarted, AgentState, DecisionType, Heartbeat, Tick
 from coordinator.policy import Policy
@@ -313,3 +326,63 @@ def test_a_resume_launch_the_last_tick_saw_is_not_requested_again_after_a_gap() 
     outcome = feed.send(Tick(now=T0 + timedelta(seconds=1012)), TICKER, at=1012)
     assert not any("requested again" in d.detail for d in decisions(outcome))
     assert feed.state.agents[delegate_id].state is AgentState.LOST
+
+
+def _answered_while_blocked(feed: Feed) -> str:
+    """A delegate of :data:`AGENT` with open questions and an open blocker, whose adapter ended with it
+    before the tick at 4 s, and whose questions a human answers at 10 s, in a gap of the ticks; its id.
+    The answer leaves it blocked: it is held for the relaunch the blocker's resolution causes, which
+    starts the agent, rather than relaunching an agent that can only wait."""
+    _tick(feed, 0)
+    feed.send(AgentStarted(task="scan"), AGENT, at=0)
+    delegate_id = _delegate_launched_at(feed, 0)
+    feed.send(AgentStarted(pid=42), delegate_id, at=1)
+    feed.send(clarification(delegate_id), delegate_id, at=2)
+    feed.send(stop_dependency(delegate_id), delegate_id, at=2.5)
+    feed.send(AgentExited(exit_code=0, resumable=False), delegate_id, at=3)
+    _tick(feed, 4)
+    answered = feed.send(answers(("Q1", "Both"), ("Q2", "3.0-beta")), delegate_id, at=10)
+    assert of_type(answered, EnvelopeType.LAUNCH) == []
+    record = feed.state.agents[delegate_id]
+    assert (record.state, record.unreachable, record.relaunch) == (AgentState.BLOCKED, True, None)
+    return delegate_id
+
+
+def test_a_blocked_agent_resumed_by_its_resolution_in_a_gap_in_the_ticks_is_requested_again() -> None:
+    """No coordinator ran from 4 to 1005 s; the answer and the resolution came in the gap: the resolution's
+    resume request, with both directives, was written expired, and the first tick after the gap writes
+    it again, once."""
+    feed = Feed(POLICY)
+    delegate_id = _answered_while_blocked(feed)
+    resolved = feed.send(HumanResolve(resolution="Ran npm install."), delegate_id, at=11)
+    first: LaunchRequest = one(resolved, EnvelopeType.LAUNCH)
+    # expired before it is written: it counts from its entry's floor, the last tick (4 s) before the gap
+    assert (first.reason, first.expires_at) == (LaunchReason.RESUME, T0 + timedelta(seconds=4 + 900))
+    context = first.context or ""
+    assert "## CLARIFICATION RESPONSE" in context and "Ran npm install." in context  # both directives
+    assert feed.state.agents[delegate_id].state is AgentState.RUNNING
+    feed.send(Heartbeat(), AGENT, at=1000)
+    outcome = feed.send(Tick(now=T0 + timedelta(seconds=1005)), TICKER, at=1005)
+    assert kinds(outcome) == [DecisionType.LAUNCH_REQUESTED]
+    again: LaunchRequest = one(outcome, EnvelopeType.LAUNCH)
+    assert again.expires_at == T0 + timedelta(seconds=1005 + 900)
+    assert again.model_copy(update={"request_id": first.request_id, "expires_at": first.expires_at}) == first
+    feed.send(Heartbeat(), AGENT, at=1010)
+    assert _tick(feed, 1010) == []  # once
+
+
+def test_a_blocked_agent_answered_in_a_gap_and_resolved_after_it_is_requested_once() -> None:
+    """The answer in the gap started nothing, so nothing of it is written again; the resolution after
+    the gap's tick is requested with a fresh expiry, and the next tick leaves it be."""
+    feed = Feed(POLICY)
+    delegate_id = _answered_while_blocked(feed)
+    feed.send(Heartbeat(), AGENT, at=1000)
+    gap = feed.send(Tick(now=T0 + timedelta(seconds=1005)), TICKER, at=1005)
+    assert of_type(gap, EnvelopeType.LAUNCH) == []
+    assert feed.state.agents[delegate_id].state is AgentState.BLOCKED
+    resolved = feed.send(HumanResolve(resolution="Ran npm install."), delegate_id, at=1100)
+    request: LaunchRequest = one(resolved, EnvelopeType.LAUNCH)
+    assert request.expires_at == T0 + timedelta(seconds=1005 + 900)  # from the tick before it: alive
+    assert "## CLARIFICATION RESPONSE" in (request.context or "")
+    feed.send(Heartbeat(), AGENT, at=1105)
+    assert _tick(feed, 1110) == []

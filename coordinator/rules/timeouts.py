@@ -68,6 +68,10 @@ def on_tick(step: Step) -> None:
         if relaunch is not None:  # an entry resumed it since the last tick: this tick decides on it, once
             record = step.update(agent_id, relaunch=None)
         if record.state not in _TIMED or not record.watched:
+            # No resume request to write again here: a relaunch is of an agent its directive leaves
+            # running (deliver holds a directive while something else holds the agent, for the relaunch
+            # the last release causes; after_exit relaunches a running one), and only entries that count
+            # as hearing from it can hold it again.
             continue
         silent = now - record.timeout_reference
         if silent > lost and gap and _launched_unheard(record, relaunch, previous):
