@@ -178,7 +178,7 @@ def _run(data: bytes, part: int) -> bytes:
         (
             _run((_DATA / "claude_print_failed.jsonl").read_bytes(), 1),
             0,  # claude -p exits 0 after an API error
-            "Claude Code's result is an error: API Error: 529 "
+            "Claude Code's request to the API failed: API Error: 529 "
             '{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":null}',
         ),
     ],
