@@ -19,7 +19,8 @@ import pytest
 from adapter_kit import CLI, open_bus
 from mcp.shared.message import SessionMessage
 
-from agents.mcp_stdio import MAX_LINE_BYTES, Overlong, ScreenedLines, StdinLines, rejection
+from agents.mcp_rejection import rejection
+from agents.mcp_stdio import MAX_LINE_BYTES, Overlong, ScreenedLines, StdinLines
 from bus.signals import Progress
 
 AGENT = "input-agent"
