@@ -2,8 +2,9 @@
 
 A :class:`Session` runs the agent's processes one at a time: the first command, then, with a command
 delivery, each resume command (``claude --resume ...``), whose stdout is the agent's output as well.
-For every process it publishes AGENT_STARTED, the envelopes parsed from stdout as they arrive,
-HEARTBEATs while it runs, and at its end AGENT_EXITED with the exit code and the last lines of stderr.
+For every process it publishes AGENT_STARTED, the envelopes parsed from stdout as they arrive (the
+output is read, copied and parsed by :class:`agents.agent_output.AgentOutput`), HEARTBEATs while it
+runs, and at its end AGENT_EXITED with the exit code and the last lines of stderr.
 A non-zero exit without a completion report is published first as a ``[STOP_WORK]`` with
 ``stop_reason: error`` and ``blocker_type: error``, the stderr tail in ``details``, so the parent can
 recover it like any error the agent reports itself; unless the turn's output said why already: a
@@ -14,35 +15,29 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Any, Final
 
-from agents.adapter import AgentBus, GaveUp, OutputStream, heartbeat_loop
+from agents.adapter import AgentBus, GaveUp, heartbeat_loop
+from agents.agent_output import CHUNK, AgentOutput, Chunks
 from agents.agent_process import StderrTail, exit_status, start_agent, start_error, stop_agent
 from agents.delegate_wait import DelegateWait
 from agents.delivery import AgentDone, DeliveryFailed, Directive
 from agents.lost import RECOVERY
 from agents.transcript import Format
-from bus.envelope import Envelope, deterministic_id
+from bus.envelope import deterministic_id
 from bus.signals import BlockerType, StopReason, StopWork
 
-__all__ = ["CHUNK", "Chunks", "ProcessOptions", "Session"]
+__all__ = ["ProcessOptions", "Session"]
 
-CHUNK: Final = 64 * 1024
-
-Chunks = Callable[[], Awaitable[bytes]]
-"""The next bytes of an output; empty at its end."""
 _EXITED_POLL_S: Final = 0.2
 _DRAIN_S: Final = 2.0
 """How long the agent's output is read on after it exited, for a process it started that holds it open."""
-_PAUSE_S: Final = 0.2
-"""How long an output that ends within a line must pause before that line is looked at as it is."""
 
 
 @dataclass(frozen=True)
@@ -74,11 +69,7 @@ class Session:
         self.idle.set()
         self.last_code: int | None = None
         self.process: asyncio.subprocess.Process | None = None
-        self.stream: OutputStream | None = None
         self._runs: set[asyncio.Task[int]] = set()
-        self._stderr: IO[bytes] | None = None
-        self._session_id: str | None = None
-        self._tee = options.tee
         self._signals = 0
         self.signalled: int | None = None
         """The last stop signal received."""
@@ -86,20 +77,16 @@ class Session:
         self._resumable = False
         """What the last AGENT_EXITED said: the adapter goes on resuming the agent."""
         self._delegates = DelegateWait(options.idle_file, bus.log)
-        self._waited_for_redis = 0.0
-        self._publishing_since: float | None = None
-        """While the output's reader waits for Redis to take what it read (see :meth:`_drained`)."""
-        self._turn: OutputStream | None = None
-        """The output of the turn running or that ran last (None while a turn starts)."""
+        self.output = AgentOutput(
+            bus, self._delegates, fmt=options.fmt, tee=options.tee, stderr_log=options.stderr_log
+        )
         self._recalled: set[str] = set()
         """The :func:`~bus.signals.recap_key` of the dated questions and stops of earlier turns."""
 
     @property
     def session_id(self) -> str | None:
         """The session id the agent's output carried last (a transcript), else ``--session-id``."""
-        if self.stream is not None and self.stream.session_id:
-            self._session_id = self.stream.session_id
-        return self._session_id or self.options.session_id
+        return self.output.session_id or self.options.session_id
 
     def forward(self, sig: int) -> None:
         """Pass a signal on to the running process (a second one kills it); no resume starts after.
@@ -155,7 +142,7 @@ class Session:
             heartbeat_loop(self.bus, self.options.heartbeat_s, eof, source=source, alive=lambda: True)
         )
         try:
-            await self._pump(chunks, source)
+            await self.output.pump(chunks, source)
         finally:
             eof.set()
             await beats
@@ -175,7 +162,7 @@ class Session:
             raise DeliveryFailed(f"{name} stopped the adapter before it started the agent")
         self.idle.clear()
         self._delegates.between_turns(False)
-        self._turn = None
+        self.output.turn = None
         try:
             process = await start_agent(argv)
         except (OSError, ValueError) as exc:
@@ -218,8 +205,8 @@ class Session:
             stdout, stderr = process.stdout, process.stderr
             try:
                 pumps += (
-                    asyncio.ensure_future(self._pump(lambda: stdout.read(CHUNK), source)),
-                    asyncio.ensure_future(self._pump_stderr(stderr, tail)),
+                    asyncio.ensure_future(self.output.pump(lambda: stdout.read(CHUNK), source)),
+                    asyncio.ensure_future(self.output.pump_stderr(stderr, tail)),
                 )
                 await self._drained(process, asyncio.gather(*pumps))
                 # not process.wait(): it waits for the output's end too, which may be never
@@ -256,7 +243,7 @@ class Session:
         async def read_on() -> None:
             nonlocal dropped
             while chunk := await out.read(CHUNK):
-                self._copy(chunk)
+                self.output.copy(chunk)
                 dropped += len(chunk)
 
         out_pump, err_pump = pumps or (None, None)
@@ -264,7 +251,7 @@ class Session:
         if out_pump is None or out_pump.done():
             reading.append(read_on())
         if err_pump is None or err_pump.done():
-            reading.append(self._pump_stderr(err, StderrTail()))
+            reading.append(self.output.pump_stderr(err, StderrTail()))
         termed = self.signalled == signal.SIGTERM  # an already passed-on SIGTERM is not sent again
         await stop_agent(process, termed=termed, warn=self.bus.warn, reading=reading)
         if dropped:
@@ -288,10 +275,10 @@ class Session:
             await asyncio.wait({pumps}, timeout=_EXITED_POLL_S)
         # Only the time spent reading counts: while Redis does not take what was read (down, restarting)
         # the rest of the agent's output waits in the pipe, and is read once it does.
-        exited_at, waited = time.monotonic(), self._redis_wait()
+        exited_at, waited = time.monotonic(), self.output.redis_wait()
         while not pumps.done():
             await asyncio.wait({pumps}, timeout=_EXITED_POLL_S)
-            if time.monotonic() - exited_at - (self._redis_wait() - waited) >= _DRAIN_S:
+            if time.monotonic() - exited_at - (self.output.redis_wait() - waited) >= _DRAIN_S:
                 break
         if not pumps.done():
             self.bus.warn(
@@ -304,80 +291,6 @@ class Session:
         await pumps
         if process.returncode is None:  # the output ended first: the agent is still ending
             await process.wait()
-
-    async def _pump(self, chunks: Chunks, source: str) -> None:
-        if self.stream is not None and self.stream.session_id:
-            self._session_id = self.stream.session_id
-        stream = self.stream = self._turn = OutputStream(self.bus, source, self.options.fmt)
-        partial = False  # the output read so far ends within a line
-        while chunk := await (self._after_pause(chunks, stream) if partial else chunks()):
-            self._copy(chunk)
-            partial = not chunk.endswith(b"\n")
-            await self._signalled(stream.feed(chunk), wait=False)
-        await self._signalled(stream.close(), wait=True)
-
-    async def _after_pause(self, chunks: Chunks, stream: OutputStream) -> bytes:
-        """The next chunk of an output that ends within a line; if the output pauses there for
-        :data:`_PAUSE_S`, what the pause completes (a closing tag without its newline) is published first."""
-        reading = asyncio.ensure_future(chunks())
-        try:
-            done, _ = await asyncio.wait({reading}, timeout=_PAUSE_S)
-            if not done:
-                await self._signalled(stream.settle(), wait=False)
-            return await reading
-        finally:
-            reading.cancel()  # when this task is cancelled: nothing once the read is done
-
-    async def _signalled(self, envelopes: list[Envelope], *, wait: bool) -> None:
-        if envelopes or wait:
-            self._delegates.signalled(envelopes)
-            await self._publish(envelopes, wait=wait)
-
-    async def _publish(self, envelopes: list[Envelope], *, wait: bool) -> None:
-        """Publish what the agent printed, counting the time spent waiting for Redis to take it."""
-        self._publishing_since = time.monotonic()
-        try:
-            await self.bus.publish(envelopes, wait=wait)
-        finally:
-            self._waited_for_redis += time.monotonic() - self._publishing_since
-            self._publishing_since = None
-
-    def _redis_wait(self) -> float:
-        """Seconds the output's reader has spent waiting for Redis to take what it read, so far."""
-        since = self._publishing_since
-        return self._waited_for_redis + (time.monotonic() - since if since is not None else 0.0)
-
-    def _copy(self, chunk: bytes) -> None:
-        """Copy the agent's output to stdout; a closed stdout stops the copying, not the adapter."""
-        if not self._tee:
-            return
-        try:
-            if sys.stdout is None:  # started with it closed (`>&-`)
-                raise OSError("stdout is closed")
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.buffer.flush()
-        except (OSError, ValueError) as exc:
-            self._tee = False
-            self.bus.warn(f"stopped copying the agent's output to stdout: {exc}")
-
-    async def _pump_stderr(self, reader: asyncio.StreamReader, tail: StderrTail) -> None:
-        sink: IO[bytes] | None = self._stderr_sink()
-        while chunk := await reader.read(CHUNK):
-            tail.add(chunk)
-            if sink is None:
-                continue
-            try:
-                sink.write(chunk)
-                sink.flush()
-            except (OSError, ValueError):
-                sink = None  # nowhere to copy it; the tail is still reported
-
-    def _stderr_sink(self) -> IO[bytes] | None:
-        if self.options.stderr_log is None:
-            return sys.stderr.buffer if sys.stderr is not None else None  # None: started with it closed
-        if self._stderr is None:
-            self._stderr = self.options.stderr_log.open("ab")
-        return self._stderr
 
     async def _report_end(self, source: str, code: int, tail: str, *, why: str | None = None) -> None:
         """A STOP_WORK error for a failed exit without completion (``why``: why the agent did not run
@@ -409,7 +322,7 @@ class Session:
         recalls none of an earlier turn (which the coordinator does not apply again), or a failed turn its
         program reported. Its exit then ends the turn, whatever its status, and is no error of its own to
         report over what it said."""
-        turn = self._turn
+        turn = self.output.turn
         if turn is None:
             return False
         waits = any(key is None or key not in self._recalled for key in turn.waits)

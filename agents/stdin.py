@@ -1,4 +1,4 @@
-"""The adapter's stdin as :data:`~agents.process.Chunks` (``adapter stdin``: an agent's output piped in)."""
+"""The adapter's stdin as :data:`~agents.agent_output.Chunks` (``adapter stdin``: an agent's output piped in)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import stat
 import sys
 
-from agents.process import CHUNK, Chunks
+from agents.agent_output import CHUNK, Chunks
 
 __all__ = ["stdin_chunks"]
 
