@@ -35,8 +35,9 @@ from agents.adapter import AgentBus, stderr_log
 from agents.delivery import ABANDONED_MS, GROUP, Directive, as_directive, not_a_directive
 from agents.inbox_pending import CONSUMER, InboxPending
 from bus.connection import Client, as_text, translated
-from bus.consumer import DELETED_REASON, Ack, Consumer, Delivery, stream_entries
+from bus.consumer import DELETED_REASON, Ack, Consumer, Delivery
 from bus.errors import CommandFailed, ConnectionFailed
+from bus.stream_replies import stream_entries
 from bus.waits import backoff
 
 __all__ = [

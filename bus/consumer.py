@@ -4,7 +4,8 @@ Delivery is at least once. An entry leaves the group's pending list only through
 acknowledged, or written to the dead-letter stream and acknowledged in the same transaction. A consumer
 that dies with entries in hand loses nothing: any other consumer of the group claims them once they have
 been idle for ``reclaim_idle_ms`` (``XAUTOCLAIM``), and a restarted consumer with the same name first
-re-reads its own pending entries.
+re-reads its own pending entries. The replies of those reads and claims, in each shape Redis gives
+them, are taken apart by :mod:`bus.stream_replies`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from bus.display import field_names
 from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, decode
 from bus.errors import CommandFailed, ConfigError, ConnectionFailed, DecodeError
 from bus.keys import dead_stream_for
+from bus.stream_replies import Entry, parse_autoclaim, stream_entries
 
 __all__ = [
     "DELETED_REASON",
@@ -32,8 +34,6 @@ __all__ = [
     "Delivery",
     "Handler",
     "dead_letter_fields",
-    "parse_autoclaim",
-    "stream_entries",
 ]
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,6 @@ DELETED_REASON: Final = "deleted before processing"
 _MAX_REASON: Final = 2000
 _MAX_DEAD_FIELDS: Final = 100
 """Fields of a dead entry kept in its dead letter (see :func:`dead_letter_fields`)."""
-_Entry = tuple[str, Mapping[Any, Any]]
 
 
 class Ack(StrEnum):
@@ -111,26 +110,6 @@ def dead_letter_fields(
     fields["entry_id"] = entry_id
     fields["deliveries"] = str(deliveries)
     return fields
-
-
-def parse_autoclaim(reply: Sequence[Any]) -> tuple[str, list[_Entry], list[str], int]:
-    """Split an ``XAUTOCLAIM`` reply into (next cursor, claimed entries, deleted ids, unnamed deleted).
-
-    Redis >= 7 answers ``[cursor, entries, deleted-ids]`` and has already dropped the deleted ids from
-    the pending list. Redis 6.2 answers ``[cursor, entries]`` with a nil in place of each deleted entry,
-    which stays pending: those are only counted here, and found by id when the consumer re-reads its
-    own pending entries (where they come back with no fields).
-    """
-    cursor = as_text(reply[0])
-    entries: list[_Entry] = []
-    unnamed = 0
-    for item in reply[1] or ():
-        if item is None or item[0] is None:
-            unnamed += 1
-        else:
-            entries.append((as_text(item[0]), item[1] or {}))
-    deleted = [as_text(entry_id) for entry_id in reply[2]] if len(reply) > 2 and reply[2] else []
-    return cursor, entries, deleted, unnamed
 
 
 class Consumer:
@@ -300,7 +279,7 @@ class Consumer:
         gone = [Delivery(entry_id, None, None, DELETED_REASON, 0) for entry_id in deleted]
         return gone + await self._counted(entries)
 
-    async def _counted(self, entries: list[_Entry]) -> list[Delivery]:
+    async def _counted(self, entries: list[Entry]) -> list[Delivery]:
         """Deliveries of re-read or claimed entries, with their delivery counts from the pending list."""
         if not entries:
             return []
@@ -397,14 +376,3 @@ class Consumer:
             reason=reason,
             deliveries=delivery.deliveries,
         )
-
-
-def stream_entries(reply: Any) -> list[tuple[Any, Mapping[Any, Any]]]:
-    """The entries of a one-stream XREAD/XREADGROUP reply, in RESP2 (list) or RESP3 (dict) shape."""
-    if not reply:
-        return []
-    streams = list(reply.values()) if isinstance(reply, Mapping) else [item[1] for item in reply]
-    entries: list[tuple[Any, Mapping[Any, Any]]] = streams[0] or []
-    if entries and isinstance(entries[0], list):  # RESP3 legacy shape wraps the list once more
-        entries = entries[0]
-    return entries  # (id, fields) pairs; redis-py gives {} for the fields of a deleted entry

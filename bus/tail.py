@@ -25,9 +25,10 @@ from typing import Any, TypeVar
 import click
 
 from bus.connection import Client, as_text, translated
-from bus.consumer import Ack, Consumer, Delivery, stream_entries
+from bus.consumer import Ack, Consumer, Delivery
 from bus.errors import BusError, CommandFailed, ConnectionFailed
 from bus.keys import entry_order
+from bus.stream_replies import stream_entries
 from bus.waits import backoff
 
 __all__ = ["Item", "TailOptions", "tail_streams"]

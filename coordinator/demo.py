@@ -30,13 +30,13 @@ import orjson
 
 from bus.cli_connection import NAMESPACE_ENV, URL_ENV, redis_options, run_command
 from bus.connection import Client, connect, translated
-from bus.consumer import stream_entries
 from bus.envelope import decode
 from bus.errors import BusError, DecodeError
 from bus.events import Decision, DecisionType
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.params import FiniteFloatRange
 from bus.settings import MAX_NAMESPACE_CHARS, Settings, redact
+from bus.stream_replies import stream_entries
 from coordinator.policy import Policy
 from coordinator.rules import GroupSummary, MergedFinding, merge_findings, summarize
 from coordinator.view import iter_findings, load_groups

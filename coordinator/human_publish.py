@@ -18,7 +18,6 @@ import click
 
 from bus.cli_connection import run_command
 from bus.connection import Client, connect, translated
-from bus.consumer import stream_entries
 from bus.display import one_line
 from bus.envelope import Envelope, Payload, decode, new_envelope
 from bus.errors import BusError, DecodeError
@@ -27,6 +26,7 @@ from bus.keys import StreamKind, open_namespace
 from bus.progress import Progress
 from bus.publisher import Publisher
 from bus.settings import Settings
+from bus.stream_replies import stream_entries
 from coordinator.lease import lease_key
 from coordinator.policy import Policy
 from coordinator.queued import projected, queued_before

@@ -19,13 +19,13 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final, NamedTuple, cast
 
 from bus.connection import Client, as_text, translated
-from bus.consumer import stream_entries
 from bus.directives import HumanAnswer, HumanApprove, HumanDeny
 from bus.envelope import Envelope, EnvelopeType, Kind, decode
 from bus.errors import BusError, DecodeError
 from bus.fields import Model
 from bus.keys import ConsumerGroup, Keys, StreamKind, entry_order
 from bus.signals import DelegateWork
+from bus.stream_replies import stream_entries
 from coordinator.batch import arrival
 from coordinator.policy import Policy
 from coordinator.rules import apply

@@ -17,13 +17,12 @@ from bus.consumer import (
     Consumer,
     Delivery,
     dead_letter_fields,
-    parse_autoclaim,
-    stream_entries,
 )
 from bus.envelope import encode
 from bus.errors import CommandFailed, ConfigError
 from bus.keys import Keys, StreamKind
 from bus.publisher import Publisher
+from bus.stream_replies import parse_autoclaim, stream_entries
 
 KEYS = Keys("cons", 4)
 STREAM = KEYS.stream(KEYS.shard_of("group-1"), StreamKind.SIGNALS)

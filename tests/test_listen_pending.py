@@ -14,9 +14,9 @@ from test_listen import GROUP_ID, directive
 from agents.delivery import GROUP
 from agents.inbox_listener import CONSUMER, InboxListener, Received
 from bus.connection import as_text
-from bus.consumer import stream_entries
 from bus.keys import dead_stream_for
 from bus.publisher import Publisher
+from bus.stream_replies import stream_entries
 
 AGENT = "p1"
 A_DEAD_LISTENERS = 10_000

@@ -14,7 +14,6 @@ import pytest
 from adapter_kit import open_bus
 from test_human_commands import DELEGATE, agent_says, clarify, cli, coordinate, directives, ok, said, stop
 
-from bus.consumer import stream_entries
 from bus.directives import AnswerItem, HumanAnswer, HumanResolve
 from bus.envelope import Envelope, Payload, new_envelope
 from bus.events import AgentStarted
@@ -23,6 +22,7 @@ from bus.keys import DEFAULT_SHARDS, ConsumerGroup, Keys, StreamKind
 from bus.publisher import Publisher
 from bus.settings import DEFAULT_NAMESPACE
 from bus.signals import DelegateWork
+from bus.stream_replies import stream_entries
 from coordinator import queued as queued_module
 from coordinator.policy import Policy
 from coordinator.queued import Queued, load_queued, project, projected, queued_before
