@@ -1,10 +1,7 @@
 """Following an agent's output file (seed 004's ``outputFile``, or any log) across adapter restarts.
 
-The checkpoint, one key per agent and file in the group's shard (``offset:<agent>:<sha of path>``), is
-written in the same MULTI/EXEC as the envelopes it accounts for. It holds the file's generation, how far
-it was read, where a fresh parser can take over (:attr:`agents.output_stream.OutputStream.restart`), the end
-of the last published item (``done``), where pauses ended lines at closing tags, fingerprints of the file's
-first bytes and of the bytes just before the read position, and the file's inode. A restarted adapter
+The checkpoint, one key per agent and file in the group's shard, is written in the same MULTI/EXEC as
+the envelopes it accounts for (what it holds: :mod:`agents.watch_checkpoint`). A restarted adapter
 re-parses from the restart point and publishes only the items at or after ``done``: nothing is published
 twice and nothing is skipped.
 
@@ -24,11 +21,11 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
 
-from agents.adapter import COMPLETING, AgentBus, OutputStream, heartbeat_loop
+from agents.adapter import AgentBus, OutputStream, heartbeat_loop
 from agents.transcript import Format
 from agents.until_complete import UntilComplete
+from agents.watch_checkpoint import advanced, due
 from agents.watched_file import (
     Checkpoint,
     canonical,
@@ -41,14 +38,10 @@ from agents.watched_file import (
     source_of,
 )
 from bus.embedded import pid_alive
-from bus.envelope import Envelope, EnvelopeType, deterministic_id
+from bus.envelope import Envelope, deterministic_id
 from bus.waits import wait_for
 
 __all__ = ["FileWatch", "WatchOptions"]
-
-_SAVE_EVERY: Final = 4 << 20
-"""Bytes read without any item before the checkpoint is written anyway."""
-_COMPLETION: Final = EnvelopeType.COMPLETION_REPORT
 
 
 @dataclass(frozen=True)
@@ -284,44 +277,12 @@ class FileWatch:
         await self._publish(self.stream.close(), force=True)
         return True
 
-    def _current(self, envelopes: list[Envelope]) -> Checkpoint:
-        """The checkpoint once ``envelopes`` are published."""
-        assert self.stream is not None and self._fd is not None
-        stream, cp = self.stream, self.checkpoint
-        resume, resume_line = stream.restart
-        head, tail = cp.head, cp.tail
-        if stream.fed != cp.read or not head:
-            head, tail = fingerprints(self._fd, stream.fed)
-        info = os.fstat(self._fd)
-        return Checkpoint(
-            generation=cp.generation,
-            read=stream.fed,
-            resume=resume,
-            resume_line=resume_line,
-            done=stream.done,
-            reported=stream.parser.reported,
-            format=stream.format,
-            session_id=stream.session_id,
-            completed=cp.completed or any(e.type in COMPLETING for e in envelopes),
-            completion_report=cp.completion_report or any(e.type is _COMPLETION for e in envelopes),
-            started=cp.started,
-            ended=cp.ended,
-            pauses=tuple(stream.pauses),
-            head=head,
-            tail=tail,
-            file=(info.st_dev, info.st_ino),
-            directory=self._directory,
-        )
-
     async def _publish(self, envelopes: list[Envelope], *, force: bool) -> None:
         """Publish ``envelopes`` with the new checkpoint; without envelopes, save it when due."""
-        self.checkpoint = self._current(envelopes)
-        saved = self._saved
-        if not envelopes:
-            if self.checkpoint == saved:
-                return
-            if not force and saved is not None and self.checkpoint.read - saved.read < _SAVE_EVERY:
-                return
+        assert self.stream is not None and self._fd is not None
+        self.checkpoint = advanced(self.checkpoint, self.stream, self._fd, self._directory, envelopes)
+        if not envelopes and not due(self.checkpoint, self._saved, force=force):
+            return
         state = {self.key: self.checkpoint.model_dump_json().encode()}
         await self.bus.publish(envelopes, state=state, wait=force)
         self._saved = self.checkpoint
