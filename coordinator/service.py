@@ -4,6 +4,7 @@ One asyncio task per shard. A task that holds the shard's lease reads a batch wi
 rules over its cached group states, and commits states, emitted entries and the XACK in one script
 (:mod:`coordinator.commit`). Any process may die at any instant: an uncommitted batch stays pending and
 the next owner claims it (XAUTOCLAIM) and applies it first; a committed one is never applied again.
+Each process also keeps the namespace's shard count on the server (:mod:`coordinator.namespace_meta`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from bus import wire
-from bus.connection import Client, as_text, check_block, translated
+from bus.connection import Client, check_block, translated
 from bus.envelope import encode, new_envelope
 from bus.errors import BusError, CommandFailed, DecodeError
 from bus.events import Tick
@@ -26,6 +27,7 @@ from bus.waits import wait_for
 from coordinator.batch import Batch, target_streams
 from coordinator.commit import COMMIT_SCRIPT, Commit, CommitRefused, CommitResult
 from coordinator.lease import Leases, fair_share
+from coordinator.namespace_meta import NamespaceMeta
 from coordinator.policy import Policy
 from coordinator.shard import GROUP, Shard, read_head
 from coordinator.telemetry import committed
@@ -86,8 +88,7 @@ class Coordinator:
             for i in keys.all_shards()
         ]
         self._share = keys.shards
-        self._meta_seen = str(keys.shards)
-        """The shard count the namespace's meta key held when last read."""
+        self._meta = NamespaceMeta(client, keys)
         self._commit = wire.Script(COMMIT_SCRIPT)
         self._leases = Leases(
             client,
@@ -199,7 +200,7 @@ class Coordinator:
         while not stop.is_set():
             try:
                 self._share = fair_share(self.keys.shards, await self._leases.heartbeat())
-                await self._keep_namespace()
+                await self._meta.keep()
                 await self._shed()
                 await self._gauge_pending()
                 failing = False
@@ -208,27 +209,6 @@ class Coordinator:
                     log.warning("membership: %s; retrying", exc)
                 failing = True
             await wait_for(stop, self.options.lease_ttl_ms / 3000)
-
-    async def _keep_namespace(self) -> None:
-        """Write the namespace's shard count back when the server lost it (restarted without its data
-        under running coordinators): else the next command would create the namespace anew, perhaps with
-        another count, and the views would read other shards than the coordinators."""
-        key, count = self.keys.meta, str(self.keys.shards)
-        with translated():
-            if await self.client.set(key, count, nx=True):
-                log.warning("%s was missing (the server lost its data?): written back: %s shards", key, count)
-                return
-            stored = as_text(await self.client.get(key) or b"")
-        if stored not in (count, self._meta_seen):  # said once per change
-            log.error(
-                "%s says %r shards while this coordinator runs %s: a command created the namespace anew "
-                "after the server lost it; views and adapters now use that count (restart everything with "
-                "one count)",
-                key,
-                stored,
-                count,
-            )
-        self._meta_seen = stored
 
     async def _shed(self) -> None:
         """Give back shards above the fair share, so a newly started process gets some."""
