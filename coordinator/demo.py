@@ -36,6 +36,7 @@ from bus.events import Decision, DecisionType
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.params import FiniteFloatRange
 from bus.settings import MAX_NAMESPACE_CHARS, Settings, redact
+from bus.stop_signals import handled_stop_signals
 from bus.stream_replies import stream_entries
 from coordinator.policy import Policy
 from coordinator.rules import GroupSummary, MergedFinding, merge_findings, summarize
@@ -256,15 +257,31 @@ _SUFFIX_CHARS: Final = len("-demo-") + 6
 """What the demo adds to the namespace it is given: ``-demo-`` and six hex digits of its own."""
 
 
+def _stop(task: asyncio.Task[Any], sig: signal.Signals, stopped: list[signal.Signals]) -> None:
+    stopped.append(sig)
+    task.cancel()
+
+
 async def run_demo(
-    settings: Settings, *, seconds: float, workdir: Path, say: Callable[[str], None]
+    settings: Settings,
+    *,
+    seconds: float,
+    workdir: Path,
+    say: Callable[[str], None],
+    stopped: list[signal.Signals],
 ) -> DemoResult:
-    """Run the whole demo; the result lists problems instead of raising, so the summary always prints."""
-    # SIGTERM would kill only this process and orphan every process it started: cancel instead, so the
-    # `finally` below stops them (SIGINT does the same through run_command).
+    """Run the whole demo; the result lists problems instead of raising, so the summary always prints.
+
+    SIGTERM or SIGHUP cancels it (what it started is stopped first); the signal is appended to ``stopped``.
+    """
+    # SIGTERM or SIGHUP (its terminal closed) would kill only this process and orphan every process it
+    # started: cancel instead, so the `finally` below stops them (SIGINT does the same through
+    # run_command). Not SIGHUP under nohup: the demo and its processes outlive the terminal.
     task = asyncio.current_task()
     if task is not None:
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        for sig in handled_stop_signals():
+            if sig is not signal.SIGINT:
+                asyncio.get_running_loop().add_signal_handler(sig, _stop, task, sig, stopped)
     namespace = f"{settings.namespace}-demo-{uuid.uuid4().hex[:6]}"  # never a real bus's agents
     demo = _Demo(settings.url, namespace, workdir / namespace, say)
     say(f"subagent-bus demo: Redis {settings.display_url()}, namespace {namespace}")
@@ -366,10 +383,11 @@ def demo(settings: Settings, as_json: bool, timeout: float, workdir: Path) -> No
             param_hint="'--namespace'",
         )
     say = (lambda _line: None) if as_json else click.echo
+    stopped: list[signal.Signals] = []
     try:
-        result = run_command(run_demo(settings, seconds=timeout, workdir=workdir, say=say))
-    except asyncio.CancelledError:  # SIGTERM: every process it started is stopped
-        sys.exit(128 + signal.SIGTERM)
+        result = run_command(run_demo(settings, seconds=timeout, workdir=workdir, say=say, stopped=stopped))
+    except asyncio.CancelledError:  # SIGTERM or SIGHUP: every process it started is stopped
+        sys.exit(128 + (stopped[0] if stopped else signal.SIGTERM))
     if as_json:
         click.echo(orjson.dumps(result.as_data(), option=orjson.OPT_INDENT_2).decode())
     else:

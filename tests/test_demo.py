@@ -104,12 +104,14 @@ def _cmdline(pid: int) -> bytes:
 
 
 def _started_demo(redis_url: str, tmp_path: Path) -> subprocess.Popen[str]:
-    """A demo, once it says it started its processes."""
+    """A demo, once it says it started its processes (started as from a terminal: a suite run under
+    ``nohup`` would hand it a SIGHUP it is to keep ignoring)."""
     demo = subprocess.Popen(
         [CLI, "demo", "--redis-url", redis_url, "--workdir", str(tmp_path), "--timeout", "300"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),  # noqa: PLW1509 (no threads)
     )
     assert demo.stdout is not None
     for line in demo.stdout:
@@ -126,15 +128,17 @@ def _running(pid: int) -> bool:
 
 
 @pytest.mark.timeout(120)
-def test_sigterm_stops_every_process_the_demo_started(redis_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=lambda sig: sig.name)
+def test_a_stop_signal_stops_every_process_the_demo_started(redis_url: str, tmp_path: Path, sig: int) -> None:
+    """SIGHUP too: the demo's terminal closed, it would otherwise leave its processes running."""
     demo = _started_demo(redis_url, tmp_path)
     started: set[int] = set()
     try:
         started = _descendants(demo.pid)
         assert len(started) >= 5  # a coordinator, a launcher, three adapters
-        demo.send_signal(signal.SIGTERM)
+        demo.send_signal(sig)
         demo.communicate(timeout=90)
-        assert demo.returncode == 128 + signal.SIGTERM
+        assert demo.returncode == 128 + sig
         assert [pid for pid in started if _running(pid)] == []
     finally:
         for pid in started:
