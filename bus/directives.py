@@ -187,11 +187,16 @@ class ErrorRecovery(Model):
     option: RecoveryOption
     instructions: Text
     checkpoint: Text | None = None
+    error: bool | None = None
+    """False when the agent stopped on something else than an error (a resource limit, a timeout): a
+    skip chosen then is headed SKIP AND CONTINUE, not the seed's ERROR RECOVERY, which would tell the
+    agent of an error it never had. None (left out on the wire): an error, as the seed's recoveries are."""
 
     def render(self) -> str:
+        skip = "SKIP AND CONTINUE" if self.error is False else "ERROR RECOVERY"
         heading = {
             RecoveryOption.RETRY_FROM_CHECKPOINT: "ERROR FIXED",
-            RecoveryOption.SKIP_AND_CONTINUE: "ERROR RECOVERY",
+            RecoveryOption.SKIP_AND_CONTINUE: skip,
             RecoveryOption.DELEGATE: "PARTIAL RESUME",
         }[self.option]
         return _prompt(

@@ -123,6 +123,8 @@ def test_recover_skip_and_continue() -> None:
     assert directive.option is RecoveryOption.SKIP_AND_CONTINUE
     assert directive.checkpoint == "checkpoint after item 50"
     assert directive.render().startswith("## ERROR RECOVERY\n\nSkip the problematic item")
+    [emit] = [e for e in outcome.emits if e.type is EnvelopeType.ERROR_RECOVERY]
+    assert b'"error"' not in emit.data  # an error's recovery is written as before the field was
     assert of_type(outcome, EnvelopeType.LAUNCH) == []
     assert feed.state.agents["bg-task-stu901"].state is AgentState.RUNNING
 
@@ -204,10 +206,11 @@ def test_a_plain_blocker_may_be_skipped_or_delegated() -> None:
     assert feed.state.agents[AGENT].state is AgentState.RUNNING
     feed.send(stop_dependency(at="2026-01-11T10:15:00-05:00"), AGENT)  # another stop
     skipped = feed.send(HumanRecover(option=RecoveryOption.SKIP_AND_CONTINUE), AGENT)
-    assert (
-        skipped.rejected is None
-        and one(skipped, EnvelopeType.ERROR_RECOVERY).option is RecoveryOption.SKIP_AND_CONTINUE
-    )
+    skip = one(skipped, EnvelopeType.ERROR_RECOVERY)
+    assert skipped.rejected is None and skip.option is RecoveryOption.SKIP_AND_CONTINUE
+    # not the seed's ERROR RECOVERY: the agent stopped on a missing dependency, not an error
+    assert skip.render().startswith("## SKIP AND CONTINUE\n\nSkip the problematic item")
+    assert directive.render().startswith("## PARTIAL RESUME")
 
 
 def test_resolve_also_clears_an_error_stop() -> None:

@@ -210,7 +210,10 @@ def on_recover(step: Step) -> None:
         instructions = instructions.replace("{agent}", delegate)
     wait = still_held(record, step.state, instructions, blocker=None)  # e.g. questions it asked too
     directive = ErrorRecovery(
-        option=command.option, instructions=wait or instructions, checkpoint=stop.state_snapshot
+        option=command.option,
+        instructions=wait or instructions,
+        checkpoint=stop.state_snapshot,
+        error=None if is_error(stop) else False,
     )
     deliver(step, record.agent_id, directive, hold=wait is not None)
     step.resume(
