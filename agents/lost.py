@@ -17,9 +17,10 @@ left waiting for it, or ended, while the parent sees it running: the adapter the
 error saying so (:func:`undelivered`).
 
 An agent whose program says in its output that the turn failed (Codex CLI's ``turn.failed``, a Claude Code
-result that is an error or an entry flagged as an API error: :class:`~agents.items.TurnFailedItem`) prints no signal of its own, and may
-exit 0: the adapter publishes a STOP_WORK error with what the program said (:func:`failed_turn`), as it
-does for an agent that exits with an error status (:mod:`agents.process`).
+result that is an error or an entry flagged as an API error: :class:`~agents.items.TurnFailedItem`)
+prints no signal of its own, and may exit 0: the adapter publishes a STOP_WORK error with what the
+program said (:func:`failed_turn`), as it does for an agent that exits with an error status
+(:mod:`agents.process`).
 """
 
 from __future__ import annotations

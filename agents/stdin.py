@@ -1,4 +1,5 @@
-"""The adapter's stdin as :data:`~agents.agent_output.Chunks` (``adapter stdin``: an agent's output piped in)."""
+"""The adapter's stdin as :data:`~agents.agent_output.Chunks` (``adapter stdin``: an agent's output
+piped in)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ waits for a directive by watching a response file, or is re-run with a resume pr
 Steps: say:TEXT  progress:N  many:N  burst:N  clarify  stop  delegate[:INDEPENDENCE]  complete[:FILE,FILE]
 result:FILE:LINE  await:PATH  wait-file:PATH  sleep:SECONDS  crash:CODE
 save-on-term:PATH (from then on SIGTERM is noted in PATH, and the agent saves its work, notes that too
-and exits 0)  loud-save-on-term:PATH (the same, and it prints 1 MiB as it saves)  ignore-term:PATH (SIGTERM is noted in PATH, and ignored)
+and exits 0)  loud-save-on-term:PATH (the same, and it prints 1 MiB as it saves)
+ignore-term:PATH (SIGTERM is noted in PATH, and ignored)
 unless-prompt:TEXT=STEP and if-prompt:TEXT=STEP (STEP only when the --prompt-file and the --resumed
 prompt do not contain TEXT, or when one does).
 Only the standard library is used, like any program that was never written for this project.
