@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from typing import Final
+from typing import Final, NamedTuple
 
 import mcp_types as types
 from pydantic_core import from_json
 
-__all__ = ["RequestsInFlight"]
+__all__ = ["Reply", "RequestsInFlight", "reply_of"]
 
 _LONG_ID: Final = 64
 """A string id longer than this is kept as its digest: a cancelled request's id is kept for good."""
@@ -33,6 +33,29 @@ def _key(request_id: types.RequestId) -> types.RequestId | bytes:
     if isinstance(request_id, str) and len(request_id) > _LONG_ID:
         return hashlib.sha256(request_id.encode(errors="surrogatepass")).digest()
     return request_id
+
+
+class Reply(NamedTuple):
+    """A line the server writes that answers a request: the request's id, and whether it is a result
+    (not an error)."""
+
+    request_id: types.RequestId
+    result: bool
+
+
+def reply_of(line: str) -> Reply | None:
+    """What ``line``, going out on stdout, answers; None for a notification or a request of the server's
+    own. Read once per line, for both the requests in flight and the directives a result acknowledges."""
+    try:  # not orjson: it reads an integer beyond 64 bits, which an id may be, as a float
+        message = from_json(line)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or "method" in message:
+        return None
+    request_id = message.get("id")
+    if not isinstance(request_id, (str, int)):
+        return None
+    return Reply(request_id, "result" in message)
 
 
 class RequestsInFlight:
@@ -51,21 +74,12 @@ class RequestsInFlight:
         self._ids.add(key)
         return True
 
-    def answered(self, line: str) -> None:
-        """``line`` goes out on stdout: when it answers a request in flight (and is not the refusal of
-        another under its id), that request is no longer in flight."""
-        if not self._ids:
+    def answered(self, reply: Reply | None) -> None:
+        """A line goes out on stdout (:func:`reply_of`): when it answers a request in flight (and is not
+        the refusal of another under its id), that request is no longer in flight."""
+        if reply is None or not self._ids:
             return
-        try:  # not orjson: it reads an integer beyond 64 bits, which an id may be, as a float
-            message = from_json(line)
-        except ValueError:
-            return
-        if not isinstance(message, dict) or "method" in message or "id" not in message:
-            return  # a notification or a request of the server's own, not an answer
-        request_id = message["id"]
-        if not isinstance(request_id, (str, int)):
-            return
-        key = _key(request_id)
+        key = _key(reply.request_id)
         if self._refusals[key]:
             self._refusals[key] -= 1
             if not self._refusals[key]:

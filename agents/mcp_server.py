@@ -34,10 +34,10 @@ import mcp_types as types
 import orjson
 from mcp.server import Server, ServerRequestContext
 from pydantic import BaseModel, ValidationError
-from pydantic_core import from_json
 
 from agents.adapter import AgentBus, connect_bus
 from agents.inbox_listener import DEFAULT_CLAIM_IDLE_MS, InboxListener, other_group
+from agents.mcp_inflight import Reply
 from agents.mcp_stdio import After, screened_stdio
 from agents.mcp_tools import (
     PROTOCOL_TOOLS,
@@ -227,24 +227,15 @@ class ProtocolServer:
             self._unacked[request_id] = functools.partial(listener.ack, received)
         return _text(received.directive.prompt)
 
-    def _writing(self, line: str) -> After | None:
+    def _writing(self, reply: Reply | None) -> After | None:
         """A line goes out on stdout: when it is the reply that carries a directive, what acknowledges
         that directive once the line is out. Taken off ``_unacked`` now: once the reply is out, the
         client may send its id again."""
-        if not self._unacked:
-            return None
-        try:  # not orjson: it reads an integer beyond 64 bits, which an id may be, as a float
-            message = from_json(line)
-        except ValueError:
-            return None
         # only a result carries a directive: an error under its id is the refusal of another request
         # sent under it while it was in flight (agents.mcp_inflight)
-        if not isinstance(message, dict) or "result" not in message:
+        if reply is None or not reply.result or not self._unacked:
             return None
-        request_id = message.get("id")
-        if not isinstance(request_id, (str, int)):
-            return None
-        ack = self._unacked.pop(request_id, None)
+        ack = self._unacked.pop(reply.request_id, None)
         return None if ack is None else functools.partial(_acknowledge, ack)
 
     async def status(self) -> types.CallToolResult:

@@ -54,7 +54,7 @@ from mcp.shared.message import SessionMessage
 from pydantic_core import from_json
 
 from agents.adapter import stderr_log
-from agents.mcp_inflight import RequestsInFlight
+from agents.mcp_inflight import Reply, RequestsInFlight, reply_of
 from agents.mcp_rejection import (
     is_notification,
     is_response,
@@ -250,14 +250,14 @@ After = Callable[[], Awaitable[None]]
 
 
 class WrittenLines:
-    """The SDK transport's stdout, on a duplicate of fd 1. Each line is given to ``on_writing`` before it
-    is written, which returns what to run once it was written and flushed: the moment a reply is out of
+    """The SDK transport's stdout, on a duplicate of fd 1. What each line answers (:func:`reply_of`) is
+    given to ``on_writing`` before the line is written, which returns what to run once it was written and flushed: the moment a reply is out of
     the server's hands (a directive is acknowledged then, so that a server killed before has it
     delivered again, as ``listen`` does). The request a line answers leaves ``in_flight`` before the line
     goes out: a client that has the answer may send its id again at once."""
 
     def __init__(
-        self, fd: int, on_writing: Callable[[str], After | None], in_flight: RequestsInFlight
+        self, fd: int, on_writing: Callable[[Reply | None], After | None], in_flight: RequestsInFlight
     ) -> None:
         binary = os.fdopen(fd, "wb", closefd=False)  # see screened_stdio: never closed
         self._file = anyio.wrap_file(io.TextIOWrapper(binary, encoding="utf-8"))
@@ -267,8 +267,9 @@ class WrittenLines:
 
     async def write(self, text: str) -> None:
         # taken now, not at the flush: a reply out on the wire may be followed by a request under its id
-        self._after = self._on_writing(text)
-        self._in_flight.answered(text)
+        reply = reply_of(text)
+        self._after = self._on_writing(reply)
+        self._in_flight.answered(reply)
         await self._file.write(text)  # in a worker thread: a client slow to read blocks no task
 
     async def flush(self) -> None:
@@ -278,7 +279,7 @@ class WrittenLines:
             await after()
 
 
-def _nothing(_line: str) -> After | None:
+def _nothing(_reply: Reply | None) -> After | None:
     return None
 
 
@@ -287,7 +288,7 @@ async def screened_stdio(
     fd: int,
     *,
     log: Callable[[str], None] = stderr_log,
-    on_writing: Callable[[str], After | None] = _nothing,
+    on_writing: Callable[[Reply | None], After | None] = _nothing,
 ) -> AsyncIterator[tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]]:
     """The SDK's stdio transport, reading the screened lines of ``fd`` and writing to stdout through
     :class:`WrittenLines`. While it serves, fd 1 points at stderr, so that stray output (a library's

@@ -12,7 +12,7 @@ import pytest
 from adapter_kit import open_bus, wait_until
 from test_mcp_input import AGENT, GROUP_ID, RawClient, raw_server
 
-from agents.mcp_inflight import RequestsInFlight
+from agents.mcp_inflight import RequestsInFlight, reply_of
 from bus.directives import AnswerItem, ClarificationResponse
 from bus.envelope import Envelope, new_envelope
 from bus.publisher import Publisher
@@ -199,13 +199,13 @@ def test_an_id_is_in_flight_until_a_line_answers_it_that_is_not_a_refusal() -> N
     long_id = "r" * 1000
     assert requests.take(7) and requests.take("7") and requests.take(long_id)
     assert not requests.take(7)  # refused: its answer is one more line under id 7
-    requests.answered('{"jsonrpc": "2.0", "id": 7, "result": {}}')  # the first of the two
+    requests.answered(reply_of('{"jsonrpc": "2.0", "id": 7, "result": {}}'))  # the first of the two
     assert not requests.take(7)  # its refusal is still to be written
-    requests.answered('{"jsonrpc": "2.0", "id": 7, "error": {"code": -32600, "message": "m"}}')
-    requests.answered('{"jsonrpc": "2.0", "id": 7, "error": {"code": -32600, "message": "m"}}')
-    requests.answered('{"jsonrpc": "2.0", "id": 7, "method": "ping"}')  # a request of the server's
+    requests.answered(reply_of('{"jsonrpc": "2.0", "id": 7, "error": {"code": -32600, "message": "m"}}'))
+    requests.answered(reply_of('{"jsonrpc": "2.0", "id": 7, "error": {"code": -32600, "message": "m"}}'))
+    requests.answered(reply_of('{"jsonrpc": "2.0", "id": 7, "method": "ping"}'))  # a request of the server's
     assert requests.take(7)
     assert not requests.take("7") and not requests.take(long_id)
     for _ in range(2):  # the refusal, and the answer
-        requests.answered(orjson.dumps({"jsonrpc": "2.0", "id": long_id, "result": {}}).decode())
+        requests.answered(reply_of(orjson.dumps({"jsonrpc": "2.0", "id": long_id, "result": {}}).decode()))
     assert requests.take(long_id)
