@@ -32,9 +32,10 @@ from bus.display import first_line
 from bus.events import AgentState, DecisionType
 from bus.results import ResultStatus
 from bus.signals import ClarificationNeeded, Independence, QuestionType, StopWork
+from coordinator.rules.holds import still_held
 from coordinator.rules.ids import retry_agent_id, retry_request_id
 from coordinator.rules.launch import Launch, deliver, launch, priority_of
-from coordinator.rules.step import Rejected, Step, still_held
+from coordinator.rules.step import Rejected, Step
 from coordinator.rules.verdict import gaps, optional, unresolved_count, verdict
 from coordinator.state import (
     FINAL_STATES,

@@ -34,10 +34,11 @@ from bus.results import ResultStatus
 from bus.signals import BlockerType, StopReason, StopWork
 from coordinator.rules.aggregation import finish, report_group, unresolved
 from coordinator.rules.delegation import launch_limits
+from coordinator.rules.holds import still_held, waits_for_delegation
 from coordinator.rules.ids import recovery_agent_id, recovery_request_id
 from coordinator.rules.launch import Launch, deliver, launch, priority_of
 from coordinator.rules.recap import refuse_recap, settled
-from coordinator.rules.step import Rejected, Step, still_held, waits_for_delegation
+from coordinator.rules.step import Rejected, Step
 from coordinator.state import EARLIER_BLOCKERS_KEPT, FINAL_STATES, AgentRecord, Completion, ViolationRule
 
 __all__ = [

@@ -13,9 +13,10 @@ from bus.directives import AnswerItem, ClarificationResponse, HumanAnswer
 from bus.display import cut
 from bus.events import AgentState, DecisionType
 from bus.signals import ClarificationNeeded, QuestionType
+from coordinator.rules.holds import still_held
 from coordinator.rules.launch import deliver
 from coordinator.rules.recap import refuse_recap, settled
-from coordinator.rules.step import Rejected, Step, still_held
+from coordinator.rules.step import Rejected, Step
 from coordinator.state import AgentRecord
 
 __all__ = ["DEFAULT_NEXT_STEP", "answerable", "on_answer", "on_clarification"]

@@ -31,9 +31,10 @@ from bus.fields import Model
 from bus.signals import DelegateWork, Independence
 from coordinator.policy import Policy
 from coordinator.rules.aggregation import report_group
+from coordinator.rules.holds import held, still_held, waits_for_delegation
 from coordinator.rules.ids import delegate_agent_id
 from coordinator.rules.launch import Launch, deliver, launch
-from coordinator.rules.step import Rejected, Step, held, still_held, waits_for_delegation
+from coordinator.rules.step import Rejected, Step
 from coordinator.state import (
     ACTIVE_STATES,
     FINAL_STATES,

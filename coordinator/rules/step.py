@@ -20,13 +20,13 @@ from typing import Any, Final, TypeVar
 from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeType, Kind, Payload
 from bus.errors import BusError
 from bus.events import AgentState, Decision, DecisionType
-from bus.signals import Independence
 from coordinator.policy import Policy
+from coordinator.rules.holds import held
 from coordinator.rules.ids import emitted_id
 from coordinator.rules.outcome import Emit, Outcome, Target
 from coordinator.rules.run import Run
 from coordinator.rules.trusted import change, construct, evolve
-from coordinator.state import AgentRecord, DelegationStatus, FindingSlot, GroupState
+from coordinator.state import AgentRecord, FindingSlot, GroupState
 
 __all__ = ["MAX_DETAIL", "SOURCE", "Rejected", "Step", "TooLarge"]
 
@@ -348,45 +348,6 @@ class Step:
         else:
             record = self.put(evolve(record, **counted))
             self.run.own[id(record)] = record
-
-
-def held(record: AgentRecord, state: GroupState) -> AgentState | None:
-    """The state of what still holds an agent, if anything: an open blocker, open questions, delegates it
-    waits for or a blocking request of its own that waits for a human."""
-    if record.blocker is not None:
-        return AgentState.BLOCKED
-    if record.questions is not None:
-        return AgentState.AWAITING_CLARIFICATION
-    if waits_for_delegation(record, state):
-        return AgentState.DELEGATING
-    return None
-
-
-_WAIT_FOR: Final = {
-    AgentState.BLOCKED: "your blocker is resolved",
-    AgentState.AWAITING_CLARIFICATION: "your questions are answered",
-    AgentState.DELEGATING: "the work you wait for is done",
-}
-
-
-def still_held(record: AgentRecord, state: GroupState, then: str, **settled: Any) -> str | None:
-    """The instructions of a directive that settles one thing the agent waits on (``settled``: the record
-    changes that settle it) while another still holds it: to wait, and ``then`` once resumed; None when
-    nothing else holds it (``then`` alone goes)."""
-    holder = held(evolve(record, **settled), state)
-    if holder is None:
-        return None
-    return f"Do not go on yet: you will be resumed once {_WAIT_FOR[holder]}. Then: {then}"
-
-
-def waits_for_delegation(record: AgentRecord, state: GroupState) -> bool:
-    """Whether the agent waits for a delegate, or for a human to decide a blocking request of its own."""
-    return bool(record.waiting_on) or any(
-        d.requester_id == record.agent_id
-        and d.status is DelegationStatus.PENDING_HUMAN
-        and d.request.independence is Independence.BLOCKS_CURRENT_WORK
-        for d in state.delegations.values()
-    )
 
 
 _MISSING: Final = object()
