@@ -30,6 +30,9 @@ and work, not so long that one which ignores SIGTERM holds a failed adapter (and
 to exit) for long."""
 _EXITED_POLL_S: Final = 0.2
 _READ_ON_S: Final = 2.0
+_KILLED_EXIT_S: Final = 5.0
+"""How long a killed agent's exit is waited for: SIGKILL ends a process at once, unless the kernel holds
+it (a stuck disk or network file system), which the adapter does not wait out."""
 
 
 async def start_agent(argv: list[str]) -> asyncio.subprocess.Process:
@@ -64,22 +67,29 @@ async def stop_agent(
     try:
         if not termed:
             process.terminate()
-        deadline = time.monotonic() + STOP_GRACE_S
         try:
-            # not process.wait(): it waits for the output's end too, which a process the agent started
-            # may hold
-            while process.returncode is None and time.monotonic() < deadline:  # noqa: ASYNC110
-                await asyncio.sleep(_EXITED_POLL_S)
+            await _exited(process, STOP_GRACE_S)
         finally:  # cancelled while it waited (Ctrl-C again): it is not left running
             if process.returncode is None:
                 warn(f"the agent did not exit within {STOP_GRACE_S:g}s of SIGTERM: killed")
                 process.kill()
-        await process.wait()
+        if not await _exited(process, _KILLED_EXIT_S):
+            warn(f"the agent had not exited {_KILLED_EXIT_S:g}s after SIGKILL: not waited for any more")
         if readers:
             await asyncio.wait(readers, timeout=_READ_ON_S)
     finally:
         for reader in readers:
             reader.cancel()
+
+
+async def _exited(process: asyncio.subprocess.Process, within: float) -> bool:
+    """Whether ``process`` exits within ``within`` seconds. Not ``process.wait()``: begun before the
+    exit, it returns (on Python 3.11) only once the output has ended too, which a process the agent
+    started may hold open for ever."""
+    deadline = time.monotonic() + within
+    while process.returncode is None and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(_EXITED_POLL_S)
+    return process.returncode is not None
 
 
 def start_error(program: str, exc: OSError | ValueError) -> str:
