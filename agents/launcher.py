@@ -14,13 +14,14 @@ in the log directory (``<request>.started``, written once the adapter started an
 request is acknowledged) keeps a launcher on that directory from starting it again; one elsewhere does.
 An acknowledgement refused because Redis is unreachable is sent again, and the request is not
 started again by the same process. A request that cannot be started after ``max_attempts`` deliveries
-(at once when its command line is too long) is dead-lettered with the reason, and so is one read after
-it expired (``expires_at``, which the coordinator sets to when it will declare the agent lost and retry
-it: started then, the agent would run twice). Stopping a launcher with SIGTERM, SIGINT or SIGHUP stops the
-adapters it started, which stop their agents (a second signal has them kill an agent that ignores it), and
-it starts no more: the requests it read and had not started yet stay pending, for another launcher.
-A launcher killed with SIGKILL leaves its agents running; the next launcher on the same log directory
-counts them against its ``max_parallel`` until they end (:mod:`agents.orphans`).
+(at once when its command line is too long) is dead-lettered with the reason, and so is one that expired
+before it could be started, also while an earlier adapter of its agent ended (``expires_at``, which the
+coordinator sets to when it will declare the agent lost and retry it: started then, the agent would run
+twice). Stopping a launcher with SIGTERM, SIGINT or SIGHUP stops the adapters it started, which stop
+their agents (a second signal has them kill an agent that ignores it), and it starts no more: the
+requests it read and had not started yet stay pending, for another launcher. A launcher killed with
+SIGKILL leaves its agents running; the next launcher on the same log directory counts them against its
+``max_parallel`` until they end (:mod:`agents.orphans`).
 """
 
 from __future__ import annotations
@@ -38,13 +39,12 @@ from pathlib import Path
 from typing import Final
 
 from agents.delivery import split_template
-from agents.options import id_problem
+from agents.launch_refusals import expiry, refusal
 from agents.orphans import Orphan, Proc, forget, left_running
 from agents.spawn import PLACEHOLDERS, Spawner, adapter_command, file_stem
 from bus.connection import Client
 from bus.consumer import Ack, Consumer, Delivery
 from bus.directives import LaunchRequest
-from bus.display import cut
 from bus.errors import CommandFailed, ConnectionFailed
 from bus.keys import ConsumerGroup, Keys, StreamKind
 from bus.metrics import LauncherMetrics
@@ -268,42 +268,50 @@ class Launcher:
             and self._started_already(envelope.payload, envelope.group_id)
         ):
             return Ack.ACK, None
-        refused = _refusal(delivery, await self._now(delivery))
+        refused = refusal(delivery)
         if refused is not None or envelope is None or not isinstance(envelope.payload, LaunchRequest):
-            log.warning("not started, dead-lettered: %s (entry %s)", refused, delivery.entry_id)
-            return Ack.DEAD, refused
+            return _dead(delivery, refused)
         request = envelope.payload
-        if not await self._previous_ended(request.new_agent_id):
+        previous_ended = await self._previous_ended(request.new_agent_id)
+        # After that wait (seconds, maybe), by the time then: expired, its agent is the coordinator's to retry.
+        if (expired := expiry(request, await self._now(request, envelope.group_id))) is not None:
+            return _dead(delivery, expired)
+        if not previous_ended:
             return Ack.RETRY, f"agent {request.new_agent_id} still runs here under another request"
+        return await self._start(delivery, request, envelope.group_id)
+
+    async def _start(
+        self, delivery: Delivery, request: LaunchRequest, group_id: str
+    ) -> tuple[Ack, str | None]:
+        """Start the request's agent: acknowledged once started, else tried again or dead-lettered."""
         try:
-            process = await self._start(request, envelope.group_id)
+            process, path = await self._spawner.start(request, group_id)
         except (OSError, ValueError) as exc:
             reason = f"cannot start agent {request.new_agent_id}: {exc}"
             too_long = isinstance(exc, OSError) and exc.errno == errno.E2BIG
             if too_long and any("{prompt}" in arg for arg in self.options.template):
                 reason += " (the task is too long for {prompt}: pass {prompt_file} instead)"
-            log.warning(reason, extra=_ids(request, envelope.group_id))
+            log.warning(reason, extra=_ids(request, group_id))
             self.metrics.launch_failures.inc()
             if too_long or delivery.deliveries >= self.options.max_attempts:
                 return Ack.DEAD, reason  # the same request would be too long again
             return Ack.RETRY, reason
+        message = f"launched {request.new_agent_id} (group {group_id}, pid {process.pid}, log {path})"
+        log.info(message, extra={**_ids(request, group_id), "pid": process.pid})
         self.launched += 1
         self.running[request.new_agent_id] = process
         self._requests[request.new_agent_id] = request.request_id
         self.metrics.launched.inc()
-        self._watch(self._reap(request.new_agent_id, envelope.group_id, process))
+        self._watch(self._reap(request.new_agent_id, group_id, process))
         return Ack.ACK, None
 
-    async def _now(self, delivery: Delivery) -> datetime | None:
+    async def _now(self, request: LaunchRequest, group_id: str) -> datetime | None:
         """The time a request's expiry is compared with (None: it has none): the server's, as in the
         coordinators' ticks, which the expiry is in (:mod:`coordinator.rules.timeouts`), not this
         machine's, whose clock may be minutes off."""
-        envelope = delivery.envelope
-        if envelope is None or not isinstance(envelope.payload, LaunchRequest):
+        if request.expires_at is None:
             return None
-        if envelope.payload.expires_at is None:
-            return None
-        tasks = self.keys.stream(self.keys.shard_of(envelope.group_id), StreamKind.TASKS)
+        tasks = self.keys.stream(self.keys.shard_of(group_id), StreamKind.TASKS)
         if not self._own_clock:
             try:
                 return await server_time(self.client, tasks)
@@ -344,12 +352,6 @@ class Launcher:
             await asyncio.sleep(_POLL_S)
         return agent_id not in self.adopted
 
-    async def _start(self, request: LaunchRequest, group_id: str) -> asyncio.subprocess.Process:
-        process, path = await self._spawner.start(request, group_id)
-        message = f"launched {request.new_agent_id} (group {group_id}, pid {process.pid}, log {path})"
-        log.info(message, extra={**_ids(request, group_id), "pid": process.pid})
-        return process
-
     async def _reap(self, agent_id: str, group_id: str, process: asyncio.subprocess.Process) -> None:
         code = await process.wait()
         if self.running.get(agent_id) is process:  # not the same agent started again since
@@ -377,23 +379,9 @@ class Launcher:
             await asyncio.gather(*list(self._waiters), return_exceptions=True)
 
 
-def _refusal(delivery: Delivery, now: datetime | None) -> str | None:
-    """Why an entry of the tasks stream is not a request this launcher can start, if it is not."""
-    envelope = delivery.envelope
-    if delivery.error is not None or envelope is None:
-        return delivery.error or "undecodable"
-    request = envelope.payload
-    if not isinstance(request, LaunchRequest):
-        return f"{envelope.type.value} is not a launch request"
-    for what, value in (("agent id", request.new_agent_id), ("group id", envelope.group_id)):
-        if (problem := id_problem(value)) is not None:  # the adapter would refuse it: do not start it
-            return f"the {what} {cut(repr(value), 80)} of the launch request {problem}"
-    if request.expires_at is not None and now is not None and now > request.expires_at:
-        return (
-            f"launch request {request.request_id} expired at {request.expires_at.isoformat()}: its agent "
-            f"{request.new_agent_id} was not started in time, and the coordinator declares it lost"
-        )
-    return None
+def _dead(delivery: Delivery, reason: str | None) -> tuple[Ack, str | None]:
+    log.warning("not started, dead-lettered: %s (entry %s)", reason, delivery.entry_id)
+    return Ack.DEAD, reason
 
 
 def _ids(request: LaunchRequest, group_id: str) -> dict[str, str]:
