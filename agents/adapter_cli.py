@@ -52,7 +52,7 @@ def _deliverer(
     if spec.kind is DeliveryKind.FILE:
         assert spec.path is not None
         return FileDelivery(spec.path)
-    return CommandDelivery(list(spec.argv), values, runner, log=bus.log)
+    return CommandDelivery(list(spec.argv), values, runner, log=bus.log, warn=bus.warn)
 
 
 def _values(common: Common, session_id: Callable[[], str | None]) -> Values:

@@ -53,10 +53,12 @@ async def stop_agent(
     termed: bool,
     warn: Callable[[str], None],
     reading: Iterable[Awaitable[None]] = (),
+    what: str = "the agent",
 ) -> None:
     """End an agent that the adapter stops running for: SIGTERM, so that it can save its work (not sent
     again when it was ``termed`` already, to which a second one may mean "quit now"), then SIGKILL if it
-    has not exited within :data:`STOP_GRACE_S` (said to ``warn``).
+    has not exited within :data:`STOP_GRACE_S` (said to ``warn``, of ``what``: a resume command runs a
+    turn of the agent too).
 
     ``reading`` reads the agent's outputs that nothing else reads any more, meanwhile: an agent that
     prints as it saves its work would otherwise block on a full pipe and be killed for it (and the
@@ -71,10 +73,10 @@ async def stop_agent(
             await _exited(process, STOP_GRACE_S)
         finally:  # cancelled while it waited (Ctrl-C again): it is not left running
             if process.returncode is None:
-                warn(f"the agent did not exit within {STOP_GRACE_S:g}s of SIGTERM: killed")
+                warn(f"{what} did not exit within {STOP_GRACE_S:g}s of SIGTERM: killed")
                 process.kill()
         if not await _exited(process, _KILLED_EXIT_S):
-            warn(f"the agent had not exited {_KILLED_EXIT_S:g}s after SIGKILL: not waited for any more")
+            warn(f"{what} had not exited {_KILLED_EXIT_S:g}s after SIGKILL: not waited for any more")
         if readers:
             await asyncio.wait(readers, timeout=_READ_ON_S)
     finally:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, Final, Protocol
 
 from agents.agent_process import start_error
+from agents.delivery_command import finished
 from bus import directives as d
 from bus.envelope import Envelope, EnvelopeType
 from bus.errors import BusError
@@ -78,7 +79,6 @@ _FORMATTED: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?:[.!\[]|:(?!\s))")
 # A known name after "{" that ends its argument or a word was meant as a placeholder: "{prompt" is a typo,
 # while "{agent_id: 1}" (jq, JSON) is not.
 _UNCLOSED: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?=\s|$)")
-_TAIL_BYTES: Final = 4096
 
 _RENDERED = (
     d.ClarificationResponse,
@@ -313,11 +313,13 @@ class CommandDelivery:
         runner: Runner | None = None,
         *,
         log: Callable[[str], None] = lambda _: None,
+        warn: Callable[[str], None] | None = None,
     ) -> None:
         self.argv = argv
         self.values = values
         self.runner = runner
         self.log = log
+        self.warn = warn or log
 
     def command(self, directive: Directive) -> list[str]:
         values = {
@@ -336,18 +338,23 @@ class CommandDelivery:
         if self.runner is not None:
             await self.runner(argv, directive)
         else:
-            await run_checked(argv, self.log)
+            await run_checked(argv, self.log, self.warn)
 
 
-async def run_checked(argv: list[str], log: Callable[[str], None]) -> None:
+async def run_checked(
+    argv: list[str], log: Callable[[str], None], warn: Callable[[str], None] | None = None
+) -> None:
     """:func:`run_command`; an exit status other than 0 is a :class:`DeliveryFailed` with its output."""
-    code, tail = await run_command(argv, log)
+    code, tail = await run_command(argv, log, warn)
     if code != 0:
         raise DeliveryFailed(f"{argv[0]} exited with code {code}: {tail.strip()[-500:]}")
 
 
-async def run_command(argv: list[str], log: Callable[[str], None]) -> tuple[int, str]:
-    """Run ``argv`` (no shell, stdin closed); its output goes to ``log``. (exit code, output tail)."""
+async def run_command(
+    argv: list[str], log: Callable[[str], None], warn: Callable[[str], None] | None = None
+) -> tuple[int, str]:
+    """Run ``argv`` (no shell, stdin closed) to its exit; its output goes to ``log`` line by line, what
+    went wrong to ``warn`` (default ``log``; see :mod:`agents.delivery_command`). (exit code, output tail)."""
     try:
         process = await asyncio.create_subprocess_exec(
             *argv,
@@ -357,12 +364,7 @@ async def run_command(argv: list[str], log: Callable[[str], None]) -> tuple[int,
         )
     except (OSError, ValueError) as exc:
         raise DeliveryFailed(start_error(argv[0], exc)) from None
-    output, _ = await process.communicate()
-    text = output.decode(errors="replace")
-    for line in text.splitlines():
-        log(f"{argv[0]}: {line}")
-    code = await process.wait()
-    return code, text[-_TAIL_BYTES:]
+    return await finished(process, argv[0], log, warn or log)
 
 
 class DeliveryKind(StrEnum):

@@ -29,6 +29,6 @@ def after_turn(bus: AgentBus, pid: int | None, stop: asyncio.Event, poll_s: floa
                 raise DeliveryFailed(f"the adapter stopped while process {pid} (the agent's turn) still ran")
         if bus.completed:
             raise AgentDone()
-        await run_checked(argv, bus.log)
+        await run_checked(argv, bus.log, bus.warn)
 
     return resume

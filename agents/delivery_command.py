@@ -1,0 +1,126 @@
+"""A resume command's run (``--deliver command:TEMPLATE``), once started: its output (stdout and stderr on
+one pipe) read as it comes, each line logged and only a tail kept, however much it prints; its end is its
+exit, not the end of its output, which a process it started (``server &``, a ``nohup`` daemon) may hold
+open for ever; and a delivery cancelled while it runs does not leave it running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Final
+
+from agents.agent_process import stop_agent
+
+__all__ = ["finished"]
+
+_CHUNK: Final = 64 * 1024
+_TAIL_BYTES: Final = 4096
+_LINE_BYTES: Final = 4096
+"""The most of one line of the output that is logged."""
+_EXITED_POLL_S: Final = 0.2
+_READ_ON_S: Final = 2.0
+"""How long the output is read on after the command's exit, for what it printed last to be logged."""
+
+
+async def finished(
+    process: asyncio.subprocess.Process, name: str, log: Callable[[str], None], warn: Callable[[str], None]
+) -> tuple[int, str]:
+    """Wait for the exit of ``process``, its output logged line by line (``name: line``) meanwhile:
+    (its return code, the tail of its output). Cancelled, it stops the process first. What went wrong
+    (its output not read to the end, the process killed) is said to ``warn``."""
+    output = _Output(name, log)
+    assert process.stdout is not None
+    reading = asyncio.ensure_future(output.read(process.stdout))
+    try:
+        try:
+            await _drained(process, reading, name, warn)
+        except asyncio.CancelledError:
+            # SIGTERM first, SIGKILL after a grace: the command is often a turn of the agent (``claude
+            # --resume``), which is given the time to save its session that an agent the adapter stops is.
+            await stop_agent(
+                process, termed=False, warn=warn, reading=[reading], what=f"the resume command {name}"
+            )
+            raise
+    finally:
+        reading.cancel()
+        if not output.ended:  # not left open until the process holding it ends
+            _stop_reading(process)
+        output.end()
+    assert process.returncode is not None
+    return process.returncode, output.tail()
+
+
+async def _drained(
+    process: asyncio.subprocess.Process, reading: asyncio.Future[None], name: str, warn: Callable[[str], None]
+) -> None:
+    """Wait for the command's exit and the end of its output, which is read on for :data:`_READ_ON_S`
+    at most once the command has exited. The exit is polled for: ``process.wait()`` begun before it
+    returns (on Python 3.11) only once the output has ended too."""
+    while process.returncode is None and not reading.done():
+        await asyncio.wait({reading}, timeout=_EXITED_POLL_S)
+    if process.returncode is not None:
+        await asyncio.wait({reading}, timeout=_READ_ON_S)
+        if not reading.done():
+            warn(f"{name} exited, but a process it started holds its output open: not read any more")
+            _stop_reading(process)
+    await reading
+    await process.wait()  # at once when it has exited; else (the output ended first) at its exit
+
+
+def _stop_reading(process: asyncio.subprocess.Process) -> None:
+    """Close our end of the output now rather than when the process holding it ends: the read then ends as
+    at the end of the output. asyncio offers no other handle on it than the process's transport (closing
+    it kills the process only when it has not exited)."""
+    process._transport.close()  # type: ignore[attr-defined]
+
+
+class _Output:
+    """What is kept of the command's output: its tail, and the start of the line being read."""
+
+    def __init__(self, name: str, log: Callable[[str], None]) -> None:
+        self._name = name
+        self._log = log
+        self._tail = bytearray()
+        self._line = bytearray()
+        self._dropped = 0
+        """Bytes of the line being read beyond :data:`_LINE_BYTES`, not kept."""
+        self.ended = False
+        """Whether the output was read to its end."""
+
+    async def read(self, stdout: asyncio.StreamReader) -> None:
+        while chunk := await stdout.read(_CHUNK):
+            self._add(chunk)
+        self.ended = True
+
+    def _add(self, chunk: bytes) -> None:
+        self._tail += chunk
+        if len(self._tail) > 2 * _TAIL_BYTES:
+            del self._tail[:-_TAIL_BYTES]
+        *lines, rest = chunk.split(b"\n")
+        for line in lines:
+            self._keep(line)
+            self._log_line()
+        self._keep(rest)
+
+    def _keep(self, piece: bytes) -> None:
+        kept = piece[: max(_LINE_BYTES - len(self._line), 0)]
+        self._line += kept
+        self._dropped += len(piece) - len(kept)
+
+    def _log_line(self) -> None:
+        lines = self._line.decode(errors="replace").splitlines() or [""]  # "\r" ends a line too
+        if self._dropped:
+            lines[-1] += f" [and {self._dropped} more bytes of this line, not logged]"
+        for line in lines:
+            self._log(f"{self._name}: {line}")
+        self._line.clear()
+        self._dropped = 0
+
+    def end(self) -> None:
+        """Log the last line, when the output did not end with a line end."""
+        if self._line or self._dropped:
+            self._log_line()
+
+    def tail(self) -> str:
+        return bytes(self._tail[-_TAIL_BYTES:]).decode(errors="replace")
