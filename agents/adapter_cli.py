@@ -23,6 +23,7 @@ from agents.delivery import (
     PrintDelivery,
 )
 from agents.delivery import Runner as DeliveryRunner
+from agents.delivery_command import Stopping
 from agents.findings_import import import_findings
 from agents.inbox_follower import with_inbox
 from agents.options import Common, check_program, common_options
@@ -113,13 +114,19 @@ def watch(
 
     SIGUSR1 has it publish the file to its end (waiting for Redis as long as that takes) and exit,
     without saying the agent exited: the Task hook sends it when a resumed agent writes another file.
+
+    SIGTERM, SIGINT and SIGHUP stop it. One that comes while a resume command (--deliver command)
+    delivers a directive is passed on to the command, in a session of its own, and its exit waited for (a
+    non-zero one is a failed delivery attempt: retried by the next run, or given up on after
+    --max-attempts and the parent told); a second one kills the command.
     """
 
     async def body(bus: AgentBus) -> int:
-        stop = asyncio.Event()
+        stop, stopping = asyncio.Event(), Stopping()
 
         def on_signal(sig: int) -> None:
             stop.set()
+            stopping.forward(sig)
             bus.sender.give_up(sig)  # what is unpublished stays in the file: the next watch takes it
 
         _on_signals(on_signal)
@@ -140,7 +147,7 @@ def watch(
         deliverer = _deliverer(
             common,
             _values(common, lambda: follower.session_id or common.session_id),
-            after_turn(bus, pid, stop, poll_s),
+            after_turn(bus, pid, stop, poll_s, stopping),
             bus,
         )
 

@@ -1,18 +1,21 @@
 """A resume command's run (``--deliver command:TEMPLATE``), once started: its output (stdout and stderr on
 one pipe) read as it comes, each line logged and only a tail kept, however much it prints; its end is its
 exit, not the end of its output, which a process it started (``server &``, a ``nohup`` daemon) may hold
-open for ever; and a delivery cancelled while it runs does not leave it running.
+open for ever; the adapter's stop signals passed on to it (:class:`Stopping`); and a delivery cancelled
+while it runs does not leave it running.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+import signal
+from collections.abc import Callable, Iterator
 from typing import Final
 
 from agents.agent_process import stop_agent
 
-__all__ = ["finished"]
+__all__ = ["Stopping", "finished"]
 
 _CHUNK: Final = 64 * 1024
 _TAIL_BYTES: Final = 4096
@@ -23,23 +26,65 @@ _READ_ON_S: Final = 2.0
 """How long the output is read on after the command's exit, for what it printed last to be logged."""
 
 
+class Stopping:
+    """The stop signals the adapter received (SIGTERM, SIGINT, SIGHUP), passed on to the resume commands
+    running meanwhile, as ``adapter run`` passes them on to its agent: the first as it came, since the
+    command is often a turn of the agent (``claude --resume``), for which SIGINT is Ctrl-C and SIGHUP a
+    closed terminal as much as for an agent ``run`` started; a second as SIGKILL, so that the adapter,
+    which waits for the command's exit, can end when the command does not stop."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._running: set[asyncio.subprocess.Process] = set()
+
+    def forward(self, sig: int) -> None:
+        """Take the stop signal ``sig``: pass it on to the commands running (see the class)."""
+        self.received.append(sig)
+        for process in self._running:
+            self._pass_on(process)
+
+    @contextlib.contextmanager
+    def running(self, process: asyncio.subprocess.Process) -> Iterator[None]:
+        """While the command ``process`` runs: a signal that came while it started is passed on now."""
+        self._running.add(process)
+        try:
+            if self.received:
+                self._pass_on(process)
+            yield
+        finally:
+            self._running.discard(process)
+
+    def _pass_on(self, process: asyncio.subprocess.Process) -> None:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):  # exited, not yet seen to
+                process.send_signal(signal.SIGKILL if len(self.received) > 1 else self.received[0])
+
+
 async def finished(
-    process: asyncio.subprocess.Process, name: str, log: Callable[[str], None], warn: Callable[[str], None]
+    process: asyncio.subprocess.Process,
+    name: str,
+    log: Callable[[str], None],
+    warn: Callable[[str], None],
+    stopping: Stopping | None = None,
 ) -> tuple[int, str]:
     """Wait for the exit of ``process``, its output logged line by line (``name: line``) meanwhile:
-    (its return code, the tail of its output). Cancelled, it stops the process first. What went wrong
-    (its output not read to the end, the process killed) is said to ``warn``."""
+    (its return code, the tail of its output). The stop signals ``stopping`` takes meanwhile are passed
+    on to it. Cancelled, it stops the process first. What went wrong (its output not read to the end, the
+    process killed) is said to ``warn``."""
     output = _Output(name, log)
     assert process.stdout is not None
     reading = asyncio.ensure_future(output.read(process.stdout))
     try:
         try:
-            await _drained(process, reading, name, warn)
+            with stopping.running(process) if stopping is not None else contextlib.nullcontext():
+                await _drained(process, reading, name, warn)
         except asyncio.CancelledError:
             # SIGTERM first, SIGKILL after a grace: the command is often a turn of the agent (``claude
             # --resume``), which is given the time to save its session that an agent the adapter stops is.
+            # Not sent again when it was passed on already, to which a second one may mean "quit now".
+            termed = stopping is not None and stopping.received[:1] == [signal.SIGTERM]
             await stop_agent(
-                process, termed=False, warn=warn, reading=[reading], what=f"the resume command {name}"
+                process, termed=termed, warn=warn, reading=[reading], what=f"the resume command {name}"
             )
             raise
     finally:

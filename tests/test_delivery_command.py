@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -123,3 +124,9 @@ async def test_a_cancelled_delivery_stops_its_command(tmp_path: Path) -> None:
     finally:
         delivering.cancel()
         kill(pid_file)
+
+
+async def test_a_command_runs_in_a_session_of_its_own(tmp_path: Path) -> None:
+    """A terminal's signals reach it only as the adapter passes them on: once, not twice."""
+    code = "import os, sys; sys.exit(0 if os.getsid(0) == os.getpid() else 1)"
+    await CommandDelivery([sys.executable, "-c", code], dict).deliver(directive())
