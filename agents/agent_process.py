@@ -19,7 +19,15 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Final
 
-__all__ = ["STOP_GRACE_S", "StderrTail", "exit_status", "start_agent", "start_error", "stop_agent"]
+__all__ = [
+    "STOP_GRACE_S",
+    "StderrTail",
+    "dies_with_us",
+    "exit_status",
+    "start_agent",
+    "start_error",
+    "stop_agent",
+]
 
 _TAIL_LINES: Final = 20
 _TAIL_BYTES: Final = 4096
@@ -43,7 +51,7 @@ async def start_agent(argv: list[str]) -> asyncio.subprocess.Process:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
-        preexec_fn=_dies_with_us(),
+        preexec_fn=dies_with_us(),
     )
 
 
@@ -140,9 +148,10 @@ def _prctl() -> Callable[..., int] | None:
         return None
 
 
-def _dies_with_us() -> Callable[[], None] | None:
-    """A ``preexec_fn`` by which the agent gets SIGTERM when the adapter dies, even by SIGKILL, rather
-    than run on unread as an orphan; None where there is no prctl (the agent then outlives it).
+def dies_with_us() -> Callable[[], None] | None:
+    """A ``preexec_fn`` by which the agent (or a resume command) gets SIGTERM when the adapter dies, even
+    by SIGKILL, rather than run on unread as an orphan; None where there is no prctl (it then outlives
+    the adapter).
 
     PR_SET_PDEATHSIG fires when the thread that forked exits, not the process: the agent is forked in
     the event loop's thread (asyncio.create_subprocess_exec calls subprocess.Popen there), which is the

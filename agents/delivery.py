@@ -32,8 +32,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO, Final, Protocol
 
-from agents.agent_process import start_error
-from agents.delivery_command import Stopping, finished
+from agents.delivery_command import DeliveryFailed, run_checked, run_command
 from bus import directives as d
 from bus.envelope import Envelope, EnvelopeType
 from bus.errors import BusError
@@ -88,10 +87,6 @@ _RENDERED = (
     d.DelegationCompleted,
     d.ErrorRecovery,
 )
-
-
-class DeliveryFailed(BusError):
-    """A directive could not be handed to the agent (it is retried, then dead-lettered)."""
 
 
 class AgentDone(BusError):
@@ -339,44 +334,6 @@ class CommandDelivery:
             await self.runner(argv, directive)
         else:
             await run_checked(argv, self.log, self.warn)
-
-
-async def run_checked(
-    argv: list[str],
-    log: Callable[[str], None],
-    warn: Callable[[str], None] | None = None,
-    stopping: Stopping | None = None,
-) -> None:
-    """:func:`run_command`; an exit status other than 0 is a :class:`DeliveryFailed` with its output."""
-    code, tail = await run_command(argv, log, warn, stopping)
-    if code != 0:
-        raise DeliveryFailed(f"{argv[0]} exited with code {code}: {tail.strip()[-500:]}")
-
-
-async def run_command(
-    argv: list[str],
-    log: Callable[[str], None],
-    warn: Callable[[str], None] | None = None,
-    stopping: Stopping | None = None,
-) -> tuple[int, str]:
-    """Run ``argv`` (no shell, stdin closed) to its exit; its output goes to ``log`` line by line, what
-    went wrong to ``warn`` (default ``log``; see :mod:`agents.delivery_command`), the stop signals
-    ``stopping`` takes to it. (exit code, output tail). Not started once a stop signal came."""
-    if stopping is not None and stopping.received:
-        raise DeliveryFailed("the adapter is stopping")
-    try:
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            # In a session of its own, as the agent of `adapter run` is: a terminal's Ctrl-C (or its
-            # closing) reaches it only as the adapter passes it on, once, not twice.
-            start_new_session=True,
-        )
-    except (OSError, ValueError) as exc:
-        raise DeliveryFailed(start_error(argv[0], exc)) from None
-    return await finished(process, argv[0], log, warn or log, stopping)
 
 
 class DeliveryKind(StrEnum):

@@ -1,5 +1,5 @@
-"""A resume command's run (``--deliver command:TEMPLATE``), once started: its output (stdout and stderr on
-one pipe) read as it comes, each line logged and only a tail kept, however much it prints; its end is its
+"""A resume command's run (``--deliver command:TEMPLATE``): started in a session of its own, to die with
+the adapter; its output (stdout and stderr on one pipe) read as it comes, each line logged and only a tail kept, however much it prints; its end is its
 exit, not the end of its output, which a process it started (``server &``, a ``nohup`` daemon) may hold
 open for ever; the adapter's stop signals passed on to it (:class:`Stopping`); and a delivery cancelled
 while it runs does not leave it running.
@@ -13,9 +13,10 @@ import signal
 from collections.abc import Callable, Iterator
 from typing import Final
 
-from agents.agent_process import stop_agent
+from agents.agent_process import dies_with_us, start_error, stop_agent
+from bus.errors import BusError
 
-__all__ = ["Stopping", "finished"]
+__all__ = ["DeliveryFailed", "Stopping", "finished", "run_checked", "run_command"]
 
 _CHUNK: Final = 64 * 1024
 _TAIL_BYTES: Final = 4096
@@ -24,6 +25,10 @@ _LINE_BYTES: Final = 4096
 _EXITED_POLL_S: Final = 0.2
 _READ_ON_S: Final = 2.0
 """How long the output is read on after the command's exit, for what it printed last to be logged."""
+
+
+class DeliveryFailed(BusError):
+    """A directive could not be handed to the agent (it is retried, then dead-lettered)."""
 
 
 class Stopping:
@@ -58,6 +63,47 @@ class Stopping:
         if process.returncode is None:
             with contextlib.suppress(ProcessLookupError):  # exited, not yet seen to
                 process.send_signal(signal.SIGKILL if len(self.received) > 1 else self.received[0])
+
+
+async def run_checked(
+    argv: list[str],
+    log: Callable[[str], None],
+    warn: Callable[[str], None] | None = None,
+    stopping: Stopping | None = None,
+) -> None:
+    """:func:`run_command`; an exit status other than 0 is a :class:`DeliveryFailed` with its output."""
+    code, tail = await run_command(argv, log, warn, stopping)
+    if code != 0:
+        raise DeliveryFailed(f"{argv[0]} exited with code {code}: {tail.strip()[-500:]}")
+
+
+async def run_command(
+    argv: list[str],
+    log: Callable[[str], None],
+    warn: Callable[[str], None] | None = None,
+    stopping: Stopping | None = None,
+) -> tuple[int, str]:
+    """Run ``argv`` (no shell, stdin closed) to its exit; its output goes to ``log`` line by line, what
+    went wrong to ``warn`` (default ``log``; see :func:`finished`), the stop signals
+    ``stopping`` takes to it. (exit code, output tail). Not started once a stop signal came."""
+    if stopping is not None and stopping.received:
+        raise DeliveryFailed("the adapter is stopping")
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            # In a session of its own, as the agent of `adapter run` is: a terminal's Ctrl-C (or its
+            # closing) reaches it only as the adapter passes it on, once, not twice. And like that agent it
+            # gets SIGTERM when the adapter dies: the adapter run next delivers the directive again, and a
+            # turn of the agent left running would then be one of two at once.
+            start_new_session=True,
+            preexec_fn=dies_with_us(),
+        )
+    except (OSError, ValueError) as exc:
+        raise DeliveryFailed(start_error(argv[0], exc)) from None
+    return await finished(process, argv[0], log, warn or log, stopping)
 
 
 async def finished(

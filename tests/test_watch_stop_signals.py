@@ -1,5 +1,6 @@
 """``adapter watch`` stopped while a resume command delivers a directive: the stop signal is passed on to
-the command, whose exit is waited for, and a second one kills it (real processes, a real Redis)."""
+the command, whose exit is waited for, and a second one kills it; killed, it leaves no command running
+(real processes, a real Redis)."""
 
 from __future__ import annotations
 
@@ -98,3 +99,15 @@ async def test_a_second_stop_signal_kills_a_resume_command_that_goes_on(
         adapter.send_signal(signal.SIGTERM)
         await exited(adapter, 20)
         assert not _alive(pid)
+
+
+async def test_a_resume_command_gets_sigterm_when_its_adapter_is_killed(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # The next adapter delivers the directive again: the command left running would be a second turn.
+    termed = tmp_path / "termed"
+    async with _delivering(redis_url, tmp_path, f"echo termed > {termed}; exit 143") as (adapter, pid):
+        adapter.kill()
+        await exited(adapter, 20)
+        await wait_until(_file(termed), 20, "the command's SIGTERM")
+        await wait_until(lambda: asyncio.to_thread(lambda: not _alive(pid)), 20, "the command's exit")
