@@ -40,7 +40,9 @@ STREAM = KEYS.stream(KEYS.shard_of("group-1"), StreamKind.SIGNALS)
 async def test_a_coordinator_stalled_past_its_lease_commits_nothing(
     redis_url: str, fleet: Fleet, fault_report: Recorder
 ) -> None:
-    published = numbered_findings(agents=20, per_agent=100)
+    # A backlog that takes two coordinators a moment to apply: the harness, polling for one that holds a
+    # batch, must see one before it drains, also on a machine busy with other work (2 000 were once too few).
+    published = numbered_findings(agents=20, per_agent=500)
     async with open_bus(redis_url) as bus:
         # Ticks on: the stalled process rejoins at the end, see test_consumer_churn for why that needs them.
         a = fleet.start(redis_url, name="coord-a", lease_ms=LEASE_MS, tick_s=1)
