@@ -1,8 +1,8 @@
 """A resume command's run (``--deliver command:TEMPLATE``): started in a session of its own, to die with
-the adapter; its output (stdout and stderr on one pipe) read as it comes, each line logged and only a tail kept, however much it prints; its end is its
-exit, not the end of its output, which a process it started (``server &``, a ``nohup`` daemon) may hold
-open for ever; the adapter's stop signals passed on to it (:class:`Stopping`); and a delivery cancelled
-while it runs does not leave it running.
+the adapter; its output (stdout and stderr on one pipe) read as it comes, each line logged and only a tail
+kept, however much it prints; its end is its exit, not the end of its output, which a process it started
+(``server &``, a ``nohup`` daemon) may hold open for ever; the adapter's stop signals passed on to it
+(:class:`Stopping`); and a delivery cancelled while it runs does not leave it running.
 """
 
 from __future__ import annotations
