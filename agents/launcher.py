@@ -12,16 +12,17 @@ restart) starts it. So a request is started at least once: a launcher killed bet
 and acknowledging its request (one round trip) leaves an agent running and a request read again. Its mark
 in the log directory (``<request>.started``, written once the adapter started and removed once the
 request is acknowledged) keeps a launcher on that directory from starting it again; one elsewhere does.
-An acknowledgement refused because Redis is unreachable is sent again, and the request is not
-started again by the same process. A request that cannot be started after ``max_attempts`` deliveries
-(at once when its command line is too long) is dead-lettered with the reason, and so is one that expired
-before it could be started, also while an earlier adapter of its agent ended (``expires_at``, which the
-coordinator sets to when it will declare the agent lost and retry it: started then, the agent would run
-twice). Stopping a launcher with SIGTERM, SIGINT or SIGHUP stops the adapters it started, which stop
-their agents (a second signal has them kill an agent that ignores it), and it starts no more: the
-requests it read and had not started yet stay pending, for another launcher. A launcher killed with
-SIGKILL leaves its agents running; the next launcher on the same log directory counts them against its
-``max_parallel`` until they end (:mod:`agents.orphans`).
+An acknowledgement refused because Redis is unreachable is sent again, and the request is not started again by
+the same process. A request that cannot be started after ``max_attempts`` deliveries (at once when its command
+line is too long) is dead-lettered with the reason, and so is one that expired before it could be started,
+also while an earlier adapter of its agent ended (``expires_at``, which the coordinator sets to when it will
+declare the agent lost and retry it: started then, the agent would run twice). A request waits for that
+adapter (up to ten seconds) in a task of its own, holding its agent's slot, while the launcher starts other
+requests. Stopping a launcher with SIGTERM, SIGINT or SIGHUP stops the adapters it started, which stop their
+agents (a second signal has them kill an agent that ignores it), and it starts no more: the requests it read
+and had not started yet stay pending, for another launcher. A launcher killed with SIGKILL leaves its agents
+running; the next launcher on the same log directory counts them against its ``max_parallel`` until they end
+(:mod:`agents.orphans`).
 """
 
 from __future__ import annotations
@@ -34,12 +35,11 @@ import os
 import socket
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 from agents.delivery import split_template
-from agents.launch_refusals import expiry, refusal
+from agents.launch_refusals import ExpiryClock, expiry, refusal
 from agents.orphans import Orphan, Proc, forget, left_running
 from agents.spawn import PLACEHOLDERS, Spawner, adapter_command, file_stem
 from bus.connection import Client
@@ -50,7 +50,6 @@ from bus.keys import ConsumerGroup, Keys, StreamKind
 from bus.metrics import LauncherMetrics
 from bus.settings import Settings
 from bus.waits import wait_for
-from bus.wire import server_time
 
 __all__ = ["GROUP", "PLACEHOLDERS", "Launcher", "LauncherOptions", "adapter_command", "file_stem"]
 
@@ -81,6 +80,16 @@ class LauncherOptions:
         return split_template(template, PLACEHOLDERS)
 
 
+class _Waiting(NamedTuple):
+    """A request read while an earlier adapter of its agent runs here: it waits in a task of its own for
+    that one to end, and the launcher goes on with other requests meanwhile."""
+
+    consumer: Consumer
+    delivery: Delivery
+    request: LaunchRequest
+    group_id: str
+
+
 class Launcher:
     """Starts the agents of launch requests, at most ``max_parallel`` at a time; counts in ``metrics``."""
 
@@ -103,8 +112,7 @@ class Launcher:
         self.running: dict[str, asyncio.subprocess.Process] = {}
         self._requests: dict[str, str] = {}
         """The request each running agent was started for."""
-        self._own_clock = False
-        """Whether the server refused this user the time (see :meth:`_now`)."""
+        self._clock = ExpiryClock(client, keys)
         self.adopted: dict[str, Orphan] = {}
         """Agents a killed launcher left running (:mod:`agents.orphans`): each counts like one started
         here."""
@@ -139,16 +147,24 @@ class Launcher:
         # Requests whose agent this process started but whose acknowledgement failed (Redis lost):
         # acknowledged again before anything else, and never started a second time by this process.
         self._unacked: dict[tuple[str, str], tuple[Consumer, Delivery]] = {}
+        self._waiting: dict[str, str] = {}
+        """Agents whose request waits for an earlier adapter of theirs to end, by agent id: the request's id.
+        Each holds its agent's slot until it is judged."""
+        self._ready: list[tuple[_Waiting, bool]] = []
+        """Those whose wait is over, with whether the earlier adapter ended: judged by the read loop."""
 
     def busy(self) -> int:
         """The slots taken: agents running, started here or adopted, but those waiting for their blocking
         delegates (:mod:`agents.delegate_wait`), which lend them their slots."""
-        idle = self._spawner.idle_file
-        return sum(not idle(agent_id).exists() for agent_id in (*self.running, *self.adopted))
+        idle, waiting = self._spawner.idle_file, self._waiting
+        return sum(
+            agent_id in waiting or not idle(agent_id).exists()
+            for agent_id in {*self.running, *self.adopted, *waiting}
+        )
 
     def _alive(self) -> int:
-        """The adapters running, waiting agents' too."""
-        return len(self.running) + len(self.adopted)
+        """The adapters running, waiting agents' too, and the requests that wait for one to end."""
+        return len({*self.running, *self.adopted, *self._waiting})
 
     async def run(self, stop: asyncio.Event) -> int:
         """Launch until ``stop`` (with ``burst``: until no request is left and every agent ended)."""
@@ -220,7 +236,7 @@ class Launcher:
     async def _fill_slots(self, stop: asyncio.Event) -> bool:
         """Read and start requests while slots are free, until ``stop``; whether any request was read."""
         await self._acknowledge_started()
-        found = False
+        found = await self._judge_ready(stop)
         for _ in range(len(self._consumers)):
             free = self.options.max_parallel - self.busy()
             if free <= 0 or stop.is_set():
@@ -231,18 +247,37 @@ class Launcher:
             deliveries = await consumer.read()
             found = found or bool(deliveries)
             for delivery in deliveries:  # settled one by one: a started agent is acknowledged at once
-                key = (consumer.stream, delivery.entry_id)
-                if key in self._unacked:  # read again after its acknowledgement was lost
-                    ack, reason = Ack.ACK, None
+                if (consumer.stream, delivery.entry_id) in self._unacked:  # its acknowledgement was lost
+                    decided: tuple[Ack, str | None] | None = (Ack.ACK, None)
                 elif stop.is_set():  # signalled during a start: its agent would only be stopped at once
                     continue  # left pending, for any launcher to take over
                 else:
-                    ack, reason = await self._launch(delivery)
-                if ack is Ack.ACK:
-                    self._unacked[key] = (consumer, delivery)
-                await consumer.settle([(delivery, ack, reason)])
-                if self._unacked.pop(key, None) is not None:
-                    self._acknowledged(delivery)
+                    decided = await self._launch(consumer, delivery)
+                if decided is not None:  # else it waits for an earlier adapter of its agent to end
+                    await self._settle(consumer, delivery, *decided)
+        return found
+
+    async def _settle(self, consumer: Consumer, delivery: Delivery, ack: Ack, reason: str | None) -> None:
+        key = (consumer.stream, delivery.entry_id)
+        if ack is Ack.ACK:
+            self._unacked[key] = (consumer, delivery)
+        await consumer.settle([(delivery, ack, reason)])
+        if self._unacked.pop(key, None) is not None:
+            self._acknowledged(delivery)
+
+    async def _judge_ready(self, stop: asyncio.Event) -> bool:
+        """Judge the requests whose wait for an earlier adapter of their agent is over (on ``stop`` they are
+        left pending, for any launcher to take over); whether there were any."""
+        found = bool(self._ready)
+        while self._ready and not stop.is_set():
+            waiting, previous_ended = self._ready.pop(0)
+            try:
+                decided = await self._judged(
+                    waiting.delivery, waiting.request, waiting.group_id, previous_ended
+                )
+                await self._settle(waiting.consumer, waiting.delivery, *decided)
+            finally:  # also when Redis is lost: the request is still pending, and is read again
+                del self._waiting[waiting.request.new_agent_id]
         return found
 
     async def _acknowledge_started(self) -> None:
@@ -257,7 +292,8 @@ class Launcher:
         if isinstance(payload, LaunchRequest):
             forget(self._spawner.started_file(payload.request_id))
 
-    async def _launch(self, delivery: Delivery) -> tuple[Ack, str | None]:
+    async def _launch(self, consumer: Consumer, delivery: Delivery) -> tuple[Ack, str | None] | None:
+        """What to do with one request; None when it waits for an earlier adapter of its agent to end."""
         envelope = delivery.envelope
         self.metrics.read(envelope.type.value if envelope is not None else "undecodable")
         # Before any refusal: a request read again after it expired, or once too often, whose agent was
@@ -271,14 +307,33 @@ class Launcher:
         refused = refusal(delivery)
         if refused is not None or envelope is None or not isinstance(envelope.payload, LaunchRequest):
             return _dead(delivery, refused)
-        request = envelope.payload
-        previous_ended = await self._previous_ended(request.new_agent_id)
-        # After that wait (seconds, maybe), by the time then: expired, its agent is the coordinator's to retry.
-        if (expired := expiry(request, await self._now(request, envelope.group_id))) is not None:
+        request, agent_id = envelope.payload, envelope.payload.new_agent_id
+        if agent_id in self._waiting:
+            return (
+                Ack.RETRY,
+                f"agent {agent_id} waits here to be started for request {self._waiting[agent_id]}",
+            )
+        if agent_id in self.running or agent_id in self.adopted:
+            self._waiting[agent_id] = request.request_id
+            self._watch(self._wait_previous(_Waiting(consumer, delivery, request, envelope.group_id)))
+            return None
+        return await self._judged(delivery, request, envelope.group_id, previous_ended=True)
+
+    async def _wait_previous(self, waiting: _Waiting) -> None:
+        ended = await self._previous_ended(waiting.request.new_agent_id)
+        self._ready.append((waiting, ended))
+        self._changed.set()
+
+    async def _judged(
+        self, delivery: Delivery, request: LaunchRequest, group_id: str, previous_ended: bool
+    ) -> tuple[Ack, str | None]:
+        # After a wait for an earlier adapter (seconds, maybe), by the time then: expired, its agent is the
+        # coordinator's to retry.
+        if (expired := expiry(request, await self._clock.now(request, group_id))) is not None:
             return _dead(delivery, expired)
         if not previous_ended:
             return Ack.RETRY, f"agent {request.new_agent_id} still runs here under another request"
-        return await self._start(delivery, request, envelope.group_id)
+        return await self._start(delivery, request, group_id)
 
     async def _start(
         self, delivery: Delivery, request: LaunchRequest, group_id: str
@@ -304,25 +359,6 @@ class Launcher:
         self.metrics.launched.inc()
         self._watch(self._reap(request.new_agent_id, group_id, process))
         return Ack.ACK, None
-
-    async def _now(self, request: LaunchRequest, group_id: str) -> datetime | None:
-        """The time a request's expiry is compared with (None: it has none): the server's, as in the
-        coordinators' ticks, which the expiry is in (:mod:`coordinator.rules.timeouts`), not this
-        machine's, whose clock may be minutes off."""
-        if request.expires_at is None:
-            return None
-        tasks = self.keys.stream(self.keys.shard_of(group_id), StreamKind.TASKS)
-        if not self._own_clock:
-            try:
-                return await server_time(self.client, tasks)
-            except CommandFailed as exc:  # NOPERM: a launcher user made by an earlier `acl --apply`
-                log.warning(
-                    "%s: launch requests expire by this machine's clock instead of the server's; "
-                    "`subagent-bus acl --apply` again lets this user ask the server",
-                    exc,
-                )
-                self._own_clock = True
-        return datetime.now(UTC)
 
     def _started_already(self, request: LaunchRequest, group_id: str) -> bool:
         """Whether the request's agent was started: it runs here for it (the request read again), or a

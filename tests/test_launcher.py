@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from adapter_kit import CLI, Bus, exited, fake, logged, open_bus, run_ok, start, stream_fields, wait_until
 
-from agents import launcher as launcher_module
+from agents import launch_refusals
 from agents.launcher import Launcher, LauncherOptions, file_stem
 from agents.orphans import Proc
 from agents.spawn import Spawner
@@ -629,7 +629,7 @@ async def test_a_request_expires_by_the_server_s_clock_not_the_launcher_s(
 ) -> None:
     # the expiry is in the ticks' time (the server's): a launcher whose clock is an hour ahead would
     # otherwise refuse every request as expired, and every agent it should start would be lost
-    monkeypatch.setattr(launcher_module, "datetime", _Ahead, raising=False)  # where it read its clock
+    monkeypatch.setattr(launch_refusals, "datetime", _Ahead)  # where it read its clock
     async with open_bus(redis_url) as bus:
         await request(bus, 1, expires_at=datetime.now(UTC) + timedelta(minutes=15))
         await _burst_of_failing_starts(bus, redis_url, tmp_path)
@@ -644,7 +644,7 @@ async def test_a_launcher_user_that_may_not_ask_the_time_goes_by_its_own_clock(
     async def refused(client: object, key: object) -> datetime:
         raise CommandFailed("NOPERM User launcher has no permissions to run the 'time' command")
 
-    monkeypatch.setattr(launcher_module, "server_time", refused)
+    monkeypatch.setattr(launch_refusals, "server_time", refused)
     now = datetime.now(UTC)
     async with open_bus(redis_url) as bus:
         await request(bus, 1, expires_at=now - timedelta(seconds=1))
