@@ -32,7 +32,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO, Final, Protocol
 
-from agents.delivery_command import DeliveryFailed, run_checked, run_command
+from agents.delivery_command import DeliveryFailed, run_checked
 from bus import directives as d
 from bus.envelope import Envelope, EnvelopeType
 from bus.errors import BusError
@@ -58,8 +58,6 @@ __all__ = [
     "fill",
     "not_a_directive",
     "program_problem",
-    "run_checked",
-    "run_command",
     "split_template",
     "write_all",
 ]

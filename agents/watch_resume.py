@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 
 from agents.adapter import AgentBus
-from agents.delivery import AgentDone, DeliveryFailed, Directive, Runner, run_checked
-from agents.delivery_command import Stopping
+from agents.delivery import AgentDone, Directive, Runner
+from agents.delivery_command import DeliveryFailed, Stopping, run_checked
 from bus.embedded import pid_alive
 from bus.waits import wait_for
 

@@ -16,6 +16,7 @@ from adapter_kit import wait_until
 
 from agents.delivery import CommandDelivery, DeliveryFailed, Directive, as_directive
 from bus.directives import AnswerItem, ClarificationResponse
+from bus.embedded import pid_alive
 from bus.envelope import new_envelope
 
 
@@ -40,14 +41,6 @@ async def written_pid(path: Path) -> int:
     return int(await asyncio.to_thread(path.read_text))
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def kill(pid_file: Path) -> None:
     with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
         os.kill(int(pid_file.read_text()), signal.SIGKILL)
@@ -65,7 +58,7 @@ async def test_a_command_whose_background_process_holds_its_output_is_done_at_it
         await asyncio.wait_for(delivery.deliver(directive()), 20)
         assert logs == ["sh: resumed"]
         assert warnings == ["sh exited, but a process it started holds its output open: not read any more"]
-        assert alive(int(held.read_text()))  # not the delivery's to end
+        assert pid_alive(int(held.read_text()))  # not the delivery's to end
     finally:
         kill(held)
 
@@ -118,7 +111,7 @@ async def test_a_cancelled_delivery_stops_its_command(tmp_path: Path) -> None:
             await asyncio.wait_for(delivering, 20)
 
         async def gone() -> bool:
-            return not alive(pid)
+            return not pid_alive(pid)
 
         await wait_until(gone, 20, "the command to be stopped")
     finally:

@@ -15,6 +15,7 @@ from pathlib import Path
 from adapter_kit import exited, open_bus, start, wait_until
 
 from bus.directives import AnswerItem, ClarificationResponse
+from bus.embedded import pid_alive
 from bus.envelope import new_envelope
 from bus.publisher import Publisher
 
@@ -34,14 +35,6 @@ def _resume_script(tmp_path: Path, on_term: str) -> Path:
         "while kill -0 $! 2>/dev/null; do wait $!; done\n"
     )
     return script
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _file(path: Path) -> Callable[[], Awaitable[bool]]:
@@ -84,7 +77,7 @@ async def test_a_stop_signal_is_passed_on_to_the_resume_command_and_its_exit_wai
         adapter.send_signal(signal.SIGTERM)
         await wait_until(_file(termed), 20, "the command's SIGTERM")
         assert await exited(adapter, 20) == 0
-        assert not _alive(pid)
+        assert not pid_alive(pid)
     log = (tmp_path / "adapter.log").read_text()
     assert "exited with code 143" in log, log  # a failed attempt, retried by the next run
 
@@ -98,7 +91,7 @@ async def test_a_second_stop_signal_kills_a_resume_command_that_goes_on(
         await wait_until(_file(termed), 20, "the command's SIGTERM")
         adapter.send_signal(signal.SIGTERM)
         await exited(adapter, 20)
-        assert not _alive(pid)
+        assert not pid_alive(pid)
 
 
 async def test_a_resume_command_gets_sigterm_when_its_adapter_is_killed(
@@ -110,4 +103,4 @@ async def test_a_resume_command_gets_sigterm_when_its_adapter_is_killed(
         adapter.kill()
         await exited(adapter, 20)
         await wait_until(_file(termed), 20, "the command's SIGTERM")
-        await wait_until(lambda: asyncio.to_thread(lambda: not _alive(pid)), 20, "the command's exit")
+        await wait_until(lambda: asyncio.to_thread(lambda: not pid_alive(pid)), 20, "the command's exit")
