@@ -196,7 +196,8 @@ async def _end(bus: AgentBus, session: Session, until_complete: bool) -> None:
 @click.option(
     "--until-complete",
     is_flag=True,
-    help="After the agent exits without completing, keep resuming it (with --deliver command) until it completes.",
+    help="After the agent exits without completing, keep resuming it (with --deliver command) until it "
+    "completes.",
 )
 @click.option("--quiet", is_flag=True, help="Do not copy the agent's output to stdout.")
 @click.option(
@@ -271,7 +272,8 @@ def run(
 @click.option(
     "--until-complete",
     is_flag=True,
-    help="After the end of input without completion, keep resuming the agent (with --deliver command) until it completes.",
+    help="After the end of input without completion, keep resuming the agent (with --deliver command) "
+    "until it completes.",
 )
 @click.option("--quiet", is_flag=True, help="Do not copy the input to stdout.")
 @common_options

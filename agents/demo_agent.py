@@ -40,7 +40,8 @@ def say(text: str) -> None:
 
 def progress(agent: str, percent: int, message: str) -> None:
     say(
-        f"[PROGRESS]\nagent_id: {agent}\ntimestamp: {_now()}\npercent: {percent}\nmessage: {message}\n[/PROGRESS]\n"
+        f"[PROGRESS]\nagent_id: {agent}\ntimestamp: {_now()}\npercent: {percent}\n"
+        f"message: {message}\n[/PROGRESS]\n"
     )
 
 

@@ -222,7 +222,8 @@ class InboxListener:
         delivery = self.consumer.delivery(entry_id, fields, deliveries)
         if delivery.envelope is None:
             self.log(
-                f"inbox {self.inbox}: entry {entry_id} is not a valid envelope ({delivery.error}); dead-lettered"
+                f"inbox {self.inbox}: entry {entry_id} is not a valid envelope ({delivery.error}); "
+                "dead-lettered"
             )
             await self._settle(delivery, Ack.DEAD)
             return None

@@ -116,7 +116,8 @@ def _adapter_args(
     envvar="SUBAGENT_BUS_ADAPTER_REDIS_URL",
     show_envvar=True,
     metavar="URL",
-    help="URL for the adapters the launcher starts (e.g. with the adapter ACL user); default: the launcher's.",
+    help="URL for the adapters the launcher starts (e.g. with the adapter ACL user); "
+    "default: the launcher's.",
 )
 @ops_options
 @redis_options

@@ -9,9 +9,10 @@ left pending, to be delivered again. The SDK runs such a request all the same, s
 
 An id is in flight from the moment its request is passed on until a response with that id goes out on
 stdout (just before: a client may send the id again as soon as it has the response). The refusal of a
-request under an id in flight carries that id too: it is counted, so that its line does not end the first request's flight (whichever of the two lines is written first). A request
-cancelled before it was answered is never answered: its id stays taken, which costs nothing to a client
-that follows MCP, which forbids reusing an id within a session at all.
+request under an id in flight carries that id too: it is counted, so that its line does not end the first
+request's flight (whichever of the two lines is written first). A request cancelled before it was answered
+is never answered: its id stays taken, which costs nothing to a client that follows MCP, which forbids
+reusing an id within a session at all.
 """
 
 from __future__ import annotations

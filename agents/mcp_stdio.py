@@ -251,10 +251,10 @@ After = Callable[[], Awaitable[None]]
 
 class WrittenLines:
     """The SDK transport's stdout, on a duplicate of fd 1. What each line answers (:func:`reply_of`) is
-    given to ``on_writing`` before the line is written, which returns what to run once it was written and flushed: the moment a reply is out of
-    the server's hands (a directive is acknowledged then, so that a server killed before has it
-    delivered again, as ``listen`` does). The request a line answers leaves ``in_flight`` before the line
-    goes out: a client that has the answer may send its id again at once."""
+    given to ``on_writing`` before the line is written, which returns what to run once it was written and
+    flushed: the moment a reply is out of the server's hands (a directive is acknowledged then, so that a
+    server killed before has it delivered again, as ``listen`` does). The request a line answers leaves
+    ``in_flight`` before the line goes out: a client that has the answer may send its id again at once."""
 
     def __init__(
         self, fd: int, on_writing: Callable[[Reply | None], After | None], in_flight: RequestsInFlight

@@ -24,10 +24,10 @@ Recognition rules:
   next, alone on its line, around a body that is a valid signal; prose, with no item (never an error),
   when anything else comes first (another tag line, a closing tag with text after it, a body that is no
   valid signal, a heading of level 1 or 2 as far left as the tag line, the size limit, the end of input).
-  The text after the tag is not part of the body. Its lines are kept until it is decided, then scanned again from its tag
-  line, taken as decided, so that nothing after a mention is lost: the items after that line wait for the
-  decision. Inside a block such a line is part of the body; inside a report, one that makes a block ends
-  the report, one that is prose is part of it.
+  The text after the tag is not part of the body. Its lines are kept until it is decided, then scanned
+  again from its tag line, taken as decided, so that nothing after a mention is lost: the items after that
+  line wait for the decision. Inside a block such a line is part of the body; inside a report, one that
+  makes a block ends the report, one that is prose is part of it.
 - An opening tag while a block is open ends the open block with an error (it was never terminated) and
   starts the new block: agents do not nest signals, and dropping the new, probably complete, block to
   keep waiting for a terminator that may never come would lose a valid signal. A closing tag of another

@@ -58,7 +58,8 @@ class ReportEnd:
         self.fence: Fence | None = None
         """A fence open inside the report."""
         self.pending: tuple[int, int, int] | None = None
-        """A bare fence that may close ``outer``: its stream offset, the next line's, and that line's number."""
+        """A bare fence that may close ``outer``: its stream offset, the next line's, and that line's
+        number."""
 
     @property
     def fence_after(self) -> Fence | None:

@@ -44,7 +44,8 @@ class Tentative:
         self.indent = len(hit.indent)
         self.indent_width = len(hit.indent.expandtabs(4))
         self.body_start = hit.next_at
-        """The stream offset of its body: the line after the tag line (the text after the tag is not in it)."""
+        """The stream offset of its body: the line after the tag line (the text after the tag is not in
+        it)."""
         self.kept = bytearray(tag_line)
         """A region: a newline, then its tag line and the complete lines after it."""
 

@@ -158,12 +158,14 @@ def _table(results: dict[str, Result], count: int, repeat: int) -> str:
     rows = [
         f"{count} envelopes of {size} bytes, batches of {BATCH}, {repeat} rounds "
         "(msg/s: best round; ratio: median of per-round layer/raw; CPU: this process, best round)",
-        f"{'operation':<10} {'layer msg/s':>12} {'raw msg/s':>12} {'ratio':>7} {'layer CPU':>12} {'raw CPU':>12}",
+        f"{'operation':<10} {'layer msg/s':>12} {'raw msg/s':>12} {'ratio':>7} "
+        f"{'layer CPU':>12} {'raw CPU':>12}",
     ]
     for name, result in results.items():
         rows.append(
             f"{name:<10} {result.rate('layer', count):>12,.0f} {result.rate('raw', count):>12,.0f} "
-            f"{result.ratio():>6.2f}x {result.cpu_us('layer', count):>9.1f} us {result.cpu_us('raw', count):>9.1f} us"
+            f"{result.ratio():>6.2f}x {result.cpu_us('layer', count):>9.1f} us "
+            f"{result.cpu_us('raw', count):>9.1f} us"
         )
     return "\n".join(rows)
 

@@ -363,12 +363,10 @@ async def main(args: argparse.Namespace) -> None:
                 print(f"{'  p99 ms':44} {p99:>10.2f}   ({n} signals)")
             before, fifth, after = await memory(server.url, args.rss_signals)
             rest = args.rss_signals - args.rss_signals // 5
-            print(
-                f"{'coordinator RSS MB before / at 1/5 / after':44} {before:>6.1f} / {fifth:.1f} / {after:.1f}"
-            )
-            print(
-                f"{'RSS growth MB over ' + format(args.rss_signals, ',') + ' signals':44} {after - before:>10.1f}"
-            )
+            rss = "coordinator RSS MB before / at 1/5 / after"
+            print(f"{rss:44} {before:>6.1f} / {fifth:.1f} / {after:.1f}")
+            growth = f"RSS growth MB over {args.rss_signals:,} signals"
+            print(f"{growth:44} {after - before:>10.1f}")
             print(f"{'  of which over the last ' + format(rest, ',') + ' signals':44} {after - fifth:>10.1f}")
         finally:
             server.stop()

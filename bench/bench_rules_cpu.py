@@ -4,12 +4,13 @@
     python -m bench.bench_rules_cpu --instructions [--kind ...] [--signals N] [--batch B]
 
 The benchmark's workloads (:mod:`bench.bench_coordinator`) are encoded, split by shard, and applied in
-batches of ``--batch`` entries exactly as a coordinator applies what it reads (:class:`coordinator.batch.Batch`
-and the arguments of its commit script), to group states that start empty in each round. Printed:
-microseconds per entry, the best round and every round. Timings on a shared machine drift by tens of
-percent; ``--instructions`` counts instructions instead, which do not: it runs this benchmark under
-valgrind's callgrind with one round and with three, and prints the difference per entry and round (the
-set-up cancels out). Comparing two versions of the code that way takes a few minutes and valgrind.
+batches of ``--batch`` entries exactly as a coordinator applies what it reads
+(:class:`coordinator.batch.Batch` and the arguments of its commit script), to group states that start
+empty in each round. Printed: microseconds per entry, the best round and every round. Timings on a shared
+machine drift by tens of percent; ``--instructions`` counts instructions instead, which do not: it runs
+this benchmark under valgrind's callgrind with one round and with three, and prints the difference per
+entry and round (the set-up cancels out). Comparing two versions of the code that way takes a few minutes
+and valgrind.
 """
 
 from __future__ import annotations

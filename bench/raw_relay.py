@@ -3,11 +3,12 @@
     python -m bench.raw_relay REDIS_URL [--namespace bench] [--consumer NAME]
 
 It reads every shard's signals stream in the consumer group ``relay`` (XREADGROUP COUNT 100 BLOCK, all
-shards on one connection; several relays with different ``--consumer`` names share the entries), validates each envelope as the raw consume loop of :mod:`bench.bench_coordinator` does,
-appends the entry's bytes to the shard's findings stream and acknowledges it, one pipeline per read: no
-rules, no state, no lease, no exactly-once commit. The coordinator benchmark measures its publish ->
-visible latency with the same publisher and subscriber as the coordinator's, in the same run: what this
-machine, its scheduler and the measuring process add on their own.
+shards on one connection; several relays with different ``--consumer`` names share the entries), validates
+each envelope as the raw consume loop of :mod:`bench.bench_coordinator` does, appends the entry's bytes to
+the shard's findings stream and acknowledges it, one pipeline per read: no rules, no state, no lease, no
+exactly-once commit. The coordinator benchmark measures its publish -> visible latency with the same
+publisher and subscriber as the coordinator's, in the same run: what this machine, its scheduler and the
+measuring process add on their own.
 """
 
 from __future__ import annotations

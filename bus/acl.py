@@ -94,7 +94,8 @@ async def apply_users(client: Client, users: Sequence[AclUser]) -> None:
     with translated():
         for user in users:
             if isinstance(client, redis.asyncio.RedisCluster):
-                # A list of nodes, not the ALL_NODES flag: with a flag redis-py looks for a key in the arguments.
+                # A list of nodes, not the ALL_NODES flag: with a flag redis-py looks for a key in the
+                # arguments.
                 await client.execute_command(
                     "ACL", "SETUSER", user.name, *user.rules, target_nodes=client.get_nodes()
                 )

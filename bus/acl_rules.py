@@ -20,11 +20,12 @@ and none has a pub/sub channel.
   (``offset:*``, ``import:*``); ``GET`` of the namespace's meta key; ``MULTI``/``EXEC`` (a batch and its
   checkpoint are one transaction). No access at all to findings, events, tasks, state or leases.
 - coordinator: its namespace's streams (read, ``XADD``, its consumer group's commands), ``XTRIM`` of the
-  signals, events and tasks streams only, the group states (hashes, sets, lists, and ``DEL`` of a
-  retired group's), the leases (``SET``, ``PEXPIRE``, ``DEL``), the meta key, the members set, and
+  signals, events and tasks streams only, the group states (hashes, sets, lists, and ``DEL`` of a retired
+  group's), the leases (``SET``, ``PEXPIRE``, ``DEL``), the meta key, the members set, and
   ``EVAL``/``EVALSHA``/``SCRIPT LOAD`` (a script runs with the caller's permissions, command by command).
-  Commands that remove or overwrite a key whatever its type (``DEL``, ``SET``, ``PEXPIRE``) are granted
-  on the group state, lease and meta keys only (never on a stream), and no role has ``XDEL``, ``XSETID`` or ``XGROUP DESTROY``: the findings stream is append-only for everyone.
+  Commands that remove or overwrite a key whatever its type (``DEL``, ``SET``, ``PEXPIRE``) are granted on
+  the group state, lease and meta keys only (never on a stream), and no role has ``XDEL``, ``XSETID`` or
+  ``XGROUP DESTROY``: the findings stream is append-only for everyone.
 - launcher: its consumer group ``launchers`` on the tasks streams, ``XADD`` (write-only) to the
   dead-letter streams, ``GET`` of the meta key. The adapters it starts have adapter credentials.
 - observer: ``+@read`` on every key of the namespace with read-only key permissions, minus the commands

@@ -55,7 +55,8 @@ def format_item(item: Item, *, as_json: bool, dead: bool) -> tuple[bytes | str |
         return (orjson.dumps(orjson.loads(raw)) if b"\n" in raw or b"\r" in raw else raw), None
     payload = json_bytes(envelope.payload.model_dump(mode="json", exclude_none=True)).decode()
     text = (
-        f"{envelope.ts.isoformat()} s{item.shard} {item.entry_id} {envelope.kind.value}/{envelope.type.value} "
+        f"{envelope.ts.isoformat()} s{item.shard} {item.entry_id} "
+        f"{envelope.kind.value}/{envelope.type.value} "
         f"{one_line(envelope.agent_id)}@{one_line(envelope.group_id)} {cut(payload, 160)}"
     )
     return text, None

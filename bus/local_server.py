@@ -1,11 +1,11 @@
 """The local Redis behind commands run without ``--redis-url``: one server per data directory.
 
 A command that is given no URL joins the server kept in its data directory (``./.subagent-bus``), and
-starts it if none runs there, on the port it had before when that is free. The server is daemonised, not a child, so that adapters, coordinators and
-``status`` in other terminals share it and it outlives the command that started it; its data and
-append-only file stay in the directory. ``server.json`` there says how to reach it, and a lock file makes
-concurrent commands start one server, not two. The server processes of tests, which end with their owner,
-are :mod:`bus.embedded`'s.
+starts it if none runs there, on the port it had before when that is free. The server is daemonised, not a
+child, so that adapters, coordinators and ``status`` in other terminals share it and it outlives the
+command that started it; its data and append-only file stay in the directory. ``server.json`` there says
+how to reach it, and a lock file makes concurrent commands start one server, not two. The server processes
+of tests, which end with their owner, are :mod:`bus.embedded`'s.
 """
 
 from __future__ import annotations

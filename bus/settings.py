@@ -73,9 +73,12 @@ _BOOLEANS: Final = frozenset({"", "true", "false", "1", "0", "yes", "no", "t", "
 _LEAST: Final = {"db": 0, "health_check_interval": 0, "socket_read_size": 1}
 """The smallest value of each number of the query that redis-py takes unchecked: below it every connection
 fails at its first command, and a negative read size or health check interval as if the server were down."""
+_SOCKET_TIMEOUT_OPTION: Final = (
+    "use --socket-timeout (SUBAGENT_BUS_SOCKET_TIMEOUT), which the blocking reads are checked against"
+)
 _MANAGED: Final = {
-    "socket_timeout": "use --socket-timeout (SUBAGENT_BUS_SOCKET_TIMEOUT), which the blocking reads are checked against",
-    "timeout": "use --socket-timeout (SUBAGENT_BUS_SOCKET_TIMEOUT), which the blocking reads are checked against",
+    "socket_timeout": _SOCKET_TIMEOUT_OPTION,
+    "timeout": _SOCKET_TIMEOUT_OPTION,
     "max_connections": "the bus needs a connection per shard loop and sizes its pools itself",
 }
 """Query options redis-py takes that would undo what the bus relies on, and why they are refused."""
@@ -112,7 +115,8 @@ class Settings(BaseModel, extra="forbid", frozen=True):
     )
     shards: int | None = Field(default=None, ge=1, le=MAX_SHARDS)
     """The shard count of a namespace this process creates; ``None``: 8. A namespace that exists keeps
-    the count it was created with, and a different number here is an error (:func:`bus.keys.open_namespace`)."""
+    the count it was created with, and a different number here is an error
+    (:func:`bus.keys.open_namespace`)."""
     cluster: bool | None = None
     """``None``: ask the server (``INFO cluster``); ``True``/``False``: force the client type."""
     socket_timeout: float | None = Field(default=DEFAULT_SOCKET_TIMEOUT, gt=0, allow_inf_nan=False)
@@ -298,7 +302,8 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
     unknown = sorted(set(query) - _SENTINEL_QUERY)
     if unknown:
         raise ValueError(
-            f"{redact(url)!r}: unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(_SENTINEL_QUERY))})"
+            f"{redact(url)!r}: unknown option(s) {', '.join(unknown)} "
+            f"(known: {', '.join(sorted(_SENTINEL_QUERY))})"
         )
     return SentinelTarget(
         hosts=hosts,

@@ -116,9 +116,9 @@ class Pipe:
     pool's bookkeeping, a tenth of a small batch's cost).
 
     The replies to a batch are waited for at most the connection's socket timeout, except on a held
-    connection: a timer around every write and every batch's replies cost the coordinator's shard loops
-    a quarter to a half of their latency (README, "The socket timeout and latency"). There TCP bounds the waits
-    instead: keepalive probes and ``TCP_USER_TIMEOUT`` (:func:`bus.connection.tcp_options`) end a
+    connection: a timer around every write and every batch's replies cost the coordinator's shard loops a
+    quarter to a half of their latency (README, "The socket timeout and latency"). There TCP bounds the
+    waits instead: keepalive probes and ``TCP_USER_TIMEOUT`` (:func:`bus.connection.tcp_options`) end a
     connection whose peer is gone or does not acknowledge what was sent within the socket timeout. A
     server that is up but does not answer (stopped, stalled) is waited for.
     """

@@ -17,10 +17,11 @@ A batch is committed by one Lua script, so either all of it happens or none of i
 
 Redis does not undo what a script wrote before one of its commands failed, so before its first write the
 script checks that every key it writes holds the type of its write (or nothing), that a stream it adds to
-has ids left (an entry added with an id of the last millisecond leaves next to none), and, on Redis 7+, that the user may write
-it: a key of another type in the namespace, or a role without a permission, fails the batch with nothing
-written, rather than writing its first entries again at every retry. Long lists of arguments (the acks
-and idempotency ids of a batch of thousands) go out in slices: Lua's ``unpack`` stops at about 8 000.
+has ids left (an entry added with an id of the last millisecond leaves next to none), and, on Redis 7+,
+that the user may write it: a key of another type in the namespace, or a role without a permission, fails
+the batch with nothing written, rather than writing its first entries again at every retry. Long lists of
+arguments (the acks and idempotency ids of a batch of thousands) go out in slices: Lua's ``unpack`` stops
+at about 8 000.
 
 Every key lies in the shard's hash slot, so the script runs unchanged on Redis Cluster.
 """

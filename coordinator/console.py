@@ -127,7 +127,8 @@ def render(summary: GroupSummary, namespace: str = DEFAULT_NAMESPACE) -> list[st
         lines.append(f"  ! {one_line(b.agent_id)} blocked ({one_line(b.blocker_type)}): {_text(b.details)}")
         lines += [f"  ! {one_line(b.agent_id)} also blocked on {_text(earlier)}" for earlier in b.earlier]
     lines += [
-        f"  > delegation {one_line(d.request_id)} from {one_line(d.requester_id)} ({d.priority.value}) awaits approval"
+        f"  > delegation {one_line(d.request_id)} from {one_line(d.requester_id)} ({d.priority.value}) "
+        "awaits approval"
         for d in summary.pending_delegations
     ]
     lines += [f"  ^ escalated {one_line(e.agent_id)}: {_text(e.reason)}" for e in summary.escalations]

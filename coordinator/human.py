@@ -58,9 +58,9 @@ _WAIT = click.option(
     type=FiniteFloatRange(0, 3600),
     default=10.0,
     show_default=True,
-    help="Seconds to wait for a running coordinator's decision on it (0: publish and return); exit status 1 "
-    "when it rejects the command. With no coordinator running, the command waits on the bus until one applies "
-    "it (`inbox` shows it queued).",
+    help="Seconds to wait for a running coordinator's decision on it (0: publish and return); exit status "
+    "1 when it rejects the command. With no coordinator running, the command waits on the bus until one "
+    "applies it (`inbox` shows it queued).",
 )
 
 
@@ -150,7 +150,8 @@ def _questions(record: AgentRecord) -> list[Question]:
 @_text("--resolution", required=True, help="What was done about the blocker.")
 @_text(
     "--instructions",
-    help="Resume instructions (default: continue with the work the stop names as blocked, else from its checkpoint).",
+    help="Resume instructions (default: continue with the work the stop names as blocked, else from its "
+    "checkpoint).",
 )
 @_how
 @redis_options

@@ -1,4 +1,5 @@
-"""The views of the coordinators' state: status and inbox (findings and replay: :mod:`coordinator.findings_cli`).
+"""The views of the coordinators' state: status and inbox (findings and replay:
+:mod:`coordinator.findings_cli`).
 
 They read a namespace and never create one: a mistyped --namespace would otherwise fix a shard count
 before the coordinator meant to choose it.

@@ -218,7 +218,8 @@ def _retry(step: Step, record: AgentRecord, completion: Completion) -> None:
     previous = "\n\n".join(
         part
         for part in (
-            f"Previous attempt {record.agent_id} ended {completion.status.value}:\n{completion.summary.strip()}",
+            f"Previous attempt {record.agent_id} ended {completion.status.value}:\n"
+            f"{completion.summary.strip()}",
             completion.results,  # its report's blockers, root cause, findings: what to skip or build on
         )
         if part

@@ -260,7 +260,8 @@ def on_deny(step: Step) -> None:
 
 
 def pending(state: GroupState, request_id: str) -> Delegation:
-    """The delegation request waiting for a human (also checked by ``approve``/``deny`` before they publish)."""
+    """The delegation request waiting for a human (also checked by ``approve``/``deny`` before they
+    publish)."""
     delegation = state.delegations.get(request_id)
     if delegation is None:
         raise Rejected(f"unknown delegation request {request_id!r}")
