@@ -47,14 +47,16 @@ __all__ = [
 def _to_text(value: Any) -> Any:
     if isinstance(value, str):
         return value
-    if isinstance(value, list):
-        return "\n".join(str(_to_text(item)) for item in value)
+    if isinstance(value, list):  # a null item (``-`` or ``~``) is no line: nothing the agent wrote
+        return "\n".join(str(_to_text(item)) for item in value if item is not None)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float, date, datetime)):
         return str(value)
     if isinstance(value, dict):
-        return "\n".join(f"{key}: {_to_text(item)}" for key, item in value.items())
+        return "\n".join(
+            f"{key}:" if item is None else f"{key}: {_to_text(item)}" for key, item in value.items()
+        )
     return value
 
 

@@ -392,3 +392,21 @@ def test_a_result_status_matches_in_any_case_as_a_signal_s_values_do(written: st
     # the result contract writes SUCCESS; an MCP submit_result or another publisher may not
     report = ResultReport.model_validate({"agent": "Tester", "status": written, "summary": "Done."})
     assert report.status is ResultStatus.SUCCESS
+
+
+@pytest.mark.parametrize(
+    ("written", "text"),
+    [
+        ("  - Scanned secrets\n  -\n  - Reviewed auth\n", "Scanned secrets\nReviewed auth"),
+        ("  - Scanned secrets\n  - ~\n", "Scanned secrets"),
+        ("  auth review:\n  sql review: done\n", "auth review:\nsql review: done"),
+    ],
+)
+def test_a_null_in_a_text_field_written_as_a_list_or_mapping_is_no_text(written: str, text: str) -> None:
+    body = (
+        "agent_id: a1\ntimestamp: 2026-01-11T09:15:00-05:00\nstop_reason: blocker\n"
+        f"blocker_type: external_dependency\ndetails: npm missing\ncompleted_work:\n{written}"
+    )
+    (item,) = parse_text(f"[STOP_WORK]\n{body}[/STOP_WORK]\n")
+    assert isinstance(item, SignalItem) and isinstance(item.payload, StopWork)
+    assert item.payload.completed_work == text
