@@ -182,10 +182,11 @@ def _serve(
 
 
 async def _check_connections(client: Client, shards: int) -> None:
-    """A coordinator holds two connections per shard it owns (its blocking read and its commits), and
-    may own them all: refuse a count the server's ``maxclients`` can never take, rather than lock every
-    client of the server out. (Other coordinators are not counted: they share the shards with this one.
-    On a cluster each node holds a part of the shards: not checked.)"""
+    """A coordinator holds up to two connections per shard it owns (the shard loop's own, for its reads,
+    commits and lease scripts, and one of the shared pool for its short commands), and may own them all:
+    refuse a count the server's ``maxclients`` can never take, rather than lock every client of the server
+    out. (Other coordinators are not counted: they share the shards with this one. On a cluster each node
+    holds a part of the shards: not checked.)"""
     if isinstance(client, redis.asyncio.RedisCluster):
         return
     with translated():

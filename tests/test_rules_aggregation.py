@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from rules_kit import (
     GROUP,
     Feed,
@@ -256,6 +257,26 @@ def test_a_later_report_does_not_change_the_outcome() -> None:
     assert record.extra_reports == 1 and record.completion is not None
     assert record.completion.status is ResultStatus.FAILED
     assert sum(1 for a in feed.state.agents.values() if a.retry_of == A) == 1
+
+
+@pytest.mark.parametrize("result_first", [True, False])
+def test_blockers_of_a_result_make_the_group_review_before_or_after_its_completion_report(
+    result_first: bool,
+) -> None:
+    """The protocol has an agent print both; the second is a later report, yet its blockers count."""
+    feed = Feed()
+    _start(feed, A)
+    report = result("security-auditor", ResultStatus.SUCCESS).model_copy(
+        update={"blockers": [ResultBlocker(description="npm audit could not run", resolution="node_modules")]}
+    )
+    if result_first:
+        feed.send(report, A)
+    feed.send(completion(A), A)
+    if not result_first:
+        feed.send(report, A)
+    assert feed.state.status is GroupVerdict.REVIEW
+    assert len(_group_status(feed)) == (1 if result_first else 2)
+    assert "1 agent(s) finished with a blocker unresolved" in _group_status(feed)[-1]
 
 
 def test_a_later_report_that_agrees_is_counted_without_a_decision() -> None:

@@ -25,12 +25,18 @@ from coordinator.rules import Target, summarize
 
 AGENT = "bg-task-def456"
 
+# Seed 000's example prompt, with what the stop says was completed, which the seed's resume requirements
+# have the parent acknowledge ("1. Acknowledge what was completed"; seed 003's prompt: "Completed: ...").
 SEED_PROMPT = """## BLOCKER RESOLVED
 
 Issue: node_modules missing
 Resolution: Ran npm install successfully
 
 ## STATE RESTORATION
+Completed:
+✓ Scanned for hardcoded secrets (0 found)
+✓ Analyzed SQL queries (no injection risks)
+
 Files analyzed: 47/120
 Reports generated: AUTH_ANALYSIS.md, SQL_REVIEW.md
 Working directory: /Users/bln/play/agentic-primer/src
@@ -217,7 +223,8 @@ def test_resolve_also_clears_an_error_stop() -> None:
     feed = Feed()
     feed.send(stop_error(), "bg-task-stu901")
     outcome = feed.send(HumanResolve(resolution="fixed the script"), "bg-task-stu901")
-    assert one(outcome, EnvelopeType.BLOCKER_RESOLVED).state_restoration == "checkpoint after item 50"
+    restoration = one(outcome, EnvelopeType.BLOCKER_RESOLVED).state_restoration
+    assert restoration == "Completed:\nItems 1-50\n\ncheckpoint after item 50"
 
 
 def test_stop_reason_completion_is_a_completion() -> None:

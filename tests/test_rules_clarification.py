@@ -179,6 +179,23 @@ def test_optional_questions_left_unanswered_are_no_matter() -> None:
     assert feed.state.status is GroupVerdict.CONTINUE
 
 
+def test_the_same_dated_questions_again_while_open_keep_the_answers_given() -> None:
+    feed = Feed()
+    feed.send(clarification(), AGENT)
+    feed.send(answers(("Q1", "Both")), AGENT)
+    again = feed.send(clarification(), AGENT)
+    assert again.rejected is not None and "the same questions are open" in again.rejected
+    assert [a.question_id for a in feed.state.agents[AGENT].answers] == ["Q1"]
+    done = feed.send(answers(("Q2", "3.0")), AGENT)
+    response = one(done, EnvelopeType.CLARIFICATION_RESPONSE)
+    assert [a.question_id for a in response.answers] == ["Q1", "Q2"]
+    undated = clarification().model_copy(update={"timestamp": None})
+    feed.send(undated, AGENT)
+    feed.send(answers(("Q1", "Both")), AGENT)
+    asked_anew = feed.send(undated, AGENT)  # nothing tells it from the same questions asked anew
+    assert asked_anew.rejected is None and feed.state.agents[AGENT].answers == ()
+
+
 def test_the_same_dated_questions_again_after_their_answer_are_a_recap() -> None:
     # an agent resumed with its answers quotes what it asked: the quote is no new question
     feed = Feed()

@@ -200,6 +200,19 @@ def test_finding_envelope_names_its_agent_by_id_when_its_kind_is_unknown() -> No
     assert published.id == emitted_id("in-00001", 1)  # the registration decision came first
 
 
+def test_a_finding_that_names_its_sender_s_id_is_its_sender_s_under_its_kind() -> None:
+    """`findings add` and the MCP tool fill in the agent's id: no second reporter beside its result's."""
+    feed = Feed()
+    feed.send(AgentStarted(name="Security Auditor"), "bg-task-x")
+    feed.send(result("Security Auditor", findings=[finding("Security Auditor", confidence=80)]), "bg-task-x")
+    outcome = feed.send(finding("bg-task-x", confidence=90), "bg-task-x")
+    assert one(outcome, EnvelopeType.FINDING, Target.FINDINGS).agent == "security-auditor"
+    (merged,) = merged_view(feed.state, feed.policy)
+    assert merged.agents == ("security-auditor",) and not merged.agreement and merged.confidence == 90
+    other = feed.send(finding("bg-task-y", confidence=70), "bg-task-x")  # another agent's id: as given
+    assert one(other, EnvelopeType.FINDING, Target.FINDINGS).agent == "bg-task-y"
+
+
 def test_findings_from_a_script_register_an_agent_that_never_times_out() -> None:
     policy = Policy(heartbeat_timeout_seconds=10, lost_timeout_seconds=20)
     feed = Feed(policy)

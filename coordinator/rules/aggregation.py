@@ -71,7 +71,9 @@ def finish(
     The first outcome is the one aggregated. A later report from an agent already finished is counted
     in ``extra_reports`` but changes neither the outcome nor the group status, and never launches a
     second retry. It is announced only when its status differs: the protocol has an agent print both a
-    structured result and a ``[COMPLETION_REPORT]``, and the second of an agreeing pair is no news.
+    structured result and a ``[COMPLETION_REPORT]``, and the second of an agreeing pair is no news. What
+    the later report recorded counts all the same: blockers it lists make the group ``review`` whichever
+    of the two came first.
     """
     record = step.agent(agent_id)
     if record.state in FINAL_STATES and record.completion is not None:
@@ -80,6 +82,7 @@ def finish(
         if completion.status is not kept:
             later = f"a later {completion.source.value} says {completion.status.value}"
             step.decide(DecisionType.COMPLETED, agent_id, f"{later}; outcome stays {kept.value}")
+        report_group(step, agent_id)
         return
     for stop in (*record.earlier_blockers, record.blocker):
         if stop is not None:

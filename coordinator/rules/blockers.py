@@ -174,7 +174,7 @@ def on_resolve(step: Step) -> None:
     directive = BlockerResolved(
         issue=record.blocker_details(stop),
         resolution=command.resolution,
-        state_restoration=stop.state_snapshot,
+        state_restoration=_restoration(stop),
         resume_instructions=wait or then,
     )
     deliver(step, record.agent_id, directive, hold=wait is not None)
@@ -186,6 +186,14 @@ def on_resolve(step: Step) -> None:
         earlier_blockers=(),
         settled=settled(record, *record.earlier_blockers, stop),
     )
+
+
+def _restoration(stop: StopWork) -> str | None:
+    """What was completed (seed 000: the parent acknowledges it; seed 003's ``Completed:``), then the
+    state snapshot."""
+    completed = (stop.completed_work or "").strip()
+    parts = [f"Completed:\n{completed}" if completed else "", (stop.state_snapshot or "").strip()]
+    return "\n\n".join(part for part in parts if part) or None
 
 
 def _resume_instructions(stop: StopWork) -> str:

@@ -1,7 +1,8 @@
 """The clarification protocol: questions go to a human, answers come back as a resume directive.
 
 A ``[CLARIFICATION_NEEDED]`` opens the agent's questions (a new one replaces questions still open: the
-agent's latest signal says what it needs now). A human answers with ANSWER envelopes, all at once or one
+agent's latest signal says what it needs now; the same dated one again is rejected, keeping the answers
+given so far). A human answers with ANSWER envelopes, all at once or one
 question at a time; answers accumulate, and once every question that is not marked ``optional`` has
 one, the agent gets a CLARIFICATION_RESPONSE (the seed's prompt, each answer under its question's text,
 ``Continue from`` = ``blocked_at``, ``Current state`` = ``current_state``) and runs again.
@@ -12,7 +13,7 @@ from __future__ import annotations
 from bus.directives import AnswerItem, ClarificationResponse, HumanAnswer
 from bus.display import cut
 from bus.events import AgentState, DecisionType
-from bus.signals import ClarificationNeeded, QuestionType
+from bus.signals import ClarificationNeeded, QuestionType, recap_key
 from coordinator.rules.holds import still_held
 from coordinator.rules.launch import deliver
 from coordinator.rules.recap import refuse_recap, settled
@@ -27,7 +28,12 @@ DEFAULT_NEXT_STEP = "Apply the answers above and continue the task from where yo
 def on_clarification(step: Step) -> None:
     signal = step.payload(ClarificationNeeded)
     agent_id = step.envelope.agent_id
-    refuse_recap(step.agent(agent_id), signal)
+    record = step.agent(agent_id)
+    refuse_recap(record, signal)
+    key = recap_key(signal)
+    if key is not None and record.questions is not None and recap_key(record.questions) == key:
+        # Printed twice, or quoted while it still waits: opened again, it would drop the answers given.
+        raise Rejected(f"the same questions are open (dated {signal.timestamp}): not opened again")
     listing = "\n".join(f"{q.question_id}: {q.text}" for q in signal.questions)
     step.transition(
         agent_id,

@@ -260,10 +260,12 @@ def record_finding(step: Step, finding: Finding, agent_id: str) -> None:
     """Publish one report to the findings stream and fold it into the group's merged view.
 
     The published report names its agent (normalised name, or the agent id when the agent's kind is
-    unknown), so the view can be recomputed from the stream alone.
+    unknown), so the view can be recomputed from the stream alone. A report that names the sender's own
+    id (what ``findings add`` and the MCP tool fill in) names no kind: it is the sender's, as one that
+    names none.
     """
     given = finding.agent
-    if given:
+    if given and given != agent_id:
         reporter = _agent_key(given)
     else:
         record = step.find(agent_id)
