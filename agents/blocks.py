@@ -183,10 +183,16 @@ def _lf_lines(text: str) -> str:
 
 def _rescued(text: str) -> Any:
     """The body with its prose fields quoted, or its tab indentation made spaces (see :func:`_detabbed`),
-    or both, when that makes it valid YAML; None otherwise."""
-    quoted = _PROSE_FIELD.sub(lambda m: f"{m.group(1)}'{m.group(2).replace(chr(39), chr(39) * 2)}'", text)
-    spaced = _detabbed(text)
-    for again in dict.fromkeys((quoted, spaced, _detabbed(quoted))):
+    or both, when that makes it valid YAML; None otherwise. The text of a block scalar (``details: |``)
+    is left as it is: a second ": " or a tab in it is text, which YAML takes as it is."""
+    lines = text.split("\n")
+    literal = _literal_indents(lines)
+    quoted = "\n".join(
+        line if inside is not None else _PROSE_FIELD.sub(_quoted, line)
+        for line, inside in zip(lines, literal, strict=True)
+    )
+    spaced = _detabbed(text, literal)
+    for again in dict.fromkeys((quoted, spaced, _detabbed(quoted, literal))):
         if again != text:
             try:
                 return yamlsafe.load(again)
@@ -195,15 +201,65 @@ def _rescued(text: str) -> Any:
     return None
 
 
+def _quoted(field: re.Match[str]) -> str:
+    return f"{field.group(1)}'{field.group(2).replace(chr(39), chr(39) * 2)}'"
+
+
+# A block scalar's header (``details: |``, ``- >-``, its indicators and a comment): its text is the lines
+# after it that are blank or indented deeper than its key (or its dash).
+_BLOCK_HEADER: Final = re.compile(
+    r"([ \t]*)((?:-[ \t]+)*)([^\s'\"#|>:-][^:\n]*:[ \t]+)?[|>][-+1-9]*[ \t]*(?:#.*)?"
+)
+
+
+def _width(whitespace: str) -> int:
+    return len(whitespace.expandtabs(8))
+
+
+def _literal_indents(lines: list[str]) -> list[str | None]:
+    """For each line, the indentation of the block scalar's text it is a line of (that of its first line
+    that is not blank), or None for a line of no block scalar."""
+    indents: list[str | None] = [None] * len(lines)
+    at = 0
+    while at < len(lines):
+        header = _BLOCK_HEADER.fullmatch(lines[at].removesuffix("\r"))
+        at += 1
+        if header is None:
+            continue
+        indent, dashes, key = header.groups()
+        parent = _width(indent + (dashes if key else dashes[: dashes.rstrip(" \t").rfind("-")]))
+        start, own = at, None
+        while at < len(lines):
+            line = lines[at]
+            body = line.lstrip(" \t")
+            if body.strip():
+                if _width(line[: len(line) - len(body)]) <= parent:
+                    break
+                own = line[: len(line) - len(body)] if own is None else own
+            at += 1
+        indents[start:at] = [own or ""] * (at - start)
+    return indents
+
+
 # The whitespace a line starts with, when it holds a tab.
-_TABBED: Final = re.compile(r"(?m)^ *\t[ \t]*")
+_TABBED: Final = re.compile(r" *\t[ \t]*")
 
 
-def _detabbed(text: str) -> str:
+def _detabbed(text: str, literal: list[str | None]) -> str:
     """The body with the tabs of each line's indentation made spaces, to the next multiple of 8 columns,
     as a terminal or an editor shows them. YAML refuses a tab there, yet a body indented with tabs (one
-    pasted from an editor, or typed) shows the structure it means; read as shown, it reads as meant."""
-    return _TABBED.sub(lambda m: m.group().expandtabs(8), text) if "\t" in text else text
+    pasted from an editor, or typed) shows the structure it means; read as shown, it reads as meant. In
+    the text of a block scalar (``literal``, see :func:`_literal_indents`) only the block's indentation
+    is: a tab after it is the text's (a Makefile's)."""
+    if "\t" not in text:
+        return text
+    lines = text.split("\n")
+    for n, (line, own) in enumerate(zip(lines, literal, strict=True)):
+        if own and line.startswith(own):
+            lines[n] = own.expandtabs(8) + line[len(own) :]
+        elif (tabbed := _TABBED.match(line)) is not None:
+            lines[n] = tabbed.group().expandtabs(8) + line[tabbed.end() :]
+    return "\n".join(lines)
 
 
 def _tabbed(text: str, line: int | None, first_line: int) -> str:

@@ -255,6 +255,22 @@ def test_a_long_run_of_spaces_in_a_body_with_crlf_lines_is_read_in_linear_time(l
 
 @pytest.mark.timeout(10)
 @pytest.mark.parametrize(
+    "fields",
+    [
+        b"x:\n" + b"  - |\n" * 150_000,  # a block scalar's header on every line
+        b"details: |\n" + b"\t\t x: y\n" * 100_000 + b"q:\n\t- a\n",  # tabs in and out of a block
+        b"details: " + b"- " * 400_000 + b"|\n",
+    ],
+)
+def test_a_body_the_repairs_read_again_is_read_in_linear_time(fields: bytes) -> None:
+    # a prose field makes the body no YAML: it is read again with its prose fields quoted and its tabs
+    # made spaces, block scalars' text left as it is
+    head = b"agent_id: a\nstop_reason: blocker\nblocker_type: error\nresume_requirements: Run: npm i\n"
+    assert parse_text(b"[STOP_WORK]\n" + head + fields + b"[/STOP_WORK]\n") != []
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
     "section",
     [
         b"- " + b"*" * 100_000 + b"status" + b" " * 100_000,  # a label tried at every split of its spaces

@@ -32,7 +32,31 @@ def test_a_literal_block_indented_with_tabs_keeps_its_inner_indentation() -> Non
     [item] = parse_text("[STOP_WORK]\n" + body + "[/STOP_WORK]\n")
     assert isinstance(item, SignalItem), item
     assert isinstance(item.payload, StopWork)
-    assert item.payload.details == "npm ERR: failed\n        at line 3\n"
+    assert item.payload.details == "npm ERR: failed\n\tat line 3\n"  # the tab after its indentation is text
+
+
+@pytest.mark.parametrize("makefile", ["  all:\n  \tgcc -o app main.c\n", "\tall:\n\t\tgcc -o app main.c\n"])
+def test_the_tabs_of_a_literal_block_s_text_are_kept_when_the_body_is_read_as_shown(makefile: str) -> None:
+    questions = "questions:\n\t- question_id: Q1\n\t  text: gcc or clang?\n"  # tab-indented: read as shown
+    body = (
+        f"agent_id: a1\nblocked_at: Makefile\nreason: which compiler\ncurrent_state: |\n{makefile}{questions}"
+    )
+    [item] = parse_text(f"[CLARIFICATION_NEEDED]\n{body}[/CLARIFICATION_NEEDED]\n")
+    assert isinstance(item, SignalItem), item
+    assert isinstance(item.payload, ClarificationNeeded)
+    assert item.payload.current_state == "all:\n\tgcc -o app main.c\n"
+
+
+def test_the_text_of_a_literal_block_is_not_quoted_with_the_prose_fields() -> None:
+    details = "details: |\n  npm audit failed:\n  Error: ENOENT: no such file, open 'package.json'\n"
+    body = (
+        f"agent_id: a\nstop_reason: blocker\nblocker_type: error\n{details}resume_requirements: Run: npm i\n"
+    )
+    [item] = parse_text("[STOP_WORK]\n" + body + "[/STOP_WORK]\n")
+    assert isinstance(item, SignalItem), item
+    assert isinstance(item.payload, StopWork)
+    assert item.payload.details == "npm audit failed:\nError: ENOENT: no such file, open 'package.json'\n"
+    assert item.payload.resume_requirements == "Run: npm i"
 
 
 def test_a_tab_inside_a_valid_body_is_kept() -> None:
