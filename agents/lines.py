@@ -50,7 +50,8 @@ TYPE_OF_TAG: Final = {t.value.encode(): t for t in SIGNAL_TYPES}
 _DECO: Final = rb"(?:[*_]|" + TERMINAL_ESCAPE + rb")*"
 # Escape sequences inside the brackets too (``[\x1b[1mSTOP_WORK\x1b[0m]``: a highlighter that colours the
 # word); and a heading may be coloured (``\x1b[1m## Auditor Result\x1b[0m``): escape sequences before
-# its hashes, and in its text, which :func:`heading_text` takes off.
+# its hashes, and in its text, which :func:`heading_text` takes off. So may a fence (a highlighter's
+# ``\x1b[36m```bash\x1b[0m``), as the report parser, which takes escapes off, reads it.
 _ESCAPES: Final = rb"(?:" + TERMINAL_ESCAPE + rb")*+"  # possessive: one way to match a run
 # The full-width forms of the brackets and the slash (``［STOP_WORK］``, as a CJK input method writes
 # them) are theirs too.
@@ -64,7 +65,7 @@ _LONE: Final = re.compile(_ESCAPES + _CLOSE + _DECO + rb"[ \t]*\r?")
 # (The lookahead is for speed: it ends the try at a prose line's first character.)
 HIT: Final = re.compile(
     rb"\n([ \t]*)(?=[\[*_\x1b`~#\xef])(?:"
-    + (_TAG + rb"|(`{3,}|~{3,})([^\n]*)|" + _ESCAPES + rb"(#{1,3})[ \t]([^\n]*))")
+    + (_TAG + rb"|" + _ESCAPES + rb"(`{3,}|~{3,})([^\n]*)|" + _ESCAPES + rb"(#{1,3})[ \t]([^\n]*))")
 )
 TAG_GROUP: Final = 3  # the group of HIT a tag line ends with (``m.lastindex``)
 HASHES_GROUP: Final = 6  # the groups of HIT with a heading's hashes and its text
@@ -178,7 +179,7 @@ class Hit:
         self.opens = self.tag is not None and not self.close and not self.tentative
         """An opening tag that opens a block."""
         self.fence: bytes | None = fence
-        self.info = (info or b"").strip()
+        self.info = (without_escapes(info) if info and b"\x1b" in info else info or b"").strip()
         if fence is not None and fence[0] == 0x60 and b"`" in self.info:
             self.fence = None  # ```inline``` code, not a fence
         self.hashes = len(hashes or b"")

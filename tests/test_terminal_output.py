@@ -183,3 +183,19 @@ def test_full_width_brackets_make_a_tag(opening: str, closing: str) -> None:
 def test_a_full_width_tag_in_prose_or_a_closing_one_alone_is_prose() -> None:
     assert parse_text("我会打印［STOP_WORK］\n" + BODY + "［/STOP_WORK］\n") == []
     assert parse_text("［／STOP_WORK］\n") == []
+
+
+@pytest.mark.parametrize(("on", "off"), [("", ""), ("\x1b[36m", "\x1b[0m"), ("", "\x1b[0m")])
+def test_a_coloured_code_fence_is_a_fence_to_the_scanner_as_to_the_report(on: str, off: str) -> None:
+    """A `## ` line in a highlighted code block ends nothing, and its closing fence closes it: a report
+    after it is read, however the output is cut."""
+    data = (
+        "## Auditor Result\n### Status\nSUCCESS\n### Summary\nDone.\n### Details\n"
+        f"{on}```bash{off}\n## build step\nmake\n{on}```{off}\n### Confidence\n90 - verified by running make\n"
+        "## Reviewer Result\n### Status\nFAILED\n### Summary\nBroken.\n"
+    ).encode()
+    for cut in range(0, len(data) + 1, 7):
+        auditor, reviewer = feed_split(data, cut)
+        assert isinstance(auditor, ResultItem) and isinstance(reviewer, ResultItem), (cut, auditor)
+        assert auditor.report.confidence is not None and auditor.report.confidence.score == 90
+        assert (reviewer.report.agent, reviewer.report.status) == ("Reviewer", ResultStatus.FAILED)
