@@ -23,6 +23,7 @@ parser; composition and construction are done here in one pass. The usual shapes
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Final, cast
 
@@ -134,6 +135,8 @@ def _tagged(tag: str, value: str, line: int) -> Value:
         resolved = float(resolved)
     if type(resolved) is not _SCALAR_TAGS[name]:
         raise YamlError(f"{cut(repr(value), 60)} is not a valid {tag!r}", line)
+    if isinstance(resolved, float) and not math.isfinite(resolved):
+        return value  # as an untagged one is: JSON has no NaN or infinity, and would carry it as null
     return resolved
 
 

@@ -20,7 +20,7 @@ from agents.parser import (
     UnreadReportItem,
     parse_text,
 )
-from bus.envelope import EnvelopeType
+from bus.envelope import EnvelopeType, decode, encode_new
 from bus.results import ResultStatus
 from bus.signals import ClarificationNeeded, Progress, StopReason, StopWork
 
@@ -415,6 +415,23 @@ def test_extra_fields_are_kept() -> None:
     item = only(parse_text(stop(confidence_note="mine")))
     assert isinstance(item, SignalItem)
     assert item.payload.model_extra == {"confidence_note": "mine"}
+
+
+@pytest.mark.parametrize(
+    ("written", "kept"),
+    [
+        ("!!float .nan", ".nan"),
+        ("!!float 1e400", "1e400"),
+        ("[!!float -.inf]", ["-.inf"]),
+        ("!!float 1", 1.0),
+    ],
+)
+def test_a_tagged_float_that_json_cannot_carry_is_kept_as_written(written: str, kept: object) -> None:
+    """As an untagged ``.nan`` is: JSON would carry it as null, and the field would be lost on the wire."""
+    item = only(parse_text(stop(confidence_note=written)))
+    assert isinstance(item, SignalItem) and item.payload.model_extra == {"confidence_note": kept}
+    envelope = decode(encode_new(item.payload, "a", "g", "adapter", "id-1", datetime.now(UTC)))
+    assert envelope.payload.model_extra == {"confidence_note": kept}
 
 
 def test_clarification_with_questions() -> None:
