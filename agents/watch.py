@@ -35,6 +35,7 @@ from agents.watched_file import (
     load_checkpoint,
     moved,
     open_file,
+    renamed,
     source_of,
 )
 from bus.embedded import pid_alive
@@ -149,6 +150,12 @@ class FileWatch:
             try:
                 return open_file(self.path)
             except FileNotFoundError:
+                cp = self.checkpoint
+                if not said and cp.file is not None and cp.read:  # renamed while the adapter was away
+                    old = renamed(self.path, cp.file, self._same_output, cp.directory)
+                    if old is not None:
+                        self.bus.log(f"{self.path} was renamed while the adapter was away; reading it on")
+                        return old
                 if not said:  # once: a mistyped path would otherwise wait in silence
                     missing = "" if self.path.parent.is_dir() else f" (nor its directory {self.path.parent})"
                     self.bus.log(f"waiting for {self.path}: it does not exist yet{missing}")
@@ -222,19 +229,13 @@ class FileWatch:
     async def _follow(self) -> bool:
         options = self.options
         quiet_since: float | None = None  # the end of the file was reached, and nothing came since then
+        ended = False  # the --pid process was seen ended: the file is read to its end once more
         while not self.stop.is_set():
             if options.until_complete and await self._done(quiet_since):
                 break
-            assert self._fd is not None and self.stream is not None
-            chunk = os.read(self._fd, options.chunk_bytes)
-            if chunk and not self._same_output(self._fd):
-                # Truncated and written again, past where it was read, since the last read: the new
-                # output's bytes after that point are not the rest of the old one.
-                await self._switch(self._fd)
-                continue
-            if chunk:
-                self._grew, quiet_since = self._grew or self._caught_up, None
-                await self._publish(self.stream.feed(chunk), force=False)
+            assert self.stream is not None
+            if await self._read():
+                quiet_since = None
                 continue
             if quiet_since is None:
                 quiet_since = time.monotonic()
@@ -248,6 +249,9 @@ class FileWatch:
             if await self._rotated():
                 continue
             if options.pid is not None and not pid_alive(options.pid):
+                if not ended:  # what it wrote after the last read, just before it ended, is read first
+                    ended = True
+                    continue
                 await self._publish(self.stream.close(), force=True)
                 await self._exited()
                 break
@@ -256,6 +260,21 @@ class FileWatch:
         if self.checkpoint.completed and options.until_complete:
             await self._exited()
         return self.checkpoint.completed
+
+    async def _read(self) -> bool:
+        """Read what comes next in the file and publish what it makes; whether anything came."""
+        assert self._fd is not None and self.stream is not None
+        chunk = os.read(self._fd, self.options.chunk_bytes)
+        if not chunk:
+            return False
+        if not self._same_output(self._fd):
+            # Truncated and written again, past where it was read, since the last read: the new
+            # output's bytes after that point are not the rest of the old one.
+            await self._switch(self._fd)
+        else:
+            self._grew = self._grew or self._caught_up
+            await self._publish(self.stream.feed(chunk), force=False)
+        return True
 
     async def _done(self, quiet_since: float | None) -> bool:
         """Whether ``--until-complete`` ends here (a block left open so long is published as an error)."""
@@ -292,15 +311,15 @@ class FileWatch:
         assert self._fd is not None
         try:
             at_path = os.stat(self.path)
-        except FileNotFoundError:
-            return False  # deleted: the agent may still write to it; a new file is picked up later
+        except OSError:  # deleted (or a link loop, a directory made a file): the agent may still write
+            return False  # to it; a new file is picked up later
         if not stat.S_ISREG(at_path.st_mode):
             return False  # not a file (yet): as if deleted, until a file is there again
         mine = os.fstat(self._fd)
         if (at_path.st_dev, at_path.st_ino) != (mine.st_dev, mine.st_ino):
             try:
                 fd = open_file(self.path)
-            except FileNotFoundError:
+            except OSError:
                 return False
             await self._drain()
             if self.options.until_complete and self.checkpoint.completion_report:
@@ -322,7 +341,11 @@ class FileWatch:
             await self._publish(self.stream.feed(chunk), force=False)
 
     async def _switch(self, fd: int) -> None:
-        """Follow ``fd``, another output than the one read so far, from its start."""
+        """Follow ``fd``, another output than the one read so far, from its start. What the old one
+        leaves open (a report at its end, a block, a last line without its newline) ends with it, as at
+        the end of the agent's output."""
+        assert self.stream is not None
+        await self._publish(self.stream.close(), force=True)
         self._adopt(fd, initial=False)
         await self._publish([], force=True)
         if not self.checkpoint.started:

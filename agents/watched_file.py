@@ -36,6 +36,7 @@ __all__ = [
     "moved",
     "named",
     "open_file",
+    "renamed",
     "source_of",
 ]
 
@@ -169,6 +170,18 @@ def moved(
     info = os.fstat(fd)
     if file is None or (info.st_dev, info.st_ino) == file or same(fd):
         return fd
+    old = renamed(path, file, same, directory)
+    if old is None:
+        return fd
+    os.close(fd)
+    return old
+
+
+def renamed(
+    path: Path, file: tuple[int, int], same: Callable[[int], bool], directory: str | None = None
+) -> int | None:
+    """The file ``file`` (device, inode), opened, found under another name than ``path`` and still
+    holding what was read from it (``same``), where :func:`moved` looks for it; None if it is not there."""
     names: list[Path] = []
     for where in dict.fromkeys((path.parent, *((Path(directory),) if directory else ()), _target_dir(path))):
         try:
@@ -183,10 +196,9 @@ def moved(
             continue
         info = os.fstat(old)
         if (info.st_dev, info.st_ino) == file and same(old):
-            os.close(fd)
             return old
         os.close(old)
-    return fd
+    return None
 
 
 def _target_dir(path: Path) -> Path:
