@@ -128,7 +128,9 @@ async def _import_from(
     source = f"findings:{spec.path}" + (f"#{checkpoint.generation}" if checkpoint.generation else "")
     offset, line = checkpoint.resume, checkpoint.resume_line  # the start of the next line
     read = checkpoint.read  # past ``offset`` only inside an over-long line, reported already
-    report.skipped = line - 1
+    # A last line published without its newline is not ended: the next run counts it again, and its
+    # line feed, when it comes, ends it (rather than being an empty line of its own).
+    report.skipped = line if offset and os.pread(fd, 1, offset - 1) != b"\n" else line - 1
     overlong = read > offset
     pending = b""
     batch: list[tuple[Envelope, bytes]] = []
@@ -159,7 +161,7 @@ async def _import_from(
             report.unfinished = line
         else:
             _line(bus, spec, source, pending, offset, line, batch, report)
-            offset, line = offset + len(pending), line + 1
+            offset += len(pending)
     await _commit(bus, spec, key, checkpoint, fd, (read if overlong else offset, offset, line), batch)
 
 

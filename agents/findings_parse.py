@@ -136,7 +136,9 @@ def located_findings(text: str, agent: str) -> tuple[list[tuple[str, Finding]], 
         )
     found: list[tuple[str, Finding]] = []
     errors: list[str] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # Lines end at LF (a CR before it is white space to JSON), as `import-findings` reads them: not at
+    # U+2028 and the other breaks str.splitlines() knows, which a JSON string holds as they are.
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -187,6 +189,7 @@ def _keys_twice(text: str) -> list[list[str]]:
             if isinstance(node, dict):
                 owner[id(node)] = index
                 stack.extend(node.values())
+                stack.extend(twice.hidden.get(id(node), ()))
             elif isinstance(node, list):
                 stack.extend(node)
     for built, keys in twice.found:

@@ -30,6 +30,9 @@ class KeysTwice:
     outermost: list[str] = field(default_factory=list)
     value: Any = None
     """The text's value, whose objects are those of :attr:`found` (for telling which item holds one)."""
+    hidden: dict[int, list[Any]] = field(default_factory=dict)
+    """For an object (by identity) that gives keys more than once, the values its later ones replaced:
+    an object of :attr:`found` may be one, which :attr:`value` no longer holds."""
 
     @property
     def keys(self) -> list[str]:
@@ -48,6 +51,8 @@ class KeysTwice:
                     self.outermost.append(key)
                 seen.add(key)
             self.found.append((value, self.outermost))
+            last = {key: n for n, (key, _) in enumerate(pairs)}
+            self.hidden[id(value)] = [item for n, (key, item) in enumerate(pairs) if last[key] != n]
         return value
 
 

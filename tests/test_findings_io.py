@@ -289,6 +289,9 @@ def test_add_refuses_a_key_given_twice_and_publishes_nothing(redis_url: str) -> 
     )
     assert escaped.exit_code == 2
     assert "finding 1: the keys 'severity', 'title' are each given more than once" in escaped.output
+    hidden = run_add(redis_url, '{"title": "x", "evidence": {"b": 1, "b": 2}, "evidence": "y"}')
+    assert hidden.exit_code == 2, hidden.output  # the object repeating 'b' is the value replaced
+    assert "finding 1: the keys 'b', 'evidence' are each given more than once" in hidden.output
     assert published(redis_url) == []
     assert run_add(redis_url, '{"title": "t", "evidence": {"title": "not the same object"}}').exit_code == 0
 
@@ -539,6 +542,29 @@ def test_import_streams_a_jsonl_file_resumably(redis_url: str, tmp_path: Path) -
     third = run_import(redis_url, path, "--agent-id", "fallback")
     assert third.exit_code == 0, third.output
     assert [e.agent_id for e in published(redis_url)[3:]] == ["bg-task-ghi789", "x"]
+
+
+def test_a_line_is_ended_by_its_line_feed_only(redis_url: str) -> None:
+    """As `findings --jsonl` writes them: U+2028, U+2029 and U+0085 are a string's, not line ends."""
+    titles = ["first\u2028second", "third\u2029fourth", "nel\x85here"]
+    result = run_add(redis_url, input="\r\n".join(line(title=title) for title in titles) + "\r\n")
+    assert result.exit_code == 0, result.output
+    assert [e.payload.title for e in published(redis_url) if isinstance(e.payload, Finding)] == titles
+
+
+def test_a_last_line_imported_without_its_newline_is_counted_once(redis_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "findings.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + line(title="a").encode() + b"\r\n" + line(title="b").encode())
+    assert "imported 2 finding(s)" in run_import(redis_url, path, "--agent-id", "x").output
+    with path.open("ab") as stream:  # its line feed, then a line, then a bad one: line 4
+        stream.write(b"\r\n" + line(title="c").encode() + b"\r\nBAD LINE\r\n")
+    second = run_import(redis_url, path, "--agent-id", "x")
+    assert f"{path}:4: not JSON" in second.output
+    assert "imported 1 finding(s); 1 bad line(s); 2 line(s) imported before" in second.output
+    third = run_import(redis_url, path, "--agent-id", "x")
+    assert third.output == "imported 0 finding(s); 0 bad line(s); 4 line(s) imported before\n"
+    titles = [e.payload.title for e in published(redis_url) if isinstance(e.payload, Finding)]
+    assert titles == ["a", "b", "c"]
 
 
 def test_import_leaves_an_incomplete_last_line(redis_url: str, tmp_path: Path) -> None:
