@@ -122,12 +122,19 @@ def _env_passwords(
             names[roles[0]] = var
             continue
         try:
-            names[Role(role_name)] = var
+            role = Role(role_name)
         except ValueError:
             choices = ", ".join(r.value for r in Role)
             raise click.BadParameter(
                 f"{role_name!r} is not a role ({choices})", param_hint="--password-env"
             ) from None
+        if role not in roles:  # a slip that would otherwise be taken in silence
+            chosen = ", ".join(r.value for r in roles)
+            raise click.BadParameter(
+                f"{role.value} is not among the roles chosen ({chosen}; see --role)",
+                param_hint="--password-env",
+            )
+        names[role] = var
     passwords: dict[Role, str] = {}
     for role in roles:
         variable = names.get(role)
@@ -143,7 +150,9 @@ def _env_passwords(
 
 
 def _passwords(password_env: Sequence[str], generate: bool, roles: Sequence[Role]) -> dict[Role, str]:
-    if generate == bool(password_env):
+    if generate and password_env:
+        raise click.UsageError("give --password-env or --generate, not both")
+    if not generate and not password_env:
         raise click.UsageError(
             "give either --password-env or --generate (a user without a password is refused)"
         )

@@ -23,6 +23,7 @@ from coordinator.console import finding_line, group_heading, grouped_lines, merg
 from coordinator.policy import Policy
 from coordinator.rules import MergedFinding, merge_findings, merged_view
 from coordinator.runtime import no_collection
+from coordinator.store import merged_key
 from coordinator.view import each_group, group_ids, iter_findings, retired_note, was_retired
 from coordinator.views_cli import POLICY_OPTION, other_groups, read_view
 
@@ -84,7 +85,15 @@ async def _no_findings(client: Client, keys: Keys, settings: Settings, group_id:
         click.echo(retired, err=True)
         return
     known = await group_ids(client, keys)
-    hint = ": none of its agents reported one yet" if group_id in known else other_groups(known, group_id)
+    if group_id not in known:
+        hint = other_groups(known, group_id)
+    elif await client.hlen(merged_key(keys, keys.shard_of(group_id), group_id)):
+        hint = (
+            ": the findings stream holds none of its reports any more (trimmed); "
+            f"`findings --merged --group {group_id}` shows the merged view the coordinators keep"
+        )
+    else:
+        hint = ": none of its agents reported one yet"
     click.echo(f"no findings for group {group_id!r} in namespace {settings.namespace!r}{hint}", err=True)
 
 

@@ -737,7 +737,8 @@ def test_what_a_role_may_run_on_each_key(table: tuple[redis.Redis, list[Command]
 def test_passwords_are_required_distinct_and_never_printed() -> None:
     runner = CliRunner()
     assert runner.invoke(acl, []).exit_code == 2
-    assert runner.invoke(acl, ["--generate", "--password-env", "X"]).exit_code == 2
+    both = runner.invoke(acl, ["--generate", "--password-env", "X"])
+    assert both.exit_code == 2 and "give --password-env or --generate, not both" in both.output
     several = runner.invoke(acl, ["--password-env", "X"], env={"X": "secret-1"})
     assert several.exit_code == 2 and "ROLE=VAR" in several.output
     same = runner.invoke(acl, ["--role", "adapter", "--role", "observer", "--password-env", "adapter=X",
@@ -850,6 +851,10 @@ def test_bad_password_specs_and_user_names_say_what_is_wrong() -> None:
         acl, ["--role", "adapter", "--role", "observer", "--password-env", "adapter=X"], env=env
     )
     assert unnamed.exit_code == 2 and "no variable names the observer password" in unnamed.output
+    other = runner.invoke(acl, ["--role", "observer", "--password-env", "human=X"], env=env)
+    assert (
+        other.exit_code == 2 and "human is not among the roles chosen (observer; see --role)" in other.output
+    )
     empty = runner.invoke(acl, ["--role", "adapter", "--password-env", "E"], env={"E": ""})
     assert empty.exit_code == 2 and "$E is not set or empty" in empty.output
     spaced = runner.invoke(acl, ["--role", "adapter", "--generate", "--user-prefix", "my team"])

@@ -327,6 +327,14 @@ def test_findings_of_different_groups_are_merged_apart(redis_url: str) -> None:
     ok(redis_url, "trim", "--findings", "0")
     assert ok(redis_url, "findings").splitlines() == ["0 findings"]
     assert orjson.loads(ok(redis_url, "findings", "--merged", "--json")) == merged
+    for command in (["findings", "--group", "alpha"], ["replay", "--group", "alpha"]):
+        trimmed = cli(redis_url, *command)
+        assert trimmed.returncode == 0
+        assert trimmed.stderr.strip().splitlines()[-1] == (
+            "no findings for group 'alpha' in namespace 'sbus': the findings stream holds none of its "
+            "reports any more (trimmed); `findings --merged --group alpha` shows the merged view the "
+            "coordinators keep"
+        )
     agent_says(redis_url, "quiet-1", "quiet", stop("quiet-1"))  # a known group without findings
     coordinate(redis_url)
     quiet = cli(redis_url, "findings", "--merged", "--group", "quiet")
