@@ -23,7 +23,7 @@ from agents.parser import describe_errors
 from bus.display import quoted
 from bus.findings import MAX_LINE, Finding
 
-__all__ = ["LeftOut", "finding_of", "located_findings", "parse_findings"]
+__all__ = ["LeftOut", "finding_of", "located_findings", "parse_findings", "refuse_boolean_numbers"]
 
 _FIELDS: Final = frozenset(Finding.model_fields)
 
@@ -61,6 +61,14 @@ _NUMBERS: Final = ("line", "confidence")
 """A finding's number fields, where JSON's true and false are refused rather than read as 1 and 0."""
 
 
+def refuse_boolean_numbers(value: dict[str, Any], where: str = "") -> None:
+    """``ValueError`` for a finding's ``line`` or ``confidence`` given as true or false (``where``: the
+    finding's path in a larger input, ``findings[0].``), which pydantic would take for 1 or 0."""
+    for name in _NUMBERS:
+        if isinstance(value.get(name), bool):
+            raise ValueError(f"{where}{name}: a number, not {str(value[name]).lower()}")
+
+
 def finding_of(value: Any, agent: str, ignored: list[str] | None = None) -> Finding:
     """A finding from one decoded JSON value; ``ValueError`` with a readable reason otherwise.
 
@@ -68,9 +76,7 @@ def finding_of(value: Any, agent: str, ignored: list[str] | None = None) -> Find
     """
     if not isinstance(value, dict):
         raise ValueError(f"not a JSON object but {type(value).__name__}")
-    for name in _NUMBERS:
-        if isinstance(value.get(name), bool):  # pydantic would take true for 1: no place or confidence
-            raise ValueError(f"{name}: a number, not {str(value[name]).lower()}")
+    refuse_boolean_numbers(value)
     if "group_id" in value:  # what `findings --json` writes with each finding: the command's group decides
         value = {name: item for name, item in value.items() if name != "group_id"}
     value = _renamed(value)

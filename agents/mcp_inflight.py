@@ -9,8 +9,10 @@ left pending, to be delivered again. The SDK runs such a request all the same, s
 
 An id is in flight from the moment its request is passed on until a response with that id goes out on
 stdout (just before: a client may send the id again as soon as it has the response). The refusal of a
-request under an id in flight carries that id too: it is counted, so that its line does not end the first
-request's flight (whichever of the two lines is written first). A request cancelled before it was answered
+request under an id in flight carries that id too, as does any other error the screen writes in reply to a
+line it does not pass on (a malformed request): it is counted, so that its line does not end the first
+request's flight (whichever of the two lines is written first). Ids are matched as the SDK matches them:
+a string of an integer is that integer (``"07"`` is ``7``). A request cancelled before it was answered
 is never answered: its id stays taken, which costs nothing to a client that follows MCP, which forbids
 reusing an id within a session at all.
 """
@@ -22,6 +24,7 @@ from collections import Counter
 from typing import Final, NamedTuple
 
 import mcp_types as types
+from mcp.shared.dispatcher import coerce_request_id
 from pydantic_core import from_json
 
 __all__ = ["Reply", "RequestsInFlight", "reply_of"]
@@ -31,6 +34,7 @@ _LONG_ID: Final = 64
 
 
 def _key(request_id: types.RequestId) -> types.RequestId | bytes:
+    request_id = coerce_request_id(request_id)  # as the SDK matches them: "07" is 7
     if isinstance(request_id, str) and len(request_id) > _LONG_ID:
         return hashlib.sha256(request_id.encode(errors="surrogatepass")).digest()
     return request_id
@@ -67,13 +71,19 @@ class RequestsInFlight:
         self._refusals: Counter[types.RequestId | bytes] = Counter()
 
     def take(self, request_id: types.RequestId) -> bool:
-        """Mark ``request_id`` in flight; False (and counted as refused) when it already is."""
+        """Mark ``request_id`` in flight; False when it already is (see :meth:`refusing`)."""
         key = _key(request_id)
         if key in self._ids:
-            self._refusals[key] += 1
             return False
         self._ids.add(key)
         return True
+
+    def refusing(self, request_id: types.RequestId) -> None:
+        """An error the screen writes under ``request_id`` (a request it did not pass on): counted when
+        the id is in flight, so that its line does not end that request's flight."""
+        key = _key(request_id)
+        if key in self._ids:
+            self._refusals[key] += 1
 
     def answered(self, reply: Reply | None) -> None:
         """A line goes out on stdout (:func:`reply_of`): when it answers a request in flight (and is not

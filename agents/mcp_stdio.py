@@ -150,6 +150,12 @@ class StdinLines:
         return line
 
 
+def _method(text: str, message: object = None) -> object:
+    """The method of the request ``text`` (its ``message``, when read already); None for any other."""
+    message = from_json(text) if message is None else message
+    return message.get("method") if isinstance(message, dict) and "id" in message else None
+
+
 class ScreenedLines:
     """The lines the SDK takes as JSON-RPC messages; every other line is answered on its write stream
     (given by :meth:`answer_on` once it exists) and reported with ``log``."""
@@ -191,6 +197,7 @@ class ScreenedLines:
                 valid = found is None  # but maybe for keys given twice
                 passed = line if mended is None else mended + "\n"
                 if found is None and (found := keys_twice(text) or self._reused(passed)) is None:
+                    self._initialized = self._initialized or _method(passed) == "initialize"
                     return passed
                 error, seen = found, f"a line of {len(text.encode())} bytes: {cut(one_line(text), 80)}"
                 if is_response(text):
@@ -200,6 +207,8 @@ class ScreenedLines:
                     self.log(f"dropped a notification ({error.error.message}), unanswered: {seen}")
                     continue
             self.log(f"answered {error.error.code} ({error.error.message}) to {seen}")
+            if error.id is not None:
+                self.in_flight.refusing(error.id)
             if not await self._answer(error):
                 break
         raise StopAsyncIteration
@@ -210,9 +219,7 @@ class ScreenedLines:
         if self._initialized:
             return None
         message = from_json(text)
-        method = message.get("method") if isinstance(message, dict) and "id" in message else None
-        if method == "initialize":
-            self._initialized = True
+        method = _method(text, message)
         if method in (None, "initialize", "ping"):
             return None
         why = f"Invalid Request: {method} before initialize (a session starts with an initialize request)"

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents.findings_parse import finding_of
+from agents.findings_parse import finding_of, refuse_boolean_numbers
 from agents.parser import describe_errors
 from bus.envelope import Payload, content_id
 from bus.findings import Finding
@@ -153,11 +153,15 @@ def payload_of(tool: ProtocolTool, arguments: Mapping[str, Any], agent_id: str) 
             f"invalid {tool.name} call: field '{field}': not a finite number (NaN, Infinity, or beyond "
             "a float's range), which the bus's JSON cannot carry"
         )
-    if tool.model is Finding:  # read as `findings add` reads one: `"line": true` is no line 1
-        try:
+    try:  # findings read as `findings add` reads one: `"line": true` is no line 1
+        if tool.model is Finding:
             return finding_of(values, agent_id)
-        except ValueError as exc:
-            raise ToolInputError(f"invalid {tool.name} call: {exc}") from None
+        findings = values.get("findings") if tool.model is ResultReport else None
+        for n, finding in enumerate(findings if isinstance(findings, list) else ()):
+            if isinstance(finding, dict):
+                refuse_boolean_numbers(finding, f"findings[{n}].")
+    except ValueError as exc:
+        raise ToolInputError(f"invalid {tool.name} call: {exc}") from None
     try:
         return tool.model.model_validate(values)
     except ValidationError as exc:

@@ -98,17 +98,21 @@ async def test_a_dated_signal_with_an_integer_beyond_64_bits_is_published_once(
     assert "Traceback" not in (tmp_path / "stderr").read_text()
 
 
+@pytest.mark.parametrize("tool", ["add_finding", "submit_result"])
 @pytest.mark.parametrize(("field", "value"), [("line", "true"), ("confidence", "false")])
 async def test_a_finding_with_a_boolean_for_a_number_is_refused_as_findings_add_refuses_it(
-    redis_url: str, tmp_path: Path, field: str, value: str
+    redis_url: str, tmp_path: Path, field: str, value: str, tool: str
 ) -> None:
-    arguments = b'{"title": "SQL injection", "file": "src/a.py", "%s": %s}' % (field.encode(), value.encode())
-    params = b'{"name": "add_finding", "arguments": %s}' % arguments
+    finding = b'{"title": "SQL injection", "file": "src/a.py", "%s": %s}' % (field.encode(), value.encode())
+    where = "" if tool == "add_finding" else "findings[1]."
+    if tool == "submit_result":
+        finding = b'{"status": "success", "summary": "Done.", "findings": [{"title": "fine"}, %s]}' % finding
+    params = b'{"name": "%s", "arguments": %s}' % (tool.encode(), finding)
     async with raw_server(redis_url, tmp_path / "stderr") as client:
         reply = await call(client, 6, params)
         assert reply["id"] == 6 and reply["result"]["isError"], reply
         text = reply["result"]["content"][0]["text"]
-        assert text == f"invalid add_finding call: {field}: a number, not {value}", text
+        assert text == f"invalid {tool} call: {where}{field}: a number, not {value}", text
     async with open_bus(redis_url) as bus:
         assert await bus.envelopes(GROUP_ID) == []
 
@@ -184,6 +188,12 @@ async def test_a_request_under_the_id_of_one_in_flight_is_refused_and_not_run(
             reply = await call(client, 5, quick)
             assert (reply["id"], reply.get("error", {}).get("code")) == (5, types.INVALID_REQUEST), reply
             assert "id 5 is the id of a request still in flight" in reply["error"]["message"], reply
+        # nor does the error of a malformed request under it, which the screen answers itself
+        await client.send(b'{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": 123}}\n')
+        assert (await client.reply())["id"] == 5
+        await client.send(b'{"jsonrpc": "2.0", "id": "05", "method": "tools/call", "params": %s}\n' % quick)
+        reply = await client.reply()  # the id the SDK takes for 5
+        assert "is the id of a request still in flight" in reply["error"]["message"], reply
         sent = directive("JWT")
         await Publisher(bus.client, bus.keys).send_directive(sent)
         reply = await client.reply()
@@ -197,15 +207,21 @@ async def test_a_request_under_the_id_of_one_in_flight_is_refused_and_not_run(
 def test_an_id_is_in_flight_until_a_line_answers_it_that_is_not_a_refusal() -> None:
     requests = RequestsInFlight()
     long_id = "r" * 1000
-    assert requests.take(7) and requests.take("7") and requests.take(long_id)
-    assert not requests.take(7)  # refused: its answer is one more line under id 7
-    requests.answered(reply_of('{"jsonrpc": "2.0", "id": 7, "result": {}}'))  # the first of the two
-    assert not requests.take(7)  # its refusal is still to be written
-    requests.answered(reply_of('{"jsonrpc": "2.0", "id": 7, "error": {"code": -32600, "message": "m"}}'))
-    requests.answered(reply_of('{"jsonrpc": "2.0", "id": 7, "error": {"code": -32600, "message": "m"}}'))
+    error = '{"jsonrpc": "2.0", "id": 7, "error": {"code": -32600, "message": "m"}}'
+    assert requests.take(7) and requests.take("x7") and requests.take(long_id)
+    assert not requests.take(7) and not requests.take("07")  # "07" is 7, as the SDK matches ids
+    requests.refusing(7)  # their refusals: two more lines under id 7
+    requests.refusing("07")
+    requests.refusing(8)  # an error under an id not in flight ends nothing: not counted
+    requests.answered(reply_of('{"jsonrpc": "2.0", "id": 7, "result": {}}'))  # the first of the three
+    assert not requests.take(7)  # its refusals are still to be written
+    requests.refusing(7)
+    for _ in range(3):
+        requests.answered(reply_of(error))
     requests.answered(reply_of('{"jsonrpc": "2.0", "id": 7, "method": "ping"}'))  # a request of the server's
-    assert requests.take(7)
-    assert not requests.take("7") and not requests.take(long_id)
+    assert requests.take(7) and requests.take(8)
+    assert not requests.take("x7") and not requests.take(long_id)
+    requests.refusing(long_id)
     for _ in range(2):  # the refusal, and the answer
         requests.answered(reply_of(orjson.dumps({"jsonrpc": "2.0", "id": long_id, "result": {}}).decode()))
     assert requests.take(long_id)

@@ -256,6 +256,14 @@ async def test_a_request_before_initialize_is_told_so(redis_url: str, tmp_path: 
         answer = await client.reply()
         assert (answer["id"], answer["error"]["code"]) == (1, INVALID), answer
         assert "tools/list before initialize" in answer["error"]["message"]
+        hello = (
+            b'"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"'
+        )
+        twice = b'{"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {%s, "name": "u"}}}\n' % hello
+        await client.send(twice)
+        assert (await client.reply())["error"]["code"] == INVALID  # refused: no initialize made
+        await client.send(b'{"jsonrpc": "2.0", "id": 3, "method": "tools/list"}\n')
+        assert "tools/list before initialize" in (await client.reply())["error"]["message"]
         assert await client.request("ping") == {}  # a ping is answered at any time
     finally:
         process.kill()
