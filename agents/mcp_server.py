@@ -36,7 +36,8 @@ from mcp.server import Server, ServerRequestContext
 from pydantic import BaseModel, ValidationError
 
 from agents.adapter import AgentBus, connect_bus
-from agents.inbox_listener import DEFAULT_CLAIM_IDLE_MS, InboxListener, other_group
+from agents.delivery import ABANDONED_MS
+from agents.inbox_listener import DEFAULT_CLAIM_IDLE_MS, InboxListener, Received, other_group
 from agents.mcp_inflight import Reply
 from agents.mcp_stdio import After, screened_stdio
 from agents.mcp_tools import (
@@ -98,6 +99,8 @@ class ProtocolServer:
         self._connecting = asyncio.Lock()
         self._unacked: dict[types.RequestId, Callable[[], Awaitable[None]]] = {}
         """Per request, the acknowledgement of the directive its reply carries, until that is written."""
+        self._holding: set[asyncio.Task[None]] = set()
+        """The tasks keeping those directives' entries fresh (:meth:`_hold`)."""
 
     def server(self) -> Server[Any]:
         """The MCP server (the SDK's low-level one: the schemas are the payload models')."""
@@ -135,6 +138,8 @@ class ProtocolServer:
             await self.aclose()
 
     async def aclose(self) -> None:
+        for holding in self._holding:
+            holding.cancel()
         if self._bus is not None:
             await self._bus.client.aclose()
             self._bus = None
@@ -224,8 +229,29 @@ class ProtocolServer:
         if request_id is None:  # not served over stdio: nothing reports the reply written
             await listener.ack(received)
         else:
-            self._unacked[request_id] = functools.partial(listener.ack, received)
+            holding = asyncio.create_task(self._hold(listener, received))
+            self._holding.add(holding)
+            holding.add_done_callback(self._holding.discard)
+
+            async def ack() -> None:
+                holding.cancel()
+                await listener.ack(received)
+
+            self._unacked[request_id] = ack
         return _text(received.directive.prompt)
+
+    async def _hold(self, listener: InboxListener, received: Received) -> None:
+        """Keep a directive's entry fresh while its reply waits to be written (to a client slow to read
+        its stdout), so that no other wait, of this server or another, takes it for one a dead listener
+        left and delivers it again. For :data:`ABANDONED_MS` at most: a reply never written (its request
+        cancelled) leaves the directive to a later wait then."""
+        every = max(self.claim_idle_ms / 4000, 0.01)
+        for _ in range(int(ABANDONED_MS / 1000 / every)):
+            await asyncio.sleep(every)
+            try:
+                await listener.consumer.hold(received.delivery)
+            except BusError:  # the next try may do; an entry left stale is delivered again, not lost
+                continue
 
     def _writing(self, reply: Reply | None) -> After | None:
         """A line goes out on stdout: when it is the reply that carries a directive, what acknowledges

@@ -13,9 +13,12 @@ from adapter_kit import open_bus, wait_until
 from test_mcp_input import AGENT, GROUP_ID, RawClient, raw_server
 
 from agents.mcp_inflight import RequestsInFlight, reply_of
+from agents.mcp_server import Identity, ProtocolServer
+from agents.mcp_tools import WaitInput
 from bus.directives import AnswerItem, ClarificationResponse
 from bus.envelope import Envelope, new_envelope
 from bus.publisher import Publisher
+from bus.settings import Settings
 from bus.signals import Progress
 
 
@@ -225,3 +228,25 @@ def test_an_id_is_in_flight_until_a_line_answers_it_that_is_not_a_refusal() -> N
     for _ in range(2):  # the refusal, and the answer
         requests.answered(reply_of(orjson.dumps({"jsonrpc": "2.0", "id": long_id, "result": {}}).decode()))
     assert requests.take(long_id)
+
+
+async def test_a_directive_whose_reply_waits_to_be_written_is_not_taken_by_another_wait(
+    redis_url: str,
+) -> None:
+    """A client slow to read its stdout leaves a reply unwritten past the idle time after which a wait
+    takes an entry over from a dead listener: the server keeps its own entry fresh meanwhile."""
+    server = ProtocolServer(Settings.from_url(redis_url), Identity(AGENT, GROUP_ID), claim_idle_ms=100)
+    try:
+        async with open_bus(redis_url) as bus:
+            sent = directive("JWT")
+            await Publisher(bus.client, bus.keys).send_directive(sent)
+            first = await server.wait_for_directive(WaitInput(timeout_seconds=10), request_id=1)
+            assert first.content[0].text == sent.payload.render()  # type: ignore[union-attr]
+            second = await server.wait_for_directive(WaitInput(timeout_seconds=0.5), request_id=2)
+            assert second.content[0].text == "no directive within 0.5 s"  # type: ignore[union-attr]
+            written = server._writing(reply_of('{"jsonrpc": "2.0", "id": 1, "result": {}}'))
+            assert written is not None
+            await written()  # the first reply is out: its directive is acknowledged
+            assert (await bus.client.xpending(bus.inbox(GROUP_ID, AGENT), "adapter"))["pending"] == 0
+    finally:
+        await server.aclose()
