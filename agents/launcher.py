@@ -109,6 +109,8 @@ class Launcher:
         self.options = options
         self.metrics = metrics or LauncherMetrics()
         self.launched = 0
+        self.dead_lettered = 0
+        """Requests this launcher read and could not start (bad, expired, failed too often)."""
         self.running: dict[str, asyncio.subprocess.Process] = {}
         self._requests: dict[str, str] = {}
         """The request each running agent was started for."""
@@ -261,6 +263,8 @@ class Launcher:
         key = (consumer.stream, delivery.entry_id)
         if ack is Ack.ACK:
             self._unacked[key] = (consumer, delivery)
+        elif ack is Ack.DEAD:
+            self.dead_lettered += 1
         await consumer.settle([(delivery, ack, reason)])
         if self._unacked.pop(key, None) is not None:
             self._acknowledged(delivery)

@@ -72,7 +72,12 @@ def _adapter_args(
     "--max-parallel", default=4, show_default=True, type=click.IntRange(min=1), help="Agents running at once."
 )
 @click.option("--name", help="Consumer name of this launcher (default: host and pid).")
-@click.option("--burst", is_flag=True, help="Exit once no request is left and every agent started has ended.")
+@click.option(
+    "--burst",
+    is_flag=True,
+    help="Exit once no request is left and every agent started has ended; exit status 1 if a request it "
+    "read could not be started (dead-lettered).",
+)
 @click.option(
     "--prompt-dir",
     default=".subagent-bus/prompts",
@@ -165,7 +170,7 @@ def launcher(
     )
     metrics = ops.serve(LauncherMetrics)
 
-    async def main() -> int:
+    async def main() -> Launcher:
         client = await connect(settings)
         try:
             keys = await open_namespace(client, settings.namespace, settings.shards)
@@ -181,9 +186,16 @@ def launcher(
             loop = asyncio.get_running_loop()
             for sig in handled_stop_signals():
                 loop.add_signal_handler(sig, signalled, sig)
-            return await launcher.run(stop)
+            await launcher.run(stop)
+            return launcher
         finally:
             await client.aclose()
 
-    launched = run_command(main())
-    log.info("launcher %s: started %d agent(s)", options.name, launched)
+    launcher = run_command(main())
+    log.info("launcher %s: started %d agent(s)", options.name, launcher.launched)
+    if burst and launcher.dead_lettered:
+        log.error(
+            "%d request(s) could not be started and were dead-lettered (`subagent-bus tail --stream dead`)",
+            launcher.dead_lettered,
+        )
+        raise SystemExit(1)

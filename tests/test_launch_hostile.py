@@ -31,7 +31,7 @@ async def test_a_task_too_long_for_prompt_is_dead_lettered_at_once_with_a_hint(
         )
         args = ["launcher", "--command", "echo {prompt}", "--prompt-dir", str(tmp_path / "prompts"),
                 "--log-dir", str(tmp_path / "logs"), "--max-attempts", "3", "--reclaim-ms", "50", "--burst"]  # fmt: skip
-        assert await exited(start(args, redis_url, log), 60) == 0, log.read_text()
+        assert await exited(start(args, redis_url, log), 60) == 1, log.read_text()  # dead-lettered
         tasks = bus.stream(GROUP, StreamKind.TASKS)
         [dead] = await stream_fields(bus.client, dead_stream_for(tasks))
         pending = await bus.client.xpending(tasks, "launchers")
@@ -65,7 +65,7 @@ async def test_a_request_for_an_agent_id_the_adapter_would_refuse_is_dead_letter
         )
         args = ["launcher", "--command", "true {prompt}", "--prompt-dir", str(tmp_path / "prompts"),
                 "--log-dir", str(tmp_path / "logs"), "--burst"]  # fmt: skip
-        assert await exited(start(args, redis_url, log), 60) == 0, log.read_text()
+        assert await exited(start(args, redis_url, log), 60) == 1, log.read_text()  # dead-lettered
         [dead] = await stream_fields(bus.client, dead_stream_for(bus.stream(GROUP, StreamKind.TASKS)))
     assert dead[b"reason"].decode() == reason
     assert not (tmp_path / "logs").exists() or not any((tmp_path / "logs").iterdir())  # nothing started

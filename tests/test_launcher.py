@@ -433,7 +433,7 @@ async def test_requests_that_cannot_start_or_are_not_requests_are_dead_lettered(
             "--log-dir", str(tmp_path / "logs"), "--max-attempts", "2", "--reclaim-ms", "50", "--burst",
         ]  # fmt: skip
         launcher = start(args, redis_url, log)
-        assert await exited(launcher, 60) == 0, log.read_text()
+        assert await exited(launcher, 60) == 1, log.read_text()  # a burst that dead-lettered requests
         dead = await stream_fields(bus.client, dead_stream_for(tasks))
         [info] = await bus.client.xinfo_groups(tasks)
     reasons = sorted(fields[b"reason"].decode() for fields in dead)
@@ -444,6 +444,7 @@ async def test_requests_that_cannot_start_or_are_not_requests_are_dead_lettered(
     assert {int(fields[b"deliveries"]) for fields in dead if b"cannot start" in fields[b"reason"]} == {2}
     assert info["pending"] == 0
     assert log.read_text().count(f"cannot start agent {agent}") == 2  # one warning per attempt
+    assert "3 request(s) could not be started and were dead-lettered" in log.read_text()
 
 
 async def test_a_request_read_after_it_expired_is_dead_lettered_and_not_started(
@@ -460,7 +461,7 @@ async def test_a_request_read_after_it_expired_is_dead_lettered_and_not_started(
         launcher = start(
             launcher_args(tmp_path, template("complete", record=str(record)), "--burst"), redis_url, log
         )
-        assert await exited(launcher, 60) == 0, log.read_text()
+        assert await exited(launcher, 60) == 1, log.read_text()  # one request not started
         tasks = bus.stream(GROUP, StreamKind.TASKS)
         [dead] = await stream_fields(bus.client, dead_stream_for(tasks))
         started = {e.agent_id for e in await bus.of_type(GROUP, T.AGENT_STARTED)}
