@@ -198,7 +198,8 @@ async def _cluster_client(settings: Settings) -> redis.asyncio.RedisCluster:
         await client.aclose()
         if settings.cluster and "not enabled" in str(exc).lower():
             raise ConfigError(
-                f"{settings.display_url()} is not a cluster node (cluster=True was forced)"
+                f"{settings.display_url()} is not a cluster node (a cluster client was asked for: "
+                "--cluster, or Settings(cluster=True))"
             ) from exc
         raise
     except BaseException:
