@@ -130,6 +130,12 @@ class Session:
             raise AgentDone()
         if self.stop.is_set():
             raise DeliveryFailed("the adapter is stopping")
+        if self.last_code is not None and not self._resumable:
+            # Its last AGENT_EXITED said nobody resumes it here: the coordinator starts it again with the
+            # directives of its inbox (or leaves them to whoever starts it), which a turn here would repeat.
+            raise DeliveryFailed(
+                "the agent's turn ended, and this adapter ends with it (no --until-complete)"
+            )
         await self._start(argv, f"run:{self.base}:resume:{directive.envelope.id}", first=False)
 
     async def pipe(self, chunks: Chunks) -> None:

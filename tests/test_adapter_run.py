@@ -18,7 +18,7 @@ from adapter_kit import CLI, Bus, exited, fake, logged, open_bus, run_ok, spawn,
 from agents.adapter import MAX_TASK_CHARS
 from agents.agent_process import start_error
 from bus.directives import AnswerItem, ClarificationResponse, DelegationApproved
-from bus.envelope import EnvelopeType, Kind, new_envelope
+from bus.envelope import Envelope, EnvelopeType, Kind, new_envelope
 from bus.events import AgentExited, AgentStarted, Heartbeat
 from bus.publisher import Publisher
 from bus.signals import BlockerType, StopReason, StopWork
@@ -379,14 +379,19 @@ async def test_an_agent_whose_resume_cannot_start_still_waits_for_its_delegate_w
         assert not idle.exists()
 
 
+async def _answer_waiting(bus: Bus, agent: str) -> tuple[Envelope, str]:
+    """An answer in ``agent``'s inbox before its adapter starts, and a --deliver resume command."""
+    answer = ClarificationResponse(answers=[AnswerItem(question_id="Q1", question="q?", answer="a")])
+    directive = new_envelope(answer, agent_id=agent, group_id=GROUP, source="coordinator")
+    await Publisher(bus.client, bus.keys).send_directive(directive)
+    return directive, f"command:{' '.join(fake('complete', agent_id=agent))}"
+
+
 async def test_a_directive_after_the_completion_starts_no_other_turn(redis_url: str, tmp_path: Path) -> None:
     # e.g. the answer to its second delegation, which arrives after the agent completed
     log = tmp_path / "adapter.log"
     async with open_bus(redis_url) as bus:
-        answer = ClarificationResponse(answers=[AnswerItem(question_id="Q1", question="q?", answer="a")])
-        late = new_envelope(answer, agent_id="r13", group_id=GROUP, source="coordinator")
-        await Publisher(bus.client, bus.keys).send_directive(late)
-        resume = f"command:{' '.join(fake('complete', agent_id='r13'))}"
+        late, resume = await _answer_waiting(bus, "r13")
         steps = fake("sleep:0.5", "complete", agent_id="r13")  # the inbox is read while it works
         adapter = start([*run_args("r13", "--until-complete", "--deliver", resume), *steps], redis_url, log)
         assert await exited(adapter, 30) == 0, log.read_text()
@@ -394,6 +399,25 @@ async def test_a_directive_after_the_completion_starts_no_other_turn(redis_url: 
         pending: Any = await bus.client.xpending(bus.inbox(GROUP, "r13"), "adapter")
         assert pending["pending"] == 0  # acknowledged, not left for a reader that never comes
     assert f"CLARIFICATION_RESPONSE {late.id} not delivered: the agent has completed" in log.read_text()
+
+
+async def test_without_until_complete_a_directive_read_during_the_turn_starts_no_other(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The adapter said in AGENT_EXITED that nobody resumes the agent here: the coordinator starts it
+    again with that directive (or leaves it to whoever starts it); a turn here would be a second one."""
+    log = tmp_path / "adapter.log"
+    async with open_bus(redis_url) as bus:
+        _, resume = await _answer_waiting(bus, "r14")
+        steps = fake("sleep:0.5", agent_id="r14")  # the inbox is read while it works; no completion
+        adapter = start([*run_args("r14", "--deliver", resume), *steps], redis_url, log)
+        assert await exited(adapter, 30) == 0, log.read_text()
+        assert await bus.count(GROUP, T.AGENT_STARTED) == 1, log.read_text()
+        [exit_] = await bus.of_type(GROUP, T.AGENT_EXITED)
+        assert exit_.payload == AgentExited(exit_code=0, completed=False, resumable=False)
+        pending: Any = await bus.client.xpending(bus.inbox(GROUP, "r14"), "adapter")
+        assert pending["pending"] == 1  # not delivered here: pending, as an adapter stopping leaves it
+    assert "this adapter ends with it (no --until-complete)" in log.read_text()
 
 
 @pytest.mark.parametrize("held", ["", ">/dev/null"])  # stdout and stderr, or stderr alone
