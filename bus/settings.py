@@ -88,7 +88,6 @@ _QUERY: Final = frozenset(
 )
 """What redis-py takes from a redis://, rediss:// or unix:// URL's query; anything else it hands to the
 connection as a keyword, which fails at the first command with a TypeError."""
-_SECRET_QUERY = re.compile(r"([?&][^=&#]*password=)[^&#]*", re.IGNORECASE)
 _ENCODE_HINT: Final = " (write / ? # @ % in a user name or password as %2F %3F %23 %40 %25)"
 _HOST_PORT = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]+))(?::(?P<port>[^:]*))?$")
 
@@ -169,13 +168,28 @@ class Settings(BaseModel, extra="forbid", frozen=True):
 def redact(url: str) -> str:
     """``url`` with the password (the part after ``user:`` before ``@``) and the value of every query
     option named ``*password`` (``sentinel_password``, ``ssl_password``) replaced by ``***``."""
-    url = _SECRET_QUERY.sub(r"\1***", url)
+    url = _redacted_query(url)
     scheme, sep, rest = url.partition("://")
     userinfo, at, hosts = rest.rpartition("@")
     if not sep or not at or ":" not in userinfo:
         return url
     user = userinfo.split(":", 1)[0]
     return f"{scheme}://{user}:***@{hosts}"
+
+
+def _redacted_query(url: str) -> str:
+    """``url`` with the value of each query option whose name, decoded as redis-py decodes it
+    (``pass%77ord`` is ``password``), ends in ``password`` replaced by ``***``."""
+    head, mark, query = url.partition("?")
+    if not mark:
+        return url
+    query, hash_, fragment = query.partition("#")
+    pairs = []
+    for pair in query.split("&"):
+        name, equals, _ = pair.partition("=")
+        secret = equals and unquote(name.replace("+", " ")).lower().endswith("password")
+        pairs.append(f"{name}=***" if secret else pair)
+    return f"{head}?{'&'.join(pairs)}{hash_}{fragment}"
 
 
 def check_url(url: str) -> None:

@@ -297,7 +297,11 @@ def test_a_url_with_a_password_is_never_written(tmp_path: Path) -> None:
     assert "export it" in result.output
 
     for n, url in enumerate(
-        ("redis+sentinel://s1:26379/mymaster?sentinel_password=hush", "rediss://h:6379/0?ssl_password=hush")
+        (
+            "redis+sentinel://s1:26379/mymaster?sentinel_password=hush",
+            "rediss://h:6379/0?ssl_password=hush",
+            "redis://h:6379/0?pass%77ord=hush",  # the name decoded, as redis-py decodes it
+        )
     ):
         other = tmp_path / f"other-{n}"
         other.mkdir()

@@ -109,6 +109,10 @@ def test_passwords_are_masked_for_display() -> None:
     assert redact("redis://user:secret@h:1/0") == "redis://user:***@h:1/0"
     assert redact("redis+sentinel://:pw@a:1,b:2/m") == "redis+sentinel://:***@a:1,b:2/m"
     assert redact("redis://h:1/0") == "redis://h:1/0"
+    # a query option's name decoded as redis-py decodes it: pass%77ord is password
+    assert redact("redis://h:1/0?pass%77ord=hunter2&x=1") == "redis://h:1/0?pass%77ord=***&x=1"
+    assert redact("rediss://h/0?ssl%5Fpassword=k#f") == "rediss://h/0?ssl%5Fpassword=***#f"
+    assert redact("redis://h/0?client_name=password") == "redis://h/0?client_name=password"
     with pytest.raises(ConfigError) as info:
         Settings.from_url("redis://u:topsecret@h:bad/0")
     assert "topsecret" not in str(info.value)
