@@ -20,6 +20,7 @@ from bus.display import counted, cut, one_line
 from bus.envelope import EnvelopeType
 from bus.findings import Finding
 from bus.settings import DEFAULT_NAMESPACE
+from bus.signals import QuestionType
 from coordinator.queued import QueuedCommand, listed
 from coordinator.rules import GroupSummary, MergedFinding
 from coordinator.rules.summary import AgentSummary, PendingDelegation, ResumePath
@@ -235,8 +236,10 @@ def _questions(s: GroupSummary, agents: _Ids) -> list[str]:
     for q in (q for q in s.open_questions if not q.answered):
         words = [_arg(q.agent_id), f'{_arg(q.question_id)}="..."']
         command = _suggest("answer", [q.agent_id, q.question_id], words, _group(s, agents, q.agent_id))
-        lines.append(f"question  {one_line(q.agent_id)} {one_line(q.question_id)}: {_cut(q.text)}")
-        lines += _detail("context", q.context)
+        optional = " (optional)" if q.type is QuestionType.OPTIONAL else ""
+        lines.append(f"question  {one_line(q.agent_id)} {one_line(q.question_id)}{optional}: {_cut(q.text)}")
+        lines += _detail("context", q.context) + _detail("options", " | ".join(map(one_line, q.options)))
+        lines += _detail("assumes", q.current_assumption)
         if q.agent_id not in explained:
             explained.add(q.agent_id)
             lines += _detail("reason", q.reason) + _detail("can resume with", q.can_resume_with)

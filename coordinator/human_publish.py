@@ -145,24 +145,37 @@ async def _publish(
         if not held or not wait_s:
             return envelope, None, held
         since = last[0][0] if last else "0-0"
-        return envelope, await _decision(client, events, since, envelope.id, wait_s), True
+        return envelope, await _decision(client, events, since, envelope, wait_s), True
     finally:
         await client.aclose()
 
 
-async def _decision(client: Client, events: str, cursor: Any, cause: str, wait_s: float) -> Decision | None:
-    """The first decision on the events stream after ``cursor`` caused by envelope ``cause`` (it comes
-    within milliseconds from a running coordinator), if one comes within ``wait_s``."""
+async def _decision(
+    client: Client, events: str, cursor: Any, cause: Envelope, wait_s: float
+) -> Decision | None:
+    """The decision on the events stream after ``cursor`` that ``cause`` (a command) made about its own
+    agent (it comes within milliseconds from a running coordinator), if one comes within ``wait_s``.
+
+    A command's decisions are committed together, and a rule may decide a launch first (a delegate, a
+    resume launch): the one printed is the command's own (``answered ...; still blocked``), not that."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         with translated():
-            reply = await client.xread({events: cursor}, count=100, block=500)
+            reply = await client.xread({events: cursor}, count=1000, block=500)
+        found: list[tuple[bool, Decision]] = []
         for entry_id, fields in stream_entries(reply):
             cursor = entry_id
             with contextlib.suppress(DecodeError):
-                payload = decode(fields.get(b"data")).payload
-                if isinstance(payload, Decision) and payload.cause == cause:
-                    return payload
+                decided = decode(fields.get(b"data"))
+                payload = decided.payload
+                if isinstance(payload, Decision) and payload.cause == cause.id:
+                    own = (
+                        decided.agent_id == cause.agent_id
+                        and payload.decision is not DecisionType.LAUNCH_REQUESTED
+                    )
+                    found.append((own, payload))
+        if found:
+            return next((payload for own, payload in found if own), found[0][1])
     return None
 
 

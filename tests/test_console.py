@@ -13,7 +13,7 @@ from bus.display import one_line
 from bus.envelope import EnvelopeType
 from bus.errors import BusError
 from bus.events import AgentStarted
-from bus.signals import StopWork
+from bus.signals import QuestionType, StopWork
 from coordinator.console import inbox_lines, render
 from coordinator.queued import QueuedCommand
 from coordinator.rules import summarize
@@ -155,6 +155,23 @@ def test_the_inbox_shows_what_a_human_needs_to_answer_resolve_or_approve() -> No
         "Refactor auth module (separate work, no conflicts)",
         f"          subagent-bus approve {request}  |  subagent-bus deny {request} --reason ...",
     ]
+
+
+def test_a_question_s_options_assumption_and_optional_type_are_shown() -> None:
+    asked = clarification()
+    first, second = asked.questions
+    choices = first.model_copy(update={"options": ["OAuth2", "JWT", "both"], "current_assumption": "both"})
+    optional = second.model_copy(update={"type": QuestionType.OPTIONAL})
+    feed = Feed()
+    feed.send(asked.model_copy(update={"questions": [choices, optional]}), "bg-task-abc123")
+    lines = inbox_lines([summarize(feed.state)])
+    q1 = _item(lines, "question  bg-task-abc123 Q1")
+    assert q1[2:4] == ["          options: OAuth2 | JWT | both", "          assumes: both"], q1
+    assert _item(lines, "question  bg-task-abc123 Q2")[0].startswith(
+        "question  bg-task-abc123 Q2 (optional): "
+    )
+    [open_question, _] = summarize(feed.state).open_questions
+    assert (open_question.options, open_question.current_assumption) == (("OAuth2", "JWT", "both"), "both")
 
 
 def test_long_texts_in_the_inbox_are_cut_and_absent_ones_leave_no_line() -> None:

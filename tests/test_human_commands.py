@@ -19,12 +19,15 @@ import pytest
 import redis
 
 from bus.connection import connect
-from bus.envelope import new_envelope
+from bus.directives import HumanApprove
+from bus.envelope import encode, new_envelope
 from bus.errors import ConfigError
+from bus.events import Decision, DecisionType
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.publisher import Publisher
 from bus.settings import DEFAULT_NAMESPACE, Settings
 from bus.signals import ClarificationNeeded, DelegateWork, Question
+from coordinator.human_publish import _decision
 from coordinator.policy import Policy
 
 CLI = str(Path(sys.executable).parent / "subagent-bus")
@@ -587,3 +590,27 @@ def test_each_human_command_says_what_becomes_of_it_without_a_coordinator(comman
     text = " ".join(cli("redis://127.0.0.1:1", command, "--help").stdout.split())
     assert "exit status 1 when it rejects the command" in text
     assert "With no coordinator running, the command waits on the bus until one applies it" in text
+
+
+def test_the_decision_printed_for_a_command_is_the_one_about_its_own_agent(redis_url: str) -> None:
+    """A rule may decide a launch first (the delegate an approval starts, a resume launch): the command
+    prints its own decision, which may say that its agent still waits."""
+    command = new_envelope(HumanApprove(request_id="dlg-1"), agent_id="lead", group_id="g", source="human")
+
+    def decided(agent_id: str, decision: DecisionType, detail: str) -> bytes:
+        payload = Decision(decision=decision, detail=detail, cause=command.id)
+        return encode(new_envelope(payload, agent_id=agent_id, group_id="g", source="coordinator"))
+
+    async def scenario() -> Decision | None:
+        client = await connect(Settings.from_url(redis_url))
+        try:
+            await client.xadd(
+                "decisions", {"data": decided("agent-x", DecisionType.LAUNCH_REQUESTED, "launch")}
+            )
+            await client.xadd("decisions", {"data": decided("lead", DecisionType.DELEGATION_APPROVED, "ok")})
+            return await _decision(client, "decisions", "0-0", command, 5)
+        finally:
+            await client.aclose()
+
+    found = asyncio.run(scenario())
+    assert found is not None and (found.decision, found.detail) == (DecisionType.DELEGATION_APPROVED, "ok")

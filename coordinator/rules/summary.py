@@ -8,7 +8,7 @@ from enum import StrEnum
 from bus.events import AgentState
 from bus.fields import Model
 from bus.results import ResultStatus
-from bus.signals import Independence, Priority, StopWork
+from bus.signals import Independence, Priority, QuestionType, StopWork
 from coordinator.rules.verdict import deciding
 from coordinator.state import (
     FINAL_STATES,
@@ -86,6 +86,12 @@ class OpenQuestion(Model):
     """Why the agent asks (the clarification's ``reason``, shared by its questions)."""
     can_resume_with: str | None = None
     """What would unblock the agent (the clarification's ``can_resume_with``)."""
+    type: QuestionType | None = None
+    """``optional``: the agent is resumed without its answer once the others have one."""
+    options: tuple[str, ...] = ()
+    """The answers the agent offers to choose from."""
+    current_assumption: str | None = None
+    """What the agent assumes meanwhile."""
 
 
 class OpenBlocker(Model):
@@ -228,6 +234,9 @@ def _questions(record: AgentRecord) -> list[OpenQuestion]:
             context=q.context,
             reason=asked.reason,
             can_resume_with=asked.can_resume_with,
+            type=q.type,
+            options=tuple(q.options or ()),
+            current_assumption=q.current_assumption,
         )
         for q in asked.questions
     ]
