@@ -105,8 +105,8 @@ async def _status(
         retired = await retired_note(client, keys, group_id) if group_id else None
         if retired:
             return [], [retired]
-        if group_id:
-            return [], [none + await _known(client, keys, group_id)]
+        if group_id:  # its signals may wait for a coordinator: said too
+            return [], [none + await _known(client, keys, group_id) + await no_coordinator_note(client, keys)]
         return [], [none + await no_coordinator_note(client, keys)]
 
     return await read_view(settings, read, ([], [] if as_json else [none]), named=not as_json)
@@ -188,7 +188,7 @@ def inbox(settings: Settings, as_json: bool) -> None:
             found = await load_queued(client, keys, range(keys.shards), human=True, progress=progress.update)
         queued = human_commands(found)
         summaries = await load_summaries(client, keys, None)
-        return summaries, queued, "" if as_json else await no_coordinator_note(client, keys)
+        return summaries, queued, await no_coordinator_note(client, keys)
 
     nothing: tuple[list[GroupSummary], list[QueuedCommand], str] = ([], [], "")
     summaries, queued, note = run_command(read_view(settings, read, nothing))
@@ -215,6 +215,8 @@ def inbox(settings: Settings, as_json: bool) -> None:
         ]
         listed["queued"] = [q.model_dump(mode="json") for q in queued]
         click.echo(pretty_json(listed))
+        if note:  # as `status --json` says it: on stderr, the JSON on stdout
+            click.echo(note.strip(), err=True)
         return
     lines = inbox_lines(summaries, settings.namespace, queued)
     if note and lines == [NOTHING_WAITS]:

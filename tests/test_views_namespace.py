@@ -77,9 +77,14 @@ def test_an_empty_status_says_when_signals_wait_for_a_coordinator(redis_url: str
         "no groups yet in namespace 'typo' (1 signal(s) wait for a coordinator: start one, "
         "`subagent-bus coordinator`)\n"
     )
-    assert run(redis_url, "status", "--group", "g").stdout == "no groups yet named 'g' in namespace 'typo'\n"
     hint = "(1 signal(s) wait for a coordinator: start one, `subagent-bus coordinator`)"
+    assert (
+        run(redis_url, "status", "--group", "g").stdout
+        == f"no groups yet named 'g' in namespace 'typo' {hint}\n"
+    )
     assert run(redis_url, "inbox").stdout == f"nothing waits for a human {hint}\n"
+    as_json = run(redis_url, "inbox", "--json")
+    assert orjson.loads(as_json.stdout)["questions"] == [] and as_json.stderr == f"{hint}\n"
     answer = run(redis_url, "answer", "b", "Q1=yes")
     assert (
         answer.returncode == 1
