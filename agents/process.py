@@ -123,7 +123,7 @@ class Session:
         return await task
 
     async def resume(self, argv: list[str], directive: Directive) -> None:
-        """The runner of a command delivery: start the resume command once no process runs."""
+        """The runner of a command delivery: run the resume command's turn once no process runs."""
         await self.idle.wait()
         self._delegates.directed(directive.envelope)
         if self.bus.completed:
@@ -136,7 +136,10 @@ class Session:
             raise DeliveryFailed(
                 "the agent's turn ended, and this adapter ends with it (no --until-complete)"
             )
-        await self._start(argv, f"run:{self.base}:resume:{directive.envelope.id}", first=False)
+        turn = await self._start(argv, f"run:{self.base}:resume:{directive.envelope.id}", first=False)
+        # Delivered once the turn has ended, not once it started: an adapter killed during it (which
+        # stops the turn, PR_SET_PDEATHSIG) leaves the directive pending, for its next run to deliver.
+        await asyncio.wait({turn})
 
     async def pipe(self, chunks: Chunks) -> None:
         """Take an output that is not a process of ours (stdin) to its end."""

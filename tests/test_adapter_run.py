@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -712,3 +713,31 @@ async def test_adapter_stdin_with_stdin_closed_is_a_usage_error(redis_url: str, 
     args = ["adapter", "stdin", "--agent-id", "r9", "--group", GROUP]
     assert await exited(start(args, redis_url, log, preexec_fn=_closing(0)), 30) == 2
     assert "stdin is closed: pipe the agent's output into it" in log.read_text()
+
+
+async def test_a_directive_whose_resume_turn_a_killed_adapter_cut_short_is_delivered_again(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Acknowledged once its turn ended: killed with -9 during the turn (which then ends too), the
+    adapter's next run delivers it again."""
+    log, record, go = tmp_path / "adapter.log", tmp_path / "resumes", tmp_path / "go"
+    resumed = fake(f"wait-file:{go}", "complete", agent_id="r15", record=record, resumed="{prompt}")
+    args = [*run_args("r15", "--until-complete", "--deliver", f"command:{shlex.join(resumed)}")]
+    args += fake("say:working", agent_id="r15")
+    async with open_bus(redis_url) as bus:
+        await _answer_waiting(bus, "r15")
+        first = start(args, redis_url, log)
+
+        async def resuming() -> bool:
+            return record.exists() and "start" in record.read_text()
+
+        await wait_until(resuming, 30, "the resume turn to start")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        go.touch()
+        second = start(args, redis_url, log)
+        assert await exited(second, 60) == 0, log.read_text()
+        assert await bus.count(GROUP, T.COMPLETION_REPORT) == 1
+        pending: Any = await bus.client.xpending(bus.inbox(GROUP, "r15"), "adapter")
+        assert pending["pending"] == 0
+    assert [line.split()[0] for line in record.read_text().splitlines()] == ["start", "start", "end"]
