@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from agents.jsonl_reader import JsonlReader
+from agents.jsonl_reader import JsonlReader, session_id_of
 
 __all__ = ["CodexReader"]
 
@@ -40,8 +40,7 @@ class CodexReader(JsonlReader):
     def _entry(self, entry: dict[str, Any], line: int, offset: int) -> None:
         kind = entry.get("type")
         if kind == "thread.started" and self.session_id is None:
-            thread = entry.get("thread_id")
-            self.session_id = thread if isinstance(thread, str) and thread else None
+            self.session_id = session_id_of(entry.get("thread_id"))
         if kind == "turn.failed":
             error = entry.get("error")
             message = error.get("message") if isinstance(error, dict) else None

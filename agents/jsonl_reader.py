@@ -11,6 +11,7 @@ exactly what a reading of the whole output yields from there.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
 
 import orjson
@@ -21,10 +22,28 @@ from agents.transcript_format import BOM, replaced
 from bus.display import cut
 from bus.fields import Model
 
-__all__ = ["DEFAULT_MAX_LINE_BYTES", "MAX_FAILURE_CHARS", "AssistantText", "JsonlReader", "Read"]
+__all__ = [
+    "DEFAULT_MAX_LINE_BYTES",
+    "MAX_FAILURE_CHARS",
+    "AssistantText",
+    "JsonlReader",
+    "Read",
+    "session_id_of",
+]
 
 DEFAULT_MAX_LINE_BYTES: Final = 16 << 20
 """JSONL lines longer than this are skipped with an error (a line holds one message)."""
+_SESSION_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+"""What a session or thread id an output names may be (a UUID, ``thread_...``): it goes into a resume
+command (``--resume {session_id}``), where one that starts with ``-``, or holds spaces or control
+characters, would be read as an option the agent's output chose."""
+
+
+def session_id_of(value: object) -> str | None:
+    """``value`` as a session id; None for anything else (see :data:`_SESSION_ID`)."""
+    return value if isinstance(value, str) and _SESSION_ID.fullmatch(value) else None
+
+
 MAX_FAILURE_CHARS: Final = 4000
 """What a program says of a failed turn is cut to this many characters: a server's error may quote a
 whole response."""

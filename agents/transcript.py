@@ -38,7 +38,7 @@ from typing import Any, Final
 
 from agents.codex_output import CodexReader
 from agents.items import TurnFailedItem, UnreadReportItem
-from agents.jsonl_reader import DEFAULT_MAX_LINE_BYTES, AssistantText, JsonlReader, Read
+from agents.jsonl_reader import DEFAULT_MAX_LINE_BYTES, AssistantText, JsonlReader, Read, session_id_of
 from agents.parser import DEFAULT_MAX_BLOCK_BYTES, ErrorItem, Found, Item, Parser
 from agents.transcript_format import LINE_FORMATS, Detector, Format, detect_format
 from agents.unread import UnreadReports
@@ -71,8 +71,7 @@ class TranscriptReader(JsonlReader):
 
     def _entry(self, entry: dict[str, Any], line: int, offset: int) -> None:
         if self.session_id is None:
-            session = entry.get("sessionId", entry.get("session_id"))
-            self.session_id = session if isinstance(session, str) else None
+            self.session_id = session_id_of(entry.get("sessionId", entry.get("session_id")))
         if self.agent_id is None and isinstance(entry.get("agentId"), str):
             self.agent_id = entry["agentId"]
         kind = entry.get("type")

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agents.codex_output import CodexReader
 from agents.items import TurnFailedItem
 from agents.jsonl_reader import MAX_FAILURE_CHARS
 from agents.parser import ErrorItem, Found, Item, ResultItem, SignalItem, parse_text
@@ -220,6 +221,20 @@ def test_string_content_and_other_entry_types() -> None:
     assert isinstance(error, ErrorItem)
     assert error.message == "JSONL line 3: assistant message without content"
     assert parser.session_id is None
+
+
+@pytest.mark.parametrize("hostile", ["--dangerously-skip-permissions", "a b", "x\ny", "", "é", "x" * 129])
+def test_a_session_id_a_resume_command_could_take_for_an_option_is_none(hostile: str) -> None:
+    """It goes into `--resume {session_id}`: the agent's output must not choose its next turn's options."""
+    first = {"type": "result", "subtype": "success", "is_error": False, "result": "ok", "session_id": hostile}
+    reader = TranscriptReader()
+    reader.feed(orjson.dumps(first) + b"\n")
+    assert reader.session_id is None
+    codex = CodexReader()
+    codex.feed(orjson.dumps({"type": "thread.started", "thread_id": hostile}) + b"\n")
+    assert codex.session_id is None
+    reader.feed(orjson.dumps({**first, "session_id": "7c1e9a52-4b3d-4f0e"}) + b"\n")  # the next, valid
+    assert reader.session_id == "7c1e9a52-4b3d-4f0e"
 
 
 def test_the_reader_yields_assistant_texts() -> None:
