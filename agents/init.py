@@ -30,6 +30,7 @@ new files are written first, then each replaces its old one.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import json
 import os
 import shlex
@@ -46,6 +47,7 @@ import click
 from agents.init_merge import (
     URL_VARIABLE,
     Conflict,
+    kept_url,
     merge_gitignore,
     merge_hooks,
     merge_mcp,
@@ -162,6 +164,14 @@ Merge = Callable[[str | None], tuple[str | None, str]]
 """A file's current text (None: missing) to its new text (None: unchanged) and what was done."""
 
 
+def _readable(directory: Path, relative: str) -> str | None:
+    """The text of a file init edits, None if it is missing or cannot be read (then its merge says why)."""
+    with contextlib.suppress(Conflict):
+        raw = _read(_inside(directory, Path(relative)))
+        return None if raw is None else _text(raw)
+    return None
+
+
 def plan(directory: Path, agent: AgentKind, url: str | None, force: bool) -> list[Change]:
     """What init would write, file by file; :class:`Conflict` lists every file it must not touch."""
     section = protocol_section()
@@ -169,12 +179,17 @@ def plan(directory: Path, agent: AgentKind, url: str | None, force: bool) -> lis
         (Path("AGENTS.md"), lambda text: merge_section(text, section, force))
     ]
     if agent is AgentKind.CLAUDE_CODE:
+        mcp_url, hook_url = url, url
+        if url is None:  # a file of the two that is missing gets the URL an earlier run wrote in the other
+            mcp, hooks = (_readable(directory, name) for name in (".mcp.json", ".claude/settings.json"))
+            kept = kept_url(mcp, hooks)
+            mcp_url, hook_url = (kept if text is None else None for text in (mcp, hooks))
         targets = [
-            (Path(".mcp.json"), lambda text: merge_mcp(text, server_entry(url), force)),
+            (Path(".mcp.json"), lambda text: merge_mcp(text, server_entry(mcp_url), force)),
             (Path("CLAUDE.md"), lambda text: merge_section(text, section, force)),
             (
                 Path(".claude/settings.json"),
-                lambda text: merge_hooks(text, hook_entry(url), force, url_given=url is not None),
+                lambda text: merge_hooks(text, hook_entry(hook_url), force, url_given=url is not None),
             ),
         ]
     targets.append((Path(".gitignore"), merge_gitignore))

@@ -26,6 +26,7 @@ __all__ = [
     "SERVER_NAME",
     "URL_VARIABLE",
     "Conflict",
+    "kept_url",
     "merge_gitignore",
     "merge_hooks",
     "merge_mcp",
@@ -161,6 +162,24 @@ def _hook_without_url(groups: Any) -> Any:
             if isinstance(hook, dict) and isinstance(hook.get("command"), str):
                 hook["command"] = _command_without_url(hook["command"])
     return plain
+
+
+def kept_url(mcp: str | None, settings: str | None) -> str | None:
+    """The URL an earlier run wrote into ``.mcp.json`` (a URL, not a reference to the environment) or
+    else into the hook of ``.claude/settings.json``: a run without --url writes it into the other file
+    too, should that one be missing, so that the hook's adapters publish where the MCP server reads."""
+    with contextlib.suppress(Conflict):
+        server = _json_object(mcp, "MCP servers").get("mcpServers", {})
+        env = server.get(SERVER_NAME, {}).get("env") if isinstance(server, dict) else None
+        url = env.get(URL_VARIABLE) if isinstance(env, dict) else None
+        if isinstance(url, str) and not url.startswith("${"):
+            return url
+    with contextlib.suppress(Conflict):
+        hooks = _json_object(settings, "settings").get("hooks", {})
+        groups = hooks.get("PostToolUse") if isinstance(hooks, dict) else None
+        if isinstance(groups, list):
+            return _hook_url([group for group in groups if _ours(group)])
+    return None
 
 
 def _hook_url(groups: list[Any]) -> str | None:

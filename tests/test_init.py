@@ -345,6 +345,19 @@ def test_a_run_without_url_keeps_the_url_an_earlier_run_wrote(tmp_path: Path) ->
         assert hooks == [hook_entry("redis://elsewhere:6379/0")]
 
 
+@pytest.mark.parametrize("lost", [".claude/settings.json", ".mcp.json"])
+def test_a_file_lost_since_a_run_with_url_gets_the_url_the_other_kept(tmp_path: Path, lost: str) -> None:
+    """Else the hook's adapters would publish to the local Redis while the MCP server reads the URL's
+    (a fresh clone of a repository that commits one of the two files)."""
+    url = "redis://10.0.0.5:6379/0"
+    assert run_init(tmp_path, "--url", url).exit_code == 0
+    (tmp_path / lost).unlink()
+    again = run_init(tmp_path)
+    assert again.exit_code == 0, again.output
+    assert load(tmp_path / ".mcp.json")["mcpServers"]["subagent-bus"] == server_entry(url)
+    assert load(tmp_path / ".claude/settings.json")["hooks"]["PostToolUse"] == [hook_entry(url)]
+
+
 def test_force_without_url_replaces_hand_edits_but_keeps_the_url_an_earlier_run_wrote(tmp_path: Path) -> None:
     """Else the MCP server would read the local Redis and the hook's adapters publish to the URL's."""
     for url, _, directory in initialized_with_urls(tmp_path):
