@@ -67,11 +67,13 @@ def _start_local_server(directory: Path) -> str:
             f"{said[-300:] or log_tail(directory / 'server.log')}"
         )
     url = f"redis://127.0.0.1:{port}/0"
-    wait_for_ping(url, 15.0, None, directory / "server.log", pidfile)
+    # Written before the wait for its first reply: a command interrupted meanwhile (Ctrl-C), or one that
+    # gave up while the server loaded a large append-only file, leaves the server reachable by the next.
     state = directory / _STATE_FILE
     partial = state.with_suffix(".tmp")  # renamed into place: a reader never sees half of it
     partial.write_bytes(orjson.dumps({"url": url, "port": port}))
     partial.replace(state)
+    wait_for_ping(url, 15.0, None, directory / "server.log", pidfile)
     return url
 
 
@@ -166,7 +168,7 @@ def _running_url(directory: Path) -> str | None:
     try:
         info = client.info("server")
         # The port may have been taken by some other server since: only reuse our own.
-        same_dir = Path(str(client.config_get("dir").get("dir", ""))).resolve() == directory
+        same_dir = _same_directory(str(client.config_get("dir").get("dir", "")), directory)
         return url if same_dir and info else None
     except redis.TimeoutError:
         if _server_pid(directory) is None:
@@ -180,6 +182,14 @@ def _running_url(directory: Path) -> str | None:
         return None
     finally:
         client.close()
+
+
+def _same_directory(reported: str, directory: Path) -> bool:
+    """Whether the server's ``CONFIG GET dir`` names ``directory``; redis-py decodes the reply with
+    ``errors="replace"``, so a path that is not UTF-8 is compared as it decodes it."""
+    return (
+        reported == os.fsencode(directory).decode(errors="replace") or Path(reported).resolve() == directory
+    )
 
 
 _PROBE_TIMEOUT_S = 5.0

@@ -7,12 +7,14 @@ import shutil
 import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import redis
 from adapter_kit import CLI
 
+from bus import local_server
 from bus.embedded import RedisCluster, RedisProcess
 from bus.errors import EmbeddedRedisError
 from bus.local_server import ensure_local_server, stop_local_server
@@ -175,3 +177,35 @@ def test_cluster_serves_every_slot(redis_cluster: RedisCluster, cluster_url: str
         client.set(f"{{k{i}}}x", i)
     assert sorted(int(client.get(f"{{k{i}}}x") or 0) for i in range(30)) == list(range(30))
     client.close()
+
+
+def test_a_start_interrupted_before_the_server_answered_leaves_it_reachable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while the first command waits for its new server's first reply: the next command uses it."""
+
+    def interrupted(url: str, seconds: float, process: object, log: Path, pidfile: Path) -> None:
+        deadline = time.monotonic() + 10
+        while not pidfile.exists() and time.monotonic() < deadline:  # the daemon has forked and written it
+            time.sleep(0.01)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(local_server, "wait_for_ping", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            ensure_local_server(tmp_path / "data")
+    try:
+        client = redis.Redis.from_url(ensure_local_server(tmp_path / "data"))
+        assert client.ping()
+        client.close()
+    finally:
+        assert stop_local_server(tmp_path / "data")
+
+
+def test_a_data_directory_whose_path_is_not_utf_8_is_its_server_s(tmp_path: Path) -> None:
+    directory = tmp_path / os.fsdecode(b"lat\xe9n")
+    url = ensure_local_server(directory)
+    try:
+        assert ensure_local_server(directory) == url  # not taken for another directory's server
+    finally:
+        assert stop_local_server(directory)
