@@ -44,6 +44,7 @@ __all__ = [
     "project",
     "projected",
     "queued_before",
+    "with_window",
 ]
 
 Report = Callable[[str], None]
@@ -187,7 +188,7 @@ async def projected(
     ``load`` reads the committed groups. It is called once the queue is read: an entry a coordinator
     commits meanwhile is then in both, not in neither (read the other way round, the command would be
     checked against a state without it). The queued entries' groups are read again, each with the ids
-    it applied (:func:`_with_window`), which :func:`~coordinator.rules.apply` drops as duplicates: those
+    it applied (:func:`with_window`), which :func:`~coordinator.rules.apply` drops as duplicates: those
     committed meanwhile, and those an adapter that died between its publish and its checkpoint published
     again (a coordinator drops them too).
 
@@ -200,7 +201,7 @@ async def projected(
     known = {g.group_id: g for g in await load()}
     queued_ids = {q.envelope.group_id for q in queued if q.envelope.type is not EnvelopeType.TICK}
     for gid in sorted(g for g in queued_ids if group_id in (None, g)):  # the shard's others are not asked
-        state = await _with_window(client, keys, gid)
+        state = await with_window(client, keys, gid)
         if state is None:
             known.pop(gid, None)  # retired meanwhile
         else:
@@ -222,7 +223,7 @@ async def projected(
     return states, sorted(counted, key=lambda q: entry_order(q.entry_id))
 
 
-async def _with_window(client: Client, keys: Keys, group_id: str) -> GroupState | None:
+async def with_window(client: Client, keys: Keys, group_id: str) -> GroupState | None:
     """A group's committed state (None: there is none) with its window of applied ids, both as one
     commit left them. A commit changes them in one script, which a reader may not run (the observer and
     human roles have no EVAL, nor MULTI): the window's last id, read before the state and again after,

@@ -30,8 +30,8 @@ from coordinator.console import (
     unresolved_blockers,
 )
 from coordinator.policy import Policy
-from coordinator.queued import QueuedCommand, human_commands, load_queued
-from coordinator.rules import GroupSummary
+from coordinator.queued import QueuedCommand, human_commands, load_queued, with_window
+from coordinator.rules import GroupSummary, summarize
 from coordinator.view import (
     group_ids,
     load_summaries,
@@ -188,6 +188,8 @@ def inbox(settings: Settings, as_json: bool) -> None:
             found = await load_queued(client, keys, range(keys.shards), human=True, progress=progress.update)
         queued = human_commands(found)
         summaries = await load_summaries(client, keys, None)
+        if queued:
+            summaries, queued = await _settled(client, keys, summaries, queued)
         return summaries, queued, await no_coordinator_note(client, keys)
 
     nothing: tuple[list[GroupSummary], list[QueuedCommand], str] = ([], [], "")
@@ -224,6 +226,27 @@ def inbox(settings: Settings, as_json: bool) -> None:
     elif note:
         lines.append(note.strip())
     click.echo("\n".join(lines))
+
+
+async def _settled(
+    client: Client, keys: Keys, summaries: list[GroupSummary], queued: list[QueuedCommand]
+) -> tuple[list[GroupSummary], list[QueuedCommand]]:
+    """``summaries`` and ``queued`` without the commands a coordinator applied between the two reads: the
+    state of each group a command is queued for is read again with its window of applied ids, as one
+    commit left them, and a command in that window is applied, its item as that state shows it."""
+    fresh: dict[str, GroupSummary] = {}
+    applied: set[str] = set()
+    counts = {s.group_id: s.findings for s in summaries}
+    for group_id in sorted({q.group_id for q in queued}):
+        state = await with_window(client, keys, group_id)
+        if state is not None:
+            fresh[group_id] = summarize(state, findings=counts.get(group_id, 0))
+            applied |= {q.id for q in queued if q.group_id == group_id and q.id in state.window}
+    known = {s.group_id for s in summaries}
+    summaries = [fresh.get(s.group_id, s) for s in summaries] + [
+        summary for group_id, summary in sorted(fresh.items()) if group_id not in known
+    ]
+    return summaries, [q for q in queued if q.id not in applied]
 
 
 async def _known(client: Client, keys: Keys, group_id: str) -> str:

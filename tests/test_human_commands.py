@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import pytest
 import redis
+from click.testing import CliRunner
 
 from bus.connection import connect
 from bus.directives import HumanApprove
@@ -27,8 +28,10 @@ from bus.keys import Keys, StreamKind, open_namespace
 from bus.publisher import Publisher
 from bus.settings import DEFAULT_NAMESPACE, Settings
 from bus.signals import ClarificationNeeded, DelegateWork, Question
+from coordinator import views_cli
 from coordinator.human_publish import _decision
 from coordinator.policy import Policy
+from coordinator.view import load_summaries
 
 CLI = str(Path(sys.executable).parent / "subagent-bus")
 
@@ -614,3 +617,24 @@ def test_the_decision_printed_for_a_command_is_the_one_about_its_own_agent(redis
 
     found = asyncio.run(scenario())
     assert found is not None and (found.decision, found.detail) == (DecisionType.DELEGATION_APPROVED, "ok")
+
+
+def test_a_command_applied_while_inbox_reads_is_shown_applied_not_queued(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queue is read first, the states after it: a coordinator that applies the command in between
+    leaves it in the first read, and the states say what became of it."""
+    agent_says(redis_url, "racer", "g-race", clarify("racer"))
+    coordinate(redis_url)
+    ok(redis_url, "answer", "racer", "Q1=JWT")  # queued: no coordinator runs
+    real = load_summaries
+
+    async def applied_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.to_thread(coordinate, redis_url)
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(views_cli, "load_summaries", applied_meanwhile)
+    monkeypatch.setenv("SUBAGENT_BUS_REDIS_URL", redis_url)
+    shown = CliRunner().invoke(views_cli.inbox, [])
+    assert shown.exit_code == 0, shown.output
+    assert "queued" not in shown.output and "racer" not in shown.output, shown.output
