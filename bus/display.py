@@ -75,6 +75,8 @@ def _dead_line(item: Item, raw: bytes | None, *, as_json: bool) -> bytes | str:
             # orjson reads JSON nested deeper than it, or pydantic, writes: text then (checked one level
             # down, where the line's object holds it)
             json_bytes([data])
+            if raw is not None:  # as stored, on one line: a number orjson reads as a float stays exact
+                data = orjson.Fragment(raw.replace(b"\r", b" ").replace(b"\n", b" "))
         except (orjson.JSONDecodeError, pydantic_core.PydanticSerializationError):
             assert raw is not None
             data = raw.decode(errors="replace")

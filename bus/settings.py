@@ -206,8 +206,15 @@ def check_url(url: str) -> None:
     if scheme.endswith("+sentinel"):
         parse_sentinel_url(url)
     elif scheme == "unix":
-        if not urlsplit(url).path:
+        parts = urlsplit(url)
+        if not parts.path:
             raise ValueError(f"{redact(url)!r} names no socket path (unix:///path/to/redis.sock)")
+        host = parts.netloc.rpartition("@")[2]
+        if host:  # redis-py would connect to the path after it, without a word: unix://tmp/r.sock is /r.sock
+            raise ValueError(
+                f"{redact(url)!r}: {host!r} is taken for a host, not the start of the socket's path; "
+                f"write the path after three slashes (unix:///{host}{parts.path})"
+            )
         _check_query(url, tls=False)
     else:
         _check_tcp(url)

@@ -60,6 +60,10 @@ def test_unknown_keyword_is_a_config_error_naming_it() -> None:
         ("redis://h:70000/0", "invalid port"),
         ("redis://h:6379/zero", "database number"),
         ("unix://", "no socket path"),
+        (
+            "unix://tmp/r.sock",
+            "'tmp' is taken for a host, not the start of the socket's path; write the path after",
+        ),
         ("redis+sentinel://h1:1,h2:x/master", "not a port number"),
         ("redis+sentinel://h1:26379", "/master-name"),
         ("redis+sentinel://h1/master/db", "not a number"),

@@ -342,13 +342,7 @@ def test_a_dead_letter_of_json_nested_deeper_than_json_is_written_shows_as_text(
     # orjson reads arrays nested up to 1024 deep but writes 255 at most, the line's object counted:
     # such data was a crash
     deep = b"[" * depth + b"]" * depth
-    fields = dead_letter_fields(stream="s", entry_id="1-0", raw=deep, reason="invalid envelope", deliveries=1)
-    _publish(redis_url, [])  # creates the namespace
-    raw = redis.Redis.from_url(redis_url)
-    raw.xadd(f"{{tl:{Keys('tl', 4).shard_of('alpha')}}}:dead", fields)  # type: ignore[arg-type]
-    raw.close()
-    result = _tail(redis_url, "--stream", "dead", "--from", "0", "--count", "1", "--json")
-    assert result.exit_code == 0, result.output
+    result = _dead_letter_json(redis_url, deep)
     shown = orjson.loads(result.stdout)
     assert shown["data"] == deep.decode() and "data_base64" not in shown
 
@@ -358,3 +352,22 @@ def test_a_from_that_is_no_stream_id_is_a_usage_error(redis_url: str, start: str
     result = _tail(redis_url, "--from", start)
     assert result.exit_code == 2
     assert f"'{start}' is not 0, $, MS or MS-SEQ (each number below 2^64)" in result.output
+
+
+def test_a_dead_letter_s_json_is_shown_as_stored(redis_url: str) -> None:
+    """An integer wider than 64 bits in it stays the number it was, line breaks between its tokens go."""
+    data = b'{"type": "PROGRESS",\n "big": 123456789012345678901234567890}'
+    [line] = _dead_letter_json(redis_url, data).stdout.splitlines()
+    assert json.loads(line)["data"] == {"type": "PROGRESS", "big": 123456789012345678901234567890}
+
+
+def _dead_letter_json(redis_url: str, data: bytes) -> Result:
+    """``tail --stream dead --json`` of one dead letter whose data is ``data``."""
+    fields = dead_letter_fields(stream="s", entry_id="1-0", raw=data, reason="invalid envelope", deliveries=1)
+    _publish(redis_url, [])  # creates the namespace
+    raw = redis.Redis.from_url(redis_url)
+    raw.xadd(f"{{tl:{Keys('tl', 4).shard_of('alpha')}}}:dead", fields)  # type: ignore[arg-type]
+    raw.close()
+    result = _tail(redis_url, "--stream", "dead", "--from", "0", "--count", "1", "--json")
+    assert result.exit_code == 0, result.output
+    return result
