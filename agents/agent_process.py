@@ -88,8 +88,13 @@ async def stop_agent(
         if readers:
             await asyncio.wait(readers, timeout=_READ_ON_S)
     finally:
-        for reader in readers:
+        unread = [reader for reader in readers if not reader.done()]
+        for reader in unread:
             reader.cancel()
+        if unread and process.returncode is not None:
+            # A process it started holds its output open: our ends of the pipes are closed now, in this
+            # loop, not whenever that process ends (or the transport is collected after the loop closed).
+            process._transport.close()  # type: ignore[attr-defined]
 
 
 async def _exited(process: asyncio.subprocess.Process, within: float) -> bool:

@@ -40,6 +40,8 @@ async def test_a_killed_agent_whose_output_a_process_it_started_holds_open_is_no
         assert process.returncode == -signal.SIGKILL
         assert warnings == ["the agent did not exit within 0.5s of SIGTERM: killed"]
         assert bytes(read) == b"saving\n"  # what it printed as it was being stopped was read
+        await asyncio.sleep(0)  # the pipes' closing is one loop round away
+        assert stdout.at_eof()  # our ends closed, in this loop: not left to be collected after it closed
     finally:
         if process.returncode is None:
             process.kill()
