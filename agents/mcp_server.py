@@ -20,6 +20,7 @@ the coordinator keeps it: the JSON of field ``a:<agent_id>`` of the hash ``{ns:s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import sys
 import uuid
@@ -248,10 +249,8 @@ class ProtocolServer:
         every = max(self.claim_idle_ms / 4000, 0.01)
         for _ in range(int(ABANDONED_MS / 1000 / every)):
             await asyncio.sleep(every)
-            try:
+            with contextlib.suppress(BusError):  # the next try may do; a stale entry is delivered again
                 await listener.consumer.hold(received.delivery)
-            except BusError:  # the next try may do; an entry left stale is delivered again, not lost
-                continue
 
     def _writing(self, reply: Reply | None) -> After | None:
         """A line goes out on stdout: when it is the reply that carries a directive, what acknowledges

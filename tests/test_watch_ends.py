@@ -63,6 +63,13 @@ async def has(redis_url: str, type_: EnvelopeType, n: int = 1) -> bool:
         return await reader.has(GROUP, type_, n)
 
 
+def running_agent(tmp_path: Path, agent_id: str) -> tuple[Path, subprocess.Popen[bytes]]:
+    """An agent's output file with its first progress, and a process standing for the agent (``--pid``)."""
+    out = tmp_path / "agent.out"
+    out.write_text(PROGRESS.format(agent_id, 10))
+    return out, spawn(["sleep", "60"])
+
+
 def ended(agent: subprocess.Popen[bytes]) -> None:
     agent.kill()
     agent.wait()
@@ -71,9 +78,7 @@ def ended(agent: subprocess.Popen[bytes]) -> None:
 async def test_what_the_agent_wrote_just_before_its_process_ended_is_read(
     redis_url: str, tmp_path: Path
 ) -> None:
-    out = tmp_path / "agent.out"
-    out.write_text(PROGRESS.format("e1", 10))
-    agent = spawn(["sleep", "60"])
+    out, agent = running_agent(tmp_path, "e1")
 
     def last_words() -> None:  # after the adapter's last read, before it sees the process ended
         with out.open("a") as stream:
@@ -115,9 +120,7 @@ async def test_a_report_that_ends_a_file_rotated_or_truncated_is_published(
 async def test_a_file_renamed_while_the_adapter_was_away_and_not_replaced_is_read_on(
     redis_url: str, tmp_path: Path
 ) -> None:
-    out = tmp_path / "agent.out"
-    out.write_text(PROGRESS.format("e3", 10))
-    agent = spawn(["sleep", "60"])
+    out, agent = running_agent(tmp_path, "e3")
     options = WatchOptions(path=out, poll_s=0.01, pid=agent.pid)
     try:
         async with watching(redis_url, "e3", options):
