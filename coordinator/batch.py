@@ -21,7 +21,7 @@ from bus.display import field_names
 from bus.envelope import WIRE_UTC, Envelope, EnvelopeType, decode
 from bus.errors import DecodeError
 from bus.events import Tick
-from bus.keys import Keys, StreamKind
+from bus.keys import ConsumerGroup, Keys, StreamKind
 from coordinator.commit import Commit
 from coordinator.policy import Policy
 from coordinator.rules import Emit, Outcome, Target, apply
@@ -36,6 +36,7 @@ __all__ = ["Batch", "Entry", "Fields", "entries_of", "target_streams", "tick_ref
 log = logging.getLogger("subagent_bus.coordinator")
 
 _NO_AGENTS: Final = frozenset[str]()
+_INBOX_GROUP: Final = ConsumerGroup.ADAPTER.value
 
 
 class Fields(tuple[bytes, ...]):
@@ -319,4 +320,6 @@ class Batch:
         for emit in outcome.emits:
             key = self.targets.get(emit.target) or self.keys.inbox(self.shard, emit.agent_id)
             self.commit.xadd_data(key, emit.data)
+        for agent_id, envelope_ids in outcome.superseded:
+            self.commit.ack_unread(self.keys.inbox(self.shard, agent_id), _INBOX_GROUP, envelope_ids)
         self.emitted += outcome.emits

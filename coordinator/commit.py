@@ -12,8 +12,9 @@ A batch is committed by one Lua script, so either all of it happens or none of i
    waiting in some other consumer's pending list), so entries are applied in stream order and an
    entry is never applied twice;
 4. the new group states (or, for a retired group, the deletion of its state), the emitted stream entries
-   (events, inbox directives, launch requests, findings, dead letters) and the XACK of the batch are
-   written, and the lease is extended.
+   (events, inbox directives, launch requests, findings, dead letters), the acknowledgement of inbox
+   directives a new session's prompt carries instead, and the XACK of the batch are written, and the
+   lease is extended.
 
 Redis does not undo what a script wrote before one of its commands failed, so before its first write the
 script checks that every key it writes holds the type of its write (or nothing), that a stream it adds to
@@ -34,6 +35,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
+
+import orjson
 
 from bus.errors import CommandFailed
 
@@ -74,13 +77,53 @@ local function span(i)
   if op == 'L' then return 4 + tonumber(ops[i + 2]) end
   if op == 'H' then return 4 end
   if op == 'K' then return 2 end
+  if op == 'A' then return 4 + tonumber(ops[i + 3]) end
   return 3
+end
+-- 'A': directives of an inbox the rules carry on themselves (in a new session's prompt), acknowledged
+-- there unread: pending ones, and new ones at the head of what the group has not read yet
+local function carried(fields, first, last)
+  for j = 1, #fields, 2 do
+    if fields[j] == 'data' then
+      for p = first, last do
+        if string.sub(fields[j + 1], 1, #ops[p]) == ops[p] then return true end
+      end
+      return false
+    end
+  end
+  return false
+end
+local function ack_unread(key, group, first, last)
+  if redis.call('EXISTS', key) == 0 then return end
+  local read
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', key)) do
+    local name, delivered
+    for j = 1, #g, 2 do
+      if g[j] == 'name' then name = g[j + 1] elseif g[j] == 'last-delivered-id' then delivered = g[j + 1] end
+    end
+    if name == group then read = delivered end
+  end
+  if read == nil then
+    redis.call('XGROUP', 'CREATE', key, group, '0')
+    read = '0-0'
+  end
+  for _, row in ipairs(redis.call('XPENDING', key, group, '-', '+', 1000)) do
+    local entry = redis.call('XRANGE', key, row[1], row[1])[1]
+    if entry and carried(entry[2], first, last) then redis.call('XACK', key, group, row[1]) end
+  end
+  while true do
+    local entry = redis.call('XRANGE', key, '(' .. read, '+', 'COUNT', 1)[1]
+    if entry == nil or not carried(entry[2], first, last) then break end
+    redis.call('XREADGROUP', 'GROUP', group, group, 'COUNT', 1, 'STREAMS', key, '>')
+    redis.call('XACK', key, group, entry[1])
+    read = entry[1]
+  end
 end
 -- Redis keeps what a script wrote before a command of it failed: every write must be known to succeed
 -- before the first, or the batch, applied again, would write its first entries twice.
-local types = {X = 'stream', H = 'hash', D = 'hash', S = 'set', R = 'set', L = 'list'}
+local types = {X = 'stream', H = 'hash', D = 'hash', S = 'set', R = 'set', L = 'list', A = 'stream'}
 local probes = {X = {'XADD', '*', 'f', 'v'}, H = {'HSET', 'f', 'v'}, D = {'HDEL', 'f'}, S = {'SADD', 'm'},
-                R = {'SREM', 'm'}, L = {'RPUSH', 'v'}, K = {'DEL'}}
+                R = {'SREM', 'm'}, L = {'RPUSH', 'v'}, K = {'DEL'}, A = {'XACK', 'g', '0-1'}}
 local refused = 'nothing of the batch was written'
 local role = refused .. ' (an ACL user made by `subagent-bus acl` for an earlier version lacks it: ' ..
   'apply the rules of this one)'
@@ -116,6 +159,14 @@ while i <= #ops do
     if redis.acl_check_cmd and not redis.acl_check_cmd(probe[1], key, unpack(probe, 2)) then
       return redis.error_reply('NOPERM this user may not ' .. probe[1] .. ' ' .. key .. ': ' .. role)
     end
+    if op == 'A' and redis.acl_check_cmd then
+      for _, c in ipairs({{'XINFO', 'GROUPS', key}, {'XGROUP', 'CREATE', key, 'g', '0'}, {'XPENDING', key, 'g'},
+                          {'XRANGE', key, '-', '+'}, {'XREADGROUP', 'GROUP', 'g', 'c', 'STREAMS', key, '>'}}) do
+        if not redis.acl_check_cmd(unpack(c)) then
+          return redis.error_reply('NOPERM this user may not ' .. c[1] .. ' ' .. key .. ': ' .. role)
+        end
+      end
+    end
   end
   i = i + span(i)
 end
@@ -137,6 +188,8 @@ while i <= #ops do
     redis.call('SREM', KEYS[tonumber(ops[i + 1])], ops[i + 2])
   elseif op == 'K' then
     redis.call('DEL', KEYS[tonumber(ops[i + 1])])
+  elseif op == 'A' then
+    ack_unread(KEYS[tonumber(ops[i + 1])], ops[i + 2], i + 4, i + 3 + tonumber(ops[i + 3]))
   else
     local key, count, keep = KEYS[tonumber(ops[i + 1])], tonumber(ops[i + 2]), tonumber(ops[i + 3])
     sliced('RPUSH', key, nil, ops, i + 4, i + 3 + count)
@@ -182,7 +235,7 @@ def _item(value: bytes | str) -> bytes:
     return _HEADER.pack(_STR32, len(data)) + data
 
 
-_X, _H, _D, _S, _R, _K, _L = (_item(op) for op in "XHDSRKL")
+_X, _H, _D, _S, _R, _K, _L, _A = (_item(op) for op in "XHDSRKLA")
 _TWO, _DATA = _item("2"), _item("data")
 
 
@@ -249,6 +302,13 @@ class Commit:
         pack = _HEADER.pack  # for every id of a group's window the batch adds
         items = [pack(_STR32, len(data)) + data for data in map(str.encode, values)]
         self._ops += (_L, self._key(key), _item(str(len(values))), _item(str(keep)), *items)
+
+    def ack_unread(self, key: str, group: str, envelope_ids: tuple[str, ...]) -> None:
+        """Acknowledge in ``group`` of the stream ``key`` (an inbox) the entries of these envelopes
+        that are pending, or next to be read: their directives reach the agent another way."""
+        # the start of the coordinator's encoding of each (encode_new): the id comes first
+        starts = [b'{"id":' + orjson.dumps(envelope_id) + b"," for envelope_id in envelope_ids]
+        self._ops += (_A, self._key(key), _item(group), _item(str(len(starts))), *map(_item, starts))
 
     def script_args(
         self, token: str, group: str, ttl_ms: int, version: int

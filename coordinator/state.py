@@ -168,6 +168,10 @@ class AgentRecord(Model):
     """Directives (rendered) put in its inbox since its adapter started, when a launcher started it (the
     latest :data:`~coordinator.rules.launch.SENT_KEPT`): its next session is given them if the adapter
     ends with it before they are known to be read."""
+    sent_ids: tuple[str, ...] = ()
+    """The envelope ids of the latest of ``sent`` (all of them, for a record written since this field
+    was): when the adapter ends with the agent, the rules carry those directives from then on, and have
+    them acknowledged in the inbox unread (:attr:`~coordinator.rules.Outcome.superseded`)."""
     relaunch: Relaunch | None = None
     """Its last resume launch request, when an entry caused it since the group's last tick."""
     escalated: bool = False

@@ -6,9 +6,11 @@ failure would write its first entries twice. The script checks every write befor
 
 from __future__ import annotations
 
+import orjson
 import pytest
 import redis
 
+from bus.stream_replies import stream_entries
 from coordinator.commit import COMMIT_SCRIPT, Commit
 
 
@@ -99,3 +101,82 @@ def test_a_batch_of_thousands_is_acked_and_remembered_whole(server_url: str) -> 
     assert client.xpending("signals", "coordinator")["pending"] == 0
     assert client.llen("seen") == 9000 and client.lindex("seen", -1) == b"8999"
     client.close()
+
+
+def _directive(envelope_id: str) -> bytes:
+    """The data of an inbox entry as the coordinator writes it: its envelope id first."""
+    return b'{"id":' + orjson.dumps(envelope_id) + b',"v":1,"kind":"directive"}'
+
+
+def _inbox(client: redis.Redis, *envelope_ids: str) -> None:
+    for envelope_id in envelope_ids:
+        client.xadd("inbox", {"data": _directive(envelope_id)})
+
+
+def _acking(*envelope_ids: str) -> Commit:
+    commit = _commit()
+    commit.ack_unread("inbox", "adapter", envelope_ids)
+    return commit
+
+
+def _next(client: redis.Redis) -> list[str]:
+    """The envelope ids the inbox's readers get next, in order."""
+    reply = client.xreadgroup("adapter", "adapter", {"inbox": ">"})
+    return [orjson.loads(fields[b"data"])["id"] for _, fields in stream_entries(reply)]
+
+
+def test_inbox_directives_a_new_prompt_carries_are_acknowledged_unread(server_url: str) -> None:
+    client = redis.Redis.from_url(server_url)
+    client.set("lease", "token")
+    client.xgroup_create("inbox", "adapter", id="0", mkstream=True)
+    _inbox(client, "read.0", "read.1", "kept.0")
+    assert _next(client) == ["read.0", "read.1", "kept.0"]  # delivered, not acknowledged
+    _inbox(client, "new.0", "new.1", "later.0", "new.2")
+    # an id with a character JSON escapes, and one that is only the start of another's, match exactly
+    _inbox(client, 'odd"id')
+    assert _run(client, _acking("read.0", "read.1", "new.0", "new.1", "new.2", "kept")) == b"ok"
+    pending = client.xpending_range("inbox", "adapter", "-", "+", 10)
+    assert [client.xrange("inbox", p["message_id"], p["message_id"]) for p in pending] == [
+        [(pending[0]["message_id"], {b"data": _directive("kept.0")})]
+    ]
+    # the head of what no reader has had is taken up to the first directive the prompt does not carry; a
+    # carried one behind it (only when over SENT_KEPT directives were sent) is delivered after all
+    assert _next(client) == ["later.0", "new.2", 'odd"id']
+    assert client.xlen("inbox") == 8 and client.xlen("events") == 1  # the rest of the batch written
+    client.close()
+
+
+def test_an_inbox_no_reader_has_read_gets_its_group(server_url: str) -> None:
+    client = redis.Redis.from_url(server_url)
+    client.set("lease", "token")
+    _inbox(client, "carried.0", "left.0")
+    assert _run(client, _acking("carried.0")) == b"ok"
+    assert _next(client) == ["left.0"]
+    client.delete("version")  # each run commits at version 0
+    assert _run(client, _acking("left.0")) == b"ok"  # pending now
+    assert client.xpending("inbox", "adapter")["pending"] == 0
+    client.delete("inbox", "version")
+    assert _run(client, _acking("carried.0")) == b"ok"
+    assert client.exists("inbox") == 0  # no inbox is made for nothing
+    client.close()
+
+
+def test_acknowledging_in_an_inbox_of_another_type_or_without_permission_fails_before_any_write(
+    server_url: str,
+) -> None:
+    admin = redis.Redis.from_url(server_url)
+    admin.set("lease", "token")
+    admin.set("inbox", "not a stream")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE inbox holds a string, not a stream"):
+        _run(admin, _acking("carried.0"))
+    assert admin.exists("events", "group", "version") == 0
+    admin.delete("inbox")
+    _inbox(admin, "carried.0")
+    admin.xgroup_create("inbox", "adapter", id="0")
+    admin.acl_setuser("limited", enabled=True, nopass=True, keys=["*"], commands=["+@all", "-xreadgroup"])
+    limited = redis.Redis.from_url(server_url, username="limited", password="")
+    with pytest.raises(redis.ResponseError, match="may not XREADGROUP inbox: nothing of the batch"):
+        _run(limited, _acking("carried.0"))
+    assert admin.exists("events", "group", "version") == 0 and _next(admin) == ["carried.0"]
+    limited.close()
+    admin.close()

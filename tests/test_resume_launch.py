@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import shlex
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 from adapter_kit import fake, start
 from rules_kit import delegate
-from test_coordinator_scenarios import agent, coordinate, inbox, publish, sb, tasks
+from test_coordinator_scenarios import CLI, GROUP, agent, coordinate, inbox, publish, sb, tasks
 
 LEAD = "lead"
 
@@ -150,3 +151,18 @@ def test_an_answer_that_reached_the_inbox_of_a_session_that_then_ended_starts_it
     coordinate(redis_url)
     record = agent(redis_url, delegate_id)
     assert (record["state"], record["status"]) == ("completed", "SUCCESS"), record
+    # the answer came with the new prompt: acknowledged in the inbox unread, no reader has it again
+    listen = [
+        CLI,
+        "listen",
+        "--agent-id",
+        delegate_id,
+        "--group",
+        GROUP,
+        "--timeout",
+        "1",
+        "--redis-url",
+        redis_url,
+    ]
+    again = subprocess.run(listen, check=False, capture_output=True, text=True, timeout=60)
+    assert (again.returncode, again.stdout) == (3, ""), again.stderr

@@ -273,3 +273,57 @@ def test_a_session_keeps_its_latest_directives_only() -> None:
     sent = feed.state.agents[agent].sent
     assert len(sent) == SENT_KEPT
     assert "A1: answer 4\n" in sent[0] and f"A1: answer {SENT_KEPT + 3}\n" in sent[-1]
+
+
+def _answer_id(feed: Feed) -> str:
+    """The envelope id of the answer the last entry put in the inbox."""
+    [response] = of_type(feed.outcomes[-1], EnvelopeType.CLARIFICATION_RESPONSE, Target.INBOX)
+    return response.id
+
+
+def test_the_directives_a_new_session_is_given_are_acknowledged_in_the_inbox_unread() -> None:
+    # started again with them, done, or kept for the directive that starts it: from the adapter's end on,
+    # the rules carry them, and a reader of the inbox must not deliver them a second time
+    running, done, waiting = Feed(), Feed(), Feed()
+    agent = _asked_and_answered(running)
+    answer = _answer_id(running)
+    exited = running.send(AgentExited(exit_code=0, resumable=False), agent)
+    assert one(exited, EnvelopeType.LAUNCH, Target.TASKS).reason is LaunchReason.RESUME
+    assert exited.superseded == ((agent, (answer,)),)
+    assert running.state.agents[agent].sent_ids == ()
+
+    agent = _asked_and_answered(done)
+    answer = _answer_id(done)
+    done.send(completion(agent), agent)
+    assert done.send(AgentExited(exit_code=0, resumable=False), agent).superseded == ((agent, (answer,)),)
+
+    agent = _asked_and_answered(waiting)
+    first = _answer_id(waiting)
+    waiting.send(clarification(agent, at="2026-01-11T10:45:00-05:00"), agent)
+    assert waiting.send(AgentExited(exit_code=0, resumable=False), agent).superseded == ((agent, (first,)),)
+    outcome = waiting.send(answers(("Q1", "OAuth2 only"), ("Q2", "3.0-beta")), agent)
+    assert one(outcome, EnvelopeType.LAUNCH, Target.TASKS).reason is LaunchReason.RESUME
+    assert outcome.superseded == ()  # the second answer went to no inbox: the prompt alone has it
+
+
+def test_directives_left_to_the_inbox_are_not_acknowledged() -> None:
+    reading = Feed()
+    agent = _asked_and_answered(reading)
+    assert reading.send(AgentExited(exit_code=0, resumable=True), agent).superseded == ()
+    assert reading.state.agents[agent].sent_ids == ()
+    not_launched = Feed()
+    not_launched.send(clarification("own-agent"), "own-agent")
+    not_launched.send(answers(("Q1", "Both"), ("Q2", "3.0-beta")), "own-agent")
+    assert not_launched.send(AgentExited(exit_code=0, resumable=False), "own-agent").superseded == ()
+
+
+def test_only_the_directives_the_new_prompt_holds_are_acknowledged() -> None:
+    feed = Feed()
+    agent = _asked_and_answered(feed)
+    ids = [_answer_id(feed)]
+    for n in range(SENT_KEPT + 2):
+        feed.send(clarification(agent, at=f"2026-01-12T{n:02}:00:00Z"), agent)
+        feed.send(answers(("Q1", f"answer {n}"), ("Q2", "3.0-beta")), agent)
+        ids.append(_answer_id(feed))
+    [(whose, superseded)] = feed.send(AgentExited(exit_code=0, resumable=False), agent).superseded
+    assert whose == agent and superseded == tuple(ids[-SENT_KEPT:])

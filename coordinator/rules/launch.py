@@ -134,8 +134,13 @@ def deliver(step: Step, agent_id: str, directive: Directive, *, hold: bool = Fal
         step.direct(agent_id, directive)
         return
     if not record.unreachable:
-        step.direct(agent_id, directive)
-        step.update(agent_id, sent=(*step.agent(agent_id).sent, directive.render())[-SENT_KEPT:])
+        envelope_id = step.direct(agent_id, directive)
+        record = step.agent(agent_id)
+        step.update(
+            agent_id,
+            sent=(*record.sent, directive.render())[-SENT_KEPT:],
+            sent_ids=(*record.sent_ids, envelope_id)[-SENT_KEPT:],
+        )
         return
     held = (*record.held, directive.render())
     if hold:
@@ -153,16 +158,21 @@ def after_exit(step: Step, record: AgentRecord) -> None:
     that waits for something more keeps them for the directive that will start it; one that is done
     needs them no more. An agent that read them gets them again in the new session, which knows nothing
     of the old one.
+
+    Either way the directives are the rules' to carry from here on, not the inbox's: they are
+    acknowledged there unread, in the same commit. Left in the inbox, the new session's adapter (or a
+    ``listen`` of the agent) would deliver them a second time, after the prompt that holds them.
     """
     if not record.sent:
         return
+    step.supersede(record.agent_id, record.sent_ids)
     if record.state is AgentState.RUNNING:
         why = "its adapter ended with it after directives went to its inbox; they are in the new prompt"
         _relaunch(step, record, (*record.held, *record.sent), why)
     elif record.state in FINAL_STATES:
-        step.update(record.agent_id, sent=())
+        step.update(record.agent_id, sent=(), sent_ids=())
     else:
-        step.update(record.agent_id, held=(*record.held, *record.sent), sent=())
+        step.update(record.agent_id, held=(*record.held, *record.sent), sent=(), sent_ids=())
 
 
 def _relaunch(step: Step, record: AgentRecord, directives: tuple[str, ...], why: str) -> None:
@@ -182,7 +192,7 @@ def _relaunch(step: Step, record: AgentRecord, directives: tuple[str, ...], why:
         # the entry counts for the agent once applied when it is the agent's own, or a human's command to
         # it (Step.finish): the count it leaves is the one that says nothing came since
         relaunch = Relaunch(context=context, applied=record.applied + int(step.agent_id == agent_id))
-    step.update(agent_id, unreachable=False, held=(), sent=(), relaunch=relaunch)
+    step.update(agent_id, unreachable=False, held=(), sent=(), sent_ids=(), relaunch=relaunch)
     step.emit(Target.TASKS, request, agent_id)
     step.decide(
         DecisionType.LAUNCH_REQUESTED, agent_id, f"resume launch of {agent_id}: {why}", request_id=request_id

@@ -68,7 +68,13 @@ def on_heartbeat(step: Step) -> None:
 def on_started(step: Step) -> None:
     event = step.payload(AgentStarted)
     record = step.agent(step.envelope.agent_id)
-    changes: dict[str, object] = {"exited": False, "exit_code": None, "unreachable": False, "sent": ()}
+    changes: dict[str, object] = {
+        "exited": False,
+        "exit_code": None,
+        "unreachable": False,
+        "sent": (),
+        "sent_ids": (),
+    }
     if event.name and event.name.strip():
         changes["name"] = agent_key(event.name)
     if event.task and event.task.strip() and not record.task:
@@ -95,7 +101,7 @@ def on_exited(step: Step) -> None:
     if event.resumable is False:
         after_exit(step, step.agent(record.agent_id))
     elif event.resumable and record.sent:
-        step.update(record.agent_id, sent=())  # its adapter goes on reading the inbox
+        step.update(record.agent_id, sent=(), sent_ids=())  # its adapter goes on reading the inbox
 
 
 def _failed(step: Step, record: AgentRecord, event: AgentExited) -> None:

@@ -55,6 +55,11 @@ class Emit:
         return type_of(self._parts[0])
 
     @property
+    def envelope_id(self) -> str:
+        """The id of the envelope :attr:`data` encodes."""
+        return self._parts[3]
+
+    @property
     def envelope(self) -> Envelope:
         """The envelope :attr:`data` encodes."""
         if self._envelope is None:
@@ -90,3 +95,7 @@ class Outcome(NamedTuple):
     findings_touched: AbstractSet[str] = frozenset()
     duplicate: bool = False
     """The entry's envelope id was applied before (it is in the window): nothing changed."""
+    superseded: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """``(agent id, envelope ids)`` of directives in an agent's inbox that the rules now carry
+    themselves, in the prompt of a session they start: acknowledged there unread, in the same
+    transaction, so that no reader of the inbox delivers them a second time."""

@@ -74,6 +74,7 @@ class Step:
         "group_id",
         "policy",
         "run",
+        "superseded",
         "ts",
     )
 
@@ -114,6 +115,8 @@ class Step:
         self._cause: Final = cause
         """What the ids of the step's emitted envelopes derive from."""
         self.emits: list[Emit] = []
+        self.superseded: tuple[tuple[str, tuple[str, ...]], ...] = ()
+        """See :attr:`Outcome.superseded`."""
         self._changes: dict[str, Any] = {}
         self._state: GroupState | None = None
         """The last snapshot :attr:`state` built (None: build one; the input's maps may be the run's)."""
@@ -239,9 +242,15 @@ class Step:
             )
         self.emits.append(emit)
 
-    def direct(self, agent_id: str, payload: Payload) -> None:
-        """A directive into one agent's inbox."""
+    def direct(self, agent_id: str, payload: Payload) -> str:
+        """A directive into one agent's inbox; its envelope id."""
         self.emit(Target.INBOX, payload, agent_id)
+        return self.emits[-1].envelope_id
+
+    def supersede(self, agent_id: str, envelope_ids: tuple[str, ...]) -> None:
+        """Have directives of the agent's inbox acknowledged unread (:attr:`Outcome.superseded`)."""
+        if envelope_ids:
+            self.superseded += ((agent_id, envelope_ids),)
 
     def decide(
         self,
@@ -334,7 +343,9 @@ class Step:
             change(state, changes)
         else:
             state = run.state = evolve(state, **changes)
-        return Outcome(state, self.emits, rejected, run.agents_touched, run.findings_touched)
+        return Outcome(
+            state, self.emits, rejected, run.agents_touched, run.findings_touched, superseded=self.superseded
+        )
 
     def _count(self, record: AgentRecord, at: datetime) -> None:
         """One more entry applied for ``record``'s agent, the input being the last (and a sign of life)."""
