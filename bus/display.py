@@ -89,8 +89,9 @@ def _dead_line(item: Item, raw: bytes | None, *, as_json: bool) -> bytes | str:
             "data": data,
             **exact,
         }
-        if info.get("deliveries", "").isdigit():  # a count, as a number (the stream keeps text)
-            shown["deliveries"] = int(info["deliveries"])
+        deliveries = info.get("deliveries", "")
+        if deliveries.isascii() and deliveries.isdigit():  # a count, as a number (the stream keeps text)
+            shown["deliveries"] = int(deliveries)
         return json_bytes(shown)
     where = f"{info.get('stream', '?')} {info.get('entry_id', '?')}"
     return one_line(

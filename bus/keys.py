@@ -178,7 +178,7 @@ async def open_namespace(
                 ) from None
             stored = await client.get(key)
     text = stored.decode(errors="replace") if isinstance(stored, bytes) else str(stored)
-    if not text.isdigit() or not 1 <= int(text) <= MAX_SHARDS:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_SHARDS:
         raise ConfigError(f"{key} holds {text[:40]!r}, not a shard count: the namespace is damaged")
     if shards is not None and int(text) != shards:
         raise ConfigError(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 import ssl
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final, Self
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -126,6 +127,11 @@ class Settings(BaseModel, extra="forbid", frozen=True):
     """Per server (per node on a cluster); ``None``: unbounded."""
     health_check_interval: float = Field(default=30.0, ge=0)
 
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # the URL as display_url() shows it: a Settings in a log line or a traceback keeps no password
+        for name, value in super().__repr_args__():
+            yield name, redact(value) if name == "url" else value
+
     @field_validator("url")
     @classmethod
     def _valid_url(cls, url: str) -> str:
@@ -170,8 +176,12 @@ def redact(url: str) -> str:
     option named ``*password`` (``sentinel_password``, ``ssl_password``) replaced by ``***``."""
     url = _redacted_query(url)
     scheme, sep, rest = url.partition("://")
+    if not sep:  # a slash short or a backslash (redis:user:pw@host): all before the last @ may be secret
+        head, at, hosts = url.rpartition("@")
+        scheme, colon, _ = head.partition(":")
+        return f"{scheme}:***@{hosts}" if at and colon else url
     userinfo, at, hosts = rest.rpartition("@")
-    if not sep or not at or ":" not in userinfo:
+    if not at or ":" not in userinfo:
         return url
     user = userinfo.split(":", 1)[0]
     return f"{scheme}://{user}:***@{hosts}"
@@ -196,7 +206,13 @@ def check_url(url: str) -> None:
     """Raise ``ValueError`` with a readable message unless ``url`` is one the bus can connect to."""
     if not url or url != url.strip():
         raise ValueError("the Redis URL is empty or has surrounding spaces")
-    scheme = urlsplit(url).scheme.lower()
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError:  # its message shows the URL as it is, password and all
+        raise ValueError(
+            f"{redact(url)!r}: a character of the user name, password or host reads as / ? # @ or : once "
+            f"normalised (NFKC), which makes the URL ambiguous{_ENCODE_HINT}"
+        ) from None
     if scheme not in _SCHEMES:
         raise ValueError(
             f"unsupported URL scheme {scheme or '(none)'!r} in {redact(url)!r}: use {', '.join(_SCHEMES)}"
@@ -290,7 +306,7 @@ def _check_tcp(url: str) -> None:
     if port == 0:
         raise ValueError(f"{redact(url)!r} has an invalid port")
     db = parts.path.strip("/")
-    if db and not db.isdigit():
+    if db and not (db.isascii() and db.isdigit()):
         raise ValueError(f"{redact(url)!r}: the path must be a database number, not {db!r}")
 
 
@@ -317,7 +333,7 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
     segments = [unquote(s) for s in parts.path.split("/") if s]
     if not segments or len(segments) > 2:
         raise ValueError(f"{redact(url)!r}: the path must be /master-name or /master-name/db")
-    if len(segments) == 2 and not segments[1].isdigit():
+    if len(segments) == 2 and not (segments[1].isascii() and segments[1].isdigit()):
         raise ValueError(f"{redact(url)!r}: database {segments[1]!r} is not a number")
     query = {key: values[-1] for key, values in parse_qs(parts.query, keep_blank_values=True).items()}
     unknown = sorted(set(query) - _SENTINEL_QUERY)
@@ -352,7 +368,7 @@ def _host_port(item: str, url: str) -> tuple[str, int]:
     port_text = match["port"]
     if port_text is None or port_text == "":
         port = _SENTINEL_PORT
-    elif port_text.isdigit() and 0 < int(port_text) < 65536:
+    elif port_text.isascii() and port_text.isdigit() and 0 < int(port_text) < 65536:
         port = int(port_text)
     else:
         raise ValueError(f"{redact(url)!r}: {port_text!r} is not a port number")

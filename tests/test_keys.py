@@ -77,9 +77,10 @@ async def test_namespace_is_created_once_and_keeps_its_count(bus_url: str) -> No
         assert await open_namespace(client, "third", 2) == Keys("third", 2)
 
 
-async def test_a_damaged_meta_key_is_a_config_error(redis_url: str) -> None:
+@pytest.mark.parametrize("stored", ["lots", "\u00b2"])
+async def test_a_damaged_meta_key_is_a_config_error(redis_url: str, stored: str) -> None:
     raw = redis.Redis.from_url(redis_url)
-    raw.set("{ns}:meta", "lots")
+    raw.set("{ns}:meta", stored)
     raw.close()
     async with connected(redis_url) as client:
         with pytest.raises(ConfigError, match="not a shard count"):

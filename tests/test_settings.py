@@ -69,6 +69,10 @@ def test_unknown_keyword_is_a_config_error_naming_it() -> None:
         ("redis+sentinel://h1/master/db", "not a number"),
         ("redis+sentinel://h1/m?bogus=1", "unknown option"),
         ("redis+sentinel://h1,,h2/m", "is not host:port"),
+        # digits of other scripts: redis-py's int() fails on some (and the URL's db is then 0 unsaid)
+        ("redis://h:6379/\u00b2", "database number"),
+        ("redis+sentinel://h1/master/\u0663", "not a number"),
+        ("redis+sentinel://h1:\u0663\u0663/master", "not a port number"),
     ],
 )
 def test_bad_urls_are_config_errors_with_a_clear_message(url: str, message: str) -> None:
@@ -120,3 +124,22 @@ def test_passwords_are_masked_for_display() -> None:
     with pytest.raises(ConfigError) as info:
         Settings.from_url("redis://u:topsecret@h:bad/0")
     assert "topsecret" not in str(info.value)
+    assert "topsecret" not in repr(Settings.from_url("redis://u:topsecret@h:1/0"))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis:u:topsecret@h:6379/0",  # slashes missing
+        "redis:/u:topsecret@h:6379",
+        "rediss:\\\\u:topsecret@h",
+        "unix:u:topsecret@/tmp/s.sock?bogus=1",
+        "redis+sentinel:u:topsecret@h1/m",
+        "redis://u:top\uff0fsecret@h:6379/0",  # a character that reads as / once normalised (NFKC)
+        "rediss://u:topsecret\u2100x@h:6380/0",
+    ],
+)
+def test_a_url_refused_for_its_form_keeps_its_password_out_of_the_error(url: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.from_url(url)
+    assert "topsecret" not in str(info.value) and "secret" not in str(info.value), str(info.value)

@@ -153,6 +153,18 @@ def test_inbox_and_dead_streams(redis_url: str) -> None:
     assert "after 2 deliveries: not JSON" in result.stdout
 
 
+def test_a_dead_letter_whose_count_is_no_number_is_shown_as_text(redis_url: str) -> None:
+    async def setup() -> None:
+        async with connected(redis_url) as client:
+            keys = await open_namespace(client, "tl", 4)
+            fields = {"data": b"{}", "reason": b"forged", "deliveries": "\u00b2".encode()}
+            await client.xadd(keys.stream(0, StreamKind.DEAD), fields)  # type: ignore[arg-type]
+
+    asyncio.run(setup())
+    result = _tail(redis_url, "--stream", "dead", "--from", "0", "--count", "1", "--json")
+    assert orjson.loads(result.stdout)["deliveries"] == "\u00b2"
+
+
 @pytest.mark.parametrize("stream", ["nope", "inbox:"])
 def test_a_bad_stream_is_a_usage_error(redis_url: str, stream: str) -> None:
     _publish(redis_url, _spread(1))
