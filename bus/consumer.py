@@ -171,7 +171,8 @@ class Consumer:
     async def settle(self, decisions: Sequence[tuple[Delivery, Ack, str | None]]) -> None:
         """Apply decisions in one round trip: ACK acknowledges, RETRY leaves the entry pending, DEAD
         writes it to the dead-letter stream (reason: the given one, else the delivery's error) and
-        acknowledges it in the same transaction."""
+        acknowledges it in the same transaction. Anything else than an :class:`Ack` value is a
+        ``ConfigError``, before anything is settled."""
         done: list[bytes] = []
         dead: list[dict[str | bytes, bytes | str]] = []
         for delivery, ack, reason in decisions:
@@ -180,10 +181,10 @@ class Consumer:
                 continue
             if ack == _RETRY:
                 continue
+            if ack != _DEAD:  # acknowledged, a typo would drop the entry without a word
+                raise ConfigError(f"{ack!r} is no decision for entry {delivery.entry_id}: give an Ack")
             done.append(delivery.entry_id.encode())
-            if ack == _DEAD:
-                why = reason or delivery.error or "rejected by the handler"
-                dead.append(self._dead_fields(delivery, why))
+            dead.append(self._dead_fields(delivery, reason or delivery.error or "rejected by the handler"))
         if not done:
             return
         with translated():

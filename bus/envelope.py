@@ -26,9 +26,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import SchemaValidator, core_schema
+from pydantic_core import PydanticSerializationError, SchemaValidator, core_schema
 
-from bus.errors import DecodeError
+from bus.errors import DecodeError, EncodeError
 from bus.fields import Model, Timestamp, trusted_instance
 from bus.payloads import PAYLOADS, EnvelopeType, Kind, Payload
 
@@ -201,9 +201,14 @@ def encode(envelope: Envelope) -> bytes:
     where it would have to, the envelope is pydantic's JSON instead.
     """
     try:
-        return _encoded(envelope)
-    except orjson.JSONEncodeError:
-        return envelope.__pydantic_serializer__.to_json(envelope, exclude_none=True)
+        try:
+            return _encoded(envelope)
+        except orjson.JSONEncodeError:
+            return envelope.__pydantic_serializer__.to_json(envelope, exclude_none=True)
+    except PydanticSerializationError as exc:
+        raise EncodeError(
+            f"envelope {envelope.id} ({envelope.type.value}) cannot be encoded: {exc}"
+        ) from None
 
 
 def _encoded(envelope: Envelope) -> bytes:

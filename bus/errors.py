@@ -14,6 +14,7 @@ __all__ = [
     "CredentialsRefused",
     "DecodeError",
     "EmbeddedRedisError",
+    "EncodeError",
     "EnvelopeTooLarge",
     "NamespaceMissing",
     "PermissionDenied",
@@ -47,6 +48,11 @@ class CommandFailed(BusError):
 
 class PermissionDenied(CommandFailed):
     """The server's ACL refused a command to the connection's user (``NOPERM``)."""
+
+
+class EncodeError(BusError):
+    """An envelope has a text that JSON in UTF-8 cannot carry (a lone surrogate, ``"\\ud800"``); it was
+    not published."""
 
 
 class EnvelopeTooLarge(BusError):

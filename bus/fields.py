@@ -12,6 +12,7 @@ instant.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from datetime import date, datetime
@@ -200,14 +201,17 @@ class OpenModel(BaseModel):
 def _plain(value: Any) -> Any:
     """An extra field's value in JSON's types. A number whose ``str()`` is not its own (a YAML scalar
     that remembers how it was written, such as ``0755`` or ``1.10``) is that text, so nothing the author
-    wrote is lost; any other number is a plain number."""
+    wrote is lost, and so is one JSON cannot carry (``nan``, ``inf``); any other number is a plain
+    number."""
     kind = type(value)
-    if kind is str or kind is int or kind is float or kind is bool:
+    if kind is str or kind is int or kind is bool:
         return value
+    if kind is float:  # JSON has no NaN or infinity: null on the wire, the field gone when read back
+        return value if math.isfinite(value) else str(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         base = int if isinstance(value, int) else float
         text = str(value)
-        return base(value) if text == base.__repr__(value) else text
+        return base(value) if text == base.__repr__(value) and math.isfinite(value) else text
     if isinstance(value, list):
         return [_plain(item) for item in value]
     if isinstance(value, dict):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bus import wire
-from bus.connection import Client
+from bus.connection import Client, as_text
 from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, encode
 from bus.errors import EnvelopeTooLarge
 from bus.keys import Keys, StreamKind
@@ -48,7 +48,7 @@ class Publisher:
         """
         commands = [self._xadd(self.stream_for(envelope, kind), _encoded(envelope)) for envelope in envelopes]
         ids = await wire.execute_routed(self.client, commands)
-        return [entry_id.decode() for entry_id in ids]
+        return [as_text(entry_id) for entry_id in ids]
 
     async def send_directive(self, envelope: Envelope) -> str:
         """Append a directive to the inbox of ``envelope.agent_id`` in its group's shard."""
@@ -57,8 +57,8 @@ class Publisher:
 
     async def _add(self, stream: str, data: bytes) -> str:
         key, command = self._xadd(stream, data)
-        entry_id: bytes = (await wire.execute(self.client, key, [command]))[0]
-        return entry_id.decode()
+        (entry_id,) = await wire.execute(self.client, key, [command])
+        return as_text(entry_id)  # bytes, or text from a client made with decode_responses
 
     def _xadd(self, stream: str, data: bytes) -> tuple[bytes, wire.Command]:
         """``XADD stream [MAXLEN ~ n] * data <data>``, with the key that routes it."""

@@ -212,6 +212,21 @@ async def test_settle_maps_each_decision(redis_url: str) -> None:
         await consumer.settle([])
 
 
+@pytest.mark.parametrize("decision", [None, False, "retyr"])
+async def test_settle_refuses_what_is_no_decision_and_settles_nothing(
+    redis_url: str, decision: object
+) -> None:
+    async with connected(redis_url) as client:
+        await Publisher(client, KEYS).publish_many(progresses(2))
+        consumer = _consumer(client)
+        await consumer.ensure_group()
+        a, b = await consumer.read()
+        with pytest.raises(ConfigError, match="is no decision for entry"):
+            await consumer.settle([(a, Ack.ACK, None), (b, decision, None)])  # type: ignore[list-item]
+        assert (await client.xpending(STREAM, "workers"))["pending"] == 2
+        assert await _dead_letters(client) == []
+
+
 async def test_a_handler_returning_garbage_is_retried_then_dead_lettered(redis_url: str) -> None:
     async with connected(redis_url) as client:
         await Publisher(client, KEYS).publish(progress(0))

@@ -20,7 +20,7 @@ from bus.envelope import (
 )
 from bus.errors import DecodeError
 from bus.findings import Finding, Severity
-from bus.signals import DelegateWork, Independence, Priority, StopWork
+from bus.signals import DelegateWork, Independence, Priority, Progress, StopWork
 
 STOP = StopWork.model_validate(
     {"agent_id": "a1", "stop_reason": "blocker", "blocker_type": "missing_info", "details": "need input"}
@@ -104,6 +104,13 @@ def test_a_finding_without_a_category_takes_its_id_prefix_from_json_too(given: d
     assert finding.category == "QA"
     assert "category" in finding.model_fields_set  # written out like a given one
     assert Finding.model_validate_json(b'{"title": "t", "category": "PERF"}').category == "PERF"
+
+
+def test_an_extra_number_json_cannot_carry_is_kept_as_text() -> None:
+    # JSON has no NaN or infinity: written as null, the field would be gone when read back
+    payload = Progress(agent_id="a", percent=5, ratio=float("nan"), limit=float("-inf"), share=0.5)
+    envelope = decode(encode(new_envelope(payload, agent_id="a", group_id="g")))
+    assert envelope.payload.model_extra == {"ratio": "nan", "limit": "-inf", "share": 0.5}
 
 
 def test_envelope_model_is_closed() -> None:

@@ -16,7 +16,7 @@ import coordinator
 ROOT = Path(__file__).parent.parent
 EXPECTED_BUS_API = {
     "Ack", "BusError", "Client", "CommandFailed", "ConfigError", "ConnectionFailed", "Consumer",
-    "DecodeError", "Delivery", "EmbeddedRedisError", "Envelope", "EnvelopeTooLarge", "EnvelopeType",
+    "DecodeError", "Delivery", "EmbeddedRedisError", "EncodeError", "Envelope", "EnvelopeTooLarge", "EnvelopeType",
     "Keys", "Kind", "NamespaceMissing", "PermissionDenied", "ProtocolError", "Publisher", "Settings", "StreamKind", "connect", "decode",
     "deterministic_id", "encode", "new_envelope", "open_namespace",
 }  # fmt: skip

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import redis.asyncio
 from workers.kit import connected, entries, progress, progresses
 
-from bus.envelope import MAX_ENVELOPE_BYTES, decode, encode
-from bus.errors import EnvelopeTooLarge
+from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, decode, encode
+from bus.errors import EncodeError, EnvelopeTooLarge
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.publisher import Publisher
 
@@ -51,16 +52,37 @@ async def test_directives_go_to_the_agent_inbox(bus_url: str) -> None:
         assert [decode(fields[b"data"]) for _, fields in await entries(client, inbox)] == [envelope]
 
 
-async def test_an_oversized_envelope_is_refused_and_nothing_is_written(redis_url: str) -> None:
+@pytest.mark.parametrize(
+    ("refused", "error", "message"),
+    [
+        (progress(0, message="x" * MAX_ENVELOPE_BYTES), EnvelopeTooLarge, r"is \d+ bytes encoded, over the"),
+        (progress(0, message="half a pair: \ud800"), EncodeError, "cannot be encoded"),
+    ],
+)
+async def test_an_envelope_that_cannot_be_sent_is_refused_and_nothing_is_written(
+    redis_url: str, refused: Envelope, error: type[Exception], message: str
+) -> None:
     async with connected(redis_url) as client:
         keys = Keys("pub", 1)
         publisher = Publisher(client, keys)
-        huge = progress(0, message="x" * MAX_ENVELOPE_BYTES)
-        with pytest.raises(EnvelopeTooLarge, match=r"e0 \(PROGRESS\) is \d+ bytes encoded, over the"):
-            await publisher.publish(huge)
-        with pytest.raises(EnvelopeTooLarge):
-            await publisher.publish_many([progress(1), huge])
+        with pytest.raises(error, match=r"e0 \(PROGRESS\) " + message):
+            await publisher.publish(refused)
+        with pytest.raises(error):
+            await publisher.publish_many([progress(1), refused])
         assert await client.exists(keys.stream(0, StreamKind.SIGNALS)) == 0
+
+
+async def test_a_client_that_decodes_replies_gets_its_entry_ids(redis_url: str) -> None:
+    client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        keys = Keys("pub", 1)
+        publisher = Publisher(client, keys)
+        first = await publisher.publish(progress(0))
+        rest = await publisher.publish_many([progress(1), progress(2)])
+        stored = await client.xrange(keys.stream(0, StreamKind.SIGNALS)) or []
+        assert [entry_id for entry_id, _ in stored] == [first, *rest]  # each written once
+    finally:
+        await client.aclose()
 
 
 async def test_maxlen_caps_the_stream_approximately(redis_url: str) -> None:
