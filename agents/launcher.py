@@ -45,7 +45,7 @@ from agents.spawn import PLACEHOLDERS, Spawner, adapter_command, file_stem
 from bus.connection import Client
 from bus.consumer import Ack, Consumer, Delivery
 from bus.directives import LaunchRequest
-from bus.errors import CommandFailed, ConnectionFailed
+from bus.errors import BusError, CommandFailed, ConnectionFailed
 from bus.keys import ConsumerGroup, Keys, StreamKind
 from bus.metrics import LauncherMetrics
 from bus.settings import Settings
@@ -302,12 +302,11 @@ class Launcher:
         self.metrics.read(envelope.type.value if envelope is not None else "undecodable")
         # Before any refusal: a request read again after it expired, or once too often, whose agent was
         # started is done, not one that could not start.
-        if (
-            envelope is not None
-            and isinstance(envelope.payload, LaunchRequest)
-            and self._started_already(envelope.payload, envelope.group_id)
-        ):
-            return Ack.ACK, None
+        if envelope is not None and isinstance(envelope.payload, LaunchRequest):
+            if self._waiting.get(envelope.payload.new_agent_id) == envelope.payload.request_id:
+                return None  # claimed back while it waits here (held, but idle past --reclaim-ms once)
+            if self._started_already(envelope.payload, envelope.group_id):
+                return Ack.ACK, None
         refused = refusal(delivery)
         if refused is not None or envelope is None or not isinstance(envelope.payload, LaunchRequest):
             return _dead(delivery, refused)
@@ -324,9 +323,21 @@ class Launcher:
         return await self._judged(delivery, request, envelope.group_id, previous_ended=True)
 
     async def _wait_previous(self, waiting: _Waiting) -> None:
-        ended = await self._previous_ended(waiting.request.new_agent_id)
+        # Held fresh meanwhile: idle for --reclaim-ms, the request would be taken over by another launcher,
+        # which could start the agent beside the adapter this one waits for.
+        holding = asyncio.create_task(self._hold(waiting.consumer, waiting.delivery))
+        try:
+            ended = await self._previous_ended(waiting.request.new_agent_id)
+        finally:
+            holding.cancel()
         self._ready.append((waiting, ended))
         self._changed.set()
+
+    async def _hold(self, consumer: Consumer, delivery: Delivery) -> None:
+        while True:
+            await asyncio.sleep(max(self.options.reclaim_idle_ms / 3000, 0.01))
+            with contextlib.suppress(BusError):  # the next one tries again; a lost one is claimed back
+                await consumer.hold(delivery)
 
     async def _judged(
         self, delivery: Delivery, request: LaunchRequest, group_id: str, previous_ended: bool

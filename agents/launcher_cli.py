@@ -14,6 +14,7 @@ from agents.options import check_delivery, check_program
 from agents.spawn import AGENT_FILE
 from bus.cli_connection import redis_options, run_command
 from bus.connection import connect
+from bus.errors import ConfigError
 from bus.keys import open_namespace
 from bus.metrics import LauncherMetrics
 from bus.ops import Ops, ops_options
@@ -57,6 +58,17 @@ def _adapter_args(
             raise click.UsageError("--until-complete needs --deliver command:... (a resume command)")
         args.append("--until-complete")
     return tuple(args)
+
+
+def _adapter_url(_ctx: click.Context, _param: click.Parameter, url: str | None) -> str | None:
+    """``--adapter-redis-url``, checked here: every adapter started with a URL it refuses would exit
+    before it reported anything, and its agent would count as running until declared lost."""
+    if url is not None:
+        try:
+            Settings.from_url(url)
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return url
 
 
 @click.command("launcher")
@@ -121,6 +133,7 @@ def _adapter_args(
     envvar="SUBAGENT_BUS_ADAPTER_REDIS_URL",
     show_envvar=True,
     metavar="URL",
+    callback=_adapter_url,
     help="URL for the adapters the launcher starts (e.g. with the adapter ACL user); "
     "default: the launcher's.",
 )

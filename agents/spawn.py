@@ -102,8 +102,11 @@ class Spawner:
         it) does not start it a second time."""
         return self.log_dir / f"{file_stem(request_id)}{_STARTED_SUFFIX}"
 
-    def command(self, request: LaunchRequest, group_id: str, prompt_file: Path, prompt: str) -> list[str]:
-        """The ``adapter run`` command line that starts this request's agent."""
+    def command(
+        self, request: LaunchRequest, group_id: str, prompt_file: Path, prompt: str
+    ) -> tuple[list[str], list[str]]:
+        """The ``adapter run`` command line that starts this request's agent (the agent's command line
+        last, after ``--``), and the agent's command line. Apart: an id may be ``--`` itself."""
         agent = fill(
             self.template,
             {
@@ -115,10 +118,12 @@ class Spawner:
                 "request_id": request.request_id,
             },
         )
-        return [
+        cluster = () if self.cluster is None else ("--cluster" if self.cluster else "--no-cluster",)
+        adapter = [
             *adapter_command(),
             "adapter",
             "run",
+            *cluster,
             "--agent-id",
             request.new_agent_id,
             "--group",
@@ -131,8 +136,8 @@ class Spawner:
             str(self.idle_file(request.new_agent_id)),
             *(_own_file(request.new_agent_id, arg) for arg in self.adapter_args),
             "--",
-            *agent,
         ]
+        return [*adapter, *agent], agent
 
     async def start(self, request: LaunchRequest, group_id: str) -> tuple[asyncio.subprocess.Process, Path]:
         """Start the request's agent under an adapter; the adapter process and the path of its log.
@@ -142,8 +147,8 @@ class Spawner:
         """
         prompt_file = (self.prompt_dir / f"{file_stem(request.new_agent_id)}.md").absolute()
         prompt = self._prompt(request)
-        argv = self.command(request, group_id, prompt_file, prompt)
-        problem = self._problem(argv[argv.index("--") + 1 :], request.new_agent_id)
+        argv, agent = self.command(request, group_id, prompt_file, prompt)
+        problem = self._problem(agent, request.new_agent_id)
         if problem is not None:
             raise ValueError(problem)
         self.prompt_dir.mkdir(parents=True, exist_ok=True)
@@ -159,8 +164,6 @@ class Spawner:
             "SUBAGENT_BUS_AGENT_ID": request.new_agent_id,
             "SUBAGENT_BUS_GROUP": group_id,
         }
-        if self.cluster is not None:
-            argv.insert(argv.index("run") + 1, "--cluster" if self.cluster else "--no-cluster")
         # The adapter inherits the stop signals blocked and unblocks them once it handles them: a launcher
         # stopped the moment after this start would otherwise kill it before it could report anything,
         # and its agent would look running until declared lost.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
 import signal
 import subprocess
@@ -138,30 +139,65 @@ async def test_a_tasks_stream_lost_with_its_group_is_followed_again(redis_url: s
         assert await exited(launcher, 30) == 0, log.read_text()
 
 
+async def two_sessions(bus: Bus, agent_id: str) -> str:
+    """Two resume launch requests for one agent (as a relaunch whose previous adapter still ends makes);
+    the entry id of the second."""
+    sent = ""
+    for n in (1, 2):
+        launch = LaunchRequest(
+            request_id=f"req-{agent_id}-{n}", new_agent_id=agent_id, reason=LaunchReason.RESUME, task="t"
+        )
+        envelope = new_envelope(launch, agent_id=agent_id, group_id=GROUP)
+        sent = await Publisher(bus.client, bus.keys).publish(envelope, StreamKind.TASKS)
+    return sent
+
+
 async def test_an_agent_started_again_while_its_previous_adapter_still_ends_is_started_once_it_ended(
     redis_url: str, tmp_path: Path
 ) -> None:
-    # a resume launch request names the agent id of the previous one, whose adapter may still be ending
+    # a resume launch request names the agent id of the previous one, whose adapter may still be ending;
+    # its request is held meanwhile: with a --reclaim-ms shorter than the wait, left idle, it was claimed
+    # back again and again until dead-lettered for its deliveries, then started all the same
     go, record = tmp_path / "go", tmp_path / "record"
     tpl = template(f"wait-file:{go}", "complete", record=str(record))
     async with open_bus(redis_url) as bus:
-        publisher = Publisher(bus.client, bus.keys)
-        for n in (1, 2):
-            launch = LaunchRequest(
-                request_id=f"req-again-{n}", new_agent_id="again", reason=LaunchReason.RESUME, task="t"
-            )
-            await publisher.publish(new_envelope(launch, agent_id="again", group_id=GROUP), StreamKind.TASKS)
+        sent = await two_sessions(bus, "again")
         log = tmp_path / "launcher.log"
-        launcher = start(launcher_args(tmp_path, tpl, "--burst"), redis_url, log)
+        extra = ("--burst", "--reclaim-ms", "300", "--max-attempts", "2")
+        launcher = start(launcher_args(tmp_path, tpl, *extra), redis_url, log)
 
-        async def first_started() -> bool:
-            return record.exists() and record.read_text().count("start") == 1
+        async def waited_past_reclaims() -> bool:  # ten reclaim times after the requests were sent
+            seconds, micros = await bus.client.time()
+            return seconds * 1000 + micros // 1000 - int(sent.split("-")[0]) > 3000
 
-        await wait_until(first_started, 30, "the first session to start")
-        go.touch()  # the first session ends, then the second starts (and passes the file at once)
+        await wait_until(waited_past_reclaims, 30, "three seconds to go by")
+        go.touch()
         assert await exited(launcher, 60) == 0, log.read_text()
+        assert await bus.client.xlen(bus.stream(GROUP, StreamKind.DEAD)) == 0
     assert record.read_text().count("start") == 2
     assert "started 2 agent(s)" in log.read_text()
+
+
+async def test_an_agent_and_a_group_named_like_the_end_of_options_are_launched(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # the adapter's command line holds them as option values: the agent's command is not found by a "--"
+    record = tmp_path / "record"
+    async with open_bus(redis_url) as bus:
+        launch = LaunchRequest(
+            request_id="req-dashes", new_agent_id="--", reason=LaunchReason.DELEGATION, task="t"
+        )
+        await Publisher(bus.client, bus.keys).publish(
+            new_envelope(launch, agent_id="--", group_id="--"), StreamKind.TASKS
+        )
+        log = tmp_path / "launcher.log"
+        # the stand-in agent's own parser takes "--" for the end of options: the id as "--agent-id=--"
+        tpl = template("complete", record=str(record)).replace(
+            "--agent-id {agent_id}", "--agent-id={agent_id}"
+        )
+        launcher = start(launcher_args(tmp_path, tpl, "--burst"), redis_url, log)
+        assert await exited(launcher, 60) == 0, log.read_text()
+    assert record.read_text().count("start") == 1
 
 
 async def test_requests_beyond_the_limit_stay_unread_for_any_launcher(redis_url: str, tmp_path: Path) -> None:
@@ -414,6 +450,16 @@ def test_a_bad_template_is_a_usage_error(tmp_path: Path) -> None:
     assert b"unknown placeholder {agentid}" in done.stderr
 
 
+def test_an_adapter_url_the_adapters_would_refuse_is_a_usage_error() -> None:
+    # else every adapter exits at once, before it reports anything, and nothing says so on the bus
+    launch = [CLI, "launcher", "--command", "agent", "--redis-url", "redis://127.0.0.1:1"]
+    done = subprocess.run(launch, env={**os.environ, "SUBAGENT_BUS_ADAPTER_REDIS_URL": "http://u:pw@h:1"},
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "--adapter-redis-url" in done.stderr and "unsupported URL scheme 'http'" in done.stderr
+    assert "pw" not in done.stderr
+
+
 async def test_requests_that_cannot_start_or_are_not_requests_are_dead_lettered(
     redis_url: str, tmp_path: Path
 ) -> None:
@@ -595,11 +641,11 @@ def test_a_file_delivery_is_one_file_per_agent(tmp_path: Path) -> None:
         launcher=Proc(pid=1),
     )
     launch = LaunchRequest(request_id="r", new_agent_id="a/1", reason=LaunchReason.DELEGATION, task="t")
-    argv = spawner.command(launch, GROUP, tmp_path / "p.md", "t")
+    argv, _ = spawner.command(launch, GROUP, tmp_path / "p.md", "t")
     assert argv[argv.index("--deliver") + 1] == f"file:{tmp_path}/{file_stem('a/1')}.md"
     # a command delivery's {agent_id} is its own placeholder, filled by the adapter with the id itself
     command = replace(spawner, adapter_args=("--deliver", "command:resume --id {agent_id} {prompt}"))
-    argv = command.command(launch, GROUP, tmp_path / "p.md", "t")
+    argv, _ = command.command(launch, GROUP, tmp_path / "p.md", "t")
     assert argv[argv.index("--deliver") + 1] == "command:resume --id {agent_id} {prompt}"
 
 
