@@ -41,6 +41,10 @@ log = logging.getLogger(__name__)
 DELETED_REASON: Final = "deleted before processing"
 _MAX_REASON: Final = 2000
 _MAX_DEAD_FIELDS: Final = 100
+_MAX_DEAD_BYTES: Final = MAX_ENVELOPE_BYTES
+"""The most bytes of a dead letter's ``data`` and other fields together. A larger entry is no envelope
+(over the limit) and keeps its first bytes: copied whole, a foreign entry of hundreds of MiB would make a
+commit the server refuses, at every retry (a poison entry blocking its shard)."""
 """Fields of a dead entry kept in its dead letter (see :func:`dead_letter_fields`)."""
 
 
@@ -95,14 +99,29 @@ def dead_letter_fields(
     others: Sequence[tuple[bytes, bytes]] = (),
 ) -> dict[str | bytes, bytes | str]:
     """The fields of a dead-letter entry: the original ``data`` bytes untouched, the entry's other fields
-    (``others``: name and value) as ``field:<name>``, and why it died. Of an entry with thousands of
-    fields (hostile: a script cannot write them in one command) the first :data:`_MAX_DEAD_FIELDS` are
-    kept and ``fields_dropped`` counts the rest."""
+    (``others``: name and value) as ``field:<name>`` (a name given again as ``field:<name>#2``, ...), and
+    why it died. Of an entry with thousands of fields (hostile: a script cannot write them in one command)
+    the first :data:`_MAX_DEAD_FIELDS` are kept and ``fields_dropped`` counts the rest; of one over
+    :data:`_MAX_DEAD_BYTES` the first bytes are kept, ``data_bytes`` is the length of its ``data``, and
+    ``fields_cut`` counts the other fields cut short."""
     fields: dict[str | bytes, bytes | str] = {}
+    room = _MAX_DEAD_BYTES
     if raw is not None:
-        fields["data"] = raw
+        fields["data"] = raw if len(raw) <= room else raw[:room]
+        if len(raw) > room:
+            fields["data_bytes"] = str(len(raw))
+        room -= len(fields["data"])
+    cut = 0
     for name, value in others[:_MAX_DEAD_FIELDS]:
-        fields[b"field:" + name] = value
+        key, again = b"field:" + name, 1
+        while key in fields:
+            again += 1
+            key = b"field:%s#%d" % (name, again)
+        fields[key] = value if len(value) <= room else value[:room]
+        cut += len(value) > room
+        room -= len(fields[key])
+    if cut:
+        fields["fields_cut"] = str(cut)
     if len(others) > _MAX_DEAD_FIELDS:
         fields["fields_dropped"] = str(len(others) - _MAX_DEAD_FIELDS)
     fields["reason"] = reason[:_MAX_REASON]

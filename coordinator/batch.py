@@ -51,8 +51,10 @@ class Fields(tuple[bytes, ...]):
         return next((self[i + 1] for i in range(0, len(self) - 1, 2) if self[i] == b"data"), None)
 
     def others(self) -> list[tuple[bytes, bytes]]:
-        """The fields but ``data``, as (name, value)."""
-        return [(self[i], self[i + 1]) for i in range(0, len(self) - 1, 2) if self[i] != b"data"]
+        """The fields but the first ``data``, as (name, value), in order."""
+        pairs = [(self[i], self[i + 1]) for i in range(0, len(self) - 1, 2)]
+        first = next((i for i, (name, _) in enumerate(pairs) if name == b"data"), None)
+        return pairs if first is None else pairs[:first] + pairs[first + 1 :]
 
 
 Entry = tuple[bytes, bytes | Fields | None]
@@ -179,6 +181,8 @@ class Batch:
             data, others = fields.data, fields.others()
         if data is None and others:
             reason: str | None = f"entry has no 'data' field (fields: {field_names(n for n, _ in others)})"
+        elif others and any(name == b"data" for name, _ in others):
+            reason = "entry has more than one 'data' field: which one it means is not known"
         else:
             reason = self._apply_entry(entry_id, data, deliveries, max_deliveries)
         if reason:

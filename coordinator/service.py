@@ -41,6 +41,11 @@ log = logging.getLogger("subagent_bus.coordinator")
 TICK_GROUP = "*"
 """The group id of a TICK envelope: it applies to every group of its shard."""
 
+BATCH_BYTES = 8 * 1024 * 1024
+"""The most entry data one batch applies (but a batch has one entry at least, of up to
+:data:`~bus.envelope.MAX_ENVELOPE_BYTES`): what a batch writes grows with it, and a commit is one script
+argument, which the server refuses over 512 MiB."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class CoordinatorOptions:
@@ -314,6 +319,9 @@ class Coordinator:
             elif await self._claim_stale(shard):
                 shard.need_pending = True
             return False
+        # A batch of a hundred entries of a few MiB each would be applied past the lease and committed in
+        # one script argument over the server's limit (512 MiB): it could never commit.
+        entries = shard.take(entries, BATCH_BYTES)
         started = time.perf_counter()
         batch = Batch(
             shard.index,

@@ -21,7 +21,7 @@ from bus.envelope import decode
 from bus.errors import DecodeError
 from bus.events import Tick
 from bus.keys import ConsumerGroup
-from coordinator.batch import Entry, entries_of, tick_refused
+from coordinator.batch import Entry, Fields, entries_of, tick_refused
 from coordinator.commit import Commit, CommitResult, parse_result, refusals
 from coordinator.rules import Target
 from coordinator.state import GroupState
@@ -116,6 +116,23 @@ class Shard:
         (reply,) = await self.pipe.execute([self._read_command(block_ms, b">")])
         return entries_of(reply)
 
+    def take(self, entries: list[Entry], budget: int) -> list[Entry]:
+        """The head of ``entries`` that holds at most ``budget`` bytes (one entry at least); the rest is
+        kept, as what was read ahead, for the next step. It is pending here already, and read again
+        would count a delivery more for every entry of it (which dead-letters after a few)."""
+        total = 0
+        for _, data in entries:
+            total += len(data) if data.__class__ is bytes else _size(data)
+        if total <= budget:
+            return entries
+        total = 0
+        for index, (_, data) in enumerate(entries):
+            total += _size(data)
+            if total > budget and index:
+                self.ahead = entries[index:]
+                return entries[:index]
+        return entries
+
     def _read_command(self, block_ms: int | None, start: bytes) -> wire.Command:
         block = () if block_ms is None else (b"BLOCK", b"%d" % block_ms)
         return (*self.head, *block, b"STREAMS", self.signals.encode(), start)
@@ -130,7 +147,7 @@ class Shard:
         here otherwise (and then read again from the pending list, or claimed by the shard's owner)."""
         keys, argv = commit.script_args(self.token, GROUP, ttl_ms, self.version)
         with refusals():
-            if block_ms is None or self.need_pending:
+            if block_ms is None or self.need_pending or self.ahead is not None:  # (``take`` kept some)
                 return parse_result(await script(self.pipe, keys, argv))
             read = self._read_command(block_ms, b">")
             try:
@@ -177,6 +194,13 @@ class Shard:
                 self.signals, GROUP, min=entries[0][0], max=entries[-1][0], count=len(entries)
             )
         return {_bytes(row["message_id"]): int(row["times_delivered"]) for row in rows}
+
+
+def _size(data: bytes | Fields | None) -> int:
+    """The bytes of an entry's data (of every field of a foreign producer's)."""
+    if data is None:
+        return 0
+    return len(data) if isinstance(data, bytes) else sum(map(len, data))
 
 
 def _bytes(value: Any) -> bytes:
