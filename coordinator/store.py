@@ -43,6 +43,7 @@ __all__ = [
     "legacy_slots",
     "load_state",
     "merged_key",
+    "stored_text",
     "write_changes",
 ]
 
@@ -187,11 +188,23 @@ def _appended(old: IdWindow, new: IdWindow) -> list[str]:
     return out[::-1]
 
 
-def decode_slots(raw: Mapping[Any, Any]) -> dict[str, FindingSlot]:
+def stored_text(raw: bytes | str, where: str) -> str:
+    """A name the coordinators stored (a group id, a slot's key), as text; a :class:`DecodeError` naming
+    ``where`` when it is not UTF-8 (written by hand or damaged), rather than a traceback that stops every
+    shard of the process."""
+    try:
+        return as_text(raw)
+    except UnicodeDecodeError:
+        raise DecodeError(
+            f"{where} holds {raw!r:.80}, not UTF-8 text: the shard's state is damaged"
+        ) from None
+
+
+def decode_slots(raw: Mapping[Any, Any], where: str = "a merged hash") -> dict[str, FindingSlot]:
     """Merged-finding slots from fields of a group's merged hash; :class:`DecodeError` if corrupt."""
     slots: dict[str, FindingSlot] = {}
     for k, v in raw.items():
-        key = as_text(k)
+        key = stored_text(k, where)
         try:
             slots[key] = compact_slot(FindingSlot.model_validate_json(v))
         except (ValidationError, UnicodeDecodeError) as exc:

@@ -27,12 +27,13 @@ from typing import Final, NamedTuple
 
 import orjson
 
-from bus.connection import Client, as_text
+from bus.connection import Client
 from bus.envelope import Envelope, EnvelopeType
 from bus.errors import DecodeError
 from bus.keys import Keys
 from coordinator.commit import Commit
 from coordinator.state import GroupState
+from coordinator.store import stored_text
 
 __all__ = [
     "Admission",
@@ -131,8 +132,9 @@ def late_reason(envelope: Envelope) -> str:
 
 async def load_tombstones(client: Client, keys: Keys, shard: int) -> dict[str, frozenset[str]]:
     """The shard's tombstones; a :class:`DecodeError` when one is corrupt."""
-    raw = await client.hgetall(retired_key(keys, shard))
-    return {as_text(name): _agents(name, value) for name, value in raw.items()}
+    key = retired_key(keys, shard)
+    raw = await client.hgetall(key)
+    return {stored_text(name, key): _agents(name, value) for name, value in raw.items()}
 
 
 async def tombstones_of(client: Client, keys: Keys, group_ids: Iterable[str]) -> dict[str, frozenset[str]]:
@@ -153,5 +155,5 @@ def _agents(name: str | bytes, value: str | bytes) -> frozenset[str]:
     except orjson.JSONDecodeError:
         agents = None
     if not isinstance(agents, list) or not all(isinstance(a, str) for a in agents):
-        raise DecodeError(f"invalid tombstone of group {as_text(name)!r}: {value!r:.200}")
+        raise DecodeError(f"invalid tombstone of group {name!r}: {value!r:.200}")
     return frozenset(agents)

@@ -29,6 +29,7 @@ from coordinator.store import (
     load_state,
     merged_key,
     seen_key,
+    stored_text,
 )
 from coordinator.tombstones import load_tombstones, retired_key
 
@@ -81,7 +82,7 @@ async def retired_agent_note(client: Client, keys: Keys, agent_id: str) -> str |
     for shard in keys.all_shards():
         with translated():
             tombstones = await load_tombstones(client, keys, shard)
-            live = {as_text(raw) for raw in await client.smembers(keys.groups(shard))}
+            live = {stored_text(raw, keys.groups(shard)) for raw in await client.smembers(keys.groups(shard))}
         for group_id in sorted(g for g, agents in tombstones.items() if agent_id in agents):
             if group_id in live:
                 return (
@@ -102,7 +103,9 @@ async def group_ids(client: Client, keys: Keys) -> list[str]:
 
 async def _shard_group_ids(client: Client, keys: Keys, shard: int) -> list[str]:
     with translated():
-        return sorted(as_text(raw) for raw in await client.smembers(keys.groups(shard)))
+        return sorted(
+            stored_text(raw, keys.groups(shard)) for raw in await client.smembers(keys.groups(shard))
+        )
 
 
 async def load_shard(
@@ -140,12 +143,14 @@ async def _load(
     fields = await client.hgetall(group_key(keys, shard, group_id))
     seen = await client.lrange(seen_key(keys, shard, group_id), 0, -1) if window else []
     slots: dict[str, FindingSlot] = {}
-    cursor = 0
+    cursor, merged = 0, merged_key(keys, shard, group_id)
     while True:
-        reply: Any = await client.hscan(merged_key(keys, shard, group_id), cursor, count=_SLOT_PAGE)
+        reply: Any = await client.hscan(merged, cursor, count=_SLOT_PAGE)
         cursor, page = reply
         big = in_thread and len(page) > _THREAD_PAGE  # a thread hop costs more than a small page
-        slots.update(await asyncio.to_thread(decode_slots, page) if big else decode_slots(page))
+        slots.update(
+            await asyncio.to_thread(decode_slots, page, merged) if big else decode_slots(page, merged)
+        )
         if on_page is not None:
             on_page(len(page))
         if not cursor:
@@ -183,7 +188,7 @@ async def _group_hashes(
             if legacy:  # 0.1.0's slots, some of them merged again since
                 with translated():
                     merged = await client.hkeys(merged_key(keys, shard, gid))
-                count = len(legacy.keys() | {as_text(k) for k in merged})
+                count = len(legacy.keys() | {stored_text(k, merged_key(keys, shard, gid)) for k in merged})
             yield gid, fields, count
 
 

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import redis
 import redis.exceptions
 from adapter_kit import wait_until
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from workers.kit import connected, entries
 
 from bus.cli import main
 from bus.envelope import decode, new_envelope
 from bus.events import AgentStarted, Decision
+from bus.findings import Finding
 from bus.keys import StreamKind, open_namespace
 from bus.publisher import Publisher
 from coordinator.policy import Policy
@@ -63,13 +65,52 @@ async def test_a_refused_commit_dead_letters_nothing_and_commits_once_fixed(redi
         assert [e.detail for e in events if isinstance(e, Decision)] == ["registered on its first envelope"]
 
 
-def test_a_damaged_commit_counter_is_a_one_line_error_not_a_traceback(redis_url: str) -> None:
+# a counter INCR does not write: "07" never equals the "7" the commit script compares it with (every
+# commit stale, reloaded at once, for ever), and INCR fails past 2^63 - 1, after the batch's writes
+@pytest.mark.parametrize("counter", ["garbage", "07", "9223372036854775807"])
+def test_a_damaged_commit_counter_is_a_one_line_error_not_a_traceback(redis_url: str, counter: str) -> None:
     client = redis.Redis.from_url(redis_url)
     client.set("{damaged}:meta", "1")
-    client.set("{damaged:0}:version", "garbage")
+    client.set("{damaged:0}:version", counter)
     client.close()
-    options = ["--redis-url", redis_url, "--namespace", "damaged"]
-    result = CliRunner().invoke(main, ["coordinator", "--burst", *options])
+    result = _coordinate(redis_url)
+    assert f"Error: {{damaged:0}}:version holds {counter!r}, not a commit counter" in result.output
+
+
+# names of stored keys that are not UTF-8 (written by hand, or damaged)
+@pytest.mark.parametrize(
+    ("key", "field"),
+    [("{damaged:0}:groups", None), ("{damaged:0}:retired", b"\xff"), ("{damaged:0}:merged:g", b"\xffkey")],
+)
+def test_a_stored_name_that_is_not_utf8_is_a_one_line_error_not_a_traceback(
+    redis_url: str, key: str, field: bytes | None
+) -> None:
+    asyncio.run(_a_group_with_a_finding(redis_url))
+    client = redis.Redis.from_url(redis_url)
+    if field is None:
+        client.sadd(key, b"\xff")
+    else:
+        client.hset(key, field, b"{}")
+    client.close()
+    result = _coordinate(redis_url)
+    assert f"Error: {key} holds b'\\xff" in result.output and "not UTF-8 text" in result.output
+
+
+async def _a_group_with_a_finding(url: str) -> None:
+    async with connected(url) as client:
+        keys = await open_namespace(client, "damaged", 1)
+        finding = Finding(title="t", file="a.py", line=1)
+        await Publisher(client, keys).publish(
+            new_envelope(finding, agent_id="a", group_id="g", source="test")
+        )
+        assert await Coordinator(client, keys, Policy(), CoordinatorOptions(name="c")).run(burst=True) == 1
+
+
+def _coordinate(url: str) -> Result:
+    """``coordinator --burst`` on the namespace ``damaged``: refused, with one line and exit status 1."""
+    result = CliRunner().invoke(
+        main, ["coordinator", "--burst", "--redis-url", url, "--namespace", "damaged"]
+    )
     assert result.exit_code == 1, result.output
-    assert "Error: {damaged:0}:version holds 'garbage', not a commit counter" in result.output
     assert isinstance(result.exception, SystemExit)
+    return result
