@@ -95,8 +95,8 @@ async def named(bus: AgentBus, given: Path, key_of: Callable[[Path], str]) -> Pa
     path, old = _names(given)
     if path == old:
         return path
-    with translated():
-        if await bus.client.exists(key_of(path)) or not await bus.client.exists(key_of(old)):
+    with translated():  # GET, not EXISTS: the adapter role may only GET and SET its checkpoints
+        if await bus.client.get(key_of(path)) is not None or await bus.client.get(key_of(old)) is None:
             return path
     return old
 

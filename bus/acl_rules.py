@@ -21,7 +21,7 @@ and none has a pub/sub channel.
   checkpoint are one transaction). No access at all to findings, events, tasks, state or leases.
 - coordinator: its namespace's streams (read, ``XADD``, its consumer group's commands), ``XTRIM`` of the
   signals, events and tasks streams only, the group states (hashes, sets, lists, and ``DEL`` of a retired
-  group's), the leases (``SET``, ``PEXPIRE``, ``DEL``), the meta key, the members set, and
+  group's), the leases (``GET``, ``SET``, ``PEXPIRE``, ``PTTL``, ``DEL``), the meta key, the members set, and
   ``EVAL``/``EVALSHA``/``SCRIPT LOAD`` (a script runs with the caller's permissions, command by command).
   Commands that remove or overwrite a key whatever its type (``DEL``, ``SET``, ``PEXPIRE``) are granted on
   the group state, lease and meta keys only (never on a stream), and no role has ``XDEL``, ``XSETID`` or
@@ -161,7 +161,8 @@ def _coordinator(ns: str) -> list[str]:
         _selector(_keys(ns, _TRIMMED), "+xtrim"),
         _selector(_keys(ns, ("signals",)), "+xgroup|delconsumer"),  # idle consumers of dead processes
         _selector(_keys(ns, ("group:*", "merged:*", "seen:*", "groups", "retired")), state_commands),
-        _selector(_keys(ns, ("lease",)), "+get", "+set", "+pexpire", "+del"),
+        # PTTL: a burst run waits out the lease of a coordinator that died, as long as it has left
+        _selector(_keys(ns, ("lease",)), "+get", "+set", "+pexpire", "+pttl", "+del"),
         _selector(_keys(ns, ("version",)), "+get", "+incr"),
         _selector(f"~{meta_key(ns)}", "+get", "+set"),
         _selector(members, "+zadd", "+zrem", "+zremrangebyscore", "+zcard", "+zrange"),

@@ -26,6 +26,7 @@ from click.testing import CliRunner
 from agents.adapter import AgentBus
 from agents.inbox_listener import InboxListener
 from agents.launcher import GROUP as LAUNCHERS
+from agents.watched_file import checkpoint_key, named
 from bus.acl import Role, acl, password_hash
 from bus.connection import Client, connect
 from bus.consumer import Ack, Consumer
@@ -207,6 +208,19 @@ async def test_adapter_publishes_keeps_its_checkpoint_and_follows_its_inbox(bus:
         await client.aclose()
 
 
+async def test_an_adapter_names_a_file_reached_through_a_link(bus: AclServer, tmp_path: Path) -> None:
+    # named() looks for a checkpoint under both names, with the commands the adapter role may run
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    client = await bus.client(Role.ADAPTER)
+    try:
+        agent = AgentBus(client, KEYS, "agent-1", "g", log=lambda _: None)
+        path = await named(agent, tmp_path / "link" / "out.log", lambda p: checkpoint_key(agent, p))
+        assert path == (tmp_path / "real" / "out.log").resolve()
+    finally:
+        await client.aclose()
+
+
 def test_adapter_cannot_read_destroy_or_reach_beyond(bus: AclServer) -> None:
     c = bus.sync(Role.ADAPTER)
     for args in [("XDEL", F0, "0-1"), ("XTRIM", F0, "MAXLEN", "0"), ("DEL", F0), ("UNLINK", F0), ("SET", F0, "x"),
@@ -238,6 +252,10 @@ async def test_coordinator_runs_end_to_end_on_its_own_permissions(bus: AclServer
             [progress("agent-1", "g", 40), new_envelope(finding, agent_id="agent-1", group_id="g")]
         )
         keys = await open_namespace(coord, NS, 2)
+        # a burst run waits out the lease of a coordinator that died (PTTL says how long it has left)
+        admin = bus.server.client()
+        admin.set(keys.state(keys.shard_of("g"), "lease"), "dead:0", px=200)
+        admin.close()
         assert await Coordinator(coord, keys, Policy(), CoordinatorOptions()).run(burst=True) == 2
         [group] = [summarize(s) for s in await load_groups(observer, KEYS)]
         assert [(a.agent_id, a.percent, a.applied) for a in group.agents] == [("agent-1", 40, 2)]
@@ -707,7 +725,7 @@ MUST: dict[Role, dict[str, set[str]]] = {
     Role.OBSERVER: READS,
     Role.HUMAN: {**READS, S0: READS[S0] | {"xadd"}, S1: {"xadd"}, S_LAST: {"xadd"},
                  KEYS.state(0, "groups"): {"sismember", "smembers"}},
-    Role.COORDINATOR: {F0: {"xadd", "xrange"}, S0: {"xack", "xtrim"}, META: {"get", "set"}},
+    Role.COORDINATOR: {F0: {"xadd", "xrange"}, S0: {"xack", "xtrim"}, META: {"get", "set"}, LEASE: {"pttl"}},
 }  # fmt: skip
 
 
