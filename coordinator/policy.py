@@ -198,12 +198,48 @@ def _parsed(file: Path, suffix: str, text: str) -> Any:
         raise ConfigError(f"policy file {file}: not valid TOML: {' '.join(str(exc).split())}") from None
 
 
+_INT: Final = "tag:yaml.org,2002:int"
+_FLOAT: Final = "tag:yaml.org,2002:float"
+_INT_12: Final = re.compile(r"[-+]?(?:[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)\Z")
+_FLOAT_12: Final = re.compile(
+    r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?\Z|[-+]?\.(?:inf|Inf|INF)\Z|\.(?:nan|NaN|NAN)\Z"
+)
+
+
+def _int_12(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = str(loader.construct_scalar(node))
+    sign, digits = (-1, text[1:]) if text[0] == "-" else (1, text.lstrip("+"))
+    base = {"0o": 8, "0x": 16}.get(digits[:2], 10)
+    return sign * int(digits[2:] if base != 10 else digits, base)
+
+
+def _numbers_12(base: type[yaml.SafeLoader] | type[yaml.CSafeLoader]) -> type[yaml.SafeLoader]:
+    """``base`` reading numbers as YAML 1.2 does (its core schema), not as PyYAML's YAML 1.1: ``010`` is
+    ten, not eight; ``1:30`` is text, not ninety (and a long one, not a quadratic time to convert);
+    ``5e0`` is a number, not text."""
+
+    class Loader(base):  # type: ignore[valid-type,misc]
+        # the resolvers of every other tag, as PyYAML's own class keeps them (a class attribute)
+        yaml_implicit_resolvers = {  # noqa: RUF012
+            first: [(tag, pattern) for tag, pattern in found if tag not in (_INT, _FLOAT)]
+            for first, found in base.yaml_implicit_resolvers.items()
+        }
+
+    Loader.add_implicit_resolver(_INT, _INT_12, list("-+0123456789"))
+    Loader.add_implicit_resolver(_FLOAT, _FLOAT_12, list("-+.0123456789"))
+    Loader.add_constructor(_INT, _int_12)
+    return Loader
+
+
+_LOADER: Final = _numbers_12(yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader)
+
+
 def _yaml(file: Path, text: str) -> Any:
     # An alias repeats what it names without copying it: a few lines of them ("billion laughs") make a
     # list of 10^8 items that validation would walk for minutes. A policy is a few settings and needs none.
     # A key given twice is a mistake that PyYAML would settle silently (the last one wins), and so is one
     # given again beside a merge key.
-    loader = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
+    loader = _LOADER
     open_: list[_Mapping | None] = []  # the collections open at this event (None: a sequence)
     for event in yaml.parse(text, Loader=loader):
         line = event.start_mark.line + 1 if event.start_mark else "?"
@@ -226,7 +262,7 @@ def _yaml(file: Path, text: str) -> Any:
     return _constructed(file, text, loader)
 
 
-def _constructed(file: Path, text: str, loader: type[yaml.SafeLoader] | type[yaml.CSafeLoader]) -> Any:
+def _constructed(file: Path, text: str, loader: type[yaml.SafeLoader]) -> Any:
     """The YAML's value, built by PyYAML (the events were checked); any problem is a :class:`ConfigError`."""
     try:
         return yaml.load(text, Loader=loader)
