@@ -20,7 +20,7 @@ from bus.params import not_blank
 from bus.progress import Progress
 from bus.settings import Settings
 from coordinator.console import finding_line, group_heading, grouped_lines, merged_lines
-from coordinator.policy import Policy
+from coordinator.policy import Policy, agent_key
 from coordinator.rules import MergedFinding, merge_findings, merged_view
 from coordinator.runtime import no_collection
 from coordinator.store import merged_key
@@ -45,10 +45,18 @@ def _read_findings(
 
 
 async def _findings(
-    client: Client, keys: Keys, settings: Settings, group_id: str | None, shape: Callable[[str, Finding], T]
+    client: Client,
+    keys: Keys,
+    settings: Settings,
+    group_id: str | None,
+    shape: Callable[[str, Finding], T],
+    *,
+    senders: bool = False,
 ) -> dict[str, list[T]]:
     """The findings by group, each as ``shape`` makes it: a listing keeps only what it prints (a
-    finding's model takes several times the memory of its line or JSON)."""
+    finding's model takes several times the memory of its line or JSON). ``senders``: a finding that
+    names no agent (not a coordinator's copy, which always names one) is its sender's, as the rules
+    take it."""
     by_group: dict[str, list[T]] = {}
     skipped: list[str] = []  # the first entry that is no envelope
     count = 0
@@ -63,10 +71,15 @@ async def _findings(
             if not skipped:
                 skipped.append(one_line(f"{stream} {entry_id}: {why}"))
 
-        async for _, finding, _, group in iter_findings(
+        async for _, found, agent_id, group in iter_findings(
             client, keys, group_id, on_page=shown, on_skipped=foreign
         ):
-            by_group.setdefault(group, []).append(shape(group, finding))
+            named = (
+                found.model_copy(update={"agent": agent_key(agent_id)})
+                if senders and not found.agent
+                else found
+            )
+            by_group.setdefault(group, []).append(shape(group, named))
     if count == 1:  # written by something other than a coordinator: said, not shown as findings
         click.echo(f"skipped an entry of the findings stream that is no envelope: {skipped[0]}", err=True)
     elif count:
@@ -299,7 +312,7 @@ def replay(settings: Settings, group_id: str, policy: Policy, as_json: bool) -> 
     """
 
     async def read(client: Client, keys: Keys) -> tuple[dict[str, list[Finding]], bool]:
-        by_group = await _findings(client, keys, settings, group_id, _finding)
+        by_group = await _findings(client, keys, settings, group_id, _finding, senders=True)
         return by_group, bool(by_group) and await was_retired(client, keys, group_id)
 
     nothing: tuple[dict[str, list[Finding]], bool] = ({}, False)

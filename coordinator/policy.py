@@ -42,8 +42,11 @@ MAX_POLICY_BYTES: Final = 1 << 20
 """A policy file is read only up to this size: it holds a few settings and a table of weights."""
 
 _SEPARATORS = re.compile(r"[\s_]+")
+_AROUND: Final = " \t[]<>()*`'\""
 
-Weight = Annotated[float, Field(gt=0, le=1000)]
+Weight = Annotated[float, Field(ge=0.001, le=1000)]
+"""An agent's expertise weight. Bounded below as well: a weight near the smallest float rounds every
+confidence it multiplies to a few values (95.5 became 96)."""
 
 MAX_TIMEOUT_SECONDS: Final = 10 * 366 * 86_400
 """Ten years: a longer timeout means none, and a much longer one does not fit a ``timedelta`` (every tick
@@ -54,9 +57,10 @@ def agent_key(name: str) -> str:
     """The normalised form of an agent name used for expertise weights and agreement.
 
     ``Security Auditor`` (from a ``## Security Auditor Result`` heading), ``security_auditor`` and
-    ``security-auditor`` are the same agent.
+    ``security-auditor`` are the same agent, and so is ``[Security Auditor]`` (the seeds' heading
+    template, ``## [Agent Name] Result``, filled in with its brackets kept) or ``**Security Auditor**``.
     """
-    return _SEPARATORS.sub("-", name.strip().lower())
+    return _SEPARATORS.sub("-", name.strip(_AROUND).lower())
 
 
 class Policy(BaseModel):

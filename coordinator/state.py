@@ -230,7 +230,7 @@ class FindingSlot(Model):
     category: str
     discriminator: str = ""
     """Empty when the finding has a ``file:line``; otherwise its id or title (see ``rules.findings``)."""
-    reports: dict[str, Finding] = Field(default_factory=dict)
+    reports: dict[str, Finding] = Field(min_length=1)  # a slot is made with its first report
     conflict_reported: bool = False
 
 

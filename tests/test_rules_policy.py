@@ -86,7 +86,12 @@ def test_a_byte_order_mark_is_no_setting(tmp_path: Path, name: str) -> None:
         ("p.toml", 'auto_approve = ["P9"]\n', "auto_approve"),
         ("p.toml", 'human_approval = ["P1"]\n', "P1 is in both auto_approve and human_approval"),
         ("p.toml", "lost_timeout_seconds = 10\n", "lost_timeout_seconds must be longer"),
-        ("p.toml", "[expertise]\nqa = -1\n", "expertise.qa: Input should be greater than 0"),
+        ("p.toml", "[expertise]\nqa = -1\n", "expertise.qa: Input should be greater than or equal to 0.001"),
+        (
+            "p.toml",
+            "default_weight = 5e-324\n",
+            "default_weight: Input should be greater than or equal to 0.001",
+        ),
         ("p.toml", "[expertise]\nqa = 1\nQA = 2\n", "listed twice"),
         ("p.toml", "max_retries = \n", "not valid TOML"),
         ("p.yaml", "- a list\n", "the top level must be a table"),
@@ -176,3 +181,4 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
 
 def test_agent_key_normalises_names() -> None:
     assert agent_key("  Security Auditor ") == agent_key("security_auditor") == "security-auditor"
+    assert agent_key("[Security Auditor]") == agent_key("**Security Auditor**") == "security-auditor"

@@ -144,3 +144,12 @@ def test_a_damaged_stored_state_is_a_one_line_error(fields: dict[bytes, bytes], 
         DecodeError, match=r"^invalid stored merged finding 'k': FindingSlot: Invalid JSON[^\n]*$"
     ):
         decode_slots({b"k": b"garbage"})
+
+
+def test_a_stored_merged_finding_without_reports_is_a_one_line_error() -> None:
+    # the merged view takes a slot's best report: one without any was a traceback there
+    empty = b'{"location": "a.py:1", "category": "SEC", "reports": {}}'
+    with pytest.raises(
+        DecodeError, match=r"^invalid stored merged finding 'k': FindingSlot.reports: [^\n]*$"
+    ):
+        decode_slots({b"k": empty})
