@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from bus.cli_connection import redis_options, run_command
-from bus.connection import Client
+from bus.connection import Client, translated
 from bus.display import counted, json_bytes, one_line
 from bus.findings import Finding
-from bus.keys import Keys
+from bus.keys import Keys, StreamKind
 from bus.params import not_blank
 from bus.progress import Progress
 from bus.settings import Settings
@@ -311,12 +311,14 @@ def replay(settings: Settings, group_id: str, policy: Policy, as_json: bool) -> 
     was retired it recomputes every report since id 0, those of the lives before it started anew too.
     """
 
-    async def read(client: Client, keys: Keys) -> tuple[dict[str, list[Finding]], bool]:
+    async def read(client: Client, keys: Keys) -> tuple[dict[str, list[Finding]], bool, int]:
         by_group = await _findings(client, keys, settings, group_id, _finding, senders=True)
-        return by_group, bool(by_group) and await was_retired(client, keys, group_id)
+        if not by_group:
+            return by_group, False, 0
+        return by_group, await was_retired(client, keys, group_id), await _trimmed(client, keys, group_id)
 
-    nothing: tuple[dict[str, list[Finding]], bool] = ({}, False)
-    by_group, retired = run_command(read_view(settings, read, nothing))
+    nothing: tuple[dict[str, list[Finding]], bool, int] = ({}, False, 0)
+    by_group, retired, trimmed = run_command(read_view(settings, read, nothing))
     view = _merged(by_group, policy)
     if as_json:
         _echo_array(json_bytes(record, indent=True).decode() for record in _merged_records(view))
@@ -326,12 +328,28 @@ def replay(settings: Settings, group_id: str, policy: Policy, as_json: bool) -> 
         count = sum(len(merged) for merged in view.values())
         conflicts = _conflicts(sum(m.severity_conflict for merged in view.values() for m in merged))
         click.echo(f"{counted(count, 'merged finding')} recomputed for group {group_id!r}{conflicts}")
+    if trimmed:
+        click.echo(
+            f"the findings stream of group {group_id!r}'s shard was trimmed ({trimmed:,} of its entries "
+            "gone): reports among them are not in this view; `findings --merged --group "
+            f"{group_id}` shows the merged view the coordinators keep",
+            err=True,
+        )
     if retired:
         click.echo(
             f"group {group_id!r} was retired: this view holds the reports of each of its lives since id 0 "
             "(`findings --merged` of a group started anew holds only those since)",
             err=True,
         )
+
+
+async def _trimmed(client: Client, keys: Keys, group_id: str) -> int:
+    """How many entries the findings stream of the group's shard has lost (trimmed); 0 also where the
+    server does not say (Redis before 7)."""
+    with translated():
+        info: Any = await client.xinfo_stream(keys.stream(keys.shard_of(group_id), StreamKind.FINDINGS))
+    added = info.get("entries-added")
+    return max(0, int(added) - int(info["length"])) if added is not None else 0
 
 
 def _finding(_group_id: str, finding: Finding) -> Finding:

@@ -291,6 +291,18 @@ def test_replay_takes_a_finding_that_names_no_agent_for_its_sender_s(redis_url: 
     )
 
 
+def test_replay_of_a_partly_trimmed_findings_stream_says_so(redis_url: str) -> None:
+    # the merged view the coordinators keep holds both reports, the recomputed one only the second
+    for agent, confidence in (("auditor", 95), ("qa", 78)):
+        ok(redis_url, "findings", "add", "--agent-id", agent, "--group", "alpha", _finding("JWT", "critical", confidence))  # fmt: skip
+    coordinate(redis_url)
+    assert "was trimmed" not in cli(redis_url, "replay", "--group", "alpha").stderr
+    ok(redis_url, "trim", "--findings", "1")
+    done = cli(redis_url, "replay", "--group", "alpha")
+    assert done.returncode == 0 and "78.0" in done.stdout
+    assert "the findings stream of group 'alpha''s shard was trimmed (1 of its entries gone)" in done.stderr
+
+
 def test_findings_of_different_groups_are_merged_apart(redis_url: str) -> None:
     ok(
         redis_url,
