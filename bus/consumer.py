@@ -11,6 +11,7 @@ them, are taken apart by :mod:`bus.stream_replies`.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 DELETED_REASON: Final = "deleted before processing"
 _MAX_REASON: Final = 2000
 _MAX_DEAD_FIELDS: Final = 100
+_MAX_DEAD_NAME: Final = 256
 _MAX_DEAD_BYTES: Final = MAX_ENVELOPE_BYTES
 """The most bytes of a dead letter's ``data`` and other fields together. A larger entry is no envelope
 (over the limit) and keeps its first bytes: copied whole, a foreign entry of hundreds of MiB would make a
@@ -102,8 +104,9 @@ def dead_letter_fields(
     (``others``: name and value) as ``field:<name>`` (a name given again as ``field:<name>#2``, ...), and
     why it died. Of an entry with thousands of fields (hostile: a script cannot write them in one command)
     the first :data:`_MAX_DEAD_FIELDS` are kept and ``fields_dropped`` counts the rest; of one over
-    :data:`_MAX_DEAD_BYTES` the first bytes are kept, ``data_bytes`` is the length of its ``data``, and
-    ``fields_cut`` counts the other fields cut short."""
+    :data:`_MAX_DEAD_BYTES` (names and values) the first bytes are kept, ``data_bytes`` is the length of
+    its ``data``, and ``fields_cut`` counts the other fields cut short; a name over
+    :data:`_MAX_DEAD_NAME` bytes keeps its start and a digest of the whole."""
     fields: dict[str | bytes, bytes | str] = {}
     room = _MAX_DEAD_BYTES
     if raw is not None:
@@ -113,12 +116,14 @@ def dead_letter_fields(
         room -= len(fields["data"])
     cut = 0
     for name, value in others[:_MAX_DEAD_FIELDS]:
-        key, again = b"field:" + name, 1
+        short = _dead_name(name)
+        key, again = b"field:" + short, 1
         while key in fields:
             again += 1
-            key = b"field:%s#%d" % (name, again)
+            key = b"field:%s#%d" % (short, again)
+        room = max(room - len(key), 0)
         fields[key] = value if len(value) <= room else value[:room]
-        cut += len(value) > room
+        cut += short is not name or len(value) > room
         room -= len(fields[key])
     if cut:
         fields["fields_cut"] = str(cut)
@@ -129,6 +134,14 @@ def dead_letter_fields(
     fields["entry_id"] = entry_id
     fields["deliveries"] = str(deliveries)
     return fields
+
+
+def _dead_name(name: bytes) -> bytes:
+    """A field's name as its dead letter keeps it: a long one, its start and a digest of the whole (names
+    stay apart, and take little room)."""
+    if len(name) <= _MAX_DEAD_NAME:
+        return name
+    return name[: _MAX_DEAD_NAME - 17] + b"~" + hashlib.sha256(name).hexdigest()[:16].encode()
 
 
 class Consumer:

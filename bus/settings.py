@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 import ssl
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final, Self
@@ -175,16 +176,23 @@ def redact(url: str) -> str:
     """``url`` with the password (the part after ``user:`` before ``@``) and the value of every query
     option named ``*password`` (``sentinel_password``, ``ssl_password``) replaced by ``***``."""
     url = _redacted_query(url)
-    scheme, sep, rest = url.partition("://")
-    if not sep:  # a slash short or a backslash (redis:user:pw@host): all before the last @ may be secret
-        head, at, hosts = url.rpartition("@")
-        scheme, colon, _ = head.partition(":")
-        return f"{scheme}:***@{hosts}" if at and colon else url
-    userinfo, at, hosts = rest.rpartition("@")
+    head = _SCHEME.match(url)
+    if any(ord(c) > 127 and _SEPARATORS.intersection(unicodedata.normalize("NFKC", c)) for c in url):
+        # a character that reads as @ : / ? or # once normalised: where the password ends is not sure
+        return f"{head.group(0) if head else ''}***"
+    scheme, rest = (head.group(0)[:-1], url[head.end() :]) if head else ("", url)
+    if not rest.startswith("//"):  # a slash short, or a backslash (redis:user:pw@host): all before @
+        _, at, hosts = rest.rpartition("@")
+        return f"{scheme}:***@{hosts}" if at else url
+    userinfo, at, hosts = rest[2:].rpartition("@")
     if not at or ":" not in userinfo:
         return url
     user = userinfo.split(":", 1)[0]
     return f"{scheme}://{user}:***@{hosts}"
+
+
+_SCHEME: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
+_SEPARATORS: Final = frozenset("@:/?#")
 
 
 def _redacted_query(url: str) -> str:

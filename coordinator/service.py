@@ -191,7 +191,7 @@ class Coordinator:
         if not shard.owned:
             return
         await self._claim(shard, idle_ms=0, count=1000, until_done=True)
-        shard.need_pending = True
+        shard.need_pending, shard.rest = True, None  # the claimed entries may come before the rest
         while shard.owned and shard.need_pending and await self._step(shard, block_ms=None):
             pass
 
@@ -267,7 +267,7 @@ class Coordinator:
         shard.ticked_at = max(ticks, default=None) or await shard.stream_tick()
         if not held:
             self._lost(shard)
-        shard.need_pending = True
+        shard.need_pending, shard.rest = True, None
 
     async def _claim_stale(self, shard: Shard) -> bool:
         """Claim entries another consumer has held longer than a lease: a deposed owner's late reads.

@@ -92,6 +92,11 @@ class Shard:
     ahead: list[Entry] | None = None
     """Entries read behind the last commit, in the same write (see :meth:`commit`): the next batch, or
     ``[]`` when none came within the block time; None when nothing was read ahead."""
+    rest: list[Entry] | None = None
+    """The entries of the last read that :meth:`take` left for the next step (pending here already, in
+    stream order after the batch taken): what the next :meth:`read` returns, also where it would read the
+    pending list (read again, each would count a delivery more, which dead-letters after a few). A
+    take-over drops them, to read the pending list whole."""
     failures: int = 0
     """Steps failed in a row (the server unreachable, or a commit refused by its checks): the first of an
     outage is logged, and one a minute, not every retry."""
@@ -104,6 +109,9 @@ class Shard:
         new entries (waiting up to ``block_ms``; None: not at all)."""
         # through bus.wire, as the commit: at a batch or two per step (a steady trickle of signals),
         # redis-py's packing and reply callbacks were a third of the step
+        rest, self.rest = self.rest, None
+        if rest:
+            return rest
         ahead, self.ahead = self.ahead, None
         if self.need_pending:  # what was read ahead is pending too, and comes again in order
             (reply,) = await self.pipe.execute([self._read_command(None, b"0")])
@@ -118,8 +126,7 @@ class Shard:
 
     def take(self, entries: list[Entry], budget: int) -> list[Entry]:
         """The head of ``entries`` that holds at most ``budget`` bytes (one entry at least); the rest is
-        kept, as what was read ahead, for the next step. It is pending here already, and read again
-        would count a delivery more for every entry of it (which dead-letters after a few)."""
+        kept (:attr:`rest`) for the next step."""
         total = 0
         for _, data in entries:
             total += len(data) if data.__class__ is bytes else _size(data)
@@ -129,7 +136,7 @@ class Shard:
         for index, (_, data) in enumerate(entries):
             total += _size(data)
             if total > budget and index:
-                self.ahead = entries[index:]
+                self.rest = entries[index:]
                 return entries[:index]
         return entries
 
@@ -147,7 +154,7 @@ class Shard:
         here otherwise (and then read again from the pending list, or claimed by the shard's owner)."""
         keys, argv = commit.script_args(self.token, GROUP, ttl_ms, self.version)
         with refusals():
-            if block_ms is None or self.need_pending or self.ahead is not None:  # (``take`` kept some)
+            if block_ms is None or self.need_pending or self.rest:
                 return parse_result(await script(self.pipe, keys, argv))
             read = self._read_command(block_ms, b">")
             try:

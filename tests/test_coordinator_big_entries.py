@@ -51,11 +51,36 @@ async def test_a_backlog_of_large_entries_is_applied_in_batches_the_server_takes
         # a foreign entry over what a dead letter keeps, in two fields the server takes one by one
         raw = redis.Redis.from_url(small_args)
         raw.xadd(keys.stream(0, StreamKind.SIGNALS), {"data": b"y" * (20 * MIB), "note": b"z" * (20 * MIB)})
+        raw.xadd(keys.stream(0, StreamKind.SIGNALS), {b"n" * (20 * MIB): b"1", b"m" * (20 * MIB): b"2"})
         raw.close()
         coordinator = Coordinator(client, keys, Policy(), CoordinatorOptions(name="big", lease_ttl_ms=60_000))
-        assert await asyncio.wait_for(coordinator.run(burst=True), 120) == 13
+        assert await asyncio.wait_for(coordinator.run(burst=True), 120) == 14
         assert await client.xlen(keys.stream(0, StreamKind.FINDINGS)) == 12
-        [(_, letter)] = await entries(client, keys.stream(0, StreamKind.DEAD))
+        [(_, letter), (_, names)] = await entries(client, keys.stream(0, StreamKind.DEAD))
         assert (letter[b"data_bytes"], letter[b"fields_cut"]) == (b"%d" % (20 * MIB), b"1")
         assert len(letter[b"data"]) + len(letter[b"field:note"]) == MAX_ENVELOPE_BYTES
         assert letter[b"data"] == b"y" * MAX_ENVELOPE_BYTES
+        long_names = [name for name in names if name.startswith(b"field:")]
+        assert len(long_names) == 2 and all(len(name) == len("field:") + 256 for name in long_names)
+        assert names[b"fields_cut"] == b"2"
+
+
+async def test_a_pending_backlog_of_large_entries_is_taken_over_without_counting_deliveries(
+    small_args: str,
+) -> None:
+    # a coordinator that read the backlog died: its successor reads the pending list, applies it a few
+    # entries at a time, and keeps the rest rather than reading the list again (a delivery more each time)
+    async with connected(small_args) as client:
+        keys = await open_namespace(client, "big", 1)
+        publisher = Publisher(client, keys)
+        for n in range(12):
+            await publisher.publish(new_envelope(_finding(n), agent_id="scanner", group_id=GROUP))
+        signals = keys.stream(0, StreamKind.SIGNALS)
+        await client.xgroup_create(signals, "coordinator", id="0")
+        await client.xreadgroup("coordinator", "dead", {signals: ">"}, count=100)
+        coordinator = Coordinator(
+            client, keys, Policy(), CoordinatorOptions(name="next", lease_ttl_ms=60_000)
+        )
+        assert await asyncio.wait_for(coordinator.run(burst=True), 120) == 12
+        assert await client.xlen(keys.stream(0, StreamKind.FINDINGS)) == 12
+        assert await client.xlen(keys.stream(0, StreamKind.DEAD)) == 0

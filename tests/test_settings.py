@@ -137,6 +137,10 @@ def test_passwords_are_masked_for_display() -> None:
         "redis+sentinel:u:topsecret@h1/m",
         "redis://u:top\uff0fsecret@h:6379/0",  # a character that reads as / once normalised (NFKC)
         "rediss://u:topsecret\u2100x@h:6380/0",
+        "redis://u:topsecret\uff20h/0",  # an @ once normalised
+        "redis://u\uff1atopsecret@h/0",  # a colon once normalised
+        "redis:/u:topsecret@h/x://y",  # a :// further on
+        "redis:u:topsecret@h/0#a://b",
     ],
 )
 def test_a_url_refused_for_its_form_keeps_its_password_out_of_the_error(url: str) -> None:
