@@ -159,6 +159,9 @@ def _coordinator(ns: str) -> list[str]:
         _selector(_keys(ns, ("*",)), members, "+eval", "+evalsha"),
         _selector(_keys(ns, _STREAMS), stream_commands),
         _selector(_keys(ns, _TRIMMED), "+xtrim"),
+        # the directives a relaunch's prompt carries are acknowledged unread, and the unread ones among
+        # them it does not carry are left pending for the next reader, idle (coordinator.commit)
+        _selector(_keys(ns, ("inbox:*",)), "+xclaim"),
         _selector(_keys(ns, ("signals",)), "+xgroup|delconsumer"),  # idle consumers of dead processes
         _selector(_keys(ns, ("group:*", "merged:*", "seen:*", "groups", "retired")), state_commands),
         # PTTL: a burst run waits out the lease of a coordinator that died, as long as it has left

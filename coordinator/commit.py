@@ -81,7 +81,7 @@ local function span(i)
   return 3
 end
 -- 'A': directives of an inbox the rules carry on themselves (in a new session's prompt), acknowledged
--- there unread: pending ones, and new ones at the head of what the group has not read yet
+-- there unread: pending ones, and those the group has not read yet
 local function carried(fields, first, last)
   for j = 1, #fields, 2 do
     if fields[j] == 'data' then
@@ -111,12 +111,21 @@ local function ack_unread(key, group, first, last)
     local entry = redis.call('XRANGE', key, row[1], row[1])[1]
     if entry and carried(entry[2], first, last) then redis.call('XACK', key, group, row[1]) end
   end
-  while true do
-    local entry = redis.call('XRANGE', key, '(' .. read, '+', 'COUNT', 1)[1]
-    if entry == nil or not carried(entry[2], first, last) then break end
-    redis.call('XREADGROUP', 'GROUP', group, group, 'COUNT', 1, 'STREAMS', key, '>')
-    redis.call('XACK', key, group, entry[1])
-    read = entry[1]
+  -- unread: read up to the last carried one, which are acknowledged; another is left pending as an
+  -- adapter that died leaves one (idle, no delivery counted), which the inbox's next reader takes at once
+  local rows = redis.call('XRANGE', key, '(' .. read, '+', 'COUNT', 1000)
+  local upto = 0
+  for j, row in ipairs(rows) do
+    if carried(row[2], first, last) then upto = j end
+  end
+  if upto == 0 then return end
+  redis.call('XREADGROUP', 'GROUP', group, group, 'COUNT', upto, 'STREAMS', key, '>')
+  for j = 1, upto do
+    if carried(rows[j][2], first, last) then
+      redis.call('XACK', key, group, rows[j][1])
+    else
+      redis.call('XCLAIM', key, group, group, 0, rows[j][1], 'IDLE', 86400000, 'RETRYCOUNT', 0, 'JUSTID')
+    end
   end
 end
 -- Redis keeps what a script wrote before a command of it failed: every write must be known to succeed
@@ -161,7 +170,8 @@ while i <= #ops do
     end
     if op == 'A' and redis.acl_check_cmd then
       for _, c in ipairs({{'XINFO', 'GROUPS', key}, {'XGROUP', 'CREATE', key, 'g', '0'}, {'XPENDING', key, 'g'},
-                          {'XRANGE', key, '-', '+'}, {'XREADGROUP', 'GROUP', 'g', 'c', 'STREAMS', key, '>'}}) do
+                          {'XRANGE', key, '-', '+'}, {'XREADGROUP', 'GROUP', 'g', 'c', 'STREAMS', key, '>'},
+                          {'XCLAIM', key, 'g', 'c', '0', '0-1'}}) do
         if not redis.acl_check_cmd(unpack(c)) then
           return redis.error_reply('NOPERM this user may not ' .. c[1] .. ' ' .. key .. ': ' .. role)
         end
