@@ -19,7 +19,8 @@ and none has a pub/sub channel.
   ``XREADGROUP``, ``XAUTOCLAIM``, ``XCLAIM``, ``XPENDING``, ``XACK``); ``GET``/``SET`` of its checkpoints
   (``offset:*``, ``import:*``); ``GET`` of the namespace's meta key; ``MULTI``/``EXEC`` (a batch and its
   checkpoint are one transaction). No access at all to findings, events, tasks, state or leases.
-- coordinator: its namespace's streams (read, ``XADD``, its consumer group's commands), ``XTRIM`` of the
+- coordinator: its namespace's streams (read, ``XADD``, its consumer group's commands, and ``XCLAIM`` in
+  the inboxes, for the directives a relaunch carries in its prompt), ``XTRIM`` of the
   signals, events and tasks streams only, the group states (hashes, sets, lists, and ``DEL`` of a retired
   group's), the leases (``GET``, ``SET``, ``PEXPIRE``, ``PTTL``, ``DEL``), the meta key, the members set, and
   ``EVAL``/``EVALSHA``/``SCRIPT LOAD`` (a script runs with the caller's permissions, command by command).
