@@ -40,6 +40,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from agents.adapter import AgentBus, OutputStream
 from agents.parser import Parser
 from agents.transcript import Format
+from bench.arguments import above_zero, at_least_one, sizes
 from bus import wire
 from bus.connection import Client, connect
 from bus.embedded import RedisProcess
@@ -215,10 +216,15 @@ if __name__ == "__main__":
     arguments = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    arguments.add_argument("--megabytes", type=float, default=16.0, help="input size per run")
-    arguments.add_argument("--repeat", type=int, default=3, help="rounds; the best is reported")
-    arguments.add_argument("--quick", action="store_true", help="2 MB, 2 rounds")
+    arguments.add_argument(
+        "--megabytes",
+        type=above_zero,
+        help="agent output parsed and published per run (default 16; --quick 2)",
+    )
+    arguments.add_argument(
+        "--repeat", type=at_least_one, help="runs; the best is reported (default 3; --quick 2)"
+    )
+    arguments.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
     options = arguments.parse_args()
-    if options.quick:
-        options.megabytes, options.repeat = 2.0, 2
+    sizes(options, {"megabytes": 16.0, "repeat": 3}, {"megabytes": 2.0, "repeat": 2})
     asyncio.run(main(options.megabytes, options.repeat))

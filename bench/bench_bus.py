@@ -32,6 +32,7 @@ import orjson
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.arguments import at_least_one, sizes
 from bus.connection import Client, connect
 from bus.consumer import Ack, Consumer, Delivery
 from bus.embedded import RedisProcess
@@ -187,12 +188,14 @@ async def _run(url: str, count: int, repeat: int) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="a few seconds: 3000 messages, 3 rounds")
-    parser.add_argument("--messages", type=int, default=None, help="envelopes per run (default 20000)")
-    parser.add_argument("--repeat", type=int, default=None, help="rounds per measurement (default 5)")
+    parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
+    parser.add_argument(
+        "--messages", type=at_least_one, help="envelopes per run (default 20000; --quick 3000)"
+    )
+    parser.add_argument("--repeat", type=at_least_one, help="rounds per measurement (default 5; --quick 3)")
     args = parser.parse_args(argv)
-    count = args.messages or (3000 if args.quick else 20000)
-    repeat = args.repeat or (3 if args.quick else 5)
+    sizes(args, {"messages": 20_000, "repeat": 5}, {"messages": 3000, "repeat": 3})
+    count, repeat = args.messages, args.repeat
     with tempfile.TemporaryDirectory(prefix="bench-bus-") as directory:
         server = RedisProcess(Path(directory))
         server.start()

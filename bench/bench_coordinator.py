@@ -46,6 +46,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 import orjson
 
+from bench.arguments import above_zero, at_least_one, sizes
 from bus.connection import Client, connect
 from bus.embedded import RedisProcess
 from bus.envelope import Envelope, Payload, new_envelope
@@ -396,15 +397,25 @@ def cli() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
-    parser.add_argument("--signals", type=int, default=50_000)
-    parser.add_argument("--latency-seconds", type=float, default=10.0)
-    parser.add_argument("--rss-signals", type=int, default=1_000_000)
-    parser.add_argument("--rounds", type=int, default=5, help="throughput rounds per workload")
+    parser.add_argument(
+        "--signals", type=at_least_one, help="signals per throughput round (default 50000; --quick 5000)"
+    )
+    parser.add_argument(
+        "--latency-seconds",
+        type=above_zero,
+        help="seconds of 2 000 signals/s measured for latency, after 2 not measured (default 10; --quick 2)",
+    )
+    parser.add_argument(
+        "--rss-signals",
+        type=at_least_one,
+        help="signals applied while the coordinator's RSS is watched (default 1000000; --quick 50000)",
+    )
+    parser.add_argument(
+        "--rounds", type=at_least_one, help="throughput rounds per workload (default 5; --quick 2)"
+    )
     args = parser.parse_args()
-    if args.quick:
-        args.signals, args.latency_seconds, args.rss_signals, args.rounds = 5_000, 2.0, 50_000, 2
-    if min(args.signals, args.rss_signals, args.rounds) < 1 or args.latency_seconds <= 0:
-        parser.error("sizes and --rounds must be at least 1, --latency-seconds above 0")
+    full = {"signals": 50_000, "latency_seconds": 10.0, "rss_signals": 1_000_000, "rounds": 5}
+    sizes(args, full, {"signals": 5_000, "latency_seconds": 2.0, "rss_signals": 50_000, "rounds": 2})
     os.environ.setdefault("PYTHONHASHSEED", "0")
     asyncio.run(main(args))
 

@@ -27,6 +27,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.arguments import at_least_one
 from bench.bench_coordinator import findings_only, workload
 from bus.envelope import encode
 from bus.keys import Keys, StreamKind
@@ -100,15 +101,20 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--kind", choices=("mixed", "findings"), default="mixed", help="the workload")
-    parser.add_argument("--signals", type=int, default=30_000, help="entries per round")
     parser.add_argument(
-        "--batch", type=int, default=100, help="entries per batch (100: a backlog; 1: a trickle)"
+        "--signals", type=at_least_one, default=30_000, help="entries per round (default 30000)"
     )
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--batch",
+        type=at_least_one,
+        default=100,
+        help="entries per batch (default 100: a backlog; 1: a trickle)",
+    )
+    parser.add_argument(
+        "--rounds", type=at_least_one, default=5, help="timed rounds, the best printed (default 5)"
+    )
     parser.add_argument("--instructions", action="store_true", help="count instructions under callgrind")
     args = parser.parse_args()
-    if args.signals < 1 or args.batch < 1 or args.rounds < 1:
-        parser.error("--signals, --batch and --rounds must be at least 1")
     if args.instructions:
         instructions(args)
         return

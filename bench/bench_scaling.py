@@ -32,6 +32,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.arguments import at_least_one, sizes
 from bench.bench_coordinator import CLI, publish_all, start_process, workload
 from bus.connection import Client, connect
 from bus.embedded import RedisProcess
@@ -170,18 +171,21 @@ def cli() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
-    parser.add_argument("--signals", type=int, default=100_000)
-    parser.add_argument("--processes", default="1,2,3", help="process counts, comma-separated")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds per count (the best is printed)")
+    parser.add_argument(
+        "--signals", type=at_least_one, help="signals applied per round (default 100000; --quick 10000)"
+    )
+    parser.add_argument(
+        "--processes", default="1,2,3", help="process counts, comma-separated (default 1,2,3)"
+    )
+    parser.add_argument(
+        "--rounds", type=at_least_one, help="rounds per count, the best printed (default 3; --quick 1)"
+    )
     args = parser.parse_args()
     try:
-        args.processes = [int(n) for n in args.processes.split(",")]
-    except ValueError:
-        parser.error("--processes takes numbers separated by commas, e.g. 1,2,3")
-    if args.quick:
-        args.signals, args.rounds = 10_000, 1
-    if min(args.signals, args.rounds, *args.processes) < 1:
-        parser.error("sizes, --rounds and process counts must be at least 1")
+        args.processes = [at_least_one(n) for n in args.processes.split(",")]
+    except argparse.ArgumentTypeError:
+        parser.error("--processes takes whole numbers of at least 1 separated by commas, e.g. 1,2,3")
+    sizes(args, {"signals": 100_000, "rounds": 3}, {"signals": 10_000, "rounds": 1})
     asyncio.run(main(args))
 
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import redis
 
@@ -194,10 +194,22 @@ def wait_for_ping(
 
 def _daemon_exited(pidfile: Path) -> bool:
     try:
-        pid = int(pidfile.read_text().strip())
-    except (OSError, ValueError):
+        text = pidfile.read_text().strip()
+    except OSError:
         return False  # not written yet
-    return not pid_alive(pid)
+    if not text:  # made but not written: for a moment, or for good by a server that could not (disk full)
+        with contextlib.suppress(OSError):
+            return time.time() - pidfile.stat().st_mtime > _EMPTY_PIDFILE_S
+        return False
+    try:
+        return not pid_alive(int(text))
+    except ValueError:
+        return False
+
+
+_EMPTY_PIDFILE_S: Final = 1.0
+"""How long a daemon's pid file may stay empty before the server is taken to have failed: it writes the
+file as it starts, in the same moment it makes it."""
 
 
 def pid_alive(pid: int) -> bool:

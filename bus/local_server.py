@@ -57,6 +57,14 @@ def _start_local_server(directory: Path) -> str:
     pidfile = directory / "server.pid"
     pidfile.unlink(missing_ok=True)  # a dead server's: a pid file is then always the new server's
     args += ["--daemonize", "yes", "--pidfile", str(pidfile)]
+    url = f"redis://127.0.0.1:{port}/0"
+    # Written before the server starts: a command interrupted from then on (Ctrl-C), or one that gave up
+    # while the server loaded a large append-only file, leaves it reachable by the next (one that did not
+    # start leaves a URL that answers nothing, which the next command starts again).
+    state = directory / _STATE_FILE
+    partial = state.with_suffix(".tmp")  # renamed into place: a reader never sees half of it
+    partial.write_bytes(orjson.dumps({"url": url, "port": port}))
+    partial.replace(state)
     # stdin too: a command started with it closed would leave fd 0 free for the server's socket, which
     # daemonizing then points at /dev/null
     started = subprocess.run(args, check=False, cwd=directory, capture_output=True, stdin=subprocess.DEVNULL)
@@ -66,13 +74,6 @@ def _start_local_server(directory: Path) -> str:
             f"the local Redis in {directory} did not start (exit status {started.returncode}): "
             f"{said[-300:] or log_tail(directory / 'server.log')}"
         )
-    url = f"redis://127.0.0.1:{port}/0"
-    # Written before the wait for its first reply: a command interrupted meanwhile (Ctrl-C), or one that
-    # gave up while the server loaded a large append-only file, leaves the server reachable by the next.
-    state = directory / _STATE_FILE
-    partial = state.with_suffix(".tmp")  # renamed into place: a reader never sees half of it
-    partial.write_bytes(orjson.dumps({"url": url, "port": port}))
-    partial.replace(state)
     wait_for_ping(url, 15.0, None, directory / "server.log", pidfile)
     return url
 
@@ -164,19 +165,23 @@ def _running_url(directory: Path) -> str | None:
     url = _recorded(directory, "url")
     if not (isinstance(url, str) and _written(url)):
         return None  # a damaged file: as if none were recorded (the pid file still tells of a server)
-    client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=_PROBE_TIMEOUT_S)
+    # Not ours by the pid file (gone, or never written): whatever holds the port answers at once if it is
+    # a server, and a program that takes the connection and says nothing costs half a second, not five.
+    ours = _server_pid(directory) is not None
+    timeout = _PROBE_TIMEOUT_S if ours else _QUICK_PROBE_S
+    client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=timeout)
     try:
         info = client.info("server")
         # The port may have been taken by some other server since: only reuse our own.
         same_dir = _same_directory(str(client.config_get("dir").get("dir", "")), directory)
         return url if same_dir and info else None
     except redis.TimeoutError:
-        if _server_pid(directory) is None:
+        if not ours and _server_pid(directory) is None:
             return None  # not our server, which is gone: the port is some other program's now
         # Our server, silent: taking it for gone would start a second server on the same data.
         raise EmbeddedRedisError(
             f"the local Redis at {url} ({directory}) took the connection but did not answer within "
-            f"{_PROBE_TIMEOUT_S:g}s: stalled or overloaded; try again, or stop it with `subagent-bus down`"
+            f"{timeout:g}s: stalled or overloaded; try again, or stop it with `subagent-bus down`"
         ) from None
     except (redis.RedisError, OSError):
         return None
@@ -193,6 +198,7 @@ def _same_directory(reported: str, directory: Path) -> bool:
 
 
 _PROBE_TIMEOUT_S = 5.0
+_QUICK_PROBE_S = 0.5
 _URL: Final = re.compile(r"redis://127\.0\.0\.1:(\d{1,5})/0")
 
 

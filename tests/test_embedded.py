@@ -9,13 +9,14 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from adapter_kit import CLI
 
 from bus import local_server
-from bus.embedded import RedisCluster, RedisProcess
+from bus.embedded import RedisCluster, RedisProcess, _daemon_exited
 from bus.errors import EmbeddedRedisError
 from bus.local_server import ensure_local_server, stop_local_server
 
@@ -194,12 +195,45 @@ def test_a_start_interrupted_before_the_server_answered_leaves_it_reachable(
         patched.setattr(local_server, "wait_for_ping", interrupted)
         with pytest.raises(KeyboardInterrupt):
             ensure_local_server(tmp_path / "data")
+    _reached_by_the_next_command(tmp_path / "data")
+
+
+def test_a_start_interrupted_as_the_server_forked_leaves_it_reachable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C the moment the daemon started: the next command finds it by ``server.json``, written before."""
+    started = subprocess.run
+
+    def interrupted(*args: Any, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+        started(*args, **kwargs)
+        pidfile, deadline = tmp_path / "data" / "server.pid", time.monotonic() + 10
+        while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.01)  # the daemon has forked and written it: a second server would be refused
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(subprocess, "run", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            ensure_local_server(tmp_path / "data")
+    _reached_by_the_next_command(tmp_path / "data")
+
+
+def _reached_by_the_next_command(directory: Path) -> None:
     try:
-        client = redis.Redis.from_url(ensure_local_server(tmp_path / "data"))
+        client = redis.Redis.from_url(ensure_local_server(directory))
         assert client.ping()
         client.close()
     finally:
-        assert stop_local_server(tmp_path / "data")
+        assert stop_local_server(directory)
+
+
+def test_a_pid_file_left_empty_says_the_server_failed(tmp_path: Path) -> None:
+    # a server that cannot write its pid file (a full disk) exits: waiting 15 s for it told nothing more
+    pidfile = tmp_path / "server.pid"
+    pidfile.write_text("")
+    assert not _daemon_exited(pidfile)  # made a moment ago: the pid comes next
+    os.utime(pidfile, (time.time() - 5, time.time() - 5))
+    assert _daemon_exited(pidfile)
 
 
 def test_a_data_directory_whose_path_is_not_utf_8_is_its_server_s(tmp_path: Path) -> None:
