@@ -324,6 +324,7 @@ class Batch:
         for emit in outcome.emits:
             key = self.targets.get(emit.target) or self.keys.inbox(self.shard, emit.agent_id)
             self.commit.xadd_data(key, emit.data)
-        for agent_id, envelope_ids in outcome.superseded:
-            self.commit.ack_unread(self.keys.inbox(self.shard, agent_id), _INBOX_GROUP, envelope_ids)
+        if outcome.superseded:  # rare: no loop (and its iterator) for every entry
+            for agent_id, envelope_ids in outcome.superseded:
+                self.commit.ack_unread(self.keys.inbox(self.shard, agent_id), _INBOX_GROUP, envelope_ids)
         self.emitted += outcome.emits

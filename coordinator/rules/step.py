@@ -343,9 +343,9 @@ class Step:
             change(state, changes)
         else:
             state = run.state = evolve(state, **changes)
-        return Outcome(
-            state, self.emits, rejected, run.agents_touched, run.findings_touched, superseded=self.superseded
-        )
+        outcome = Outcome(state, self.emits, rejected, run.agents_touched, run.findings_touched)
+        # only when there are any: a keyword more on every entry's outcome cost a percent of the entry
+        return outcome._replace(superseded=self.superseded) if self.superseded else outcome
 
     def _count(self, record: AgentRecord, at: datetime) -> None:
         """One more entry applied for ``record``'s agent, the input being the last (and a sign of life)."""
