@@ -20,7 +20,7 @@ from bus.signals import Progress
 from coordinator import state as state_module
 from coordinator.rules import apply
 from coordinator.rules.trusted import compact, construct, evolve
-from coordinator.state import AgentRecord, FindingSlot, GroupState
+from coordinator.state import AgentRecord, GroupState
 from coordinator.store import decode_slots, load_state
 
 
@@ -85,8 +85,8 @@ def test_construct_equals_validation_field_for_field_and_byte_for_byte() -> None
     assert built == validated
     assert built.model_dump_json() == validated.model_dump_json()
     assert built.model_fields_set == validated.model_fields_set
-    slot = construct(FindingSlot, location="a.py:1", category="SEC")
-    assert slot.reports == {} and slot.reports is not construct(FindingSlot, location="", category="").reports
+    state = construct(GroupState, group_id="g")  # a default factory makes a value for each instance
+    assert state.agents == {} and state.agents is not construct(GroupState, group_id="h").agents
     # the instance is made by object.__new__: no model (nor pydantic's base) may have a __new__ of its own
     models: list[type[BaseModel]] = [Envelope, GroupState, *(model for _, model in PAYLOADS.values())]
     models += [v for v in vars(state_module).values() if isinstance(v, type) and issubclass(v, Model)]
