@@ -314,8 +314,8 @@ class Commit:
         self._ops += (_L, self._key(key), _item(str(len(values))), _item(str(keep)), *items)
 
     def ack_unread(self, key: str, group: str, envelope_ids: tuple[str, ...]) -> None:
-        """Acknowledge in ``group`` of the stream ``key`` (an inbox) the entries of these envelopes
-        that are pending, or next to be read: their directives reach the agent another way."""
+        """Acknowledge in ``group`` of the stream ``key`` (an inbox) the entries of these envelopes,
+        pending or not read yet: their directives reach the agent another way (a new session's prompt)."""
         # the start of the coordinator's encoding of each (encode_new): the id comes first
         starts = [b'{"id":' + orjson.dumps(envelope_id) + b"," for envelope_id in envelope_ids]
         self._ops += (_A, self._key(key), _item(group), _item(str(len(starts))), *map(_item, starts))

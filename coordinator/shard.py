@@ -105,8 +105,9 @@ class Shard:
     entries' doing, so until a commit succeeds their deliveries do not count toward dead-lettering them."""
 
     async def read(self, block_ms: int | None) -> list[Entry]:
-        """The next batch: own pending entries when they may be there, else what was read ahead, else
-        new entries (waiting up to ``block_ms``; None: not at all)."""
+        """The next batch: what :meth:`take` left of the last read, else own pending entries when they
+        may be there, else what was read ahead, else new entries (waiting up to ``block_ms``; None: not at
+        all)."""
         # through bus.wire, as the commit: at a batch or two per step (a steady trickle of signals),
         # redis-py's packing and reply callbacks were a third of the step
         rest, self.rest = self.rest, None
