@@ -1,13 +1,16 @@
 """``subagent-bus tail --group``: a tail that stops (``--count``, ``--timeout``) leaves the entries it was
-delivered and did not print to the group's next reader, first and in order, not for 30 s to nobody."""
+delivered and did not print to the group's next reader, first and in order, not for 30 s to nobody; one
+killed with SIGKILL loses nothing."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+from adapter_kit import exited, spawn, wait_until
 from workers.kit import connected, progress
 
 from bus.envelope import Envelope, encode
@@ -78,3 +81,56 @@ def test_a_tail_restarted_under_its_consumer_name_prints_what_a_killed_one_held_
         bus_url, "--group", "viewers", "--consumer", "dashboard", "--count", "5", "--timeout", "5"
     )
     assert printed == [encode(e).decode() for e in envelopes]
+
+
+async def test_a_group_tail_killed_again_and_again_loses_nothing_and_keeps_each_shard_s_order(
+    bus_url: str, tmp_path: Path
+) -> None:
+    # Printed, then acknowledged: a kill between the two prints a batch again, and nothing is lost.
+    envelopes = [progress(i, group_id=GROUPS[i % len(GROUPS)]) for i in range(12_000)]
+    async with connected(bus_url) as client:
+        keys = await open_namespace(client, "tl", 4)
+        publisher = Publisher(client, keys)
+        for start in range(0, len(envelopes), 1000):
+            await publisher.publish_many(envelopes[start : start + 1000])
+    shard_of = {encode(e).decode(): keys.shard_of(e.group_id) for e in envelopes}
+    printed = tmp_path / "printed"
+    command = [CLI, "tail", "--redis-url", bus_url, "--namespace", "tl", "--json", "--group", "viewers"]
+    command += ["--consumer", "dashboard", "--from", "0"]
+
+    def lines() -> list[str]:
+        return printed.read_text().splitlines()
+
+    kills = 4
+    with printed.open("ab") as sink:
+        for _ in range(kills):
+            before = len(lines())
+            tail = spawn(command, stdout=sink, stderr=subprocess.DEVNULL)
+
+            async def printing(before: int = before) -> bool:
+                return len(await asyncio.to_thread(lines)) > before
+
+            await wait_until(printing, 30, "the tail to print")
+            tail.kill()
+            assert await exited(tail, 10) == -signal.SIGKILL
+        held = set(lines())
+        assert len(held) < len(envelopes), "every kill came after the tail had printed everything"
+        rest = spawn([*command, "--timeout", "1"], stdout=sink, stderr=subprocess.DEVNULL)
+        assert await exited(rest, 60) == 0
+    everything = lines()
+    assert set(everything) == set(shard_of), "an entry was never printed"
+    assert len(everything) - len(shard_of) <= kills * 4 * 100  # at most a batch a shard a kill, again
+    for shard in range(4):
+        first_seen = list(dict.fromkeys(line for line in everything if shard_of[line] == shard))
+        assert first_seen == [encode(e).decode() for e in envelopes if keys.shard_of(e.group_id) == shard]
+
+    async def pending() -> int:
+        async with connected(bus_url) as client:
+            return sum(
+                [
+                    (await client.xpending(keys.stream(s, StreamKind.SIGNALS), "viewers"))["pending"]
+                    for s in range(4)
+                ]
+            )
+
+    assert await pending() == 0
