@@ -173,6 +173,18 @@ def _check_until_complete(until_complete: bool, common: Common) -> None:
         )
 
 
+def _check_stderr_log(path: Path) -> None:
+    """Open ``--stderr-log`` once before the agent starts: one that cannot be written would otherwise
+    fail only once the agent runs (a directory that does not exist, say)."""
+    try:
+        with path.open("ab"):
+            pass
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot append to {path}: {exc.strerror or exc}", param_hint="'--stderr-log'"
+        ) from None
+
+
 def _session(bus: AgentBus, common: Common, options: ProcessOptions) -> tuple[Session, Deliverer | None]:
     """The agent's session (the stop signals passed on to it) and what delivers its directives."""
     session = Session(bus, options, asyncio.Event())
@@ -236,6 +248,8 @@ def run(
     """
     check_program(list(argv), "CMD")  # before anything is published: no blocker for a typo
     _check_until_complete(until_complete, common)
+    if stderr_log is not None:
+        _check_stderr_log(stderr_log)
     options = ProcessOptions(
         common.fmt,
         common.heartbeat_s,

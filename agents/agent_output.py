@@ -139,5 +139,9 @@ class AgentOutput:
         if self.stderr_log is None:
             return sys.stderr.buffer if sys.stderr is not None else None  # None: started with it closed
         if self._stderr is None:
-            self._stderr = self.stderr_log.open("ab")
+            try:
+                self._stderr = self.stderr_log.open("ab")
+            except OSError as exc:  # checked when the adapter started: removed since
+                self.bus.warn(f"not copying the agent's stderr to {self.stderr_log}: {exc}")
+                return None
         return self._stderr

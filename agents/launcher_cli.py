@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from pathlib import Path
 
@@ -69,6 +70,18 @@ def _adapter_url(_ctx: click.Context, _param: click.Parameter, url: str | None) 
         except ConfigError as exc:
             raise click.BadParameter(str(exc)) from None
     return url
+
+
+def _make_directory(path: Path, option: str) -> None:
+    """Make ``--prompt-dir`` or ``--log-dir`` when the launcher starts (once its other options passed):
+    one it cannot write in would fail every request it reads, and dead-letter them all after
+    ``--max-attempts``, work that others asked for."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.BadParameter(f"cannot make {path}: {exc.strerror or exc}", param_hint=option) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise click.BadParameter(f"cannot write in {path}", param_hint=option)
 
 
 @click.command("launcher")
@@ -181,6 +194,8 @@ def launcher(
         adapter_url=adapter_redis_url,
         **({"name": name} if name else {}),
     )
+    _make_directory(prompt_dir, "'--prompt-dir'")
+    _make_directory(log_dir, "'--log-dir'")
     metrics = ops.serve(LauncherMetrics)
 
     async def main() -> Launcher:

@@ -125,9 +125,13 @@ def _read_task(path: str | None) -> str | None:
     if path is None:
         return None
     try:
-        return read_whole(path, MAX_TASK_FILE_BYTES, what="the task").decode(errors="replace")
+        return read_whole(path, MAX_TASK_FILE_BYTES, what="the task").decode()
     except InputError as exc:
         raise click.BadParameter(str(exc), param_hint="--task-file") from None
+    except UnicodeDecodeError as exc:  # as `prompt` says: a task is text
+        raise click.BadParameter(
+            f"{path} is not UTF-8 (byte {exc.start})", param_hint="--task-file"
+        ) from None
 
 
 def common_options(command: Callable[P, R]) -> Callable[..., R]:

@@ -142,7 +142,8 @@ def test_import_findings_skips_agent_ids_that_are_not_usable(redis_url: str, tmp
     ],
 )
 def test_seconds_that_are_not_a_finite_number_are_a_usage_error(args: list[str]) -> None:
-    result = CliRunner().invoke(main, [*args, "--redis-url", "redis://127.0.0.1:1/0"])
+    end = args.index("--") if "--" in args else len(args)  # the options end there: the rest is the agent's
+    result = CliRunner().invoke(main, [*args[:end], "--redis-url", "redis://127.0.0.1:1/0", *args[end:]])
     assert result.exit_code == 2, result.output
     assert "is not a finite number" in result.output or "is more than 1e+09 seconds" in result.output
 
@@ -163,7 +164,8 @@ def test_bad_log_levels_and_demo_directories_are_usage_errors(tmp_path: Path) ->
 def test_a_pid_that_names_no_single_process_is_a_usage_error(pid: str) -> None:
     # The liveness check signals the pid: 0 and negatives name process groups, which were always "alive".
     args = ["adapter", "watch", "out.log", "--agent-id", "a", "--group", "g", "--pid", pid]
-    result = CliRunner().invoke(main, [*args, "--redis-url", "redis://127.0.0.1:1/0"])
+    end = args.index("--") if "--" in args else len(args)  # the options end there: the rest is the agent's
+    result = CliRunner().invoke(main, [*args[:end], "--redis-url", "redis://127.0.0.1:1/0", *args[end:]])
     assert result.exit_code == 2, result.output
     assert "Invalid value for '--pid'" in result.output
 
@@ -200,6 +202,22 @@ def test_a_pid_that_names_no_single_process_is_a_usage_error(pid: str) -> None:
             ["launcher", "--command", "touch {prompt_file}", "--deliver", "file:missing/{agent_id}.md"],
             "Invalid value for '--deliver': the directory of missing/{agent_id}.md does not exist",
         ),
+        (
+            ["adapter", "run", "--agent-id", "a", "--group", "g", "--stderr-log", "missing/stderr.log", "--", "touch", "ran"],
+            "Invalid value for '--stderr-log': cannot append to missing/stderr.log: No such file or directory",
+        ),
+        (
+            ["adapter", "run", "--agent-id", "a", "--group", "g", "--task-file", "latin1.md", "--", "touch", "ran"],
+            "Invalid value for --task-file: latin1.md is not UTF-8 (byte 4)",
+        ),
+        (
+            ["launcher", "--command", "touch {prompt_file}", "--prompt-dir", "resume.txt/prompts"],
+            "Invalid value for '--prompt-dir': cannot make resume.txt/prompts: Not a directory",
+        ),
+        (
+            ["launcher", "--command", "touch {prompt_file}", "--prompt-dir", "prompts", "--log-dir", "resume.txt/logs"],
+            "Invalid value for '--log-dir': cannot make resume.txt/logs: Not a directory",
+        ),
     ],
 )  # fmt: skip
 def test_a_program_that_cannot_start_is_a_usage_error_before_anything_runs(
@@ -209,7 +227,9 @@ def test_a_program_that_cannot_start_is_a_usage_error_before_anything_runs(
     # delivery had failed, and a launcher failed every request.
     monkeypatch.chdir(tmp_path)
     (tmp_path / "resume.txt").write_text("not executable")
-    result = CliRunner().invoke(main, [*args, "--redis-url", "redis://127.0.0.1:1/0"])
+    (tmp_path / "latin1.md").write_bytes("Fix \xe9t\xe9".encode("latin-1"))
+    end = args.index("--") if "--" in args else len(args)  # the options end there: the rest is the agent's
+    result = CliRunner().invoke(main, [*args[:end], "--redis-url", "redis://127.0.0.1:1/0", *args[end:]])
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
     assert not (tmp_path / "ran").exists()

@@ -463,19 +463,19 @@ def test_an_adapter_url_the_adapters_would_refuse_is_a_usage_error() -> None:
 async def test_requests_that_cannot_start_or_are_not_requests_are_dead_lettered(
     redis_url: str, tmp_path: Path
 ) -> None:
-    blocker = tmp_path / "a-file"
-    blocker.write_text("not a directory")
+    prompts = tmp_path / "prompts"
     async with open_bus(redis_url) as bus:
         agent = await request(bus, 0)
+        (prompts / f"{file_stem(agent)}.md").mkdir(parents=True)  # its prompt file cannot be written
         tasks = bus.stream(GROUP, StreamKind.TASKS)
         await Publisher(bus.client, bus.keys).publish(
             new_envelope(Heartbeat(pid=1), agent_id="x", group_id=GROUP), StreamKind.TASKS
         )
         await bus.client.xadd(tasks, {"data": b"{not json"})
         log = tmp_path / "launcher.log"
-        # the prompt directory cannot be made: every start attempt fails
+        # every start attempt fails
         args = [
-            "launcher", "--command", template("complete"), "--prompt-dir", str(blocker / "prompts"),
+            "launcher", "--command", template("complete"), "--prompt-dir", str(prompts),
             "--log-dir", str(tmp_path / "logs"), "--max-attempts", "2", "--reclaim-ms", "50", "--burst",
         ]  # fmt: skip
         launcher = start(args, redis_url, log)
@@ -485,12 +485,29 @@ async def test_requests_that_cannot_start_or_are_not_requests_are_dead_lettered(
     reasons = sorted(fields[b"reason"].decode() for fields in dead)
     assert len(reasons) == 3, reasons
     assert reasons[0] == "HEARTBEAT is not a launch request"
-    assert reasons[1].startswith(f"cannot start agent {agent}: ") and "Not a directory" in reasons[1]
+    assert reasons[1].startswith(f"cannot start agent {agent}: ") and "Is a directory" in reasons[1]
     assert reasons[2].startswith("not JSON: ")
     assert {int(fields[b"deliveries"]) for fields in dead if b"cannot start" in fields[b"reason"]} == {2}
     assert info["pending"] == 0
     assert log.read_text().count(f"cannot start agent {agent}") == 2  # one warning per attempt
     assert "3 request(s) could not be started and were dead-lettered" in log.read_text()
+
+
+@pytest.mark.parametrize("option", ["--prompt-dir", "--log-dir"])
+async def test_a_directory_the_launcher_cannot_make_is_a_usage_error_not_dead_letters(
+    redis_url: str, tmp_path: Path, option: str
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    async with open_bus(redis_url) as bus:
+        await request(bus, 0)
+        log = tmp_path / "launcher.log"
+        args = [*launcher_args(tmp_path, template("complete"), "--burst"), option, str(blocker / "dir")]
+        assert await exited(start(args, redis_url, log), 60) == 2
+        tasks = bus.stream(GROUP, StreamKind.TASKS)
+        assert await bus.client.xlen(dead_stream_for(tasks)) == 0
+        assert not await bus.client.xinfo_groups(tasks)  # nothing read: the request waits for a launcher
+    assert f"Invalid value for '{option}': cannot make {blocker / 'dir'}: Not a directory" in log.read_text()
 
 
 async def test_a_request_read_after_it_expired_is_dead_lettered_and_not_started(
