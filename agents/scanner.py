@@ -225,7 +225,10 @@ class Scanner(ScanState):
     def _tentative_hit(self, hit: Hit) -> _Rewind | None:
         """A candidate line while a tentative block is open: it may decide it."""
         assert self._tent is not None
-        block = self._tent.decided_by(hit, self._region[self._seg : hit.start], self._limit)
+        # A view of the lines since those kept, not a copy: only a closing tag reads them, and a copy for
+        # every fence or heading of a long body made its scan quadratic.
+        rest = memoryview(self._region)[self._seg : hit.start]
+        block = self._tent.decided_by(hit, rest, self._limit)
         return None if block is None else self._decide(block)
 
     def _decide(self, block: bool) -> _Rewind:

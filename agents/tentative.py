@@ -57,7 +57,7 @@ class Tentative:
         """Keep the next complete lines of its body."""
         self.kept += lines
 
-    def decided_by(self, hit: Hit, rest: bytes, limit: int) -> bool | None:
+    def decided_by(self, hit: Hit, rest: memoryview, limit: int) -> bool | None:
         """What a candidate line after it decides: None when it is a line of its body (a fence, a heading
         that starts no report), else whether it is a block. ``rest``: the lines between those kept and
         this one; ``limit``: the most bytes its body may have."""
@@ -69,7 +69,7 @@ class Tentative:
             return False if hit.report() is not None or hit.is_heading else None
         return hit.close and hit.alone and not self.over(hit.at, limit) and self._closed_by(hit.tag, rest)
 
-    def _closed_by(self, tag: bytes, rest: bytes) -> bool:
+    def _closed_by(self, tag: bytes, rest: memoryview) -> bool:
         """Whether its closing tag ``tag`` makes it a block, its body being the lines kept and ``rest``:
         only a valid signal does (an invalid one would be an error that blocks an agent, for what may be
         prose explaining the protocol with made-up fields)."""

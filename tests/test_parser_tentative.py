@@ -255,6 +255,15 @@ def test_a_flood_of_tentative_lines_is_read_in_linear_time(unit: bytes) -> None:
 
 
 @pytest.mark.timeout(10)
+@pytest.mark.parametrize("unit", [b"```\n", b"  ```\n", b"  ## h\n"])  # fences; a heading in a block scalar
+def test_lines_of_a_tentative_body_that_decide_nothing_are_read_in_linear_time(unit: bytes) -> None:
+    # Each looked at whether it decides the block: the lines since those kept were copied for each (2 MB
+    # of fences took 15 s, 3.2 MB 33 s).
+    items = parse_text(b"[STOP_WORK] - blocked\n" + unit * (2_000_000 // len(unit)) + STOP.encode())
+    assert isinstance(items[-1], SignalItem)
+
+
+@pytest.mark.timeout(10)
 def test_a_flood_of_tentative_lines_fed_byte_by_byte_is_read_in_linear_time() -> None:
     data = b"[STOP_WORK] x\nagent_id: a\n" * 2_000 + STOP.encode()
     parser = Parser()
