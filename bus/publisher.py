@@ -9,6 +9,7 @@ from bus import wire
 from bus.connection import Client, as_text
 from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, encode
 from bus.errors import EnvelopeTooLarge
+from bus.human_key import SIGNATURE_FIELD, signature
 from bus.keys import Keys, StreamKind
 
 __all__ = ["Publisher"]
@@ -33,9 +34,14 @@ class Publisher:
     def stream_for(self, envelope: Envelope, kind: StreamKind) -> str:
         return self.keys.stream(self.keys.shard_of(envelope.group_id), kind)
 
-    async def publish(self, envelope: Envelope, kind: StreamKind = StreamKind.SIGNALS) -> str:
-        """Append one envelope; returns its entry id."""
-        return await self._add(self.stream_for(envelope, kind), _encoded(envelope))
+    async def publish(
+        self, envelope: Envelope, kind: StreamKind = StreamKind.SIGNALS, *, signed_with: bytes | None = None
+    ) -> str:
+        """Append one envelope; returns its entry id. ``signed_with``: the key a human command is signed
+        with (:mod:`bus.human_key`)."""
+        data = _encoded(envelope)
+        signed = () if signed_with is None else (SIGNATURE_FIELD, signature(signed_with, data))
+        return await self._add(self.stream_for(envelope, kind), data, *signed)
 
     async def publish_many(
         self, envelopes: Sequence[Envelope], kind: StreamKind = StreamKind.SIGNALS
@@ -55,16 +61,16 @@ class Publisher:
         inbox = self.keys.inbox(self.keys.shard_of(envelope.group_id), envelope.agent_id)
         return await self._add(inbox, _encoded(envelope))
 
-    async def _add(self, stream: str, data: bytes) -> str:
-        key, command = self._xadd(stream, data)
+    async def _add(self, stream: str, data: bytes, *fields: bytes) -> str:
+        key, command = self._xadd(stream, data, *fields)
         (entry_id,) = await wire.execute(self.client, key, [command])
         return as_text(entry_id)  # bytes, or text from a client made with decode_responses
 
-    def _xadd(self, stream: str, data: bytes) -> tuple[bytes, wire.Command]:
-        """``XADD stream [MAXLEN ~ n] * data <data>``, with the key that routes it."""
+    def _xadd(self, stream: str, data: bytes, *fields: bytes) -> tuple[bytes, wire.Command]:
+        """``XADD stream [MAXLEN ~ n] * data <data> [name value]...``, with the key that routes it."""
         key = stream.encode()
         cap = (b"MAXLEN", b"~", b"%d" % self.maxlen) if self.maxlen is not None else ()
-        return key, (b"XADD", key, *cap, b"*", b"data", data)
+        return key, (b"XADD", key, *cap, b"*", b"data", data, *fields)
 
 
 def _encoded(envelope: Envelope) -> bytes:

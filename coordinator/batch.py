@@ -21,7 +21,9 @@ from bus.display import field_names
 from bus.envelope import WIRE_UTC, Envelope, EnvelopeType, decode
 from bus.errors import DecodeError
 from bus.events import Tick
+from bus.human_key import signature_problem
 from bus.keys import ConsumerGroup, Keys, StreamKind
+from bus.payloads import Kind
 from coordinator.commit import Commit
 from coordinator.policy import Policy
 from coordinator.rules import Emit, Outcome, Target, apply
@@ -167,6 +169,8 @@ class Batch:
     2001) was added to the stream (:func:`arrival`). An earlier entry came no later, and reading a time
     from every id would cost a few percent of an entry; a batch of a backlog that spans minutes (entries
     that waited for a coordinator) still gives each entry its own second."""
+    human_key: bytes | None = field(default=None, repr=False)
+    """When given, a human command is applied only when its entry is signed with it (:mod:`bus.human_key`)."""
     _second: bytes = field(default=b"", init=False, repr=False)
 
     def add(self, entry_id: bytes, data: bytes | Fields | None, deliveries: int, max_deliveries: int) -> None:
@@ -184,7 +188,7 @@ class Batch:
         elif others and any(name == b"data" for name, _ in others):
             reason = "entry has more than one 'data' field: which one it means is not known"
         else:
-            reason = self._apply_entry(entry_id, data, deliveries, max_deliveries)
+            reason = self._apply_entry(entry_id, data, deliveries, max_deliveries, others)
         if reason:
             self.dead.append((as_text(entry_id), reason))
             letter = dead_letter_fields(
@@ -237,7 +241,12 @@ class Batch:
                 tombstones.pop(gid, None)
 
     def _apply_entry(
-        self, entry_id: bytes, data: bytes | None, deliveries: int, max_deliveries: int
+        self,
+        entry_id: bytes,
+        data: bytes | None,
+        deliveries: int,
+        max_deliveries: int,
+        others: Sequence[tuple[bytes, bytes]],
     ) -> str | None:
         """Apply one entry to the working copy; the dead-letter reason when it cannot be applied."""
         if deliveries > max_deliveries:
@@ -258,7 +267,10 @@ class Batch:
         # split the group in two states, and its directives would reach no adapter.
         if gid not in self.groups and gid not in self.stored and self.keys.shard_of(gid) != self.shard:
             return f"group {gid!r} belongs to shard {self.keys.shard_of(gid)}, not {self.shard}"
-        return self._apply_to(gid, envelope)
+        unsigned = None
+        if self.human_key is not None and head["kind"] is Kind.HUMAN:
+            unsigned = signature_problem(self.human_key, data, others)
+        return unsigned or self._apply_to(gid, envelope)
 
     def _apply_tick(self, entry_id: bytes, envelope: Envelope) -> str | None:
         """Apply a tick to every group of the shard; the dead-letter reason of one that is no

@@ -29,7 +29,7 @@ from coordinator.human import commands as human_commands
 from coordinator.policy import Policy
 from coordinator.runtime import collect_garbage, tune_gc
 from coordinator.service import Coordinator, CoordinatorOptions
-from coordinator.views_cli import POLICY_OPTION
+from coordinator.views_cli import HUMAN_KEY_OPTION, POLICY_OPTION
 from coordinator.views_cli import commands as view_commands
 
 __all__ = ["commands"]
@@ -80,6 +80,7 @@ _METRICS_PORT = click.option(
     help="An entry read more often than this without being committed (one that takes down or stalls "
     "every coordinator that reads it) goes to the dead-letter stream instead of being applied.",
 )
+@HUMAN_KEY_OPTION
 @_METRICS_PORT
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
 @click.option(
@@ -106,6 +107,7 @@ def run_coordinator(
     lease_ttl_ms: int,
     tick_s: float,
     max_deliveries: int,
+    human_key: bytes | None,
     metrics_port: int | None,
     metrics_host: str,
     log_json: bool,
@@ -120,7 +122,11 @@ def run_coordinator(
     what it had not committed is applied by whoever takes its shards over once its leases expire).
     """
     options = CoordinatorOptions(
-        batch=batch, lease_ttl_ms=lease_ttl_ms, tick_interval_s=tick_s, max_deliveries=max_deliveries
+        batch=batch,
+        lease_ttl_ms=lease_ttl_ms,
+        tick_interval_s=tick_s,
+        max_deliveries=max_deliveries,
+        human_key=human_key,
     )
     if name:
         options = replace(options, name=name)

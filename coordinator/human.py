@@ -40,7 +40,7 @@ from coordinator.rules.clarification import answerable
 from coordinator.rules.delegation import pending
 from coordinator.state import AgentRecord, GroupState
 from coordinator.view import find_request
-from coordinator.views_cli import POLICY_OPTION
+from coordinator.views_cli import HUMAN_KEY_OPTION, POLICY_OPTION
 
 __all__ = ["commands"]
 
@@ -65,13 +65,21 @@ _WAIT = click.option(
 
 
 def _how(command: Callable[..., None]) -> Callable[..., None]:
-    """``--group``, ``--wait`` and ``--policy``, given to ``command`` as one :class:`How`."""
+    """``--group``, ``--wait``, ``--policy`` and ``--human-key-file``, given to ``command`` as one
+    :class:`How`."""
 
     @functools.wraps(command)
-    def given(*args: Any, group_id: str | None, wait_s: float, policy: Policy, **kwargs: Any) -> None:
-        command(*args, how=How(group_id, wait_s, policy), **kwargs)
+    def given(
+        *args: Any,
+        group_id: str | None,
+        wait_s: float,
+        policy: Policy,
+        human_key: bytes | None,
+        **kwargs: Any,
+    ) -> None:
+        command(*args, how=How(group_id, wait_s, policy, human_key), **kwargs)
 
-    return _GROUP(_WAIT(POLICY_OPTION(given)))
+    return _GROUP(_WAIT(POLICY_OPTION(HUMAN_KEY_OPTION(given))))
 
 
 def _text(*names: str, **kwargs: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -57,6 +57,8 @@ class How:
     group_id: str | None
     wait_s: float
     policy: Policy
+    key: bytes | None = field(default=None, repr=False)
+    """The key the command is signed with (:mod:`bus.human_key`), when given."""
 
 
 def only(holding: list[GroupState], what: str, check: Callable[[GroupState], object]) -> GroupState:
@@ -141,7 +143,7 @@ async def _publish(
         with translated():
             last: Any = await client.xrevrange(events, count=1)
             held = bool(await client.exists(lease_key(keys, shard)))
-        await Publisher(client, keys).publish(envelope)
+        await Publisher(client, keys).publish(envelope, signed_with=how.key)
         if not held or not wait_s:
             return envelope, None, held
         since = last[0][0] if last else "0-0"

@@ -60,6 +60,9 @@ class CoordinatorOptions:
     prune_idle_ms: int = 3_600_000
     """Consumers of a shard's group with nothing pending that have not read for this long are removed
     when a coordinator takes the shard over (names of dead or renamed processes)."""
+    human_key: bytes | None = field(default=None, repr=False)
+    """With a key, only human commands signed with it are applied; the others are dead-lettered
+    (:mod:`bus.human_key`)."""
 
 
 class Coordinator:
@@ -333,6 +336,7 @@ class Coordinator:
             shard.groups,
             shard.tombstones,
             shard.ticked_at,
+            human_key=self.options.human_key,
         )
         counting = shard.need_pending and not shard.refused
         counts = await shard.delivery_counts(self.client, entries) if counting else {}

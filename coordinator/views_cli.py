@@ -19,6 +19,7 @@ from bus.connection import Client, connect
 from bus.display import json_bytes
 from bus.errors import BusError, NamespaceMissing
 from bus.fields import Model
+from bus.human_key import read_key
 from bus.keys import Keys, open_namespace
 from bus.params import FiniteFloatRange, not_blank
 from bus.progress import Progress
@@ -39,7 +40,7 @@ from coordinator.view import (
     retired_note,
 )
 
-__all__ = ["POLICY_OPTION", "commands", "other_groups", "pretty_json", "read_view"]
+__all__ = ["HUMAN_KEY_OPTION", "POLICY_OPTION", "commands", "other_groups", "pretty_json", "read_view"]
 
 T = TypeVar("T")
 
@@ -60,6 +61,26 @@ POLICY_OPTION = click.option(
     show_envvar=True,
     callback=_load_policy,
     help="Policy file (TOML or YAML): delegation limits, expertise weights, timeouts.",
+)
+
+
+def _read_human_key(_ctx: click.Context, _param: click.Parameter, path: Path | None) -> bytes | None:
+    """The key of ``--human-key-file``, read while the options are parsed, as the policy is."""
+    try:
+        return read_key(path) if path else None
+    except BusError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+HUMAN_KEY_OPTION = click.option(
+    "--human-key-file",
+    "human_key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="SUBAGENT_BUS_HUMAN_KEY_FILE",
+    show_envvar=True,
+    callback=_read_human_key,
+    help='The key human commands are signed with (README "Security"): the people\'s commands sign with it, '
+    "and a coordinator given it applies only human commands signed with it. Keep it out of agents' reach.",
 )
 
 

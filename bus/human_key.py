@@ -1,0 +1,64 @@
+"""Signed human commands: the proof that an ``answer``, ``resolve``, ``approve``... came from a person.
+
+ACLs cannot stop a user who may append to a signals stream from appending a human command, and every agent
+holds its adapter's credentials (README "Security"). So a human command's entry may carry, beside its
+``data``, a field ``sig``: the HMAC-SHA256 (hex) of those exact bytes under a key that the people's
+commands and the coordinators read from a file (``--human-key-file``), and that agents never see. A
+coordinator given the key dead-letters every human command whose signature is missing or wrong; one
+without a key applies them all, signed or not, as before.
+
+The signature covers the ``data`` bytes as stored, so it needs no canonical form: an envelope changed by a
+single byte is refused. It does not stop a replay of a signed entry's bytes, which the coordinator's
+idempotency window drops like any duplicate while it remembers the envelope's id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+from bus.errors import ConfigError
+
+__all__ = ["MIN_KEY_BYTES", "SIGNATURE_FIELD", "read_key", "signature", "signature_problem"]
+
+SIGNATURE_FIELD: Final = b"sig"
+MIN_KEY_BYTES: Final = 16
+_MAX_KEY_FILE_BYTES: Final = 4096
+
+
+def read_key(path: Path) -> bytes:
+    """The key in ``path``: its bytes without a final line break, at least :data:`MIN_KEY_BYTES` of them
+    (e.g. ``head -c 32 /dev/urandom | base64 > FILE``); a :class:`~bus.errors.ConfigError` otherwise."""
+    try:
+        with path.open("rb") as file:
+            data = file.read(_MAX_KEY_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > _MAX_KEY_FILE_BYTES:
+        raise ConfigError(f"{path} is over {_MAX_KEY_FILE_BYTES} bytes: not a key file")
+    key = data.rstrip(b"\r\n")
+    if len(key) < MIN_KEY_BYTES:
+        raise ConfigError(
+            f"{path} holds a key of {len(key)} bytes, fewer than {MIN_KEY_BYTES} "
+            "(make one with `head -c 32 /dev/urandom | base64 > FILE`)"
+        )
+    return key
+
+
+def signature(key: bytes, data: bytes) -> bytes:
+    """The ``sig`` field of an entry whose ``data`` is ``data``."""
+    return hmac.new(key, data, hashlib.sha256).hexdigest().encode()
+
+
+def signature_problem(key: bytes, data: bytes, fields: Sequence[tuple[bytes, bytes]]) -> str | None:
+    """Why a human command's entry (its ``data`` and its other fields) is not signed with ``key``, or
+    None when it is."""
+    given = [value for name, value in fields if name == SIGNATURE_FIELD]
+    if not given:
+        return "human command not signed, and the coordinators apply only signed ones (--human-key-file)"
+    if len(given) > 1 or not hmac.compare_digest(given[0], signature(key, data)):
+        return "human command whose signature does not match its data under the coordinators' key"
+    return None
