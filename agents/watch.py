@@ -32,6 +32,7 @@ from agents.watched_file import (
     checkpoint_key,
     directory_of,
     fingerprints,
+    last_bytes,
     load_checkpoint,
     moved,
     open_file,
@@ -73,6 +74,9 @@ class FileWatch:
         self.checkpoint = Checkpoint()
         self.stream: OutputStream | None = None
         self._fd: int | None = None
+        self._last = b""
+        """The bytes the stream read last (:func:`~agents.watched_file.last_bytes`), for the checkpoint's
+        fingerprints."""
         self._until = UntilComplete()
         self._saved: Checkpoint | None = None
         self._loaded = Checkpoint()
@@ -214,6 +218,7 @@ class FileWatch:
         self._caught_up = False
         self._directory = directory_of(fd, self.path)
         os.lseek(fd, cp.resume, os.SEEK_SET)
+        self._last = b""  # the bytes the stream read last: none yet
         self.stream = OutputStream(
             self.bus,
             source_of(self.path, cp.generation),
@@ -273,6 +278,7 @@ class FileWatch:
             await self._switch(self._fd)
         else:
             self._grew = self._grew or self._caught_up
+            self._last = last_bytes(self._last, chunk)
             await self._publish(self.stream.feed(chunk), force=False)
         return True
 
@@ -299,7 +305,9 @@ class FileWatch:
     async def _publish(self, envelopes: list[Envelope], *, force: bool) -> None:
         """Publish ``envelopes`` with the new checkpoint; without envelopes, save it when due."""
         assert self.stream is not None and self._fd is not None
-        self.checkpoint = advanced(self.checkpoint, self.stream, self._fd, self._directory, envelopes)
+        self.checkpoint = advanced(
+            self.checkpoint, self.stream, self._fd, self._directory, envelopes, self._last
+        )
         if not envelopes and not due(self.checkpoint, self._saved, force=force):
             return
         state = {self.key: self.checkpoint.model_dump_json().encode()}
@@ -338,6 +346,7 @@ class FileWatch:
         (What it writes to it later, having not yet opened the new one, is not read.)"""
         assert self._fd is not None and self.stream is not None
         while chunk := os.read(self._fd, self.options.chunk_bytes):
+            self._last = last_bytes(self._last, chunk)
             await self._publish(self.stream.feed(chunk), force=False)
 
     async def _switch(self, fd: int) -> None:

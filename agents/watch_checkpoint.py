@@ -27,14 +27,19 @@ _COMPLETION: Final = EnvelopeType.COMPLETION_REPORT
 
 
 def advanced(
-    cp: Checkpoint, stream: OutputStream, fd: int, directory: str | None, envelopes: list[Envelope]
+    cp: Checkpoint,
+    stream: OutputStream,
+    fd: int,
+    directory: str | None,
+    envelopes: list[Envelope],
+    last: bytes,
 ) -> Checkpoint:
     """The checkpoint ``cp`` once ``envelopes`` are published: ``stream`` has read them from ``fd``, the
-    file followed, in ``directory``."""
+    file followed, in ``directory``; ``last``: the bytes it read last (:func:`~agents.watched_file.last_bytes`)."""
     resume, resume_line = stream.restart
     head, tail = cp.head, cp.tail
     if stream.fed != cp.read or not head:
-        head, tail = fingerprints(fd, stream.fed)
+        head, tail = fingerprints(fd, stream.fed, last)
     info = os.fstat(fd)
     return Checkpoint(
         generation=cp.generation,

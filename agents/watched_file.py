@@ -32,6 +32,7 @@ __all__ = [
     "checkpoint_key",
     "directory_of",
     "fingerprints",
+    "last_bytes",
     "load_checkpoint",
     "moved",
     "named",
@@ -147,12 +148,21 @@ def source_of(path: Path, generation: int) -> str:
     return f"file:{path}" if generation == 0 else f"file:{path}#{generation}"
 
 
-def fingerprints(fd: int, read: int) -> tuple[str, str]:
-    """Hashes of the first bytes of a file and of the bytes just before ``read``."""
-    head = os.pread(fd, min(_PRINT, read), 0)
-    start = max(0, read - _PRINT)
-    tail = os.pread(fd, read - start, start)
+def fingerprints(fd: int, read: int, last: bytes = b"") -> tuple[str, str]:
+    """Hashes of the first bytes of a file and of the bytes just before ``read``. ``last``: the bytes
+    that ended at ``read`` as they were read, when known; where they cover what is hashed, they are
+    hashed, not the file's, which may have been written again since (truncated and rewritten while they
+    were parsed: fingerprints of the new bytes would vouch for them as what was read)."""
+    size = min(_PRINT, read)
+    tail = last[-size:] if len(last) >= size else os.pread(fd, size, read - size)
+    head = tail if read <= _PRINT else os.pread(fd, size, 0)
     return hashlib.sha256(head).hexdigest(), hashlib.sha256(tail).hexdigest()
+
+
+def last_bytes(last: bytes, chunk: bytes) -> bytes:
+    """The bytes :func:`fingerprints` hashes at the end of what was read, once ``chunk`` is read after
+    ``last``."""
+    return chunk[-_PRINT:] if len(chunk) >= _PRINT else (last + chunk)[-_PRINT:]
 
 
 def moved(

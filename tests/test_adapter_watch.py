@@ -940,3 +940,43 @@ async def test_without_a_pid_a_restarted_adapter_beats_only_for_output_written_w
             await wait_until(lambda: reader.has(GROUP, T.HEARTBEAT, beats + 1), 20, "a beat for new output")
         percents = [e.payload.percent for e in await reader.of_type(GROUP, T.PROGRESS)]  # type: ignore[union-attr]
         assert percents == [10, 20]
+
+
+async def test_a_file_truncated_and_rewritten_while_a_chunk_is_parsed_is_read_anew_whole(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkpoint's fingerprints are of the bytes parsed, not of the file as it is after the parse:
+    taken from the rewritten file, they vouched for its start as what was read, and its first signals
+    were lost (the rest published as the old output's)."""
+    out = tmp_path / "agent.out"
+    block = "prose {0}\n[PROGRESS]\nagent_id: a12\npercent: {0}\nmessage: {1} {0}\n[/PROGRESS]\n"
+    old = "".join(block.format(i, "old") for i in range(3)).encode()
+    new = "".join(block.format(i, "new") for i in range(10)).encode()
+    out.write_bytes(old)
+    feed = OutputStream.feed
+
+    def rewritten_while_parsed(stream: OutputStream, chunk: bytes) -> Any:
+        items = feed(stream, chunk)
+        if stream.fed == len(old) and not stream.source.endswith("#1"):  # copytruncate, a longer output
+            with out.open("r+b") as file:
+                file.truncate(0)
+                file.write(new)
+        return items
+
+    monkeypatch.setattr(OutputStream, "feed", rewritten_while_parsed)
+    bus = await connect_bus(Settings.from_url(redis_url), "a12", GROUP)
+    stop = asyncio.Event()
+    following = asyncio.create_task(FileWatch(bus, WatchOptions(path=out, poll_s=0.01), stop).run())
+    try:
+        async with open_bus(redis_url) as reader:
+            await wait_until(lambda: reader.has(GROUP, T.PROGRESS, 13), 20, "both outputs' progress")
+            published = [
+                (e.source.rsplit("#", 1)[-1], e.payload.message)
+                for e in await reader.of_type(GROUP, T.PROGRESS)
+            ]  # type: ignore[union-attr]
+    finally:
+        stop.set()
+        await following
+        await bus.client.aclose()
+    source = f"file:{canonical(out)}"
+    assert published == [(source, f"old {i}") for i in range(3)] + [("1", f"new {i}") for i in range(10)]
