@@ -186,9 +186,7 @@ def test_a_start_interrupted_before_the_server_answered_leaves_it_reachable(
     """Ctrl-C while the first command waits for its new server's first reply: the next command uses it."""
 
     def interrupted(url: str, seconds: float, process: object, log: Path, pidfile: Path) -> None:
-        deadline = time.monotonic() + 10
-        while not pidfile.exists() and time.monotonic() < deadline:  # the daemon has forked and written it
-            time.sleep(0.01)
+        _pid_written(pidfile)
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patched:
@@ -206,9 +204,7 @@ def test_a_start_interrupted_as_the_server_forked_leaves_it_reachable(
 
     def interrupted(*args: Any, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
         started(*args, **kwargs)
-        pidfile, deadline = tmp_path / "data" / "server.pid", time.monotonic() + 10
-        while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.01)  # the daemon has forked and written it: a second server would be refused
+        _pid_written(tmp_path / "data" / "server.pid")  # a second server would be refused now
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patched:
@@ -216,6 +212,13 @@ def test_a_start_interrupted_as_the_server_forked_leaves_it_reachable(
         with pytest.raises(KeyboardInterrupt):
             ensure_local_server(tmp_path / "data")
     _reached_by_the_next_command(tmp_path / "data")
+
+
+def _pid_written(pidfile: Path) -> None:
+    """Wait (up to 10 s) until the daemon has forked and written its pid."""
+    deadline = time.monotonic() + 10
+    while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _reached_by_the_next_command(directory: Path) -> None:
