@@ -18,8 +18,9 @@ that instant) leaves the directive to be printed again by the next listener.
 
 Fault injection: when the environment variable ``SUBAGENT_BUS_LISTEN_PAUSE_BEFORE_PRINT`` names a file,
 the listener writes the entry id there after reading a directive and then waits, without printing or
-acknowledging, until it is killed. Tests use it to kill a listener at exactly that point; it has no other
-use.
+acknowledging, until it is killed; ``SUBAGENT_BUS_LISTEN_PAUSE_AFTER_PRINT`` does the same once the
+directive is printed, before it is acknowledged. Tests use them to kill a listener at exactly those points;
+they have no other use.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ __all__ = [
     "EXIT_ERROR",
     "EXIT_RECEIVED",
     "EXIT_TIMEOUT",
+    "PAUSE_AFTER_ENV",
     "PAUSE_ENV",
     "listen",
     "render",
@@ -62,6 +64,7 @@ EXIT_RECEIVED: Final = 0
 EXIT_ERROR: Final = 1
 EXIT_TIMEOUT: Final = 3
 PAUSE_ENV: Final = "SUBAGENT_BUS_LISTEN_PAUSE_BEFORE_PRINT"
+PAUSE_AFTER_ENV: Final = "SUBAGENT_BUS_LISTEN_PAUSE_AFTER_PRINT"
 _UNKNOWN_AFTER_S: Final = 1.0
 """How long a listener waits before it looks whether the coordinators know its group and agent."""
 
@@ -91,9 +94,9 @@ def write_out(data: bytes, out: IO[bytes]) -> None:
             raise
 
 
-def _pause_requested(received: Received) -> bool:
-    """The test-only hook of the module docstring: say where we are; whether to wait to be killed."""
-    path = os.environ.get(PAUSE_ENV)
+def _pause_requested(received: Received, variable: str) -> bool:
+    """The test-only hooks of the module docstring: say where we are; whether to wait to be killed."""
+    path = os.environ.get(variable)
     if not path:
         return False
     Path(path).write_text(received.delivery.entry_id, encoding="utf-8")
@@ -130,13 +133,15 @@ async def _listen(bus: AgentBus, timeout_s: float | None, as_json: bool, claim_i
     if wrong is not None:
         bus.log(wrong)
         return EXIT_ERROR
-    if _pause_requested(received):
+    if _pause_requested(received, PAUSE_ENV):
         await asyncio.Event().wait()
     try:
         write_out(render(received, as_json), sys.stdout.buffer)
     except (OSError, ValueError) as exc:
         bus.log(f"cannot print the directive ({exc}); it stays in the inbox for the next listener")
         return EXIT_ERROR
+    if _pause_requested(received, PAUSE_AFTER_ENV):
+        await asyncio.Event().wait()
     try:
         await listener.ack(received)
     except BusError as exc:  # printed all the same: the agent has it, and may be given it once more

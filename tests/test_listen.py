@@ -16,7 +16,7 @@ from adapter_kit import CLI, Bus, exited, open_bus, run, wait_until
 
 from agents.delivery import GROUP
 from agents.inbox_listener import CONSUMER, _block_ms
-from agents.listen import EXIT_ERROR, EXIT_RECEIVED, EXIT_TIMEOUT, PAUSE_ENV, write_out
+from agents.listen import EXIT_ERROR, EXIT_RECEIVED, EXIT_TIMEOUT, PAUSE_AFTER_ENV, PAUSE_ENV, write_out
 from bus.cli import EXIT_INTERRUPTED
 from bus.directives import AnswerItem, ClarificationResponse, LaunchReason, LaunchRequest
 from bus.embedded import RedisProcess
@@ -201,29 +201,55 @@ async def test_two_racing_listeners_exactly_one_prints(redis_url: str) -> None:
         assert await pending(bus, "a5") == 0
 
 
+def _said(marker: Path) -> str | None:
+    return marker.read_text() if marker.exists() else None
+
+
+async def killed_paused(bus: Bus, redis_url: str, agent: str, hook: str, marker: Path) -> tuple[bytes, bytes]:
+    """A listener with the pause ``hook`` killed there, with -9, once it took a directive sent to
+    ``agent``: what it printed, and the directive's prompt."""
+    doomed = listener(redis_url, agent, "--claim-idle-ms", "200", env={hook: str(marker)})
+    await blocked_clients(bus, 1)
+    sent = directive(agent)
+    entry_id = await Publisher(bus.client, bus.keys).send_directive(sent)
+
+    async def paused() -> bool:
+        return _said(marker) == entry_id
+
+    await wait_until(paused, 20, "the listener to take the directive and pause")
+    doomed.send_signal(signal.SIGKILL)
+    code, out, _ = await finish(doomed)
+    assert code == -signal.SIGKILL
+    assert await pending(bus, agent) == 1  # taken, never acknowledged
+    return out, (sent.payload.render() + "\n").encode()  # type: ignore[union-attr]
+
+
 async def test_listener_killed_before_printing_leaves_the_directive_for_the_next(
     redis_url: str, tmp_path: Path
 ) -> None:
-    marker = tmp_path / "paused"
     async with open_bus(redis_url) as bus:
-        doomed = listener(redis_url, "a6", "--claim-idle-ms", "200", env={PAUSE_ENV: str(marker)})
-        await blocked_clients(bus, 1)
-        sent = directive("a6")
-        entry_id = await Publisher(bus.client, bus.keys).send_directive(sent)
-
-        async def paused() -> bool:
-            return marker.exists() and marker.read_text() == entry_id
-
-        await wait_until(paused, 20, "the listener to read the directive and pause")
-        doomed.send_signal(signal.SIGKILL)
-        code, out, _ = await finish(doomed)
-        assert (code, out) == (-signal.SIGKILL, b"")
-        assert await pending(bus, "a6") == 1  # read, never acknowledged
+        out, prompt = await killed_paused(bus, redis_url, "a6", PAUSE_ENV, tmp_path / "paused")
+        assert out == b""
 
         code, out, err = await finish(listener(redis_url, "a6", "--claim-idle-ms", "200", "--timeout", "15"))
-        assert code == EXIT_RECEIVED, err
-        assert out.decode() == sent.payload.render() + "\n"  # type: ignore[union-attr]
+        assert (code, out) == (EXIT_RECEIVED, prompt), err
         assert await pending(bus, "a6") == 0
+
+
+async def test_listener_killed_after_printing_leaves_the_directive_to_be_printed_once_more(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """At least once: printed, then killed before the acknowledgement, the directive is printed by the
+    next listener again, and consumed by it."""
+    async with open_bus(redis_url) as bus:
+        out, prompt = await killed_paused(bus, redis_url, "a8", PAUSE_AFTER_ENV, tmp_path / "paused")
+        assert out == prompt
+
+        code, out, err = await finish(listener(redis_url, "a8", "--claim-idle-ms", "200", "--timeout", "15"))
+        assert (code, out) == (EXIT_RECEIVED, prompt), err
+        assert await pending(bus, "a8") == 0
+        code, out, _ = await finish(listener(redis_url, "a8", "--timeout", "0"))
+        assert (code, out) == (EXIT_TIMEOUT, b"")
 
 
 async def test_a_listener_started_after_a_kill_prints_the_older_directive_first(
