@@ -4,6 +4,9 @@ to do about them), and, on Linux, sent SIGTERM when the adapter dies, even by SI
 unread as an orphan. An adapter that stops running for it while it runs (it failed, or gave up publishing)
 ends it with SIGTERM, and SIGKILL only after :data:`STOP_GRACE_S`, reading its output meanwhile
 (:func:`stop_agent`).
+
+Every process the agent side starts (an agent, a resume turn, an adapter) gets this process's environment
+without what is this process's alone (:func:`child_environment`).
 """
 
 from __future__ import annotations
@@ -19,9 +22,13 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Final
 
+from bus.human_key import KEY_FILE_ENV
+from bus.ops import METRICS_PORT_ENV
+
 __all__ = [
     "STOP_GRACE_S",
     "StderrTail",
+    "child_environment",
     "dies_with_us",
     "exit_status",
     "start_agent",
@@ -43,10 +50,18 @@ _KILLED_EXIT_S: Final = 5.0
 it (a stuck disk or network file system), which the adapter does not wait out."""
 
 
+def child_environment() -> dict[str, str]:
+    """This process's environment for a process it starts, without the metrics port (a second server
+    cannot listen on it) and the human key file (an agent must never be able to sign a person's command,
+    README "Security"; an adapter has no use for it)."""
+    return {name: value for name, value in os.environ.items() if name not in (METRICS_PORT_ENV, KEY_FILE_ENV)}
+
+
 async def start_agent(argv: list[str]) -> asyncio.subprocess.Process:
     """Start the agent's command ``argv`` (OSError or ValueError when it cannot be started)."""
     return await asyncio.create_subprocess_exec(
         *argv,
+        env=child_environment(),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

@@ -13,7 +13,7 @@ import signal
 from collections.abc import Callable, Iterator
 from typing import Final
 
-from agents.agent_process import dies_with_us, start_error, stop_agent
+from agents.agent_process import child_environment, dies_with_us, start_error, stop_agent
 from bus.errors import BusError
 
 __all__ = ["DeliveryFailed", "Stopping", "finished", "run_checked", "run_command"]
@@ -100,6 +100,7 @@ async def run_command(
             # turn of the agent left running would then be one of two at once.
             start_new_session=True,
             preexec_fn=dies_with_us(),
+            env=child_environment(),
         )
     except (OSError, ValueError) as exc:
         raise DeliveryFailed(start_error(argv[0], exc)) from None

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 import shutil
 import signal
 import sys
@@ -21,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from agents.agent_process import child_environment
 from agents.delivery import DeliverySpec, delivery_problem, fill, program_problem
 from agents.identity import build_prompt
 from agents.orphans import PID_SUFFIX, Orphan, Proc, record
 from bus.cli_connection import NAMESPACE_ENV, URL_ENV
 from bus.directives import LaunchRequest
-from bus.ops import METRICS_PORT_ENV
 from bus.stop_signals import STOP_SIGNALS
 
 __all__ = ["PLACEHOLDERS", "Spawner", "adapter_command", "file_stem"]
@@ -157,7 +156,7 @@ class Spawner:
         path = self.log_dir / f"{file_stem(request.new_agent_id)}.log"
         self.idle_file(request.new_agent_id).unlink(missing_ok=True)  # left by an adapter killed with -9
         env = {
-            **{name: value for name, value in os.environ.items() if name != METRICS_PORT_ENV},
+            **child_environment(),
             URL_ENV: self.url,
             NAMESPACE_ENV: self.namespace,
             # The agent's identity, for `subagent-bus listen` and `subagent-bus mcp` run by the agent.

@@ -31,7 +31,6 @@ Limitation: the hook does not deliver directives to the background agent; the pa
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ import click
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from agents.agent_process import child_environment
 from agents.options import id_problem
 from agents.orphans import Adapter, Proc, record
 from agents.spawn import adapter_command, file_stem
@@ -49,7 +49,6 @@ from agents.watched_file import canonical
 from agents.whole_input import read_whole
 from bus.cli_connection import URL_ENV
 from bus.errors import ConfigError
-from bus.ops import METRICS_PORT_ENV
 from bus.settings import Settings
 
 __all__ = [
@@ -167,7 +166,7 @@ def _start(
         raise ValueError(f"the outputFile {launch.output_file} is a directory")
     if output.exists() and not output.is_file():  # the adapter would refuse it (it may not exist yet)
         raise ValueError(f"the outputFile {launch.output_file} is a pipe or a device, not a regular file")
-    env = {name: value for name, value in os.environ.items() if name != METRICS_PORT_ENV}
+    env = child_environment()
     if url is not None:
         env[URL_VARIABLE] = url
     logs = log_dir if log_dir.is_absolute() else base / log_dir

@@ -22,9 +22,11 @@ from typing import Final
 
 from bus.errors import ConfigError
 
-__all__ = ["MIN_KEY_BYTES", "SIGNATURE_FIELD", "read_key", "signature", "signature_problem"]
+__all__ = ["KEY_FILE_ENV", "MIN_KEY_BYTES", "SIGNATURE_FIELD", "read_key", "signature", "signature_problem"]
 
 SIGNATURE_FIELD: Final = b"sig"
+KEY_FILE_ENV: Final = "SUBAGENT_BUS_HUMAN_KEY_FILE"
+"""The key file's environment variable; the agent side leaves it out of what it starts."""
 MIN_KEY_BYTES: Final = 16
 _MAX_KEY_FILE_BYTES: Final = 4096
 

@@ -19,7 +19,7 @@ from bus.connection import Client, connect
 from bus.display import json_bytes
 from bus.errors import BusError, NamespaceMissing
 from bus.fields import Model
-from bus.human_key import read_key
+from bus.human_key import KEY_FILE_ENV, read_key
 from bus.keys import Keys, open_namespace
 from bus.params import FiniteFloatRange, not_blank
 from bus.progress import Progress
@@ -76,7 +76,7 @@ HUMAN_KEY_OPTION = click.option(
     "--human-key-file",
     "human_key",
     type=click.Path(dir_okay=False, path_type=Path),
-    envvar="SUBAGENT_BUS_HUMAN_KEY_FILE",
+    envvar=KEY_FILE_ENV,
     show_envvar=True,
     callback=_read_human_key,
     help='The key human commands are signed with (README "Security"): the people\'s commands sign with it, '
