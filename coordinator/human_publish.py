@@ -118,7 +118,7 @@ async def _publish(
         # model per queued entry, which the collector would walk again and again, finding nothing.
         with no_collection(), Progress() as progress:
             groups, queued = await projected(
-                client, keys, load, group_id, how.policy, progress=progress.update
+                client, keys, load, group_id, how.policy, key=how.key, progress=progress.update
             )
         if group_id is not None and not groups:
             retired = await retired_note(client, keys, group_id)

@@ -10,7 +10,8 @@ ones given but not acknowledged (a commit acknowledges what it applied). A new c
 the committed state with those entries applied by the rules themselves (:func:`project`), the way a
 coordinator will apply them: an answer after queued answers that resume the agent, a second resolution,
 an approval of a request a queued denial decides are refused before they are published, and an answer
-to a question the agent asks again in the queue is accepted.
+to a question the agent asks again in the queue is accepted. Given the people's key (:mod:`bus.human_key`),
+a human command not signed with it is not counted: the coordinators, given it too, dead-letter it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from bus.directives import HumanAnswer, HumanApprove, HumanDeny
 from bus.envelope import Envelope, EnvelopeType, Kind, decode
 from bus.errors import BusError, DecodeError
 from bus.fields import Model
+from bus.human_key import signature_problem
 from bus.keys import ConsumerGroup, Keys, StreamKind, entry_order
 from bus.signals import DelegateWork
 from bus.stream_replies import stream_entries
@@ -90,11 +92,17 @@ class QueuedCommand(Model):
 
 
 async def load_queued(
-    client: Client, keys: Keys, shards: Iterable[int], *, human: bool = False, progress: Report = _silent
+    client: Client,
+    keys: Keys,
+    shards: Iterable[int],
+    *,
+    human: bool = False,
+    key: bytes | None = None,
+    progress: Report = _silent,
 ) -> list[Queued]:
     """The entries of ``shards`` not applied yet, oldest first (by entry id: a shard's in stream order),
-    the human commands only with ``human`` (the others are not decoded). ``progress`` is told how many
-    entries were read, page by page."""
+    the human commands only with ``human`` (the others are not decoded), and with ``key`` only the human
+    commands signed with it. ``progress`` is told how many entries were read, page by page."""
     queued: list[Queued] = []
     read = 0
 
@@ -105,7 +113,7 @@ async def load_queued(
 
     with translated():
         for shard in shards:
-            found = await _shard(client, keys.stream(shard, StreamKind.SIGNALS), human, page_read)
+            found = await _shard(client, keys.stream(shard, StreamKind.SIGNALS), human, key, page_read)
             # a raw publisher's entry on another shard than its group's: a coordinator dead-letters it
             queued += [
                 q
@@ -115,7 +123,9 @@ async def load_queued(
     return sorted(queued, key=lambda q: entry_order(q.entry_id))
 
 
-async def _shard(client: Client, stream: str, human: bool, page_read: Callable[[int], None]) -> list[Queued]:
+async def _shard(
+    client: Client, stream: str, human: bool, key: bytes | None, page_read: Callable[[int], None]
+) -> list[Queued]:
     group = ConsumerGroup.COORDINATOR.value
     if not await client.exists(stream):
         return []
@@ -134,7 +144,7 @@ async def _shard(client: Client, stream: str, human: bool, page_read: Callable[[
         for raw_id, fields in page:
             entry_id = as_text(raw_id)
             if entry_id in pending or entry_order(entry_id) > delivered:  # else applied (acknowledged)
-                envelope = _envelope(fields, human)
+                envelope = _envelope(fields, human, key)
                 found += [Queued(entry_id, envelope)] if envelope is not None else []
         page_read(len(page))
         if len(page) < _PAGE:
@@ -142,7 +152,7 @@ async def _shard(client: Client, stream: str, human: bool, page_read: Callable[[
         start = "(" + as_text(page[-1][0])
 
 
-def _envelope(fields: Any, human: bool) -> Envelope | None:
+def _envelope(fields: Any, human: bool, key: bytes | None) -> Envelope | None:
     data = fields.get(b"data") if fields else None
     # A human envelope's JSON names its kind; one that spells it with escapes, which no client here
     # writes, is applied all the same, only not listed as queued.
@@ -152,7 +162,10 @@ def _envelope(fields: Any, human: bool) -> Envelope | None:
         envelope = decode(data)
     except DecodeError:
         return None  # the coordinator dead-letters it
-    return None if human and envelope.kind is not Kind.HUMAN else envelope
+    if envelope.kind is not Kind.HUMAN:
+        return None if human else envelope
+    others = [(name, value) for name, value in fields.items() if name != b"data"]
+    return None if key is not None and signature_problem(key, data, others) else envelope
 
 
 def human_commands(queued: Sequence[Queued]) -> list[QueuedCommand]:
@@ -180,6 +193,7 @@ async def projected(
     group_id: str | None,
     policy: Policy,
     *,
+    key: bytes | None = None,
     progress: Report = _silent,
 ) -> tuple[list[GroupState], list[Queued]]:
     """The groups a command is checked against (``group_id``'s, or all), by group id, with what is
@@ -194,10 +208,11 @@ async def projected(
 
     Besides the committed groups, the ones only the queue starts: a group's first signals wait there
     until a coordinator runs, and a command about them is applied then; a retired group's signals may
-    start it anew (see :mod:`coordinator.tombstones`). ``progress`` is told how far reading and applying
-    the queue are: a long queue takes seconds."""
+    start it anew (see :mod:`coordinator.tombstones`). With ``key``, a human command not signed with it
+    is left out (see :func:`load_queued`). ``progress`` is told how far reading and applying the queue
+    are: a long queue takes seconds."""
     shards = [keys.shard_of(group_id)] if group_id is not None else range(keys.shards)
-    queued = await load_queued(client, keys, shards, progress=progress)
+    queued = await load_queued(client, keys, shards, key=key, progress=progress)
     known = {g.group_id: g for g in await load()}
     queued_ids = {q.envelope.group_id for q in queued if q.envelope.type is not EnvelopeType.TICK}
     for gid in sorted(g for g in queued_ids if group_id in (None, g)):  # the shard's others are not asked

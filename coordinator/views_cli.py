@@ -191,22 +191,27 @@ def status(settings: Settings, group_id: str | None, as_json: bool, watch: float
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the open items as JSON.")
+@HUMAN_KEY_OPTION
 @redis_options
-def inbox(settings: Settings, as_json: bool) -> None:
+def inbox(settings: Settings, as_json: bool, human_key: bytes | None) -> None:
     """What waits for a human: questions, blockers, delegations to approve, escalations, the groups
     whose agents disagree on the severity of a merged finding, and the agents that finished with a
     blocker unresolved (a result report that did not reach the coordinator, say).
 
     Each item comes with the command that acts on it, or that shows more (with --json, each names its
     group_id). A command given while no coordinator runs waits on the bus until one does: its item
-    stays here with the command queued for it (with --json, under "queued").
+    stays here with the command queued for it (with --json, under "queued"); with --human-key-file,
+    only the commands signed with that key, which are the ones the coordinators will apply.
     """
 
     async def read(client: Client, keys: Keys) -> tuple[list[GroupSummary], list[QueuedCommand], str]:
         # the queue first: a command applied meanwhile is then shown applied (its item gone), not open
         # without it (an item that looks unanswered is answered again, and that answer refused)
         with Progress() as progress:
-            found = await load_queued(client, keys, range(keys.shards), human=True, progress=progress.update)
+            shards = range(keys.shards)
+            found = await load_queued(
+                client, keys, shards, human=True, key=human_key, progress=progress.update
+            )
         queued = human_commands(found)
         summaries = await load_summaries(client, keys, None)
         if queued:

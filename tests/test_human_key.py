@@ -182,3 +182,32 @@ def test_a_key_file_that_is_too_short_is_a_usage_error(redis_url: str, tmp_path:
         assert done.returncode == 2, done.stderr
         assert "Invalid value for '--human-key-file'" in done.stderr
         assert "holds a key of 5 bytes, fewer than 16" in done.stderr
+
+
+def test_with_the_key_a_forged_queued_command_neither_shows_as_queued_nor_blocks_a_person_s(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """No coordinator runs: an agent's forged answer waits on the stream. ``inbox`` with the key leaves
+    it out, and a person's answer is checked as if it were not there (the coordinators will dead-letter
+    it), rather than refused as an answer to a question the forged one answered."""
+    key = tmp_path / "human.key"
+    key.write_text("a-key-of-more-than-sixteen-bytes\n")
+    _ok(redis_url, "adapter", "stdin", "--agent-id=a1", "--group", GROUP, stdin=CLARIFY)
+    _ok(redis_url, "coordinator", "--burst", "--lease-ttl", "1000", key=key)
+    _ok(redis_url, "answer", "a1", "Q1=OAuth2", "--wait", "0")  # forged: no key
+
+    def queued(key: Path | None) -> list[str]:
+        listed = orjson.loads(_ok(redis_url, "inbox", "--json", key=key))
+        assert [q["question_id"] for q in listed["questions"]] == ["Q1"]
+        return [q["command"] for q in listed["queued"]]
+
+    assert queued(None) == ["ANSWER"]  # without the key, any command counts
+    assert queued(key) == []
+    _ok(redis_url, "answer", "a1", "Q1=JWT", "--wait", "0", key=key)
+    assert queued(key) == ["ANSWER"]
+    _ok(redis_url, "coordinator", "--burst", "--lease-ttl", "1000", key=key)
+    assert _state(redis_url) == AgentState.RUNNING.value
+    resume = orjson.loads(
+        _ok(redis_url, "listen", "--agent-id=a1", "--group", GROUP, "--json", "--timeout=0")
+    )
+    assert [a["answer"] for a in resume["payload"]["answers"]] == ["JWT"]
