@@ -11,7 +11,9 @@ tools, and each call explains how to give it one.
 ``wait_for_directive`` is ``subagent-bus listen`` as a tool (same consumer group and consumer, see
 :mod:`agents.inbox_listener`). Like ``listen``, it acknowledges the directive only once its reply was
 written to stdout and flushed: a server killed before that leaves it pending, and the next
-``wait_for_directive`` (or ``listen``) delivers it again. ``status`` shows the agent its own record as
+``wait_for_directive`` (or ``listen``) delivers it again. At most :data:`MAX_WAITS` waits are in flight
+at once: each holds a connection to the server for as long as it blocks, and a client that sends
+thousands would take them all (an agent needs one). ``status`` shows the agent its own record as
 the coordinator keeps it: the JSON of field ``a:<agent_id>`` of the hash ``{ns:s}:group:<group_id>``
 (state, open questions, blocker, progress...). Reading that JSON does not need the coordinator's code, so
 ``agents`` still never imports it.
@@ -28,7 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import mcp_types as types
@@ -60,7 +62,10 @@ from bus.events import AgentState
 from bus.settings import Settings
 from bus.waits import backoff
 
-__all__ = ["Identity", "ProtocolServer"]
+__all__ = ["MAX_WAITS", "Identity", "ProtocolServer"]
+
+MAX_WAITS: Final = 4
+"""``wait_for_directive`` calls in flight at once; one more is refused (see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,8 @@ class ProtocolServer:
         """Per request, the acknowledgement of the directive its reply carries, until that is written."""
         self._holding: set[asyncio.Task[None]] = set()
         """The tasks keeping those directives' entries fresh (:meth:`_hold`)."""
+        self._waits = 0
+        """``wait_for_directive`` calls in flight."""
 
     def server(self) -> Server[Any]:
         """The MCP server (the SDK's low-level one: the schemas are the payload models')."""
@@ -219,6 +226,18 @@ class ProtocolServer:
 
         The directive is acknowledged once the reply to ``request_id`` is written (:meth:`_writing`).
         """
+        if self._waits >= MAX_WAITS:
+            raise ToolInputError(
+                f"{MAX_WAITS} calls of wait_for_directive are waiting already: wait for their answers (one "
+                "wait at a time is enough; each holds a connection to the bus)"
+            )
+        self._waits += 1
+        try:
+            return await self._wait(request, request_id)
+        finally:
+            self._waits -= 1
+
+    async def _wait(self, request: WaitInput, request_id: types.RequestId | None) -> types.CallToolResult:
         bus = await self._connected()
         listener = InboxListener(bus.client, bus.inbox, claim_idle_ms=self.claim_idle_ms, log=bus.log)
         received = await listener.next(request.timeout_seconds)

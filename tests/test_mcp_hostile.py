@@ -13,7 +13,7 @@ from adapter_kit import open_bus, wait_until
 from test_mcp_input import AGENT, GROUP_ID, RawClient, raw_server
 
 from agents.mcp_inflight import RequestsInFlight, reply_of
-from agents.mcp_server import Identity, ProtocolServer
+from agents.mcp_server import MAX_WAITS, Identity, ProtocolServer
 from agents.mcp_tools import WaitInput
 from bus.directives import AnswerItem, ClarificationResponse
 from bus.envelope import Envelope, new_envelope
@@ -250,3 +250,40 @@ async def test_a_directive_whose_reply_waits_to_be_written_is_not_taken_by_anoth
             assert (await bus.client.xpending(bus.inbox(GROUP_ID, AGENT), "adapter"))["pending"] == 0
     finally:
         await server.aclose()
+
+
+async def test_waits_beyond_the_limit_are_refused_each_holding_a_connection(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A client that sends many waits at once would hold as many connections to the server: past
+    MAX_WAITS one is refused, and the count goes down as waits are answered."""
+    wait = orjson.dumps({"name": "wait_for_directive", "arguments": {"timeout_seconds": 30}})
+    async with open_bus(redis_url) as bus, raw_server(redis_url, tmp_path / "stderr") as client:
+        for id_ in range(MAX_WAITS):
+            await client.send(
+                b'{"jsonrpc": "2.0", "id": %d, "method": "tools/call", "params": %s}\n' % (id_, wait)
+            )
+
+        async def blocked() -> bool:
+            info: dict[str, Any] = await bus.client.info("clients")
+            return int(info["blocked_clients"]) >= MAX_WAITS
+
+        await wait_until(blocked, 20, f"{MAX_WAITS} waits to block on the inbox")
+        refused = await call(client, 100, wait)
+        assert refused["id"] == 100 and refused["result"]["isError"], refused
+        assert f"{MAX_WAITS} calls of wait_for_directive are waiting already" in text_of(refused)
+        publisher = Publisher(bus.client, bus.keys)
+        sent = [directive(f"answer {n}") for n in range(MAX_WAITS + 1)]
+        for envelope in sent[:MAX_WAITS]:
+            await publisher.send_directive(envelope)
+        replies = [await client.reply() for _ in range(MAX_WAITS)]
+        assert sorted(r["id"] for r in replies) == list(range(MAX_WAITS))
+        got = sorted(text_of(r) for r in replies)
+        await publisher.send_directive(sent[-1])
+        last = await call(client, 101, wait)  # the count went down with the answers
+        assert sorted([*got, text_of(last)]) == sorted(e.payload.render() for e in sent)  # type: ignore[union-attr]
+        assert (await bus.client.xpending(bus.inbox(GROUP_ID, AGENT), "adapter"))["pending"] == 0
+
+
+def text_of(reply: dict[str, Any]) -> str:
+    return "".join(block["text"] for block in reply["result"]["content"])
