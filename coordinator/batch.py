@@ -47,16 +47,14 @@ class Fields(tuple[bytes, ...]):
 
     __slots__ = ()
 
-    @property
-    def data(self) -> bytes | None:
-        """The ``data`` value, None when the entry has none."""
-        return next((self[i + 1] for i in range(0, len(self) - 1, 2) if self[i] == b"data"), None)
-
-    def others(self) -> list[tuple[bytes, bytes]]:
-        """The fields but the first ``data``, as (name, value), in order."""
+    def split(self) -> tuple[bytes | None, list[tuple[bytes, bytes]]]:
+        """The first ``data`` value (None when there is none) and the other fields, as (name, value), in
+        order."""
         pairs = [(self[i], self[i + 1]) for i in range(0, len(self) - 1, 2)]
         first = next((i for i, (name, _) in enumerate(pairs) if name == b"data"), None)
-        return pairs if first is None else pairs[:first] + pairs[first + 1 :]
+        if first is None:
+            return None, pairs
+        return pairs[first][1], pairs[:first] + pairs[first + 1 :]
 
 
 Entry = tuple[bytes, bytes | Fields | None]
@@ -181,8 +179,7 @@ class Batch:
             self._second, self.arrived = second, arrival(entry_id)
         others: Sequence[tuple[bytes, bytes]] = ()  # not a list: no allocation for the common entry
         if isinstance(data, Fields):
-            fields = data
-            data, others = fields.data, fields.others()
+            data, others = data.split()
         if data is None and others:
             reason: str | None = f"entry has no 'data' field (fields: {field_names(n for n, _ in others)})"
         elif others and any(name == b"data" for name, _ in others):
