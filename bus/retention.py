@@ -10,9 +10,11 @@ CREATE``/``SETID``) while a trim runs cannot slip between the computation and th
 A group created *after* a trim at an id that was already trimmed simply starts at the oldest entry left.
 
 A stream without consumer groups is trimmed only to an explicit ``maxlen`` / ``minid``: nothing says
-which of its entries have been read (plain ``XREAD`` readers keep no state in Redis). So is a stream
-whose own reader's group does not exist yet (signals before any coordinator read them): another group
-on it, such as ``tail --group``'s, says nothing about what that reader still needs.
+which of its entries have been read (plain ``XREAD`` readers keep no state in Redis). A stream written for
+one reader (signals for the coordinators, tasks for the launchers, an inbox for its adapter) whose
+reader's group does not exist yet is not trimmed at all, whatever the bound: that reader has read none of
+it (a cron job's ``--signals N`` before the first coordinator ran would drop signals never applied), and
+another group on it, such as ``tail --group``'s, says nothing about what that reader still needs.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Final
 import click
 
 from bus.cli_connection import redis_options, run_command
-from bus.connection import Client, connect, translated
+from bus.connection import Client, as_text, connect, translated
 from bus.errors import CommandFailed, ConfigError, PermissionDenied
 from bus.keys import ConsumerGroup, Keys, StreamKind, entry_order, open_namespace
 from bus.params import COUNT
@@ -58,7 +60,6 @@ _INBOX_READER: Final = ConsumerGroup.ADAPTER.value
 _TRIM_SCRIPT: Final = """
 local key = KEYS[1]
 if redis.call('EXISTS', key) == 0 then return 0 end
-local explicit = ARGV[1] ~= '' or ARGV[2] ~= ''
 local function split(id) return string.match(id, '^(%d+)-(%d+)$') end
 local function num_less(a, b)
   if #a ~= #b then return #a < #b end
@@ -96,7 +97,7 @@ for _, g in ipairs(redis.call('XINFO', 'GROUPS', key)) do
   end
   if floor == nil or less(candidate, floor) then floor = candidate end
 end
-if not reader_seen and not explicit then return 0 end
+if not reader_seen then return 0 end
 local limit = floor
 if ARGV[2] ~= '' and (limit == nil or less(ARGV[2], limit)) then limit = ARGV[2] end
 if limit == nil and ARGV[1] == '' then return 0 end
@@ -140,7 +141,7 @@ async def trim(
     ``maxlen`` keeps at least that many entries; ``minid`` keeps every entry from that id on. Without
     either, everything acknowledged by all groups goes. Entries pending in, or not yet delivered to, any
     group are always kept, even when that leaves more than ``maxlen``. ``reader`` names the group the
-    stream is written for: while it does not exist, only an explicit bound trims, as without groups.
+    stream is written for: while it does not exist, nothing is trimmed, whatever the bound.
     """
     if maxlen is not None and maxlen < 0:
         raise ConfigError("maxlen must be >= 0")
@@ -153,6 +154,8 @@ async def trim(
 async def _trim(
     client: Client, stream: str, maxlen: int | None, floor_id: str | None, reader: str | None
 ) -> int:
+    if reader is not None and not await _read_by(client, stream, reader):
+        return 0  # checked again by the script, in the step that trims (XTRIM ... ACKED cannot)
     # XTRIM takes one bound: ACKED serves a single bound, the script serves none or both.
     if (maxlen is None) != (floor_id is None) and _acked_support.get(client, True):
         removed = await _trim_acked(client, stream, maxlen, floor_id)
@@ -172,6 +175,18 @@ async def _trim(
         step = int(reply)
         removed += step
     return removed
+
+
+async def _read_by(client: Client, stream: str, reader: str) -> bool:
+    """Whether ``stream`` has the consumer group ``reader`` (a stream that does not exist has none)."""
+    try:
+        with translated():
+            groups = await client.xinfo_groups(stream)
+    except CommandFailed as exc:
+        if "no such key" in str(exc).lower():
+            return False
+        raise
+    return any(as_text(group["name"]) == reader for group in groups)
 
 
 async def _nth_newest(client: Client, stream: str, n: int) -> str | None:
@@ -303,8 +318,8 @@ def trim_command(
     Signals, tasks and inboxes lose the entries every consumer group has acknowledged (with --signals N
     etc., at least the N newest stay); an entry still pending or not yet delivered to some group always
     stays, so a running coordinator or adapter loses nothing. Signals no coordinator has read yet (its
-    group does not exist), tasks no launcher has and an inbox no adapter has are trimmed only to the N
-    you give. Events are for anyone, usually followed with plain XREAD, which leaves no trace: they are
+    group does not exist), tasks no launcher has and an inbox no adapter has are not trimmed at all, whatever
+    N you give. Events are for anyone, usually followed with plain XREAD, which leaves no trace: they are
     trimmed only with --events N (and never past what a group of theirs still needs). Dead letters and
     findings are kept unless you give their N: they are records for people. Safe to run from cron while
     everything runs; needs a Redis user allowed XTRIM, EVAL and SCAN on the namespace (an

@@ -887,6 +887,7 @@ def test_trim_refused_by_the_acl_says_what_it_removed_before_and_who_may(bus: Ac
     admin = bus.server.client()
     for _ in range(3):
         admin.xadd(S0, {"data": "x"})
+    admin.xgroup_create(S0, "coordinator", id="$")  # applied: only the bound keeps one
     done = subprocess.run([CLI, "trim", "--signals", "1", "--redis-url", bus.url(Role.COORDINATOR),
                            "--namespace", NS], capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert done.returncode == 1

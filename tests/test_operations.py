@@ -206,6 +206,10 @@ async def test_trim_keeps_signals_no_coordinator_has_read_whatever_other_groups_
         assert await trim(client, signals, reader="coordinator") == 0
         assert await trim_namespace(client, keys, maxlen_signals=None, maxlen_events=None) == 0
         assert await trim_inboxes(client, keys) == 0
+        # nor to an explicit bound: a cron job's `trim --signals 1` before the first coordinator ran
+        assert await trim_namespace(client, keys, maxlen_signals=1, maxlen_events=None, maxlen_tasks=0) == 0
+        assert await trim(client, signals, minid="99999999999999", reader="coordinator") == 0
+        assert await trim_inboxes(client, keys, maxlen=1) == 0
         for stream in (signals, tasks, inbox):
             assert await client.xlen(stream) == 4
         assert await trim(client, signals) == 4  # without a reader named, the groups there decide
@@ -217,7 +221,9 @@ async def test_trim_keeps_signals_no_coordinator_has_read_whatever_other_groups_
             == 3
         )
         assert len(await entries(client, tasks)) == 1
-        assert await trim_inboxes(client, keys, maxlen=1) == 3  # an explicit bound still applies
+        assert (
+            await trim(client, keys.stream(0, StreamKind.TASKS), maxlen=0, reader=launcher.GROUP) == 0
+        )  # none
 
 
 def test_the_trim_command_keeps_signals_a_tail_group_acknowledged_before_any_coordinator(

@@ -199,12 +199,15 @@ async def test_trim_namespace_leaves_findings_alone_unless_asked(bus_url: str) -
         for shard in keys.all_shards():
             for kind in StreamKind:
                 await _fill(client, 5, keys.stream(shard, kind))
+            for kind, reader in retention._READERS.items():  # read whole: the bounds decide
+                await client.xgroup_create(keys.stream(shard, kind), reader, id="$")
         removed = await trim_namespace(client, keys, maxlen_signals=1, maxlen_events=2, maxlen_tasks=3)
         assert removed == 2 * (4 + 3 + 2)
         for shard in keys.all_shards():
             assert await client.xlen(keys.stream(shard, StreamKind.FINDINGS)) == 5
             assert await client.xlen(keys.stream(shard, StreamKind.DEAD)) == 5
-        assert await trim_namespace(client, keys, maxlen_signals=None, maxlen_events=None) == 0
+        # without bounds, every signal and task the readers acknowledged goes; events stay
+        assert await trim_namespace(client, keys, maxlen_signals=None, maxlen_events=None) == 2 * (1 + 3)
         removed = await trim_namespace(
             client, keys, maxlen_signals=None, maxlen_events=None, maxlen_findings=4, include_findings=True
         )
