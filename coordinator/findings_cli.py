@@ -19,7 +19,7 @@ from bus.keys import Keys, StreamKind
 from bus.params import not_blank
 from bus.progress import Progress
 from bus.settings import Settings
-from coordinator.console import finding_line, group_heading, grouped_lines, merged_lines
+from coordinator.console import finding_line, group_heading, grouped_lines, merged_command, merged_lines
 from coordinator.policy import Policy, agent_key
 from coordinator.rules import MergedFinding, merge_findings, merged_view
 from coordinator.runtime import no_collection
@@ -103,7 +103,7 @@ async def _no_findings(client: Client, keys: Keys, settings: Settings, group_id:
     elif await client.hlen(merged_key(keys, keys.shard_of(group_id), group_id)):
         hint = (
             ": the findings stream holds none of its reports any more (trimmed); "
-            f"`findings --merged --group {group_id}` shows the merged view the coordinators keep"
+            f"`{merged_command(group_id, settings.namespace)}` shows the merged view the coordinators keep"
         )
     else:
         hint = ": none of its agents reported one yet"
@@ -329,10 +329,11 @@ def replay(settings: Settings, group_id: str, policy: Policy, as_json: bool) -> 
         conflicts = _conflicts(sum(m.severity_conflict for merged in view.values() for m in merged))
         click.echo(f"{counted(count, 'merged finding')} recomputed for group {group_id!r}{conflicts}")
     if trimmed:
+        # The stream is the shard's: which group each entry trimmed was of, nothing says any more.
         click.echo(
-            f"the findings stream of group {group_id!r}'s shard was trimmed ({trimmed:,} of its entries "
-            "gone): reports among them are not in this view; `findings --merged --group "
-            f"{group_id}` shows the merged view the coordinators keep",
+            f"the findings stream of the shard of group {group_id!r} has lost {trimmed:,} entries to "
+            "trimming: reports of this group among them would be missing from this view; "
+            f"`{merged_command(group_id, settings.namespace)}` shows the merged view the coordinators keep",
             err=True,
         )
     if retired:

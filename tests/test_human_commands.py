@@ -296,11 +296,15 @@ def test_replay_of_a_partly_trimmed_findings_stream_says_so(redis_url: str) -> N
     for agent, confidence in (("auditor", 95), ("qa", 78)):
         ok(redis_url, "findings", "add", "--agent-id", agent, "--group", "alpha", _finding("JWT", "critical", confidence))  # fmt: skip
     coordinate(redis_url)
-    assert "was trimmed" not in cli(redis_url, "replay", "--group", "alpha").stderr
+    assert "trimming" not in cli(redis_url, "replay", "--group", "alpha").stderr
     ok(redis_url, "trim", "--findings", "1")
     done = cli(redis_url, "replay", "--group", "alpha")
     assert done.returncode == 0 and "78.0" in done.stdout
-    assert "the findings stream of group 'alpha''s shard was trimmed (1 of its entries gone)" in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "the findings stream of the shard of group 'alpha' has lost 1 entries to trimming: reports of this "
+        "group among them would be missing from this view; `subagent-bus findings --merged --group alpha` "
+        "shows the merged view the coordinators keep"
+    )
 
 
 def test_findings_of_different_groups_are_merged_apart(redis_url: str) -> None:
@@ -370,7 +374,7 @@ def test_findings_of_different_groups_are_merged_apart(redis_url: str) -> None:
         assert trimmed.returncode == 0
         assert trimmed.stderr.strip().splitlines()[-1] == (
             "no findings for group 'alpha' in namespace 'sbus': the findings stream holds none of its "
-            "reports any more (trimmed); `findings --merged --group alpha` shows the merged view the "
+            "reports any more (trimmed); `subagent-bus findings --merged --group alpha` shows the merged view the "
             "coordinators keep"
         )
     agent_says(redis_url, "quiet-1", "quiet", stop("quiet-1"))  # a known group without findings
