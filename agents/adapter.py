@@ -4,7 +4,7 @@
 publishes envelopes there, one round trip per batch; a batch that carries a state write (the offset
 checkpoint of a file adapter) goes in one MULTI/EXEC, so a checkpoint never disagrees with what was
 published.
-:class:`~agents.output_stream.OutputStream` (re-exported here, with :data:`COMPLETING`) parses one output
+:class:`~agents.output_stream.OutputStream` (re-exported here, with :func:`completes`) parses one output
 of the agent into the envelopes it publishes. Lifecycle events (AGENT_STARTED, HEARTBEAT, AGENT_EXITED)
 come from here too.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Final
 
 from agents.lost import AWAITED, lost_signal
-from agents.output_stream import COMPLETING, OutputStream
+from agents.output_stream import OutputStream, completes
 from agents.sending import GaveUp, Sender
 from agents.verify import Verifier
 from bus import wire
@@ -31,12 +31,12 @@ from bus.settings import Settings
 from bus.waits import wait_for
 
 __all__ = [
-    "COMPLETING",
     "MARK_TTL_S",
     "MAX_TASK_CHARS",
     "AgentBus",
     "GaveUp",
     "OutputStream",
+    "completes",
     "connect_bus",
     "heartbeat_loop",
     "oversize",
@@ -167,7 +167,7 @@ class AgentBus:
             envelope, data = kept
             batch.append(data)
             sent.append(envelope)
-            completing = completing or envelope.type in COMPLETING
+            completing = completing or completes(envelope)
         if batch or state:
             # a state write must land with the entries it accounts for; plain batches need no MULTI
             commands: list[wire.Command] = [(b"XADD", self._signals, b"*", b"data", data) for data in batch]

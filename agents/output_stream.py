@@ -22,12 +22,20 @@ from bus.signals import ClarificationNeeded, StopReason, StopWork, recap_key
 if TYPE_CHECKING:
     from agents.adapter import AgentBus
 
-__all__ = ["COMPLETING", "OutputStream"]
+__all__ = ["OutputStream", "completes"]
 
 _WAITS: Final = frozenset({EnvelopeType.STOP_WORK, EnvelopeType.CLARIFICATION_NEEDED})
 """The signals by which an agent says it waits for an answer (a stop that reports completion aside)."""
-COMPLETING: Final = frozenset({EnvelopeType.COMPLETION_REPORT, EnvelopeType.RESULT})
-"""Envelope types that mean the agent finished its work."""
+_COMPLETING: Final = frozenset({EnvelopeType.COMPLETION_REPORT, EnvelopeType.RESULT})
+
+
+def completes(envelope: Envelope) -> bool:
+    """Whether ``envelope`` says the agent finished its work: a completion report, a result report, or a
+    ``STOP_WORK`` whose ``stop_reason`` is ``completion`` (which the coordinator takes as a completion)."""
+    if envelope.type in _COMPLETING:
+        return True
+    payload = envelope.payload
+    return isinstance(payload, StopWork) and payload.stop_reason is StopReason.COMPLETION
 
 
 class OutputStream:
@@ -178,7 +186,7 @@ class OutputStream:
             if isinstance(item, SignalItem) and item.payload.agent_id != self.bus.agent_id:
                 self.bus.foreign_id(item.payload.agent_id, self.source)
             out.append(self._envelope(payload, offset))
-            self._completed = self._completed or out[-1].type in COMPLETING
+            self._completed = self._completed or completes(out[-1])
         return out
 
     def _failed(self, item: TurnFailedItem, offset: int) -> list[Envelope]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Final
 
-from agents.adapter import COMPLETING, OutputStream
+from agents.adapter import OutputStream, completes
 from agents.watched_file import Checkpoint, fingerprints
 from bus.envelope import Envelope, EnvelopeType
 
@@ -50,7 +50,7 @@ def advanced(
         reported=stream.parser.reported,
         format=stream.format,
         session_id=stream.session_id,
-        completed=cp.completed or any(e.type in COMPLETING for e in envelopes),
+        completed=cp.completed or any(completes(e) for e in envelopes),
         completion_report=cp.completion_report or any(e.type is _COMPLETION for e in envelopes),
         started=cp.started,
         ended=cp.ended,

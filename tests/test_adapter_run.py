@@ -603,6 +603,24 @@ async def test_a_result_too_large_for_an_envelope_is_a_stop_work_error_in_its_pl
     assert "r15: RESULT " in log.read_text() and "not published: it is" in log.read_text()
 
 
+async def test_until_complete_ends_with_a_stop_that_reports_completion(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """``stop_reason: completion`` is a completion to the coordinator: no directive will come, and an
+    adapter that waited for one would hold its launcher's slot for good."""
+    log, never = tmp_path / "adapter.log", tmp_path / "never-resumed"
+    resume = f"command:{' '.join(fake('complete', agent_id='r20', out=never))}"
+    args = [
+        *run_args("r20", "--until-complete", "--deliver", resume),
+        *fake("stop:completion", agent_id="r20"),
+    ]
+    assert await exited(start(args, redis_url, log), 30) == 0, log.read_text()
+    async with open_bus(redis_url) as bus:
+        [exit_] = [e.payload for e in await bus.of_type(GROUP, T.AGENT_EXITED)]
+    assert isinstance(exit_, AgentExited) and exit_.completed
+    assert not never.exists()
+
+
 async def test_until_complete_needs_a_resume_command(redis_url: str, tmp_path: Path) -> None:
     log = tmp_path / "adapter.log"
     adapter = start(

@@ -63,6 +63,16 @@ async def agent_output(bus: Bus) -> list[str]:
     return [e.id for e in await bus.envelopes(GROUP) if e.kind in (Kind.SIGNAL, Kind.RESULT)]
 
 
+async def test_until_complete_ends_with_a_stop_that_reports_completion(
+    redis_url: str, tmp_path: Path
+) -> None:
+    out, log = tmp_path / "agent.out", tmp_path / "adapter.log"
+    assert spawn(fake("say:working", "stop:completion", out=out, agent_id="a20")).wait(timeout=30) == 0
+    assert await exited(start(watch_args(out, "a20", "--until-complete"), redis_url, log), 30) == 0, (
+        log.read_text()
+    )
+
+
 @pytest.mark.parametrize("fmt", ["text", "jsonl"])
 async def test_sigkill_and_restart_lose_and_repeat_nothing(redis_url: str, tmp_path: Path, fmt: str) -> None:
     out, go = tmp_path / "agent.out", tmp_path / "go"

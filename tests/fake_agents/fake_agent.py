@@ -133,19 +133,13 @@ current_state: Secret scanning done""",
             split=True,
         )
     elif name == "stop":
-        out.text(
-            block(
-                "STOP_WORK",
-                f"""
-agent_id: {agent}
-timestamp: {now()}
-stop_reason: blocker
-blocker_type: external_dependency
-details: node_modules is missing
-resume_requirements: Run npm install""",
-            ),
-            split=True,
+        fields = (  # `stop:completion`: the seed's stop that reports the work done
+            "stop_reason: completion\ndetails: All done\ncompleted_work: Scanned every module"
+            if arg == "completion"
+            else "stop_reason: blocker\nblocker_type: external_dependency\ndetails: node_modules is missing\n"
+            "resume_requirements: Run npm install"
         )
+        out.text(block("STOP_WORK", f"\nagent_id: {agent}\ntimestamp: {now()}\n{fields}"), split=True)
     elif name == "delegate":
         out.text(
             block(
