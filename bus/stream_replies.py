@@ -9,7 +9,7 @@ from typing import Any
 
 from bus.connection import as_text
 
-__all__ = ["Entry", "parse_autoclaim", "stream_entries"]
+__all__ = ["Entry", "parse_autoclaim", "stream_entries", "streams_entries"]
 
 Entry = tuple[str, Mapping[Any, Any]]
 """An entry's id and its fields as the server sent them."""
@@ -24,6 +24,16 @@ def stream_entries(reply: Any) -> list[tuple[Any, Mapping[Any, Any]]]:
     if entries and isinstance(entries[0], list):  # RESP3 legacy shape wraps the list once more
         entries = entries[0]
     return entries  # (id, fields) pairs; redis-py gives {} for the fields of a deleted entry
+
+
+def streams_entries(reply: Any) -> list[tuple[str, Any, Mapping[Any, Any]]]:
+    """``(stream, entry id, fields)`` of an XREAD reply of several streams, in either shape."""
+    pairs = reply.items() if isinstance(reply, Mapping) else reply or ()
+    return [
+        (as_text(stream), entry_id, fields)
+        for stream, rows in pairs
+        for entry_id, fields in stream_entries([[stream, rows]])
+    ]
 
 
 def parse_autoclaim(reply: Sequence[Any]) -> tuple[str, list[Entry], list[str], int]:

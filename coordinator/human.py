@@ -59,7 +59,7 @@ _WAIT = click.option(
     default=10.0,
     show_default=True,
     help="Seconds to wait for a running coordinator's decision on it (0: publish and return); exit status "
-    "1 when it rejects the command. With no coordinator running, the command waits on the bus until one "
+    "1 when it rejects or dead-letters the command. With no coordinator running, the command waits on the bus until one "
     "applies it (`inbox` shows it queued).",
 )
 

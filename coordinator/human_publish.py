@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from bus.cli_connection import run_command
-from bus.connection import Client, connect, translated
+from bus.connection import Client, as_text, connect, translated
 from bus.display import one_line
 from bus.envelope import Envelope, Payload, decode, new_envelope
 from bus.errors import BusError, DecodeError
@@ -26,7 +26,7 @@ from bus.keys import StreamKind, open_namespace
 from bus.progress import Progress
 from bus.publisher import Publisher
 from bus.settings import Settings
-from bus.stream_replies import stream_entries
+from bus.stream_replies import streams_entries
 from coordinator.lease import lease_key
 from coordinator.policy import Policy
 from coordinator.queued import projected, queued_before
@@ -103,7 +103,7 @@ def group_of(
 
 async def _publish(
     settings: Settings, how: How, build: Build, source: str, subject: str
-) -> tuple[Envelope, Decision | None, bool]:
+) -> tuple[Envelope, Decision | str | None, bool]:
     """The envelope published, the coordinator's first decision on it, and whether a coordinator held
     the shard (no decision is waited for otherwise). ``subject`` is the agent or request it is about."""
     group_id, wait_s = how.group_id, how.wait_s
@@ -139,34 +139,44 @@ async def _publish(
         if rejected is not None:
             raise BusError(one_line(f"{rejected}{queued_before(queued, subject, group_id)}"))
         shard = keys.shard_of(group_id)
-        events = keys.stream(shard, StreamKind.EVENTS)
+        # the shard's decisions and dead letters, from their ends as they are before the command
+        cursors: dict[str, Any] = {
+            keys.stream(shard, kind): "0-0" for kind in (StreamKind.EVENTS, StreamKind.DEAD)
+        }
         with translated():
-            last: Any = await client.xrevrange(events, count=1)
+            for stream in cursors:
+                last: Any = await client.xrevrange(stream, count=1)
+                cursors[stream] = last[0][0] if last else "0-0"
             held = bool(await client.exists(lease_key(keys, shard)))
-        await Publisher(client, keys).publish(envelope, signed_with=how.key)
+        entry_id = await Publisher(client, keys).publish(envelope, signed_with=how.key)
         if not held or not wait_s:
             return envelope, None, held
-        since = last[0][0] if last else "0-0"
-        return envelope, await _decision(client, events, since, envelope, wait_s), True
+        signals = keys.stream(shard, StreamKind.SIGNALS)
+        return envelope, await _decision(client, cursors, envelope, (signals, entry_id), wait_s), True
     finally:
         await client.aclose()
 
 
 async def _decision(
-    client: Client, events: str, cursor: Any, cause: Envelope, wait_s: float
-) -> Decision | None:
-    """The decision on the events stream after ``cursor`` that ``cause`` (a command) made about its own
-    agent (it comes within milliseconds from a running coordinator), if one comes within ``wait_s``.
+    client: Client, cursors: dict[Any, Any], cause: Envelope, entry: tuple[str, str], wait_s: float
+) -> Decision | str | None:
+    """What a coordinator made of ``cause`` (a command, ``entry``: its stream and entry id), if it says
+    so within ``wait_s`` (a running coordinator does within milliseconds): the decision on the events
+    stream that the command made about its own agent, or, when it was dead-lettered (not signed with
+    the coordinators' key, say), the dead letter's reason. ``cursors``: where to read those streams from.
 
     A command's decisions are committed together, and a rule may decide a launch first (a delegate, a
     resume launch): the one printed is the command's own (``answered ...; still blocked``), not that."""
     deadline = time.monotonic() + wait_s
+    where = [value.encode() for value in entry]
     while time.monotonic() < deadline:
         with translated():
-            reply = await client.xread({events: cursor}, count=1000, block=500)
+            reply = await client.xread(cursors, count=1000, block=500)
         found: list[tuple[bool, Decision]] = []
-        for entry_id, fields in stream_entries(reply):
-            cursor = entry_id
+        for stream, entry_id, fields in streams_entries(reply):
+            cursors[stream] = entry_id
+            if [fields.get(b"stream"), fields.get(b"entry_id")] == where:
+                return as_text(fields.get(b"reason") or b"dead-lettered")
             with contextlib.suppress(DecodeError):
                 decided = decode(fields.get(b"data"))
                 payload = decided.payload
@@ -183,6 +193,8 @@ async def _decision(
 
 def publish_command(settings: Settings, how: How, build: Build, source: str, subject: str) -> None:
     envelope, decision, held = run_command(_publish(settings, how, build, source, subject))
+    if isinstance(decision, str):
+        raise click.ClickException(f"{source} {envelope.id} was dead-lettered by the coordinator: {decision}")
     if decision is None:
         when = "no coordinator runs now"
         if held:

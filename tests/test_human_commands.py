@@ -640,19 +640,20 @@ def test_the_decision_printed_for_a_command_is_the_one_about_its_own_agent(redis
         payload = Decision(decision=decision, detail=detail, cause=command.id)
         return encode(new_envelope(payload, agent_id=agent_id, group_id="g", source="coordinator"))
 
-    async def scenario() -> Decision | None:
+    async def scenario() -> Decision | str | None:
         client = await connect(Settings.from_url(redis_url))
         try:
             await client.xadd(
                 "decisions", {"data": decided("agent-x", DecisionType.LAUNCH_REQUESTED, "launch")}
             )
             await client.xadd("decisions", {"data": decided("lead", DecisionType.DELEGATION_APPROVED, "ok")})
-            return await _decision(client, "decisions", "0-0", command, 5)
+            return await _decision(client, {"decisions": "0-0"}, command, ("signals", "1-0"), 5)
         finally:
             await client.aclose()
 
     found = asyncio.run(scenario())
-    assert found is not None and (found.decision, found.detail) == (DecisionType.DELEGATION_APPROVED, "ok")
+    assert isinstance(found, Decision)
+    assert (found.decision, found.detail) == (DecisionType.DELEGATION_APPROVED, "ok")
 
 
 def test_a_command_applied_while_inbox_reads_is_shown_applied_not_queued(

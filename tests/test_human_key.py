@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -211,3 +212,27 @@ def test_with_the_key_a_forged_queued_command_neither_shows_as_queued_nor_blocks
         _ok(redis_url, "listen", "--agent-id=a1", "--group", GROUP, "--json", "--timeout=0")
     )
     assert [a["answer"] for a in resume["payload"]["answers"]] == ["JWT"]
+
+
+def test_a_command_a_running_coordinator_dead_letters_says_so_and_exits_1(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Not "queued ... (no decision within 10s)": the coordinator dead-lettered it at once, and it will
+    never be applied."""
+    key = tmp_path / "human.key"
+    key.write_text("a-key-of-more-than-sixteen-bytes\n")
+    _ok(redis_url, "adapter", "stdin", "--agent-id=a1", "--group", GROUP, stdin=CLARIFY)
+    env = {**os.environ, "SUBAGENT_BUS_REDIS_URL": redis_url, "SUBAGENT_BUS_HUMAN_KEY_FILE": str(key)}
+    coordinator = subprocess.Popen(
+        [CLI, "coordinator", "--lease-ttl", "600000"], env=env, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 60  # each look is a process's start: no pause needed between
+        while not orjson.loads(_ok(redis_url, "inbox", "--json"))["questions"]:
+            assert coordinator.poll() is None and time.monotonic() < deadline, "no question opened"
+        done = _cli(redis_url, "answer", "a1", "Q1=JWT", "--wait", "120")  # no key: an agent's forgery
+        assert done.returncode == 1, done.stdout
+        assert "was dead-lettered by the coordinator: human command not signed" in done.stderr, done.stderr
+    finally:
+        coordinator.kill()
+        coordinator.wait()
