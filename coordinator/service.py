@@ -165,6 +165,8 @@ class Coordinator:
     async def _follow(self, shard: Shard, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
+                if shard.shed:
+                    await self._shed_now(shard)
                 if not shard.owned and not await self._acquire(shard):
                     await wait_for(stop, self.options.lease_ttl_ms / 2000)
                     continue
@@ -209,7 +211,7 @@ class Coordinator:
             try:
                 self._share = fair_share(self.keys.shards, await self._leases.heartbeat())
                 await self._meta.keep()
-                await self._shed()
+                self._shed()
                 await self._gauge_pending()
                 failing = False
             except BusError as exc:  # Redis restarting or unreachable: keep trying, like the shard loops
@@ -218,10 +220,19 @@ class Coordinator:
                 failing = True
             await wait_for(stop, self.options.lease_ttl_ms / 3000)
 
-    async def _shed(self) -> None:
-        """Give back shards above the fair share, so a newly started process gets some."""
+    def _shed(self) -> None:
+        """Have shards above the fair share given back, so a newly started process gets some.
+
+        Each by its own loop, between two steps (:meth:`_shed_now`): given back from here, a shard in the
+        middle of its take-over was taken again by the take-over's lease renewal, and its loop went on to
+        commit a batch against the emptied states, as if every group were new."""
         extra = len(self.owned) - self._share
         for shard in [s for s in self._shards if s.owned][: max(0, extra)]:
+            shard.shed = True
+
+    async def _shed_now(self, shard: Shard) -> None:
+        shard.shed = False
+        if shard.owned and len(self.owned) > self._share:  # the share may have grown since
             await self._give_back(shard)
             log.info("shard %d released to balance the load", shard.index)
 

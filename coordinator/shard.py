@@ -100,6 +100,8 @@ class Shard:
     failures: int = 0
     """Steps failed in a row (the server unreachable, or a commit refused by its checks): the first of an
     outage is logged, and one a minute, not every retry."""
+    shed: bool = False
+    """To be given back to balance the load, which the shard's own loop does between two steps."""
     refused: bool = False
     """The last commit was refused by its checks (a key of another type, a missing permission): not the
     entries' doing, so until a commit succeeds their deliveries do not count toward dead-lettering them."""
