@@ -587,3 +587,20 @@ def test_a_blocking_delegate_declared_lost_that_completes_resumes_the_requester_
     later = feed.send(Tick(now=T0 + timedelta(seconds=2600)), "coordinator", at=2600)  # the retry is lost
     assert feed.state.agents[retry].state is AgentState.LOST
     assert of_type(later, EnvelopeType.DELEGATION_COMPLETED) == [] and feed.state.escalations == ()
+
+
+def test_withdrawn_requests_are_decided_in_the_same_order_whatever_the_order_of_the_delegations_map() -> None:
+    """A state loaded after a take-over holds its delegations in the stored hash's order: the emitted
+    decisions (and the request each of their ids names) must not depend on it."""
+    feed = Feed()
+    for minute in range(6):
+        stamp = f"2026-01-11T10:{minute:02d}:00-05:00"
+        feed.send(delegate(independence="blocks_current_work", priority="P2", stamp=stamp), REQUESTER)
+    reordered = feed.state.model_copy(update={"delegations": dict(reversed(feed.state.delegations.items()))})
+    done = feed.envelope(completion(REQUESTER), REQUESTER)
+    emitted = [[e.data for e in apply(state, done, Policy()).emits] for state in (feed.state, reordered)]
+    assert emitted[0] == emitted[1]
+    denied = [
+        d for d in decisions(apply(reordered, done, Policy())) if d.decision is DecisionType.DELEGATION_DENIED
+    ]
+    assert len(denied) == 6

@@ -133,9 +133,10 @@ def _withdraw_blocking_requests(step: Step, record: AgentRecord) -> None:
     """A request of the agent's that blocks its work and still waits for a human is moot once it has
     finished: nothing waits for the delegate's results (the checklist refuses such a request from a
     finished agent for that reason). It is denied, so that the group can settle and no human is asked."""
+    # in a fixed order, not the map's: a state read back from a large Redis hash comes in the hash's own
     moot = [
         d
-        for d in step.state.delegations.values()
+        for _, d in sorted(step.state.delegations.items())
         if d.requester_id == record.agent_id
         and d.status is DelegationStatus.PENDING_HUMAN
         and d.request.independence is Independence.BLOCKS_CURRENT_WORK

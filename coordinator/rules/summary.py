@@ -153,7 +153,10 @@ def summarize(state: GroupState, *, findings: int | None = None) -> GroupSummary
     """
     # Sorted, not the map's order: a state read back from a large Redis hash comes in the hash's own order.
     records = sorted(state.agents.values(), key=lambda r: (r.registered_at, r.agent_id))
-    pending = (d for d in state.delegations.values() if d.status is DelegationStatus.PENDING_HUMAN)
+    pending = sorted(
+        (d for d in state.delegations.values() if d.status is DelegationStatus.PENDING_HUMAN),
+        key=lambda d: (d.requested_at, d.request_id),
+    )
     counted = deciding(state)
     return GroupSummary(
         group_id=state.group_id,

@@ -58,12 +58,13 @@ def _deciding_attempts(state: GroupState) -> list[AgentRecord | None]:
 
 
 def gaps(state: GroupState) -> list[str]:
-    """The optional work that failed (the agents' ids): the gaps a settled group goes on with."""
-    return [
+    """The optional work that failed (the agents' ids, sorted: a state read back from a large Redis hash
+    comes in the hash's own order): the gaps a settled group goes on with."""
+    return sorted(
         a.agent_id
         for a in state.agents.values()
         if a.retried_by is None and _deciding(state, a) is None and optional(state, a)
-    ]
+    )
 
 
 def _deciding(state: GroupState, last: AgentRecord) -> AgentRecord | None:
