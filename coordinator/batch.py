@@ -91,11 +91,15 @@ back, or push it on, and lose every running agent of the shard at the next tick.
 
 
 def arrival(entry_id: bytes) -> datetime | None:
-    """When the entry was added to its stream, by the server's clock (the time in its id); None for an
-    id that tells none (beyond the year 9999)."""
+    """When the entry was added to its stream, by the server's clock (the time in its id), to the second;
+    None for an id that tells none (beyond the year 9999).
+
+    To the second, not the millisecond: a batch reads it from the first entry of each second it holds
+    (:attr:`Batch.arrived`), and which entry of a second comes first in a batch depends on where the
+    batches were cut; the second's start is the same for all of them, so the rules' output is too."""
     head = entry_id.partition(b"-")[0]
     try:  # in the envelopes' own zone object: a time in another compares with theirs ten times slower
-        return datetime.fromtimestamp(int(head) / 1000, WIRE_UTC)
+        return datetime.fromtimestamp(int(head) // 1000, WIRE_UTC)
     except (ValueError, OverflowError, OSError):
         return None
 
@@ -162,11 +166,11 @@ class Batch:
     """The tombstones the batch changes: the agents of a group it retired, or that a retired group's agent
     left (back with its AGENT_STARTED); an empty set when the tombstone goes."""
     arrived: datetime | None = None
-    """The floor of the current entry's time (:attr:`~coordinator.rules.step.Step.floor`): when the first
-    entry of the batch with the same first ten digits of its id (the same second, for every id since
-    2001) was added to the stream (:func:`arrival`). An earlier entry came no later, and reading a time
-    from every id would cost a few percent of an entry; a batch of a backlog that spans minutes (entries
-    that waited for a coordinator) still gives each entry its own second."""
+    """The floor of the current entry's time (:attr:`~coordinator.rules.step.Step.floor`): the second it
+    was added to the stream in (:func:`arrival`), read from the first entry of the batch with the same
+    first ten digits of its id (the same second, for every id since 2001): reading a time from every id
+    would cost a few percent of an entry. A batch of a backlog that spans minutes (entries that waited
+    for a coordinator) still gives each entry its own second."""
     human_key: bytes | None = field(default=None, repr=False)
     """When given, a human command is applied only when its entry is signed with it (:mod:`bus.human_key`)."""
     _second: bytes = field(default=b"", init=False, repr=False)

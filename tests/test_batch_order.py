@@ -14,6 +14,7 @@ from rules_kit import T0, Feed, stream_id
 from bus.envelope import encode, new_envelope
 from bus.events import AgentStarted, Tick
 from bus.keys import Keys, StreamKind
+from bus.signals import Progress
 from coordinator.batch import Batch, target_streams
 from coordinator.commit import Commit
 from coordinator.policy import Policy
@@ -65,3 +66,45 @@ def test_a_tick_whose_time_is_not_its_entry_s_changes_nothing(entry_id: bytes, r
     [(_, refused)] = batch.dead
     assert reason in refused
     assert (batch.groups, batch.ticked_at) == ({}, None)
+
+
+def _applied_in_batches(
+    entries: list[tuple[bytes, bytes]], size: int
+) -> tuple[list[bytes], dict[str, GroupState]]:
+    """``entries`` applied in batches of ``size`` as a shard loop applies them: what was emitted, the states."""
+    states: dict[str, GroupState] = {}
+    ticked_at, emitted = None, []
+    for start in range(0, len(entries), size):
+        commit = Commit("lease", KEYS.stream(0, StreamKind.SIGNALS), "version")
+        dead = KEYS.stream(0, StreamKind.DEAD)
+        batch = Batch(0, KEYS, POLICY, target_streams(KEYS, 0), dead, commit, states, {}, ticked_at)
+        for entry_id, data in entries[start : start + size]:
+            batch.add(entry_id, data, 1, 5)
+        assert batch.dead == []
+        batch.write()
+        emitted += [emit.data for emit in batch.emitted]
+        batch.committed(states, {})
+        ticked_at = batch.ticked_at
+    return emitted, states
+
+
+def test_where_the_batches_are_cut_changes_nothing() -> None:
+    """Senders' clocks behind the server's: each entry's time is brought up to when it reached the stream,
+    read from its batch's first entry of the same second. A batch cut in the middle of a second must not
+    make an agent's time, nor the timeouts of the ticks after, differ from the same entries cut elsewhere."""
+    behind = T0 - timedelta(minutes=10)  # the agents' clock
+    entries = []
+    for n in range(40):
+        at = T0 + timedelta(milliseconds=n * 370)  # a few entries each second, at odd milliseconds
+        agent = f"agent-{n % 3}"
+        payload = AgentStarted() if n < 3 else Progress(agent_id=agent, percent=n)
+        entries.append(
+            (stream_id(at), encode(new_envelope(payload, agent_id=agent, group_id="g", ts=behind)))
+        )
+    for seconds in (140, 150, 1000):  # ticks that time the agents out, then lose them
+        now = T0 + timedelta(seconds=seconds)
+        tick = new_envelope(Tick(now=now), agent_id="c", group_id="*", id=f"tick-{seconds}", ts=now)
+        entries.append((stream_id(now), encode(tick)))
+    results = [_applied_in_batches(entries, size) for size in (1, 2, 3, 7, 100)]
+    assert all(result == results[0] for result in results[1:])
+    assert any(b"timed_out" in data for data in results[0][0])  # the ticks did time agents out

@@ -302,4 +302,6 @@ async def test_status_of_a_user_that_may_not_ask_the_time_uses_its_own_clock(
 
 def test_an_entry_id_tells_when_it_was_added_or_nothing() -> None:
     assert arrival(b"1764519000000-7") == datetime(2025, 11, 30, 16, 10, tzinfo=UTC)
+    # to the second: the entry of a second a batch reads it from depends on where batches were cut
+    assert arrival(b"1764519000999-0") == arrival(b"1764519000000-7") != arrival(b"1764519001000-0")
     assert arrival(b"18446744073709551615-0") is None  # a hand-set id beyond the year 9999
