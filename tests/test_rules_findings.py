@@ -213,6 +213,22 @@ def test_a_finding_that_names_its_sender_s_id_is_its_sender_s_under_its_kind() -
     assert one(other, EnvelopeType.FINDING, Target.FINDINGS).agent == "bg-task-y"
 
 
+@pytest.mark.parametrize("name", ["[ ]", "**", "()"])
+def test_a_finding_whose_agent_name_is_punctuation_alone_is_its_sender_s(name: str) -> None:
+    """A blank reporter is no one: counted as one, it earned the agreement bonus beside the sender, and
+    the stream's copy (``agent: ""``) was recomputed as the sender's, so `replay` differed."""
+    feed = Feed()
+    first = feed.send(finding(name, confidence=50), "bg-task-x")
+    feed.send(finding("", confidence=90), "bg-task-x")
+    assert one(first, EnvelopeType.FINDING, Target.FINDINGS).agent == "bg-task-x"
+    (merged,) = merged_view(feed.state, feed.policy)
+    assert merged.agents == ("bg-task-x",) and not merged.agreement and merged.confidence == 90
+    emitted = [e.envelope.payload for o in feed.outcomes for e in o.emits if e.target is Target.FINDINGS]
+    copies = [copy for copy in emitted if isinstance(copy, Finding)]
+    assert len(copies) == len(emitted) == 2
+    assert merge_findings(copies, feed.policy) == [merged]  # what replay recomputes from the stream
+
+
 def test_findings_from_a_script_register_an_agent_that_never_times_out() -> None:
     policy = Policy(heartbeat_timeout_seconds=10, lost_timeout_seconds=20)
     feed = Feed(policy)

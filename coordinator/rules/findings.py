@@ -262,14 +262,13 @@ def record_finding(step: Step, finding: Finding, agent_id: str) -> None:
     The published report names its agent (normalised name, or the agent id when the agent's kind is
     unknown), so the view can be recomputed from the stream alone. A report that names the sender's own
     id (what ``findings add`` and the MCP tool fill in) names no kind: it is the sender's, as one that
-    names none.
+    names none, or one whose name normalises to nothing (``[ ]``: a blank reporter is no one).
     """
     given = finding.agent
-    if given and given != agent_id:
-        reporter = _agent_key(given)
-    else:
+    reporter = _agent_key(given) if given and given != agent_id else ""
+    if not reporter:  # none given, the sender's own id, or a name of punctuation alone ("[ ]", "**")
         record = step.find(agent_id)
-        reporter = _agent_key(record.name if record is not None and record.name else agent_id)
+        reporter = _agent_key(record.name if record is not None and record.name else agent_id) or agent_id
     if given != reporter:
         finding = evolve(finding, agent=reporter)
     step.emit(Target.FINDINGS, finding, agent_id)
