@@ -294,13 +294,18 @@ _KEEP = COUNT
 )
 @click.option("--inbox-keep", type=_KEEP, help="Keep at least the N newest directives per inbox.")
 @click.option(
-    "--dead", "dead", type=_KEEP, help="Keep only the N newest dead letters per shard (default: all)."
+    "--dead",
+    "dead",
+    type=_KEEP,
+    help="Trim the dead letters to the N newest per shard, but those a consumer group of theirs has not "
+    "acknowledged (default: keep all).",
 )
 @click.option(
     "--findings",
     "findings",
     type=_KEEP,
-    help="Trim the append-only findings stream to its N newest entries per shard (default: never).",
+    help="Trim the append-only findings stream to its N newest entries per shard, but those a consumer "
+    "group of its own has not acknowledged (default: never).",
 )
 @redis_options
 def trim_command(

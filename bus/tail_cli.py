@@ -112,7 +112,12 @@ def _own_group(ctx: click.Context, param: click.Parameter, group: str | None) ->
     "--group-id", default=None, help="For inbox:AGENT: the agent's task group, to read its shard only."
 )
 @click.option(
-    "--from", "start", default="$", show_default=True, help="Start after this entry id; 0 = all, $ = new."
+    "--from",
+    "start",
+    default="$",
+    show_default=True,
+    help="Start after this entry id; 0 = all, $ = new. With --group, where the group starts when it is "
+    "created here; a group that exists goes on from where it is.",
 )
 @click.option("--count", type=click.IntRange(min=1), default=None, help="Stop after N entries.")
 @click.option(
@@ -122,7 +127,10 @@ def _own_group(ctx: click.Context, param: click.Parameter, group: str | None) ->
     help="Stop after S seconds without entries.",
 )
 @click.option(
-    "--json", "as_json", is_flag=True, help="Print each envelope's JSON exactly as stored, one per line."
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print each envelope's JSON as stored, one per line (a line break in it as a space).",
 )
 @redis_options
 def tail(
