@@ -140,6 +140,8 @@ def test_failure_is_retried_once_with_reduced_scope_then_escalated() -> None:
     assert feed.state.status is GroupVerdict.ESCALATE
     assert _group_status(feed) == ["escalate: 1/2 completed, 1 failed, 0 active"]
     assert summarize(feed.state).escalations == (escalation,)
+    wrong = feed.send(HumanDismiss(), A)  # the first attempt's id, which a person knows
+    assert wrong.rejected == f"agent {A!r} has no open escalation; its retry {retry_id!r} has: dismiss that"
 
 
 def test_a_retry_is_told_what_the_failed_report_said() -> None:
