@@ -549,6 +549,9 @@ def test_an_error_stop_is_recovered_by_delegating_the_failing_work(redis_url: st
     assert directive["type"] == "ERROR_RECOVERY"
     assert directive["payload"]["option"] == "delegate"
     assert launch["payload"]["new_agent_id"] in directive["payload"]["instructions"]
+    out = sb(redis_url, "tail", "--stream", "events", "--from", "0", "--timeout", "0.5", "--json")
+    details = [orjson.loads(line)["payload"]["detail"] for line in out.splitlines() if line.strip()]
+    assert f"recovery: delegate to {launch['payload']['new_agent_id']}" in details  # `recover` prints it
     assert agent(redis_url, "bg-task-err789")["state"] == "running"
     assert "recover" not in sb(redis_url, "inbox")
 

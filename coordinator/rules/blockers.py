@@ -211,12 +211,14 @@ def on_recover(step: Step) -> None:
     record = step.agent(step.envelope.agent_id)
     stop = recoverable_stop(record, command.option)
     instructions = command.instructions or DEFAULT_RECOVERY[command.option]
+    detail = f"recovery: {command.option.value}"
     if command.option is RecoveryOption.DELEGATE:
         limits = launch_limits(record, step.state, step.policy)
         if limits is not None:
             raise Rejected(f"no agent can take over {record.agent_id}'s work now: {limits}")
         delegate = _launch_takeover(step, record, stop)
         instructions = instructions.replace("{agent}", delegate)
+        detail += f" to {delegate}"  # which `recover` prints: the agent to follow
     wait = still_held(record, step.state, instructions, blocker=None)  # e.g. questions it asked too
     directive = ErrorRecovery(
         option=command.option,
@@ -228,7 +230,7 @@ def on_recover(step: Step) -> None:
     step.resume(
         record.agent_id,
         DecisionType.BLOCKER_RESOLVED,
-        f"recovery: {command.option.value}",
+        detail,
         blocker=None,
         earlier_blockers=(),
         settled=settled(record, *record.earlier_blockers, stop),
