@@ -627,7 +627,7 @@ def test_the_views_of_many_groups_read_them_in_a_few_round_trips(redis_url: str)
 @pytest.mark.parametrize("command", ["answer", "resolve", "recover", "approve", "deny", "dismiss"])
 def test_each_human_command_says_what_becomes_of_it_without_a_coordinator(command: str) -> None:
     text = " ".join(cli("redis://127.0.0.1:1", command, "--help").stdout.split())
-    assert "exit status 1 when it rejects the command" in text
+    assert "exit status 1 when it rejects or dead-letters the command" in text
     assert "With no coordinator running, the command waits on the bus until one applies it" in text
 
 
