@@ -236,12 +236,15 @@ class FileWatch:
         quiet_since: float | None = None  # the end of the file was reached, and nothing came since then
         ended = False  # the --pid process was seen ended: the file is read to its end once more
         while not self.stop.is_set():
-            if options.until_complete and await self._done(quiet_since):
-                break
             assert self.stream is not None
             if await self._read():
                 quiet_since = None
                 continue
+            # Only a read that found nothing may end the watch on a quiet spell: timed from the first
+            # such read, the spell may have passed while the loop was held (a flush waiting out a Redis
+            # outage, the process paused), and the agent may have written on meanwhile.
+            if options.until_complete and await self._done(quiet_since):
+                break
             if quiet_since is None:
                 quiet_since = time.monotonic()
             self._caught_up = True

@@ -29,6 +29,7 @@ from agents.identity import build_prompt
 from agents.output_stream import OutputStream
 from agents.parser import ErrorItem, SignalItem, parse_text
 from agents.transcript import TranscriptParser
+from agents.until_complete import AFTER_RESULT_S
 from agents.watch import FileWatch, WatchOptions
 from agents.watched_file import canonical, source_of
 from bus.directives import AnswerItem, ClarificationResponse
@@ -988,3 +989,38 @@ async def test_a_file_truncated_and_rewritten_while_a_chunk_is_parsed_is_read_an
         await bus.client.aclose()
     source = f"file:{canonical(out)}"
     assert published == [(source, f"old {i}") for i in range(3)] + [("1", f"new {i}") for i in range(10)]
+
+
+async def test_a_quiet_spell_the_adapter_was_held_through_does_not_end_it_unread(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The adapter read a result report to the end of the file and was then held (paused here; a flush
+    waiting out a Redis outage holds it the same) for longer than a result report's quiet spell, while the
+    agent wrote the rest of its report, a progress and its completion report: all of it is published."""
+    out, log = tmp_path / "agent.out", tmp_path / "adapter.log"
+    report = "## Tester Result\n\n### Status\nSUCCESS\n\n### Summary\nAll good.\n"
+    out.write_text(report)
+    adapter = start(watch_args(out, "q1", "--until-complete"), redis_url, log)
+    async with open_bus(redis_url) as bus:
+
+        async def read_to_the_end() -> bool:
+            keys = [key async for key in bus.client.scan_iter(match=b"*offset:q1:*")]
+            raw = await bus.client.get(keys[0]) if keys else None
+            return raw is not None and orjson.loads(raw)["read"] == len(report)
+
+        await wait_until(read_to_the_end, 30, "the adapter to read the report to the end of the file")
+        adapter.send_signal(signal.SIGSTOP)
+        with out.open("a") as file:
+            file.write(
+                "\n### Confidence\n90\n\n[PROGRESS]\nagent_id: q1\npercent: 99\nmessage: almost\n[/PROGRESS]\n"
+                "[COMPLETION_REPORT]\nagent_id: q1\nstatus: success\nsummary: done\n[/COMPLETION_REPORT]\n"
+            )
+        await asyncio.sleep(AFTER_RESULT_S + 1)  # the pause itself is what is tested: longer than the spell
+        adapter.send_signal(signal.SIGCONT)
+        assert await exited(adapter, 30) == 0, log.read_text()
+        envelopes = await bus.envelopes(GROUP)
+    said = [e for e in envelopes if e.type in (T.RESULT, T.PROGRESS, T.COMPLETION_REPORT)]
+    assert [e.type for e in said] == [T.RESULT, T.PROGRESS, T.COMPLETION_REPORT]
+    result = said[0].payload
+    assert isinstance(result, ResultReport) and result.confidence is not None
+    assert result.confidence.score == 90  # the report read whole
