@@ -48,7 +48,7 @@ _UNAVAILABLE = (
     OSError,
 )
 _FOR_NOW: Final = (rex.ClusterDownError, rex.TryAgainError, rex.ReadOnlyError, rex.OutOfMemoryError)
-_IN_TROUBLE: Final = ("MISCONF ", "BUSY ")
+_IN_TROUBLE: Final = ("MISCONF ", "BUSY ", "UNBLOCKED ")
 
 
 def refused_for_now(exc: BaseException) -> bool:
@@ -56,8 +56,10 @@ def refused_for_now(exc: BaseException) -> bool:
     that is down (``CLUSTERDOWN``) or resharding (``TRYAGAIN``), a master demoted to a replica
     (``READONLY``), or a server in trouble: out of memory (``OOM``: maxmemory reached, until memory is
     freed or the streams trimmed), unable to persist (``MISCONF``: a failing snapshot or AOF write) or
-    running a script that does not end (``BUSY``). A command so refused did nothing: a writer keeps it and
-    sends it again, as after a lost connection, instead of dropping what it holds."""
+    running a script that does not end (``BUSY``); or a blocking read ended with an error by the server
+    (``UNBLOCKED``: its master became a replica in a cluster failover, or ``CLIENT UNBLOCK ... ERROR``).
+    A command so refused did nothing: a writer keeps it and sends it again, as after a lost connection,
+    instead of dropping what it holds, and a reader reads again."""
     if isinstance(exc, _FOR_NOW):
         return True
     return type(exc) is rex.ResponseError and str(exc).startswith(_IN_TROUBLE)

@@ -338,6 +338,10 @@ def test_only_a_server_in_trouble_refuses_for_now() -> None:
         ("MISCONF Errors writing to the AOF file: No space left on device", True),
         ("BUSY Redis is busy running a script. You can only call SCRIPT KILL or FUNCTION KILL.", True),
         ("BUSYKEY Target key name already exists.", False),
+        (
+            "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)",
+            True,
+        ),
         ("ERR unknown command 'XADD'", False),
     ]:
         assert refused_for_now(redis.ResponseError(said)) is for_now, said

@@ -207,3 +207,25 @@ def test_status_watch_exits_when_its_first_view_fails() -> None:
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert done.returncode == 1, done.stdout[-500:]  # a wrong URL would never mend: no retries
     assert "Redis unavailable" in done.stderr and "trying again" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_follower_rides_out_a_read_the_server_unblocks_with_an_error(
+    fresh_redis: RedisProcess, mode: list[str]
+) -> None:
+    """``UNBLOCKED``: what a cluster failover answers the blocked reads of a master that became a replica
+    (here ``CLIENT UNBLOCK ... ERROR``, which answers the same): read again, not the end of the tail."""
+    url = fresh_redis.url
+    await _publish(url, _spread(1))
+    async with _tail(url, "--from", "0", "--count", "2", *mode) as process:
+        assert len(await _lines(process, 1)) == 1
+        await _following(url)
+        async with connected(url) as client:
+            clients = (await client.execute_command("CLIENT", "LIST")).decode().splitlines()
+            blocked = [line.split()[0].removeprefix("id=") for line in clients if "cmd=xread" in line]
+            assert blocked, clients
+            for client_id in blocked:
+                await client.execute_command("CLIENT", "UNBLOCK", client_id, "ERROR")
+        await _publish(url, _spread(1, start=1))
+        assert len(await _lines(process, 1)) == 1
+        assert await asyncio.wait_for(process.wait(), 60) == 0
