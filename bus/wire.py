@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -37,6 +38,11 @@ Command = tuple[bytes, ...]
 _MULTI: Command = (b"MULTI",)
 _EXEC: Command = (b"EXEC",)
 _REDIRECTED = (rex.MovedError, rex.AskError)
+_LOST = (rex.ConnectionError, rex.TimeoutError, OSError, TimeoutError)
+_REDISCOVER: weakref.WeakSet[RedisCluster] = weakref.WeakSet()
+"""Cluster clients whose connection to a node failed. The node may be gone for good (a master killed, a
+replica promoted in its place), and a client's map of slots to nodes, which only MOVED and ASK replies
+mend, would send every batch to it again: the next batch asks the cluster for its map first."""
 
 
 def pack(commands: Sequence[Command]) -> bytes:
@@ -200,6 +206,13 @@ class Pipe:
     async def _connection(self) -> Connection:
         if self._held is None:
             if isinstance(self.client, RedisCluster):
+                if self.client in _REDISCOVER:
+                    _REDISCOVER.discard(self.client)
+                    try:
+                        await self.client.nodes_manager.initialize()
+                    except BaseException:
+                        _REDISCOVER.add(self.client)
+                        raise
                 node = self.client.get_node_from_key(self.key)  # type: ignore[arg-type]  # bytes work too
                 if node is None:
                     raise rex.SlotNotCoveredError(f"no node holds {self.key!r}")
@@ -222,6 +235,14 @@ class Pipe:
         if held is not None:
             await held[1]()
 
+    async def _lost(self, connection: Connection, exc: BaseException) -> None:
+        """Close a connection whose batch failed (its replies can no longer be matched to commands); a
+        cluster whose node did not answer is asked for its map of slots before the next batch."""
+        await connection.disconnect()
+        await self._release()
+        if isinstance(self.client, RedisCluster) and isinstance(exc, _LOST):
+            _REDISCOVER.add(self.client)
+
     async def _write(self, batch: list[Command]) -> None:
         connection = await self._connection()
         writer = getattr(connection, "_writer", None)
@@ -232,9 +253,8 @@ class Pipe:
                 await writer.drain()
             else:
                 await connection.send_packed_command(pack(batch))
-        except BaseException:
-            await connection.disconnect()
-            await self._release()
+        except BaseException as exc:
+            await self._lost(connection, exc)
             raise
         self._written = True
 
@@ -259,9 +279,8 @@ class Pipe:
                         replies.append(exc)
                     if len(replies) == 1:
                         self.first_reply_at = time.perf_counter()
-        except BaseException:
-            await connection.disconnect()
-            await self._release()
+        except BaseException as exc:
+            await self._lost(connection, exc)
             raise
         if not self.hold:
             await self._release()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from typing import Any
 
 import pytest
 import redis
@@ -11,9 +12,11 @@ from adapter_kit import CLI
 from redis.crc import key_slot
 from workers.kit import connected, progress
 
+from bus import wire
 from bus.connection import translated
 from bus.consumer import Ack, Consumer, Delivery
-from bus.errors import CommandFailed
+from bus.embedded import free_port
+from bus.errors import CommandFailed, ConnectionFailed
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.publisher import Publisher
 from bus.retention import trim_namespace
@@ -114,3 +117,23 @@ def test_a_coordinator_without_the_cluster_client_stops_with_the_reason(cluster_
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)  # not for ever
     assert done.returncode == 1
     assert "the server is a Redis Cluster node: it sent a key to another node" in done.stderr
+
+
+async def test_a_batch_after_a_node_stopped_answering_asks_the_cluster_where_its_slot_is(
+    cluster_url: str,
+) -> None:
+    """A master killed and its replica promoted: the client's map still names the dead node for the
+    slot, and nothing but MOVED or ASK mended it, so an adapter published to the dead node for ever. Here
+    the map is made to name a node that does not answer; the next batch after the failure finds the slot."""
+    async with connected(cluster_url) as client:
+        assert isinstance(client, redis.asyncio.RedisCluster)
+        keys = await open_namespace(client, "cl", 8)
+        stream = keys.stream(keys.shard_of(GROUPS[0]), StreamKind.SIGNALS)
+        slot = key_slot(stream.encode())
+        gone = redis.asyncio.cluster.ClusterNode("127.0.0.1", free_port(), server_type="primary")
+        client.nodes_manager.slots_cache[slot] = [gone]
+        with pytest.raises(ConnectionFailed):
+            await wire.execute(client, stream, [(b"XADD", stream.encode(), b"*", b"data", b"x")])
+        (entry_id,) = await wire.execute(client, stream, [(b"XADD", stream.encode(), b"*", b"data", b"y")])
+        rows: Any = await client.xrange(stream)
+        assert [(entry_id, {b"data": b"y"})] == rows
