@@ -22,7 +22,7 @@ from bus.display import one_line
 from bus.envelope import Envelope, Payload, decode, new_envelope
 from bus.errors import BusError, DecodeError
 from bus.events import Decision, DecisionType
-from bus.keys import StreamKind, open_namespace
+from bus.keys import Keys, StreamKind, open_namespace
 from bus.progress import Progress
 from bus.publisher import Publisher
 from bus.settings import Settings
@@ -103,10 +103,11 @@ def group_of(
 
 async def _publish(
     settings: Settings, how: How, build: Build, source: str, subject: str
-) -> tuple[Envelope, Decision | str | None, bool]:
-    """The envelope published, the coordinator's first decision on it, and whether a coordinator held
-    the shard (no decision is waited for otherwise). ``subject`` is the agent or request it is about."""
-    group_id, wait_s = how.group_id, how.wait_s
+) -> tuple[Envelope, Decision | str | None, str]:
+    """The envelope published, what a coordinator made of it (:func:`_decision`), and, when that is not
+    known, why (no coordinator held the shard, no decision came, or it could not be read). ``subject``
+    is the agent or request it is about."""
+    group_id = how.group_id
     client = await connect(settings)
     try:
         keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
@@ -138,23 +139,37 @@ async def _publish(
         rejected = apply(state, envelope, how.policy).rejected
         if rejected is not None:
             raise BusError(one_line(f"{rejected}{queued_before(queued, subject, group_id)}"))
-        shard = keys.shard_of(group_id)
-        # the shard's decisions and dead letters, from their ends as they are before the command
-        cursors: dict[str, Any] = {
-            keys.stream(shard, kind): "0-0" for kind in (StreamKind.EVENTS, StreamKind.DEAD)
-        }
-        with translated():
-            for stream in cursors:
-                last: Any = await client.xrevrange(stream, count=1)
-                cursors[stream] = last[0][0] if last else "0-0"
-            held = bool(await client.exists(lease_key(keys, shard)))
-        entry_id = await Publisher(client, keys).publish(envelope, signed_with=how.key)
-        if not held or not wait_s:
-            return envelope, None, held
-        signals = keys.stream(shard, StreamKind.SIGNALS)
-        return envelope, await _decision(client, cursors, envelope, (signals, entry_id), wait_s), True
+        decision, why = await _send(client, keys, envelope, how)
+        return envelope, decision, why
     finally:
         await client.aclose()
+
+
+async def _send(
+    client: Client, keys: Keys, envelope: Envelope, how: How
+) -> tuple[Decision | str | None, str]:
+    """Publish a checked command: what a coordinator made of it and, when that is not known, why."""
+    shard = keys.shard_of(envelope.group_id)
+    # the shard's decisions and dead letters, from their ends as they are before the command
+    cursors: dict[str, Any] = {
+        keys.stream(shard, kind): "0-0" for kind in (StreamKind.EVENTS, StreamKind.DEAD)
+    }
+    with translated():
+        for stream in cursors:
+            last: Any = await client.xrevrange(stream, count=1)
+            cursors[stream] = last[0][0] if last else "0-0"
+        held = bool(await client.exists(lease_key(keys, shard)))
+    entry_id = await Publisher(client, keys).publish(envelope, signed_with=how.key)
+    if not held:
+        return None, "no coordinator runs now"
+    if not how.wait_s:
+        return None, "its decision not waited for"
+    signals = keys.stream(shard, StreamKind.SIGNALS)
+    try:
+        decision = await _decision(client, cursors, envelope, (signals, entry_id), how.wait_s)
+    except BusError as exc:  # published all the same: the command is on the bus, not failed
+        return None, one_line(f"its decision could not be read: {exc}")
+    return decision, f"no decision within {how.wait_s:g}s"
 
 
 async def _decision(
@@ -192,14 +207,11 @@ async def _decision(
 
 
 def publish_command(settings: Settings, how: How, build: Build, source: str, subject: str) -> None:
-    envelope, decision, held = run_command(_publish(settings, how, build, source, subject))
+    envelope, decision, why = run_command(_publish(settings, how, build, source, subject))
     if isinstance(decision, str):
         raise click.ClickException(f"{source} {envelope.id} was dead-lettered by the coordinator: {decision}")
     if decision is None:
-        when = "no coordinator runs now"
-        if held:
-            when = f"no decision within {how.wait_s:g}s" if how.wait_s else "its decision not waited for"
-        click.echo(f"queued {source} as {envelope.id} ({when}); a coordinator applies it in order")
+        click.echo(f"queued {source} as {envelope.id} ({why}); a coordinator applies it in order")
         return
     detail = one_line(decision.detail)  # whole: its end may say the agent still waits ("; still blocked")
     if decision.decision is DecisionType.REJECTED:

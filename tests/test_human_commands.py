@@ -22,15 +22,16 @@ from click.testing import CliRunner
 from bus.connection import connect
 from bus.directives import HumanApprove
 from bus.envelope import encode, new_envelope
-from bus.errors import ConfigError
+from bus.errors import ConfigError, ConnectionFailed
 from bus.events import Decision, DecisionType
 from bus.findings import Finding
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.publisher import Publisher
 from bus.settings import DEFAULT_NAMESPACE, Settings
 from bus.signals import ClarificationNeeded, DelegateWork, Question
-from coordinator import views_cli
+from coordinator import human, human_publish, views_cli
 from coordinator.human_publish import _decision
+from coordinator.lease import lease_key
 from coordinator.policy import Policy
 from coordinator.view import load_summaries
 
@@ -675,3 +676,33 @@ def test_a_command_applied_while_inbox_reads_is_shown_applied_not_queued(
     shown = CliRunner().invoke(views_cli.inbox, [])
     assert shown.exit_code == 0, shown.output
     assert "queued" not in shown.output and "racer" not in shown.output, shown.output
+
+
+def test_a_command_whose_decision_cannot_be_read_says_it_is_queued_not_failed(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Published, then the server went away (a cluster slot half-migrated, say) while its decision was
+    waited for: the command is on the bus and will be applied, so it is no failure (exit 0)."""
+    agent_says(redis_url, "unread", "g-unread", clarify("unread"))
+    coordinate(redis_url)
+
+    async def held() -> None:  # a coordinator holds the shard: the decision is waited for
+        client = await connect(Settings.from_url(redis_url))
+        try:
+            keys = await open_namespace(client, DEFAULT_NAMESPACE, create=False)
+            await client.set(lease_key(keys, keys.shard_of("g-unread")), "coordinator:1", px=60_000)
+        finally:
+            await client.aclose()
+
+    async def unreadable(*args: Any) -> None:
+        raise ConnectionFailed("Redis unavailable (ClusterError): TTL exhausted.")
+
+    asyncio.run(held())
+    monkeypatch.setattr(human_publish, "_decision", unreadable)
+    monkeypatch.setenv("SUBAGENT_BUS_REDIS_URL", redis_url)
+    done = CliRunner().invoke(human.answer, ["unread", "Q1=JWT"])
+    assert done.exit_code == 0, done.output
+    assert (
+        "(its decision could not be read: Redis unavailable (ClusterError): TTL exhausted.); a" in done.output
+    )
+    assert [e["type"] for e in said(redis_url) if e["agent_id"] == "unread"][-1] == "ANSWER"
