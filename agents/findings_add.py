@@ -10,6 +10,7 @@ kept :data:`MARK_TTL_S`, by which a run killed after publishing and run again pu
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import hashlib
 import os
@@ -18,13 +19,14 @@ from typing import Final
 
 import click
 
-from agents.adapter import MARK_TTL_S, connect_bus, oversize
+from agents.adapter import MARK_TTL_S, AgentBus, connect_bus, oversize
 from agents.findings_parse import located_findings
 from agents.options import check_id
 from agents.whole_input import InputError, read_whole
 from bus.cli_connection import redis_options, run_command
 from bus.connection import translated
-from bus.envelope import content_id, encode
+from bus.envelope import Envelope, content_id, encode
+from bus.errors import BusError
 from bus.findings import Finding
 from bus.settings import Settings
 
@@ -55,6 +57,22 @@ def _fail(messages: list[str]) -> None:
     for message in messages:
         click.echo(f"Error: {message}", err=True)
     raise SystemExit(EXIT_INVALID)
+
+
+async def _publish(
+    bus: AgentBus, envelopes: list[Envelope], datas: list[bytes], mark: dict[str, bytes], within: float | None
+) -> None:
+    """Publish the findings with the mark of having done it. Retried while the server is away or refuses
+    writes for now (OOM, READONLY), as an adapter retries, but given up after ``within`` seconds (the
+    socket timeout) rather than hang: a command is no adapter that must not lose what its agent said."""
+    try:
+        async with asyncio.timeout(within):
+            await bus.publish(envelopes, encoded=datas, state=mark, state_ttl_s=MARK_TTL_S)
+    except TimeoutError:
+        raise BusError(
+            f"the server did not take the findings within {within:g}s (see above): they may or may not "
+            "be published; run the command again once it does (a repeat publishes nothing twice)"
+        ) from None
 
 
 @click.command("add")
@@ -120,8 +138,7 @@ def add(settings: Settings, source: str, agent_id: str, group_id: str, workdir: 
                 if (why := oversize(data)) is not None
             ]
             if not too_large:  # all or nothing, with the mark of having done it
-                mark = {done: b"%d" % len(envelopes)}
-                await bus.publish(envelopes, encoded=datas, state=mark, state_ttl_s=MARK_TTL_S)
+                await _publish(bus, envelopes, datas, {done: b"%d" % len(envelopes)}, settings.socket_timeout)
             return too_large
         finally:
             await bus.client.aclose()

@@ -22,6 +22,7 @@ from agents.findings_add import MAX_INPUT_BYTES, add
 from agents.findings_import import MAX_BAD_SHOWN, MAX_LINE_BYTES, import_findings, parse_findings
 from agents.findings_parse import finding_of
 from agents.json_keys import keys_given_twice, may_give_twice
+from bus.embedded import RedisProcess
 from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, EnvelopeType, decode, deterministic_id
 from bus.findings import MAX_LINE, Finding, Severity
 from bus.keys import Keys, StreamKind
@@ -625,3 +626,28 @@ def test_an_import_killed_mid_way_and_run_again_publishes_each_line_once(
     finally:
         client.close()
     assert [e.id for e in published(redis_url)] == expected  # every line once, in the file's order
+
+
+def test_findings_add_gives_up_after_its_socket_timeout_when_the_server_refuses_writes(
+    fresh_redis: RedisProcess,
+) -> None:
+    """Out of memory (or a replica's URL: READONLY) refuses writes "for now": an adapter retries for as
+    long as it takes, and `findings add` did too, for ever. It gives up after --socket-timeout."""
+    url = fresh_redis.url
+    assert run_add(url, input='{"title": "first"}').exit_code == 0
+    client = redis.Redis.from_url(url)
+    try:
+        client.config_set("maxmemory", 1)  # every write refused: OOM
+        started = time.monotonic()
+        done = run_add(
+            url, "--agent-id", "a1", "--group", "g", "--socket-timeout", "2", input='{"title": "t"}'
+        )
+        assert done.exit_code == 1, done.output
+        assert time.monotonic() - started < 30
+        assert "the server did not take the findings within 2s" in done.output
+        assert "run the command again once it does" in done.output
+        client.config_set("maxmemory", 0)
+        assert run_add(url, input='{"title": "t"}').exit_code == 0
+        assert [e.payload.title for e in published(url)] == ["first", "t"]  # type: ignore[union-attr]
+    finally:
+        client.close()
