@@ -341,15 +341,13 @@ def open_escalation(state: GroupState, agent_id: str) -> Escalation:
     for escalation in state.escalations:
         if escalation.agent_id == agent_id:
             return escalation
+    record = state.agents.get(agent_id)
     escalated = {e.agent_id for e in state.escalations}
-    record, seen = state.agents.get(agent_id), {agent_id}
-    while record is not None and record.retried_by is not None and record.retried_by not in seen:
-        if record.retried_by in escalated:  # the work failed again in a retry, which holds the escalation
+    for retry in state.attempts_after(record) if record is not None else ():
+        if retry in escalated:  # the work failed again in a retry, which holds the escalation
             raise Rejected(
-                f"agent {agent_id!r} has no open escalation; its retry {record.retried_by!r} has: dismiss that"
+                f"agent {agent_id!r} has no open escalation; its retry {retry!r} has: dismiss that"
             )
-        seen.add(record.retried_by)
-        record = state.agents.get(record.retried_by)
     raise Rejected(f"agent {agent_id!r} has no open escalation")
 
 
