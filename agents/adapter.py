@@ -80,6 +80,7 @@ class AgentBus:
         verifier: Verifier | None = None,
         log: Callable[[str], None] = stderr_log,
         metrics: AdapterMetrics | None = None,
+        patience: float | None = None,
     ) -> None:
         if not agent_id or len(agent_id) > 256 or not group_id or len(group_id) > 256:
             raise ValueError("the agent id and the group id must be 1 to 256 characters")
@@ -97,8 +98,9 @@ class AgentBus:
         self.signals = keys.stream(self.shard, StreamKind.SIGNALS)
         self._signals = self.signals.encode()
         # self.warn may be replaced later (the CLI routes it to logging): look it up at each call
-        self.sender = Sender(client, self.signals, lambda message: self.warn(message))  # noqa: PLW0108
-        """Where batches go, one at a time, in the order :meth:`publish` was called."""
+        self.sender = Sender(client, self.signals, lambda message: self.warn(message), patience=patience)  # noqa: PLW0108
+        """Where batches go, one at a time, in the order :meth:`publish` was called; a command gives it
+        the ``patience`` after which a batch the server does not take raises :class:`~agents.sending.NotTaken`."""
         self._foreign_id_seen = False
         self.inbox = keys.inbox(self.shard, agent_id)
         self.completed = False
@@ -260,15 +262,18 @@ async def connect_bus(
     workdir: Path | None = None,
     metrics: AdapterMetrics | None = None,
     create: bool = True,
+    patience: float | None = None,
 ) -> AgentBus:
     """An :class:`AgentBus` on a new connection (close it with ``bus.client.aclose()``); what it
     publishes is counted in ``metrics``. ``create=False`` refuses a namespace that does not exist
-    (:class:`~bus.errors.NamespaceMissing`) instead of creating it."""
+    (:class:`~bus.errors.NamespaceMissing`) instead of creating it; ``patience``: see :class:`AgentBus`."""
     verifier = Verifier(workdir) if workdir is not None else None
     client = await connect(settings)
     try:
         keys = await open_namespace(client, settings.namespace, settings.shards, create=create)
-        return AgentBus(client, keys, agent_id, group_id, verifier=verifier, metrics=metrics)
+        return AgentBus(
+            client, keys, agent_id, group_id, verifier=verifier, metrics=metrics, patience=patience
+        )
     except BaseException:
         await client.aclose()
         raise

@@ -10,7 +10,6 @@ kept :data:`MARK_TTL_S`, by which a run killed after publishing and run again pu
 
 from __future__ import annotations
 
-import asyncio
 import codecs
 import hashlib
 import os
@@ -22,6 +21,7 @@ import click
 from agents.adapter import MARK_TTL_S, AgentBus, connect_bus, oversize
 from agents.findings_parse import located_findings
 from agents.options import check_id
+from agents.sending import NotTaken
 from agents.whole_input import InputError, read_whole
 from bus.cli_connection import redis_options, run_command
 from bus.connection import translated
@@ -60,18 +60,15 @@ def _fail(messages: list[str]) -> None:
 
 
 async def _publish(
-    bus: AgentBus, envelopes: list[Envelope], datas: list[bytes], mark: dict[str, bytes], within: float | None
+    bus: AgentBus, envelopes: list[Envelope], datas: list[bytes], mark: dict[str, bytes]
 ) -> None:
-    """Publish the findings with the mark of having done it. Retried while the server is away or refuses
-    writes for now (OOM, READONLY), as an adapter retries, but given up after ``within`` seconds (the
-    socket timeout) rather than hang: a command is no adapter that must not lose what its agent said."""
+    """Publish the findings with the mark of having done it (the bus's patience ends the retries)."""
     try:
-        async with asyncio.timeout(within):
-            await bus.publish(envelopes, encoded=datas, state=mark, state_ttl_s=MARK_TTL_S)
-    except TimeoutError:
+        await bus.publish(envelopes, encoded=datas, state=mark, state_ttl_s=MARK_TTL_S)
+    except NotTaken as exc:
         raise BusError(
-            f"the server did not take the findings within {within:g}s (see above): they may or may not "
-            "be published; run the command again once it does (a repeat publishes nothing twice)"
+            f"{exc}: the findings may or may not be published; run the command again once the server "
+            "takes writes (a repeat publishes nothing twice)"
         ) from None
 
 
@@ -115,7 +112,11 @@ def add(settings: Settings, source: str, agent_id: str, group_id: str, workdir: 
     async def main() -> list[str] | None:
         """The findings too large to publish; nothing is published unless there are none. None when
         the same findings were published before (by a run that may have been killed right after)."""
-        bus = await connect_bus(settings, agent_id, group_id, workdir=workdir)
+        # Retried while the server is away or refuses writes for now, as an adapter retries, but given up
+        # after the socket timeout rather than hang: a command is no adapter that must not lose anything.
+        bus = await connect_bus(
+            settings, agent_id, group_id, workdir=workdir, patience=settings.socket_timeout
+        )
         try:
             envelopes = [
                 bus.envelope(f, source="findings-add", id=content_id(agent_id, "finding", f))
@@ -138,7 +139,7 @@ def add(settings: Settings, source: str, agent_id: str, group_id: str, workdir: 
                 if (why := oversize(data)) is not None
             ]
             if not too_large:  # all or nothing, with the mark of having done it
-                await _publish(bus, envelopes, datas, {done: b"%d" % len(envelopes)}, settings.socket_timeout)
+                await _publish(bus, envelopes, datas, {done: b"%d" % len(envelopes)})
             return too_large
         finally:
             await bus.client.aclose()

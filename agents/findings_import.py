@@ -29,10 +29,12 @@ from agents.findings_add import EXIT_INVALID
 from agents.findings_parse import LeftOut, finding_of, parse_findings
 from agents.json_keys import keys_given_twice, may_give_twice, twice_message
 from agents.options import check_id, id_problem
+from agents.sending import NotTaken
 from agents.watched_file import Checkpoint, fingerprints, named, open_file
 from bus.cli_connection import redis_options, run_command
 from bus.connection import translated
 from bus.envelope import Envelope, deterministic_id, encode
+from bus.errors import BusError
 from bus.progress import Progress
 from bus.settings import Settings
 
@@ -291,7 +293,9 @@ def import_findings(
     """
 
     async def main() -> ImportReport:
-        bus = await connect_bus(settings, default_agent or "findings-import", group_id, workdir=workdir)
+        # Retried while the server is away or refuses writes for now, but not for ever (see findings add)
+        agent = default_agent or "findings-import"
+        bus = await connect_bus(settings, agent, group_id, workdir=workdir, patience=settings.socket_timeout)
         try:
             absolute = await named(bus, path, lambda name: import_key(bus, name))
             size = max(1, absolute.stat().st_size)  # lines appended meanwhile are imported too: cap at 100%
@@ -304,6 +308,11 @@ def import_findings(
                 return await import_file(
                     bus, absolute, agent_field=agent_field, default_agent=default_agent, on_batch=shown
                 )
+        except NotTaken as exc:
+            raise BusError(
+                f"{exc}; run the command again once the server takes writes: it goes on after the last "
+                "batch the server took, and publishes nothing twice"
+            ) from None
         finally:
             await bus.client.aclose()
 

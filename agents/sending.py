@@ -1,11 +1,13 @@
 """How an adapter's batches reach the server: one in flight at a time, retried while the server is
-unreachable, until a stop signal gives up.
+unreachable, until a stop signal gives up (or, for a command, until its patience runs out).
 
 An agent's output is not dropped while Redis is briefly away: a batch the server did not take is sent
 again, with backoff, for as long as it takes. Only a stop request that cannot be passed on to an agent
 (none is left, or it is the second signal) calls :meth:`Sender.give_up`; from then on a batch the server
 does not take at the next attempt is dropped, counted, and :class:`GaveUp` raised, so that the adapter
-can say what was not published and exit.
+can say what was not published and exit. A command (``findings add``, ``import-findings``) is no adapter
+that must not lose what its agent said: given ``patience``, it raises :class:`NotTaken` once a batch has
+waited that long, rather than hang while the server is away or refuses writes for now (OOM, READONLY).
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ from typing import Final
 from bus import wire
 from bus.connection import Client
 from bus.envelope import EnvelopeType
-from bus.errors import ConnectionFailed
+from bus.errors import BusError, ConnectionFailed
 from bus.waits import backoff, wait_for
 
-__all__ = ["GIVE_UP_GRACE_S", "GaveUp", "Sender"]
+__all__ = ["GIVE_UP_GRACE_S", "GaveUp", "NotTaken", "Sender"]
 
 GIVE_UP_GRACE_S: Final = 2.0
 """How long an attempt under way when :meth:`Sender.give_up` is called may still take: a healthy server
@@ -47,11 +49,19 @@ class GaveUp(Exception):
         return 128 + self.signal
 
 
+class NotTaken(BusError):
+    """A batch was not on the server within the sender's patience: it may or may not be published."""
+
+
 class Sender:
     """Batches for the stream ``key``'s server, in the order they are sent, one in flight at a time."""
 
-    def __init__(self, client: Client, key: str, log: Callable[[str], None]) -> None:
+    def __init__(
+        self, client: Client, key: str, log: Callable[[str], None], *, patience: float | None = None
+    ) -> None:
         self.key = key
+        self.patience = patience
+        """Seconds a batch may take to reach the server before :class:`NotTaken`; None: for ever."""
         self.log = log
         self.unsent: Counter[EnvelopeType] = Counter()
         """Envelopes dropped when publishing was given up, by type (heartbeats are not counted)."""
@@ -63,6 +73,7 @@ class Sender:
         self._stop_signal: int | None = None
         self._given_up = asyncio.Event()
         self._attempt: asyncio.Timeout | None = None
+        self._sent_at = 0.0
 
     @property
     def given_up(self) -> bool:
@@ -86,6 +97,7 @@ class Sender:
                     self._drop(types)  # never sent
                 raise
             self._in_flight = (types, state)
+            self._sent_at = asyncio.get_running_loop().time()
             with contextlib.suppress(ConnectionFailed):  # the batch stays in flight, settled later
                 await self._pipe.send(commands, transaction=bool(state))
             if wait:
@@ -119,11 +131,8 @@ class Sender:
     async def _settle(self) -> None:
         delays = backoff()
         while True:
-            cutoff = (
-                None if self._stop_signal is None else asyncio.get_running_loop().time() + GIVE_UP_GRACE_S
-            )
             try:
-                async with asyncio.timeout(cutoff) as attempt:
+                async with asyncio.timeout(self._cutoff()) as attempt:
                     self._attempt = attempt
                     try:
                         await self._pipe.settle()
@@ -132,19 +141,40 @@ class Sender:
             except (ConnectionFailed, TimeoutError) as exc:
                 if self._stop_signal is not None:
                     sent = _kinds(Counter(t for t in self._in_flight[0] if t is not EnvelopeType.HEARTBEAT))
-                    self._drop(self._in_flight[0])
-                    self._in_flight = ([], {})
-                    await self._pipe.close()  # drops the batch
+                    await self._forget()
                     why = str(exc) or f"no answer within {GIVE_UP_GRACE_S:g}s"
                     unanswered = sent if isinstance(exc, TimeoutError) else ""
                     raise GaveUp(f"the bus is unreachable: {why}", self._stop_signal, unanswered) from exc
                 delay = next(delays)
+                if self.patience is not None and self._since_sent() + delay >= self.patience:
+                    await self._forget()
+                    why = str(exc) or "no answer"
+                    raise NotTaken(
+                        f"the server did not take the batch within {self.patience:g}s ({why})"
+                    ) from exc
                 self.log(f"publishing to {self.key} failed ({exc}); retrying in {delay:.1f}s")
                 await wait_for(self._given_up, delay)
             else:
                 self.confirmed.update(self._in_flight[1])
                 self._in_flight = ([], {})
                 return
+
+    def _cutoff(self) -> float | None:
+        """When the attempt under way is cut short: the stop grace, or what is left of the patience."""
+        now = asyncio.get_running_loop().time()
+        cutoffs = [] if self._stop_signal is None else [now + GIVE_UP_GRACE_S]
+        if self.patience is not None:
+            cutoffs.append(self._sent_at + self.patience)
+        return min(cutoffs, default=None)
+
+    def _since_sent(self) -> float:
+        return asyncio.get_running_loop().time() - self._sent_at
+
+    async def _forget(self) -> None:
+        """Drop the batch in flight (counted as unsent)."""
+        self._drop(self._in_flight[0])
+        self._in_flight = ([], {})
+        await self._pipe.close()
 
 
 def _kinds(counts: Counter[EnvelopeType]) -> str:

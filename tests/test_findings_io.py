@@ -644,10 +644,39 @@ def test_findings_add_gives_up_after_its_socket_timeout_when_the_server_refuses_
         )
         assert done.exit_code == 1, done.output
         assert time.monotonic() - started < 30
-        assert "the server did not take the findings within 2s" in done.output
-        assert "run the command again once it does" in done.output
+        assert "the server did not take the batch within 2s" in done.output
+        assert "run the command again once the server takes writes" in done.output
         client.config_set("maxmemory", 0)
         assert run_add(url, input='{"title": "t"}').exit_code == 0
         assert [e.payload.title for e in published(url)] == ["first", "t"]  # type: ignore[union-attr]
     finally:
         client.close()
+
+
+def test_import_findings_gives_up_after_its_socket_timeout_and_a_second_run_goes_on(
+    fresh_redis: RedisProcess, tmp_path: Path
+) -> None:
+    """import-findings retried a server that refuses writes for ever; like `findings add`, it gives up
+    after --socket-timeout, and running it again once the server takes writes imports every line once."""
+    url = fresh_redis.url
+    path = tmp_path / "findings.jsonl"
+    path.write_text(line(agent="a1", title="first", file="a.py", line=1) + "\n")
+    assert run_import(url, path).exit_code == 0
+    with path.open("a") as out:
+        out.write(line(agent="a1", title="second", file="a.py", line=2) + "\n")
+    client = redis.Redis.from_url(url)
+    try:
+        client.config_set("maxmemory", 1)  # every write refused: OOM
+        started = time.monotonic()
+        done = run_import(url, path, "--socket-timeout", "2")
+        assert done.exit_code == 1, done.output
+        assert time.monotonic() - started < 30
+        assert "the server did not take the batch within 2s" in done.output
+        assert "run the command again once the server takes writes" in done.output
+        client.config_set("maxmemory", 0)
+        again = run_import(url, path)
+        assert again.exit_code == 0, again.output
+        assert "imported 1 finding(s)" in again.output
+    finally:
+        client.close()
+    assert [e.payload.title for e in published(url)] == ["first", "second"]  # type: ignore[union-attr]
