@@ -23,7 +23,7 @@ from bus.events import AgentExited, AgentStarted, AgentState, DecisionType, Hear
 from bus.results import ErrorDetails, ResultBlocker, ResultStatus
 from coordinator.console import unresolved_blockers
 from coordinator.policy import Policy
-from coordinator.rules import Target, summarize
+from coordinator.rules import Target, apply, summarize
 from coordinator.rules.ids import delegate_agent_id, retry_agent_id, retry_request_id
 from coordinator.state import GroupVerdict, ViolationRule
 
@@ -351,3 +351,29 @@ def test_a_parallel_delegate_that_fails_is_retried() -> None:
     helper = delegate_agent_id(GROUP, request.request_id())
     launch = one(feed.send(completion(helper, "failed"), helper), EnvelopeType.LAUNCH)
     assert (launch.reason, launch.new_agent_id) == (LaunchReason.RETRY, retry_agent_id(GROUP, helper, 2))
+
+
+def test_the_failed_optional_work_is_named_sorted_whatever_the_order_of_the_agents_map() -> None:
+    """A state loaded after a take-over holds its agents in the stored hash's order: the group's verdict
+    names its gaps in one order all the same."""
+    feed = Feed()
+    _start(feed, A)
+    helpers = []
+    for minute in range(4):
+        request = delegate(A, independence="optional", stamp=f"2026-01-11T10:{minute:02d}:00-05:00")
+        feed.send(request, A)
+        helpers.append(delegate_agent_id(GROUP, request.request_id()))
+    for helper in helpers:
+        feed.send(completion(helper, "failed"), helper)
+    assert helpers != sorted(helpers)  # else the maps' order and the sorted one could not be told apart
+    done = feed.envelope(completion(A), A)
+    for agents in (feed.state.agents, dict(reversed(feed.state.agents.items()))):
+        state = feed.state.model_copy(update={"agents": agents})
+        [status] = [
+            d.detail
+            for d in decisions(apply(state, done, Policy()))
+            if d.decision is DecisionType.GROUP_STATUS
+        ]
+        assert status.startswith(
+            f"continue: 1/5 completed, 4 failed, 0 active; optional work failed: {', '.join(sorted(helpers))}"
+        )
