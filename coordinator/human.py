@@ -120,7 +120,7 @@ def _with_equals(_ctx: click.Context, _param: click.Parameter, pairs: tuple[str,
 
 
 @click.command()
-@click.argument("agent_id")
+@click.argument("agent_id", callback=not_blank)
 @click.argument("answers", nargs=-1, required=True, callback=_with_equals)
 @_text("--next-step", help="What the agent should do next (default: continue with the answers).")
 @_how
@@ -154,7 +154,7 @@ def _questions(record: AgentRecord) -> list[Question]:
 
 
 @click.command()
-@click.argument("agent_id")
+@click.argument("agent_id", callback=not_blank)
 @_text("--resolution", required=True, help="What was done about the blocker.")
 @_text(
     "--instructions",
@@ -180,7 +180,7 @@ def resolve(
 
 
 @click.command()
-@click.argument("agent_id")
+@click.argument("agent_id", callback=not_blank)
 @click.option(
     "--option",
     "option",
@@ -258,7 +258,7 @@ def _delegation_command(approve: bool) -> Callable[..., None]:
 
 
 @click.command()
-@click.argument("request_id")
+@click.argument("request_id", callback=not_blank)
 @_text("--reason", help="Why it is approved (kept in the decision event).")
 @_how
 @redis_options
@@ -268,7 +268,7 @@ def approve(settings: Settings, request_id: str, reason: str | None, how: How) -
 
 
 @click.command()
-@click.argument("request_id")
+@click.argument("request_id", callback=not_blank)
 @_text("--reason", required=True, help="Why it is denied (sent to the requesting agent).")
 @_text("--alternative", help="What the agent should do instead.")
 @_how
@@ -285,7 +285,7 @@ def deny(
 
 
 @click.command()
-@click.argument("agent_id")
+@click.argument("agent_id", callback=not_blank)
 @_text("--note", help="What the human does about it (kept in the decision event).")
 @_how
 @redis_options

@@ -238,6 +238,12 @@ def test_a_blank_text_is_a_usage_error_and_publishes_nothing(redis_url: str) -> 
         (["approve", request, "--reason", " "], "--reason"),
         (["answer", "asker", "Q1=x", "--next-step", ""], "--next-step"),
         (["recover", "failing", "--option", "delegate", "--instructions", ""], "--instructions"),
+        (["approve", ""], "REQUEST_ID"),
+        (["deny", " ", "--reason", "no"], "REQUEST_ID"),
+        (["answer", "", "Q1=x"], "AGENT_ID"),
+        (["resolve", "", "--resolution", "ok"], "AGENT_ID"),
+        (["recover", " ", "--option", "skip_and_continue"], "AGENT_ID"),
+        (["dismiss", ""], "AGENT_ID"),
     ]:
         done = cli(redis_url, *args)
         assert done.returncode == 2, (args, done.stdout, done.stderr)
