@@ -384,17 +384,27 @@ def finding_line(f: Finding) -> str:
 
 
 def merged_lines(merged: dict[str, list[MergedFinding]]) -> list[str]:
-    """One line per merged finding: location, category, severities, confidence, agents, title."""
+    """One line per merged finding: location, category, severities, confidence, agents, title; a group's
+    columns as wide as their longest cell (the location's up to 60 characters, the category's up to 24:
+    a longer one pushes its own line's columns out rather than every line's)."""
     rows: dict[str, list[str]] = {}
     for group, items in merged.items():
-        rows[group] = []
-        for m in items:
-            conf = f"{m.confidence:.1f}" if m.confidence is not None else "-"
-            sev = "/".join(s.value for s in m.severities) or "-"
-            flag = "  CONFLICT" if m.severity_conflict else ""
-            agents = one_line(", ".join(m.agents))
-            rows[group].append(
-                f"{one_line(m.location or '-'):32} {one_line(m.category):8} {sev:18} {conf:>6}  {agents}  "
-                f"{_text(m.finding.title)}{flag}"
+        cells = [
+            (
+                one_line(m.location or "-"),
+                one_line(m.category),
+                "/".join(s.value for s in m.severities) or "-",
+                f"{m.confidence:.1f}" if m.confidence is not None else "-",
+                f"{one_line(', '.join(m.agents))}  {_text(m.finding.title)}"
+                + ("  CONFLICT" if m.severity_conflict else ""),
             )
+            for m in items
+        ]
+        where, what, sevs = (
+            min(cap, max((len(c[n]) for c in cells), default=0)) for n, cap in ((0, 60), (1, 24), (2, 60))
+        )
+        rows[group] = [
+            f"{loc:{where}} {cat:{what}} {sev:{sevs}} {conf:>5}  {rest}"
+            for loc, cat, sev, conf, rest in cells
+        ]
     return grouped_lines(rows)

@@ -13,10 +13,13 @@ from bus.display import one_line
 from bus.envelope import EnvelopeType
 from bus.errors import BusError
 from bus.events import AgentStarted
+from bus.findings import Finding, Severity
 from bus.signals import QuestionType, StopWork
-from coordinator.console import inbox_lines, render
+from coordinator.console import inbox_lines, merged_lines, render
+from coordinator.policy import Policy
 from coordinator.queued import QueuedCommand
 from coordinator.rules import summarize
+from coordinator.rules.findings import merge_findings
 from coordinator.view import find_agent
 
 AGENT = "evil\nagent\x1b[31m"
@@ -331,3 +334,17 @@ def test_an_agent_blocked_twice_shows_the_earlier_blocker_under_the_open_one() -
         "  ! a also blocked on error: Unexpected error during analysis: TypeError: Cannot read property "
         "'length' of undefined"
     ) in status
+
+
+def test_the_merged_columns_line_up_whatever_the_width_of_a_location_or_category() -> None:
+    reports = [
+        Finding(title="short", file="a.py", line=1, category="SEC", severity=Severity.HIGH, confidence=90,
+                agent="a"),
+        Finding(title="long", file="src/some/deeper/module.py", line=120, category="AUTHENTICATION",
+                severity=Severity.LOW, agent="b"),
+        Finding(title="both", file="a.py", line=1, category="SEC", severity=Severity.CRITICAL, agent="c"),
+    ]  # fmt: skip
+    first, second = merged_lines({"g": merge_findings(reports, Policy())})
+    for one, other in [("SEC", "AUTHENTICATION"), ("critical/high", "low"), ("a, c  short", "b  long")]:
+        assert f"{first} ".index(f" {one} ") == f"{second} ".index(f" {other} "), (first, second)
+    assert first.index("100.0 ") + len("100.0") == second.index("-  b") + 1  # right-aligned
