@@ -160,6 +160,8 @@ def _serve(
             await client.aclose()
 
     async def coordinate(client: Client) -> int:
+        if not settings.is_sentinel:  # Sentinel names the master at each connection: a failover in progress
+            await _check_master(client)
         try:
             keys = await open_namespace(client, settings.namespace, settings.shards, create=False)
         except NamespaceMissing:  # checked before the namespace is created with that count
@@ -185,6 +187,22 @@ def _serve(
     applied = run_command(main())
     entries = "entry" if applied == 1 else "entries"
     log.info("coordinator %s stopped after applying %d %s", options.name, applied, entries)
+
+
+async def _check_master(client: Client) -> None:
+    """Refuse a replica's URL at the start: its every write is refused with ``READONLY``, which a running
+    coordinator takes for a failover under way and waits out, for ever when the URL is simply wrong. (A
+    cluster's replicas redirect to their master, which the client follows: not checked.)"""
+    if isinstance(client, redis.asyncio.RedisCluster):
+        return
+    with translated():
+        replication = await client.info("replication")
+    if replication.get("role") == "slave":
+        master = f"{replication.get('master_host')}:{replication.get('master_port')}"
+        raise ConfigError(
+            f"the server is a read-only replica (of {master}): give the master's URL, or a "
+            "redis+sentinel:// URL that finds the master"
+        )
 
 
 async def _check_connections(client: Client, shards: int) -> None:

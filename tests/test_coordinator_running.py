@@ -183,6 +183,29 @@ def test_a_coordinator_refused_at_start_closes_its_connection(
     assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
 
 
+def test_a_replica_s_url_is_refused_at_start(fresh_redis: RedisProcess) -> None:
+    """Every write of a coordinator on a replica is refused (READONLY), which a running coordinator waits
+    out as a failover under way: given a replica's URL, it waited for ever. It is refused at the start,
+    whether the namespace exists there or not."""
+    argv = [CLI, "coordinator", "--burst", "--redis-url", fresh_redis.url, "--shards", "2"]
+    admin = redis.Redis.from_url(fresh_redis.url)
+    try:
+        for namespace in ("made", "missing"):
+            if namespace == "made":
+                subprocess.run([*argv, "--namespace", namespace], capture_output=True, timeout=60, check=True)
+            admin.replicaof("127.0.0.1", 1)  # a replica of a master that does not answer: read-only
+            refused = subprocess.run(
+                [*argv, "--namespace", namespace], capture_output=True, text=True, timeout=60, check=False
+            )
+            admin.replicaof("NO", "ONE")
+            assert refused.returncode == 1, (namespace, refused.stderr)
+            assert "Error: the server is a read-only replica (of 127.0.0.1:1): give the master's URL" in (
+                refused.stderr
+            )
+    finally:
+        admin.close()
+
+
 async def test_a_coordinator_waits_out_a_server_out_of_memory(
     fresh_redis: RedisProcess, tmp_path: Path
 ) -> None:
