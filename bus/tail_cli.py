@@ -109,7 +109,9 @@ def _own_group(ctx: click.Context, param: click.Parameter, group: str | None) ->
     "name prints what a killed one held first; under a new one, only once that has been idle 30 s.",
 )
 @click.option(
-    "--group-id", default=None, help="For inbox:AGENT: the agent's task group, to read its shard only."
+    "--group-id",
+    default=None,
+    help="For inbox:AGENT: the agent's task group, to read its shard only (needed with --group).",
 )
 @click.option(
     "--from",
@@ -162,6 +164,9 @@ def tail(
         ) from None
     if consumer is not None and group is None:
         raise click.UsageError("--consumer names a consumer of --group: give the group too")
+    if group is not None and group_id is None and stream.startswith("inbox:"):
+        # the group (and the stream) would be made on every shard, for an inbox that is on one of them
+        raise click.UsageError("--group on inbox:AGENT needs --group-id, the agent's task group")
     dead = stream == StreamKind.DEAD.value
     options = TailOptions(
         start=start, count=count, timeout=timeout, group=group, consumer=consumer, all_fields=dead

@@ -199,6 +199,27 @@ def test_group_id_without_an_inbox_is_a_usage_error_not_ignored(redis_url: str) 
     assert "inbox:AGENT" in result.output
 
 
+def test_a_group_on_an_inbox_without_its_task_group_is_a_usage_error_that_creates_nothing(
+    redis_url: str,
+) -> None:
+    """It made the inbox stream and a consumer group on every shard, for an inbox that is on one."""
+    _publish(redis_url, _spread(1))
+    raw = redis.Redis.from_url(redis_url)
+    try:
+        keys_before = set(raw.keys())
+        result = _tail(redis_url, "--stream", "inbox:anyone", "--group", "mine", "--timeout", "0.2")
+        assert result.exit_code == 2, result.output
+        assert "--group on inbox:AGENT needs --group-id" in result.output
+        assert set(raw.keys()) == keys_before
+        given = _tail(
+            redis_url, "--stream", "inbox:anyone", "--group", "mine", "--group-id", "g", "--timeout", "0.2"
+        )
+        assert given.exit_code == 0, given.output
+        assert len(set(raw.keys()) - keys_before) == 1  # the inbox of the shard of group g only
+    finally:
+        raw.close()
+
+
 def test_a_namespace_that_does_not_exist_is_an_error_and_is_not_created(redis_url: str) -> None:
     result = CliRunner().invoke(
         main, ["tail", "--redis-url", redis_url, "--namespace", "typo", "--timeout", "1"]
