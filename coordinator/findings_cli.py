@@ -58,7 +58,7 @@ async def _findings(
     names no agent (not a coordinator's copy, which always names one) is its sender's, as the rules
     take it."""
     by_group: dict[str, list[T]] = {}
-    skipped: list[str] = []  # the first entry that is no envelope
+    skipped: list[str] = []  # the first entry that is no finding's envelope
     count = 0
     with Progress() as progress:
 
@@ -81,9 +81,9 @@ async def _findings(
             )
             by_group.setdefault(group, []).append(shape(group, named))
     if count == 1:  # written by something other than a coordinator: said, not shown as findings
-        click.echo(f"skipped an entry of the findings stream that is no envelope: {skipped[0]}", err=True)
+        click.echo(f"skipped an entry of the findings stream that is no finding: {skipped[0]}", err=True)
     elif count:
-        many = f"{count:,} entries of the findings stream that are no envelopes"
+        many = f"{count:,} entries of the findings stream that are no findings"
         click.echo(f"skipped {many} (the first: {skipped[0]})", err=True)
     if group_id is not None and not by_group:
         await _no_findings(client, keys, settings, group_id)

@@ -13,7 +13,7 @@ from typing import Any
 
 from bus.connection import Client, as_text, translated
 from bus.display import cut
-from bus.envelope import decode
+from bus.envelope import Envelope, decode
 from bus.errors import BusError, CommandFailed, DecodeError
 from bus.findings import Finding
 from bus.keys import ConsumerGroup, Keys, StreamKind
@@ -293,8 +293,9 @@ async def iter_findings(
 
     Shards are read one after another; within a shard, in stream order. ``on_page`` is told, after each
     page read, how many stream entries were read so far (of every group: a group's findings share their
-    shard's stream with other groups); ``on_skipped`` of each entry that is no envelope (stream, entry id,
-    why), which only a writer other than the coordinators can have put there.
+    shard's stream with other groups); ``on_skipped`` of each entry that is no envelope, or the envelope
+    of no finding (stream, entry id, why), which only a writer other than the coordinators can have put
+    there.
     """
     shards = [keys.shard_of(group_id)] if group_id is not None else list(keys.all_shards())
     read = 0
@@ -309,18 +310,27 @@ async def iter_findings(
                 on_page(read)
             for entry_id, fields in rows:
                 eid = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
-                try:
-                    envelope = decode((fields or {}).get(b"data"))
-                except DecodeError as exc:
+                found = _finding_in(fields)
+                if isinstance(found, str):
                     if on_skipped is not None:
-                        on_skipped(stream, eid, str(exc))
-                    continue
-                if isinstance(envelope.payload, Finding) and group_id in (None, envelope.group_id):
-                    yield eid, envelope.payload, envelope.agent_id, envelope.group_id
+                        on_skipped(stream, eid, found)
+                elif group_id in (None, found[1].group_id):
+                    yield eid, found[0], found[1].agent_id, found[1].group_id
             if len(rows) < page:
                 break
             last = rows[-1][0]
             cursor = "(" + (last.decode() if isinstance(last, bytes) else str(last))
+
+
+def _finding_in(fields: dict[bytes, bytes] | None) -> tuple[Finding, Envelope] | str:
+    """The finding a findings stream's entry holds, with its envelope; or why it holds none."""
+    try:
+        envelope = decode((fields or {}).get(b"data"))
+    except DecodeError as exc:
+        return str(exc)
+    if not isinstance(envelope.payload, Finding):
+        return f"a {envelope.type.value} envelope, not a finding"
+    return envelope.payload, envelope
 
 
 async def no_coordinator_note(client: Client, keys: Keys) -> str:

@@ -23,7 +23,7 @@ from bus.connection import connect
 from bus.directives import HumanApprove
 from bus.envelope import encode, new_envelope
 from bus.errors import ConfigError, ConnectionFailed
-from bus.events import Decision, DecisionType
+from bus.events import Decision, DecisionType, Heartbeat
 from bus.findings import Finding
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.publisher import Publisher
@@ -261,7 +261,7 @@ def _finding(title: str, severity: str, confidence: int) -> str:
     return orjson.dumps({**fields, "confidence": confidence}).decode()
 
 
-def test_entries_of_the_findings_stream_that_are_no_envelopes_are_skipped_and_said(redis_url: str) -> None:
+def test_entries_of_the_findings_stream_that_are_no_findings_are_skipped_and_said(redis_url: str) -> None:
     ok(redis_url, "findings", "add", "--agent-id", "auditor", "--group", "alpha", _finding("JWT", "critical", 95))  # fmt: skip
     coordinate(redis_url)
     keys = Keys(DEFAULT_NAMESPACE, 8)
@@ -269,12 +269,13 @@ def test_entries_of_the_findings_stream_that_are_no_envelopes_are_skipped_and_sa
     with redis.Redis.from_url(redis_url) as client:
         foreign = client.xadd(stream, {"data": "not json"}).decode()
         client.xadd(stream, {"other": "field"})
+        client.xadd(stream, {"data": encode(new_envelope(Heartbeat(), agent_id="a", group_id="alpha"))})
     for args in (["findings", "--jsonl", "--group", "alpha"], ["replay", "--group", "alpha", "--json"]):
         done = cli(redis_url, *args)
         assert done.returncode == 0, done.stderr
         assert "JWT" in done.stdout
         said = (
-            f"skipped 2 entries of the findings stream that are no envelopes (the first: {stream} {foreign}: "
+            f"skipped 3 entries of the findings stream that are no findings (the first: {stream} {foreign}: "
         )
         assert said in done.stderr, (args, done.stderr)
 
