@@ -30,6 +30,8 @@ from bus.errors import EmbeddedRedisError
 __all__ = ["ensure_local_server", "stop_local_server"]
 
 _STATE_FILE = "server.json"
+_SERVER_NAMES: Final = ("redis-server", "valkey-server")
+"""What a server process is called (its executable's name, which a server keeps while it renames itself)."""
 
 
 def ensure_local_server(directory: Path) -> str:
@@ -99,9 +101,10 @@ def _refuse_a_second_server(directory: Path) -> None:
 def _server_pid(directory: Path) -> int | None:
     """The pid in the server's pid file, if that process is still this directory's server.
 
-    A server works in its data directory: a process working elsewhere is not it, even when the pid file
-    names it (a directory copied with its pid file names the original's server; a pid of a server
-    killed with -9 may have been given to any process since).
+    A server works in its data directory, and is a ``redis-server`` or ``valkey-server``: another process
+    is not it, even when the pid file names it (a directory copied with its pid file names the original's
+    server; a pid of a server killed with -9 may have been given to any process since, one started in
+    that directory too).
     """
     try:
         pid = int((directory / "server.pid").read_text().strip())
@@ -110,9 +113,11 @@ def _server_pid(directory: Path) -> int | None:
     if not Path("/proc/self/cwd").exists():
         return pid if pid_alive(pid) else None  # no /proc to ask: trust the pid
     try:
-        return pid if Path(os.readlink(f"/proc/{pid}/cwd")) == directory else None
+        here = Path(os.readlink(f"/proc/{pid}/cwd")) == directory
+        server = Path(f"/proc/{pid}/comm").read_text().strip() in _SERVER_NAMES
     except OSError:  # gone, or another user's process
         return None
+    return pid if here and server else None
 
 
 def stop_local_server(directory: Path, timeout: float = 10.0) -> bool:

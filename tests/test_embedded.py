@@ -116,8 +116,9 @@ def test_a_pid_file_naming_another_process_stops_nothing(tmp_path: Path) -> None
     original, copy = tmp_path / "a" / ".subagent-bus", tmp_path / "b" / ".subagent-bus"
     url = ensure_local_server(original)
     stranger = subprocess.Popen(["my-language-server", "300"], executable=shutil.which("sleep"), cwd=tmp_path)
+    copy.mkdir(parents=True)
+    neighbour = subprocess.Popen(["sleep", "300"], cwd=copy)
     try:
-        copy.mkdir(parents=True)
         for name in ("server.json", "server.pid"):
             (copy / name).write_bytes((original / name).read_bytes())
         assert not stop_local_server(copy)
@@ -128,10 +129,15 @@ def test_a_pid_file_naming_another_process_stops_nothing(tmp_path: Path) -> None
         (copy / "server.json").unlink()
         assert not stop_local_server(copy)
         assert stranger.poll() is None
+        # a process working in the directory itself is not its server either (a pid given again)
+        (copy / "server.pid").write_text(str(neighbour.pid))
+        assert not stop_local_server(copy)
+        assert neighbour.poll() is None
         assert redis.Redis.from_url(url).ping()
     finally:
-        stranger.kill()
-        stranger.wait()
+        for process in (stranger, neighbour):
+            process.kill()
+            process.wait()
         stop_local_server(copy)
         stop_local_server(original)
 
