@@ -26,6 +26,7 @@ takes it over, as a restarted adapter would. Both kinds of stale entry, and the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -120,10 +121,30 @@ class InboxListener:
         while True:
             found = await self._retrying(lambda: self._step(_remaining(deadline)), deadline)
             if found is not None:
-                return found
+                if await self._retrying(functools.partial(self._still_ours, found), deadline):
+                    return found
+                self.log(
+                    f"inbox {self.inbox}: entry {found.delivery.entry_id} was taken by another listener "
+                    f"while this one was held up (over {self.claim_idle_ms} ms): left to it"
+                )
             left = _remaining(deadline)
             if left is not None and left <= 0:
                 return None
+
+    async def _still_ours(self, received: Received) -> bool:
+        """Whether no other listener has taken the directive since this one did. One held up past
+        ``claim_idle_ms`` between reading it and handing it out (a process paused, an event loop busy)
+        loses it to the next listener, which delivers it: handing it out as well would deliver it twice.
+        Every listener is the consumer ``listen``, so a claim shows only in the entry's delivery count.
+        The count is read and the entry refreshed in one transaction: after a yes, no other listener can
+        take it for ``claim_idle_ms``."""
+        entry = received.delivery.entry_id
+        with translated():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.xpending_range(self.inbox, GROUP, min=entry, max=entry, count=1)
+            pipe.xclaim(self.inbox, GROUP, CONSUMER, 0, [entry], justid=True)
+            pending, _ = await pipe.execute()
+        return bool(pending) and int(pending[0]["times_delivered"]) == received.delivery.deliveries
 
     async def ack(self, received: Received) -> None:
         """Acknowledge a directive once it has been handed to the agent."""

@@ -157,3 +157,34 @@ async def test_a_stale_entry_dead_lettered_on_take_over_keeps_nothing_back(redis
         assert _answer(await InboxListener(bus.client, inbox, log=lambda _: None).next(0)) == "next"
         dead: Any = await bus.client.xrange(dead_stream_for(inbox), "-", "+")
         assert [fields[b"entry_id"].decode() for _, fields in dead] == [bad]
+
+
+@pytest.mark.parametrize("acknowledged", [True, False], ids=["delivered", "delivering"])
+async def test_a_directive_taken_from_a_listener_held_up_past_the_claim_idle_time_is_not_handed_out_by_it(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch, acknowledged: bool
+) -> None:
+    """Held up between reading a directive and handing it out (a paused process, an MCP server's event
+    loop busy with a huge line), a listener loses it to the next, which delivers it: the first one handed
+    it out too, and the agent was resumed twice."""
+    async with open_bus(redis_url) as bus:
+        inbox = await _inbox(bus)
+        await _send(bus, "once")
+        said: list[str] = []
+        held_up, other = InboxListener(bus.client, inbox, log=said.append), InboxListener(bus.client, inbox)
+        step = held_up._step
+
+        async def held(remaining: float | None) -> Received | None:
+            found = await step(remaining)
+            if found is not None:  # held up now, for longer than the claim idle time
+                await _idle(bus, inbox, CONSUMER, found.delivery.entry_id, A_DEAD_LISTENERS)
+                taken = await other.next(0)
+                assert _answer(taken) == "once"
+                if acknowledged and taken is not None:
+                    await other.ack(taken)
+            return found
+
+        monkeypatch.setattr(held_up, "_step", held)
+        assert await held_up.next(0) is None
+        assert any("was taken by another listener while this one was held up" in s for s in said), said
+        monkeypatch.undo()
+        assert await held_up.next(0) is None  # the other has it: nothing for this one now either
