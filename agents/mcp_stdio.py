@@ -150,10 +150,46 @@ class StdinLines:
         return line
 
 
-def _method(text: str, message: object = None) -> object:
-    """The method of the request ``text`` (its ``message``, when read already); None for any other."""
-    message = from_json(text) if message is None else message
+def _method(message: object) -> object:
+    """The method of ``message`` when it is a request; None for any other."""
     return message.get("method") if isinstance(message, dict) and "id" in message else None
+
+
+@dataclass(frozen=True)
+class _Screened:
+    """What the checks that need no state of the session make of a line (:func:`_screen`)."""
+
+    passed: str
+    """The line as it would be passed on: lone surrogate escapes mended."""
+    rejected: types.JSONRPCError | None
+    """Why the SDK would not take it as a JSON-RPC message."""
+    twice: types.JSONRPCError | None
+    """The keys it gives twice in one object."""
+    message: object
+    """The message, parsed, when it is not ``rejected``."""
+    response: bool = False
+    notification: bool = False
+    """Whether a rejected line, or one with keys ``twice``, is meant as a response, or a notification."""
+
+
+def _screen(line: str) -> _Screened:
+    """Check ``line`` as far as no state of the session is needed. Run in a worker thread: each check
+    parses the whole line (up to :data:`MAX_LINE_BYTES`, seconds of work for one of millions of tiny
+    objects), and the event loop must go on meanwhile, keeping fresh the directive a wait holds (else
+    another listener takes it after ``--claim-idle-ms`` and it is delivered twice) and answering pings."""
+    text = line.removesuffix("\n")  # or a JSON error's position would be on a line 2
+    rejected = rejection(text)
+    mended = (
+        surrogates_mended(text) if rejected is not None and rejected.error.code == types.PARSE_ERROR else None
+    )
+    if mended is not None:
+        rejected = rejection(mended)
+    passed = line if mended is None else mended + "\n"
+    twice = keys_twice(text) if rejected is None else None
+    if rejected is None and twice is None:
+        return _Screened(passed, None, None, from_json(passed))
+    message = from_json(passed) if rejected is None else None
+    return _Screened(passed, rejected, twice, message, is_response(text), is_notification(text))
 
 
 class ScreenedLines:
@@ -185,25 +221,18 @@ class ScreenedLines:
             elif not line.strip(_JSON_SPACE):
                 continue
             else:
-                text = line.removesuffix("\n")  # or a JSON error's position would be on a line 2
-                found = rejection(text) or self._premature(text)
-                mended = (
-                    surrogates_mended(text)
-                    if found is not None and found.error.code == types.PARSE_ERROR
-                    else None
-                )
-                if mended is not None:
-                    found = rejection(mended) or self._premature(mended)
+                screened = await asyncio.to_thread(_screen, line)
+                found = screened.rejected or self._premature(screened.message)
                 valid = found is None  # but maybe for keys given twice
-                passed = line if mended is None else mended + "\n"
-                if found is None and (found := keys_twice(text) or self._reused(passed)) is None:
-                    self._initialized = self._initialized or _method(passed) == "initialize"
-                    return passed
+                if found is None and (found := screened.twice or self._reused(screened.message)) is None:
+                    self._initialized = self._initialized or _method(screened.message) == "initialize"
+                    return screened.passed
+                text = line.removesuffix("\n")
                 error, seen = found, f"a line of {len(text.encode())} bytes: {cut(one_line(text), 80)}"
-                if is_response(text):
+                if screened.response:
                     self.log(f"dropped a malformed response ({error.error.message}), unanswered: {seen}")
                     continue
-                if valid and is_notification(text):  # JSON-RPC answers no notification
+                if valid and screened.notification:  # JSON-RPC answers no notification
                     self.log(f"dropped a notification ({error.error.message}), unanswered: {seen}")
                     continue
             self.log(f"answered {error.error.code} ({error.error.message}) to {seen}")
@@ -213,22 +242,21 @@ class ScreenedLines:
                 break
         raise StopAsyncIteration
 
-    def _premature(self, text: str) -> types.JSONRPCError | None:
+    def _premature(self, message: object) -> types.JSONRPCError | None:
         """A request before ``initialize`` (but a ping), which the SDK answers "Invalid request
         parameters" whatever its parameters: the answer says what is wrong instead."""
         if self._initialized:
             return None
-        message = from_json(text)
-        method = _method(text, message)
+        method = _method(message)
         if method in (None, "initialize", "ping"):
             return None
+        assert isinstance(message, dict)  # a request
         why = f"Invalid Request: {method} before initialize (a session starts with an initialize request)"
         return jsonrpc_error(types.INVALID_REQUEST, why, message_id(message))
 
-    def _reused(self, line: str) -> types.JSONRPCError | None:
+    def _reused(self, message: object) -> types.JSONRPCError | None:
         """``-32600`` for a request under the id of one still in flight (:mod:`agents.mcp_inflight`),
         which is not run; None for any other message, a request then being taken as in flight."""
-        message = from_json(line)
         if not isinstance(message, dict) or "method" not in message:
             return None
         request_id = message_id(message)

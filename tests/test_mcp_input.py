@@ -175,6 +175,35 @@ async def test_a_lone_surrogate_in_a_line_nested_too_deeply_to_mend_is_a_parse_e
     assert answer.error.code == PARSE
 
 
+async def test_a_line_is_screened_while_the_event_loop_goes_on() -> None:
+    """Each check parses the whole line: seconds for one of millions of tiny objects. On the event loop
+    they held up everything else, the refreshing of a directive a wait holds among it (which another
+    listener then took and delivered too)."""
+    big = '{"jsonrpc": "2.0", "id": 1, "method": "ping", "x": [' + ",".join(["{}"] * 500_000) + "]}\n"
+
+    async def lines() -> AsyncIterator[str | Overlong]:
+        yield big
+
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    screened = ScreenedLines(lines(), log=lambda _: None)
+    ticker = asyncio.create_task(tick())
+    try:
+        await asyncio.sleep(0)
+        before = ticks
+        assert await asyncio.wait_for(anext(screened), REPLY_TIMEOUT_S) == big
+        during = ticks - before
+    finally:
+        ticker.cancel()
+    assert during > 100, during
+
+
 class RawClient:
     """``subagent-bus mcp`` on pipes, spoken to line by line."""
 
