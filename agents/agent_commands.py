@@ -18,6 +18,7 @@ from agents.listen import listen
 from agents.options import check_id
 from bus.cli_connection import redis_options
 from bus.errors import BusError
+from bus.output import stdout_closed
 from bus.params import MILLISECONDS, FiniteFloatRange
 from bus.settings import Settings
 
@@ -81,7 +82,7 @@ def mcp(
 
     if (agent_id is None) != (group_id is None):
         raise click.UsageError("give both --agent-id and --group, or neither")
-    if sys.stdin is None or sys.stdout is None:  # started with one closed
+    if sys.stdin is None or stdout_closed():  # started with one closed
         raise click.UsageError("stdin or stdout is closed: an MCP client talks to this command through both")
     identity = Identity(agent_id, group_id) if agent_id and group_id else None
     server = ProtocolServer(

@@ -56,6 +56,25 @@ def test_a_command_started_with_stdin_closed_says_so(
     assert "Traceback" not in done.stderr
 
 
+def test_mcp_started_with_stdout_closed_says_so(tmp_path: Path) -> None:
+    try:
+        done = subprocess.run(
+            [CLI, "mcp"],
+            check=False,
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            preexec_fn=lambda: os.close(1),
+        )
+    finally:
+        stop_local_server(tmp_path / ".subagent-bus")  # in case it connected
+    assert done.returncode == 2, done.stderr
+    assert "stdin or stdout is closed" in done.stderr
+    assert "Traceback" not in done.stderr and "Warning" not in done.stderr
+
+
 @pytest.mark.parametrize(
     "args",
     [
