@@ -40,6 +40,7 @@ import contextlib
 import io
 import json
 import os
+import select
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import CancelledError
@@ -112,7 +113,7 @@ class StdinLines:
         pending = bytearray()
         skipping = False  # through the rest of an over-long line, up to its newline
         try:
-            while chunk := os.read(fd, _READ_BYTES):
+            while chunk := _read(fd):
                 *ended, rest = chunk.split(b"\n")
                 for piece in ended:
                     if not skipping and self._append(pending, piece):
@@ -148,6 +149,17 @@ class StdinLines:
         if line is None:
             raise StopAsyncIteration
         return line
+
+
+def _read(fd: int) -> bytes:
+    """The next bytes of ``fd`` (b"" at its end), waiting for them also when the descriptor was handed
+    over non-blocking (a parent sharing the pipe may leave it so): its ``EAGAIN`` is no end. Its flags
+    are the parent's too, so they are left as they are."""
+    while True:
+        try:
+            return os.read(fd, _READ_BYTES)
+        except BlockingIOError:
+            select.select([fd], [], [])
 
 
 def _method(message: object) -> object:

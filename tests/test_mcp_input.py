@@ -152,6 +152,21 @@ async def test_stdin_lines_drop_an_over_long_line_up_to_its_newline() -> None:
     os.close(read_fd)
 
 
+async def test_stdin_lines_wait_on_a_descriptor_handed_over_non_blocking() -> None:
+    # its EAGAIN was taken for the end of the input: the server exited at once, status 0, without a word
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    try:
+        lines = StdinLines(read_fd)
+        await asyncio.sleep(0.1)  # the reader meets the empty pipe (no event tells when it has)
+        os.write(write_fd, b"first\n")
+        assert await asyncio.wait_for(anext(lines), REPLY_TIMEOUT_S) == "first\n"
+    finally:
+        os.close(write_fd)
+    assert await asyncio.wait_for(anext(lines, None), REPLY_TIMEOUT_S) is None
+    os.close(read_fd)
+
+
 async def test_a_lone_surrogate_in_a_line_nested_too_deeply_to_mend_is_a_parse_error() -> None:
     # the surrogate is the parser's first error; mending it walks the value, 600 levels deep
     hostile = (
