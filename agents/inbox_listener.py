@@ -97,9 +97,13 @@ class InboxListener:
         self.abandoned_ms = abandoned_ms
         self.log = log
         self.consumer = Consumer(client, inbox, GROUP, CONSUMER)
+        self.unanswered = False
+        """The last :meth:`next` returned None because the server did not answer, not for want of a
+        directive."""
 
     async def next(self, timeout_s: float | None) -> Received | None:
-        """The next directive, waiting up to ``timeout_s`` seconds (None: for ever); None on timeout.
+        """The next directive, waiting up to ``timeout_s`` seconds (None: for ever); None on timeout
+        (:attr:`unanswered` says whether the server was silent).
 
         Entries that are not directives for an agent are acknowledged and skipped, entries that are not
         valid envelopes are dead-lettered. A lost connection is retried until the deadline; a server that
@@ -107,6 +111,7 @@ class InboxListener:
         pending under ``listen``, for the next listener to claim.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self.unanswered = False
         try:
             # Each read blocks no longer than the deadline, but a server that stalls (or a network that
             # swallows the reply) would hold a command until the socket timeout, 30 s by default.
@@ -114,6 +119,7 @@ class InboxListener:
                 return await self._wait(deadline)
         except TimeoutError:
             self.log(f"inbox {self.inbox}: the server did not answer within {timeout_s:g}s")
+            self.unanswered = True
             return None
 
     async def _wait(self, deadline: float | None) -> Received | None:

@@ -241,6 +241,12 @@ class ProtocolServer:
         bus = await self._connected()
         listener = InboxListener(bus.client, bus.inbox, claim_idle_ms=self.claim_idle_ms, log=bus.log)
         received = await listener.next(request.timeout_seconds)
+        if received is None and listener.unanswered:
+            return _text(
+                f"the bus did not answer within {request.timeout_seconds:g} s (stalled, or the network "
+                "swallows its replies): no directive could be read; wait again later",
+                error=True,
+            )
         if received is None:
             return _text(f"no directive within {request.timeout_seconds:g} s")
         wrong = other_group(bus, received)

@@ -371,8 +371,25 @@ async def test_a_listener_gives_up_at_its_deadline_when_the_server_stops_answeri
         assert await asyncio.wait_for(listener.next(1.0), 20) is None
         assert proxy.dropped.is_set()
         assert logged == ["inbox inbox-stall: the server did not answer within 1s"]
+        assert listener.unanswered
     finally:
         await client.aclose()
+        await proxy.close()
+
+
+async def test_wait_for_directive_says_the_bus_did_not_answer_rather_than_that_no_directive_came(
+    redis_server: RedisProcess, redis_url: str
+) -> None:
+    # it answered "no directive within 1 s", no error: the agent had no way to tell a silent bus
+    proxy = DroppingProxy(redis_server.port)  # the first XREADGROUP's reply, and all after it, never come
+    port = await proxy.start()
+    try:
+        async with session(f"redis://127.0.0.1:{port}/0") as client:
+            result = await call(client, "wait_for_directive", {"timeout_seconds": 1})
+        assert proxy.dropped.is_set()
+        assert result.is_error
+        assert text_of(result).startswith("the bus did not answer within 1 s"), text_of(result)
+    finally:
         await proxy.close()
 
 
