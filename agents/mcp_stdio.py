@@ -151,6 +151,17 @@ class StdinLines:
         return line
 
 
+_REVISION_KEY: Final = "io.modelcontextprotocol/protocolVersion"
+
+
+def _stateless(message: object) -> bool:
+    """Whether ``message`` names its protocol revision itself (in ``params._meta``), as the revisions
+    without an ``initialize`` have every request do."""
+    params = message.get("params") if isinstance(message, dict) else None
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and _REVISION_KEY in meta
+
+
 def _read(fd: int) -> bytes:
     """The next bytes of ``fd`` (b"" at its end), waiting for them also when the descriptor was handed
     over non-blocking (a parent sharing the pipe may leave it so): its ``EAGAIN`` is no end. Its flags
@@ -257,7 +268,7 @@ class ScreenedLines:
     def _premature(self, message: object) -> types.JSONRPCError | None:
         """A request before ``initialize`` (but a ping), which the SDK answers "Invalid request
         parameters" whatever its parameters: the answer says what is wrong instead."""
-        if self._initialized:
+        if self._initialized or _stateless(message):
             return None
         method = _method(message)
         if method in (None, "initialize", "ping"):

@@ -16,6 +16,7 @@ import orjson
 import yaml
 from adapter_kit import CLI, Bus, open_bus, wait_until
 from mcp.client import ClientSession
+from mcp.client.client import Client
 from mcp.client.stdio import stdio_client
 from mcp_kit import AGENT, GROUP_ID, call, server, session, text_of
 
@@ -293,6 +294,22 @@ async def test_wait_for_directive_returns_the_prompt_once(redis_url: str) -> Non
         assert text_of(result) == sent.payload.render()  # type: ignore[union-attr]
         again = await call(client, "wait_for_directive", {"timeout_seconds": 0.2})
         assert text_of(again) == "no directive within 0.2 s"
+
+
+async def test_a_client_of_the_revision_without_initialize_is_served(redis_url: str) -> None:
+    """Revision 2026-07-28 names itself in every request's _meta and sends no initialize: the server
+    answered each request that it came before initialize."""
+    identity = ("--redis-url", redis_url, "--agent-id", AGENT, "--group", GROUP_ID)
+    async with open_bus(redis_url) as bus, Client(server(redis_url, *identity), mode="2026-07-28") as client:
+        assert "wait_for_directive" in {tool.name for tool in (await client.list_tools()).tools}
+        sent = directive("JWT")
+        await Publisher(bus.client, bus.keys).send_directive(sent)
+        result = await client.call_tool("wait_for_directive", {"timeout_seconds": 30})
+        assert not result.is_error
+        assert text_of(result) == sent.payload.render()  # type: ignore[union-attr]
+        await client.call_tool("status", {})  # answered after the directive's reply: acknowledged by now
+        pending = await bus.client.xpending(bus.keys.inbox(bus.keys.shard_of(GROUP_ID), AGENT), "adapter")
+        assert pending["pending"] == 0
 
 
 async def test_a_directive_of_another_group_is_left_for_its_listener(redis_url: str) -> None:
