@@ -260,6 +260,8 @@ def test_a_long_run_of_spaces_in_a_body_with_crlf_lines_is_read_in_linear_time(l
         b"x:\n" + b"  - |\n" * 150_000,  # a block scalar's header on every line
         b"details: |\n" + b"\t\t x: y\n" * 100_000 + b"q:\n\t- a\n",  # tabs in and out of a block
         b"details: " + b"- " * 400_000 + b"|\n",
+        b"details: a: " + b" " * 200_000 + b"x\n",  # a prose field's spaces, tried from every position
+        b"details: a:" + b" " * 200_000 + b"\n",
     ],
 )
 def test_a_body_the_repairs_read_again_is_read_in_linear_time(fields: bytes) -> None:

@@ -317,6 +317,9 @@ def test_prose_fields_with_colons_are_read_as_text() -> None:
     assert item.payload.details == "The database is unreachable: connection refused"
     assert item.payload.completed_work == "step 1: done, it's fine"
     assert item.payload.blocked_work == "the migration:"
+    spaced = only(parse_text(stop(details="x:  \t ", completed_work="a: b \r")))  # the spaces after it
+    assert isinstance(spaced, SignalItem) and isinstance(spaced.payload, StopWork)
+    assert (spaced.payload.details, spaced.payload.completed_work) == ("x:", "a: b")
     still = only(parse_text(stop(details="a: b", completed_work="[unclosed")))  # another error remains
     assert isinstance(still, ErrorItem)
     assert "invalid YAML at line 6" in still.message
