@@ -93,7 +93,10 @@ def _linked(text: str, target: str) -> tuple[str | None, int | None]:
 
 
 def _located(location: str) -> tuple[str | None, int | None]:
-    match = _LOCATION.fullmatch(location) or _spaced(location) or _worded(location)
+    # A URL's colon is its scheme's and its port's, never a line's (``http://localhost:3000/login``); an
+    # anchor or words may still name one (``https://host/repo/blob/main/a.ts#L45``)
+    url = "://" in location
+    match = (None if url else _LOCATION.fullmatch(location) or _spaced(location)) or _worded(location)
     if match is not None:
         path, line = match.group(1), _integer(match.group(2))
         if 1 <= line <= MAX_LINE:

@@ -550,6 +550,10 @@ def test_key_references_split_file_and_line() -> None:
         ("src/a.ts:-" + "9" * 5_000, ("src/a.ts", None)),
         ("src/a.ts line " + "9" * 5_000, ("src/a.ts", None)),
         ("src/my file.ts:" + "9" * 5_000, ("src/my file.ts", None)),
+        # a URL's port is no line: two pages of one server are two places, not the one "file:line"
+        ("http://localhost:3000/login", ("http://localhost:3000/login", None)),
+        ("redis://cache:6379", ("redis://cache:6379", None)),
+        ("https://github.com/o/r/blob/main/src/a.ts#L45", ("https://github.com/o/r/blob/main/src/a.ts", 45)),
         # Markdown links, as Claude writes references: the relative target is the path, #L the line
         ("[src/auth.ts:42](src/auth.ts#L42)", ("src/auth.ts", 42)),
         ("[auth.ts](src/auth.ts#L42)", ("src/auth.ts", 42)),
