@@ -100,7 +100,9 @@ def parse_report(text: str) -> ResultReport:
     for part in labelled:
         builder.add(part)
     if any(t.strip() for _, t in preamble):
-        builder.sections.append(_section(Part("", 2, preamble)))
+        section = _section(Part("", 2, preamble))
+        builder.sections.append(section)
+        builder.tables.extend(section.tables)  # an issue table after `**Summary:** ...` lines
     for part in parts:
         builder.add(part)
     return builder.build()
@@ -165,6 +167,8 @@ class _Builder:
             self.tables.extend(section.tables)
         else:
             handler(self, part)
+            if name not in _OWN_TABLES:  # an issue table under `### Summary`, say, has findings all the same
+                self.tables.extend(parse_tables(part.lines))
 
     def _collect_evidence(self, lines: list[Line]) -> None:
         # each paragraph's lines kept in a list and joined once: a text grown a line at a time is copied
@@ -370,6 +374,9 @@ class _Builder:
             violations=self.violations,
         )
 
+
+_OWN_TABLES: Final = frozenset({"findings", "issues", "key references"})
+"""The sections whose handlers read their tables themselves (a reference table is no issue table)."""
 
 _HANDLERS: Final = {
     "status": _Builder.status_,

@@ -478,6 +478,28 @@ def test_other_sections_preamble_and_duplicates() -> None:
     assert parsed.violations == ["duplicate section '### Summary' (line 14); first one used"]
 
 
+ISSUE_TABLE = (
+    "| ID | Issue | File:Line | Severity | Confidence |\n|----|-------|-----------|----------|------------|\n"
+    "| SEC-001 | Hardcoded JWT secret | src/config/jwt.ts:8 | Critical | 98 |\n"
+)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "## Auditor Result\n**Status:** PARTIAL\n**Summary:** One critical issue.\n\n" + ISSUE_TABLE,
+        "## Auditor Result\n### Status\nPARTIAL\n### Summary\nOne critical issue.\n\n" + ISSUE_TABLE,
+    ],
+    ids=["after-labelled-lines", "in-the-summary"],
+)
+def test_an_issue_table_outside_a_findings_section_has_findings_all_the_same(text: str) -> None:
+    # the README promises an issue table's findings wherever it is: these two were dropped without a word
+    parsed = parse_report(text)
+    assert [(f.id, f.file, f.line, f.severity) for f in parsed.findings] == [
+        ("SEC-001", "src/config/jwt.ts", 8, Severity.CRITICAL)
+    ]
+
+
 def test_error_details_as_a_list() -> None:
     parsed = parse_report(
         report(
