@@ -98,8 +98,13 @@ def decode_body(kind: EnvelopeType, body: bytes, *, indent: int = 0, first_line:
         data = _rescued(text)
         if data is None:
             at = f" at line {first_line - 1 + exc.line}" if exc.line is not None else ""
+            within = (
+                f" ({exc.within[0]} that starts at line {first_line - 1 + exc.within[1]})"
+                if exc.within
+                else ""
+            )
             raise BlockError(
-                f"invalid YAML{at}: {exc.message}{_tabbed(text, exc.line, first_line)}"
+                f"invalid YAML{at}: {exc.message}{within}{_tabbed(text, exc.line, first_line)}"
             ) from None
     if not isinstance(data, dict):
         raise BlockError(f"the body must be a YAML mapping of fields, not {_kind(data)}")

@@ -72,10 +72,15 @@ _Next = Callable[[], Event]
 class YamlError(ProtocolError):
     """The body is not acceptable YAML; ``line`` is 1-based within the loaded text when known."""
 
-    def __init__(self, message: str, line: int | None = None) -> None:
+    def __init__(
+        self, message: str, line: int | None = None, *, within: tuple[str, int] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.line = line
+        self.within = within
+        """What the parser was reading when it met the problem, and its 1-based line, when that is
+        another line: ``("while scanning a quoted scalar", 7)`` for a quote never closed."""
 
     def __str__(self) -> str:
         return f"line {self.line}: {self.message}" if self.line is not None else self.message
@@ -112,7 +117,17 @@ def load_events(
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"
-        raise YamlError(problem, mark.line + 1 if mark is not None else None) from None
+        context = exc.context_mark
+        within = (
+            (exc.context, context.line + 1)
+            if exc.problem
+            and exc.context
+            and context is not None
+            and mark is not None
+            and context.line != mark.line
+            else None
+        )
+        raise YamlError(problem, mark.line + 1 if mark is not None else None, within=within) from None
     except yaml.reader.ReaderError as exc:  # a control character; carries a position, not a mark
         character = exc.character if isinstance(exc.character, str) else chr(exc.character)
         line = text.count("\n", 0, exc.position) + 1

@@ -325,6 +325,13 @@ def test_prose_fields_with_colons_are_read_as_text() -> None:
     assert "invalid YAML at line 6" in still.message
 
 
+def test_a_quote_never_closed_is_named_at_its_line() -> None:
+    # libyaml meets the problem at the end of the body: the line where the quote opened was not said
+    item = only(parse_text(stop(details='"The database password is missing')))
+    assert isinstance(item, ErrorItem)
+    assert item.message.endswith("end of stream (while scanning a quoted scalar that starts at line 6)")
+
+
 def test_yaml_follows_the_1_2_core_schema() -> None:
     loaded = yamlsafe.load(
         "a: no\nb: yes\nc: on\nd: off\ne: true\nf: False\ng: 1:30\nh: 0o17\ni: 010\nj: ~\n"
