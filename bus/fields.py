@@ -120,13 +120,17 @@ def _cut(text: str) -> str:
 SignalTimestamp = Annotated[AwareDatetime, BeforeValidator(_extended)]
 """A :data:`Timestamp` an agent wrote: in ISO 8601's basic format too."""
 
+
 Confidence = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
-"""A confidence score on the protocol's 0-100 scale."""
+"""A confidence score on the protocol's 0-100 scale (a finding's true or false is refused where findings
+are read: :mod:`agents.findings_parse`)."""
 
 
 def _without_percent_sign(value: Any) -> Any:
     if isinstance(value, str) and value.rstrip().endswith("%"):
         return value.rstrip()[:-1].rstrip()
+    if isinstance(value, bool):  # pydantic reads true and false as 1 and 0: a mistake here
+        raise ValueError(f"a number, not {str(value).lower()}")
     return value
 
 

@@ -274,7 +274,13 @@ def test_a_percent_may_carry_its_sign(written: str, percent: float) -> None:
 
 @pytest.mark.parametrize(
     ("written", "message"),
-    [("101%", "less than or equal to 100"), ("half%", "valid number"), ("'%'", "valid number")],
+    [
+        ("101%", "less than or equal to 100"),
+        ("half%", "valid number"),
+        ("'%'", "valid number"),
+        ("true", "a number, not true"),  # pydantic reads it as 1: 1 %
+        ("false", "a number, not false"),
+    ],
 )
 def test_a_percent_with_its_sign_is_still_checked(written: str, message: str) -> None:
     assert signal("[PROGRESS]\nagent_id: a\npercent: 7%\n[/PROGRESS]\n")
