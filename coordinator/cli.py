@@ -252,6 +252,7 @@ From other terminals, or other machines that reach this Redis{where}:
 
 @click.command()
 @POLICY_OPTION
+@HUMAN_KEY_OPTION
 @_METRICS_PORT
 @click.option(
     "--log-json",
@@ -261,7 +262,9 @@ From other terminals, or other machines that reach this Redis{where}:
     help="Log one JSON object per line.",
 )
 @redis_options
-def up(settings: Settings, policy: Policy, metrics_port: int | None, log_json: bool) -> None:
+def up(
+    settings: Settings, policy: Policy, human_key: bytes | None, metrics_port: int | None, log_json: bool
+) -> None:
     """Start everything a single machine needs: Redis (embedded unless --redis-url) and a coordinator.
 
     Prints the URL and the commands that attach adapters from other terminals or machines, then runs
@@ -272,7 +275,7 @@ def up(settings: Settings, policy: Policy, metrics_port: int | None, log_json: b
     _serve(
         settings,
         policy,
-        CoordinatorOptions(),
+        CoordinatorOptions(human_key=human_key),
         burst=False,
         metrics_at=(metrics_port, "127.0.0.1"),
         logs=(log_json, "INFO"),

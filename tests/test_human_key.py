@@ -214,18 +214,19 @@ def test_with_the_key_a_forged_queued_command_neither_shows_as_queued_nor_blocks
     assert [a["answer"] for a in resume["payload"]["answers"]] == ["JWT"]
 
 
+@pytest.mark.parametrize(
+    "command", [["coordinator", "--lease-ttl", "600000"], ["up"]], ids=["coordinator", "up"]
+)
 def test_a_command_a_running_coordinator_dead_letters_says_so_and_exits_1(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, command: list[str]
 ) -> None:
     """Not "queued ... (no decision within 10s)": the coordinator dead-lettered it at once, and it will
-    never be applied."""
+    never be applied. `up`'s coordinator too: it took no key, and applied the agent's forgery."""
     key = tmp_path / "human.key"
     key.write_text("a-key-of-more-than-sixteen-bytes\n")
     _ok(redis_url, "adapter", "stdin", "--agent-id=a1", "--group", GROUP, stdin=CLARIFY)
     env = {**os.environ, "SUBAGENT_BUS_REDIS_URL": redis_url, "SUBAGENT_BUS_HUMAN_KEY_FILE": str(key)}
-    coordinator = subprocess.Popen(
-        [CLI, "coordinator", "--lease-ttl", "600000"], env=env, stderr=subprocess.DEVNULL
-    )
+    coordinator = subprocess.Popen([CLI, *command], env=env, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60  # each look is a process's start: no pause needed between
         while not orjson.loads(_ok(redis_url, "inbox", "--json"))["questions"]:
