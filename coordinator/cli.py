@@ -169,7 +169,9 @@ def _serve(
             keys = await open_namespace(client, settings.namespace, settings.shards)
         else:
             await _check_connections(client, keys.shards)
-        if ready is not None:
+        if ready is not None and logs[0]:  # one JSON object per line: the text is one record's message
+            log.info("%s", ready.rstrip("\n"))
+        elif ready is not None:
             click.echo(ready, err=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

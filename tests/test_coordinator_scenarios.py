@@ -593,3 +593,25 @@ def test_human_commands_that_cannot_apply_are_refused_and_publish_nothing(redis_
     assert "no delegation request 'req-nope' (see `subagent-bus inbox`)" in no_request.stderr
     signals = sb(redis_url, "tail", "--stream", "signals", "--from", "0", "--timeout", "0.5", "--json")
     assert [orjson.loads(line)["type"] for line in signals.splitlines()] == ["STOP_WORK", "RESOLVE"]
+
+
+def test_up_with_log_json_writes_nothing_but_json_lines(tmp_path: Path, redis_url: str) -> None:
+    # its banner was eleven lines of plain text among the JSON records
+    log = tmp_path / "up.log"
+    with log.open("wb") as stderr:
+        up = subprocess.Popen(
+            [CLI, "up", "--redis-url", redis_url, "--log-json"], stdout=subprocess.DEVNULL, stderr=stderr
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "shards in namespace sbus" not in log.read_text():
+            assert time.monotonic() < deadline and up.poll() is None, log.read_text()
+            time.sleep(0.05)  # polling a separate process's log; it has no other signal
+        up.send_signal(signal.SIGINT)
+        assert up.wait(timeout=30) == 0, log.read_text()
+    finally:
+        if up.poll() is None:
+            up.kill()
+    records = [orjson.loads(line) for line in log.read_text().splitlines()]
+    [banner] = [r["message"] for r in records if "subagent-bus is up" in r["message"]]
+    assert f"export SUBAGENT_BUS_REDIS_URL={redis_url} SUBAGENT_BUS_NAMESPACE=sbus" in banner
