@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
+from bus.stop_signals import handled_stop_signals
 from bus.waits import wait_for
 
 __all__ = ["GC_INTERVAL_S", "collect_garbage", "no_collection", "tune_gc"]
@@ -34,9 +36,29 @@ def tune_gc() -> None:
     """Collect once, move everything allocated so far (modules, schemas, settings) out of the collector's
     sight for good (it lives as long as the process), and stop collecting by allocation counts. Call
     once, after start-up; then run :func:`collect_garbage` beside the work."""
-    gc.collect()
+    with _stop_signals_held():
+        gc.collect()
     gc.freeze()
     gc.disable()
+
+
+@contextmanager
+def _stop_signals_held() -> Iterator[None]:
+    """Hold the stop signals that arrive in the block, and deliver them after it. A collection runs the
+    ``__del__`` of what it frees (a connection pool left in a cycle, say), and Python raises Ctrl-C's
+    KeyboardInterrupt in whatever code runs: there it is printed as ignored, and lost (the process went on
+    as if never interrupted). Before the stop signals have handlers of the process's own, that is."""
+    held: list[int] = []
+    previous = {
+        sig: signal.signal(sig, lambda sig, _frame: held.append(sig)) for sig in handled_stop_signals()
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        for number in held:
+            signal.raise_signal(number)
 
 
 async def collect_garbage(stop: asyncio.Event, interval_s: float = GC_INTERVAL_S) -> None:

@@ -44,3 +44,39 @@ def test_the_collector_runs_on_the_clock_not_on_allocations() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+CTRL_C_IN_A_COLLECTION = textwrap.dedent(
+    """
+    import os, signal
+    from coordinator.runtime import tune_gc
+
+    class Pool:  # a connection pool left in a cycle: its __del__ runs in the collection
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, arriving just then
+
+    pool = Pool()
+    pool.self = pool
+    del pool
+    try:
+        tune_gc()
+    except KeyboardInterrupt:
+        print("interrupted")
+    else:
+        print("went on")
+    """
+)
+
+
+def test_a_ctrl_c_during_the_first_collection_interrupts_the_process() -> None:
+    """Raised in the __del__ the collection ran, KeyboardInterrupt was printed as ignored, and lost: `up`
+    went on running as if Ctrl-C had never been pressed."""
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C_IN_A_COLLECTION],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.stdout.strip() == "interrupted", done.stderr
+    assert "Exception ignored" not in done.stderr
