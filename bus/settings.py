@@ -216,7 +216,12 @@ def check_url(url: str) -> None:
         raise ValueError("the Redis URL is empty or has surrounding spaces")
     try:
         scheme = urlsplit(url).scheme.lower()
-    except ValueError:  # its message shows the URL as it is, password and all
+    except ValueError as exc:  # its message shows the URL as it is, password and all
+        if "IPv6" in str(exc):  # a [ or ] not around an IPv6 address
+            raise ValueError(
+                f"{redact(url)!r}: a [ or ] outside an IPv6 host ([::1]:6379), or one not closed: write [ ] "
+                f"in a user name or password as %5B %5D{_ENCODE_HINT}"
+            ) from None
         raise ValueError(
             f"{redact(url)!r}: a character of the user name, password or host reads as / ? # @ or : once "
             f"normalised (NFKC), which makes the URL ambiguous{_ENCODE_HINT}"

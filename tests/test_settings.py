@@ -128,6 +128,15 @@ def test_passwords_are_masked_for_display() -> None:
 
 
 @pytest.mark.parametrize(
+    "url", ["redis://:pa[ss@127.0.0.1:6379/0", "redis://u:p]w@h/0", "redis://[::1:6379/0"]
+)
+def test_a_bracket_outside_an_ipv6_host_is_named_with_its_encoding(url: str) -> None:
+    # it was said to read as / ? # @ or : once normalised, in a URL whose redacted form hid the bracket
+    with pytest.raises(ConfigError, match=r"a \[ or \] outside an IPv6 host .* as %5B %5D"):
+        Settings.from_url(url)
+
+
+@pytest.mark.parametrize(
     "url",
     [
         "redis:u:topsecret@h:6379/0",  # slashes missing
