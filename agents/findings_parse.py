@@ -100,10 +100,8 @@ def _renamed(value: dict[str, Any]) -> dict[str, Any]:
     location, description, file = value.get("location"), value.get("description"), value.get("file")
     no_file = file is None or (isinstance(file, str) and not file.strip())  # a blank one is none either
     place = None
-    if isinstance(location, str) and no_file:
-        place = split_location(location)
-        if place[1] is None and value.get("line") is None and names_no_line(location):
-            raise ValueError(f"location: {quoted(location)} names no line (lines are 1 to {MAX_LINE})")
+    if location is not None:
+        place = _place(location, None if no_file else file, value.get("line"))
     named = isinstance(description, str) and value.get("title") is None
     if (place is None or place[0] is None) and not named:
         return value
@@ -116,6 +114,23 @@ def _renamed(value: dict[str, Any]) -> dict[str, Any]:
     if named:
         value["title"] = value.pop("description")
     return value
+
+
+def _place(location: object, file: object, line: object) -> tuple[str | None, int | None]:
+    """The file and line of a finding's ``location``; ``ValueError`` when it names none, or another file
+    than the ``file`` beside it (which one was meant cannot be told). A ``line`` beside it wins."""
+    if not isinstance(location, str):
+        raise ValueError(f"location: a text (src/a.ts:8), not {type(location).__name__}")
+    place = split_location(location)
+    if place[1] is None and line is None and names_no_line(location):
+        raise ValueError(f"location: {quoted(location)} names no line (lines are 1 to {MAX_LINE})")
+    if place[0] is None:
+        raise ValueError(f"location: {quoted(location)} names no file (a path, and its line: src/a.ts:8)")
+    if file is not None and place[0] != file:
+        raise ValueError(
+            f"location: {quoted(location)} is not in the file {quoted(str(file))}: give one of them"
+        )
+    return place
 
 
 def parse_findings(text: str, agent: str) -> tuple[list[Finding], list[str]]:

@@ -80,6 +80,7 @@ def test_a_location_and_a_description_stand_for_file_line_and_title() -> None:
             line(id="SEC-005", title="Both", file="c.ts", location="d.ts:1"),
             line(id="SEC-006", title="Prose", location="the login handler"),
             line(id="SEC-007", title="Blank file", file=" ", location="src/e.ts:3"),  # a blank one is none
+            line(id="SEC-008", title="Same file", file="f.ts", location="f.ts:9"),
         ]
     )
     findings, errors = parse_findings(text, "x")
@@ -88,11 +89,12 @@ def test_a_location_and_a_description_stand_for_file_line_and_title() -> None:
         ("SEC-002", "Verbose errors", "src/a.ts", 14),  # a line of its own wins
         ("SEC-003", "Whole file", "src/b.ts", None),
         ("SEC-007", "Blank file", "src/e.ts", 3),
+        ("SEC-008", "Same file", "f.ts", 9),
     ]
     assert errors == [  # `findings add` refuses what is no finding's field
         "line 4: field 'description': Extra inputs are not permitted",
-        "line 5: field 'location': Extra inputs are not permitted",
-        "line 6: field 'location': Extra inputs are not permitted",
+        "line 5: location: 'd.ts:1' is not in the file 'c.ts': give one of them",
+        "line 6: location: 'the login handler' names no file (a path, and its line: src/a.ts:8)",
     ]
 
 
