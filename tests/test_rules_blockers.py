@@ -22,6 +22,7 @@ from bus.results import ResultStatus
 from bus.signals import StopWork
 from coordinator.policy import Policy
 from coordinator.rules import Target, summarize
+from coordinator.state import GroupVerdict
 
 AGENT = "bg-task-def456"
 
@@ -304,6 +305,22 @@ def test_the_same_dated_stop_again_after_its_resolution_is_a_recap() -> None:
     feed.send(HumanRecover(option=RecoveryOption.SKIP_AND_CONTINUE), AGENT)
     assert feed.send(stop_dependency(at="2026-01-11T10:15:00-05:00"), AGENT).rejected is not None
     assert feed.state.agents[AGENT].blocker is None
+
+
+def test_a_resolved_stop_quoted_after_the_agent_completed_is_a_recap_not_a_blocker_left_open() -> None:
+    """Quoted in its final report, a signal block ends the report: the stop comes after the completion.
+    It was kept as a blocker unresolved, and a settled group turned from continue to review."""
+    feed = Feed()
+    feed.send(stop_dependency(), AGENT)
+    feed.send(HumanResolve(resolution="Ran npm install"), AGENT)
+    feed.send(completion(AGENT), AGENT)
+    assert feed.state.status is GroupVerdict.CONTINUE
+    late = feed.send(stop_dependency(), AGENT)
+    assert late.rejected is not None and "the same stop was resolved before" in late.rejected
+    assert (feed.state.status, feed.state.agents[AGENT].violations) == (GroupVerdict.CONTINUE, ())
+    other = feed.send(stop_dependency(at="2026-01-11T11:15:00-05:00"), AGENT)  # one never resolved: kept
+    assert other.rejected is None
+    assert [d.detail for d in decisions(other)][-1].startswith("review")  # the group's status again
 
 
 def test_a_second_stop_keeps_the_first_open_with_it_until_one_resolution_settles_both() -> None:

@@ -118,11 +118,13 @@ def _still_open(record: AgentRecord, stop: StopWork) -> tuple[StopWork, ...]:
 
 def on_late_stop(step: Step) -> None:
     """A STOP_WORK from an agent whose outcome is decided (completed or failed): a completion is one
-    more report of it, anything else a blocker left unresolved."""
+    more report of it, a recap of a stop it was resolved on is rejected (quoted in its final report, it
+    comes after it), anything else a blocker left unresolved."""
     stop = step.payload(StopWork)
     if stop.stop_reason is StopReason.COMPLETION:
         _stop_as_completion(step, stop)
         return
+    refuse_recap(step.agent(step.envelope.agent_id), stop)
     unresolved(step, step.envelope.agent_id, stop)
     report_group(step, step.envelope.agent_id)
 
