@@ -297,7 +297,7 @@ class GroupState(Model):
             total=len(counted),
             completed=len(done),
             failed=sum(a.state in failing and a.agent_id not in done for a in counted),
-            active=sum(a.state in ACTIVE_STATES for a in counted),
+            active=sum(a.state in ACTIVE_STATES and a.agent_id not in done for a in counted),
         )
 
     def completed_earlier(self, attempt: AgentRecord) -> AgentRecord | None:

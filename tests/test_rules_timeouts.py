@@ -144,6 +144,15 @@ def test_a_lost_agent_that_completes_after_its_retry_was_lost_too_completes_the_
     assert status.startswith("continue")
 
 
+def test_work_a_slow_first_attempt_completed_is_not_counted_active_for_its_retry_still_running() -> None:
+    # "1/1 completed, 0 failed, 1 active": the one piece of work counted twice
+    feed = Feed(POLICY)
+    _lost_and_retried(feed)
+    feed.send(completion(AGENT), AGENT, at=1001)  # slow, not gone: its retry still runs
+    progress = feed.state.progress
+    assert (progress.total, progress.completed, progress.failed, progress.active) == (1, 1, 0, 0)
+
+
 def test_a_slow_first_attempt_that_completes_with_a_blocker_open_is_reviewed() -> None:
     """Its outcome is the work's once its retry failed: so is the blocker it left unresolved."""
     feed = Feed(POLICY)
