@@ -92,6 +92,21 @@ class IdWindow(Model):
             return envelope_id in chunks[-1]
         return newest - len(chunks) < seq < newest
 
+    def holds(self, envelope_id: str, last: int) -> bool:
+        """Whether ``envelope_id`` is among the window's ``last`` newest ids. A window holds up to
+        ``CHUNK - 1`` ids more than its limit, and one read back from storage exactly the limit: a
+        duplicate is one among the last ``limit`` applied ids, wherever batches were cut and whether the
+        state was reloaded meanwhile, not one the chunks happen to hold still."""
+        if last <= 0 or envelope_id not in self:
+            return False
+        chunks = self.chunks
+        index, newest, total = _indexed(self, chunks)
+        if total <= last:
+            return True
+        # every chunk but the newest is full: the id's place counts the chunks before its own
+        at = len(chunks) - 1 - (newest - index.chunk_of[envelope_id])
+        return total - (at * IdWindow.CHUNK + chunks[at].index(envelope_id)) <= last
+
     def add(self, envelope_id: str, limit: int) -> IdWindow:
         """A new window that also holds ``envelope_id``; ``self`` is unchanged."""
         return self.extend((envelope_id,), limit)

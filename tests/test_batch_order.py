@@ -13,12 +13,14 @@ from rules_kit import T0, Feed, stream_id
 
 from bus.envelope import encode, new_envelope
 from bus.events import AgentStarted, Tick
+from bus.findings import Finding
 from bus.keys import Keys, StreamKind
 from bus.signals import Progress
 from coordinator.batch import Batch, target_streams
 from coordinator.commit import Commit
 from coordinator.policy import Policy
 from coordinator.state import GroupState
+from coordinator.window import IdWindow
 
 KEYS = Keys("order", 1)
 POLICY = Policy(heartbeat_timeout_seconds=120, lost_timeout_seconds=900)
@@ -69,15 +71,21 @@ def test_a_tick_whose_time_is_not_its_entry_s_changes_nothing(entry_id: bytes, r
 
 
 def _applied_in_batches(
-    entries: list[tuple[bytes, bytes]], size: int
+    entries: list[tuple[bytes, bytes]], size: int, policy: Policy = POLICY, *, reloaded: bool = False
 ) -> tuple[list[bytes], dict[str, GroupState]]:
-    """``entries`` applied in batches of ``size`` as a shard loop applies them: what was emitted, the states."""
+    """``entries`` applied in batches of ``size`` as a shard loop applies them: what was emitted, the
+    states. ``reloaded``: each batch's states as read back from storage, their windows the last ids only."""
     states: dict[str, GroupState] = {}
     ticked_at, emitted = None, []
     for start in range(0, len(entries), size):
         commit = Commit("lease", KEYS.stream(0, StreamKind.SIGNALS), "version")
         dead = KEYS.stream(0, StreamKind.DEAD)
-        batch = Batch(0, KEYS, POLICY, target_streams(KEYS, 0), dead, commit, states, {}, ticked_at)
+        if reloaded:
+            limit = policy.idempotency_window
+            for gid, state in states.items():
+                ids = [i for chunk in state.window.chunks for i in chunk][-limit:]
+                states[gid] = state.model_copy(update={"window": IdWindow().extend(ids, limit)})
+        batch = Batch(0, KEYS, policy, target_streams(KEYS, 0), dead, commit, states, {}, ticked_at)
         for entry_id, data in entries[start : start + size]:
             batch.add(entry_id, data, 1, 5)
         assert batch.dead == []
@@ -108,3 +116,28 @@ def test_where_the_batches_are_cut_changes_nothing() -> None:
     results = [_applied_in_batches(entries, size) for size in (1, 2, 3, 7, 100)]
     assert all(result == results[0] for result in results[1:])
     assert any(b"timed_out" in data for data in results[0][0])  # the ticks did time agents out
+
+
+@pytest.mark.parametrize(("newer", "copies"), [(4, 1), (5, 2)], ids=["within", "past"])
+def test_a_duplicate_at_the_edge_of_the_window_is_dropped_or_applied_wherever_the_batches_are_cut(
+    newer: int, copies: int
+) -> None:
+    """A window holds up to a chunk's worth of ids more than its limit in memory, and exactly the limit
+    read back from storage: a duplicate just past the limit was dropped or applied again depending on
+    where batches were cut and on a reload. It is one among the last ``idempotency_window`` ids."""
+    policy = POLICY.model_copy(update={"idempotency_window": 5})
+    first = encode(
+        new_envelope(Finding(title="the-repeated-one"), agent_id="a", group_id="g", id="dup", ts=T0)
+    )
+    entries = [(stream_id(T0), first)]
+    for n in range(newer):
+        later = new_envelope(Progress(agent_id="a", percent=2 + n), agent_id="a", group_id="g", ts=T0)
+        entries.append((stream_id(T0 + timedelta(milliseconds=n + 1)), encode(later)))
+    entries.append((stream_id(T0 + timedelta(seconds=1)), first))
+    results = [
+        _applied_in_batches(entries, size, policy, reloaded=reloaded)[0]
+        for size in (1, 2, 3, 100)
+        for reloaded in (False, True)
+    ]
+    assert all(result == results[0] for result in results[1:])
+    assert sum(b"the-repeated-one" in data for data in results[0]) == copies, results[0]  # its copies

@@ -47,6 +47,11 @@ def test_windows_extended_from_any_version_match_a_plain_list(
         assert len(window) == sum(map(len, chunks))
         held = {i for chunk in chunks for i in chunk}
         assert {i for i in every if i in window} == held
+        flat = [i for chunk in chunks for i in chunk]
+        for last in (0, 1, limit - 1, limit, limit + 1):
+            assert {i for i in every if window.holds(i, last)} == set(
+                flat[max(0, len(flat) - last) :] if last else []
+            )
 
 
 @settings(max_examples=60, deadline=None)

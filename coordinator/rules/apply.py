@@ -112,7 +112,9 @@ def apply(
     if run is None:
         run = Run()
     envelope_id = envelope.id
-    if envelope_id in state.window or envelope_id in run.ids:
+    if (envelope_id in run.ids or envelope_id in state.window) and _seen(
+        state, run, envelope_id, policy.idempotency_window
+    ):  # the first test alone for the new ids, all but a few
         return Outcome(state, [], duplicate=True)
     step = Step(state, envelope, policy, run, arrived)
     try:
@@ -131,6 +133,15 @@ def apply(
     if alone:  # the state is the run's own (finish made it), and the run ends here
         change(outcome.state, {"window": outcome.state.window.add(envelope_id, policy.idempotency_window)})
     return outcome
+
+
+def _seen(state: GroupState, run: Run, envelope_id: str, limit: int) -> bool:
+    """Whether ``envelope_id`` is among the last ``limit`` ids applied to the group: the run's, then
+    those of the state's window before them."""
+    ids = run.ids
+    if envelope_id in ids:
+        return limit >= len(ids) or envelope_id in list(ids)[-limit:]  # a window smaller than a run: rare
+    return state.window.holds(envelope_id, limit - len(ids))
 
 
 def _run(step: Step) -> None:
