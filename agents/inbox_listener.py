@@ -130,27 +130,43 @@ class InboxListener:
                 if await self._retrying(functools.partial(self._still_ours, found), deadline):
                     return found
                 self.log(
-                    f"inbox {self.inbox}: entry {found.delivery.entry_id} was taken by another listener "
-                    f"while this one was held up (over {self.claim_idle_ms} ms): left to it"
+                    f"inbox {self.inbox}: entry {found.delivery.entry_id} was taken by another reader (a "
+                    f"listener or a delivering adapter) while this one was held up: left to it"
                 )
             left = _remaining(deadline)
             if left is not None and left <= 0:
                 return None
 
     async def _still_ours(self, received: Received) -> bool:
-        """Whether no other listener has taken the directive since this one did. One held up past
+        """Whether no other reader has taken the directive since this listener did. One held up past
         ``claim_idle_ms`` between reading it and handing it out (a process paused, an event loop busy)
-        loses it to the next listener, which delivers it: handing it out as well would deliver it twice.
-        Every listener is the consumer ``listen``, so a claim shows only in the entry's delivery count.
-        The count is read and the entry refreshed in one transaction: after a yes, no other listener can
-        take it for ``claim_idle_ms``."""
+        loses it to the next listener, or to a delivering adapter, which delivers it: handing it out as
+        well would deliver it twice. Every listener is the consumer ``listen``, so a listener's claim
+        shows only in the entry's delivery count. When the entry is still this listener's, it is
+        refreshed by an ``XCLAIM`` whose own idle check fails if another reader took it meanwhile (its
+        claim made the entry younger than the idle time read): after a yes, no other listener can take
+        it for ``claim_idle_ms``. The entry or the inbox deleted meanwhile: the directive is no one else's."""
         entry = received.delivery.entry_id
-        with translated():
-            pipe = self.client.pipeline(transaction=True)
-            pipe.xpending_range(self.inbox, GROUP, min=entry, max=entry, count=1)
-            pipe.xclaim(self.inbox, GROUP, CONSUMER, 0, [entry], justid=True)
-            pending, _ = await pipe.execute()
-        return bool(pending) and int(pending[0]["times_delivered"]) == received.delivery.deliveries
+        try:
+            with translated():
+                pending: list[Any] = await self.client.xpending_range(
+                    self.inbox, GROUP, min=entry, max=entry, count=1
+                )
+                if not pending:
+                    return False  # acknowledged by the reader that took it, or deleted
+                mine = as_text(pending[0]["consumer"]) == CONSUMER
+                if not mine or int(pending[0]["times_delivered"]) != received.delivery.deliveries:
+                    return False
+                idle = int(pending[0]["time_since_delivered"])
+                if await self.client.xclaim(self.inbox, GROUP, CONSUMER, idle, [entry], justid=True):
+                    return True
+                # not claimed: another reader took it meanwhile, or it was deleted from the stream (which
+                # the claim drops from the pending list): the directive in hand is then no one else's
+                return not await self.client.xrange(self.inbox, min=entry, max=entry, count=1)
+        except CommandFailed as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            return True
 
     async def ack(self, received: Received) -> None:
         """Acknowledge a directive once it has been handed to the agent."""

@@ -185,6 +185,50 @@ async def test_a_directive_taken_from_a_listener_held_up_past_the_claim_idle_tim
 
         monkeypatch.setattr(held_up, "_step", held)
         assert await held_up.next(0) is None
-        assert any("was taken by another listener while this one was held up" in s for s in said), said
+        assert any("was taken by another reader (a listener or a delivering adapter)" in s for s in said), (
+            said
+        )
         monkeypatch.undo()
         assert await held_up.next(0) is None  # the other has it: nothing for this one now either
+
+
+async def test_a_directive_a_delivering_adapter_took_from_a_held_up_listener_stays_the_adapter_s(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check refreshed the entry to ``listen`` whatever it found: taken back from the adapter that
+    delivered it, it was claimed by a listener two seconds later and delivered a second time."""
+    async with open_bus(redis_url) as bus:
+        inbox = await _inbox(bus)
+        await _send(bus, "once")
+        held_up = InboxListener(bus.client, inbox, log=lambda _: None)
+        step = held_up._step
+
+        async def held(remaining: float | None) -> Received | None:
+            found = await step(remaining)
+            if found is not None:  # held up now: an adapter's delivery takes the entry over
+                await bus.client.xclaim(inbox, GROUP, "an-adapter", 0, [found.delivery.entry_id])
+            return found
+
+        monkeypatch.setattr(held_up, "_step", held)
+        assert await held_up.next(0) is None
+        [entry] = await bus.client.xpending_range(inbox, GROUP, min="-", max="+", count=10)
+        assert entry["consumer"] in (b"an-adapter", "an-adapter")
+
+
+async def test_a_directive_whose_inbox_was_deleted_while_it_was_handed_out_is_handed_out(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_bus(redis_url) as bus:
+        inbox = await _inbox(bus)
+        await _send(bus, "kept")
+        listener = InboxListener(bus.client, inbox, log=lambda _: None)
+        step = listener._step
+
+        async def deleted(remaining: float | None) -> Received | None:
+            found = await step(remaining)
+            if found is not None:
+                await bus.client.delete(inbox)
+            return found
+
+        monkeypatch.setattr(listener, "_step", deleted)
+        assert _answer(await listener.next(0)) == "kept"
