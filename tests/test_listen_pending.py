@@ -5,6 +5,7 @@ rather than waited for, and ``next(0)`` makes exactly one poll."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -159,6 +160,21 @@ async def test_a_stale_entry_dead_lettered_on_take_over_keeps_nothing_back(redis
         assert [fields[b"entry_id"].decode() for _, fields in dead] == [bad]
 
 
+def _meanwhile(
+    monkeypatch: pytest.MonkeyPatch, listener: InboxListener, then: Callable[[Received], Awaitable[None]]
+) -> None:
+    """``listener`` held up each time it has taken a directive, before it hands it out: ``then`` runs."""
+    step = listener._step
+
+    async def held(remaining: float | None) -> Received | None:
+        found = await step(remaining)
+        if found is not None:
+            await then(found)
+        return found
+
+    monkeypatch.setattr(listener, "_step", held)
+
+
 @pytest.mark.parametrize("acknowledged", [True, False], ids=["delivered", "delivering"])
 async def test_a_directive_taken_from_a_listener_held_up_past_the_claim_idle_time_is_not_handed_out_by_it(
     redis_url: str, monkeypatch: pytest.MonkeyPatch, acknowledged: bool
@@ -171,19 +187,15 @@ async def test_a_directive_taken_from_a_listener_held_up_past_the_claim_idle_tim
         await _send(bus, "once")
         said: list[str] = []
         held_up, other = InboxListener(bus.client, inbox, log=said.append), InboxListener(bus.client, inbox)
-        step = held_up._step
 
-        async def held(remaining: float | None) -> Received | None:
-            found = await step(remaining)
-            if found is not None:  # held up now, for longer than the claim idle time
-                await _idle(bus, inbox, CONSUMER, found.delivery.entry_id, A_DEAD_LISTENERS)
-                taken = await other.next(0)
-                assert _answer(taken) == "once"
-                if acknowledged and taken is not None:
-                    await other.ack(taken)
-            return found
+        async def taken_over(found: Received) -> None:  # held up for longer than the claim idle time
+            await _idle(bus, inbox, CONSUMER, found.delivery.entry_id, A_DEAD_LISTENERS)
+            taken = await other.next(0)
+            assert _answer(taken) == "once"
+            if acknowledged and taken is not None:
+                await other.ack(taken)
 
-        monkeypatch.setattr(held_up, "_step", held)
+        _meanwhile(monkeypatch, held_up, taken_over)
         assert await held_up.next(0) is None
         assert any("was taken by another reader (a listener or a delivering adapter)" in s for s in said), (
             said
@@ -201,15 +213,11 @@ async def test_a_directive_a_delivering_adapter_took_from_a_held_up_listener_sta
         inbox = await _inbox(bus)
         await _send(bus, "once")
         held_up = InboxListener(bus.client, inbox, log=lambda _: None)
-        step = held_up._step
 
-        async def held(remaining: float | None) -> Received | None:
-            found = await step(remaining)
-            if found is not None:  # held up now: an adapter's delivery takes the entry over
-                await bus.client.xclaim(inbox, GROUP, "an-adapter", 0, [found.delivery.entry_id])
-            return found
+        async def delivering(found: Received) -> None:  # an adapter's delivery takes the entry over
+            await bus.client.xclaim(inbox, GROUP, "an-adapter", 0, [found.delivery.entry_id])
 
-        monkeypatch.setattr(held_up, "_step", held)
+        _meanwhile(monkeypatch, held_up, delivering)
         assert await held_up.next(0) is None
         [entry] = await bus.client.xpending_range(inbox, GROUP, min="-", max="+", count=10)
         assert entry["consumer"] in (b"an-adapter", "an-adapter")
@@ -222,13 +230,9 @@ async def test_a_directive_whose_inbox_was_deleted_while_it_was_handed_out_is_ha
         inbox = await _inbox(bus)
         await _send(bus, "kept")
         listener = InboxListener(bus.client, inbox, log=lambda _: None)
-        step = listener._step
 
-        async def deleted(remaining: float | None) -> Received | None:
-            found = await step(remaining)
-            if found is not None:
-                await bus.client.delete(inbox)
-            return found
+        async def deleted(_found: Received) -> None:
+            await bus.client.delete(inbox)
 
-        monkeypatch.setattr(listener, "_step", deleted)
+        _meanwhile(monkeypatch, listener, deleted)
         assert _answer(await listener.next(0)) == "kept"
