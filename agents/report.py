@@ -36,6 +36,7 @@ from agents.markdown import (
 from agents.titles import STATUS, key, label, labelled_parts, section_key
 from bus.display import quoted
 from bus.errors import ProtocolError
+from bus.findings import Finding
 from bus.results import (
     ConfidenceJustification,
     ConfidenceReport,
@@ -102,7 +103,7 @@ def parse_report(text: str) -> ResultReport:
     if any(t.strip() for _, t in preamble):
         section = _section(Part("", 2, preamble))
         builder.sections.append(section)
-        builder.tables.extend(section.tables)  # an issue table after `**Summary:** ...` lines
+        builder.fallback.extend(section.tables)  # an issue table after `**Summary:** ...` lines
     for part in parts:
         builder.add(part)
     return builder.build()
@@ -145,7 +146,10 @@ class _Builder:
         self.root_cause: str | None = None
         self.recovery: list[str] = []
         self.violations: list[str] = []
-        self.tables: list[Table] = []  # every table, searched for findings
+        self.tables: list[Table] = []  # every table of the sections, searched for findings
+        self.fallback: list[Table] = []
+        """The tables before the first section and in the summary: searched for findings only when the
+        others have none (a summary's table of the findings repeats the ones of ``### Findings``)."""
         self.evidence: dict[str, str] = {}
         self.seen: set[str] = set()
 
@@ -167,8 +171,8 @@ class _Builder:
             self.tables.extend(section.tables)
         else:
             handler(self, part)
-            if name not in _OWN_TABLES:  # an issue table under `### Summary`, say, has findings all the same
-                self.tables.extend(parse_tables(part.lines))
+            if name == "summary":
+                self.fallback.extend(parse_tables(part.lines))
 
     def _collect_evidence(self, lines: list[Line]) -> None:
         # each paragraph's lines kept in a list and joined once: a text grown a line at a time is copied
@@ -349,19 +353,19 @@ class _Builder:
         except ValidationError as exc:  # what the checks above miss is an error too, never a crash
             raise ReportError(describe_errors(exc)) from None
 
+    def _findings(self, score: float | None) -> list[Finding]:
+        found = findings(self.tables, self.agent, self.evidence, self.violations, score)
+        if found or not self.fallback:
+            return found
+        return findings(self.fallback, self.agent, self.evidence, self.violations, score)
+
     def _report(self, confidence: ConfidenceReport | None) -> ResultReport:
         return ResultReport(
             agent=self.agent,
             status=self.status,
             summary=self.summary,
             sections=self.sections,
-            findings=findings(
-                self.tables,
-                self.agent,
-                self.evidence,
-                self.violations,
-                confidence.score if confidence is not None else None,
-            ),
+            findings=self._findings(confidence.score if confidence is not None else None),
             key_references=self.references,
             confidence=confidence,
             issues=self.issues,
@@ -374,9 +378,6 @@ class _Builder:
             violations=self.violations,
         )
 
-
-_OWN_TABLES: Final = frozenset({"findings", "issues", "key references"})
-"""The sections whose handlers read their tables themselves (a reference table is no issue table)."""
 
 _HANDLERS: Final = {
     "status": _Builder.status_,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from agents.cells import split_location
@@ -497,6 +499,17 @@ def test_an_issue_table_outside_a_findings_section_has_findings_all_the_same(tex
     parsed = parse_report(text)
     assert [(f.id, f.file, f.line, f.severity) for f in parsed.findings] == [
         ("SEC-001", "src/config/jwt.ts", 8, Severity.CRITICAL)
+    ]
+
+
+@pytest.mark.parametrize("name", ["report_summary_table.md", "report_tables_elsewhere.md"])
+def test_tables_that_repeat_the_findings_section_s_rows_add_no_findings(name: str) -> None:
+    """A summary's table of the findings, and per-finding tables under Confidence or Next Steps, name the
+    findings of ### Findings again: read as issue tables, each finding counted twice, or as a bogus one."""
+    parsed = parse_report((Path(__file__).parent / "data" / name).read_text())
+    assert [(f.id, f.file, f.line) for f in parsed.findings] == [
+        ("SEC-001", "src/config/jwt.ts", 8),
+        ("SEC-002", "src/db/users.ts", 42),
     ]
 
 
