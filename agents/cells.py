@@ -55,6 +55,7 @@ _NOT_A_LINE: Final = re.compile(r"(?::L?|#L|\s\(?(?:lines?\s*|L))(-\d+|0+|\d{10,
 """A line number no file has, in any form :func:`_located` reads (``:0``, ``line 0``, ``#L99999999999``)."""
 
 
+_URL: Final = re.compile(r"[A-Za-z][\w+.-]*://\S*")
 _LINK: Final = re.compile(r"\[([^\]]*+)\]\(\s*+<?+([^)\s>]*+)>?+(?:\s++\"[^\"]*+\")?+\s*+\)")
 """``[text](path "title")``; possessive, so that a run of spaces is never split every way (quadratic)."""
 _ANCHOR: Final = re.compile(r"#L(\d+)(?:-L?\d+)?$")
@@ -94,8 +95,9 @@ def _linked(text: str, target: str) -> tuple[str | None, int | None]:
 
 def _located(location: str) -> tuple[str | None, int | None]:
     # A URL's colon is its scheme's and its port's, never a line's (``http://localhost:3000/login``); an
-    # anchor or words may still name one (``https://host/repo/blob/main/a.ts#L45``)
-    url = "://" in location
+    # anchor may still name one (``https://host/repo/blob/main/a.ts#L45``). Only a cell that is a URL:
+    # ``src/db/users.ts:42 (https://cwe.mitre.org/...)`` is a file and its line.
+    url = _URL.fullmatch(location) is not None
     match = (None if url else _LOCATION.fullmatch(location) or _spaced(location)) or _worded(location)
     if match is not None:
         path, line = match.group(1), _integer(match.group(2))

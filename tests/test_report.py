@@ -589,6 +589,8 @@ def test_key_references_split_file_and_line() -> None:
         ("http://localhost:3000/login", ("http://localhost:3000/login", None)),
         ("redis://cache:6379", ("redis://cache:6379", None)),
         ("https://github.com/o/r/blob/main/src/a.ts#L45", ("https://github.com/o/r/blob/main/src/a.ts", 45)),
+        ("src/db/users.ts:42 (https://cwe.mitre.org/data/89.html)", ("src/db/users.ts", 42)),  # a URL beside
+        ("src/config.ts:12 (redis://cache:6379)", ("src/config.ts", 12)),
         # Markdown links, as Claude writes references: the relative target is the path, #L the line
         ("[src/auth.ts:42](src/auth.ts#L42)", ("src/auth.ts", 42)),
         ("[auth.ts](src/auth.ts#L42)", ("src/auth.ts", 42)),
