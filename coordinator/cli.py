@@ -16,6 +16,7 @@ import redis.asyncio
 from bus.cli_connection import redis_options, run_command
 from bus.connection import Client, connect, translated
 from bus.errors import ConfigError, NamespaceMissing
+from bus.human_key import KEY_FILE_ENV
 from bus.keys import DEFAULT_SHARDS, open_namespace
 from bus.logs import setup_logging
 from bus.metrics import Metrics
@@ -242,7 +243,7 @@ _ATTACH = """\
 subagent-bus is up: Redis at {url}, namespace {ns}, a coordinator in this terminal.
 
 From other terminals, or other machines that reach this Redis{where}:
-  export SUBAGENT_BUS_REDIS_URL={url} SUBAGENT_BUS_NAMESPACE={ns}
+  export SUBAGENT_BUS_REDIS_URL={url} SUBAGENT_BUS_NAMESPACE={ns}{key}
   subagent-bus adapter watch OUTPUT_FILE --agent-id ID --group GROUP   # a background agent's output file
   subagent-bus adapter run --agent-id ID --group GROUP -- COMMAND ...  # wrap an agent command
   subagent-bus launcher --command 'claude -p {{prompt}}'                 # start approved delegations
@@ -281,13 +282,18 @@ def up(
         burst=False,
         metrics_at=(metrics_port, "127.0.0.1"),
         logs=(log_json, "INFO"),
-        ready=_attach(settings, local=click.get_current_context().params.get("redis_url") is None),
+        ready=_attach(
+            settings,
+            local=click.get_current_context().params.get("redis_url") is None,
+            keyed=human_key is not None,
+        ),
     )
 
 
-def _attach(settings: Settings, *, local: bool) -> str:
+def _attach(settings: Settings, *, local: bool, keyed: bool) -> str:
     """What ``up`` prints once it is up: the password of a URL given shown as ``***`` (terminals are
-    logged and shared), so the export line says to put it back."""
+    logged and shared), so the export line says to put it back; with a human key, that every coordinator
+    and person needs it (a coordinator without it applies forged human commands on its shards)."""
     url = settings.display_url()
     if local:
         where = (
@@ -298,7 +304,13 @@ def _attach(settings: Settings, *, local: bool) -> str:
         where = " (put the password in place of ***)"
     else:
         where = ""
-    return _ATTACH.format(url=url, ns=settings.namespace, where=where)
+    key = (
+        f"\n  export {KEY_FILE_ENV}=KEY_FILE  # the key given to up: for every coordinator and person's "
+        "command, never an agent"
+        if keyed
+        else ""
+    )
+    return _ATTACH.format(url=url, ns=settings.namespace, where=where, key=key)
 
 
 commands: list[click.Command] = [

@@ -503,12 +503,19 @@ def test_up_runs_a_coordinator_until_interrupted(tmp_path: Path, redis_url: str)
 
 def test_up_shows_a_given_urls_password_as_stars() -> None:
     given = Settings.from_url("redis://ops:s3cret-pw@redis.example:6380/0")
-    text = _attach(given, local=False)
+    text = _attach(given, local=False, keyed=False)
     assert "s3cret-pw" not in text
     assert "export SUBAGENT_BUS_REDIS_URL=redis://ops:***@redis.example:6380/0 " in text
     assert "(put the password in place of ***)" in text and "./.subagent-bus/" not in text
-    local = _attach(Settings.from_url("redis://127.0.0.1:7000/0"), local=True)
+    local = _attach(Settings.from_url("redis://127.0.0.1:7000/0"), local=True, keyed=False)
     assert "./.subagent-bus/ listens on 127.0.0.1 only" in local and "in place of ***" not in local
+    assert "SUBAGENT_BUS_HUMAN_KEY_FILE" not in text + local
+
+
+def test_up_with_a_human_key_says_every_coordinator_needs_it() -> None:
+    # the banner's `subagent-bus coordinator`, run as printed, applied forged answers on its shards
+    text = _attach(Settings.from_url("redis://127.0.0.1:7000/0"), local=True, keyed=True)
+    assert "export SUBAGENT_BUS_HUMAN_KEY_FILE=KEY_FILE  # the key given to up: for every coordinator" in text
 
 
 def _groups(url: str) -> list[dict[str, Any]]:
