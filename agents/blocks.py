@@ -213,7 +213,8 @@ def _prose_quoted(line: str) -> str:
     if key is None:
         return line
     value = line[key.end() :].removesuffix("\r").rstrip(" \t")
-    if ": " not in value and ":\t" not in value and not value.endswith(":"):
+    rest = value[1:]  # a value that starts with ": " is no prose written as a field, but YAML's error
+    if ": " not in rest and ":\t" not in rest and not rest.endswith(":"):
         return line
     return f"{key.group()}'{value.replace(chr(39), chr(39) * 2)}'"
 

@@ -217,7 +217,7 @@ def check_url(url: str) -> None:
     try:
         scheme = urlsplit(url).scheme.lower()
     except ValueError as exc:  # its message shows the URL as it is, password and all
-        if "IPv6" in str(exc):  # a [ or ] not around an IPv6 address
+        if "IPv" in str(exc):  # a [ or ] not around an IP address ("Invalid IPv6 URL", "IPvFuture ...")
             raise ValueError(
                 f"{redact(url)!r}: a [ or ] outside an IPv6 host ([::1]:6379), or one not closed: write [ ] "
                 f"in a user name or password as %5B %5D{_ENCODE_HINT}"

@@ -111,6 +111,7 @@ def _own_group(ctx: click.Context, param: click.Parameter, group: str | None) ->
 @click.option(
     "--group-id",
     default=None,
+    callback=not_blank,
     help="For inbox:AGENT: the agent's task group, to read its shard only (needed with --group).",
 )
 @click.option(

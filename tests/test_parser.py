@@ -320,6 +320,8 @@ def test_prose_fields_with_colons_are_read_as_text() -> None:
     spaced = only(parse_text(stop(details="x:  \t ", completed_work="a: b \r")))  # the spaces after it
     assert isinstance(spaced, SignalItem) and isinstance(spaced.payload, StopWork)
     assert (spaced.payload.details, spaced.payload.completed_work) == ("x:", "a: b")
+    colon = only(parse_text(stop(details=": the db is down")))  # no prose field: YAML's own error
+    assert isinstance(colon, ErrorItem) and "invalid YAML" in colon.message
     still = only(parse_text(stop(details="a: b", completed_work="[unclosed")))  # another error remains
     assert isinstance(still, ErrorItem)
     assert "invalid YAML at line 6" in still.message

@@ -128,7 +128,8 @@ def test_passwords_are_masked_for_display() -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["redis://:pa[ss@127.0.0.1:6379/0", "redis://u:p]w@h/0", "redis://[::1:6379/0"]
+    "url",
+    ["redis://:pa[ss@127.0.0.1:6379/0", "redis://u:p]w@h/0", "redis://[::1:6379/0", "redis://:pw@[vz]:1/0"],
 )
 def test_a_bracket_outside_an_ipv6_host_is_named_with_its_encoding(url: str) -> None:
     # it was said to read as / ? # @ or : once normalised, in a URL whose redacted form hid the bracket

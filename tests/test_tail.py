@@ -180,6 +180,7 @@ def test_a_bad_stream_is_a_usage_error(redis_url: str, stream: str) -> None:
         (["--from", "-1"], "--from"),
         (["--from", "18446744073709551616-0"], "--from"),
         (["--group", ""], "--group"),
+        (["--stream", "inbox:a", "--group", "g", "--group-id", ""], "--group-id"),
     ],
 )
 def test_bad_start_ids_and_empty_group_names_are_usage_errors(
