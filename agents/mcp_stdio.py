@@ -198,8 +198,9 @@ class _Screened:
 def _screen(line: str) -> _Screened:
     """Check ``line`` as far as no state of the session is needed. Run in a worker thread: each check
     parses the whole line (up to :data:`MAX_LINE_BYTES`, seconds of work for one of millions of tiny
-    objects), and the event loop must go on meanwhile, keeping fresh the directive a wait holds (else
-    another listener takes it after ``--claim-idle-ms`` and it is delivered twice) and answering pings."""
+    objects), and the event loop should go on meanwhile, keeping fresh the directive a wait holds (else
+    another listener takes it after ``--claim-idle-ms`` and it is delivered twice). It does between the
+    checks written in Python; the SDK's validator holds the interpreter while it runs (README, "MCP")."""
     text = line.removesuffix("\n")  # or a JSON error's position would be on a line 2
     rejected = rejection(text)
     mended = (
