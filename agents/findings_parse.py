@@ -95,28 +95,26 @@ def finding_of(value: Any, agent: str, ignored: list[str] | None = None) -> Find
 
 
 def _renamed(value: dict[str, Any]) -> dict[str, Any]:
-    """``value`` with a ``location`` that names a file as ``file`` and ``line`` (when it has no file),
-    and a ``description`` as the ``title`` it lacks. Anything else stays as it is."""
+    """``value`` with its ``location`` as ``file`` and ``line`` (:func:`_place`), and a ``description``
+    as the ``title`` it lacks. Anything else stays as it is."""
     location, description, file = value.get("location"), value.get("description"), value.get("file")
     no_file = file is None or (isinstance(file, str) and not file.strip())  # a blank one is none either
-    place = None
-    if location is not None:
-        place = _place(location, None if no_file else file, value.get("line"))
     named = isinstance(description, str) and value.get("title") is None
-    if (place is None or place[0] is None) and not named:
+    if location is None and not named:
         return value
     value = dict(value)
-    if place is not None and place[0] is not None:
+    if location is not None:
+        path, line = _place(location, None if no_file else file, value.get("line"))
         del value["location"]
-        value["file"] = place[0]
-        if value.get("line") is None and place[1] is not None:
-            value["line"] = place[1]
+        value["file"] = path
+        if value.get("line") is None and line is not None:
+            value["line"] = line
     if named:
         value["title"] = value.pop("description")
     return value
 
 
-def _place(location: object, file: object, line: object) -> tuple[str | None, int | None]:
+def _place(location: object, file: object, line: object) -> tuple[str, int | None]:
     """The file and line of a finding's ``location``; ``ValueError`` when it names none, or another file
     than the ``file`` beside it (which one was meant cannot be told). A ``line`` beside it wins."""
     if not isinstance(location, str):
@@ -124,13 +122,14 @@ def _place(location: object, file: object, line: object) -> tuple[str | None, in
     place = split_location(location)
     if place[1] is None and line is None and names_no_line(location):
         raise ValueError(f"location: {quoted(location)} names no line (lines are 1 to {MAX_LINE})")
-    if place[0] is None:
+    path, number = place
+    if path is None:
         raise ValueError(f"location: {quoted(location)} names no file (a path, and its line: src/a.ts:8)")
-    if file is not None and place[0] != file:
+    if file is not None and path != file:
         raise ValueError(
             f"location: {quoted(location)} is not in the file {quoted(str(file))}: give one of them"
         )
-    return place
+    return path, number
 
 
 def parse_findings(text: str, agent: str) -> tuple[list[Finding], list[str]]:

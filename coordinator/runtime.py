@@ -50,7 +50,7 @@ def _stop_signals_held() -> Iterator[None]:
     as if never interrupted). Before the stop signals have handlers of the process's own, that is."""
     held: list[int] = []
     previous = {
-        sig: signal.signal(sig, lambda sig, _frame: held.append(sig)) for sig in handled_stop_signals()
+        sig: signal.signal(sig, lambda number, _frame: held.append(number)) for sig in handled_stop_signals()
     }
     try:
         yield
