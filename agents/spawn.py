@@ -67,6 +67,15 @@ def file_stem(agent_id: str) -> str:
     return safe
 
 
+def started_mark(log_dir: Path, request: LaunchRequest, group_id: str) -> Path:
+    """The mark of a request whose agent was started, kept until its acknowledgement is done: a launcher
+    that reads the request again (the one that started it was killed before acknowledging it) does not
+    start it a second time. Named after the group and agent too: two groups' agents can make requests of
+    one id (a delegation's hashes its signal and its agent's id)."""
+    name = file_stem(f"{group_id}\n{request.request_id}\n{request.new_agent_id}")
+    return log_dir / f"{name}{_STARTED_SUFFIX}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Spawner:
     """Starts agents for one launcher: where their prompts, logs and pid files go, and how they reach
@@ -95,11 +104,9 @@ class Spawner:
         (``--idle-file``)."""
         return self.log_dir / f"{file_stem(agent_id)}{_IDLE_SUFFIX}"
 
-    def started_file(self, request_id: str) -> Path:
-        """The mark of a request whose agent was started, kept until its acknowledgement is done: a
-        launcher that reads the request again (the one that started it was killed before acknowledging
-        it) does not start it a second time."""
-        return self.log_dir / f"{file_stem(request_id)}{_STARTED_SUFFIX}"
+    def started_file(self, request: LaunchRequest, group_id: str) -> Path:
+        """The request's :func:`started_mark` in this launcher's log directory."""
+        return started_mark(self.log_dir, request, group_id)
 
     def command(
         self, request: LaunchRequest, group_id: str, prompt_file: Path, prompt: str
@@ -187,7 +194,7 @@ class Spawner:
         )
         try:
             record(self.pid_file(request.new_agent_id), orphan)
-            self.started_file(request.request_id).touch()
+            self.started_file(request, group_id).touch()
         except OSError as exc:  # the agent runs: not a reason to start it again
             log.warning(
                 f"{exc}: a launcher started after this one is killed will not count this agent, and may "

@@ -22,7 +22,15 @@ from typing import Final
 
 from bus.errors import ConfigError
 
-__all__ = ["KEY_FILE_ENV", "MIN_KEY_BYTES", "SIGNATURE_FIELD", "read_key", "signature", "signature_problem"]
+__all__ = [
+    "KEY_FILE_ENV",
+    "MIN_KEY_BYTES",
+    "SIGNATURE_FIELD",
+    "fingerprint",
+    "read_key",
+    "signature",
+    "signature_problem",
+]
 
 SIGNATURE_FIELD: Final = b"sig"
 KEY_FILE_ENV: Final = "SUBAGENT_BUS_HUMAN_KEY_FILE"
@@ -53,6 +61,15 @@ def read_key(path: Path) -> bytes:
 def signature(key: bytes, data: bytes) -> bytes:
     """The ``sig`` field of an entry whose ``data`` is ``data``."""
     return hmac.new(key, data, hashlib.sha256).hexdigest().encode()
+
+
+def fingerprint(key: bytes | None) -> str:
+    """What a coordinator shows the others of its namespace of its key (``key-`` and 12 hex digits of an
+    HMAC, which does not give the key away), or ``no-key``: coordinators that disagree about the key would
+    apply forged commands on some shards and refuse them on others."""
+    if key is None:
+        return "no-key"
+    return "key-" + hmac.new(key, b"subagent-bus coordinators", hashlib.sha256).hexdigest()[:12]
 
 
 def signature_problem(key: bytes, data: bytes, fields: Sequence[tuple[bytes, bytes]]) -> str | None:

@@ -170,6 +170,8 @@ def _serve(
             keys = await open_namespace(client, settings.namespace, settings.shards)
         else:
             await _check_connections(client, keys.shards)
+        coordinator = Coordinator(client, keys, policy, options, metrics)
+        await coordinator.join(burst=burst)  # before it says it is up
         if ready is not None and logs[0]:  # one JSON object per line: the text is one record's message
             log.info("%s", ready.rstrip("\n"))
         elif ready is not None:
@@ -178,7 +180,6 @@ def _serve(
         loop = asyncio.get_running_loop()
         for sig in handled_stop_signals():
             loop.add_signal_handler(sig, _on_signal, stop, sig)
-        coordinator = Coordinator(client, keys, policy, options, metrics)
         log.info("coordinator %s: %d shards in namespace %s", options.name, keys.shards, keys.namespace)
         collector = asyncio.create_task(collect_garbage(stop))
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import uuid
 from collections.abc import Awaitable
@@ -19,7 +20,8 @@ from typing import Any, TypeVar
 from bus import wire
 from bus.connection import Client, as_text, translated
 from bus.consumer import DELETED_REASON
-from bus.errors import BusError
+from bus.errors import BusError, ConfigError
+from bus.human_key import fingerprint
 from bus.keys import Keys, StreamKind
 from bus.waits import wait_for
 
@@ -88,21 +90,31 @@ end
 return pruned
 """
 
-# KEYS[1]: the members set; ARGV: member, ttl in ms, and 'leave' to unregister. Returns the live count.
+# KEYS[1]: the members set; ARGV: member, ttl in ms, 'join' (register or renew), 'look' (register nothing)
+# or 'leave' (unregister), and the human key's fingerprint, which ends every member's name. Returns the
+# live count and a live member whose name ends with another fingerprint (false when none does).
 MEMBERS_SCRIPT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if ARGV[3] == 'leave' then
   redis.call('ZREM', KEYS[1], ARGV[1])
-else
+elseif ARGV[3] == 'join' then
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 end
-return redis.call('ZCARD', KEYS[1])
+local mine = ':' .. ARGV[4]
+for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  if string.sub(member, -#mine) ~= mine then
+    return {redis.call('ZCARD', KEYS[1]), member}
+  end
+end
+return {redis.call('ZCARD', KEYS[1]), false}
 """
 
 
 T = TypeVar("T")
+
+log = logging.getLogger("subagent_bus.coordinator")
 
 
 def fair_share(shards: int, members: Any) -> int:
@@ -127,11 +139,15 @@ class Leases:
     shard's reads and commits); the others, called from outside a shard loop, use a pipe of their own.
     """
 
-    def __init__(self, client: Client, keys: Keys, *, name: str, ttl_ms: int, prune_idle_ms: int) -> None:
+    def __init__(
+        self, client: Client, keys: Keys, *, name: str, ttl_ms: int, prune_idle_ms: int, key_mark: str
+    ) -> None:
         self.client = client
         self.keys = keys
         self.name = name
-        self.member = f"{name}:{uuid.uuid4().hex[:12]}"
+        self.key_mark = key_mark
+        """The human key's fingerprint (:func:`bus.human_key.fingerprint`), which ends the member's name."""
+        self.member = f"{name}:{uuid.uuid4().hex[:12]}:{key_mark}"
         """This process in the members set: two processes given one ``--name`` count as two live ones,
         and split the shards like any two."""
         self.ttl_ms = ttl_ms
@@ -142,6 +158,7 @@ class Leases:
         self._claim = wire.Script(CLAIM_SCRIPT)
         self._prune = wire.Script(PRUNE_SCRIPT)
         self._members_key = members_key(keys)
+        self._disagreeing: str | None = None
 
     def key(self, shard: int) -> str:
         """The shard's lease key."""
@@ -237,14 +254,53 @@ class Leases:
         stream = self.keys.stream(shard, StreamKind.SIGNALS)
         return int(await self._run(self._prune, pipe, [stream], group, self.prune_idle_ms))
 
+    async def join(self, *, register: bool) -> int:
+        """Check that every live coordinator holds this one's human key, or none as this one does (a
+        :class:`~bus.errors.ConfigError` otherwise, and this process not registered); register it as live
+        if ``register``. The number of live coordinators."""
+        count, other = await self._heartbeat("join" if register else "look")
+        if other is not None:
+            await self.leave()
+            raise ConfigError(self._disagreement(other))
+        return count
+
     async def heartbeat(self) -> int:
-        """Register this process as live for a TTL; the number of live coordinators."""
-        return int(await self._run(self._members, None, [self._members_key], self.member, self.ttl_ms))
+        """Register this process as live for a TTL; the number of live coordinators. A live one whose human
+        key differs from this one's (started by an older version, which does not check) is logged as an
+        error once."""
+        count, other = await self._heartbeat("join")
+        if other is not None and other != self._disagreeing:
+            log.error("%s", self._disagreement(other))
+        self._disagreeing = other
+        return count
+
+    async def _heartbeat(self, mode: str) -> tuple[int, str | None]:
+        keys = [self._members_key]
+        count, other = await self._run(
+            self._members, None, keys, self.member, self.ttl_ms, mode, self.key_mark
+        )
+        return int(count), (as_text(other) if other is not None else None)
+
+    def _disagreement(self, other: str) -> str:
+        mark, keyless = other.rsplit(":", 1)[-1], fingerprint(None)
+        mine = "no human key" if self.key_mark == keyless else "a human key"
+        if mark == keyless:
+            theirs = "no human key"
+        elif mark.startswith("key-"):
+            theirs = "a human key" if self.key_mark == keyless else "another human key"
+        else:
+            theirs = "no fingerprint of its human key (an older version)"
+        return (
+            f"the live coordinator {other!r} of namespace {self.keys.namespace} runs with {theirs}, this one "
+            f"with {mine}: give every coordinator of a namespace the same --human-key-file, or none (one "
+            "without it applies forged human commands on its shards). A coordinator that was killed holds "
+            f"its place for up to {self.ttl_ms / 1000:g} s."
+        )
 
     async def leave(self) -> None:
         """Unregister this process, so the others take their larger share at once."""
         with contextlib.suppress(BusError):
-            await self._run(self._members, None, [self._members_key], self.member, 0, "leave")
+            await self._run(self._members, None, [self._members_key], self.member, 0, "leave", self.key_mark)
 
     async def _run(
         self, script: wire.Script, pipe: wire.Pipe | None, keys: list[str], *args: str | bytes | int

@@ -21,6 +21,7 @@ from bus.connection import Client, check_block, translated
 from bus.envelope import encode, new_envelope
 from bus.errors import BusError, CommandFailed, DecodeError
 from bus.events import Tick
+from bus.human_key import fingerprint
 from bus.keys import Keys, StreamKind
 from bus.metrics import Metrics
 from bus.waits import wait_for
@@ -104,15 +105,28 @@ class Coordinator:
             name=options.name,
             ttl_ms=options.lease_ttl_ms,
             prune_idle_ms=options.prune_idle_ms,
+            key_mark=fingerprint(options.human_key),
         )
+        self._joined = False
 
     @property
     def owned(self) -> list[int]:
         return [s.index for s in self._shards if s.owned]
 
+    async def join(self, *, burst: bool = False) -> None:
+        """Check that every live coordinator of the namespace holds this one's human key, or none as this
+        one does (a :class:`~bus.errors.ConfigError` otherwise); register this process as live, unless
+        ``burst``. :meth:`run` does it first, if it was not done."""
+        if not self._joined:
+            count = await self._leases.join(register=not burst)
+            if not burst:
+                self._share = fair_share(self.keys.shards, count)
+            self._joined = True
+
     async def run(self, *, stop: asyncio.Event | None = None, burst: bool = False) -> int:
         """Run until ``stop`` is set (or, with ``burst``, until every shard is drained); entries applied."""
         stop = stop or asyncio.Event()
+        await self.join(burst=burst)
         for shard in self._shards:
             await self._ensure_group(shard.index, starting=True)
         try:

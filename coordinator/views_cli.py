@@ -80,7 +80,9 @@ HUMAN_KEY_OPTION = click.option(
     show_envvar=True,
     callback=_read_human_key,
     help='The key human commands are signed with (README "Security"): the people\'s commands sign with it, '
-    "and a coordinator given it applies only human commands signed with it. Keep it out of agents' reach.",
+    "and a coordinator given it applies only human commands signed with it (every coordinator of a namespace "
+    "needs the same key, or none: one does not start beside another that disagrees). Keep it out of agents' "
+    "reach.",
 )
 
 

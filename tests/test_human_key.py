@@ -237,3 +237,30 @@ def test_a_command_a_running_coordinator_dead_letters_says_so_and_exits_1(
     finally:
         coordinator.kill()
         coordinator.wait()
+
+
+def test_a_coordinator_without_the_key_does_not_start_beside_one_with_it(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """It would apply an agent's forged commands on the shards it took; nor does ``up`` say it is up."""
+    key = tmp_path / "human.key"
+    key.write_text("a-key-of-more-than-sixteen-bytes\n")
+    env = {**os.environ, "SUBAGENT_BUS_REDIS_URL": redis_url, "SUBAGENT_BUS_HUMAN_KEY_FILE": str(key)}
+    keyed = subprocess.Popen([CLI, "coordinator", "--name", "keyed"], env=env, stderr=subprocess.DEVNULL)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        deadline = time.monotonic() + 60
+        while not client.zcard("sbus:coordinators"):
+            assert keyed.poll() is None and time.monotonic() < deadline, "the keyed coordinator never joined"
+        for command in (["coordinator", "--burst"], ["coordinator"], ["up"]):
+            done = _cli(redis_url, *command)
+            assert done.returncode == 1, (command, done.stdout, done.stderr)
+            assert "the live coordinator 'keyed:" in done.stderr, done.stderr
+            assert "runs with a human key, this one with no human key" in done.stderr, done.stderr
+            assert "is up" not in done.stdout + done.stderr
+        assert client.zcard("sbus:coordinators") == 1  # none of them stayed a member
+        _ok(redis_url, "coordinator", "--burst", key=key)  # with the key, it runs
+    finally:
+        client.close()
+        keyed.kill()
+        keyed.wait()

@@ -11,10 +11,22 @@ from adapter_kit import open_bus, stream_fields
 from test_launcher import GROUP, request, template
 
 from agents.launcher import Launcher, LauncherOptions
-from agents.spawn import Spawner
-from bus.directives import LaunchRequest
+from agents.spawn import Spawner, started_mark
+from bus.directives import LaunchReason, LaunchRequest
+from bus.envelope import new_envelope
 from bus.keys import StreamKind, dead_stream_for
+from bus.publisher import Publisher
 from bus.settings import Settings
+
+
+def _mark(tmp_path: Path, group_id: str, request_id: str, agent_id: str) -> Path:
+    """The mark a launcher killed after it started the agent and before it acknowledged the request left."""
+    launch = LaunchRequest(
+        request_id=request_id, new_agent_id=agent_id, reason=LaunchReason.DELEGATION, task="t"
+    )
+    mark = started_mark(tmp_path / "logs", launch, group_id)
+    mark.parent.mkdir(exist_ok=True)
+    return mark
 
 
 def options(tmp_path: Path, tpl: str, **more: object) -> LauncherOptions:
@@ -63,8 +75,7 @@ async def test_a_request_a_killed_launcher_started_is_not_dead_lettered_when_rea
         tasks = bus.stream(GROUP, StreamKind.TASKS)
         await bus.client.xgroup_create(tasks, "launchers", id="0")
         assert await bus.client.xreadgroup("launchers", "killed-launcher", {tasks: ">"}, count=1)
-        mark = tmp_path / "logs" / "req-1.started"
-        mark.parent.mkdir()
+        mark = _mark(tmp_path, GROUP, "req-1", "agent-1")
         mark.touch()  # what the killed launcher left
         more = {"burst": True, "reclaim_idle_ms": 1, "max_attempts": 3 if expired else 1}
         tpl = template("complete")
@@ -73,5 +84,35 @@ async def test_a_request_a_killed_launcher_started_is_not_dead_lettered_when_rea
         )
         assert await asyncio.wait_for(launcher.run(asyncio.Event()), 60) == 0
         assert await stream_fields(bus.client, dead_stream_for(tasks)) == []
+        assert (await bus.client.xpending(tasks, "launchers"))["pending"] == 0
+    assert not mark.exists()
+
+
+async def test_a_mark_stands_for_its_own_group_s_request_not_another_s_of_the_same_id(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Two groups' requests of one id (a delegation's id hashes its signal and its agent's id only): the
+    mark of the one the killed launcher started does not stand for the other, which is started."""
+    async with open_bus(redis_url) as bus:
+        streams: set[str] = set()
+        for group, agent in (("other-group-1", "agent-2"), (GROUP, "agent-1")):  # one shard, read in order
+            launch = LaunchRequest(
+                request_id="req-1", new_agent_id=agent, reason=LaunchReason.DELEGATION, task="scan"
+            )
+            envelope = new_envelope(launch, agent_id="auditor", group_id=group)
+            await Publisher(bus.client, bus.keys).publish(envelope, StreamKind.TASKS)
+            streams.add(bus.stream(group, StreamKind.TASKS))
+        [tasks] = streams
+        await bus.client.xgroup_create(tasks, "launchers", id="0")
+        assert await bus.client.xreadgroup("launchers", "killed-launcher", {tasks: ">"})
+        mark = _mark(tmp_path, GROUP, "req-1", "agent-1")
+        mark.touch()  # the killed launcher started agent-1 only
+        tpl = template("complete")
+        more = {"burst": True, "reclaim_idle_ms": 1}
+        launcher = Launcher(
+            bus.client, bus.keys, Settings.from_url(redis_url), options(tmp_path, tpl, **more)
+        )
+        assert await asyncio.wait_for(launcher.run(asyncio.Event()), 60) == 1
+        assert sorted(p.name for p in (tmp_path / "logs").glob("*.log")) == ["agent-2.log"]
         assert (await bus.client.xpending(tasks, "launchers"))["pending"] == 0
     assert not mark.exists()

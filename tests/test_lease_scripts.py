@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import pytest
 from workers.kit import connected
 
+from bus.errors import ConfigError
+from bus.human_key import fingerprint
 from bus.keys import Keys, StreamKind
-from coordinator.lease import CLAIM_SCRIPT, PRUNE_SCRIPT, RENEW_SCRIPT, Leases, fair_share
+from coordinator.lease import CLAIM_SCRIPT, PRUNE_SCRIPT, RENEW_SCRIPT, Leases, fair_share, members_key
 
 KEYS = Keys("lease", 8)
 SHARD = 3
 STREAM = KEYS.stream(SHARD, StreamKind.SIGNALS)
 DEAD = KEYS.stream(SHARD, StreamKind.DEAD)
 LEASE = KEYS.state(SHARD, "lease")
+
+
+def _leases(client: Any, name: str, key: bytes | None = None) -> Leases:
+    return Leases(client, KEYS, name=name, ttl_ms=60_000, prune_idle_ms=1, key_mark=fingerprint(key))
 
 
 async def _consumers(client: Any) -> dict[str, int]:
@@ -85,9 +93,46 @@ async def test_renew_extends_only_its_own_lease_and_retakes_only_a_free_one(bus_
 async def test_two_processes_of_one_name_are_two_members(bus_url: str) -> None:
     """Two coordinators given one ``--name`` split the shards: one of them held them all."""
     async with connected(bus_url) as client:
-        first, second = (Leases(client, KEYS, name="same", ttl_ms=60_000, prune_idle_ms=1) for _ in range(2))
+        first, second = (_leases(client, "same") for _ in range(2))
         assert await first.heartbeat() == 1
         assert await second.heartbeat() == 2
         assert fair_share(KEYS.shards, await first.heartbeat()) == 4
         await second.leave()
         assert await first.heartbeat() == 1
+
+
+async def test_coordinators_that_disagree_about_the_human_key_do_not_run_side_by_side(
+    bus_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One without the key would apply forged human commands on the shards it holds: it does not start
+    beside one with the key, nor one with another key; the same key joins, without one joins without one."""
+    async with connected(bus_url) as client:
+        keyed = _leases(client, "keyed", b"k" * 32)
+        assert await keyed.join(register=True) == 1
+        for newcomer, register, theirs, mine in (
+            (_leases(client, "keyless"), True, "a human key", "no human key"),
+            (_leases(client, "burst"), False, "a human key", "no human key"),  # a --burst run
+            (_leases(client, "other", b"o" * 32), True, "another human key", "a human key"),
+        ):
+            with pytest.raises(ConfigError) as refused:
+                await newcomer.join(register=register)
+            assert str(refused.value).startswith(
+                f"the live coordinator {keyed.member!r} of namespace lease runs with {theirs}, "
+                f"this one with {mine}: give every coordinator of a namespace the same --human-key-file"
+            )
+            assert await keyed.heartbeat() == 1  # the refused one is not a member
+        assert await _leases(client, "same", b"k" * 32).join(register=True) == 2
+
+        await client.zadd(members_key(KEYS), {"old:0123456789ab": 2**52})  # a version without the check
+        with caplog.at_level(logging.ERROR, logger="subagent_bus.coordinator"):
+            assert await keyed.heartbeat() == 3
+            assert await keyed.heartbeat() == 3
+        [logged] = [r.getMessage() for r in caplog.records]
+        assert "'old:0123456789ab' of namespace lease runs with no fingerprint of its human key" in logged
+
+
+async def test_coordinators_without_the_key_join_each_other(bus_url: str) -> None:
+    async with connected(bus_url) as client:
+        assert await _leases(client, "one").join(register=True) == 1
+        assert await _leases(client, "two").join(register=True) == 2
+        assert await _leases(client, "burst").join(register=False) == 2
