@@ -29,6 +29,7 @@ from agents.watch_checkpoint import advanced, due
 from agents.watched_file import (
     Checkpoint,
     canonical,
+    check_sized,
     checkpoint_key,
     directory_of,
     fingerprints,
@@ -85,6 +86,8 @@ class FileWatch:
         self._vanished = False
         self._directory: str | None = None
         self._finishing = False
+        self._unopened: str | None = None
+        """Why the file that replaced the one read could not be opened, as said last."""
 
     def finish(self) -> None:
         """Read the file to its end, publish all of it (waiting for Redis as long as that takes), then
@@ -328,19 +331,30 @@ class FileWatch:
             return False  # not a file (yet): as if deleted, until a file is there again
         mine = os.fstat(self._fd)
         if (at_path.st_dev, at_path.st_ino) != (mine.st_dev, mine.st_ino):
-            try:
-                fd = open_file(self.path)
-            except OSError:
-                return False
-            await self._drain()
-            if self.options.until_complete and self.checkpoint.completion_report:
-                os.close(fd)
-                return True  # it completed in what was drained: nothing more to follow
-        elif not self._same_output(self._fd):
-            fd = self._fd
-        else:
+            return await self._replaced()
+        if self._same_output(self._fd):
             return False
-        await self._switch(fd)
+        await self._switch(self._fd)
+        return True
+
+    async def _replaced(self) -> bool:
+        """Another file took the path: the one read is read to its end, then the new one is followed (read
+        on when it holds every byte read so far); whether it was."""
+        try:
+            fd = open_file(self.path)
+        except OSError as exc:  # not readable by this user, say: the output may go on there
+            if str(exc) != self._unopened:
+                self.bus.warn(f"{exc}: still reading the file it replaced, and trying again")
+                self._unopened = str(exc)
+            return False
+        self._unopened = None
+        await self._drain()
+        if self.options.until_complete and self.checkpoint.completion_report:
+            os.close(fd)  # it completed in what was drained: nothing more to follow
+        elif self._same_output(fd):
+            await self._read_on(fd)
+        else:
+            await self._switch(fd)
         return True
 
     async def _drain(self) -> None:
@@ -352,11 +366,24 @@ class FileWatch:
             self._last = last_bytes(self._last, chunk)
             await self._publish(self.stream.feed(chunk), force=False)
 
+    async def _read_on(self, fd: int) -> None:
+        """Read on in ``fd``, a new file at the path that holds every byte read so far (the output written
+        anew and renamed over the old file, an editor's save): the same output, so a block or report it
+        left open is still open."""
+        assert self._fd is not None and self.stream is not None
+        os.close(self._fd)
+        self._fd = fd
+        self._directory = directory_of(fd, self.path)
+        os.lseek(fd, self.stream.fed, os.SEEK_SET)
+        await self._publish([], force=True)  # the checkpoint names the new file
+
     async def _switch(self, fd: int) -> None:
         """Follow ``fd``, another output than the one read so far, from its start. What the old one
         leaves open (a report at its end, a block, a last line without its newline) ends with it, as at
         the end of the agent's output."""
         assert self.stream is not None
+        if fd == self._fd:  # truncated, by its size
+            check_sized(fd, self.path)
         await self._publish(self.stream.close(), force=True)
         self._adopt(fd, initial=False)
         await self._publish([], force=True)

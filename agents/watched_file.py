@@ -29,6 +29,7 @@ from bus.waits import backoff, wait_for
 __all__ = [
     "Checkpoint",
     "canonical",
+    "check_sized",
     "checkpoint_key",
     "directory_of",
     "fingerprints",
@@ -246,3 +247,18 @@ def open_file(path: Path, pipe_hint: str = _PIPE_HINT) -> int:
     if stat.S_ISDIR(mode):
         raise OSError(f"cannot read {path}: it is a directory, not a file")
     raise OSError(f"cannot read {path}: it is a pipe or a device, not a regular file ({pipe_hint})")
+
+
+def check_sized(fd: int, path: Path) -> None:
+    """Refuse (``OSError``) a file whose size stays 0 while it is read (a ``/proc`` or ``/sys`` file, some
+    FUSE files): its size is what tells a truncation from more output, and each read would look like one."""
+    if os.fstat(fd).st_size:
+        return
+    at = os.lseek(fd, 0, os.SEEK_CUR)
+    os.lseek(fd, 0, os.SEEK_SET)
+    if os.read(fd, 1) and not os.fstat(fd).st_size:
+        raise OSError(
+            f"cannot follow {path}: it does not report its size (a /proc or /sys file?), so its truncation "
+            "cannot be told from more output; pipe it into `subagent-bus adapter stdin`"
+        )
+    os.lseek(fd, at, os.SEEK_SET)
