@@ -19,7 +19,7 @@ from bus.errors import ConfigError
 from bus.keys import open_namespace
 from bus.metrics import LauncherMetrics
 from bus.ops import Ops, ops_options
-from bus.params import MILLISECONDS, FiniteFloatRange
+from bus.params import MILLISECONDS, FiniteFloatRange, process_name
 from bus.settings import Settings
 from bus.stop_signals import handled_stop_signals
 
@@ -96,7 +96,7 @@ def _make_directory(path: Path, option: str) -> None:
 @click.option(
     "--max-parallel", default=4, show_default=True, type=click.IntRange(min=1), help="Agents running at once."
 )
-@click.option("--name", help="Consumer name of this launcher (default: host and pid).")
+@click.option("--name", callback=process_name, help="Consumer name of this launcher (default: host and pid).")
 @click.option(
     "--burst",
     is_flag=True,

@@ -7,7 +7,9 @@ from typing import Any, Final
 
 import click
 
-__all__ = ["COUNT", "MILLISECONDS", "FiniteFloatRange", "not_blank"]
+from bus.display import has_control
+
+__all__ = ["COUNT", "MILLISECONDS", "FiniteFloatRange", "not_blank", "process_name"]
 
 
 MAX_SECONDS: Final = 1e9
@@ -42,4 +44,13 @@ def not_blank(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     mistake, not a value."""
     if value is not None and not value.strip():
         raise click.BadParameter("must not be blank")
+    return value
+
+
+def process_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A click callback: a process's name (``--name``, its consumer name) is neither blank nor holds a
+    control character: it goes into log lines and the server's consumer lists."""
+    value = not_blank(ctx, param, value)
+    if value is not None and has_control(value):
+        raise click.BadParameter("must not contain control characters (a newline, a tab...)")
     return value

@@ -21,7 +21,7 @@ from bus.keys import DEFAULT_SHARDS, open_namespace
 from bus.logs import setup_logging
 from bus.metrics import Metrics
 from bus.ops import serve_metrics
-from bus.params import FiniteFloatRange
+from bus.params import FiniteFloatRange, process_name
 from bus.settings import Settings
 from bus.stop_signals import handled_stop_signals
 from coordinator.demo import demo
@@ -47,7 +47,11 @@ _METRICS_PORT = click.option(
 
 
 @click.command("coordinator")
-@click.option("--name", help="Consumer name of this process (default: random). Names may change on restart.")
+@click.option(
+    "--name",
+    callback=process_name,
+    help="Consumer name of this process (default: random). Names may change on restart.",
+)
 @POLICY_OPTION
 @click.option("--burst", is_flag=True, help="Apply everything pending, then exit (for scripts and tests).")
 @click.option(

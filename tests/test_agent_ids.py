@@ -61,3 +61,16 @@ def test_a_good_id_is_taken_as_it_is() -> None:
     result = CliRunner().invoke(main, ["prompt", "--agent-id", "bg-task-abc123", "-"], input="A task.\n")
     assert result.exit_code == 0, result.output
     assert "agent_id: bg-task-abc123" in result.output
+
+
+@pytest.mark.parametrize("command", [["coordinator"], ["launcher", "--command", "agent {prompt}"]])
+@pytest.mark.parametrize(
+    ("name", "message"), [("", "must not be blank"), ("a\nb", "must not contain control characters")]
+)
+def test_a_process_name_that_is_blank_or_holds_a_control_character_is_a_usage_error(
+    command: list[str], name: str, message: str
+) -> None:
+    """Not the default name in its place, nor a line break in the log lines and consumer lists."""
+    result = CliRunner().invoke(main, [*command, "--name", name], env={"SUBAGENT_BUS_REDIS_URL": DEAD_URL})
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '--name': {message}" in result.output

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from adapter_kit import open_bus, wait_until
 
-from agents import watch
 from agents.adapter import AgentBus, connect_bus
 from agents.watch import FileWatch, WatchOptions
+from agents.watched_file import open_file
 from bus.envelope import EnvelopeType as T
 from bus.settings import Settings
 
@@ -86,7 +86,6 @@ async def test_a_replacement_it_cannot_open_is_said_once_and_tried_again(
     without a word while the adapter read on in the old file."""
     out = tmp_path / "agent.out"
     out.write_text(PROGRESS.format(10))
-    opened = watch.open_file
     refusals = 0
 
     def not_yet(path: Path) -> int:
@@ -94,11 +93,11 @@ async def test_a_replacement_it_cannot_open_is_said_once_and_tried_again(
         if refusals < 3:
             refusals += 1
             raise OSError(f"cannot read {path}: Permission denied")
-        return opened(path)
+        return open_file(path)
 
     async with open_bus(redis_url) as reader, _watching(redis_url, out) as (follower, said):
         await wait_until(lambda: reader.has(GROUP, T.PROGRESS), 20, "the first progress")
-        monkeypatch.setattr(watch, "open_file", not_yet)
+        monkeypatch.setattr("agents.watch.open_file", not_yet)
         new = _renamed_over(out, PROGRESS.format(10) + PROGRESS.format(20))
 
         async def switched() -> bool:
