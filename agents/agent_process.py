@@ -3,7 +3,7 @@ of its own (the terminal's signals reach the adapter, which passes them on once,
 to do about them), and, on Linux, sent SIGTERM when the adapter dies, even by SIGKILL, rather than run on
 unread as an orphan. An adapter that stops running for it while it runs (it failed, or gave up publishing)
 ends it with SIGTERM, and SIGKILL only after :data:`STOP_GRACE_S`, reading its output meanwhile
-(:func:`stop_agent`).
+(:func:`stop_agent`). Every signal the adapter sends it goes to its process group (:func:`signal_agent`).
 
 Every process the agent side starts (an agent, a resume turn, an adapter) gets this process's environment
 without what is this process's alone (:func:`child_environment`).
@@ -12,6 +12,7 @@ without what is this process's alone (:func:`child_environment`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import functools
 import os
@@ -31,6 +32,7 @@ __all__ = [
     "child_environment",
     "dies_with_us",
     "exit_status",
+    "signal_agent",
     "start_agent",
     "start_error",
     "stop_agent",
@@ -70,6 +72,19 @@ async def start_agent(argv: list[str]) -> asyncio.subprocess.Process:
     )
 
 
+def signal_agent(process: asyncio.subprocess.Process, sig: int) -> None:
+    """Send ``sig`` to the process group of ``process``, started in a session of its own (it leads the
+    group, whose id is its pid), unless it has been reaped: its pid may be another process's then.
+
+    The group, not the process alone: an agent behind a wrapper (a shell script, ``npx``, ``uv run``), or
+    one that runs its tools in processes of their own, would otherwise lose only the wrapper, and the
+    processes it started would run on as orphans after the adapter has ended."""
+    if process.returncode is None:
+        # Reaped, its exit not seen to yet (and nothing else of its group is left).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+
+
 async def stop_agent(
     process: asyncio.subprocess.Process,
     *,
@@ -81,7 +96,8 @@ async def stop_agent(
     """End an agent that the adapter stops running for: SIGTERM, so that it can save its work (not sent
     again when it was ``termed`` already, to which a second one may mean "quit now"), then SIGKILL if it
     has not exited within :data:`STOP_GRACE_S` (said to ``warn``, of ``what``: a resume command runs a
-    turn of the agent too).
+    turn of the agent too). Both go to its process group (:func:`signal_agent`): it must have been started
+    in a session of its own.
 
     ``reading`` reads the agent's outputs that nothing else reads any more, meanwhile: an agent that
     prints as it saves its work would otherwise block on a full pipe and be killed for it (and the
@@ -91,13 +107,13 @@ async def stop_agent(
     readers = [asyncio.ensure_future(read) for read in reading]
     try:
         if not termed:
-            process.terminate()
+            signal_agent(process, signal.SIGTERM)
         try:
             await _exited(process, STOP_GRACE_S)
         finally:  # cancelled while it waited (Ctrl-C again): it is not left running
             if process.returncode is None:
                 warn(f"{what} did not exit within {STOP_GRACE_S:g}s of SIGTERM: killed")
-                process.kill()
+                signal_agent(process, signal.SIGKILL)
         if not await _exited(process, _KILLED_EXIT_S):
             warn(f"{what} had not exited {_KILLED_EXIT_S:g}s after SIGKILL: not waited for any more")
         if readers:

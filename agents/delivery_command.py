@@ -13,7 +13,7 @@ import signal
 from collections.abc import Callable, Iterator
 from typing import Final
 
-from agents.agent_process import child_environment, dies_with_us, start_error, stop_agent
+from agents.agent_process import child_environment, dies_with_us, signal_agent, start_error, stop_agent
 from bus.errors import BusError
 
 __all__ = ["DeliveryFailed", "Stopping", "finished", "run_checked", "run_command"]
@@ -60,9 +60,8 @@ class Stopping:
             self._running.discard(process)
 
     def _pass_on(self, process: asyncio.subprocess.Process) -> None:
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):  # exited, not yet seen to
-                process.send_signal(signal.SIGKILL if len(self.received) > 1 else self.received[0])
+        # its whole group: run_command started it in a session of its own
+        signal_agent(process, signal.SIGKILL if len(self.received) > 1 else self.received[0])
 
 
 async def run_checked(

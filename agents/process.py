@@ -25,7 +25,14 @@ from typing import Any, Final
 
 from agents.adapter import AgentBus, GaveUp, heartbeat_loop
 from agents.agent_output import CHUNK, AgentOutput, Chunks
-from agents.agent_process import StderrTail, exit_status, start_agent, start_error, stop_agent
+from agents.agent_process import (
+    StderrTail,
+    exit_status,
+    signal_agent,
+    start_agent,
+    start_error,
+    stop_agent,
+)
 from agents.delegate_wait import DelegateWait
 from agents.delivery import AgentDone, DeliveryFailed, Directive
 from agents.lost import RECOVERY
@@ -99,7 +106,7 @@ class Session:
         self.stop.set()
         process = self.process
         if process is not None and process.returncode is None:
-            process.send_signal(signal.SIGKILL if self._signals > 1 else sig)
+            signal_agent(process, signal.SIGKILL if self._signals > 1 else sig)
             if self._signals == 1:
                 return
         self.bus.sender.give_up(sig)
@@ -180,7 +187,7 @@ class Session:
             raise DeliveryFailed(start_error(argv[0], exc)) from exc
         self.process = process
         if self.signalled is not None:  # it came while the process started, which it is meant for
-            process.send_signal(self.signalled)
+            signal_agent(process, self.signalled)
         task = asyncio.create_task(self._supervise(process, argv, source, first=first))
         self._runs.add(task)
         task.add_done_callback(self._runs.discard)

@@ -22,7 +22,8 @@ async def test_a_killed_agent_whose_output_a_process_it_started_holds_open_is_no
     monkeypatch.setattr(agent_process, "STOP_GRACE_S", 0.5)  # the grace itself is not what is tested
     child, script = tmp_path / "child", tmp_path / "agent.sh"
     script.write_text(
-        f"trap 'echo saving' TERM\nsleep 60 &\necho $! > {child}\necho started\nwhile :; do wait; done\n"
+        # setsid: out of the agent's process group, which the stop signals reach, it holds the output open
+        f"trap 'echo saving' TERM\nsetsid sleep 60 &\necho $! > {child}\necho started\nwhile :; do wait; done\n"
     )
     process = await start_agent(["sh", str(script)])
     assert process.stdout is not None
