@@ -7,7 +7,9 @@ Environment variables are read here and only here (click ``envvar=``).
 
 from __future__ import annotations
 
+import os
 from importlib.metadata import entry_points
+from typing import Final
 
 import click
 
@@ -20,17 +22,20 @@ from bus.tail_cli import tail
 
 __all__ = ["EXIT_INTERRUPTED", "main"]
 
+ENV_PREFIX: Final = "SUBAGENT_BUS_"
+"""The options' environment variables' names start with it."""
+
 
 class _Root(click.Group):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         # An argument that is not UTF-8 reaches Python with surrogates in place of its bad bytes, and
         # would fail wherever it is first encoded (a key, a JSON document): refuse it here, by name.
         for arg in args:
-            try:
-                arg.encode()
-            except UnicodeEncodeError:
-                shown = arg.encode(errors="surrogateescape").decode(errors="backslashreplace")
-                raise click.UsageError(f"argument '{shown}' is not valid UTF-8", ctx) from None
+            if not _utf8(arg):
+                raise click.UsageError(f"argument '{_shown(arg)}' is not valid UTF-8", ctx) from None
+        for name, value in os.environ.items():  # the same of the options' environment variables
+            if name.startswith(ENV_PREFIX) and not _utf8(value):
+                raise click.UsageError(f"${name} ('{_shown(value)}') is not valid UTF-8", ctx)
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> object:
@@ -45,6 +50,19 @@ class _Root(click.Group):
                 raise
         click.echo(err=True)  # ends the line of the terminal's ^C
         ctx.exit(EXIT_INTERRUPTED)
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shown(text: str) -> str:
+    """Text read with surrogates in place of its bad bytes, those bytes as ``\\xff``."""
+    return text.encode(errors="surrogateescape").decode(errors="backslashreplace")
 
 
 @click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

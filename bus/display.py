@@ -90,7 +90,9 @@ def _dead_line(item: Item, raw: bytes | None, *, as_json: bool) -> bytes | str:
             **exact,
         }
         deliveries = info.get("deliveries", "")
-        if deliveries.isascii() and deliveries.isdigit():  # a count, as a number (the stream keeps text)
+        # a count, as a number (the stream keeps text); one beyond 64 bits (not the coordinators') as text:
+        # orjson refuses it, and pydantic, which would write it, refuses the data's Fragment
+        if deliveries.isascii() and deliveries.isdigit() and int(deliveries) < 2**63:
             shown["deliveries"] = int(deliveries)
         return json_bytes(shown)
     where = f"{info.get('stream', '?')} {info.get('entry_id', '?')}"

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
@@ -43,10 +45,17 @@ def read_key(path: Path) -> bytes:
     """The key in ``path``: its bytes without a final line break, at least :data:`MIN_KEY_BYTES` of them
     (e.g. ``head -c 32 /dev/urandom | base64 > FILE``); a :class:`~bus.errors.ConfigError` otherwise."""
     try:
-        with path.open("rb") as file:
-            data = file.read(_MAX_KEY_FILE_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a pipe with no writer would wait for ever
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError(f"{path} is not a regular file: not a key file")
+    with os.fdopen(fd, "rb") as file:
+        try:
+            data = file.read(_MAX_KEY_FILE_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
     if len(data) > _MAX_KEY_FILE_BYTES:
         raise ConfigError(f"{path} is over {_MAX_KEY_FILE_BYTES} bytes: not a key file")
     key = data.rstrip(b"\r\n")

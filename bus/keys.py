@@ -20,7 +20,7 @@ from typing import Final
 
 from bus.connection import Client, translated
 from bus.errors import ConfigError, NamespaceMissing, PermissionDenied
-from bus.settings import MAX_SHARDS, NAMESPACE_PATTERN
+from bus.settings import MAX_NAMESPACE_CHARS, MAX_SHARDS, NAMESPACE_PATTERN
 
 __all__ = [
     "AGENT_FIELD",
@@ -69,6 +69,8 @@ class Keys:
     def __post_init__(self) -> None:
         if not _NAMESPACE.match(self.namespace):
             raise ConfigError(f"namespace {self.namespace!r} must match {NAMESPACE_PATTERN}")
+        if len(self.namespace) > MAX_NAMESPACE_CHARS:
+            raise ConfigError(f"namespace {self.namespace!r} has more than {MAX_NAMESPACE_CHARS} characters")
         if not 1 <= self.shards <= MAX_SHARDS:
             raise ConfigError(f"shard count {self.shards} is outside 1..{MAX_SHARDS}")
 

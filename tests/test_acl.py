@@ -764,6 +764,8 @@ def test_passwords_are_required_distinct_and_never_printed() -> None:
     assert same.exit_code == 2 and "same password" in same.output
     assert runner.invoke(acl, ["--role", "adapter", "--password-env", "UNSET_VAR_42"]).exit_code == 2
     assert runner.invoke(acl, ["--namespace", "a:b", "--generate"]).exit_code == 2
+    long = runner.invoke(acl, ["--namespace", "x" * 65, "--generate"])  # one no other command takes
+    assert long.exit_code == 2 and "has more than 64 characters" in long.output
     one = runner.invoke(acl, ["--role", "observer", "--password-env", "X"], env={"X": "secret-1"})
     assert one.exit_code == 0 and "secret-1" not in one.output
     assert (

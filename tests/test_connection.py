@@ -285,6 +285,21 @@ def test_an_argument_that_is_not_utf8_is_a_usage_error(redis_url: str) -> None:
         assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
+def test_an_environment_variable_that_is_not_utf8_is_a_usage_error() -> None:
+    """Not a traceback where it is first encoded (the URL's password, an ACL password)."""
+    bad = b"\xff".decode(errors="surrogateescape")
+    for args, env, said in (
+        (["tail", "--stream", "signals"], {"SUBAGENT_BUS_REDIS_URL": f"redis://u:p{bad}@127.0.0.1:1/0"},
+         "$SUBAGENT_BUS_REDIS_URL ('redis://u:p\\xff@127.0.0.1:1/0') is not valid UTF-8"),
+        (["acl", "--role", "adapter", "--password-env", "PW"], {"PW": f"pass{bad}"},
+         "Invalid value for --password-env: $PW is not valid UTF-8"),
+    ):  # fmt: skip
+        result = CliRunner().invoke(main, args, env=env)
+        assert result.exit_code == 2, (args, result.output)
+        assert said in result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
 def test_status_watch_needs_a_positive_interval(redis_url: str) -> None:
     result = CliRunner().invoke(main, ["status", "--watch", "0", "--redis-url", redis_url])
     assert result.exit_code == 2 and "--watch" in result.output

@@ -50,6 +50,10 @@ def test_a_key_file_holds_at_least_16_bytes_and_its_line_break_is_not_the_key(tm
         read_key(path)
     with pytest.raises(ConfigError, match=r"cannot read .*missing: No such file or directory"):
         read_key(tmp_path / "missing")
+    os.mkfifo(tmp_path / "fifo")  # with no writer: opened, it was waited on for ever
+    for not_a_file in (tmp_path / "fifo", Path("/dev/zero"), tmp_path):
+        with pytest.raises(ConfigError, match="is not a regular file: not a key file"):
+            read_key(not_a_file)
 
 
 def test_only_the_signature_of_the_exact_data_under_the_key_passes() -> None:
