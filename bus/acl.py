@@ -35,6 +35,7 @@ from bus.acl_rules import Role, role_rules
 from bus.cli_connection import NAMESPACE_ENV, URL_ENV, settings_from_options
 from bus.connection import Client, connect, translated
 from bus.errors import BusError, CommandFailed, ConfigError, PermissionDenied
+from bus.params import utf8
 from bus.settings import DEFAULT_NAMESPACE
 
 __all__ = [
@@ -145,19 +146,10 @@ def _env_passwords(
         value = environ.get(variable, "")
         if not value:
             raise click.BadParameter(f"${variable} is not set or empty", param_hint="--password-env")
-        if not _utf8(value):
+        if not utf8(value):
             raise click.BadParameter(f"${variable} is not valid UTF-8", param_hint="--password-env")
         passwords[role] = value
     return passwords
-
-
-def _utf8(text: str) -> bool:
-    """Whether ``text`` came from valid UTF-8: Python reads bad bytes as surrogates, which cannot be sent."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _passwords(password_env: Sequence[str], generate: bool, roles: Sequence[Role]) -> dict[Role, str]:

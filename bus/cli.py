@@ -16,6 +16,7 @@ import click
 from bus.acl import acl
 from bus.cli_connection import down
 from bus.entry import EXIT_INTERRUPTED
+from bus.params import utf8
 from bus.retention import trim_command
 from bus.schema import schema
 from bus.tail_cli import tail
@@ -31,10 +32,10 @@ class _Root(click.Group):
         # An argument that is not UTF-8 reaches Python with surrogates in place of its bad bytes, and
         # would fail wherever it is first encoded (a key, a JSON document): refuse it here, by name.
         for arg in args:
-            if not _utf8(arg):
+            if not utf8(arg):
                 raise click.UsageError(f"argument '{_shown(arg)}' is not valid UTF-8", ctx) from None
         for name, value in os.environ.items():  # the same of the options' environment variables
-            if name.startswith(ENV_PREFIX) and not _utf8(value):
+            if name.startswith(ENV_PREFIX) and not utf8(value):
                 raise click.UsageError(f"${name} ('{_shown(value)}') is not valid UTF-8", ctx)
         return super().parse_args(ctx, args)
 
@@ -50,14 +51,6 @@ class _Root(click.Group):
                 raise
         click.echo(err=True)  # ends the line of the terminal's ^C
         ctx.exit(EXIT_INTERRUPTED)
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _shown(text: str) -> str:

@@ -9,7 +9,7 @@ import click
 
 from bus.display import has_control
 
-__all__ = ["COUNT", "MILLISECONDS", "FiniteFloatRange", "not_blank", "process_name"]
+__all__ = ["COUNT", "MILLISECONDS", "FiniteFloatRange", "not_blank", "process_name", "utf8"]
 
 
 MAX_SECONDS: Final = 1e9
@@ -54,3 +54,13 @@ def process_name(ctx: click.Context, param: click.Parameter, value: str | None) 
     if value is not None and has_control(value):
         raise click.BadParameter("must not contain control characters (a newline, a tab...)")
     return value
+
+
+def utf8(text: str) -> bool:
+    """Whether ``text`` came from valid UTF-8: Python reads an argument's or environment variable's bad
+    bytes as surrogates, which fail wherever the text is first encoded (a key, a password, JSON)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
