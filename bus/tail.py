@@ -158,6 +158,11 @@ class _Grouped(_Cursor):
 
     async def _start(self) -> None:
         await self.consumer.ensure_group(self.cursor)
+        if self.cursor == "$":  # where the group is: a group made anew after a loss starts there
+            with translated():
+                groups = await self.client.xinfo_groups(self.stream)
+            [position] = [g["last-delivered-id"] for g in groups if as_text(g["name"]) == self.group]
+            self.cursor = as_text(position)
 
     async def _fetch(self, block_ms: int | None) -> list[Item]:
         try:
@@ -173,9 +178,9 @@ class _Grouped(_Cursor):
         except CommandFailed as exc:
             if "NOGROUP" not in str(exc):
                 raise
-            # The server lost the group (restarted without its data): a new one starts after the last
-            # entry printed; "$" would skip what was written since the restart.
-            await self.consumer.ensure_group(self.last_id or ("0" if self.cursor == "$" else self.cursor))
+            # The server lost the group (restarted without its data, or it was destroyed): a new one
+            # starts after the last entry printed, or where the group was when this tail started.
+            await self.consumer.ensure_group(self.last_id or self.cursor)
             deliveries = await self.consumer.read()
         if not self.all_fields:
             return [

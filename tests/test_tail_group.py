@@ -134,3 +134,37 @@ async def test_a_group_tail_killed_again_and_again_loses_nothing_and_keeps_each_
             )
 
     assert await pending() == 0
+
+
+async def test_a_group_lost_under_a_tail_started_at_the_end_is_made_again_there_not_at_the_start(
+    bus_url: str, tmp_path: Path
+) -> None:
+    """Made again at "0" when nothing was printed yet, the group had the tail print the whole stream."""
+    async with connected(bus_url) as client:
+        keys = await open_namespace(client, "tl", 4)
+        publisher = Publisher(client, keys)
+        await publisher.publish_many([progress(i, group_id=GROUPS[i % len(GROUPS)]) for i in range(20)])
+        printed = tmp_path / "printed"
+        command = [CLI, "tail", "--redis-url", bus_url, "--namespace", "tl", "--json", "--group", "live"]
+        streams = [keys.stream(s, StreamKind.SIGNALS) for s in range(4)]
+        with printed.open("ab") as sink:
+            tail = spawn(command, stdout=sink, stderr=subprocess.DEVNULL)
+            try:
+
+                async def reading() -> bool:
+                    return all([await client.xinfo_groups(s) for s in streams])
+
+                await wait_until(reading, 30, "the tail's group on every shard")
+                for stream in streams:  # an operator's clean-up, or a server that lost it
+                    await client.xgroup_destroy(stream, "live")
+                later = progress(99, group_id="alpha")
+                await publisher.publish_many([later])
+
+                async def shown() -> bool:
+                    return bool(await asyncio.to_thread(printed.read_text))
+
+                await wait_until(shown, 30, "the tail to print the entry published after it started")
+            finally:
+                tail.kill()
+                await exited(tail, 10)
+    assert printed.read_text().splitlines() == [encode(later).decode()]
