@@ -261,10 +261,12 @@ def _write(directory: Path, changes: list[Change]) -> None:
         for temporary, path in staged:
             os.replace(temporary, path)
             replaced.append(path)
-    except OSError as exc:
+    except BaseException as exc:
         for temporary, path in staged:
             if path not in replaced:
                 temporary.unlink(missing_ok=True)
+        if not isinstance(exc, OSError):
+            raise
         done = ", ".join(str(path.relative_to(directory.resolve())) for path in replaced)
         written = f"written: {done}" if done else "nothing was written"
         raise click.ClickException(

@@ -11,6 +11,7 @@ import contextlib
 import copy
 import itertools
 import json
+import math
 import shlex
 from collections.abc import Callable
 from typing import Any, Final
@@ -71,11 +72,13 @@ def _json_object(existing: str | None, what: str) -> dict[str, Any]:
     if existing is None or not existing.strip():
         return {}
     try:
-        value = json.loads(existing, object_pairs_hook=_unique)
+        value = json.loads(existing, object_pairs_hook=_unique, parse_float=_float, parse_constant=_not_json)
     except json.JSONDecodeError as exc:
         raise Conflict(f"it is not valid JSON ({exc}); fix it by hand") from None
     except RecursionError:
         raise Conflict("it is nested too deeply to be read as JSON; fix it by hand") from None
+    except ValueError as exc:  # an integer of more than 4 300 digits, which Python refuses to read
+        raise Conflict(f"it cannot be read as JSON here ({cut(str(exc), 60)}); fix it by hand") from None
     if not isinstance(value, dict):
         raise Conflict(f"it is not a JSON object of {what}")
     return value
@@ -92,6 +95,27 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return value
 
 
+def _float(text: str) -> float:
+    """A number of the file with a fraction or an exponent, refused when it would be written back otherwise
+    (``1.10`` as ``1.1``, ``1e400`` as ``Infinity``, which is no JSON: the file would be unreadable)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise Conflict(
+            f"its number {cut(text, 60)} is beyond a double's range: written back, it would be Infinity, "
+            "which is no JSON; fix it by hand"
+        )
+    if repr(value) != text:
+        raise Conflict(
+            f"its number {cut(text, 60)} would be written back as {cut(repr(value), 60)}; write it so, or "
+            "fix it by hand"
+        )
+    return value
+
+
+def _not_json(text: str) -> Any:
+    raise Conflict(f"it holds {text}, which is no JSON; fix it by hand")
+
+
 def _member(parent: dict[str, Any], name: str, kind: type[dict[str, Any]] | type[list[Any]]) -> Any:
     value = parent.setdefault(name, kind())
     if not isinstance(value, kind):
@@ -100,7 +124,12 @@ def _member(parent: dict[str, Any], name: str, kind: type[dict[str, Any]] | type
 
 
 def _dumps(value: dict[str, Any]) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
+    text = json.dumps(value, indent=2, ensure_ascii=False) + "\n"
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # "\ud83d": an escape JSON allows, of a character UTF-8 cannot hold
+        raise Conflict("it holds a lone surrogate escape (\\udXXX), which init cannot write back") from None
+    return text
 
 
 # What init writes differs from one run to another only in the URL: a part that is init's own but for its
@@ -170,7 +199,8 @@ def kept_url(mcp: str | None, settings: str | None) -> str | None:
     too, should that one be missing, so that the hook's adapters publish where the MCP server reads."""
     with contextlib.suppress(Conflict):
         server = _json_object(mcp, "MCP servers").get("mcpServers", {})
-        env = server.get(SERVER_NAME, {}).get("env") if isinstance(server, dict) else None
+        entry = server.get(SERVER_NAME) if isinstance(server, dict) else None
+        env = entry.get("env") if isinstance(entry, dict) else None
         url = env.get(URL_VARIABLE) if isinstance(env, dict) else None
         if isinstance(url, str) and not url.startswith("${"):
             return url

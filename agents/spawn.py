@@ -61,7 +61,8 @@ def _own_file(agent_id: str, arg: str) -> str:
 
 def file_stem(agent_id: str) -> str:
     """An agent id usable as a file name (distinct ids stay distinct: ``a/b`` and ``a_b`` differ)."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in agent_id).lstrip(".")[:100]
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in agent_id).lstrip(".")
+    safe = safe.encode()[:100].decode(errors="ignore")  # 100 bytes: a name has 255 (CJK takes 3 each)
     if safe != agent_id:
         safe = f"{safe}-{hashlib.sha256(agent_id.encode()).hexdigest()[:8]}"
     return safe

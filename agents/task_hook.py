@@ -48,6 +48,7 @@ from agents.spawn import adapter_command, file_stem
 from agents.watched_file import canonical
 from agents.whole_input import read_whole
 from bus.cli_connection import URL_ENV
+from bus.display import cut
 from bus.errors import ConfigError
 from bus.settings import Settings
 
@@ -82,6 +83,15 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value.strip() else None
 
 
+_MAX_ERROR_CHARS: Final = 400
+"""The most of an error the hook prints: Claude Code shows it to the model, and the hook input, up to 16
+MiB, may hold ids and paths of any length (an ``OSError`` quotes a path whole)."""
+
+
+def _shown(path: Path) -> str:
+    return cut(str(path), 60)
+
+
 def task_launch(call: Any) -> TaskLaunch | None:
     """The background launch in a hook call, or None when the call is anything else."""
     if not isinstance(call, dict):
@@ -94,7 +104,7 @@ def task_launch(call: Any) -> TaskLaunch | None:
     if agent_id is None or output is None or response.get("status", "async_launched") != "async_launched":
         return None
     if (problem := id_problem(agent_id)) is not None:
-        raise ValueError(f"the agentId {agent_id!r} {problem}")
+        raise ValueError(f"the agentId {cut(repr(agent_id), 60)} {problem}")
     tool_input = call.get("tool_input")
     if not isinstance(tool_input, dict):
         tool_input = {}
@@ -163,9 +173,11 @@ def _start(
         raise ValueError("the outputFile holds a NUL byte")
     output = canonical(cwd / launch.output_file)
     if output.is_dir():
-        raise ValueError(f"the outputFile {launch.output_file} is a directory")
+        raise ValueError(f"the outputFile {_shown(launch.output_file)} is a directory")
     if output.exists() and not output.is_file():  # the adapter would refuse it (it may not exist yet)
-        raise ValueError(f"the outputFile {launch.output_file} is a pipe or a device, not a regular file")
+        raise ValueError(
+            f"the outputFile {_shown(launch.output_file)} is a pipe or a device, not a regular file"
+        )
     env = child_environment()
     if url is not None:
         env[URL_VARIABLE] = url
@@ -256,12 +268,12 @@ def hook_task(group_id: str | None, log_dir: Path, project_dir: Path | None, url
         if not group:
             raise ValueError("no task group: the call has no session_id; pass --group")
         if (problem := id_problem(group)) is not None:
-            raise ValueError(f"the task group {group!r} {problem}")
+            raise ValueError(f"the task group {cut(repr(group), 60)} {problem}")
         if url is not None:
             Settings.from_url(url)  # what the adapter would refuse at once, refused where it is seen
         log, started = _start(launch, group, _base(project_dir, launch), log_dir, url)
     except (OSError, ValueError, ConfigError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(cut(str(exc), _MAX_ERROR_CHARS)) from None
     following = "following" if started else "already following"
     click.echo(
         f"subagent-bus: {following} {launch.agent_id} (group {group}) from {launch.output_file}; log: {log}"

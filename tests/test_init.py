@@ -188,6 +188,42 @@ def test_json_that_names_a_key_twice_is_refused_and_left_alone(tmp_path: Path) -
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        ('{"x": 1e400}', "its number 1e400 is beyond a double's range: written back, it would be Infinity"),
+        ('{"x": 1.10}', "its number 1.10 would be written back as 1.1; write it so, or fix it by hand"),
+        ('{"x": NaN}', "it holds NaN, which is no JSON; fix it by hand"),
+        ('{"x": ' + "9" * 5000 + "}", "it cannot be read as JSON here (Exceeds the limit"),
+        ('{"x": "\\ud83d"}', "it holds a lone surrogate escape (\\udXXX), which init cannot write back"),
+    ],
+    ids=["beyond-a-double", "not-as-written", "nan", "long-integer", "lone-surrogate"],
+)
+def test_json_that_would_not_be_written_back_as_it_is_is_refused_and_left_alone(
+    tmp_path: Path, settings: str, said: str
+) -> None:
+    """Python reads these; written back, ``1e400`` was ``Infinity``, which Claude Code cannot read (the
+    whole file lost to it), and the others a traceback, with temporary files left in the repository."""
+    (tmp_path / ".claude").mkdir()
+    (tmp_path / ".claude/settings.json").write_text(settings)
+    before = snapshot(tmp_path)
+    result = run_init(tmp_path)
+    assert result.exit_code == 1, result.output
+    assert f".claude/settings.json: {said}" in result.output
+    assert snapshot(tmp_path) == before
+    assert sorted(p.name for p in tmp_path.rglob("*")) == [".claude", "settings.json"]
+
+
+@pytest.mark.parametrize("entry", ['"disabled"', "[]"])
+def test_a_subagent_bus_server_entry_that_is_no_object_needs_force(tmp_path: Path, entry: str) -> None:
+    """Not a traceback (where a run without --url looks for the URL an earlier run wrote)."""
+    (tmp_path / ".mcp.json").write_text(f'{{"mcpServers": {{"subagent-bus": {entry}}}}}')
+    refused = run_init(tmp_path)
+    assert refused.exit_code == 1, refused.output
+    assert "its mcpServers.subagent-bus differs from what init writes; --force replaces it" in refused.output
+    assert run_init(tmp_path, "--force").exit_code == 0
+
+
 def test_json_nested_too_deeply_is_refused_and_left_alone(tmp_path: Path) -> None:
     (tmp_path / ".mcp.json").write_text("[" * 100_000)
     before = snapshot(tmp_path)
@@ -645,6 +681,10 @@ async def test_the_task_hook_ignores_other_calls_and_reports_bad_input(
         refused = hook(json.dumps(call).encode(), tmp_path, redis_url)
         assert refused.returncode == 1, refused
         assert message in refused.stderr
+    long = {"session_id": "s", "tool_response": {"agentId": "a\n" + "x" * 1_000_000, "outputFile": "o"}}
+    refused = hook(json.dumps(long).encode(), tmp_path, redis_url)
+    assert refused.returncode == 1 and len(refused.stderr) < 500, refused.stderr[:500]  # not a megabyte
+    assert b"the agentId 'a\\nxxxx" in refused.stderr
     call = {"session_id": "s", "tool_response": {"agentId": "a", "outputFile": "o"}}
     for url in (f"{redis_url}?bogus=1", "http://example.com"):  # from the environment, or the option
         refused = hook(json.dumps(call).encode(), tmp_path, url)

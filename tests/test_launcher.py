@@ -547,6 +547,14 @@ def test_file_names_of_distinct_agents_are_distinct() -> None:
     assert all("/" not in stem and "\\" not in stem and not stem.startswith(".") for stem in stems)
 
 
+def test_a_file_name_of_the_longest_agent_id_fits_the_file_system_s_limit(tmp_path: Path) -> None:
+    """Cut by characters, 90 of three bytes each made a name the file system refused (255 bytes)."""
+    for agent in ("审" * 256, "x" * 256, "é" * 200 + "/"):
+        stem = file_stem(agent)
+        assert len(f"{stem}.prompt.md".encode()) <= 255, agent
+        (tmp_path / f"{stem}.prompt.md").write_text("a task")
+
+
 async def test_a_second_signal_stops_a_launcher_whose_agent_ignores_sigterm(
     redis_url: str, tmp_path: Path
 ) -> None:
