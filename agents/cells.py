@@ -265,7 +265,7 @@ class _Columns(NamedTuple):
 
 
 def _columns(headers: list[str]) -> _Columns:
-    id_ = column(headers, ("id",))
+    id_ = column(headers, ("id", "issueid", "findingid"))
     where = column(headers, _WHERE)
     line_column = column(headers, ("line", "lines", "lineno", "linenumber"))
     title = column(headers, ("issue", "finding", "title", "description", "problem"))

@@ -679,3 +679,15 @@ def test_a_count_after_verified_is_no_breakdown() -> None:
     scored = parse_report(report("### Confidence\n80 - verified: 90/100, inferred: 70/100"))
     assert scored.confidence is not None
     assert (scored.confidence.verified, scored.confidence.inferred) == (90, 70)
+
+
+@pytest.mark.parametrize("header", ["Issue ID", "Finding ID", "ID"])
+def test_an_id_column_named_otherwise_gives_the_ids_and_their_category(header: str) -> None:
+    """Dropped, the ids took the category derived from them (SEC-001: SEC) along: the findings merged
+    with no other agent's of the same place."""
+    table = (
+        f"| {header} | Issue | File:Line | Severity | Confidence |\n|--|--|--|--|--|\n"
+        "| SEC-001 | SQL injection | src/db.ts:42 | Critical | 78 |\n"
+    )
+    parsed = parse_report(f"## QA Engineer Result\n**Status:** SUCCESS\n**Summary:** Done.\n\n{table}")
+    assert [(f.id, f.category, f.title) for f in parsed.findings] == [("SEC-001", "SEC", "SQL injection")]
