@@ -10,12 +10,18 @@ reader of many lines asks :func:`may_give_twice` first, which rules most lines o
 from __future__ import annotations
 
 import json
+import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bus.display import cut, one_line
 
 __all__ = ["KeysTwice", "keys_given_twice", "may_give_twice", "twice_message"]
+
+_LEVELS: Final = 1100
+"""More levels of nesting than orjson reads (1024)."""
+_DEEPER: Final = threading.Lock()
 
 _KEY_ENDS: Final = (b'":', b'" ', b'"\t', b'"\r', b'"\n')
 """What follows the quote that ends a key: its colon, or the white space JSON allows before it."""
@@ -57,13 +63,21 @@ class KeysTwice:
 
 
 def keys_given_twice(text: str) -> KeysTwice:
-    """The keys ``text`` gives twice; none when it is no JSON this parser reads (too deeply nested: the
-    readers refuse such a text for its depth anyway)."""
+    """The keys ``text`` gives twice; none when it is no JSON this parser reads (orjson and the SDK refuse
+    it too)."""
     found = KeysTwice()
-    try:
-        found.value = json.loads(text, object_pairs_hook=found)
-    except (ValueError, RecursionError):
-        return KeysTwice()
+    # The standard library's parser counts a level of nesting as a call against the recursion limit (1000),
+    # orjson reads 1024 levels: deeper than the limit, a duplicated key went unseen, taken at its last
+    # value. The limit is raised while it reads (by one thread at a time: it is the whole process's).
+    with _DEEPER:
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(limit + _LEVELS)
+        try:
+            found.value = json.loads(text, object_pairs_hook=found)
+        except (ValueError, RecursionError):
+            return KeysTwice()
+        finally:
+            sys.setrecursionlimit(limit)
     return found
 
 

@@ -418,6 +418,11 @@ def test_import_refuses_a_line_that_gives_a_key_twice_as_add_does(redis_url: str
         '{"agent": "a", "title": "first", "confidence": 90, "confidence": 10}',
         '{"agent" : "a", "title": "spaced", "title"\t: "again"}',
         '{"agent": "a", "title": "nested", "x": {"k": 1, "k": 2}}',
+        # nested as deep as orjson reads, deeper than the standard library's parser did with its limit
+        '{"agent": "a", "title": "deep", "confidence": 90, "confidence": 10, "x": '
+        + "[" * 1020
+        + "]" * 1020
+        + "}",
         '{"agent": "a", "title": "fine", "evidence": "\\"a\\": \\"b\\":"}',
         '{"agent": "a", "title": "flat"}',
     ]
@@ -427,7 +432,8 @@ def test_import_refuses_a_line_that_gives_a_key_twice_as_add_does(redis_url: str
     assert f"{path}:1: the key 'confidence' is given more than once in one object" in result.stderr
     assert f"{path}:2: the key 'title' is given more than once" in result.stderr
     assert f"{path}:3: the key 'k' is given more than once" in result.stderr
-    assert "imported 2 finding(s); 3 bad line(s)" in result.stdout
+    assert f"{path}:4: the key 'confidence' is given more than once" in result.stderr
+    assert "imported 2 finding(s); 4 bad line(s)" in result.stdout
     titles = [e.payload.title for e in published(redis_url) if isinstance(e.payload, Finding)]
     assert titles == ["fine", "flat"]
 
