@@ -35,6 +35,7 @@ from bus.cli_connection import redis_options, run_command
 from bus.connection import translated
 from bus.envelope import Envelope, deterministic_id, encode
 from bus.errors import BusError
+from bus.findings import IMPORTED_SOURCE
 from bus.progress import Progress
 from bus.settings import Settings
 
@@ -127,7 +128,7 @@ def import_key(bus: AgentBus, path: Path) -> str:
 async def _import_from(
     bus: AgentBus, spec: _Import, fd: int, key: str, checkpoint: Checkpoint, report: ImportReport
 ) -> None:
-    source = f"findings:{spec.path}" + (f"#{checkpoint.generation}" if checkpoint.generation else "")
+    source = f"{IMPORTED_SOURCE}{spec.path}" + (f"#{checkpoint.generation}" if checkpoint.generation else "")
     offset, line = checkpoint.resume, checkpoint.resume_line  # the start of the next line
     read = checkpoint.read  # past ``offset`` only inside an over-long line, reported already
     # A last line published without its newline is not ended: the next run counts it again, and its

@@ -9,7 +9,11 @@ from pydantic import Field, field_validator, model_validator
 
 from bus.fields import Confidence, LenientEnum, Model, NonBlankText, Text
 
-__all__ = ["Finding", "Severity", "derive_category"]
+__all__ = ["IMPORTED_SOURCE", "Finding", "Severity", "derive_category"]
+
+IMPORTED_SOURCE: Final = "findings:"
+"""How the ``source`` of a finding imported from a file begins (``findings:<path>``): published by whoever
+runs ``import-findings``, often long after, it is no sign of life of the agent it names."""
 
 
 class Severity(LenientEnum):

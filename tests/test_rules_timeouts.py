@@ -24,6 +24,7 @@ from agents.lost import lost_signal
 from bus.directives import HumanResolve, LaunchReason, LaunchRequest
 from bus.envelope import EnvelopeType, new_envelope
 from bus.events import AgentExited, AgentStarted, AgentState, DecisionType, Heartbeat, Tick
+from bus.findings import Finding
 from coordinator.policy import Policy
 from coordinator.rules import apply
 from coordinator.rules.ids import retry_agent_id
@@ -106,6 +107,28 @@ def test_a_timed_out_or_lost_agent_heard_from_again_runs_again() -> None:
     _tick(feed, 2000)
     assert feed.state.agents[AGENT].state is AgentState.LOST
     feed.send(Heartbeat(), AGENT, at=2010)
+    assert feed.state.agents[AGENT].state is AgentState.RUNNING
+
+
+def test_a_finding_imported_from_a_file_is_no_sign_of_life_but_one_the_agent_sends_is() -> None:
+    """``import-findings`` is run by whoever imports the agent's file, often long after: a lost agent
+    it names came back to running, and was declared lost again."""
+    feed = Feed(POLICY)
+    feed.send(AgentStarted(), AGENT, at=0)
+    _tick(feed, 2000)
+    for source in ("findings:/work/SECURITY_FINDINGS.jsonl", "findings:/work/f.jsonl#1"):
+        imported = new_envelope(
+            Finding(title="Hardcoded secret", file="a.py", line=3),
+            agent_id=AGENT,
+            group_id=GROUP,
+            source=source,
+            ts=T0 + timedelta(seconds=2010),
+        )
+        assert decisions(feed.apply(imported)) == []
+        record = feed.state.agents[AGENT]
+        assert (record.state, record.last_seen) == (AgentState.LOST, T0)
+    assert len(feed.state.findings) == 1  # the finding counts all the same
+    feed.send(Finding(title="Another", file="b.py", line=1), AGENT, at=2020)  # its adapter's: it lives
     assert feed.state.agents[AGENT].state is AgentState.RUNNING
 
 

@@ -3,7 +3,8 @@
 - Any envelope from an agent the group does not know registers it (``running``, depth 0).
 - Any envelope from an agent refreshes ``last_seen`` (never backwards, but by a tick: see
   :mod:`coordinator.rules.timeouts`); one from a ``timed_out`` or
-  ``lost`` agent brings it back to ``running``: it was slow, not gone.
+  ``lost`` agent brings it back to ``running``: it was slow, not gone. Not a finding imported from a
+  file (:data:`~bus.findings.IMPORTED_SOURCE`): whoever imports it, often long after, is not the agent.
 - AGENT_STARTED names the agent and its task. AGENT_EXITED with a non-zero exit code of a ``running``
   agent that sent no completion makes it ``failed`` (and feeds status aggregation); a clean exit ends a
   turn. An agent that exits while it waits for an answer, a resolution or a delegate keeps its state:
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from bus.envelope import EnvelopeType
 from bus.events import AgentExited, AgentStarted, AgentState, DecisionType
+from bus.findings import IMPORTED_SOURCE
 from bus.results import ResultStatus
 from bus.signals import Progress
 from coordinator.policy import agent_key
@@ -39,8 +41,9 @@ def touch(step: Step) -> AgentRecord:
     with its other counters, so a sign of life costs one copy of the agent's record.
     """
     agent_id = step.agent_id
-    step.alive = True
     watched = step.entry_type is not EnvelopeType.FINDING
+    imported = not watched and step.envelope.__dict__["source"].startswith(IMPORTED_SOURCE)
+    step.alive = not imported
     record = step.find(agent_id)
     if record is None:
         record = step.put(
@@ -50,7 +53,7 @@ def touch(step: Step) -> AgentRecord:
         return record
     if watched and not record.watched:
         record = step.update(agent_id, watched=True)
-    if record.state in _REVIVABLE:
+    if record.state in _REVIVABLE and not imported:
         step.transition(
             agent_id,
             AgentState.RUNNING,
