@@ -12,6 +12,7 @@ a JSON parser keeps one of the values without a word, and which one a script mea
 
 from __future__ import annotations
 
+import posixpath
 from typing import Any, Final
 
 import orjson
@@ -125,11 +126,16 @@ def _place(location: object, file: object, line: object) -> tuple[str, int | Non
     path, number = place
     if path is None:
         raise ValueError(f"location: {quoted(location)} names no file (a path, and its line: src/a.ts:8)")
-    if file is not None and path != file:
+    if file is not None and _same_path(path) != _same_path(str(file)):
         raise ValueError(
             f"location: {quoted(location)} is not in the file {quoted(str(file))}: give one of them"
         )
     return path, number
+
+
+def _same_path(path: str) -> str:
+    """``path`` as the coordinators' merge compares it: ``./a.py`` and ``a.py`` are one file."""
+    return posixpath.normpath(path.strip().replace("\\", "/"))
 
 
 def parse_findings(text: str, agent: str) -> tuple[list[Finding], list[str]]:

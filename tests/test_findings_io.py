@@ -81,6 +81,7 @@ def test_a_location_and_a_description_stand_for_file_line_and_title() -> None:
             line(id="SEC-006", title="Prose", location="the login handler"),
             line(id="SEC-007", title="Blank file", file=" ", location="src/e.ts:3"),  # a blank one is none
             line(id="SEC-008", title="Same file", file="f.ts", location="f.ts:9"),
+            line(id="SEC-009", title="Spelt otherwise", file="./g.ts", location="g.ts:2"),  # one file
         ]
     )
     findings, errors = parse_findings(text, "x")
@@ -90,6 +91,7 @@ def test_a_location_and_a_description_stand_for_file_line_and_title() -> None:
         ("SEC-003", "Whole file", "src/b.ts", None),
         ("SEC-007", "Blank file", "src/e.ts", 3),
         ("SEC-008", "Same file", "f.ts", 9),
+        ("SEC-009", "Spelt otherwise", "g.ts", 2),
     ]
     assert errors == [  # `findings add` refuses what is no finding's field
         "line 4: field 'description': Extra inputs are not permitted",

@@ -169,11 +169,13 @@ def test_paths_and_categories_are_compared_as_agents_mean_them() -> None:
         finding("security-auditor", confidence=95),  # src/config/jwt.ts:8, SEC from its id
         finding("qa-engineer", file="./src/config/jwt.ts", category="sec", confidence=78),
         finding("reviewer", file="src//config/jwt.ts", category="Sec", id=None, confidence=60),
+        # a JSON file's fields are taken as written (a report's cells are trimmed): spaces, a Windows path
+        finding("linter", file="src\\config\\jwt.ts ", category=" SEC ", id=None, confidence=50),
     ]
     views = [merge_findings(order, Policy()) for order in (reports, reports[::-1])]
     assert views[0] == views[1]  # whatever the order
     (merged,) = views[0]
-    assert merged.agents == ("qa-engineer", "reviewer", "security-auditor")
+    assert merged.agents == ("linter", "qa-engineer", "reviewer", "security-auditor")
     assert (merged.location, merged.category) == ("src/config/jwt.ts:8", "SEC")  # the best report's
 
 

@@ -69,12 +69,13 @@ class MergedFinding(Model):
 
 def slot_key(finding: Finding) -> tuple[str, str, str]:
     """``(location, category, discriminator)``: reports with equal keys are one finding. The path is
-    normalised (``./src/a.ts`` is ``src/a.ts``) and the category compared without case (``SEC``, ``sec``):
-    agents write both for one place."""
+    normalised (``./src/a.ts``, ``src\\a.ts`` and ``src/a.ts `` are ``src/a.ts``) and the category compared
+    without case or surrounding spaces (``SEC``, ``sec ``): agents write all of these for one place."""
     return _keys(finding)[1]
 
 
 def _path(file: str) -> str:
+    file = file.strip().replace("\\", "/")  # a Windows agent's separators
     normal = posixpath.normpath(file)
     return file if normal == "." else normal
 
@@ -103,7 +104,7 @@ def _keys_of(
 ) -> tuple[str, tuple[str, str, str]]:
     # Reports come back to the same few places: normalising the path, folding the category's case and
     # writing the key's JSON are done once per place, not once per report.
-    key = (_place(file, line), category.casefold(), discriminator)
+    key = (_place(file, line), category.strip().casefold(), discriminator)
     return _stored_key(key), key
 
 
