@@ -103,10 +103,24 @@ def adapter() -> None:
     type=FiniteFloatRange(min=0.01, max=5),
     help="Seconds between checks for new bytes.",
 )
+@click.option(
+    "--idle-stop",
+    "idle_stop_s",
+    type=FiniteFloatRange(min=0.01),
+    metavar="SECONDS",
+    help="Stop once the file has not grown for SECONDS, as SIGUSR1 does (the agent is not said to have "
+    "exited; a later watch of the file goes on from its checkpoint). Default: never.",
+)
 @common_options
 @redis_options
 def watch(
-    settings: Settings, common: Common, path: Path, until_complete: bool, pid: int | None, poll_s: float
+    settings: Settings,
+    common: Common,
+    path: Path,
+    until_complete: bool,
+    pid: int | None,
+    poll_s: float,
+    idle_stop_s: float | None,
 ) -> None:
     """Follow a growing output file (a Claude Code outputFile, `codex exec --json` output, or any log);
     restarts resume where they stopped, truncation or replacement starts a new generation. The file may
@@ -140,6 +154,7 @@ def watch(
             task=common.task,
             name=common.name,
             wait_for_redis=common.wait_for_redis,
+            idle_stop_s=idle_stop_s,
         )
         follower = FileWatch(bus, options, stop)
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, follower.finish)

@@ -83,6 +83,8 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value.strip() else None
 
 
+_IDLE_STOP_S: Final = 3600
+"""How long a hook's adapter waits for its file to grow before it ends (``--idle-stop``)."""
 _MAX_ERROR_CHARS: Final = 400
 """The most of an error the hook prints: Claude Code shows it to the model, and the hook input, up to 16
 MiB, may hold ids and paths of any length (an ``OSError`` quotes a path whole)."""
@@ -124,6 +126,9 @@ def watch_argv(launch: TaskLaunch, group_id: str, output: Path, task_file: Path 
     argv = [*adapter_command(), "adapter", "watch"]
     # --wait-for-redis: one started while the server is down (restarting) would exit before following
     argv += ["--agent-id", launch.agent_id, "--group", group_id, "--until-complete", "--wait-for-redis"]
+    # An agent that ends without a completion (its session closed) would hold its adapter for ever: one
+    # idle that long ends, and the agent's resume, a launch, has the hook start another (from the checkpoint)
+    argv += ["--idle-stop", str(_IDLE_STOP_S)]
     if launch.name:
         argv += ["--name", launch.name]
     if task_file is not None:

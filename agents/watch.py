@@ -61,6 +61,8 @@ class WatchOptions:
     wait_for_redis: bool = False
     """Wait out an outage while reading the checkpoint at the start too, as ``--wait-for-redis`` does
     while connecting (a blip right after the connection ended a hook's adapter, which nobody restarts)."""
+    idle_stop_s: float | None = None
+    """Stop as :meth:`FileWatch.finish` does once the file has not grown for this long (``--idle-stop``)."""
 
 
 class FileWatch:
@@ -253,6 +255,7 @@ class FileWatch:
             self._caught_up = True
             await self._publish(self.stream.settle(), force=True)
             await self.bus.flush()  # at the end of the file: everything read is on the server
+            self._stop_if_idle(quiet_since)
             if self._finishing:  # the end of its output: a report or block it leaves open ends here
                 await self._publish(self.stream.close(), force=True)
                 await self.bus.flush()
@@ -271,6 +274,15 @@ class FileWatch:
         if self.checkpoint.completed and options.until_complete:
             await self._exited()
         return self.checkpoint.completed
+
+    def _stop_if_idle(self, quiet_since: float) -> None:
+        """``--idle-stop``: :meth:`finish` once the file has not grown for that long."""
+        idle = self.options.idle_stop_s
+        if idle is not None and not self._finishing and time.monotonic() - quiet_since >= idle:
+            self.bus.log(
+                f"{self.path} has not grown for {idle:g}s: stopping (a later watch goes on from here)"
+            )
+            self.finish()
 
     async def _read(self) -> bool:
         """Read what comes next in the file and publish what it makes; whether anything came."""

@@ -160,3 +160,23 @@ async def test_a_path_that_names_no_file_any_more_is_waited_out_like_a_deleted_o
             agent.flush()
             await wait_until(lambda: has(redis_url, T.PROGRESS, 2), 20, "what the agent wrote on")
             assert not task.done()
+
+
+async def test_idle_stop_ends_a_watch_without_an_exit_and_a_later_one_goes_on(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The Task hook's adapters: an agent whose session ended without a completion held its adapter for
+    ever. One idle for ``--idle-stop`` ends as SIGUSR1 has it end; its agent's resume starts another."""
+    out = tmp_path / "agent.out"
+    out.write_text(PROGRESS.format("i1", 10))
+    options = WatchOptions(path=out, poll_s=0.01, until_complete=True, idle_stop_s=0.3)
+    async with watching(redis_url, "i1", options) as (first, _, _):
+        assert await asyncio.wait_for(first, 30) is False  # ended by itself, not completed
+    assert await published(redis_url) == [T.AGENT_STARTED, T.PROGRESS]  # no AGENT_EXITED
+    with out.open("a") as more:
+        more.write(PROGRESS.format("i1", 20) + COMPLETION.format("i1"))
+    async with watching(redis_url, "i1", options) as (second, _, _):
+        assert await asyncio.wait_for(second, 30) is True
+    assert await published(redis_url) == [
+        T.AGENT_STARTED, T.PROGRESS, T.PROGRESS, T.COMPLETION_REPORT, T.AGENT_EXITED
+    ]  # fmt: skip
