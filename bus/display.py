@@ -90,9 +90,9 @@ def _dead_line(item: Item, raw: bytes | None, *, as_json: bool) -> bytes | str:
             **exact,
         }
         deliveries = info.get("deliveries", "")
-        # a count, as a number (the stream keeps text); one beyond 64 bits (not the coordinators') as text:
-        # orjson refuses it, and pydantic, which would write it, refuses the data's Fragment
-        if deliveries.isascii() and deliveries.isdigit() and int(deliveries) < 2**63:
+        # a count, as a number (the stream keeps text); one of 19 digits or more (no coordinator's) as
+        # text: orjson refuses one beyond 64 bits, pydantic the data's Fragment, int() over 4 300 digits
+        if deliveries.isascii() and deliveries.isdigit() and len(deliveries) < 19:
             shown["deliveries"] = int(deliveries)
         return json_bytes(shown)
     where = f"{info.get('stream', '?')} {info.get('entry_id', '?')}"

@@ -26,7 +26,7 @@ import click
 
 from bus.connection import Client, as_text, translated
 from bus.consumer import Ack, Consumer, Delivery
-from bus.errors import BusError, CommandFailed, ConnectionFailed
+from bus.errors import BusError, CommandFailed, ConnectionFailed, PermissionDenied
 from bus.keys import entry_order
 from bus.stream_replies import stream_entries
 from bus.waits import backoff
@@ -159,10 +159,11 @@ class _Grouped(_Cursor):
     async def _start(self) -> None:
         await self.consumer.ensure_group(self.cursor)
         if self.cursor == "$":  # where the group is: a group made anew after a loss starts there
-            with translated():
-                groups = await self.client.xinfo_groups(self.stream)
-            [position] = [g["last-delivered-id"] for g in groups if as_text(g["name"]) == self.group]
-            self.cursor = as_text(position)
+            with contextlib.suppress(PermissionDenied):  # the adapter's and launcher's users: "0" then
+                with translated():
+                    groups = await self.client.xinfo_groups(self.stream)
+                names = {as_text(g["name"]): g["last-delivered-id"] for g in groups}
+                self.cursor = as_text(names.get(self.group, b"$"))
 
     async def _fetch(self, block_ms: int | None) -> list[Item]:
         try:
@@ -179,8 +180,9 @@ class _Grouped(_Cursor):
             if "NOGROUP" not in str(exc):
                 raise
             # The server lost the group (restarted without its data, or it was destroyed): a new one
-            # starts after the last entry printed, or where the group was when this tail started.
-            await self.consumer.ensure_group(self.last_id or self.cursor)
+            # starts after the last entry printed, or where the group was when this tail started ("$"
+            # when that is not known would skip what was written since a restart: "0").
+            await self.consumer.ensure_group(self.last_id or ("0" if self.cursor == "$" else self.cursor))
             deliveries = await self.consumer.read()
         if not self.all_fields:
             return [

@@ -92,7 +92,8 @@ return pruned
 
 # KEYS[1]: the members set; ARGV: member, ttl in ms, 'join' (register or renew), 'look' (register nothing)
 # or 'leave' (unregister), and the human key's fingerprint, which ends every member's name. Returns the
-# live count and a live member whose name ends with another fingerprint (false when none does).
+# live count and a live member whose name ends with another fingerprint (false when none does; a member
+# of an older version, whose name ends with no fingerprint, is none: it would stall a rolling upgrade).
 MEMBERS_SCRIPT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -102,9 +103,9 @@ if ARGV[3] == 'leave' then
 elseif ARGV[3] == 'join' then
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 end
-local mine = ':' .. ARGV[4]
 for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  if string.sub(member, -#mine) ~= mine then
+  local mark = string.match(member, ':([^:]*)$') or ''
+  if mark ~= ARGV[4] and (mark == 'no-key' or string.sub(mark, 1, 4) == 'key-') then
     return {redis.call('ZCARD', KEYS[1]), member}
   end
 end
@@ -266,8 +267,8 @@ class Leases:
 
     async def heartbeat(self) -> int:
         """Register this process as live for a TTL; the number of live coordinators. A live one whose human
-        key differs from this one's (started by an older version, which does not check) is logged as an
-        error once."""
+        key differs from this one's (started in the same instant, which the check at the start cannot
+        see) is logged as an error once."""
         count, other = await self._heartbeat("join")
         if other is not None and other != self._disagreeing:
             log.error("%s", self._disagreement(other))
@@ -282,14 +283,12 @@ class Leases:
         return int(count), (as_text(other) if other is not None else None)
 
     def _disagreement(self, other: str) -> str:
-        mark, keyless = other.rsplit(":", 1)[-1], fingerprint(None)
+        keyless = fingerprint(None)
         mine = "no human key" if self.key_mark == keyless else "a human key"
-        if mark == keyless:
+        if other.endswith(f":{keyless}"):
             theirs = "no human key"
-        elif mark.startswith("key-"):
-            theirs = "a human key" if self.key_mark == keyless else "another human key"
         else:
-            theirs = "no fingerprint of its human key (an older version)"
+            theirs = "a human key" if self.key_mark == keyless else "another human key"
         return (
             f"the live coordinator {other!r} of namespace {self.keys.namespace} runs with {theirs}, this one "
             f"with {mine}: give every coordinator of a namespace the same --human-key-file, or none (one "

@@ -445,6 +445,21 @@ def test_tail_follows_as_an_observer(bus: AclServer) -> None:
     assert decode(done.stdout.strip()) == envelope
 
 
+def test_an_adapter_tails_its_inbox_with_a_group_of_its_own(bus: AclServer) -> None:
+    """Its user may make and read a group on an inbox, not ask the server where a group is (XINFO):
+    where the group starts is not asked then."""
+    require_open_namespace(bus, Role.ADAPTER)
+    directive = progress("agent-1", "g", 5)
+    inbox = KEYS.inbox(KEYS.shard_of("g"), "agent-1")
+    admin = bus.server.client()
+    admin.xadd(inbox, {"data": encode(directive)})
+    admin.close()
+    done = subprocess.run([CLI, "tail", "--stream", "inbox:agent-1", "--group-id", "g", "--group", "mine",
+                           "--timeout", "0.5", "--redis-url", bus.url(Role.ADAPTER), "--namespace", NS],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
 def test_tail_refused_by_the_acl_says_so_and_no_more(bus: AclServer) -> None:
     require_open_namespace(bus, Role.ADAPTER)
     done = subprocess.run([CLI, "tail", "--from", "0", "--count", "1",

@@ -156,7 +156,7 @@ def test_inbox_and_dead_streams(redis_url: str) -> None:
 def test_a_dead_letter_whose_count_is_no_number_or_beyond_64_bits_is_shown_as_text(redis_url: str) -> None:
     """Any adapter may append to a dead-letter stream: a count beyond 64 bits crashed the view, and no
     dead letter after it was shown."""
-    counts = ["\u00b2", str(2**64), "7"]
+    counts = ["\u00b2", str(2**64), "9" * 5000, "7"]
 
     async def setup() -> None:
         async with connected(redis_url) as client:
@@ -166,12 +166,8 @@ def test_a_dead_letter_whose_count_is_no_number_or_beyond_64_bits_is_shown_as_te
                 await client.xadd(keys.stream(0, StreamKind.DEAD), fields)  # type: ignore[arg-type]
 
     asyncio.run(setup())
-    result = _tail(redis_url, "--stream", "dead", "--from", "0", "--count", "3", "--json")
-    assert [orjson.loads(line)["deliveries"] for line in result.stdout.splitlines()] == [
-        "\u00b2",
-        str(2**64),
-        7,
-    ]
+    result = _tail(redis_url, "--stream", "dead", "--from", "0", "--count", "4", "--json")
+    assert [orjson.loads(line)["deliveries"] for line in result.stdout.splitlines()] == [*counts[:3], 7]
 
 
 @pytest.mark.parametrize("stream", ["nope", "inbox:"])
