@@ -294,7 +294,8 @@ class Launcher:
         """A started request is acknowledged: no launcher will read it again, and its mark goes."""
         envelope = delivery.envelope
         if envelope is not None and isinstance(envelope.payload, LaunchRequest):
-            forget(self._spawner.started_file(envelope.payload, envelope.group_id))
+            for mark in self._spawner.started_files(envelope.payload, envelope.group_id):
+                forget(mark)
 
     async def _launch(self, consumer: Consumer, delivery: Delivery) -> tuple[Ack, str | None] | None:
         """What to do with one request; None when it waits for an earlier adapter of its agent to end."""
@@ -380,7 +381,7 @@ class Launcher:
         launcher on this log directory killed before it acknowledged the request started it (its mark)."""
         if self._requests.get(request.new_agent_id) == request.request_id:
             return True
-        if not self._spawner.started_file(request, group_id).exists():
+        if not any(mark.exists() for mark in self._spawner.started_files(request, group_id)):
             return False
         log.info(
             f"{request.new_agent_id} was started for this request by a launcher that ended before "

@@ -109,6 +109,13 @@ class Spawner:
         """The request's :func:`started_mark` in this launcher's log directory."""
         return started_mark(self.log_dir, request, group_id)
 
+    def started_files(self, request: LaunchRequest, group_id: str) -> tuple[Path, Path]:
+        """The request's mark, and the one a launcher of an earlier version left, named after the request
+        alone: read too, so that a launcher upgraded after a kill does not start the request again."""
+        return self.started_file(
+            request, group_id
+        ), self.log_dir / f"{file_stem(request.request_id)}{_STARTED_SUFFIX}"
+
     def command(
         self, request: LaunchRequest, group_id: str, prompt_file: Path, prompt: str
     ) -> tuple[list[str], list[str]]:

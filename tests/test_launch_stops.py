@@ -62,7 +62,7 @@ async def test_a_launcher_stopped_while_it_starts_an_agent_starts_no_other(
         assert (await bus.client.xpending(tasks, "launchers"))["pending"] == 2  # for any launcher to take
 
 
-@pytest.mark.parametrize("why", ["expired", "delivered-too-often"])
+@pytest.mark.parametrize("why", ["expired", "delivered-too-often", "mark-of-an-earlier-version"])
 async def test_a_request_a_killed_launcher_started_is_not_dead_lettered_when_read_again(
     redis_url: str, tmp_path: Path, why: str
 ) -> None:
@@ -76,6 +76,8 @@ async def test_a_request_a_killed_launcher_started_is_not_dead_lettered_when_rea
         await bus.client.xgroup_create(tasks, "launchers", id="0")
         assert await bus.client.xreadgroup("launchers", "killed-launcher", {tasks: ">"}, count=1)
         mark = _mark(tmp_path, GROUP, "req-1", "agent-1")
+        if why == "mark-of-an-earlier-version":  # named after the request alone
+            mark = mark.with_name("req-1.started")
         mark.touch()  # what the killed launcher left
         more = {"burst": True, "reclaim_idle_ms": 1, "max_attempts": 3 if expired else 1}
         tpl = template("complete")
