@@ -80,9 +80,20 @@ def signal_agent(process: asyncio.subprocess.Process, sig: int) -> None:
     one that runs its tools in processes of their own, would otherwise lose only the wrapper, and the
     processes it started would run on as orphans after the adapter has ended."""
     if process.returncode is None:
-        # Reaped, its exit not seen to yet (and nothing else of its group is left).
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError):  # its group is gone: it was reaped meanwhile
             os.killpg(process.pid, sig)
+
+
+def _group_lives(pgid: int) -> bool:
+    """Whether a process of the group ``pgid`` is left. Its id is not another's while one is (Linux does
+    not reuse a pid that is a process group's id)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # one of another user (setuid): there, but not ours to stop
+        return True
+    return True
 
 
 async def stop_agent(
@@ -108,12 +119,18 @@ async def stop_agent(
     try:
         if not termed:
             signal_agent(process, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
         try:
-            await _exited(process, STOP_GRACE_S)
+            if await _exited(process, STOP_GRACE_S):  # what it started gets the rest of the grace
+                await _group_ended(process.pid, deadline - time.monotonic())
         finally:  # cancelled while it waited (Ctrl-C again): it is not left running
             if process.returncode is None:
                 warn(f"{what} did not exit within {STOP_GRACE_S:g}s of SIGTERM: killed")
                 signal_agent(process, signal.SIGKILL)
+            elif _group_lives(process.pid):  # its wrapper ended at SIGTERM, a process it started did not
+                warn(f"a process {what} started did not exit within {STOP_GRACE_S:g}s of SIGTERM: killed")
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
         if not await _exited(process, _KILLED_EXIT_S):
             warn(f"{what} had not exited {_KILLED_EXIT_S:g}s after SIGKILL: not waited for any more")
         if readers:
@@ -126,6 +143,14 @@ async def stop_agent(
             # A process it started holds its output open: our ends of the pipes are closed now, in this
             # loop, not whenever that process ends (or the transport is collected after the loop closed).
             process._transport.close()  # type: ignore[attr-defined]
+
+
+async def _group_ended(pgid: int, within: float) -> bool:
+    """Whether no process of the group ``pgid`` is left within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while _group_lives(pgid) and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(_EXITED_POLL_S)
+    return not _group_lives(pgid)
 
 
 async def _exited(process: asyncio.subprocess.Process, within: float) -> bool:

@@ -32,10 +32,11 @@ time.sleep(600)
 """
 
 
-def _wrapper(pid_file: Path, *, ignoring: bool = False) -> list[str]:
+def _wrapper(pid_file: Path, *, ignoring: bool = False, child_ignoring: bool = False) -> list[str]:
     """A shell script that starts a long-sleeping child, which writes its pid to ``pid_file``, and waits
-    for it; ``ignoring``: both ignore SIGTERM."""
-    child = shlex.join([sys.executable, "-c", _CHILD, str(pid_file), "ignore" if ignoring else "default"])
+    for it; ``ignoring``: both ignore SIGTERM; ``child_ignoring``: the child alone does."""
+    ignores = ignoring or child_ignoring
+    child = shlex.join([sys.executable, "-c", _CHILD, str(pid_file), "ignore" if ignores else "default"])
     trap = "trap '' TERM\n" if ignoring else ""
     return ["sh", "-c", f"{trap}{child} &\nwait\n"]
 
@@ -109,6 +110,27 @@ async def test_sigkill_after_the_grace_stops_what_the_agent_started(
             await asyncio.wait_for(stop_agent(process, termed=False, warn=warnings.append), 20)
             assert process.returncode == -signal.SIGKILL
             await _ends(child)
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+
+async def test_sigkill_reaches_what_the_agent_started_when_the_agent_itself_ended_at_sigterm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wrapper ends at SIGTERM, a process it started ignores it: the SIGKILL after the grace went only
+    to a wrapper still running, and that process ran on."""
+    monkeypatch.setattr(agent_process, "STOP_GRACE_S", 0.5)
+    pid_file, warnings = tmp_path / "child.pid", list[str]()
+    with _killed_after(pid_file):
+        process = await start_agent(_wrapper(pid_file, child_ignoring=True))
+        try:
+            child = await _child_of(pid_file)
+            await asyncio.wait_for(stop_agent(process, termed=False, warn=warnings.append), 20)
+            assert process.returncode == -signal.SIGTERM
+            await _ends(child)
+            assert warnings == ["a process the agent started did not exit within 0.5s of SIGTERM: killed"]
         finally:
             if process.returncode is None:
                 process.kill()
