@@ -98,39 +98,28 @@ async def test_sigterm_to_the_adapter_stops_what_the_agent_started(redis_url: st
         await _ends(child)
 
 
+@pytest.mark.parametrize(
+    ("ignoring", "exit_signal", "warned"),
+    [
+        ("both", signal.SIGKILL, "the agent did not exit within 0.5s of SIGTERM: killed"),
+        # the wrapper ends at SIGTERM: the SIGKILL after the grace went only to a wrapper still running
+        ("child", signal.SIGTERM, "a process the agent started did not exit within 0.5s of SIGTERM: killed"),
+    ],
+)
 async def test_sigkill_after_the_grace_stops_what_the_agent_started(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ignoring: str, exit_signal: int, warned: str
 ) -> None:
     monkeypatch.setattr(agent_process, "STOP_GRACE_S", 0.5)  # the grace itself is not what is tested
     pid_file, warnings = tmp_path / "child.pid", list[str]()
+    wrapper = _wrapper(pid_file, ignoring=ignoring == "both", child_ignoring=ignoring == "child")
     with _killed_after(pid_file):
-        process = await start_agent(_wrapper(pid_file, ignoring=True))
+        process = await start_agent(wrapper)
         try:
             child = await _child_of(pid_file)
             await asyncio.wait_for(stop_agent(process, termed=False, warn=warnings.append), 20)
-            assert process.returncode == -signal.SIGKILL
+            assert process.returncode == -exit_signal
             await _ends(child)
-        finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-
-
-async def test_sigkill_reaches_what_the_agent_started_when_the_agent_itself_ended_at_sigterm(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The wrapper ends at SIGTERM, a process it started ignores it: the SIGKILL after the grace went only
-    to a wrapper still running, and that process ran on."""
-    monkeypatch.setattr(agent_process, "STOP_GRACE_S", 0.5)
-    pid_file, warnings = tmp_path / "child.pid", list[str]()
-    with _killed_after(pid_file):
-        process = await start_agent(_wrapper(pid_file, child_ignoring=True))
-        try:
-            child = await _child_of(pid_file)
-            await asyncio.wait_for(stop_agent(process, termed=False, warn=warnings.append), 20)
-            assert process.returncode == -signal.SIGTERM
-            await _ends(child)
-            assert warnings == ["a process the agent started did not exit within 0.5s of SIGTERM: killed"]
+            assert warnings == [warned]
         finally:
             if process.returncode is None:
                 process.kill()
