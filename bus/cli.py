@@ -16,6 +16,7 @@ import click
 from bus.acl import acl
 from bus.cli_connection import down
 from bus.entry import EXIT_INTERRUPTED
+from bus.human_key import KEY_FILE_ENV
 from bus.params import utf8
 from bus.retention import trim_command
 from bus.schema import schema
@@ -25,6 +26,8 @@ __all__ = ["EXIT_INTERRUPTED", "main"]
 
 ENV_PREFIX: Final = "SUBAGENT_BUS_"
 """The options' environment variables' names start with it."""
+_PATHS: Final = frozenset({KEY_FILE_ENV, "SUBAGENT_BUS_POLICY"})
+"""The variables that name files: a path may hold any bytes, and is opened as it is."""
 
 
 class _Root(click.Group):
@@ -35,7 +38,7 @@ class _Root(click.Group):
             if not utf8(arg):
                 raise click.UsageError(f"argument '{_shown(arg)}' is not valid UTF-8", ctx) from None
         for name, value in os.environ.items():  # the same of the options' environment variables
-            if name.startswith(ENV_PREFIX) and not utf8(value):
+            if name.startswith(ENV_PREFIX) and name not in _PATHS and not utf8(value):
                 raise click.UsageError(f"${name} ('{_shown(value)}') is not valid UTF-8", ctx)
         return super().parse_args(ctx, args)
 

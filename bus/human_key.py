@@ -17,7 +17,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import select
 import stat
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
@@ -39,23 +41,28 @@ KEY_FILE_ENV: Final = "SUBAGENT_BUS_HUMAN_KEY_FILE"
 """The key file's environment variable; the agent side leaves it out of what it starts."""
 MIN_KEY_BYTES: Final = 16
 _MAX_KEY_FILE_BYTES: Final = 4096
+_PIPE_WAIT_S: Final = 5.0
 
 
 def read_key(path: Path) -> bytes:
     """The key in ``path``: its bytes without a final line break, at least :data:`MIN_KEY_BYTES` of them
     (e.g. ``head -c 32 /dev/urandom | base64 > FILE``); a :class:`~bus.errors.ConfigError` otherwise."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a pipe with no writer would wait for ever
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO with no writer would wait for ever
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISFIFO(mode):  # `--human-key-file <(pass show bus-key)`: the key never on a disk
+            data = _from_pipe(fd, path)
+        elif stat.S_ISREG(mode):
+            data = os.read(fd, _MAX_KEY_FILE_BYTES + 1)
+        else:
+            raise ConfigError(f"{path} is neither a file nor a pipe: not a key file")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    finally:
         os.close(fd)
-        raise ConfigError(f"{path} is not a regular file: not a key file")
-    with os.fdopen(fd, "rb") as file:
-        try:
-            data = file.read(_MAX_KEY_FILE_BYTES + 1)
-        except OSError as exc:
-            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
     if len(data) > _MAX_KEY_FILE_BYTES:
         raise ConfigError(f"{path} is over {_MAX_KEY_FILE_BYTES} bytes: not a key file")
     key = data.rstrip(b"\r\n")
@@ -70,6 +77,27 @@ def read_key(path: Path) -> bytes:
 def signature(key: bytes, data: bytes) -> bytes:
     """The ``sig`` field of an entry whose ``data`` is ``data``."""
     return hmac.new(key, data, hashlib.sha256).hexdigest().encode()
+
+
+def _from_pipe(fd: int, path: Path) -> bytes:
+    """What a pipe's writer writes until it closes it, waited for :data:`_PIPE_WAIT_S` at most (a FIFO
+    with no writer is at its end at once)."""
+    data = b""
+    deadline = time.monotonic() + _PIPE_WAIT_S
+    while len(data) <= _MAX_KEY_FILE_BYTES:
+        try:
+            chunk = os.read(fd, _MAX_KEY_FILE_BYTES + 1)
+        except BlockingIOError:  # its writer has not written yet
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise ConfigError(
+                    f"{path}: a pipe whose writer did not finish within {_PIPE_WAIT_S:g}s"
+                ) from None
+            continue
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def fingerprint(key: bytes | None) -> str:

@@ -298,6 +298,9 @@ def test_an_environment_variable_that_is_not_utf8_is_a_usage_error() -> None:
         assert result.exit_code == 2, (args, result.output)
         assert said in result.output
         assert result.exception is None or isinstance(result.exception, SystemExit)
+    # a path may hold any bytes: a key file's is opened as it is
+    named = CliRunner().invoke(main, ["--version"], env={"SUBAGENT_BUS_HUMAN_KEY_FILE": f"/keys/h{bad}"})
+    assert named.exit_code == 0, named.output
 
 
 def test_status_watch_needs_a_positive_interval(redis_url: str) -> None:

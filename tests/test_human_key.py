@@ -50,10 +50,35 @@ def test_a_key_file_holds_at_least_16_bytes_and_its_line_break_is_not_the_key(tm
         read_key(path)
     with pytest.raises(ConfigError, match=r"cannot read .*missing: No such file or directory"):
         read_key(tmp_path / "missing")
-    os.mkfifo(tmp_path / "fifo")  # with no writer: opened, it was waited on for ever
-    for not_a_file in (tmp_path / "fifo", Path("/dev/zero"), tmp_path):
-        with pytest.raises(ConfigError, match="is not a regular file: not a key file"):
+    for not_a_file in (Path("/dev/zero"), tmp_path):  # read without end; no key
+        with pytest.raises(ConfigError, match="is neither a file nor a pipe: not a key file"):
             read_key(not_a_file)
+    os.mkfifo(tmp_path / "fifo")  # with no writer: opened, it was waited on for ever
+    with pytest.raises(ConfigError, match="holds a key of 0 bytes"):
+        read_key(tmp_path / "fifo")
+
+
+def test_a_key_from_a_pipe_is_read_to_its_end_and_a_writer_that_never_finishes_is_not_waited_for() -> None:
+    """``--human-key-file <(pass show bus-key)``: the key never on a disk."""
+    read, write = os.pipe()
+    try:
+        os.write(write, b"0123456789abcdef")
+        os.write(write, b"ghij\n")
+        os.close(write)
+        write = -1
+        assert read_key(Path(f"/dev/fd/{read}")) == b"0123456789abcdefghij"
+    finally:
+        os.close(read)
+        if write != -1:
+            os.close(write)
+    read, write = os.pipe()
+    try:
+        os.write(write, b"0123456789abcdef")  # and never closed
+        with pytest.raises(ConfigError, match="a pipe whose writer did not finish within 5s"):
+            read_key(Path(f"/dev/fd/{read}"))
+    finally:
+        os.close(read)
+        os.close(write)
 
 
 def test_only_the_signature_of_the_exact_data_under_the_key_passes() -> None:
