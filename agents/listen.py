@@ -143,9 +143,11 @@ async def _listen(bus: AgentBus, timeout_s: float | None, as_json: bool, claim_i
     if _pause_requested(received, PAUSE_AFTER_ENV):
         await asyncio.Event().wait()
     try:
-        await listener.ack(received)
-    except BusError as exc:  # printed all the same: the agent has it, and may be given it once more
-        bus.log(f"printed, but not acknowledged ({exc}): the next listener may print it again")
+        async with asyncio.timeout(STALL_GRACE_S):  # a stalled server would hold the agent's runner
+            await listener.ack(received)
+    except (BusError, TimeoutError) as exc:  # printed all the same: the agent has it, may get it again
+        why = str(exc) or f"no answer within {STALL_GRACE_S:g}s"
+        bus.log(f"printed, but not acknowledged ({why}): the next listener may print it again")
     return EXIT_RECEIVED
 
 

@@ -271,7 +271,8 @@ class ProtocolServer:
         its stdout), so that no other wait, of this server or another, takes it for one a dead listener
         left and delivers it again. For :data:`ABANDONED_MS` at most: a reply never written (its request
         cancelled) leaves the directive to a later wait then."""
-        every = max(self.claim_idle_ms / 4000, 0.01)
+        # at most a second apart: an adapter takes an entry idle for its --retry-ms (5 s)
+        every = min(max(self.claim_idle_ms / 4000, 0.01), 1.0)
         for _ in range(int(ABANDONED_MS / 1000 / every)):
             await asyncio.sleep(every)
             with contextlib.suppress(BusError):  # the next try may do; a stale entry is delivered again

@@ -334,12 +334,33 @@ def _requests(*messages: dict[str, Any]) -> bytes:
     return b"".join(orjson.dumps({"jsonrpc": "2.0", **m}) + b"\n" for m in messages)
 
 
-def _unread_server(url: str) -> subprocess.Popen[bytes]:
+def _unread_server(url: str, claim_idle_ms: int = 200) -> subprocess.Popen[bytes]:
     """A server whose stdout the test reads only when it wants to."""
-    args = ["mcp", "--redis-url", url, "--agent-id", AGENT, "--group", GROUP_ID, "--claim-idle-ms", "200"]
+    args = ["mcp", "--redis-url", url, "--agent-id", AGENT, "--group", GROUP_ID]
+    args += ["--claim-idle-ms", str(claim_idle_ms)]
     return subprocess.Popen(
         [CLI, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     )
+
+
+async def _reply_being_written(slow: subprocess.Popen[bytes]) -> None:
+    """Have ``slow`` (:func:`_unread_server`) take the directive and begin its reply, which waits for the
+    test to read it."""
+    assert slow.stdin is not None and slow.stdout is not None
+    hello = {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    }
+    slow.stdin.write(_requests({"id": 1, "method": "initialize", "params": hello}))
+    slow.stdin.flush()
+    assert b'"id":1' in await asyncio.to_thread(slow.stdout.readline)
+    wait = {"name": "wait_for_directive", "arguments": {"timeout_seconds": 10}}
+    slow.stdin.write(
+        _requests({"method": "notifications/initialized"}, {"id": 2, "method": "tools/call", "params": wait})
+    )
+    slow.stdin.flush()
+    await asyncio.to_thread(slow.stdout.read, 1000)  # the reply is being written, and cannot all be
 
 
 async def test_a_directive_is_acknowledged_only_once_its_reply_is_out(redis_url: str) -> None:
@@ -349,23 +370,7 @@ async def test_a_directive_is_acknowledged_only_once_its_reply_is_out(redis_url:
     async with open_bus(redis_url) as bus:
         await Publisher(bus.client, bus.keys).send_directive(sent)
         slow = _unread_server(redis_url)
-        assert slow.stdin is not None and slow.stdout is not None
-        hello = {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        }
-        slow.stdin.write(_requests({"id": 1, "method": "initialize", "params": hello}))
-        slow.stdin.flush()
-        assert b'"id":1' in await asyncio.to_thread(slow.stdout.readline)
-        wait = {"name": "wait_for_directive", "arguments": {"timeout_seconds": 10}}
-        slow.stdin.write(
-            _requests(
-                {"method": "notifications/initialized"}, {"id": 2, "method": "tools/call", "params": wait}
-            )
-        )
-        slow.stdin.flush()
-        await asyncio.to_thread(slow.stdout.read, 1000)  # the reply is being written, and cannot all be
+        await _reply_being_written(slow)
         inbox = bus.inbox(GROUP_ID, AGENT)
         assert (await bus.client.xpending(inbox, "adapter"))["pending"] == 1  # read, not acknowledged
         slow.kill()
@@ -375,6 +380,39 @@ async def test_a_directive_is_acknowledged_only_once_its_reply_is_out(redis_url:
             again = await call(client, "wait_for_directive", {"timeout_seconds": 15})
             assert text_of(again) == sent.payload.render()  # type: ignore[union-attr]
         assert (await bus.client.xpending(inbox, "adapter"))["pending"] == 0
+
+
+async def test_a_reply_being_written_is_held_under_a_long_claim_idle_too(redis_url: str) -> None:
+    """Refreshed a quarter of --claim-idle-ms apart, for a minute: from 240 000 on, no refresh at all, and
+    a `listen` took the directive while the server's reply was still being written."""
+    sent = directive("JWT, because " + "x" * 300_000)
+    async with open_bus(redis_url) as bus:
+        await Publisher(bus.client, bus.keys).send_directive(sent)
+        slow = _unread_server(redis_url, claim_idle_ms=300_000)
+        try:
+            await _reply_being_written(slow)
+            done = await asyncio.to_thread(
+                subprocess.run,
+                [
+                    CLI,
+                    "listen",
+                    "--agent-id",
+                    AGENT,
+                    "--group",
+                    GROUP_ID,
+                    "--timeout",
+                    "4",
+                    "--redis-url",
+                    redis_url,
+                ],
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+            assert (done.returncode, done.stdout) == (3, b""), done.stderr  # nothing for it: held
+        finally:
+            slow.kill()
+            slow.wait()
 
 
 def sb(url: str, *args: str) -> None:

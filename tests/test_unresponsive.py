@@ -30,10 +30,12 @@ from bus.cli import EXIT_INTERRUPTED
 from bus.cli_connection import run_command
 from bus.connection import as_text, connect
 from bus.consumer import Ack, Consumer
+from bus.directives import AnswerItem, ClarificationResponse
 from bus.embedded import RedisProcess, free_port
-from bus.envelope import encode
+from bus.envelope import encode, new_envelope
 from bus.errors import ConfigError, ConnectionFailed
-from bus.keys import Keys
+from bus.keys import Keys, open_namespace
+from bus.publisher import Publisher
 from bus.settings import MIN_SOCKET_TIMEOUT, Settings
 from bus.wire import Pipe
 from coordinator.policy import Policy
@@ -375,6 +377,38 @@ async def test_a_listener_gives_up_at_its_deadline_when_the_server_stops_answeri
     finally:
         await client.aclose()
         await proxy.close()
+
+
+async def test_listen_that_printed_its_directive_is_not_held_by_an_acknowledgement_never_answered(
+    redis_server: RedisProcess, redis_url: str
+) -> None:
+    """The agent has the directive: a stalled server held ``listen`` (and the runner its exit wakes) for
+    the socket timeout (30 s) before it exited."""
+    sent = new_envelope(
+        ClarificationResponse(answers=[AnswerItem(question_id="Q1", question="Which?", answer="JWT")]),
+        agent_id="a1",
+        group_id="g",
+        source="coordinator",
+    )
+    client = await connect(Settings.from_url(redis_url))
+    try:
+        await Publisher(client, await open_namespace(client, "sbus")).send_directive(sent)
+    finally:
+        await client.aclose()
+    proxy = DroppingProxy(redis_server.port, trigger=lambda request: b"XACK" in request)
+    port = await proxy.start()
+    try:
+        command = [CLI, "listen", "--agent-id", "a1", "--group", "g", "--timeout", "5"]
+        command += ["--redis-url", f"redis://127.0.0.1:{port}/0"]
+        done = await asyncio.to_thread(
+            subprocess.run, command, capture_output=True, env=_env(), timeout=20, check=False
+        )
+        assert proxy.dropped.is_set()
+    finally:
+        await proxy.close()
+    assert done.returncode == 0, done.stderr
+    assert "JWT" in done.stdout.decode()
+    assert b"printed, but not acknowledged (no answer within 1s)" in done.stderr
 
 
 async def test_wait_for_directive_says_the_bus_did_not_answer_rather_than_that_no_directive_came(
