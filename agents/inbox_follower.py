@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from typing import Final
 
 from agents.adapter import MARK_TTL_S, AgentBus
 from agents.delivery import (
@@ -28,6 +29,9 @@ from bus.waits import wait_for
 
 __all__ = ["GivenUp", "InboxFollower", "with_inbox"]
 
+_LISTENER_READS: Final = 50
+"""Deliveries of a directive beyond its attempts before the consumer dead-letters it unread."""
+
 GivenUp = Callable[[Directive, str], Awaitable[None]]
 """Told of a directive given up on and why, before it is dead-lettered."""
 
@@ -35,10 +39,10 @@ GivenUp = Callable[[Directive, str], Awaitable[None]]
 class InboxFollower:
     """Delivers the directives of one agent's inbox, acknowledging each once delivered.
 
-    A directive is tried ``attempts`` times. The consumer is to allow one delivery more: a directive
-    whose last attempt was cut short (the adapter killed, the server lost before the failure was
-    settled) comes back once more and is given up on then, so ``given_up`` hears of every directive
-    given up on, at least once, before it is dead-lettered.
+    A directive is tried ``attempts`` times (counted by ``attempted``, each before it is made). The consumer
+    is to allow more deliveries: a directive whose last attempt was cut short (the adapter killed, the
+    server lost before the failure was settled) comes back once more and is given up on then, so
+    ``given_up`` hears of every directive given up on, at least once, before it is dead-lettered.
     """
 
     def __init__(
@@ -51,8 +55,13 @@ class InboxFollower:
         log: Callable[[str], None],
         warn: Callable[[str], None] | None = None,
         metrics: AdapterMetrics | None = None,
+        attempted: Callable[[Delivery], Awaitable[int]] | None = None,
     ) -> None:
         self.consumer = consumer
+        self.attempted = attempted
+        """Counts an attempt at a directive and says which one it is, apart from the stream's count of
+        its deliveries, which the reads of `listen` and the MCP server in the same group raise too (None:
+        that count)."""
         self.deliverer = deliverer
         self.attempts = attempts
         self.given_up = given_up
@@ -98,7 +107,8 @@ class InboxFollower:
             why = not_a_directive(envelope)
             self.warn(f"inbox {self.consumer.stream}: {why}; dead-lettered")
             return Ack.DEAD, why
-        if delivery.deliveries > self.attempts:
+        attempt = delivery.deliveries if self.attempted is None else await self.attempted(delivery)
+        if attempt > self.attempts:
             why = (
                 f"its attempt {self.attempts} of {self.attempts} was cut short (the adapter stopped, or lost "
                 "the server, before it was settled), and whether it reached the agent is not known"
@@ -111,12 +121,12 @@ class InboxFollower:
             self.log(f"{directive.type.value} {envelope.id} not delivered: {exc}")
             return Ack.ACK
         except DeliveryFailed as exc:
-            attempt = f"attempt {delivery.deliveries} of {self.attempts}"
-            self.warn(f"delivering {directive.type.value} {envelope.id} failed ({attempt}): {exc}")
+            which = f"attempt {attempt} of {self.attempts}"
+            self.warn(f"delivering {directive.type.value} {envelope.id} failed ({which}): {exc}")
             if self.metrics is not None:
                 self.metrics.delivery_failures.labels(directive.type.value).inc()
-            if delivery.deliveries >= self.attempts:
-                return await self._give_up(directive, f"{exc} ({attempt})")
+            if attempt >= self.attempts:
+                return await self._give_up(directive, f"{exc} ({which})")
             raise
         self.delivered += 1
         if self.metrics is not None:
@@ -149,7 +159,9 @@ async def with_inbox(
         GROUP,
         block_ms=250,
         reclaim_idle_ms=retry_ms,
-        max_deliveries=attempts + 1,  # see InboxFollower
+        # the attempts are counted apart (attempted): this bounds only the reads of listeners killed
+        # before they printed it, each a delivery of the stream's count, for a directive none can take
+        max_deliveries=attempts + _LISTENER_READS,
         batch=1,  # a directive read along with the one being delivered would look abandoned to listen
     )
 
@@ -172,6 +184,15 @@ async def with_inbox(
             state_ttl_s=MARK_TTL_S,
         )
 
+    async def attempted(delivery: Delivery) -> int:
+        # GET and SET: the adapter's ACL role may not INCR; one adapter holds the entry meanwhile
+        key = bus.state_key(f"offset:{bus.agent_id}:attempts:{delivery.entry_id}")
+        with translated():
+            before = await bus.client.get(key)
+            attempt = (int(before) if before is not None and before.isdigit() else 0) + 1
+            await bus.client.set(key, str(attempt), ex=MARK_TTL_S)
+        return attempt
+
     follower = InboxFollower(
         consumer,
         deliverer,
@@ -180,6 +201,7 @@ async def with_inbox(
         log=bus.log,
         warn=bus.warn,
         metrics=bus.metrics,
+        attempted=attempted,
     )
     stop = asyncio.Event()
     task = asyncio.create_task(follower.run(stop))

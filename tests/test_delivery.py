@@ -326,8 +326,13 @@ async def killed_mid_delivery(bus: Bus, url: str, tmp_path: Path, agent: str, *o
     sent = directive(agent=agent)
     await Publisher(bus.client, bus.keys).send_directive(sent)
 
-    async def in_hand() -> bool:
-        return await pending(bus, agent) == 1
+    async def in_hand() -> bool:  # read, and its attempt counted: the adapter delivers it now
+        if await pending(bus, agent) != 1:
+            return False
+        held: Any = await bus.client.xpending_range(bus.inbox(GROUP, agent), "adapter", "-", "+", 1)
+        entry = held[0]["message_id"].decode()
+        counted = bus.keys.state(bus.keys.shard_of(GROUP), f"offset:{agent}:attempts:{entry}")
+        return bool(await bus.client.exists(counted))
 
     await wait_until(in_hand, 20, "the delivery to start")
     adapter.send_signal(signal.SIGKILL)
@@ -351,6 +356,34 @@ async def test_a_killed_adapter_redelivers_on_restart(redis_url: str, tmp_path: 
         assert responses.read_text().count("## CLARIFICATION RESPONSE") == 1
         second.send_signal(signal.SIGTERM)
         assert await exited(second, 20) == 0
+
+
+async def test_reads_of_listeners_killed_before_they_printed_are_no_attempts_of_the_adapter(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """`listen` reads in the adapter's group: each read it left raised the stream's count, which the
+    adapter took for its own attempts, so it gave up on a directive it never tried (or dead-lettered it
+    unread, telling nobody)."""
+    async with open_bus(redis_url) as bus:
+        await Publisher(bus.client, bus.keys).send_directive(directive(agent="d9"))
+        inbox = bus.inbox(GROUP, "d9")
+        await bus.client.xgroup_create(inbox, "adapter", id="0")
+        read: Any = await bus.client.xreadgroup("adapter", "listen", {inbox: ">"})
+        [[_, [(entry, _)]]] = read
+        for _ in range(3):  # three more listeners, each killed before it printed
+            await bus.client.xclaim(inbox, "adapter", "listen", 0, [entry])
+        responses, log = tmp_path / "responses.md", tmp_path / "log"
+        options = ("--deliver", f"file:{responses}", "--max-attempts", "1", "--retry-ms", "100")
+        adapter = start(idle_adapter(tmp_path, "d9", *options), redis_url, log)
+
+        async def delivered() -> bool:
+            return responses.exists() and await pending(bus, "d9") == 0
+
+        await wait_until(delivered, 20, "the delivery")
+        assert responses.read_text().count("## CLARIFICATION RESPONSE") == 1
+        assert await bus.client.xlen(bus.stream(GROUP, StreamKind.DEAD)) == 0
+        adapter.send_signal(signal.SIGTERM)
+        assert await exited(adapter, 20) == 0
 
 
 async def test_a_directive_a_killed_adapter_held_is_taken_over_by_listen(
