@@ -26,6 +26,7 @@ takes it over, as a restarted adapter would. Both kinds of stale entry, and the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -37,7 +38,7 @@ from agents.delivery import ABANDONED_MS, GROUP, Directive, as_directive, not_a_
 from agents.inbox_pending import CONSUMER, InboxPending
 from bus.connection import Client, as_text, translated
 from bus.consumer import DELETED_REASON, Ack, Consumer, Delivery
-from bus.errors import CommandFailed, ConnectionFailed
+from bus.errors import BusError, CommandFailed, ConnectionFailed
 from bus.stream_replies import stream_entries
 from bus.waits import backoff
 
@@ -171,6 +172,17 @@ class InboxListener:
     async def ack(self, received: Received) -> None:
         """Acknowledge a directive once it has been handed to the agent."""
         await self.consumer.settle([(received.delivery, Ack.ACK, None)])
+
+    async def hold(self, received: Received) -> None:
+        """Keep a directive's entry fresh while it is being handed out (to a reader slow to read a long one)
+        until cancelled, so that no other listener or adapter takes it for one a dead listener left and
+        delivers it again. For :attr:`abandoned_ms` at most: one never handed out is left to a later
+        listener then. At most a second apart: an adapter takes an entry idle for its --retry-ms (5 s)."""
+        every = min(max(self.claim_idle_ms / 4000, 0.01), 1.0)
+        for _ in range(int(self.abandoned_ms / 1000 / every)):
+            await asyncio.sleep(every)
+            with contextlib.suppress(BusError):  # the next try may do; a stale entry is delivered again
+                await self.consumer.hold(received.delivery)
 
     async def _retrying(self, call: Callable[[], Awaitable[T]], deadline: float | None) -> T:
         """``call()``, again after a lost connection (with backoff) until ``deadline``."""

@@ -135,11 +135,16 @@ async def _listen(bus: AgentBus, timeout_s: float | None, as_json: bool, claim_i
         return EXIT_ERROR
     if _pause_requested(received, PAUSE_ENV):
         await asyncio.Event().wait()
+    # in a thread, the entry held fresh meanwhile: a reader slow to read a long directive holds the write,
+    # and another listener or an adapter would take the entry for one a dead listener left
+    holding = asyncio.create_task(listener.hold(received))
     try:
-        write_out(render(received, as_json), sys.stdout.buffer)
+        await asyncio.to_thread(write_out, render(received, as_json), sys.stdout.buffer)
     except (OSError, ValueError) as exc:
         bus.log(f"cannot print the directive ({exc}); it stays in the inbox for the next listener")
         return EXIT_ERROR
+    finally:
+        holding.cancel()
     if _pause_requested(received, PAUSE_AFTER_ENV):
         await asyncio.Event().wait()
     try:

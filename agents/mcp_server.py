@@ -22,7 +22,6 @@ the coordinator keeps it: the JSON of field ``a:<agent_id>`` of the hash ``{ns:s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import sys
 import uuid
@@ -39,8 +38,7 @@ from mcp.server import Server, ServerRequestContext
 from pydantic import BaseModel, ValidationError
 
 from agents.adapter import AgentBus, connect_bus
-from agents.delivery import ABANDONED_MS
-from agents.inbox_listener import DEFAULT_CLAIM_IDLE_MS, InboxListener, Received, other_group
+from agents.inbox_listener import DEFAULT_CLAIM_IDLE_MS, InboxListener, other_group
 from agents.mcp_inflight import Reply
 from agents.mcp_stdio import After, screened_stdio
 from agents.mcp_tools import (
@@ -255,7 +253,7 @@ class ProtocolServer:
         if request_id is None:  # not served over stdio: nothing reports the reply written
             await listener.ack(received)
         else:
-            holding = asyncio.create_task(self._hold(listener, received))
+            holding = asyncio.create_task(listener.hold(received))
             self._holding.add(holding)
             holding.add_done_callback(self._holding.discard)
 
@@ -265,18 +263,6 @@ class ProtocolServer:
 
             self._unacked[request_id] = ack
         return _text(received.directive.prompt)
-
-    async def _hold(self, listener: InboxListener, received: Received) -> None:
-        """Keep a directive's entry fresh while its reply waits to be written (to a client slow to read
-        its stdout), so that no other wait, of this server or another, takes it for one a dead listener
-        left and delivers it again. For :data:`ABANDONED_MS` at most: a reply never written (its request
-        cancelled) leaves the directive to a later wait then."""
-        # at most a second apart: an adapter takes an entry idle for its --retry-ms (5 s)
-        every = min(max(self.claim_idle_ms / 4000, 0.01), 1.0)
-        for _ in range(int(ABANDONED_MS / 1000 / every)):
-            await asyncio.sleep(every)
-            with contextlib.suppress(BusError):  # the next try may do; a stale entry is delivered again
-                await listener.consumer.hold(received.delivery)
 
     def _writing(self, reply: Reply | None) -> After | None:
         """A line goes out on stdout: when it is the reply that carries a directive, what acknowledges

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import signal
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from adapter_kit import CLI, Bus, exited, open_bus, run, wait_until
 
 from agents.delivery import GROUP
@@ -496,3 +498,31 @@ def test_a_directive_printed_to_a_file_that_could_not_be_synced_is_a_failure(
     with (tmp_path / "out").open("wb") as out:
         write_out(b"prompt\n", out)
     assert (tmp_path / "out").read_bytes() == b"prompt\n"
+
+
+async def test_a_directive_being_printed_to_a_slow_reader_is_not_taken_by_another_listener(
+    redis_url: str,
+) -> None:
+    """The print blocked while the reader did not read (a long directive, more than a pipe holds), and
+    the entry, idle meanwhile, was taken by the next listener, which printed it too."""
+    sent = directive("a11", answer="JWT, because " + "x" * 300_000)
+    async with open_bus(redis_url) as bus:
+        await Publisher(bus.client, bus.keys).send_directive(sent)
+        slow = listener(redis_url, "a11")  # its stdout is not read until the end
+        try:
+
+            async def read() -> bool:
+                with contextlib.suppress(redis.exceptions.ResponseError):  # no group yet
+                    return await pending(bus, "a11") == 1
+                return False
+
+            await wait_until(read, 20, "the first listener to read the directive")
+            second = listener(redis_url, "a11", "--timeout", "4")
+            assert (await finish(second, 30))[:2] == (EXIT_TIMEOUT, b"")  # held by the first
+            assert slow.stdout is not None
+            printed = await asyncio.to_thread(slow.stdout.read)
+            assert await exited(slow, 20) == EXIT_RECEIVED
+            assert decode_prompt(printed) == sent.payload.render()  # type: ignore[union-attr]
+        finally:
+            slow.kill()
+            slow.wait()
