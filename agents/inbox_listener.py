@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from agents.adapter import AgentBus, stderr_log
+from agents.adapter import stderr_log
 from agents.delivery import ABANDONED_MS, GROUP, Directive, as_directive, not_a_directive
 from agents.inbox_pending import CONSUMER, InboxPending
 from bus.connection import Client, as_text, translated
@@ -65,16 +65,17 @@ class Received:
     delivery: Delivery
 
 
-def other_group(bus: AgentBus, received: Received) -> str | None:
-    """Why a directive is not this listener's to deliver: it is another group's. The inbox is the agent
-    id's on the group's shard, so a mistyped --group that lands on the same shard (or one agent id in two
-    groups of a shard) reads it too; the directive is left pending, for its own group's listener."""
-    group = received.directive.envelope.group_id
-    if group == bus.group_id:
+def other_group(received: Received, group_id: str) -> str | None:
+    """Why a directive is not the listener's of ``group_id`` to deliver: it is another group's. The inbox
+    is the agent id's on the group's shard, so a mistyped --group that lands on the same shard (or one
+    agent id in two groups of a shard) reads it too; the directive is left pending, for its own group's
+    listener."""
+    envelope = received.directive.envelope
+    if envelope.group_id == group_id:
         return None
     return (
-        f"the directive {received.delivery.entry_id} in {bus.agent_id}'s inbox is for group {group!r}, "
-        f"not {bus.group_id!r}: left for a listener of that group (check --group)"
+        f"the directive {received.delivery.entry_id} in {envelope.agent_id}'s inbox is for group "
+        f"{envelope.group_id!r}, not {group_id!r}: left for a listener of that group (check --group)"
     )
 
 
@@ -89,6 +90,7 @@ class InboxListener:
         claim_idle_ms: int = DEFAULT_CLAIM_IDLE_MS,
         abandoned_ms: int = ABANDONED_MS,
         log: Callable[[str], None] = stderr_log,
+        group_id: str | None = None,
     ) -> None:
         if claim_idle_ms < 1 or abandoned_ms < 1:
             raise ValueError("claim_idle_ms and abandoned_ms must be at least 1")
@@ -98,6 +100,11 @@ class InboxListener:
         self.abandoned_ms = abandoned_ms
         self.log = log
         self.consumer = Consumer(client, inbox, GROUP, CONSUMER)
+        self.group_id = group_id
+        """The group whose directives are handed out; another group's are left pending (None: any)."""
+        self.left: dict[str, str] = {}
+        """Entries left for another group's listener, and why (said once each): not claimed again, so
+        that one such entry, which anyone with the adapter's user may add, does not end every wait."""
         self.unanswered = False
         """The last :meth:`next` returned None because the server did not answer, not for want of a
         directive."""
@@ -228,7 +235,11 @@ class InboxListener:
     async def _pending(self) -> InboxPending:
         # one XPENDING over the whole group, not one per question (agents.inbox_pending)
         return await InboxPending.read(
-            self.client, self.inbox, claim_idle_ms=self.claim_idle_ms, abandoned_ms=self.abandoned_ms
+            self.client,
+            self.inbox,
+            claim_idle_ms=self.claim_idle_ms,
+            abandoned_ms=self.abandoned_ms,
+            skip=self.left,
         )
 
     def _held_ms(self, pending: InboxPending) -> int | None:
@@ -288,7 +299,13 @@ class InboxListener:
             self.log(f"inbox {self.inbox}: {why}; dead-lettered")
             await self.consumer.settle([(delivery, Ack.DEAD, why)])
             return None
-        return Received(directive, delivery)
+        received = Received(directive, delivery)
+        wrong = None if self.group_id is None else other_group(received, self.group_id)
+        if wrong is not None:
+            self.left[entry_id] = wrong
+            self.log(wrong)
+            return None
+        return received
 
     async def _settle(self, delivery: Delivery, ack: Ack) -> None:
         await self.consumer.settle([(delivery, ack, delivery.error)])

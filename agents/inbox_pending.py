@@ -17,6 +17,7 @@ have found.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -45,14 +46,19 @@ class InboxPending:
     """How long the oldest entry pending under ``listen`` has been idle; None when there is none."""
 
     @classmethod
-    async def read(cls, client: Client, inbox: str, *, claim_idle_ms: int, abandoned_ms: int) -> InboxPending:
-        """Look at the pending list of ``inbox``: one ``XPENDING`` unless a page comes back full."""
+    async def read(
+        cls, client: Client, inbox: str, *, claim_idle_ms: int, abandoned_ms: int, skip: Container[str] = ()
+    ) -> InboxPending:
+        """Look at the pending list of ``inbox``: one ``XPENDING`` unless a page comes back full. The
+        entries of ``skip`` (another group's, left) count for nothing."""
         pending = cls()
         start = "-"
         while True:
             with translated():
                 page: list[Any] = await client.xpending_range(inbox, GROUP, min=start, max="+", count=_PAGE)
             for record in page:
+                if as_text(record["message_id"]) in skip:
+                    continue
                 pending._add(
                     as_text(record["message_id"]),
                     as_text(record["consumer"]),

@@ -38,7 +38,7 @@ import click
 
 from agents.adapter import AgentBus, connect_bus, stderr_log
 from agents.delivery import write_all
-from agents.inbox_listener import DEFAULT_CLAIM_IDLE_MS, STALL_GRACE_S, InboxListener, Received, other_group
+from agents.inbox_listener import DEFAULT_CLAIM_IDLE_MS, STALL_GRACE_S, InboxListener, Received
 from agents.options import check_id
 from bus.cli_connection import redis_options, run_command
 from bus.connection import translated
@@ -120,7 +120,9 @@ async def _warn_if_unknown(bus: AgentBus) -> None:
 
 
 async def _listen(bus: AgentBus, timeout_s: float | None, as_json: bool, claim_idle_ms: int) -> int:
-    listener = InboxListener(bus.client, bus.inbox, claim_idle_ms=claim_idle_ms, log=bus.log)
+    listener = InboxListener(
+        bus.client, bus.inbox, claim_idle_ms=claim_idle_ms, log=bus.log, group_id=bus.group_id
+    )
     warning = asyncio.create_task(_warn_if_unknown(bus))
     try:
         received = await listener.next(timeout_s)
@@ -129,10 +131,6 @@ async def _listen(bus: AgentBus, timeout_s: float | None, as_json: bool, claim_i
     if received is None:
         bus.log(f"no directive for {bus.agent_id} within {timeout_s:g}s")
         return EXIT_TIMEOUT
-    wrong = other_group(bus, received)
-    if wrong is not None:
-        bus.log(wrong)
-        return EXIT_ERROR
     if _pause_requested(received, PAUSE_ENV):
         await asyncio.Event().wait()
     # in a thread, the entry held fresh meanwhile: a reader slow to read a long directive holds the write,

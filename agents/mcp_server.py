@@ -38,7 +38,7 @@ from mcp.server import Server, ServerRequestContext
 from pydantic import BaseModel, ValidationError
 
 from agents.adapter import AgentBus, connect_bus
-from agents.inbox_listener import DEFAULT_CLAIM_IDLE_MS, InboxListener, other_group
+from agents.inbox_listener import DEFAULT_CLAIM_IDLE_MS, InboxListener
 from agents.mcp_inflight import Reply
 from agents.mcp_stdio import After, screened_stdio
 from agents.mcp_tools import (
@@ -237,7 +237,9 @@ class ProtocolServer:
 
     async def _wait(self, request: WaitInput, request_id: types.RequestId | None) -> types.CallToolResult:
         bus = await self._connected()
-        listener = InboxListener(bus.client, bus.inbox, claim_idle_ms=self.claim_idle_ms, log=bus.log)
+        listener = InboxListener(
+            bus.client, bus.inbox, claim_idle_ms=self.claim_idle_ms, log=bus.log, group_id=bus.group_id
+        )
         received = await listener.next(request.timeout_seconds)
         if received is None and listener.unanswered:
             return _text(
@@ -245,11 +247,10 @@ class ProtocolServer:
                 "swallows its replies): no directive could be read; wait again later",
                 error=True,
             )
+        if received is None and listener.left:  # the wait's only directives were another group's
+            raise ToolInputError("; ".join(listener.left.values()))
         if received is None:
             return _text(f"no directive within {request.timeout_seconds:g} s")
-        wrong = other_group(bus, received)
-        if wrong is not None:
-            raise ToolInputError(wrong)
         if request_id is None:  # not served over stdio: nothing reports the reply written
             await listener.ack(received)
         else:

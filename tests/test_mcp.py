@@ -321,11 +321,15 @@ async def test_a_directive_of_another_group_is_left_for_its_listener(redis_url: 
         )
         sent = directive("JWT").model_copy(update={"group_id": other})
         await Publisher(bus.client, keys).send_directive(sent)
-        result = await call(client, "wait_for_directive", {"timeout_seconds": 10})
+        result = await call(client, "wait_for_directive", {"timeout_seconds": 2})  # waits for its own
         assert result.is_error
         assert f"is for group {other!r}, not {GROUP_ID!r}: left for a listener of that group" in text_of(
             result
         )
+        mine = directive("OAuth2")
+        await Publisher(bus.client, keys).send_directive(mine)  # behind it in the inbox
+        result = await call(client, "wait_for_directive", {"timeout_seconds": 10})
+        assert text_of(result) == mine.payload.render()  # type: ignore[union-attr]
         inbox = keys.inbox(keys.shard_of(GROUP_ID), AGENT)
         assert (await bus.client.xpending(inbox, ConsumerGroup.ADAPTER.value))["pending"] == 1
 
