@@ -25,7 +25,7 @@ from bus.human_key import fingerprint
 from bus.keys import Keys, StreamKind
 from bus.metrics import Metrics
 from bus.waits import wait_for
-from coordinator.batch import Batch, target_streams
+from coordinator.batch import Batch, Entry, target_streams
 from coordinator.commit import COMMIT_SCRIPT, Commit, CommitRefused, CommitResult
 from coordinator.lease import Leases, fair_share
 from coordinator.namespace_meta import NamespaceMeta
@@ -333,8 +333,23 @@ class Coordinator:
         tick = new_envelope(
             Tick(now=server), agent_id=self.options.name, group_id=TICK_GROUP, source="tick", ts=server
         )
-        with translated():
-            await self.client.xadd(shard.signals, {"data": encode(tick)})
+        try:
+            with translated():
+                await self.client.xadd(shard.signals, {"data": encode(tick)})
+        except CommandFailed as exc:
+            # An entry of the last possible id (only a writer other than the bus adds one): no entry can
+            # be added after it, by anyone. The shard's loop goes on with what is there, and says so once.
+            if "last possible ID" not in str(exc):
+                raise
+            if not shard.exhausted:
+                log.error(
+                    "shard %d: %s holds the last possible entry id: nothing can be added to it any more "
+                    "(no signal, no tick); only deleting the stream (once what it holds is applied) opens it "
+                    "again",
+                    shard.index,
+                    shard.signals,
+                )
+            shard.exhausted = True
 
     # -- one batch -----------------------------------------------------------------------------
 
@@ -365,8 +380,9 @@ class Coordinator:
         )
         counting = shard.need_pending and not shard.refused
         counts = await shard.delivery_counts(self.client, entries) if counting else {}
-        for entry_id, data in entries:
-            batch.add(entry_id, data, counts.get(entry_id, 1), self.options.max_deliveries)
+        if not await self._apply(shard, batch, entries, counts):
+            self._lost(shard)
+            return True
         batch.write()
         result = await shard.commit(self._commit, batch.commit, self.options.lease_ttl_ms, block_ms)
         if result is CommitResult.OK:
@@ -388,6 +404,24 @@ class Coordinator:
         else:
             log.warning("shard %d: older entries pending elsewhere; claiming them first", shard.index)
             await self._take_over(shard)
+        return True
+
+    async def _apply(
+        self, shard: Shard, batch: Batch, entries: list[Entry], counts: dict[bytes, int]
+    ) -> bool:
+        """Apply the entries to the batch; False when the lease was lost meanwhile.
+
+        A batch of large entries may take longer than the lease lasts: renewed every third of it (which
+        lets the other shards' loops renew theirs too), it is not lost, read again and, after as many
+        deliveries, dead-lettered whole, though none of its entries is at fault."""
+        every = self.options.lease_ttl_ms / 3000
+        renew_at = time.monotonic() + every
+        for entry_id, data in entries:
+            batch.add(entry_id, data, counts.get(entry_id, 1), self.options.max_deliveries)
+            if time.monotonic() > renew_at:
+                if not await self._leases.renew(shard.pipe, shard.index, shard.token):
+                    return False
+                renew_at = time.monotonic() + every
         return True
 
     def _lost(self, shard: Shard) -> None:

@@ -102,6 +102,8 @@ class Shard:
     outage is logged, and one a minute, not every retry."""
     shed: bool = False
     """To be given back to balance the load, which the shard's own loop does between two steps."""
+    exhausted: bool = False
+    """The signals stream holds the last possible entry id (said once): no tick can be added to it."""
     refused: bool = False
     """The last commit was refused by its checks (a key of another type, a missing permission): not the
     entries' doing, so until a commit succeeds their deliveries do not count toward dead-lettering them."""

@@ -9,8 +9,10 @@ letter keeps at most the first :data:`~bus.envelope.MAX_ENVELOPE_BYTES` of what 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -21,6 +23,7 @@ from bus.envelope import MAX_ENVELOPE_BYTES, new_envelope
 from bus.findings import Finding
 from bus.keys import StreamKind, open_namespace
 from bus.publisher import Publisher
+from coordinator.batch import Batch
 from coordinator.policy import Policy
 from coordinator.service import Coordinator, CoordinatorOptions
 
@@ -83,4 +86,28 @@ async def test_a_pending_backlog_of_large_entries_is_taken_over_without_counting
         )
         assert await asyncio.wait_for(coordinator.run(burst=True), 120) == 12
         assert await client.xlen(keys.stream(0, StreamKind.FINDINGS)) == 12
+        assert await client.xlen(keys.stream(0, StreamKind.DEAD)) == 0
+
+
+async def test_a_batch_slower_to_apply_than_the_lease_lasts_is_committed(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each entry applied in 60 ms (large results on a slow machine): the batch outlasted its 1 s lease,
+    was read again each time, and after as many deliveries dead-lettered whole, none of it at fault."""
+    add = Batch.add
+
+    def slow(self: Batch, *args: Any, **kwargs: Any) -> None:
+        time.sleep(0.06)  # holds the event loop, as applying a large entry does
+        add(self, *args, **kwargs)
+
+    monkeypatch.setattr(Batch, "add", slow)
+    async with connected(redis_url) as client:
+        keys = await open_namespace(client, "slow", 1)
+        publisher = Publisher(client, keys)
+        for n in range(40):  # one batch of 2.4 s
+            finding = Finding(title=f"finding {n}", file=f"src/m{n}.py", line=1, agent="scanner")
+            await publisher.publish(new_envelope(finding, agent_id="scanner", group_id=GROUP))
+        options = CoordinatorOptions(name="slow", lease_ttl_ms=1000)
+        assert await asyncio.wait_for(Coordinator(client, keys, Policy(), options).run(burst=True), 120) == 40
+        assert await client.xlen(keys.stream(0, StreamKind.FINDINGS)) == 40
         assert await client.xlen(keys.stream(0, StreamKind.DEAD)) == 0

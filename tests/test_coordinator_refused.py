@@ -8,6 +8,7 @@ would throw away a shard's whole traffic for a configuration mistake.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 import redis
@@ -114,3 +115,36 @@ def _coordinate(url: str) -> Result:
     assert result.exit_code == 1, result.output
     assert isinstance(result.exception, SystemExit)
     return result
+
+
+async def test_an_entry_of_the_last_possible_id_is_said_once_and_the_shard_goes_on(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Any adapter may add it: no tick could be added after it, and the shard was given up and taken
+    again at every tick, a warning each time, for good."""
+    async with connected(redis_url) as client:
+        keys = await open_namespace(client, "last", 1)
+        signals = keys.stream(0, StreamKind.SIGNALS)
+        finding = Finding(title="t", file="a.py", line=1, agent="scanner")
+        await Publisher(client, keys).publish(new_envelope(finding, agent_id="scanner", group_id="g"))
+        await client.xadd(signals, {"data": b"x"}, id="18446744073709551615-18446744073709551615")
+        stop = asyncio.Event()
+        options = CoordinatorOptions(name="last", tick_interval_s=0.05, lease_ttl_ms=1000)
+        with caplog.at_level(logging.WARNING, logger="subagent_bus.coordinator"):
+            running = asyncio.create_task(Coordinator(client, keys, Policy(), options).run(stop=stop))
+            try:
+
+                async def said() -> bool:
+                    return "holds the last possible entry id" in caplog.text
+
+                await wait_until(said, 20, "the coordinator to say the stream is full")
+
+                async def applied() -> bool:
+                    return bool(await client.xlen(keys.stream(0, StreamKind.FINDINGS)))
+
+                await wait_until(applied, 20, "the finding to be applied")
+            finally:
+                stop.set()
+                await running
+        assert caplog.text.count("holds the last possible entry id") == 1
+        assert "retrying every second" not in caplog.text and "lease lost" not in caplog.text
