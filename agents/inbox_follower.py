@@ -19,6 +19,7 @@ from agents.delivery import (
     as_directive,
     not_a_directive,
 )
+from agents.inbox_pending import CONSUMER as LISTEN_CONSUMER
 from agents.lost import undelivered
 from bus.connection import translated
 from bus.consumer import Ack, Consumer, Delivery
@@ -56,8 +57,12 @@ class InboxFollower:
         warn: Callable[[str], None] | None = None,
         metrics: AdapterMetrics | None = None,
         attempted: Callable[[Delivery], Awaitable[int]] | None = None,
+        group_id: str | None = None,
     ) -> None:
         self.consumer = consumer
+        self.group_id = group_id
+        """The agent's group: another group's directive is left to that group's readers (None: any)."""
+        self._left: set[str] = set()
         self.attempted = attempted
         """Counts an attempt at a directive and says which one it is, apart from the stream's count of
         its deliveries, which the reads of `listen` and the MCP server in the same group raise too (None:
@@ -99,14 +104,10 @@ class InboxFollower:
             refresher.cancel()
 
     async def handle(self, delivery: Delivery) -> Ack | tuple[Ack, str]:
-        envelope = delivery.envelope
-        if envelope is None:
-            return Ack.DEAD
-        directive = as_directive(envelope)
-        if directive is None:
-            why = not_a_directive(envelope)
-            self.warn(f"inbox {self.consumer.stream}: {why}; dead-lettered")
-            return Ack.DEAD, why
+        directive = await self._directive(delivery)
+        if not isinstance(directive, Directive):
+            return directive
+        envelope = directive.envelope
         attempt = delivery.deliveries if self.attempted is None else await self.attempted(delivery)
         if attempt > self.attempts:
             why = (
@@ -133,6 +134,37 @@ class InboxFollower:
             self.metrics.delivered.labels(directive.type.value).inc()
         self.log(f"delivered {directive.type.value} {envelope.id} ({self.deliverer.name})")
         return Ack.ACK
+
+    async def _directive(self, delivery: Delivery) -> Directive | Ack | tuple[Ack, str]:
+        """The directive to deliver, or what becomes of an entry that is none of this agent's."""
+        envelope = delivery.envelope
+        if envelope is None:
+            return Ack.DEAD
+        directive = as_directive(envelope)
+        if directive is None:
+            why = not_a_directive(envelope)
+            self.warn(f"inbox {self.consumer.stream}: {why}; dead-lettered")
+            return Ack.DEAD, why
+        if self.group_id is not None and envelope.group_id != self.group_id:
+            return await self._leave(delivery, envelope.group_id)
+        return directive
+
+    async def _leave(self, delivery: Delivery, group_id: str) -> Ack:
+        """Hand another group's directive to the ``listen`` consumer, for that group's listener or adapter
+        (one agent id in two groups of a shard has one inbox there; anyone with the adapter's user may add
+        an entry): delivered here, it would resume another agent than its own. Said once."""
+        if delivery.entry_id not in self._left:
+            self._left.add(delivery.entry_id)
+            self.warn(
+                f"inbox {self.consumer.stream}: the directive {delivery.entry_id} is for group {group_id!r}, "
+                f"not {self.group_id!r}: left for a listener or adapter of that group"
+            )
+        stream, group = self.consumer.stream, self.consumer.group
+        with translated():
+            await self.consumer.client.xclaim(
+                stream, group, LISTEN_CONSUMER, 0, [delivery.entry_id], justid=True
+            )
+        return Ack.RETRY
 
     async def _give_up(self, directive: Directive, why: str) -> tuple[Ack, str]:
         """Tell ``given_up``, then have the directive dead-lettered (a failure to tell is a retry)."""
@@ -202,6 +234,7 @@ async def with_inbox(
         warn=bus.warn,
         metrics=bus.metrics,
         attempted=attempted,
+        group_id=bus.group_id,
     )
     stop = asyncio.Event()
     task = asyncio.create_task(follower.run(stop))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import signal
 import subprocess
 import sys
@@ -384,6 +385,57 @@ async def test_reads_of_listeners_killed_before_they_printed_are_no_attempts_of_
         assert await bus.client.xlen(bus.stream(GROUP, StreamKind.DEAD)) == 0
         adapter.send_signal(signal.SIGTERM)
         assert await exited(adapter, 20) == 0
+
+
+async def test_a_directive_of_another_group_is_left_for_that_group_not_delivered(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """One agent id in two groups of a shard has one inbox there (and anyone with the adapter's user may
+    add an entry): a delivering adapter resumed its agent with the other group's directive."""
+    async with open_bus(redis_url) as bus:
+        shard = bus.keys.shard_of(GROUP)
+        other = next(
+            g for g in (f"g-{i}" for i in range(1000)) if bus.keys.shard_of(g) == shard and g != GROUP
+        )
+        publisher = Publisher(bus.client, bus.keys)
+        theirs = directive(agent="d10").model_copy(update={"group_id": other})
+        await publisher.send_directive(theirs)
+        responses, log = tmp_path / "responses.md", tmp_path / "log"
+        adapter = start(idle_adapter(tmp_path, "d10", "--deliver", f"file:{responses}"), redis_url, log)
+        await publisher.send_directive(directive(agent="d10"))  # its own, behind the other
+
+        async def delivered() -> bool:
+            return responses.exists()
+
+        await wait_until(delivered, 20, "its own directive")
+        adapter.send_signal(signal.SIGTERM)
+        assert await exited(adapter, 20) == 0
+        assert responses.read_text().count("## CLARIFICATION RESPONSE") == 1
+        held: Any = await bus.client.xpending_range(bus.inbox(GROUP, "d10"), "adapter", "-", "+", 10)
+        assert [h["consumer"] for h in held] == [b"listen"]  # the other's, for its own group's readers
+        listened = await asyncio.to_thread(
+            subprocess.run,
+            [
+                CLI,
+                "listen",
+                "--agent-id",
+                "d10",
+                "--group",
+                other,
+                "--claim-idle-ms",
+                "200",
+                "--timeout",
+                "10",
+            ],
+            capture_output=True,
+            env={**os.environ, "SUBAGENT_BUS_REDIS_URL": redis_url},
+            timeout=60,
+            check=False,
+        )
+        assert listened.returncode == 0, listened.stderr  # its own group's listener has it
+        assert listened.stdout.decode().startswith("## CLARIFICATION RESPONSE")
+        said = f"is for group {other!r}, not {GROUP!r}: left for a listener or adapter of that group"
+        assert log.read_text().count(said) == 1
 
 
 async def test_a_directive_a_killed_adapter_held_is_taken_over_by_listen(
