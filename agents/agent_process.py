@@ -145,12 +145,11 @@ async def stop_agent(
             process._transport.close()  # type: ignore[attr-defined]
 
 
-async def _group_ended(pgid: int, within: float) -> bool:
-    """Whether no process of the group ``pgid`` is left within ``within`` seconds."""
+async def _group_ended(pgid: int, within: float) -> None:
+    """Wait up to ``within`` seconds for no process of the group ``pgid`` to be left."""
     deadline = time.monotonic() + within
     while _group_lives(pgid) and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(_EXITED_POLL_S)
-    return not _group_lives(pgid)
 
 
 async def _exited(process: asyncio.subprocess.Process, within: float) -> bool:

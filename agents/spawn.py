@@ -112,9 +112,8 @@ class Spawner:
     def started_files(self, request: LaunchRequest, group_id: str) -> tuple[Path, Path]:
         """The request's mark, and the one a launcher of an earlier version left, named after the request
         alone: read too, so that a launcher upgraded after a kill does not start the request again."""
-        return self.started_file(
-            request, group_id
-        ), self.log_dir / f"{file_stem(request.request_id)}{_STARTED_SUFFIX}"
+        earlier = self.log_dir / f"{file_stem(request.request_id)}{_STARTED_SUFFIX}"
+        return self.started_file(request, group_id), earlier
 
     def command(
         self, request: LaunchRequest, group_id: str, prompt_file: Path, prompt: str
