@@ -235,8 +235,11 @@ class AnyParser:
         if waiting and b"\n" not in chunk and len(self._head) < DETECT_LIMIT:
             return []
         self._started = self._started or bool(chunk.strip())
-        # the buffer itself, not a copy: a copy per read of up to DETECT_LIMIT bytes each is quadratic
-        found = self._detector.decide(self._head, final=len(self._head) >= DETECT_LIMIT)
+        # the buffer itself, not a copy: a copy per read of up to DETECT_LIMIT bytes each is quadratic.
+        # At the limit, exactly its first DETECT_LIMIT bytes decide, whatever the last read brought
+        # beyond it: the same output read in other pieces is read in the same format.
+        full = len(self._head) >= DETECT_LIMIT
+        found = self._detector.decide(self._head[:DETECT_LIMIT] if full else self._head, final=full)
         if found is Format.AUTO:
             return []
         return self._start(found)

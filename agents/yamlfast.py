@@ -62,8 +62,9 @@ _SPECIAL_START: Final = frozenset("~nNtTfF0123456789+-.")  # how any non-string 
 
 # what the reader refuses anywhere: tabs, CR and other line breaks, BOM, what YAML rejects
 _NOT_SIMPLE: Final = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff\ufeff\ufffe\uffff]")
-# ``key:`` and its value (``None`` or empty when there is none; trailing spaces are the reader's to drop)
-_ENTRY: Final = re.compile(r"([A-Za-z_][A-Za-z0-9_]*):(?: +(.*))?")
+# ``key:`` and its value (``None`` or empty when there is none; trailing spaces are the reader's to drop);
+# a key of at most 1024 characters, as the loader's (libyaml's limit on a simple key)
+_ENTRY: Final = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,1023}):(?: +(.*))?")
 # the characters a plain scalar may not start with, and the keys the core schema does not read as text
 _INDICATORS: Final = frozenset("-?:,[]{}#&*!|>'\"%@` ")
 _NOT_TEXT_KEYS: Final = frozenset(("true", "True", "TRUE", "false", "False", "FALSE", "null", "Null", "NULL"))
@@ -71,7 +72,7 @@ _MAX_NESTING: Final = 8
 # A line of the flattest shape: ``key: value``, the value starting with no indicator. What else a value
 # may not hold (``: ``, `` #``, a final ``:`` or space) is checked on the whole text at once.
 _FLAT_LINE: Final = re.compile(
-    r"^([A-Za-z_][A-Za-z0-9_]*): +([^-?:,\[\]{}#&*!|>'\"%@` \n][^\n]*)\n", re.MULTILINE
+    r"^([A-Za-z_][A-Za-z0-9_]{0,1023}): +([^-?:,\[\]{}#&*!|>'\"%@` \n][^\n]*)\n", re.MULTILINE
 )
 
 

@@ -14,6 +14,7 @@ from agents.items import TurnFailedItem
 from agents.jsonl_reader import MAX_FAILURE_CHARS
 from agents.parser import ErrorItem, Found, Item, ResultItem, SignalItem, parse_text
 from agents.transcript import (
+    DETECT_LIMIT,
     AnyParser,
     AssistantText,
     Format,
@@ -309,6 +310,24 @@ def test_any_parser_detects_a_transcript_whose_first_line_is_damaged(chunk: int)
     assert items == parse(damaged)[0]
     assert isinstance(items[0], ErrorItem) and items[0].line == 1  # the damaged line, reported
     assert any(isinstance(item, SignalItem) for item in items)
+
+
+@pytest.mark.parametrize("chunk", [1 << 16, 1 << 24])
+def test_the_format_at_the_detection_limit_does_not_depend_on_the_reads(chunk: int) -> None:
+    """A first line that is no entry, then one longer than the limit: its first bytes decide, whether
+    the limit was passed in the middle of it or the lines after it came in the same read."""
+    log = b'{"type": "log", "msg": "starting"}\n'
+    signal = "[STOP_WORK]\nagent_id: a\nstop_reason: blocker\nblocker_type: missing_info\ndetails: key\n[/STOP_WORK]\n"
+    text = "x" * DETECT_LIMIT + "\n" + signal
+    big = orjson.dumps({"type": "assistant", "message": {"content": [{"type": "text", "text": text}]}})
+    data = log + big + b"\n" + log + log
+    parser = AnyParser()
+    items: list[Item] = []
+    for start in range(0, len(data), chunk):
+        items += parser.feed(data[start : start + chunk])
+    items += parser.close()
+    assert parser.format is Format.CLAUDE_JSONL
+    assert [type(item) for item in items if not isinstance(item, ErrorItem)] == [SignalItem]
 
 
 def test_any_parser_detects_a_transcript_after_a_byte_order_mark_fed_a_byte_at_a_time() -> None:

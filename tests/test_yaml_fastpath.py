@@ -29,6 +29,7 @@ _SPECIAL += ["9" * 5000]
 _NEAR = ["-3", "-.INF", "x: y", "x #y", "x:", "-", "- x", "|-", ">", "'q'", "[a]", "&a x", "*a", "!!str 3"]
 _KEYS = ["agent_id", "details", "text", "questions", "options", "context", "x1", "a", "_k", "B_2"]
 _NOT_TEXT_KEYS = ["true", "null", "False"]
+_LONG_KEYS = ["k" * 1024, "k" * 1025]  # the longest simple key the loader reads, and one over
 
 # A body is drawn either ``clean``, in the shapes the fast path reads and nothing else, or with near
 # misses anywhere (the loader's business, or its errors).
@@ -67,7 +68,7 @@ def _literal(draw: st.DrawFn, column: int, clean: bool) -> list[str]:
 @st.composite
 def _mapping(draw: st.DrawFn, column: int, depth: int, clean: bool) -> list[str]:
     """The lines of a block mapping whose keys sit at ``column``."""
-    names = st.sampled_from(_KEYS) if clean else st.sampled_from(_KEYS * 3 + _NOT_TEXT_KEYS)
+    names = st.sampled_from(_KEYS) if clean else st.sampled_from(_KEYS * 3 + _NOT_TEXT_KEYS + _LONG_KEYS)
     keys = draw(st.lists(names, min_size=1, max_size=4, unique=clean or draw(st.integers(0, 5)) > 0))
     lines: list[str] = []
     for key in keys:
@@ -227,10 +228,19 @@ def test_a_list_of_questions_is_read_by_the_fast_path() -> None:
         "a: 1 # comment\n",
         "a: |\n\n  x\n",
         "a: |\nb: 1\n",
+        "k" * 1025 + ": x\n",  # a key longer than the loader's simple keys
+        "a: b\n" + "k" * 1025 + ": |\n  text\n",
+        "q:\n  - " + "k" * 1025 + ": x\n",
     ],
 )
 def test_the_fast_path_leaves_other_shapes_to_the_loader(body: str) -> None:
     assert yamlfast.read(body) is None
+    _agrees(body)
+
+
+def test_the_fast_path_reads_a_key_as_long_as_the_loaders() -> None:
+    body = "k" * 1024 + ": x\n"
+    assert yamlfast.read(body) == {"k" * 1024: "x"}
     _agrees(body)
 
 
