@@ -143,14 +143,16 @@ def _cut_entry_format(line: bytes) -> Format | None:
 
 
 def replaced(data: bytes) -> Any:
-    """The line read with each byte of invalid UTF-8 as ``?`` (a signal in it is not lost); None when that
-    does not make it JSON either. One byte for one keeps a text no longer than its line (offsets)."""
+    """The line read with each byte of invalid UTF-8 as ``?`` (a signal in it is not lost), and a lone
+    surrogate escape in it as U+FFFD (:func:`loads_lenient`); None when that does not make it JSON either.
+    One byte for one keeps a text no longer than its line (offsets)."""
     try:
         data.decode()
     except UnicodeDecodeError:
         text = _ESCAPED.sub("?", data.decode(errors="surrogateescape"))
         with contextlib.suppress(orjson.JSONDecodeError):
             return orjson.loads(text)
+        return loads_lenient(text)
     return None
 
 

@@ -46,7 +46,7 @@ from agents import yamlfast
 from agents.yamlfast import Value
 from agents.yamlfast import plain as _plain
 from agents.yamlfast import resolve as _resolve
-from bus.display import cut
+from bus.display import cut, quoted
 from bus.errors import ProtocolError
 
 __all__ = [
@@ -144,7 +144,7 @@ def _tagged(tag: str, value: str, line: int) -> Value:
     if name == "str":
         return value
     if name not in _SCALAR_TAGS:
-        raise YamlError(f"unsupported tag {tag!r}", line)
+        raise YamlError(f"unsupported tag {quoted(tag)}", line)
     resolved = _resolve(value)  # the tag asked for a number: no text to keep
     if name == "float" and isinstance(resolved, int) and not isinstance(resolved, bool):
         resolved = float(resolved)
@@ -218,7 +218,9 @@ class _Builder:
         line = _line(event)
         anchor = event.anchor
         if anchor not in self._anchors:
-            raise YamlError(f"alias *{anchor} refers to no complete anchor (undefined or recursive)", line)
+            raise YamlError(
+                f"alias *{cut(str(anchor), 60)} refers to no complete anchor (undefined or recursive)", line
+            )
         self._aliases += 1
         if self._aliases > self._max_aliases:
             raise YamlError(f"more than {self._max_aliases} aliases", line)
@@ -228,7 +230,7 @@ class _Builder:
         if self._expansion > self._max_expansion:
             raise YamlError(f"aliases expand to more than {self._max_expansion} units", line)
         if self._depth + height > self._max_depth:
-            raise YamlError(f"alias *{anchor} nests deeper than {self._max_depth} levels", line)
+            raise YamlError(f"alias *{cut(str(anchor), 60)} nests deeper than {self._max_depth} levels", line)
         return value, height
 
     def _scalar(self, event: ScalarEvent) -> Value:
@@ -243,7 +245,7 @@ class _Builder:
         is_map = isinstance(event, MappingStartEvent)
         expected = f"{_TAG}map" if is_map else f"{_TAG}seq"
         if tag not in (None, "!", expected):
-            raise YamlError(f"unsupported tag {tag!r}", _line(event))
+            raise YamlError(f"unsupported tag {quoted(tag)}", _line(event))
         return self._mapping(event) if is_map else self._sequence()
 
     def _sequence(self) -> tuple[Value, int]:
@@ -271,7 +273,7 @@ class _Builder:
                 # must be a duplicate or not as the writer sees it, not lose a value.
                 key = written.value if isinstance(written, ScalarEvent) else str(key)
             if key in mapping:
-                raise YamlError(f"duplicate key {key!r}", key_line)
+                raise YamlError(f"duplicate key {quoted(key)}", key_line)
             value, child = self._node()
             mapping[key] = value
             height = max(height, key_height, child)

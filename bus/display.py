@@ -13,6 +13,7 @@ import pydantic_core
 
 from bus.envelope import decode
 from bus.errors import DecodeError
+from bus.quoting import cut, quoted
 
 if TYPE_CHECKING:
     from bus.tail import Item
@@ -26,6 +27,7 @@ __all__ = [
     "has_control",
     "json_bytes",
     "one_line",
+    "quoted",
     "unshown",
 ]
 
@@ -109,17 +111,6 @@ def json_bytes(value: object, *, indent: bool = False) -> bytes:
         return orjson.dumps(value, option=orjson.OPT_INDENT_2 if indent else None)
     except orjson.JSONEncodeError:
         return pydantic_core.to_json(value, indent=2 if indent else None)
-
-
-def cut(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, the last one an ellipsis when anything was cut."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def quoted(text: str, limit: int = 60) -> str:
-    """``'text'`` for a message, cut to ``limit`` characters: what an agent wrote in a cell or a field
-    may be a megabyte, and a message that repeats it all says no more."""
-    return f"'{cut(text, limit)}'"
 
 
 def first_line(text: str) -> str:

@@ -31,6 +31,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from bus.quoting import cut
+
 __all__ = [
     "Confidence",
     "LenientEnum",
@@ -99,7 +101,7 @@ def _extended(value: Any) -> Any:
         raise PydanticCustomError(
             "timestamp_number",
             "{value} is a number, not an ISO 8601 timestamp such as 2026-01-11T08:45:00-05:00",
-            {"value": _cut(str(value).strip())},
+            {"value": cut(str(value).strip(), 60)},
         )
     if type(value) is not str or not value[4:5].isdigit():  # the extended format (or no timestamp)
         return value
@@ -110,11 +112,6 @@ def _extended(value: Any) -> Any:
     if zone != "Z":
         zone = f"{zone[:3]}:{zone[-2:] if len(zone) > 3 else '00'}"
     return f"{year}-{month}-{day}T{hour}:{minute}:{(second or '00').replace(',', '.')}{zone}"
-
-
-def _cut(text: str) -> str:
-    # bus.display.cut, which this base module cannot import: an agent's "number" may be a megabyte long
-    return text if len(text) <= 60 else text[:59] + "…"
 
 
 SignalTimestamp = Annotated[AwareDatetime, BeforeValidator(_extended)]

@@ -18,6 +18,7 @@ from typing import Any, Final, Self
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from bus.fields import LenientEnum, NonBlankText, OpenModel, Percent, SignalTimestamp, Text
+from bus.quoting import quoted
 
 __all__ = [
     "DELIVERABLES_VERIFIED",
@@ -138,7 +139,10 @@ class ClarificationNeeded(OpenModel):
         counts = Counter(q.question_id for q in self.questions)
         twice = sorted(i for i, n in counts.items() if n > 1)
         if twice:
-            raise ValueError(f"question ids must differ: {', '.join(twice)} is used more than once")
+            named = ", ".join(quoted(i) for i in twice[:3]) + (
+                f" and {len(twice) - 3} more" if len(twice) > 3 else ""
+            )
+            raise ValueError(f"question ids must differ: {named} used more than once")
         return self
 
 

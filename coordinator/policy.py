@@ -33,6 +33,7 @@ from pydantic import (
     model_validator,
 )
 
+from bus.display import cut, quoted
 from bus.errors import ConfigError
 from bus.signals import Priority
 
@@ -248,13 +249,15 @@ def _yaml(file: Path, text: str) -> Any:
     for event in yaml.parse(text, Loader=loader):
         line = event.start_mark.line + 1 if event.start_mark else "?"
         if isinstance(event, yaml.AliasEvent):
-            raise ConfigError(f"policy file {file}: line {line}: aliases (*{event.anchor}) are not allowed")
+            raise ConfigError(
+                f"policy file {file}: line {line}: aliases (*{cut(str(event.anchor), 60)}) are not allowed"
+            )
         if isinstance(event, yaml.NodeEvent) and open_ and (mapping := open_[-1]) is not None:
             if mapping.key_next and isinstance(event, yaml.ScalarEvent):
                 if (event.value == "<<" and not event.style) or event.tag == _MERGE:  # PyYAML merges it
                     raise ConfigError(f"policy file {file}: line {line}: merge keys (<<) are not allowed")
                 if event.value in mapping.keys:
-                    raise ConfigError(f"policy file {file}: line {line}: duplicate key {event.value!r}")
+                    raise ConfigError(f"policy file {file}: line {line}: duplicate key {quoted(event.value)}")
                 mapping.keys.add(event.value)
             mapping.key_next = not mapping.key_next
         if isinstance(event, yaml.CollectionStartEvent):

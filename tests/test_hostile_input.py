@@ -15,6 +15,7 @@ from agents import yamlsafe
 from agents.parser import ErrorItem, Found, Parser, ResultItem, SignalItem, parse_text
 from agents.report import ReportError, parse_report
 from agents.transcript import AnyParser, Format, TranscriptParser
+from agents.yamlsafe import DEFAULT_MAX_DEPTH
 from bus.envelope import decode, encode, new_envelope
 
 MIB = 1 << 20
@@ -272,6 +273,18 @@ def test_a_body_the_repairs_read_again_is_read_in_linear_time(fields: bytes) -> 
 
 
 @pytest.mark.timeout(10)
+def test_duplicate_question_ids_are_named_short() -> None:
+    twice = "".join(f"  - question_id: {i}{LONG}\n    text: a\n" * 2 for i in range(5))
+    [item] = parse_text(
+        f"[CLARIFICATION_NEEDED]\nagent_id: a\nblocked_at: b\nreason: r\nquestions:\n{twice}[/CLARIFICATION_NEEDED]\n"
+    )
+    assert isinstance(item, ErrorItem)
+    assert (
+        "question ids must differ: '0999" in item.message and "and 2 more used more than once" in item.message
+    )
+    assert len(item.message) < 400, item.message[:400]
+
+
 @pytest.mark.parametrize(
     "section",
     [
@@ -458,6 +471,8 @@ def test_a_percent_or_confidence_that_is_no_finite_number_says_so(value: str) ->
 
 LONG = "9" * 100_000
 """A value a hundred thousand characters long, where a short one is expected."""
+DEEP, DEEP_END = "[" * (DEFAULT_MAX_DEPTH // 2 + 1), "]" * (DEFAULT_MAX_DEPTH // 2 + 1)
+"""Two of these nested in each other are deeper than the parser allows."""
 
 
 @pytest.mark.parametrize(
@@ -485,6 +500,14 @@ def test_a_violation_repeats_no_long_value(section: str) -> None:
     [
         (f"agent_id: a\nstop_reason: error\ntimestamp: {LONG}", "… is a number, not an ISO 8601 timestamp"),
         (f"agent_id: a\nstop_reason: !!int x{LONG}", "… is not a valid 'tag:yaml.org,2002:int'"),
+        (f"agent_id: a\nstop_reason: error\n? x{LONG}\n: 1\n? x{LONG}\n: 2", "duplicate key 'x999"),
+        (f"agent_id: a\nstop_reason: error\nx: !x{LONG} v", "unsupported tag '!x999"),
+        (f"agent_id: a\nstop_reason: error\nx: !x{LONG} [v]", "unsupported tag '!x999"),
+        (f"agent_id: a\nstop_reason: error\nx: *x{LONG}", "alias *x999"),
+        (
+            f"agent_id: a\nstop_reason: error\nx: &x{LONG} {DEEP}1{DEEP_END}\ny: {DEEP}*x{LONG}{DEEP_END}",
+            "alias *x999",
+        ),
     ],
 )
 def test_an_error_repeats_no_long_value(body: str, said: str) -> None:

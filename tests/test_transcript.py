@@ -151,6 +151,19 @@ def test_a_lone_surrogate_escape_is_replaced_not_the_line_lost() -> None:
     assert isinstance(text, AssistantText) and text.text.startswith("cut here: \ufffd\n")
 
 
+def test_a_line_with_invalid_utf8_and_a_lone_surrogate_escape_is_read_with_both_replaced() -> None:
+    stop = "[STOP_WORK]\nagent_id: a1\nstop_reason: blocker\nblocker_type: missing_info\ndetails: d\n[/STOP_WORK]\n"
+    line = assistant_line("cut: X\n" + stop).replace(b"cut: X", b"caf\xe9 \\ud83d")
+    items, _ = parse(line)
+    assert [type(i) for i in items] == [SignalItem]
+    parser = AnyParser()
+    auto = parser.feed(line) + parser.close()
+    assert format_of(parser) is Format.CLAUDE_JSONL and [type(i) for i in auto] == [SignalItem]
+    reader = TranscriptReader()
+    (text,) = reader.feed(line) + reader.close()
+    assert isinstance(text, AssistantText) and text.text.startswith("caf? \ufffd\n")
+
+
 def test_a_lone_surrogate_escape_in_a_deeply_nested_line_is_an_error_not_a_crash() -> None:
     # within the JSON parser's nesting limit, beyond what replacing the surrogate could walk
     nested = b'"sessionId":"s1","x":' + b"[" * 600 + b"]" * 600

@@ -1,0 +1,16 @@
+"""Quoting what someone else wrote in a message: cut short, since an agent's field or a key in a file may
+be a megabyte, and a message that repeats it all says no more. (A base module: the models use it.)"""
+
+from __future__ import annotations
+
+__all__ = ["cut", "quoted"]
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, the last one an ellipsis when anything was cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def quoted(text: str, limit: int = 60) -> str:
+    """``'text'`` for a message, cut to ``limit`` characters."""
+    return f"'{cut(text, limit)}'"
