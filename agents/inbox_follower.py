@@ -31,7 +31,11 @@ from bus.waits import wait_for
 __all__ = ["GivenUp", "InboxFollower", "with_inbox"]
 
 _LISTENER_READS: Final = 50
-"""Deliveries of a directive beyond its attempts before the consumer dead-letters it unread."""
+"""Reads of a directive beyond its attempts (listeners killed before they printed it, each a delivery in
+the stream's count) before it is given up on unattempted."""
+_UNCOUNTED: Final = 2**62
+"""The consumer's own limit, never reached: the follower counts (another group's directive is read again
+and again, handed on each time, and is not its to give up on)."""
 
 GivenUp = Callable[[Directive, str], Awaitable[None]]
 """Told of a directive given up on and why, before it is dead-lettered."""
@@ -40,10 +44,12 @@ GivenUp = Callable[[Directive, str], Awaitable[None]]
 class InboxFollower:
     """Delivers the directives of one agent's inbox, acknowledging each once delivered.
 
-    A directive is tried ``attempts`` times (counted by ``attempted``, each before it is made). The consumer
-    is to allow more deliveries: a directive whose last attempt was cut short (the adapter killed, the
-    server lost before the failure was settled) comes back once more and is given up on then, so
-    ``given_up`` hears of every directive given up on, at least once, before it is dead-lettered.
+    A directive is tried ``attempts`` times (counted by ``attempted``, each before it is made), and given
+    up on unattempted after ``attempts`` + :data:`_LISTENER_READS` reads. The consumer is to allow more
+    deliveries than that: a directive whose last attempt was cut short (the adapter killed, the server
+    lost before the failure was settled) comes back once more and is given up on then, so ``given_up``
+    hears of every directive given up on, at least once, before it is dead-lettered; another group's
+    directive, handed on each time it is read, is never given up on here.
     """
 
     def __init__(
@@ -108,6 +114,13 @@ class InboxFollower:
         if not isinstance(directive, Directive):
             return directive
         envelope = directive.envelope
+        if delivery.deliveries > self.attempts + _LISTENER_READS:
+            why = (
+                f"it was read {delivery.deliveries} times and never delivered (listeners stopped before "
+                "they printed it)"
+            )
+            self.warn(f"delivering {directive.type.value} {envelope.id}: {why}")
+            return await self._give_up(directive, why)
         attempt = delivery.deliveries if self.attempted is None else await self.attempted(delivery)
         if attempt > self.attempts:
             why = (
@@ -191,9 +204,7 @@ async def with_inbox(
         GROUP,
         block_ms=250,
         reclaim_idle_ms=retry_ms,
-        # the attempts are counted apart (attempted): this bounds only the reads of listeners killed
-        # before they printed it, each a delivery of the stream's count, for a directive none can take
-        max_deliveries=attempts + _LISTENER_READS,
+        max_deliveries=_UNCOUNTED,  # the follower counts: attempts (attempted) and reads
         batch=1,  # a directive read along with the one being delivered would look abandoned to listen
     )
 

@@ -313,6 +313,71 @@ async def test_a_last_attempt_cut_short_by_kill_9_is_given_up_after_the_restart(
         assert await exited(second, 20) == 0
 
 
+async def read_often(bus: Bus, agent: str, times: int) -> str:
+    """The agent's next directive, read by ``listen`` ``times`` times (listeners stopped before they
+    printed it): its entry id."""
+    inbox = bus.inbox(GROUP, agent)
+    await bus.client.xgroup_create(inbox, "adapter", "0", mkstream=True)
+    read: Any = await bus.client.xreadgroup("adapter", "listen", {inbox: ">"}, count=1)
+    entry: bytes = read[0][1][0][0]
+    await bus.client.xclaim(inbox, "adapter", "listen", 0, [entry], justid=True, retrycount=times)
+    return entry.decode()
+
+
+async def test_a_directive_of_another_group_read_many_times_is_still_left_for_that_group(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """An adapter reads another group's directive each time its entry is idle and hands it on: it was
+    dead-lettered, unread, once those reads (and those of its own group's listeners) passed the limit."""
+    async with open_bus(redis_url) as bus:
+        shard = bus.keys.shard_of(GROUP)
+        other = next(
+            g for g in (f"g-{i}" for i in range(1000)) if bus.keys.shard_of(g) == shard and g != GROUP
+        )
+        await Publisher(bus.client, bus.keys).send_directive(
+            directive(agent="d11").model_copy(update={"group_id": other})
+        )
+        entry = await read_often(bus, "d11", 100)  # over --max-attempts 1 + 50 reads
+        log = tmp_path / "log"
+        args = idle_adapter(tmp_path, "d11", "--deliver", "print", "--max-attempts", "1", "--retry-ms", "100")
+        adapter = start(args, redis_url, log)
+        said = f"the directive {entry} is for group {other!r}"
+
+        async def looked_at() -> bool:
+            return said in log.read_text() or await bus.client.xlen(bus.stream(GROUP, StreamKind.DEAD)) > 0
+
+        await wait_until(looked_at, 20, "the adapter to read the other group's directive")
+        adapter.send_signal(signal.SIGTERM)
+        assert await exited(adapter, 20) == 0
+        assert await bus.client.xlen(bus.stream(GROUP, StreamKind.DEAD)) == 0, log.read_text()
+        held: Any = await bus.client.xpending_range(bus.inbox(GROUP, "d11"), "adapter", "-", "+", 10)
+        assert [(h["message_id"].decode(), h["consumer"]) for h in held] == [(entry, b"listen")]
+
+
+async def test_a_directive_read_too_often_is_given_up_and_the_parent_told(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with open_bus(redis_url) as bus:
+        sent = directive(agent="d12")
+        await Publisher(bus.client, bus.keys).send_directive(sent)
+        await read_often(bus, "d12", 100)
+        log, args = tmp_path / "log", idle_adapter(tmp_path, "d12", "--deliver", "print", "--retry-ms", "100")
+        adapter = start(args, redis_url, log)
+
+        async def told() -> bool:
+            return await bus.count(GROUP, T.STOP_WORK) == 1
+
+        await wait_until(told, 20, "the parent to be told")
+        [stop] = await bus.of_type(GROUP, T.STOP_WORK)
+        assert isinstance(stop.payload, StopWork)
+        assert f"(directive {sent.id}) was given up on" in stop.payload.details
+        assert "it was read 101 times and never delivered" in stop.payload.details
+        adapter.send_signal(signal.SIGTERM)
+        assert await exited(adapter, 20) == 0
+        assert await bus.client.xlen(bus.stream(GROUP, StreamKind.DEAD)) == 1
+        assert await pending(bus, "d12") == 0
+
+
 def blocking_delivery(tmp_path: Path) -> str:
     """A resume command that waits until the file ``go`` exists."""
     go = tmp_path / "go"
