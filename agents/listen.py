@@ -66,6 +66,8 @@ EXIT_TIMEOUT: Final = 3
 PAUSE_ENV: Final = "SUBAGENT_BUS_LISTEN_PAUSE_BEFORE_PRINT"
 PAUSE_AFTER_ENV: Final = "SUBAGENT_BUS_LISTEN_PAUSE_AFTER_PRINT"
 _UNKNOWN_AFTER_S: Final = 1.0
+ACK_GRACE_S: Final = 10.0
+"""How long a directive printed waits for its acknowledgement (:func:`_acknowledge`)."""
 """How long a listener waits before it looks whether the coordinators know its group and agent."""
 
 
@@ -135,23 +137,33 @@ async def _listen(bus: AgentBus, timeout_s: float | None, as_json: bool, claim_i
         await asyncio.Event().wait()
     # in a thread, the entry held fresh meanwhile: a reader slow to read a long directive holds the write,
     # and another listener or an adapter would take the entry for one a dead listener left
+    # (until it is acknowledged too)
     holding = asyncio.create_task(listener.hold(received))
     try:
-        await asyncio.to_thread(write_out, render(received, as_json), sys.stdout.buffer)
-    except (OSError, ValueError) as exc:
-        bus.log(f"cannot print the directive ({exc}); it stays in the inbox for the next listener")
-        return EXIT_ERROR
+        try:
+            await asyncio.to_thread(write_out, render(received, as_json), sys.stdout.buffer)
+        except (OSError, ValueError) as exc:
+            bus.log(f"cannot print the directive ({exc}); it stays in the inbox for the next listener")
+            return EXIT_ERROR
+        if _pause_requested(received, PAUSE_AFTER_ENV):
+            await asyncio.Event().wait()
+        await _acknowledge(bus, listener, received)
     finally:
         holding.cancel()
-    if _pause_requested(received, PAUSE_AFTER_ENV):
-        await asyncio.Event().wait()
+    return EXIT_RECEIVED
+
+
+async def _acknowledge(bus: AgentBus, listener: InboxListener, received: Received) -> None:
+    """Acknowledge a directive printed, waiting :data:`ACK_GRACE_S` at most: a server that never answers
+    would hold the agent's runner (which the exit wakes) for the socket timeout; one that answers late (a
+    failover's pause) is waited for, as the process leaving would drop the acknowledgement it queued, and
+    the next listener print the directive again."""
     try:
-        async with asyncio.timeout(STALL_GRACE_S):  # a stalled server would hold the agent's runner
+        async with asyncio.timeout(ACK_GRACE_S):
             await listener.ack(received)
     except (BusError, TimeoutError) as exc:  # printed all the same: the agent has it, may get it again
-        why = str(exc) or f"no answer within {STALL_GRACE_S:g}s"
+        why = str(exc) or f"no answer within {ACK_GRACE_S:g}s"
         bus.log(f"printed, but not acknowledged ({why}): the next listener may print it again")
-    return EXIT_RECEIVED
 
 
 @click.command("listen")

@@ -320,6 +320,25 @@ async def test_a_listener_rides_out_a_server_that_stops_answering(fresh_redis: R
         assert await pending(bus, "a10") == 0
 
 
+async def test_an_acknowledgement_a_server_pause_holds_up_is_waited_for(fresh_redis: RedisProcess) -> None:
+    """A failover pauses writes for a few seconds: a listener that gave up on its acknowledgement after a
+    second and left dropped it, and the next listener printed the directive again."""
+    async with open_bus(fresh_redis.url) as bus:
+        long = directive("a14", answer="x" * 1_000_000)  # more than a pipe holds: printing blocks
+        await Publisher(bus.client, bus.keys).send_directive(long)
+        process = listener(fresh_redis.url, "a14", "--timeout", "30")
+        assert process.stdout is not None
+        # (unbuffered: communicate below reads the descriptor, not a buffer)
+        first = await asyncio.to_thread(os.read, process.stdout.fileno(), 1000)  # it has the entry, prints it
+        await bus.client.execute_command("CLIENT", "PAUSE", "3000", "WRITE")
+        rest, err = await asyncio.to_thread(process.communicate, timeout=30)
+        assert process.returncode == EXIT_RECEIVED, err
+        printed = decode_prompt(first + rest)
+        assert printed == long.payload.render()  # type: ignore[union-attr]
+        assert b"not acknowledged" not in err
+        assert await pending(bus, "a14") == 0
+
+
 @pytest.mark.usefixtures("interruptible")
 async def test_ctrl_c_exits_130(redis_url: str) -> None:
     async with open_bus(redis_url) as bus:
