@@ -108,8 +108,9 @@ def adapter() -> None:
     "idle_stop_s",
     type=FiniteFloatRange(min=0.01),
     metavar="SECONDS",
-    help="Stop once the file has not grown for SECONDS, as SIGUSR1 does (the agent is not said to have "
-    "exited; a later watch of the file goes on from its checkpoint). Default: never.",
+    help="Stop once the file has not grown for SECONDS (or, when it does not exist yet, has not appeared "
+    "within SECONDS), as SIGUSR1 does (the agent is not said to have exited; a later watch of the file "
+    "goes on from its checkpoint). Default: never.",
 )
 @common_options
 @redis_options

@@ -152,9 +152,10 @@ class FileWatch:
         )
 
     async def _open(self) -> int | None:
-        """The file, opened once it exists; None if stopped first, or if the ``--pid`` process ended
-        before the file appeared (:attr:`_vanished`)."""
+        """The file, opened once it exists; None if stopped first (``--idle-stop`` counts from the start
+        here), or if the ``--pid`` process ended before the file appeared (:attr:`_vanished`)."""
         said = False
+        since = time.monotonic()
         while True:
             try:
                 return open_file(self.path)
@@ -176,6 +177,10 @@ class FileWatch:
                     except FileNotFoundError:
                         self._vanished = True
                         return None
+                idle = self.options.idle_stop_s
+                if idle is not None and time.monotonic() - since >= idle:
+                    self.bus.log(f"{self.path} did not appear within {idle:g}s: stopping")
+                    return None
                 if self._finishing or await wait_for(self.stop, self.options.poll_s):
                     return None
 

@@ -180,3 +180,12 @@ async def test_idle_stop_ends_a_watch_without_an_exit_and_a_later_one_goes_on(
     assert await published(redis_url) == [
         T.AGENT_STARTED, T.PROGRESS, T.PROGRESS, T.COMPLETION_REPORT, T.AGENT_EXITED
     ]  # fmt: skip
+
+
+async def test_idle_stop_ends_a_watch_of_a_file_that_never_appears(redis_url: str, tmp_path: Path) -> None:
+    """The hook starts an adapter before its agent writes: one whose agent never did waited for ever."""
+    out = tmp_path / "never.out"
+    options = WatchOptions(path=out, poll_s=0.01, until_complete=True, idle_stop_s=0.3)
+    async with watching(redis_url, "i2", options) as (watch, _, _):
+        assert await asyncio.wait_for(watch, 30) is False
+    assert await published(redis_url) == []  # nothing said of an agent that showed no sign of life
