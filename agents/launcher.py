@@ -294,8 +294,11 @@ class Launcher:
         """A started request is acknowledged: no launcher will read it again, and its mark goes."""
         envelope = delivery.envelope
         if envelope is not None and isinstance(envelope.payload, LaunchRequest):
-            for mark in self._spawner.started_files(envelope.payload, envelope.group_id):
-                forget(mark)
+            mark, *earlier = self._spawner.started_files(envelope.payload, envelope.group_id)
+            if not mark.exists():  # not started by this version: an earlier one's mark stood for it
+                for old in earlier:
+                    forget(old)
+            forget(mark)
 
     async def _launch(self, consumer: Consumer, delivery: Delivery) -> tuple[Ack, str | None] | None:
         """What to do with one request; None when it waits for an earlier adapter of its agent to end."""

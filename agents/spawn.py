@@ -109,11 +109,18 @@ class Spawner:
         """The request's :func:`started_mark` in this launcher's log directory."""
         return started_mark(self.log_dir, request, group_id)
 
-    def started_files(self, request: LaunchRequest, group_id: str) -> tuple[Path, Path]:
+    def log_file(self, agent_id: str) -> Path:
+        """Where the output of the agent's adapter goes."""
+        return self.log_dir / f"{file_stem(agent_id)}.log"
+
+    def started_files(self, request: LaunchRequest, group_id: str) -> tuple[Path, ...]:
         """The request's mark, and the one a launcher of an earlier version left, named after the request
-        alone: read too, so that a launcher upgraded after a kill does not start the request again."""
+        alone: read too, so that a launcher upgraded after a kill does not start the request again. That
+        one only when the request's agent has a log here (it was made before the mark): another group's
+        request of the same id, whose agent was not started here, is not taken for it."""
         earlier = self.log_dir / f"{file_stem(request.request_id)}{_STARTED_SUFFIX}"
-        return self.started_file(request, group_id), earlier
+        mark = self.started_file(request, group_id)
+        return (mark, earlier) if self.log_file(request.new_agent_id).exists() else (mark,)
 
     def command(
         self, request: LaunchRequest, group_id: str, prompt_file: Path, prompt: str
@@ -167,7 +174,7 @@ class Spawner:
         self.prompt_dir.mkdir(parents=True, exist_ok=True)
         prompt_file.write_text(prompt, encoding="utf-8")
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        path = self.log_dir / f"{file_stem(request.new_agent_id)}.log"
+        path = self.log_file(request.new_agent_id)
         self.idle_file(request.new_agent_id).unlink(missing_ok=True)  # left by an adapter killed with -9
         env = {
             **child_environment(),

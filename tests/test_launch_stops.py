@@ -78,6 +78,7 @@ async def test_a_request_a_killed_launcher_started_is_not_dead_lettered_when_rea
         mark = _mark(tmp_path, GROUP, "req-1", "agent-1")
         if why == "mark-of-an-earlier-version":  # named after the request alone
             mark = mark.with_name("req-1.started")
+            (tmp_path / "logs" / "agent-1.log").touch()  # made before it
         mark.touch()  # what the killed launcher left
         more = {"burst": True, "reclaim_idle_ms": 1, "max_attempts": 3 if expired else 1}
         tpl = template("complete")
@@ -90,11 +91,13 @@ async def test_a_request_a_killed_launcher_started_is_not_dead_lettered_when_rea
     assert not mark.exists()
 
 
+@pytest.mark.parametrize("earlier", [False, True])
 async def test_a_mark_stands_for_its_own_group_s_request_not_another_s_of_the_same_id(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, earlier: bool
 ) -> None:
     """Two groups' requests of one id (a delegation's id hashes its signal and its agent's id only): the
-    mark of the one the killed launcher started does not stand for the other, which is started."""
+    mark of the one the killed launcher started does not stand for the other, which is started; nor does
+    the mark of a launcher of an earlier version, named after the request alone."""
     async with open_bus(redis_url) as bus:
         streams: set[str] = set()
         for group, agent in (("other-group-1", "agent-2"), (GROUP, "agent-1")):  # one shard, read in order
@@ -108,6 +111,9 @@ async def test_a_mark_stands_for_its_own_group_s_request_not_another_s_of_the_sa
         await bus.client.xgroup_create(tasks, "launchers", id="0")
         assert await bus.client.xreadgroup("launchers", "killed-launcher", {tasks: ">"})
         mark = _mark(tmp_path, GROUP, "req-1", "agent-1")
+        if earlier:
+            mark = mark.with_name("req-1.started")
+            (tmp_path / "logs" / "agent-1.log").touch()
         mark.touch()  # the killed launcher started agent-1 only
         tpl = template("complete")
         more = {"burst": True, "reclaim_idle_ms": 1}
@@ -115,6 +121,7 @@ async def test_a_mark_stands_for_its_own_group_s_request_not_another_s_of_the_sa
             bus.client, bus.keys, Settings.from_url(redis_url), options(tmp_path, tpl, **more)
         )
         assert await asyncio.wait_for(launcher.run(asyncio.Event()), 60) == 1
-        assert sorted(p.name for p in (tmp_path / "logs").glob("*.log")) == ["agent-2.log"]
+        logs = sorted(p.name for p in (tmp_path / "logs").glob("*.log"))
+        assert logs == (["agent-1.log", "agent-2.log"] if earlier else ["agent-2.log"])
         assert (await bus.client.xpending(tasks, "launchers"))["pending"] == 0
     assert not mark.exists()
