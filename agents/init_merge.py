@@ -72,7 +72,9 @@ def _json_object(existing: str | None, what: str) -> dict[str, Any]:
     if existing is None or not existing.strip():
         return {}
     try:
-        value = json.loads(existing, object_pairs_hook=_unique, parse_float=_float, parse_constant=_not_json)
+        value = json.loads(
+            existing, object_pairs_hook=_unique, parse_float=_float, parse_int=_int, parse_constant=_not_json
+        )
     except json.JSONDecodeError as exc:
         raise Conflict(f"it is not valid JSON ({exc}); fix it by hand") from None
     except RecursionError:
@@ -92,6 +94,17 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         if key in value:
             raise Conflict(f"it names the key {cut(repr(key), 60)} twice in one object; fix it by hand")
         value[key] = item
+    return value
+
+
+def _int(text: str) -> int:
+    """An integer of the file, refused when it would be written back otherwise (``-0`` as ``0``)."""
+    value = int(text)
+    if str(value) != text:
+        raise Conflict(
+            f"its number {cut(text, 60)} would be written back as {cut(str(value), 60)}; write it so, or "
+            "fix it by hand"
+        )
     return value
 
 

@@ -193,11 +193,12 @@ def test_json_that_names_a_key_twice_is_refused_and_left_alone(tmp_path: Path) -
     [
         ('{"x": 1e400}', "its number 1e400 is beyond a double's range: written back, it would be Infinity"),
         ('{"x": 1.10}', "its number 1.10 would be written back as 1.1; write it so, or fix it by hand"),
+        ('{"x": -0}', "its number -0 would be written back as 0; write it so, or fix it by hand"),
         ('{"x": NaN}', "it holds NaN, which is no JSON; fix it by hand"),
         ('{"x": ' + "9" * 5000 + "}", "it cannot be read as JSON here (Exceeds the limit"),
         ('{"x": "\\ud83d"}', "it holds a lone surrogate escape (\\udXXX), which init cannot write back"),
     ],
-    ids=["beyond-a-double", "not-as-written", "nan", "long-integer", "lone-surrogate"],
+    ids=["beyond-a-double", "not-as-written", "minus-zero", "nan", "long-integer", "lone-surrogate"],
 )
 def test_json_that_would_not_be_written_back_as_it_is_is_refused_and_left_alone(
     tmp_path: Path, settings: str, said: str
