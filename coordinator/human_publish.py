@@ -8,6 +8,7 @@ on the envelope and says it; with none running, the envelope waits for one.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
@@ -169,6 +170,13 @@ async def _send(
         decision = await _decision(client, cursors, envelope, (signals, entry_id), how.wait_s)
     except BusError as exc:  # published all the same: the command is on the bus, not failed
         return None, one_line(f"its decision could not be read: {exc}")
+    except asyncio.CancelledError:  # Ctrl-C: the wait ends, not the command, which is on the bus
+        click.echo(
+            f"interrupted: {envelope.source} {envelope.id} was published before, and a coordinator applies it "
+            "all the same (`subagent-bus status` shows what became of it)",
+            err=True,
+        )
+        raise
     return decision, f"no decision within {how.wait_s:g}s"
 
 

@@ -713,3 +713,34 @@ def test_a_command_whose_decision_cannot_be_read_says_it_is_queued_not_failed(
         "(its decision could not be read: Redis unavailable (ClusterError): TTL exhausted.); a" in done.output
     )
     assert [e["type"] for e in said(redis_url) if e["agent_id"] == "unread"][-1] == "ANSWER"
+
+
+@pytest.mark.usefixtures("interruptible")
+def test_ctrl_c_while_a_decision_is_waited_for_says_the_command_was_published(redis_url: str) -> None:
+    """Ctrl-C reads as "cancelled": a command interrupted after it was published said nothing, and a
+    coordinator applied it later all the same."""
+    agent_says(redis_url, "waiter", "g-waiter", clarify("waiter"))
+    coordinate(redis_url)
+
+    async def held() -> None:  # a coordinator holds the shard (paused, say): the decision is waited for
+        client = await connect(Settings.from_url(redis_url))
+        try:
+            keys = await open_namespace(client, DEFAULT_NAMESPACE, create=False)
+            await client.set(lease_key(keys, keys.shard_of("g-waiter")), "coordinator:1", px=60_000)
+        finally:
+            await client.aclose()
+
+    asyncio.run(held())
+    env = {**os.environ, "SUBAGENT_BUS_REDIS_URL": redis_url}
+    process = subprocess.Popen(
+        [CLI, "answer", "waiter", "Q1=JWT", "--wait", "60"], env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        until(lambda: any(e["type"] == "ANSWER" for e in said(redis_url)), "the answer to be published")
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    [answer] = [e for e in said(redis_url) if e["type"] == "ANSWER"]
+    assert process.returncode == 130, err
+    assert f"interrupted: answer {answer['id']} was published before, and a coordinator applies it" in err
