@@ -685,6 +685,20 @@ def test_a_command_applied_while_inbox_reads_is_shown_applied_not_queued(
     assert "queued" not in shown.output and "racer" not in shown.output, shown.output
 
 
+def hold_lease(url: str, group: str) -> None:
+    """A lease on the group's shard, as a coordinator holds it: a command then waits for its decision."""
+
+    async def held() -> None:
+        client = await connect(Settings.from_url(url))
+        try:
+            keys = await open_namespace(client, DEFAULT_NAMESPACE, create=False)
+            await client.set(lease_key(keys, keys.shard_of(group)), "coordinator:1", px=60_000)
+        finally:
+            await client.aclose()
+
+    asyncio.run(held())
+
+
 def test_a_command_whose_decision_cannot_be_read_says_it_is_queued_not_failed(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -693,18 +707,11 @@ def test_a_command_whose_decision_cannot_be_read_says_it_is_queued_not_failed(
     agent_says(redis_url, "unread", "g-unread", clarify("unread"))
     coordinate(redis_url)
 
-    async def held() -> None:  # a coordinator holds the shard: the decision is waited for
-        client = await connect(Settings.from_url(redis_url))
-        try:
-            keys = await open_namespace(client, DEFAULT_NAMESPACE, create=False)
-            await client.set(lease_key(keys, keys.shard_of("g-unread")), "coordinator:1", px=60_000)
-        finally:
-            await client.aclose()
+    hold_lease(redis_url, "g-unread")  # a coordinator holds the shard: the decision is waited for
 
     async def unreadable(*args: Any) -> None:
         raise ConnectionFailed("Redis unavailable (ClusterError): TTL exhausted.")
 
-    asyncio.run(held())
     monkeypatch.setattr(human_publish, "_decision", unreadable)
     monkeypatch.setenv("SUBAGENT_BUS_REDIS_URL", redis_url)
     done = CliRunner().invoke(human.answer, ["unread", "Q1=JWT"])
@@ -722,15 +729,7 @@ def test_ctrl_c_while_a_decision_is_waited_for_says_the_command_was_published(re
     agent_says(redis_url, "waiter", "g-waiter", clarify("waiter"))
     coordinate(redis_url)
 
-    async def held() -> None:  # a coordinator holds the shard (paused, say): the decision is waited for
-        client = await connect(Settings.from_url(redis_url))
-        try:
-            keys = await open_namespace(client, DEFAULT_NAMESPACE, create=False)
-            await client.set(lease_key(keys, keys.shard_of("g-waiter")), "coordinator:1", px=60_000)
-        finally:
-            await client.aclose()
-
-    asyncio.run(held())
+    hold_lease(redis_url, "g-waiter")  # a coordinator holds the shard (paused, say)
     env = {**os.environ, "SUBAGENT_BUS_REDIS_URL": redis_url}
     process = subprocess.Popen(
         [CLI, "answer", "waiter", "Q1=JWT", "--wait", "60"], env=env, stderr=subprocess.PIPE, text=True
