@@ -7,7 +7,6 @@ is :func:`bus.tail.tail_streams`.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Final
 
 import click
@@ -172,5 +171,4 @@ def tail(
     options = TailOptions(
         start=start, count=count, timeout=timeout, group=group, consumer=consumer, all_fields=dead
     )
-    with contextlib.suppress(BrokenPipeError):
-        run_command(_tail(settings, stream, group_id, options, as_json))
+    run_command(_tail(settings, stream, group_id, options, as_json))

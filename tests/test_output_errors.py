@@ -140,3 +140,26 @@ def test_another_os_error_is_not_taken_for_the_outputs(tmp_path: Path) -> None:
     assert "Traceback" in err
     assert "OSError: [Errno 28] No space left on device: 'data.rdb'" in err
     assert FULL not in err
+
+
+@pytest.mark.parametrize("args", [[], ["--json"], ["--count", "1"]])
+def test_tail_into_a_pipe_its_reader_closed_ends_with_1(
+    redis_url: str, signal_file: Path, args: list[str]
+) -> None:
+    """`tail | head`, as the other commands: no word, exit status 1 (it said 0)."""
+    published = subprocess.run(
+        [CLI, "adapter", "stdin", "--agent-id", "t1", "--group", "g-pipe", "--redis-url", redis_url],
+        stdin=signal_file.open("rb"),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert published.returncode == 0, published.stderr
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        tail = ["tail", "--stream", "signals", "--from", "0", "--timeout", "1", *args]
+        code, err = _run(tail, stdout=write_end, url=redis_url)
+    finally:
+        os.close(write_end)
+    assert (code, err) == (1, "")
