@@ -132,7 +132,8 @@ async def _status(
             return [], [none + await _known(client, keys, group_id) + await no_coordinator_note(client, keys)]
         return [], [none + await no_coordinator_note(client, keys)]
 
-    return await read_view(settings, read, ([], [] if as_json else [none]), named=not as_json)
+    missing = f"{none}: it does not exist on this server (yet); check --namespace"
+    return await read_view(settings, read, ([], [] if as_json else [missing]), named=not as_json)
 
 
 async def _status_lines(settings: Settings, group_id: str | None) -> list[str]:

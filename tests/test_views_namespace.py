@@ -29,11 +29,12 @@ def test_views_of_a_namespace_that_does_not_exist_are_empty_and_create_nothing(
     redis_server: RedisProcess, redis_url: str
 ) -> None:
     status = run(redis_url, "status")
-    assert (status.returncode, status.stdout) == (0, "no groups yet in namespace 'typo'\n")
+    missing = "it does not exist on this server (yet); check --namespace\n"
+    assert (status.returncode, status.stdout) == (0, f"no groups yet in namespace 'typo': {missing}")
     status_json = run(redis_url, "status", "--json")
     assert orjson.loads(status_json.stdout) == []
     assert "note: namespace 'typo' does not exist on this server (yet): nothing to show" in status_json.stderr
-    assert "note:" not in status.stderr  # its own text names the namespace
+    assert "note:" not in status.stderr  # its own text says it
     for view in (["inbox"], ["findings"], ["findings", "--merged"], ["replay", "--group", "g"]):
         done = run(redis_url, *view)
         assert done.returncode == 0 and "note: namespace 'typo' does not exist" in done.stderr, view
