@@ -129,6 +129,15 @@ class InboxListener:
             self.log(f"inbox {self.inbox}: the server did not answer within {timeout_s:g}s")
             self.unanswered = True
             return None
+        except ConnectionFailed as exc:
+            left = _remaining(deadline)
+            if left is None or left > 0:
+                raise
+            # out of time while the connection was retried: a timeout as for a silent server (a runner
+            # that polls again on a timeout would give up, for an error, during a restart of the server)
+            self.log(f"inbox {self.inbox}: the server could not be reached within {timeout_s:g}s ({exc})")
+            self.unanswered = True
+            return None
 
     async def _wait(self, deadline: float | None) -> Received | None:
         await self._retrying(self.consumer.ensure_group, deadline)

@@ -295,6 +295,19 @@ async def test_a_listener_outlives_a_server_restart(fresh_redis: RedisProcess) -
         assert b"retrying" in err
 
 
+async def test_a_listener_whose_server_stays_down_times_out_as_for_a_silent_one(
+    fresh_redis: RedisProcess,
+) -> None:
+    """Exit status 3, not 1: a runner that polls again on a timeout gave up during a restart."""
+    process = listener(fresh_redis.url, "a15", "--timeout", "3")
+    async with open_bus(fresh_redis.url) as bus:
+        await blocked_clients(bus, 1)
+    fresh_redis.kill()
+    code, out, err = await finish(process, 30)
+    assert (code, out) == (EXIT_TIMEOUT, b""), err
+    assert b"the server could not be reached within 3s" in err and b"retrying" in err
+
+
 async def test_a_listener_rides_out_a_server_that_stops_answering(fresh_redis: RedisProcess) -> None:
     assert fresh_redis.process is not None
     server = fresh_redis.process.pid
