@@ -150,7 +150,9 @@ def common_options(command: Callable[P, R]) -> Callable[..., R]:
         metavar="print|file:PATH|command:TEMPLATE",
         callback=_deliver_option,
         help="How directives reach the agent. Placeholders in TEMPLATE: {prompt} {agent_id} {group_id} "
-        "{session_id} {type} {directive_id}; it is split like a shell line but run without a shell.",
+        "{session_id} {type} {directive_id}; it is split like a shell line but run without a shell. "
+        "Without it, directives wait in the inbox for `subagent-bus listen` (or the MCP tool "
+        "wait_for_directive).",
     )
     @click.option(
         "--retry-ms",

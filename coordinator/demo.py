@@ -244,11 +244,11 @@ async def _settled(client: Client, keys: Keys) -> tuple[GroupSummary, bool] | No
     return summary, all(record.exited for record in states[0].agents.values())
 
 
-def _check(result: DemoResult) -> None:
+def _check(result: DemoResult, workdir: Path) -> None:
     seen = {DecisionType(kind) for _, _, kind, _ in result.decisions}
     result.problems += [f"no {kind.value} decision" for kind in sorted(EXPECTED - seen)]
     if result.summary is None:
-        result.problems.append("the group did not settle in time (see the logs in the demo folder)")
+        result.problems.append(f"the group did not settle in time (see the logs in {workdir})")
     if not any(len(m.agents) >= 3 for m in result.findings):
         result.problems.append("no finding was reported by three agents")
 
@@ -299,7 +299,7 @@ async def run_demo(
         demo.stop()
         await client.aclose()
     demo.result.seconds = time.monotonic() - demo.started
-    _check(demo.result)
+    _check(demo.result, demo.workdir)
     if demo.result.problems:
         demo.result.problems += failed
     return demo.result

@@ -183,3 +183,16 @@ def test_a_process_s_log_is_not_left_open_in_the_demo(tmp_path: Path) -> None:
     assert demo.processes["version"].wait(timeout=60) == 0
     assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
     assert (tmp_path / "version.log").read_bytes()
+
+
+def test_a_demo_out_of_time_names_the_folder_of_its_logs(redis_url: str, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [CLI, "demo", "--json", "--redis-url", redis_url, "--workdir", str(tmp_path), "--timeout", "0.1"],
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
+    result = orjson.loads(done.stdout)
+    assert done.returncode == 1 and not result["ok"]
+    said = f"the group did not settle in time (see the logs in {tmp_path / result['namespace']})"
+    assert said in result["problems"], result["problems"]
