@@ -9,6 +9,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -19,16 +20,21 @@ from coordinator.demo import _Demo
 CLI = str(Path(sys.executable).parent / "subagent-bus")
 
 
-@pytest.mark.timeout(400)
-def test_demo_walks_through_every_protocol(redis_url: str, tmp_path: Path) -> None:
+def demo_json(redis_url: str, tmp_path: Path, timeout: str) -> tuple[int, dict[str, Any]]:
+    """``demo --json``'s exit status and outcome."""
     done = subprocess.run(
-        [CLI, "demo", "--json", "--redis-url", redis_url, "--workdir", str(tmp_path), "--timeout", "300"],
+        [CLI, "demo", "--json", "--redis-url", redis_url, "--workdir", str(tmp_path), "--timeout", timeout],
         capture_output=True,
         check=False,
-        timeout=360,
+        timeout=float(timeout) + 60,
     )
-    result = orjson.loads(done.stdout)
-    assert done.returncode == 0, result["problems"]
+    return done.returncode, orjson.loads(done.stdout)
+
+
+@pytest.mark.timeout(400)
+def test_demo_walks_through_every_protocol(redis_url: str, tmp_path: Path) -> None:
+    code, result = demo_json(redis_url, tmp_path, "300")
+    assert code == 0, result["problems"]
     assert result["ok"] and result["problems"] == []
     kinds = {d["decision"] for d in result["decisions"]}
     assert {"question_answered", "blocker_resolved", "delegation_approved", "launch_requested",
@@ -186,13 +192,7 @@ def test_a_process_s_log_is_not_left_open_in_the_demo(tmp_path: Path) -> None:
 
 
 def test_a_demo_out_of_time_names_the_folder_of_its_logs(redis_url: str, tmp_path: Path) -> None:
-    done = subprocess.run(
-        [CLI, "demo", "--json", "--redis-url", redis_url, "--workdir", str(tmp_path), "--timeout", "0.1"],
-        capture_output=True,
-        check=False,
-        timeout=120,
-    )
-    result = orjson.loads(done.stdout)
-    assert done.returncode == 1 and not result["ok"]
+    code, result = demo_json(redis_url, tmp_path, "0.1")
+    assert code == 1 and not result["ok"]
     said = f"the group did not settle in time (see the logs in {tmp_path / result['namespace']})"
     assert said in result["problems"], result["problems"]
