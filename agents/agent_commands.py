@@ -19,7 +19,7 @@ from agents.options import check_id
 from bus.cli_connection import redis_options
 from bus.errors import BusError
 from bus.output import stdout_closed
-from bus.params import MILLISECONDS, FiniteFloatRange
+from bus.params import MILLISECONDS, EnvOption, FiniteFloatRange
 from bus.settings import Settings
 
 __all__ = ["commands", "mcp"]
@@ -30,6 +30,7 @@ __all__ = ["commands", "mcp"]
     "--agent-id",
     envvar="SUBAGENT_BUS_AGENT_ID",
     show_envvar=True,
+    cls=EnvOption,
     callback=check_id,
     help="The agent this server speaks for.",
 )
@@ -38,6 +39,7 @@ __all__ = ["commands", "mcp"]
     "group_id",
     envvar="SUBAGENT_BUS_GROUP",
     show_envvar=True,
+    cls=EnvOption,
     callback=check_id,
     help="The agent's task group.",
 )

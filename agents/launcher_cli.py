@@ -19,7 +19,7 @@ from bus.errors import ConfigError
 from bus.keys import open_namespace
 from bus.metrics import LauncherMetrics
 from bus.ops import Ops, ops_options
-from bus.params import MILLISECONDS, FiniteFloatRange, process_name
+from bus.params import MILLISECONDS, EnvOption, FiniteFloatRange, process_name
 from bus.settings import Settings
 from bus.stop_signals import handled_stop_signals
 
@@ -145,6 +145,7 @@ def _make_directory(path: Path, option: str) -> None:
     "--adapter-redis-url",
     envvar="SUBAGENT_BUS_ADAPTER_REDIS_URL",
     show_envvar=True,
+    cls=EnvOption,
     metavar="URL",
     callback=_adapter_url,
     help="URL for the adapters the launcher starts (e.g. with the adapter ACL user); "

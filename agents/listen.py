@@ -46,7 +46,7 @@ from bus.envelope import encode
 from bus.errors import BusError
 from bus.keys import agent_field
 from bus.output import stdout_closed
-from bus.params import MILLISECONDS, FiniteFloatRange
+from bus.params import MILLISECONDS, EnvOption, FiniteFloatRange
 from bus.settings import Settings
 
 __all__ = [
@@ -171,6 +171,7 @@ async def _acknowledge(bus: AgentBus, listener: InboxListener, received: Receive
     "--agent-id",
     envvar="SUBAGENT_BUS_AGENT_ID",
     show_envvar=True,
+    cls=EnvOption,
     required=True,
     callback=check_id,
     help="The agent whose inbox to wait on.",
@@ -180,6 +181,7 @@ async def _acknowledge(bus: AgentBus, listener: InboxListener, received: Receive
     "group_id",
     envvar="SUBAGENT_BUS_GROUP",
     show_envvar=True,
+    cls=EnvOption,
     required=True,
     callback=check_id,
     help="The agent's task group.",

@@ -50,6 +50,7 @@ from agents.whole_input import read_whole
 from bus.cli_connection import URL_ENV
 from bus.display import cut
 from bus.errors import ConfigError
+from bus.params import EnvOption
 from bus.settings import Settings
 
 __all__ = [
@@ -229,6 +230,7 @@ def _start(
     "group_id",
     envvar="SUBAGENT_BUS_GROUP",
     show_envvar=True,
+    cls=EnvOption,
     help="Task group of the launched agents (default: the Claude Code session id).",
 )
 @click.option(
@@ -243,6 +245,7 @@ def _start(
     type=click.Path(path_type=Path),  # checked by _base: exit status 2 would block Claude Code
     envvar="CLAUDE_PROJECT_DIR",
     show_envvar=True,
+    cls=EnvOption,
     help="The directory a relative --log-dir and the local server belong to, wherever the session has "
     "gone since (default, and when it is no directory: the directory of the call, its cwd).",
 )
@@ -252,6 +255,7 @@ def _start(
     metavar="URL",
     envvar=URL_VARIABLE,
     show_envvar=True,
+    cls=EnvOption,
     help="The Redis the adapters publish to (default: the local server).",
 )
 def hook_task(group_id: str | None, log_dir: Path, project_dir: Path | None, url: str | None) -> None:

@@ -23,7 +23,7 @@ import click
 from bus.errors import BusError, ConfigError, PermissionDenied
 from bus.local_server import ensure_local_server, stop_local_server
 from bus.logs import JsonFormatter
-from bus.params import FiniteFloatRange
+from bus.params import EnvOption, FiniteFloatRange
 from bus.settings import DEFAULT_NAMESPACE, DEFAULT_SOCKET_TIMEOUT, MAX_SHARDS, MIN_SOCKET_TIMEOUT, Settings
 
 __all__ = [
@@ -116,6 +116,7 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
         "--redis-url",
         envvar=URL_ENV,
         show_envvar=True,
+        cls=EnvOption,
         default=None,
         metavar="URL",
         help="redis://, rediss://, unix://, redis+sentinel://h1:p1,h2:p2/master, or any cluster node. "
@@ -125,6 +126,7 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
         "--namespace",
         envvar=NAMESPACE_ENV,
         show_envvar=True,
+        cls=EnvOption,
         default=DEFAULT_NAMESPACE,
         show_default=True,
         help="Key prefix of this bus.",
@@ -133,6 +135,7 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
         "--shards",
         envvar="SUBAGENT_BUS_SHARDS",
         show_envvar=True,
+        cls=EnvOption,
         type=click.IntRange(1, MAX_SHARDS),
         default=None,
         metavar="N",
@@ -149,6 +152,7 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
         "--socket-timeout",
         envvar="SUBAGENT_BUS_SOCKET_TIMEOUT",
         show_envvar=True,
+        cls=EnvOption,
         type=FiniteFloatRange(min=MIN_SOCKET_TIMEOUT),
         default=DEFAULT_SOCKET_TIMEOUT,
         show_default=True,

@@ -16,6 +16,7 @@ import click
 
 from bus.logs import PLAIN_FORMAT, setup_logging
 from bus.metrics import RoleMetrics, serve
+from bus.params import EnvOption
 
 __all__ = ["LOG_JSON_ENV", "METRICS_HOST_ENV", "METRICS_PORT_ENV", "Ops", "ops_options", "serve_metrics"]
 
@@ -70,6 +71,7 @@ def ops_options(command: Callable[P, R]) -> Callable[..., R]:
         type=click.IntRange(1, 65535),
         envvar=METRICS_PORT_ENV,
         show_envvar=True,
+        cls=EnvOption,
         metavar="PORT",
         help="Serve Prometheus metrics on this port (each process needs its own).",
     )
@@ -79,6 +81,7 @@ def ops_options(command: Callable[P, R]) -> Callable[..., R]:
         show_default=True,
         envvar=METRICS_HOST_ENV,
         show_envvar=True,
+        cls=EnvOption,
         help="Address for --metrics-port (0.0.0.0 in a container).",
     )
     @click.option(
@@ -86,6 +89,7 @@ def ops_options(command: Callable[P, R]) -> Callable[..., R]:
         is_flag=True,
         envvar=LOG_JSON_ENV,
         show_envvar=True,
+        cls=EnvOption,
         help="Log one JSON object per line, with the agent and group ids where known.",
     )
     @functools.wraps(command)

@@ -6,10 +6,11 @@ import math
 from typing import Any, Final
 
 import click
+from click.core import ParameterSource
 
 from bus.display import has_control
 
-__all__ = ["COUNT", "MILLISECONDS", "FiniteFloatRange", "not_blank", "process_name", "utf8"]
+__all__ = ["COUNT", "MILLISECONDS", "EnvOption", "FiniteFloatRange", "not_blank", "process_name", "utf8"]
 
 
 MAX_SECONDS: Final = 1e9
@@ -20,6 +21,20 @@ COUNT: Final = click.IntRange(0, 2**63 - 1)
 """A count of entries that a Redis command takes (a larger one it refuses as no integer)."""
 MILLISECONDS: Final = click.IntRange(1, int(MAX_SECONDS * 1000))
 """Milliseconds, at most :data:`MAX_SECONDS` (a Redis command and a timer take them)."""
+
+
+class EnvOption(click.Option):
+    """An option also read from an environment variable (``show_envvar``): an error about a value given on
+    the command line names the option alone, not the variable, which the user may never have set."""
+
+    def get_error_hint(self, ctx: click.Context | None) -> str:
+        if (
+            ctx is not None
+            and self.name
+            and ctx.get_parameter_source(self.name) is ParameterSource.COMMANDLINE
+        ):
+            return click.Parameter.get_error_hint(self, ctx)
+        return super().get_error_hint(ctx)
 
 
 class FiniteFloatRange(click.FloatRange):

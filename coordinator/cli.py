@@ -21,7 +21,7 @@ from bus.keys import DEFAULT_SHARDS, open_namespace
 from bus.logs import setup_logging
 from bus.metrics import Metrics
 from bus.ops import serve_metrics
-from bus.params import FiniteFloatRange, process_name
+from bus.params import EnvOption, FiniteFloatRange, process_name
 from bus.settings import Settings
 from bus.stop_signals import handled_stop_signals
 from coordinator.demo import demo
@@ -93,6 +93,7 @@ _METRICS_PORT = click.option(
     is_flag=True,
     envvar="SUBAGENT_BUS_LOG_JSON",
     show_envvar=True,
+    cls=EnvOption,
     help="Log one JSON object per line.",
 )
 @click.option(
@@ -267,6 +268,7 @@ From other terminals, or other machines that reach this Redis{where}:
     is_flag=True,
     envvar="SUBAGENT_BUS_LOG_JSON",
     show_envvar=True,
+    cls=EnvOption,
     help="Log one JSON object per line.",
 )
 @redis_options

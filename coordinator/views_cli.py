@@ -21,7 +21,7 @@ from bus.errors import BusError, NamespaceMissing
 from bus.fields import Model
 from bus.human_key import KEY_FILE_ENV, read_key
 from bus.keys import Keys, open_namespace
-from bus.params import FiniteFloatRange, not_blank
+from bus.params import EnvOption, FiniteFloatRange, not_blank
 from bus.progress import Progress
 from bus.settings import Settings
 from coordinator.console import (
@@ -59,6 +59,7 @@ POLICY_OPTION = click.option(
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     envvar="SUBAGENT_BUS_POLICY",
     show_envvar=True,
+    cls=EnvOption,
     callback=_load_policy,
     help="Policy file (TOML or YAML): delegation limits, expertise weights, timeouts.",
 )
@@ -78,6 +79,7 @@ HUMAN_KEY_OPTION = click.option(
     type=click.Path(dir_okay=False, path_type=Path),
     envvar=KEY_FILE_ENV,
     show_envvar=True,
+    cls=EnvOption,
     callback=_read_human_key,
     help='The key human commands are signed with (README "Security"): the people\'s commands sign with it, '
     "and a coordinator given it applies only human commands signed with it (every coordinator of a namespace "

@@ -74,3 +74,21 @@ def test_a_process_name_that_is_blank_or_holds_a_control_character_is_a_usage_er
     result = CliRunner().invoke(main, [*command, "--name", name], env={"SUBAGENT_BUS_REDIS_URL": DEAD_URL})
     assert result.exit_code == 2, result.output
     assert f"Invalid value for '--name': {message}" in result.output
+
+
+def test_an_error_names_the_environment_variable_only_for_a_value_read_from_it() -> None:
+    """A value given on the command line was blamed on a variable the user may never have set."""
+    env = {
+        "SUBAGENT_BUS_REDIS_URL": DEAD_URL,
+        "SUBAGENT_BUS_SOCKET_TIMEOUT": None,
+        "SUBAGENT_BUS_AGENT_ID": None,
+    }
+    given = CliRunner().invoke(main, ["status", "--socket-timeout", "1"], env=env)
+    assert (
+        given.exit_code == 2
+        and "Invalid value for '--socket-timeout': 1.0 is not in the range" in given.output
+    )
+    read = CliRunner().invoke(main, ["status"], env={**env, "SUBAGENT_BUS_SOCKET_TIMEOUT": "1"})
+    assert "Invalid value for '--socket-timeout' (env var: 'SUBAGENT_BUS_SOCKET_TIMEOUT'): 1.0" in read.output
+    missing = CliRunner().invoke(main, ["listen", "--group", "g"], env=env)  # either would do
+    assert "Missing option '--agent-id' (env var: 'SUBAGENT_BUS_AGENT_ID')" in missing.output
