@@ -66,9 +66,9 @@ EXIT_TIMEOUT: Final = 3
 PAUSE_ENV: Final = "SUBAGENT_BUS_LISTEN_PAUSE_BEFORE_PRINT"
 PAUSE_AFTER_ENV: Final = "SUBAGENT_BUS_LISTEN_PAUSE_AFTER_PRINT"
 _UNKNOWN_AFTER_S: Final = 1.0
+"""How long a listener waits before it looks whether the coordinators know its group and agent."""
 ACK_GRACE_S: Final = 10.0
 """How long a directive printed waits for its acknowledgement (:func:`_acknowledge`)."""
-"""How long a listener waits before it looks whether the coordinators know its group and agent."""
 
 
 def render(received: Received, as_json: bool) -> bytes:
@@ -135,9 +135,9 @@ async def _listen(bus: AgentBus, timeout_s: float | None, as_json: bool, claim_i
         return EXIT_TIMEOUT
     if _pause_requested(received, PAUSE_ENV):
         await asyncio.Event().wait()
-    # in a thread, the entry held fresh meanwhile: a reader slow to read a long directive holds the write,
-    # and another listener or an adapter would take the entry for one a dead listener left
-    # (until it is acknowledged too)
+    # in a thread, the entry held fresh meanwhile (until it is acknowledged): a reader slow to read a long
+    # directive holds the write, and another listener or an adapter would take the entry for one a dead
+    # listener left
     holding = asyncio.create_task(listener.hold(received))
     try:
         try:

@@ -191,11 +191,11 @@ class Spawner:
             "SUBAGENT_BUS_AGENT_ID": request.new_agent_id,
             "SUBAGENT_BUS_GROUP": group_id,
         }
+        mark = self.started_file(request, group_id)
+        held = hold(mark)  # locked, and the lock passed on to the adapter (agents.launch_marks)
         # The adapter inherits the stop signals blocked and unblocks them once it handles them: a launcher
         # stopped the moment after this start would otherwise kill it before it could report anything,
         # and its agent would look running until declared lost.
-        mark = self.started_file(request, group_id)
-        held = hold(mark)  # locked, and the lock passed on to the adapter (agents.launch_marks)
         unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             with path.open("ab") as out:
