@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import orjson
 import pytest
+import redis
 from adapter_kit import Bus, exited, fake, open_bus, run_ok, spawn, start, wait_until
 from faults.proxy import ReplyDroppingProxy
 
@@ -506,7 +507,10 @@ async def test_with_a_pid_a_resume_command_waits_for_the_turn_and_none_follows_a
         await Publisher(bus.client, bus.keys).send_directive(directive)
 
         async def taken() -> bool:
-            pending: Any = await bus.client.xpending(bus.inbox(GROUP, "a8"), "adapter")
+            try:
+                pending: Any = await bus.client.xpending(bus.inbox(GROUP, "a8"), "adapter")
+            except redis.exceptions.ResponseError:  # NOGROUP: the adapter has not made its group yet
+                return False
             return bool(pending["pending"])
 
         await wait_until(taken, 30, "the adapter to take the directive")
