@@ -173,9 +173,15 @@ class InboxFollower:
                 f"not {self.group_id!r}: left for a listener or adapter of that group"
             )
         stream, group = self.consumer.stream, self.consumer.group
-        with translated():
+        with translated():  # the read undone in the count: handed on for ever, it counts against nothing
             await self.consumer.client.xclaim(
-                stream, group, LISTEN_CONSUMER, 0, [delivery.entry_id], justid=True
+                stream,
+                group,
+                LISTEN_CONSUMER,
+                0,
+                [delivery.entry_id],
+                justid=True,
+                retrycount=max(delivery.deliveries - 1, 0),
             )
         return Ack.RETRY
 

@@ -313,6 +313,10 @@ class InboxListener:
         if wrong is not None:
             self.left[entry_id] = wrong
             self.log(wrong)
+            with translated():  # the read undone in the count, which its own group's adapter bounds
+                await self.client.xclaim(
+                    self.inbox, GROUP, CONSUMER, 0, [entry_id], justid=True, retrycount=max(deliveries - 1, 0)
+                )
             return None
         return received
 

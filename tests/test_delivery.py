@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import os
 import signal
 import subprocess
@@ -347,11 +348,22 @@ async def test_a_directive_of_another_group_read_many_times_is_still_left_for_th
             return said in log.read_text() or await bus.client.xlen(bus.stream(GROUP, StreamKind.DEAD)) > 0
 
         await wait_until(looked_at, 20, "the adapter to read the other group's directive")
+        inbox = bus.inbox(GROUP, "d11")
+        handed: list[int] = []  # the entry's idle time, which each hand-on restarts
+
+        async def handed_on_thrice() -> bool:
+            [held] = await bus.client.xpending_range(inbox, "adapter", "-", "+", 1)
+            handed.append(held["time_since_delivered"])
+            return sum(1 for a, b in itertools.pairwise(handed) if b < a) >= 3
+
+        await wait_until(handed_on_thrice, 20, "the adapter to hand it on three times")
         adapter.send_signal(signal.SIGTERM)
         assert await exited(adapter, 20) == 0
         assert await bus.client.xlen(bus.stream(GROUP, StreamKind.DEAD)) == 0, log.read_text()
-        held: Any = await bus.client.xpending_range(bus.inbox(GROUP, "d11"), "adapter", "-", "+", 10)
+        held: Any = await bus.client.xpending_range(inbox, "adapter", "-", "+", 10)
         assert [(h["message_id"].decode(), h["consumer"]) for h in held] == [(entry, b"listen")]
+        # each read undone as it was handed on: its own group's adapter does not take them for its own
+        assert held[0]["times_delivered"] in (100, 101)  # 101: stopped between a read and its hand-on
 
 
 async def test_a_directive_read_too_often_is_given_up_and_the_parent_told(

@@ -505,6 +505,8 @@ async def test_a_listener_given_another_group_takes_nothing_from_the_agents_inbo
         assert (code, out) == (EXIT_TIMEOUT, b""), err
         said = f"is for group {GROUP_ID!r}, not {typo!r}: left for a listener of that group"
         assert err.decode().count(said) == 1, err  # once, though it looked at it for 3 s
+        [held] = await bus.client.xpending_range(bus.inbox(GROUP_ID, "a1"), GROUP, "-", "+", 1)
+        assert held["times_delivered"] == 0  # its read undone: its own group's adapter bounds the reads
         code, out, err = await finish(listener(redis_url, "a1", "--claim-idle-ms", "200", "--timeout", "15"))
         assert code == EXIT_RECEIVED, err
         assert out.decode() == sent.payload.render() + "\n"  # type: ignore[union-attr]
