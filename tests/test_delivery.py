@@ -353,7 +353,7 @@ async def test_a_directive_of_another_group_read_many_times_is_still_left_for_th
 
         async def handed_on_thrice() -> bool:
             [held] = await bus.client.xpending_range(inbox, "adapter", "-", "+", 1)
-            handed.append(held["time_since_delivered"])
+            handed.append(int(held["time_since_delivered"]))
             return sum(1 for a, b in itertools.pairwise(handed) if b < a) >= 3
 
         await wait_until(handed_on_thrice, 20, "the adapter to hand it on three times")
