@@ -108,10 +108,12 @@ class InboxListener:
         self.unanswered = False
         """The last :meth:`next` returned None because the server did not answer, not for want of a
         directive."""
+        self.unreachable: ConnectionFailed | None = None
+        """Why the last :meth:`next` returned None when the server could not be reached until its end."""
 
     async def next(self, timeout_s: float | None) -> Received | None:
         """The next directive, waiting up to ``timeout_s`` seconds (None: for ever); None on timeout
-        (:attr:`unanswered` says whether the server was silent).
+        (:attr:`unanswered` says whether the server was silent, :attr:`unreachable` whether it was away).
 
         Entries that are not directives for an agent are acknowledged and skipped, entries that are not
         valid envelopes are dead-lettered. A lost connection is retried until the deadline; a server that
@@ -120,6 +122,7 @@ class InboxListener:
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self.unanswered = False
+        self.unreachable = None
         try:
             # Each read blocks no longer than the deadline, but a server that stalls (or a network that
             # swallows the reply) would hold a command until the socket timeout, 30 s by default.
@@ -136,7 +139,7 @@ class InboxListener:
             # out of time while the connection was retried: a timeout as for a silent server (a runner
             # that polls again on a timeout would give up, for an error, during a restart of the server)
             self.log(f"inbox {self.inbox}: the server could not be reached within {timeout_s:g}s ({exc})")
-            self.unanswered = True
+            self.unreachable = exc
             return None
 
     async def _wait(self, deadline: float | None) -> Received | None:

@@ -247,6 +247,8 @@ class ProtocolServer:
                 "swallows its replies): no directive could be read; wait again later",
                 error=True,
             )
+        if received is None and listener.unreachable is not None:  # said as the bus's other failures
+            raise listener.unreachable
         if received is None and listener.left:  # the wait's only directives were another group's
             raise ToolInputError("; ".join(listener.left.values()))
         if received is None:

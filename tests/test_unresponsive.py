@@ -427,6 +427,19 @@ async def test_wait_for_directive_says_the_bus_did_not_answer_rather_than_that_n
         await proxy.close()
 
 
+async def test_wait_for_directive_on_a_server_down_until_its_timeout_says_it_could_not_reach_it(
+    fresh_redis: RedisProcess,
+) -> None:
+    """Not that the bus is stalled: the connection is refused, and the error says so."""
+    async with session(fresh_redis.url) as client:
+        first = await call(client, "wait_for_directive", {"timeout_seconds": 0.2})
+        assert not first.is_error and text_of(first) == "no directive within 0.2 s"
+        fresh_redis.kill()
+        result = await call(client, "wait_for_directive", {"timeout_seconds": 2})
+    assert result.is_error
+    assert text_of(result).startswith("the bus failed: Redis unavailable (ConnectionError)"), text_of(result)
+
+
 async def test_an_mcp_tool_call_gives_up_at_its_publish_timeout_connecting_included(silent: Silent) -> None:
     started = asyncio.get_running_loop().time()
     async with session(silent.url, "--publish-timeout", "1", "--socket-timeout", "20") as client:
