@@ -12,5 +12,7 @@ def cut(text: str, limit: int) -> str:
 
 
 def quoted(text: str, limit: int = 60) -> str:
-    """``'text'`` for a message, cut to ``limit`` characters."""
-    return f"'{cut(text, limit)}'"
+    """``'text'`` for a message, cut to ``limit`` characters and escaped as Python's ``repr`` escapes it (a
+    line break or a terminal's escape sequence in a key would otherwise reach the terminal, or forge a
+    line of a log)."""
+    return repr(cut(text, limit))

@@ -142,7 +142,9 @@ class ClarificationNeeded(OpenModel):
             named = ", ".join(quoted(i) for i in twice[:3]) + (
                 f" and {len(twice) - 3} more" if len(twice) > 3 else ""
             )
-            raise ValueError(f"question ids must differ: {named} used more than once")
+            raise ValueError(
+                f"question ids must differ: {named} {'is' if len(twice) == 1 else 'are'} used more than once"
+            )
         return self
 
 

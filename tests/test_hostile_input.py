@@ -273,6 +273,18 @@ def test_a_body_the_repairs_read_again_is_read_in_linear_time(fields: bytes) -> 
 
 
 @pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    "extra", ['"a\\nX\\e[31m": 1\n"a\\nX\\e[31m": 2', "x: !x%0AX%1B%5B31m v", "x: !x%0AX%1B%5B31m [1]"]
+)
+def test_an_error_shows_a_key_or_tag_escaped(extra: str) -> None:
+    """A line break or a terminal's escape sequence in a key or a tag reached the error as it was: on the
+    terminal, in the log, and in the STOP_WORK details the adapter publishes for the lost signal."""
+    first, _ = parse_text(block(f"agent_id: a\nstop_reason: error\n{extra}"))
+    assert isinstance(first, ErrorItem)
+    assert "\n" not in first.message and "\x1b" not in first.message, first.message
+    assert "\\n" in first.message or "\\x1b" in first.message, first.message
+
+
 def test_duplicate_question_ids_are_named_short() -> None:
     twice = "".join(f"  - question_id: {i}{LONG}\n    text: a\n" * 2 for i in range(5))
     [item] = parse_text(
@@ -280,7 +292,8 @@ def test_duplicate_question_ids_are_named_short() -> None:
     )
     assert isinstance(item, ErrorItem)
     assert (
-        "question ids must differ: '0999" in item.message and "and 2 more used more than once" in item.message
+        "question ids must differ: '0999" in item.message
+        and "and 2 more are used more than once" in item.message
     )
     assert len(item.message) < 400, item.message[:400]
 

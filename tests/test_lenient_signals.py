@@ -201,7 +201,7 @@ def test_a_numbered_question_skips_the_ids_other_questions_have() -> None:
         ("Q7", "sixth"),  # q6 is taken, in any case
     ]
     twice = clarification("  - question_id: Q1\n    text: a\n  - b\n  - question_id: Q1\n    text: c\n")
-    assert error(twice).endswith("question ids must differ: Q1 is used more than once")
+    assert error(twice).endswith("question ids must differ: 'Q1' is used more than once")
     blank = clarification("  - ''\n")
     assert "field 'questions[0].text': must not be blank" in error(blank)
 

@@ -202,7 +202,7 @@ INVALID_CALLS: list[tuple[str, dict[str, Any], str]] = [
     (
         "request_clarification",
         {"blocked_at": "x", "reason": "y", "questions": [{"question_id": "Q1", "text": t} for t in "ab"]},
-        "question ids must differ: Q1 is used more than once",
+        "question ids must differ: 'Q1' is used more than once",
     ),
     ("stop_work", {"stop_reason": "bored", "blocker_type": "error", "details": "d"}, "stop_reason"),
     ("stop_work", {"stop_reason": "blocker", "blocker_type": "error", "details": "   "}, "must not be blank"),

@@ -459,7 +459,7 @@ def test_clarification_with_questions() -> None:
     twice = text.replace("[/CLARIFICATION", "  - question_id: Q1\n    text: Or?\n[/CLARIFICATION")
     error = only(parse_text(twice))  # an answer names its question: these could not be told apart
     assert isinstance(error, ErrorItem)
-    assert error.message.endswith("question ids must differ: Q1 is used more than once")
+    assert error.message.endswith("question ids must differ: 'Q1' is used more than once")
 
 
 def test_feed_after_close_is_refused_and_close_is_idempotent() -> None:

@@ -103,6 +103,7 @@ def test_a_byte_order_mark_is_no_setting(tmp_path: Path, name: str) -> None:
         ),
         ("twice.yml", "expertise:\n  qa: 1\n  dev: [2]\n  qa: 3\n", "line 4: duplicate key 'qa'"),
         ("long.yaml", f"{'k' * 1000}: 1\n{'k' * 1000}: 2\n", f"line 2: duplicate key '{'k' * 59}…'"),
+        ("esc.yaml", '"a\\nb\\e": 1\n"a\\nb\\e": 2\n', "line 2: duplicate key 'a\\nb\\x1b'"),
         ("long.yaml", f"a: &{'k' * 1000} 1\nb: *{'k' * 1000}\n", f"line 2: aliases (*{'k' * 59}…) are not"),
         ("merge.yaml", "<<: {max_retries: 3}\nmax_retries: 2\n", "line 1: merge keys (<<) are not allowed"),
         ("tag.yaml", "a: 1\n!!merge x: {max_retries: 3}\n", "line 2: merge keys (<<) are not allowed"),
