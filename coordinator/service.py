@@ -190,6 +190,12 @@ class Coordinator:
                     log.info("shard %d: working again after %d failed tries", shard.index, shard.failures)
                     shard.failures = 0
             except BusError as exc:
+                if shard.owned and "UNBLOCKED " in str(exc):
+                    # A blocking read the server ended (its master became a replica in a failover): read
+                    # again at once, the lease kept. Dropped, it was taken again only once it had expired
+                    # (the shards swapped between coordinators); any commit checks the lease anyway.
+                    log.info("shard %d: %s; reading again", shard.index, exc)
+                    continue
                 if shard.failures % 60 == 0:  # an outage is a line a minute per shard, not one a second
                     log.warning("shard %d: %s; retrying every second", shard.index, exc)
                 shard.failures += 1

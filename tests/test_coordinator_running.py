@@ -20,7 +20,7 @@ import pytest
 import redis
 from adapter_kit import CLI, exited, logged, start, wait_until
 from click.testing import CliRunner
-from workers.kit import progresses
+from workers.kit import connected, progresses
 
 from bus.connection import connect
 from bus.embedded import RedisProcess
@@ -240,3 +240,42 @@ async def test_a_coordinator_waits_out_a_server_out_of_memory(
         admin.close()
         coordinator.terminate()
     assert await exited(coordinator, 30) == 0, log.read_text()
+
+
+async def test_a_blocking_read_the_server_ends_is_read_again_with_the_lease_kept(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A cluster failover ends the blocking reads of a master that became a replica with UNBLOCKED: the
+    coordinator took that for an outage, gave its shard up and took it again only once its lease had
+    expired (a minute here), applying nothing meanwhile."""
+    admin = redis.Redis.from_url(redis_url)
+    log = tmp_path / "coordinator.log"
+    coordinator = start(
+        ["coordinator", "--name", "reader", "--shards", "1", "--lease-ttl", "60000"], redis_url, log
+    )
+    try:
+        await wait_until(logged(log, "shard 0 acquired by reader"), 30, "the coordinator to take its shard")
+
+        def blocked() -> list[int]:
+            clients = admin.client_list()
+            return [int(c["id"]) for c in clients if c["cmd"] == "xreadgroup" and "b" in c["flags"]]
+
+        async def reading() -> bool:
+            return bool(blocked())
+
+        await wait_until(reading, 30, "the coordinator's blocking read")
+        for client_id in blocked():
+            admin.client_unblock(client_id, error=True)
+        async with connected(redis_url) as client:
+            keys = await open_namespace(client, "sbus")
+            await Publisher(client, keys).publish_many(progresses(1))
+
+            async def applied() -> bool:
+                return bool(await client.sismember(keys.groups(0), "group-1"))
+
+            await wait_until(applied, 20, "the signal to be applied, the lease not waited out")
+        assert "UNBLOCKED" in log.read_text() and "reading again" in log.read_text()
+    finally:
+        coordinator.terminate()
+        admin.close()
+    assert await exited(coordinator, 30) == 0
