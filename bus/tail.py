@@ -23,11 +23,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
+import orjson
 
 from bus.connection import Client, as_text, translated
 from bus.consumer import Ack, Consumer, Delivery
 from bus.errors import BusError, CommandFailed, ConnectionFailed, PermissionDenied
 from bus.keys import entry_order
+from bus.payloads import EnvelopeType
 from bus.stream_replies import stream_entries
 from bus.waits import backoff
 
@@ -320,13 +322,26 @@ async def _follow(readers: Sequence[_Reader], budget: _Budget, idle_limit: float
             batch = [(item, tasks[task]) for task in finished for item in task.result()]
             for task in finished:
                 del tasks[task]
-            if batch:
+            if any(not _tick(item) for item, _ in batch):
                 last_seen = time.monotonic()
             await _emit_sorted(batch, budget)
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _tick(item: Item) -> bool:
+    """Whether an entry is a coordinator's ``TICK``: one lands on every shard's signals stream every few
+    seconds, so ``--timeout`` (seconds without entries) would never come on a running bus if it counted."""
+    data = item.fields.get(b"data")
+    if not data or b'"TICK"' not in data:
+        return False
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(value, dict) and value.get("type") == EnvelopeType.TICK.value
 
 
 async def _emit_sorted(batch: list[tuple[Item, _Reader]], budget: _Budget) -> None:

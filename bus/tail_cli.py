@@ -126,7 +126,8 @@ def _own_group(ctx: click.Context, param: click.Parameter, group: str | None) ->
     "--timeout",
     type=FiniteFloatRange(min=0, min_open=True),
     default=None,
-    help="Stop after S seconds without entries.",
+    help="Stop after S seconds without entries (the coordinators' TICK entries, which come every few "
+    "seconds, do not count).",
 )
 @click.option(
     "--json",

@@ -5,20 +5,24 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import subprocess
 import sys
+import threading
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
 import pytest
 import redis
-from adapter_kit import wait_until
+from adapter_kit import CLI, wait_until
 from click.testing import CliRunner, Result
 from workers.kit import connected, progress, progresses
 
 from bus.cli import EXIT_INTERRUPTED, main
 from bus.consumer import dead_letter_fields
 from bus.envelope import Envelope, encode, new_envelope
+from bus.events import Tick
 from bus.keys import Keys, StreamKind, open_namespace
 from bus.local_server import stop_local_server
 from bus.publisher import Publisher
@@ -410,3 +414,42 @@ def _dead_letter_json(redis_url: str, data: bytes) -> Result:
     result = _tail(redis_url, "--stream", "dead", "--from", "0", "--count", "1", "--json")
     assert result.exit_code == 0, result.output
     return result
+
+
+def test_a_timeout_is_not_held_off_by_the_coordinators_ticks(redis_url: str) -> None:
+    """A coordinator adds a TICK to every shard's signals stream every few seconds: counted as entries,
+    they kept `tail --timeout` from ever ending on a running bus."""
+    _publish(redis_url, _spread(1))  # the namespace
+    keys = Keys("tl", 4)
+    stop = threading.Event()
+
+    def ticking() -> None:
+        client = redis.Redis.from_url(redis_url)
+        try:
+            while not stop.wait(0.1):
+                now = datetime.now(UTC)
+                tick = new_envelope(Tick(now=now), agent_id="c1", group_id="*", source="tick", ts=now)
+                client.xadd(keys.stream(0, StreamKind.SIGNALS), {"data": encode(tick)})
+        finally:
+            client.close()
+
+    ticker = threading.Thread(target=ticking)
+    ticker.start()
+    try:
+        args = [
+            "tail",
+            "--stream",
+            "signals",
+            "--timeout",
+            "1",
+            "--redis-url",
+            redis_url,
+            "--namespace",
+            "tl",
+        ]
+        done = subprocess.run([CLI, *args], capture_output=True, check=False, timeout=60)
+    finally:
+        stop.set()
+        ticker.join()
+    assert done.returncode == 0, done.stderr
+    assert b"TICK" in done.stdout  # shown all the same
