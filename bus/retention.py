@@ -235,15 +235,25 @@ async def trim_inboxes(client: Client, keys: Keys, *, maxlen: int | None = None)
     An inbox is read by its adapter's consumer group, so without ``maxlen`` this removes the directives
     every adapter has acknowledged; an inbox nobody ever read keeps everything.
     """
-    removed = 0
+    return await _trim_inboxes(client, await _inbox_streams(client, keys), maxlen)
+
+
+async def _inbox_streams(client: Client, keys: Keys) -> list[str]:
+    """The agent inboxes of the namespace (found with ``SCAN``, on every cluster node)."""
+    found: list[str] = []
     for shard in keys.all_shards():
         # namespaces are [A-Za-z0-9_.-]: the key prefix holds no glob character to escape
         pattern = keys.inbox(shard, "*")
         with translated():
             names = [name async for name in client.scan_iter(match=pattern, count=1000, _type="stream")]
-        for name in names:
-            stream = name.decode() if isinstance(name, bytes) else name
-            removed += await trim(client, stream, maxlen=maxlen, reader=_INBOX_READER)
+        found += [name.decode() if isinstance(name, bytes) else name for name in names]
+    return found
+
+
+async def _trim_inboxes(client: Client, streams: list[str], maxlen: int | None) -> int:
+    removed = 0
+    for stream in streams:
+        removed += await trim(client, stream, maxlen=maxlen, reader=_INBOX_READER)
     return removed
 
 
@@ -346,15 +356,15 @@ def trim_command(
             if findings is not None:
                 plan.append((StreamKind.FINDINGS, findings))
             try:
+                # found first: a user who may not SCAN is refused before anything is trimmed
+                streams = await _inbox_streams(client, keys) if inboxes else []
                 # said as each is done: a later step that fails must not hide what the earlier removed
                 for kind, n in plan:
                     click.echo(
                         f"{kind.value}: {await trim_kind(client, keys, kind, maxlen=n)} entries removed"
                     )
                 if inboxes:
-                    click.echo(
-                        f"inboxes: {await trim_inboxes(client, keys, maxlen=inbox_keep)} entries removed"
-                    )
+                    click.echo(f"inboxes: {await _trim_inboxes(client, streams, inbox_keep)} entries removed")
             except PermissionDenied as exc:
                 raise PermissionDenied(f"{exc}; trim runs as an administrator") from exc
         finally:

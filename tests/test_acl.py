@@ -905,11 +905,18 @@ def test_trim_refused_by_the_acl_says_what_it_removed_before_and_who_may(bus: Ac
     for _ in range(3):
         admin.xadd(S0, {"data": "x"})
     admin.xgroup_create(S0, "coordinator", id="$")  # applied: only the bound keeps one
-    done = subprocess.run([CLI, "trim", "--signals", "1", "--redis-url", bus.url(Role.COORDINATOR),
-                           "--namespace", NS], capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
-    assert done.returncode == 1
-    assert done.stdout.splitlines()[0] == "signals: 2 entries removed", done.stdout  # said before the refusal
+    trim = [CLI, "trim", "--signals", "1", "--redis-url", bus.url(Role.COORDINATOR), "--namespace", NS]
+    done = subprocess.run(trim, capture_output=True, text=True, timeout=60, check=False)
+    # the inboxes, which it may not SCAN, are looked for first: refused before anything was trimmed
+    assert (done.returncode, done.stdout) == (1, "")
     assert (
         "; trim runs as an administrator (`subagent-bus acl --help` says what each role may)" in done.stderr
     )
+    assert admin.xlen(S0) == 3
+    done = subprocess.run(
+        [*trim, "--no-inboxes", "--findings", "0"], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert done.stdout.splitlines()[0] == "signals: 2 entries removed", done.stdout  # said before the refusal
+    assert "cannot trim {team:0}:findings" in done.stderr and "No permissions" in done.stderr
     assert admin.xlen(S0) == 1
