@@ -190,11 +190,7 @@ class Coordinator:
                     log.info("shard %d: working again after %d failed tries", shard.index, shard.failures)
                     shard.failures = 0
             except BusError as exc:
-                if shard.owned and "UNBLOCKED " in str(exc):
-                    # A blocking read the server ended (its master became a replica in a failover): read
-                    # again at once, the lease kept. Dropped, it was taken again only once it had expired
-                    # (the shards swapped between coordinators); any commit checks the lease anyway.
-                    log.info("shard %d: %s; reading again", shard.index, exc)
+                if shard.owned and "UNBLOCKED " in str(exc) and await self._read_again(shard, exc):
                     continue
                 if shard.failures % 60 == 0:  # an outage is a line a minute per shard, not one a second
                     log.warning("shard %d: %s; retrying every second", shard.index, exc)
@@ -207,6 +203,18 @@ class Coordinator:
         with contextlib.suppress(BusError):
             await self._finish_held(shard)
         await self._give_back(shard)
+
+    async def _read_again(self, shard: Shard, exc: BusError) -> bool:
+        """A blocking read the server ended (its master became a replica in a failover): the shard is
+        taken over again at once, its lease kept (given up, it was taken again only once the lease had
+        expired, the shards swapping between coordinators); whether that went through. The state is
+        reloaded: the read may be the one sent behind a commit, which went through."""
+        log.info("shard %d: %s; reading again", shard.index, exc)
+        try:
+            await self._take_over(shard)
+        except BusError:
+            return False
+        return shard.owned
 
     async def _finish_held(self, shard: Shard) -> None:
         """On the way out, apply every entry pending on the shard: those this process holds (claimed at
