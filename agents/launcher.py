@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Final, NamedTuple
 
 from agents.delivery import split_template
-from agents.launch_marks import says_started
 from agents.launch_refusals import ExpiryClock, expiry, refusal
 from agents.orphans import Orphan, Proc, forget, left_running
 from agents.spawn import PLACEHOLDERS, Spawner, adapter_command, file_stem
@@ -296,7 +295,7 @@ class Launcher:
         envelope = delivery.envelope
         if envelope is not None and isinstance(envelope.payload, LaunchRequest):
             mark, *earlier = self._spawner.started_files(envelope.payload, envelope.group_id)
-            if not says_started(mark):  # not started by this version: an earlier one's mark stood for it
+            if not mark.exists():  # not started by this version: an earlier one's mark stood for it
                 for old in earlier:
                     forget(old)
             forget(mark)
@@ -385,7 +384,7 @@ class Launcher:
         launcher on this log directory killed before it acknowledged the request started it (its mark)."""
         if self._requests.get(request.new_agent_id) == request.request_id:
             return True
-        if not self._spawner.started(request, group_id):
+        if not any(mark.exists() for mark in self._spawner.started_files(request, group_id)):
             return False
         log.info(
             f"{request.new_agent_id} was started for this request by a launcher that ended before "

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 import shutil
 import signal
 import sys
@@ -24,7 +23,6 @@ from typing import Final
 from agents.agent_process import child_environment
 from agents.delivery import DeliverySpec, delivery_problem, fill, program_problem
 from agents.identity import build_prompt
-from agents.launch_marks import hold, says_started, written
 from agents.orphans import PID_SUFFIX, Orphan, Proc, record
 from bus.cli_connection import NAMESPACE_ENV, URL_ENV
 from bus.directives import LaunchRequest
@@ -124,11 +122,6 @@ class Spawner:
         mark = self.started_file(request, group_id)
         return (mark, earlier) if self.log_file(request.new_agent_id).exists() else (mark,)
 
-    def started(self, request: LaunchRequest, group_id: str) -> bool:
-        """Whether a launcher on this log directory started the request's agent, as its marks say."""
-        mark, *earlier = self.started_files(request, group_id)
-        return says_started(mark) or any(old.exists() for old in earlier)
-
     def command(
         self, request: LaunchRequest, group_id: str, prompt_file: Path, prompt: str
     ) -> tuple[list[str], list[str]]:
@@ -191,8 +184,6 @@ class Spawner:
             "SUBAGENT_BUS_AGENT_ID": request.new_agent_id,
             "SUBAGENT_BUS_GROUP": group_id,
         }
-        mark = self.started_file(request, group_id)
-        held = hold(mark)  # locked, and the lock passed on to the adapter (agents.launch_marks)
         # The adapter inherits the stop signals blocked and unblocks them once it handles them: a launcher
         # stopped the moment after this start would otherwise kill it before it could report anything,
         # and its agent would look running until declared lost.
@@ -206,12 +197,9 @@ class Spawner:
                     stderr=out,
                     env=env,
                     start_new_session=True,
-                    pass_fds=() if held is None else (held,),
                 )
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
-            if held is not None:
-                os.close(held)
         orphan = Orphan(
             agent_id=request.new_agent_id,
             group_id=group_id,
@@ -220,7 +208,7 @@ class Spawner:
         )
         try:
             record(self.pid_file(request.new_agent_id), orphan)
-            written(mark)
+            self.started_file(request, group_id).touch()
         except OSError as exc:  # the agent runs: not a reason to start it again
             log.warning(
                 f"{exc}: a launcher started after this one is killed will not count this agent, and may "
