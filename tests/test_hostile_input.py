@@ -17,6 +17,7 @@ from agents.report import ReportError, parse_report
 from agents.transcript import AnyParser, Format, TranscriptParser
 from agents.yamlsafe import DEFAULT_MAX_DEPTH
 from bus.envelope import decode, encode, new_envelope
+from bus.quoting import quoted
 
 MIB = 1 << 20
 CHUNK = 64 * 1024
@@ -529,3 +530,9 @@ def test_an_error_repeats_no_long_value(body: str, said: str) -> None:
     assert said in first.message
     assert len(first.message) < 400, first.message[:400]
     assert isinstance(second, SignalItem)
+
+
+def test_a_quoted_value_escapes_what_is_not_printable_and_keeps_a_backslash() -> None:
+    assert quoted("a\nb\x1b[31m\u2028") == "'a\\nb\\x1b[31m\\u2028'"
+    assert quoted("src\\auth\\login.ts:0") == "'src\\auth\\login.ts:0'"  # a Windows path as written
+    assert quoted("é" * 100) == "'" + "é" * 59 + "…'"
