@@ -12,7 +12,7 @@ def cut(text: str, limit: int) -> str:
 
 
 def quoted(text: str, limit: int = 60) -> str:
-    """``'text'`` for a message, cut to ``limit`` characters, each character that is not printable escaped
+    r"""``'text'`` for a message, cut to ``limit`` characters, each character that is not printable escaped
     as Python writes it (``\n``, ``\x1b``): a line break or a terminal's escape sequence in a key would
     otherwise reach the terminal, or forge a line of a log. A backslash stays one (``src\a.ts``)."""
     shown = cut(text, limit)
