@@ -19,7 +19,7 @@ from agents.delivery import (
     as_directive,
     not_a_directive,
 )
-from agents.inbox_pending import CONSUMER as LISTEN_CONSUMER
+from agents.inbox_pending import hand_on
 from agents.lost import undelivered
 from bus.connection import translated
 from bus.consumer import Ack, Consumer, Delivery
@@ -172,17 +172,7 @@ class InboxFollower:
                 f"inbox {self.consumer.stream}: the directive {delivery.entry_id} is for group {group_id!r}, "
                 f"not {self.group_id!r}: left for a listener or adapter of that group"
             )
-        stream, group = self.consumer.stream, self.consumer.group
-        with translated():  # the read undone in the count: handed on for ever, it counts against nothing
-            await self.consumer.client.xclaim(
-                stream,
-                group,
-                LISTEN_CONSUMER,
-                0,
-                [delivery.entry_id],
-                justid=True,
-                retrycount=max(delivery.deliveries - 1, 0),
-            )
+        await hand_on(self.consumer.client, self.consumer.stream, delivery.entry_id, delivery.deliveries)
         return Ack.RETRY
 
     async def _give_up(self, directive: Directive, why: str) -> tuple[Ack, str]:

@@ -35,7 +35,7 @@ from typing import Any, Final, TypeVar
 
 from agents.adapter import stderr_log
 from agents.delivery import ABANDONED_MS, GROUP, Directive, as_directive, not_a_directive
-from agents.inbox_pending import CONSUMER, InboxPending
+from agents.inbox_pending import CONSUMER, InboxPending, hand_on
 from bus.connection import Client, as_text, translated
 from bus.consumer import DELETED_REASON, Ack, Consumer, Delivery
 from bus.errors import BusError, CommandFailed, ConnectionFailed
@@ -316,10 +316,7 @@ class InboxListener:
         if wrong is not None:
             self.left[entry_id] = wrong
             self.log(wrong)
-            with translated():  # the read undone in the count, which its own group's adapter bounds
-                await self.client.xclaim(
-                    self.inbox, GROUP, CONSUMER, 0, [entry_id], justid=True, retrycount=max(deliveries - 1, 0)
-                )
+            await hand_on(self.client, self.inbox, entry_id, deliveries)
             return None
         return received
 

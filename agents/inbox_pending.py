@@ -24,12 +24,23 @@ from typing import Any, Final
 from agents.delivery import GROUP
 from bus.connection import Client, as_text, translated
 
-__all__ = ["CONSUMER", "InboxPending"]
+__all__ = ["CONSUMER", "InboxPending", "hand_on"]
 
 CONSUMER: Final = "listen"
 """The consumer name of every listener (and of the MCP server's ``wait_for_directive``)."""
 _CLAIM_COUNT: Final = 10  # stale entries of each kind a listener tries per round
 _PAGE: Final = 100
+
+
+async def hand_on(client: Client, inbox: str, entry_id: str, deliveries: int) -> None:
+    """Leave an entry read by this reader, another group's directive, pending under ``listen`` for that
+    group's listener or adapter, its read undone in the delivery count (``deliveries``, this read
+    included): handed on each time it is read, it must count against nothing, as its own group's adapter
+    gives a directive read too often up."""
+    with translated():
+        await client.xclaim(
+            inbox, GROUP, CONSUMER, 0, [entry_id], justid=True, retrycount=max(deliveries - 1, 0)
+        )
 
 
 @dataclass

@@ -311,14 +311,19 @@ def test_any_parser_detects_a_transcript_split_across_feeds() -> None:
     assert parser.agent_id == "a3f9c21"
 
 
+def fed_in_pieces(data: bytes, chunk: int) -> tuple[AnyParser, list[Item]]:
+    """An :class:`AnyParser` fed ``data`` ``chunk`` bytes at a time, then closed, and its items."""
+    parser = AnyParser()
+    items: list[Item] = []
+    for start in range(0, len(data), chunk):
+        items += parser.feed(data[start : start + chunk])
+    return parser, items + parser.close()
+
+
 @pytest.mark.parametrize("chunk", [7, 64 * 1024])
 def test_any_parser_detects_a_transcript_whose_first_line_is_damaged(chunk: int) -> None:
     damaged = LINES[0][: len(LINES[0]) // 2] + b"\n" + b"".join(LINES[1:])  # cut short, then the rest
-    parser = AnyParser()
-    items: list[Item] = []
-    for start in range(0, len(damaged), chunk):
-        items += parser.feed(damaged[start : start + chunk])
-    items += parser.close()
+    parser, items = fed_in_pieces(damaged, chunk)
     assert parser.format is Format.CLAUDE_JSONL
     assert items == parse(damaged)[0]
     assert isinstance(items[0], ErrorItem) and items[0].line == 1  # the damaged line, reported
@@ -334,11 +339,7 @@ def test_the_format_at_the_detection_limit_does_not_depend_on_the_reads(chunk: i
     text = "x" * DETECT_LIMIT + "\n" + signal
     big = orjson.dumps({"type": "assistant", "message": {"content": [{"type": "text", "text": text}]}})
     data = log + big + b"\n" + log + log
-    parser = AnyParser()
-    items: list[Item] = []
-    for start in range(0, len(data), chunk):
-        items += parser.feed(data[start : start + chunk])
-    items += parser.close()
+    parser, items = fed_in_pieces(data, chunk)
     assert parser.format is Format.CLAUDE_JSONL
     assert [type(item) for item in items if not isinstance(item, ErrorItem)] == [SignalItem]
 
