@@ -26,6 +26,7 @@ from agents.delivery import Runner as DeliveryRunner
 from agents.delivery_command import Stopping
 from agents.findings_import import import_findings
 from agents.inbox_follower import with_inbox
+from agents.launch_marks import adapter_started
 from agents.options import Common, check_program, common_options
 from agents.process import ProcessOptions, Session
 from agents.stdin import stdin_chunks
@@ -240,6 +241,7 @@ async def _end(bus: AgentBus, session: Session, until_complete: bool) -> None:
     "delegation request of its own, and remove it when the next turn starts; a launcher passes it, and "
     "lends the waiting agent's slot to its delegates meanwhile.",
 )
+@click.option("--started-fd", type=click.IntRange(min=0), hidden=True)  # agents.launch_marks
 @common_options
 @redis_options
 def run(
@@ -250,6 +252,7 @@ def run(
     quiet: bool,
     stderr_log: Path | None,
     idle_file: Path | None,
+    started_fd: int | None,
 ) -> None:
     """Run an agent command and publish what it prints; exit with its exit status.
 
@@ -266,6 +269,13 @@ def run(
     _check_until_complete(until_complete, common)
     if stderr_log is not None:
         _check_stderr_log(stderr_log)
+    if started_fd is not None:  # the launcher's mark of this start: said started, before the agent starts
+        try:
+            adapter_started(started_fd)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--started-fd'") from None
+        except OSError as exc:  # the agent matters more than the mark: started all the same
+            click.echo(f"warning: cannot say in the launch mark that the agent started: {exc}", err=True)
     options = ProcessOptions(
         common.fmt,
         common.heartbeat_s,

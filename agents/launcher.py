@@ -38,7 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, NamedTuple
 
+from agents import launch_marks
 from agents.delivery import split_template
+from agents.launch_marks import Mark
 from agents.launch_refusals import ExpiryClock, expiry, refusal
 from agents.orphans import Orphan, Proc, forget, left_running
 from agents.spawn import PLACEHOLDERS, Spawner, adapter_command, file_stem
@@ -266,7 +268,7 @@ class Launcher:
         elif ack is Ack.DEAD:
             self.dead_lettered += 1
         await consumer.settle([(delivery, ack, reason)])
-        if self._unacked.pop(key, None) is not None:
+        if self._unacked.pop(key, None) is not None or ack is Ack.DEAD:
             self._acknowledged(delivery)
 
     async def _judge_ready(self, stop: asyncio.Event) -> bool:
@@ -291,7 +293,8 @@ class Launcher:
             self._acknowledged(delivery)
 
     def _acknowledged(self, delivery: Delivery) -> None:
-        """A started request is acknowledged: no launcher will read it again, and its mark goes."""
+        """A request is acknowledged (started) or dead-lettered: no launcher will read it again, and its
+        mark goes (a dead letter's was left by a start that never came)."""
         envelope = delivery.envelope
         if envelope is not None and isinstance(envelope.payload, LaunchRequest):
             mark, *earlier = self._spawner.started_files(envelope.payload, envelope.group_id)
@@ -301,16 +304,19 @@ class Launcher:
             forget(mark)
 
     async def _launch(self, consumer: Consumer, delivery: Delivery) -> tuple[Ack, str | None] | None:
-        """What to do with one request; None when it waits for an earlier adapter of its agent to end."""
+        """What to do with one request; None when it waits for an earlier adapter of its agent to end, or
+        for a start under way to say it started."""
         envelope = delivery.envelope
         self.metrics.read(envelope.type.value if envelope is not None else "undecodable")
         # Before any refusal: a request read again after it expired, or once too often, whose agent was
         # started is done, not one that could not start.
         if envelope is not None and isinstance(envelope.payload, LaunchRequest):
-            if self._waiting.get(envelope.payload.new_agent_id) == envelope.payload.request_id:
-                return None  # claimed back while it waits here (held, but idle past --reclaim-ms once)
-            if self._started_already(envelope.payload, envelope.group_id):
-                return Ack.ACK, None
+            # Claimed back while it waits here (held, but idle past --reclaim-ms once), or a start under
+            # way: left pending, read again after --reclaim-ms (by then the start says it started, or not).
+            waits_here = self._waiting.get(envelope.payload.new_agent_id) == envelope.payload.request_id
+            said = Mark.STARTING if waits_here else self._started(envelope.payload, envelope.group_id)
+            if said is not Mark.NONE:
+                return (Ack.ACK, None) if said is Mark.STARTED else None
         refused = refusal(delivery)
         if refused is not None or envelope is None or not isinstance(envelope.payload, LaunchRequest):
             return _dead(delivery, refused)
@@ -379,19 +385,24 @@ class Launcher:
         self._watch(self._reap(request.new_agent_id, group_id, process))
         return Ack.ACK, None
 
-    def _started_already(self, request: LaunchRequest, group_id: str) -> bool:
+    def _started(self, request: LaunchRequest, group_id: str) -> Mark:
         """Whether the request's agent was started: it runs here for it (the request read again), or a
-        launcher on this log directory killed before it acknowledged the request started it (its mark)."""
+        launcher on this log directory killed before it acknowledged the request started it, or is starting
+        it (its mark, :mod:`agents.launch_marks`)."""
         if self._requests.get(request.new_agent_id) == request.request_id:
-            return True
-        if not any(mark.exists() for mark in self._spawner.started_files(request, group_id)):
-            return False
-        log.info(
-            f"{request.new_agent_id} was started for this request by a launcher that ended before "
-            "acknowledging it: not started again",
-            extra=_ids(request, group_id),
-        )
-        return True
+            return Mark.STARTED
+        mark, *earlier = self._spawner.started_files(request, group_id)
+        said = launch_marks.read(mark)
+        if said is Mark.NONE and any(old.exists() for old in earlier):
+            said = Mark.STARTED
+        if said is Mark.STARTED:
+            why = "was started for this request by a launcher that ended before acknowledging it: not started again"
+        elif said is Mark.STARTING:
+            why = f"is being started for this request (its mark {mark} is held): looked at again after --reclaim-ms"
+        else:
+            return said
+        log.info(f"{request.new_agent_id} {why}", extra=_ids(request, group_id))
+        return said
 
     async def _previous_ended(self, agent_id: str) -> bool:
         """Whether no earlier adapter of this agent runs here, after a while for one to end (a resume

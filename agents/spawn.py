@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from agents import launch_marks
 from agents.agent_process import child_environment
 from agents.delivery import DeliverySpec, delivery_problem, fill, program_problem
 from agents.identity import build_prompt
@@ -123,10 +125,17 @@ class Spawner:
         return (mark, earlier) if self.log_file(request.new_agent_id).exists() else (mark,)
 
     def command(
-        self, request: LaunchRequest, group_id: str, prompt_file: Path, prompt: str
+        self,
+        request: LaunchRequest,
+        group_id: str,
+        prompt_file: Path,
+        prompt: str,
+        started_fd: int | None = None,
     ) -> tuple[list[str], list[str]]:
         """The ``adapter run`` command line that starts this request's agent (the agent's command line
-        last, after ``--``), and the agent's command line. Apart: an id may be ``--`` itself."""
+        last, after ``--``), and the agent's command line. Apart: an id may be ``--`` itself.
+        ``started_fd``: the request's mark, which the adapter says started through
+        (:mod:`agents.launch_marks`)."""
         agent = fill(
             self.template,
             {
@@ -155,6 +164,7 @@ class Spawner:
             "--idle-file",
             str(self.idle_file(request.new_agent_id)),
             *(_own_file(request.new_agent_id, arg) for arg in self.adapter_args),
+            *(() if started_fd is None else ("--started-fd", str(started_fd))),
             "--",
         ]
         return [*adapter, *agent], agent
@@ -167,13 +177,48 @@ class Spawner:
         """
         prompt_file = (self.prompt_dir / f"{file_stem(request.new_agent_id)}.md").absolute()
         prompt = self._prompt(request)
-        argv, agent = self.command(request, group_id, prompt_file, prompt)
+        _, agent = self.command(request, group_id, prompt_file, prompt)
         problem = self._problem(agent, request.new_agent_id)
         if problem is not None:
             raise ValueError(problem)
         self.prompt_dir.mkdir(parents=True, exist_ok=True)
         prompt_file.write_text(prompt, encoding="utf-8")
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        mark = self.started_file(request, group_id)
+        held = launch_marks.begin(mark)  # passed on to the adapter, which says started through it too
+        try:
+            argv, _ = self.command(request, group_id, prompt_file, prompt, held)
+            process = await self._spawn(request, group_id, argv, held)
+        except BaseException:
+            if held is not None:
+                launch_marks.abandon(mark, held)
+            raise
+        orphan = Orphan(
+            agent_id=request.new_agent_id,
+            group_id=group_id,
+            adapter=Proc.of(process.pid),
+            launcher=self.launcher,
+        )
+        try:
+            if held is None:
+                launch_marks.write_started(mark)
+            else:
+                launch_marks.started(held)
+            record(self.pid_file(request.new_agent_id), orphan)
+        except OSError as exc:  # the agent runs: not a reason to start it again
+            log.warning(
+                f"{exc}: a launcher started after this one is killed will not count this agent, and may "
+                "start it again"
+            )
+        finally:
+            if held is not None:
+                os.close(held)
+        return process, self.log_file(request.new_agent_id)
+
+    async def _spawn(
+        self, request: LaunchRequest, group_id: str, argv: list[str], held: int | None
+    ) -> asyncio.subprocess.Process:
+        """The adapter started, its output going to the agent's log, the mark ``held`` passed on to it."""
         path = self.log_file(request.new_agent_id)
         self.idle_file(request.new_agent_id).unlink(missing_ok=True)  # left by an adapter killed with -9
         env = {
@@ -197,24 +242,11 @@ class Spawner:
                     stderr=out,
                     env=env,
                     start_new_session=True,
+                    pass_fds=() if held is None else (held,),
                 )
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
-        orphan = Orphan(
-            agent_id=request.new_agent_id,
-            group_id=group_id,
-            adapter=Proc.of(process.pid),
-            launcher=self.launcher,
-        )
-        try:
-            record(self.pid_file(request.new_agent_id), orphan)
-            self.started_file(request, group_id).touch()
-        except OSError as exc:  # the agent runs: not a reason to start it again
-            log.warning(
-                f"{exc}: a launcher started after this one is killed will not count this agent, and may "
-                "start it again"
-            )
-        return process, path
+        return process
 
     def _problem(self, agent: list[str], agent_id: str) -> str | None:
         """Why the adapter would refuse to start this agent: checked at each launch, as an adapter that
