@@ -29,7 +29,6 @@ __all__ = ["commands", "mcp"]
 @click.option(
     "--agent-id",
     envvar="SUBAGENT_BUS_AGENT_ID",
-    show_envvar=True,
     cls=EnvOption,
     callback=check_id,
     help="The agent this server speaks for.",
@@ -38,7 +37,6 @@ __all__ = ["commands", "mcp"]
     "--group",
     "group_id",
     envvar="SUBAGENT_BUS_GROUP",
-    show_envvar=True,
     cls=EnvOption,
     callback=check_id,
     help="The agent's task group.",

@@ -144,7 +144,6 @@ def _make_directory(path: Path, option: str) -> None:
 @click.option(
     "--adapter-redis-url",
     envvar="SUBAGENT_BUS_ADAPTER_REDIS_URL",
-    show_envvar=True,
     cls=EnvOption,
     metavar="URL",
     callback=_adapter_url,

@@ -170,7 +170,6 @@ async def _acknowledge(bus: AgentBus, listener: InboxListener, received: Receive
 @click.option(
     "--agent-id",
     envvar="SUBAGENT_BUS_AGENT_ID",
-    show_envvar=True,
     cls=EnvOption,
     required=True,
     callback=check_id,
@@ -180,7 +179,6 @@ async def _acknowledge(bus: AgentBus, listener: InboxListener, received: Receive
     "--group",
     "group_id",
     envvar="SUBAGENT_BUS_GROUP",
-    show_envvar=True,
     cls=EnvOption,
     required=True,
     callback=check_id,

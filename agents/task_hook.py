@@ -229,7 +229,6 @@ def _start(
     "--group",
     "group_id",
     envvar="SUBAGENT_BUS_GROUP",
-    show_envvar=True,
     cls=EnvOption,
     help="Task group of the launched agents (default: the Claude Code session id).",
 )
@@ -244,7 +243,6 @@ def _start(
     "--project-dir",
     type=click.Path(path_type=Path),  # checked by _base: exit status 2 would block Claude Code
     envvar="CLAUDE_PROJECT_DIR",
-    show_envvar=True,
     cls=EnvOption,
     help="The directory a relative --log-dir and the local server belong to, wherever the session has "
     "gone since (default, and when it is no directory: the directory of the call, its cwd).",
@@ -254,7 +252,6 @@ def _start(
     "url",
     metavar="URL",
     envvar=URL_VARIABLE,
-    show_envvar=True,
     cls=EnvOption,
     help="The Redis the adapters publish to (default: the local server).",
 )

@@ -193,7 +193,7 @@ def _install(redis_url: str | None, namespace: str, cluster: bool | None, users:
 
 
 @click.command("acl")
-@click.option("--namespace", envvar=NAMESPACE_ENV, show_envvar=True, cls=EnvOption, default=DEFAULT_NAMESPACE, show_default=True,
+@click.option("--namespace", envvar=NAMESPACE_ENV, cls=EnvOption, default=DEFAULT_NAMESPACE, show_default=True,
               help="The namespace the users may use.")  # fmt: skip
 @click.option("--role", "roles", multiple=True, type=click.Choice([r.value for r in Role]),
               help="A role to print (repeatable). Default: every role.")  # fmt: skip
@@ -207,7 +207,7 @@ def _install(redis_url: str | None, namespace: str, cluster: bool | None, users:
 @click.option(
     "--apply", "apply_", is_flag=True, help="Install the users on the server (every node of a cluster)."
 )
-@click.option("--redis-url", envvar=URL_ENV, show_envvar=True, cls=EnvOption, default=None, metavar="URL",
+@click.option("--redis-url", envvar=URL_ENV, cls=EnvOption, default=None, metavar="URL",
               help="With --apply: the server, with credentials allowed to run ACL SETUSER.")  # fmt: skip
 @click.option(
     "--cluster/--no-cluster", default=None, help="With --apply: force the cluster client on or off."

@@ -115,7 +115,6 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
     @click.option(
         "--redis-url",
         envvar=URL_ENV,
-        show_envvar=True,
         cls=EnvOption,
         default=None,
         metavar="URL",
@@ -125,7 +124,6 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
     @click.option(
         "--namespace",
         envvar=NAMESPACE_ENV,
-        show_envvar=True,
         cls=EnvOption,
         default=DEFAULT_NAMESPACE,
         show_default=True,
@@ -134,7 +132,6 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
     @click.option(
         "--shards",
         envvar="SUBAGENT_BUS_SHARDS",
-        show_envvar=True,
         cls=EnvOption,
         type=click.IntRange(1, MAX_SHARDS),
         default=None,
@@ -151,7 +148,6 @@ def redis_options(command: Callable[P, R]) -> Callable[..., R]:
     @click.option(
         "--socket-timeout",
         envvar="SUBAGENT_BUS_SOCKET_TIMEOUT",
-        show_envvar=True,
         cls=EnvOption,
         type=FiniteFloatRange(min=MIN_SOCKET_TIMEOUT),
         default=DEFAULT_SOCKET_TIMEOUT,

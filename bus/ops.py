@@ -70,7 +70,6 @@ def ops_options(command: Callable[P, R]) -> Callable[..., R]:
         "--metrics-port",
         type=click.IntRange(1, 65535),
         envvar=METRICS_PORT_ENV,
-        show_envvar=True,
         cls=EnvOption,
         metavar="PORT",
         help="Serve Prometheus metrics on this port (each process needs its own).",
@@ -80,7 +79,6 @@ def ops_options(command: Callable[P, R]) -> Callable[..., R]:
         default="127.0.0.1",
         show_default=True,
         envvar=METRICS_HOST_ENV,
-        show_envvar=True,
         cls=EnvOption,
         help="Address for --metrics-port (0.0.0.0 in a container).",
     )
@@ -88,7 +86,6 @@ def ops_options(command: Callable[P, R]) -> Callable[..., R]:
         "--log-json",
         is_flag=True,
         envvar=LOG_JSON_ENV,
-        show_envvar=True,
         cls=EnvOption,
         help="Log one JSON object per line, with the agent and group ids where known.",
     )

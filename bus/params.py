@@ -24,8 +24,13 @@ MILLISECONDS: Final = click.IntRange(1, int(MAX_SECONDS * 1000))
 
 
 class EnvOption(click.Option):
-    """An option also read from an environment variable (``show_envvar``): an error about a value given on
-    the command line names the option alone, not the variable, which the user may never have set."""
+    """An option also read from an environment variable, which its help names (``show_envvar``, unless told
+    otherwise): an error about a value given on the command line names the option alone, not the variable,
+    which the user may never have set."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("show_envvar", True)
+        super().__init__(*args, **kwargs)
 
     def get_error_hint(self, ctx: click.Context | None) -> str:
         if (

@@ -92,7 +92,6 @@ _METRICS_PORT = click.option(
     "--log-json",
     is_flag=True,
     envvar="SUBAGENT_BUS_LOG_JSON",
-    show_envvar=True,
     cls=EnvOption,
     help="Log one JSON object per line.",
 )
@@ -267,7 +266,6 @@ From other terminals, or other machines that reach this Redis{where}:
     "--log-json",
     is_flag=True,
     envvar="SUBAGENT_BUS_LOG_JSON",
-    show_envvar=True,
     cls=EnvOption,
     help="Log one JSON object per line.",
 )

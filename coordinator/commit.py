@@ -38,9 +38,17 @@ from typing import Final
 
 import orjson
 
-from bus.errors import CommandFailed
+from bus.errors import CommandFailed, DecodeError
 
-__all__ = ["COMMIT_SCRIPT", "Commit", "CommitRefused", "CommitResult", "parse_result", "refusals"]
+__all__ = [
+    "COMMIT_SCRIPT",
+    "Commit",
+    "CommitRefused",
+    "CommitResult",
+    "parse_result",
+    "refusals",
+    "stored_version",
+]
 
 
 class CommitResult(StrEnum):
@@ -337,3 +345,13 @@ class Commit:
 def parse_result(raw: bytes | str) -> CommitResult:
     """The script's reply as a :class:`CommitResult`."""
     return CommitResult(raw.decode() if isinstance(raw, bytes) else raw)
+
+
+def stored_version(value: bytes | str | None, key: str) -> int:
+    """A shard's commit counter as stored (none yet: 0); another value is a :class:`DecodeError`."""
+    text = (value.decode(errors="replace") if isinstance(value, bytes) else value) or "0"
+    # as INCR writes it: the commit script compares the text ("07" never equals "7"), and INCR fails
+    # past a signed 64-bit integer (after the batch's writes)
+    if not (text.isascii() and text.isdigit() and str(int(text)) == text and int(text) < 2**63 - 1):
+        raise DecodeError(f"{key} holds {text[:40]!r}, not a commit counter: the shard's state is damaged")
+    return int(text)

@@ -18,29 +18,25 @@ from dataclasses import dataclass, field
 
 from bus import wire
 from bus.connection import Client, check_block, translated
-from bus.envelope import encode, new_envelope
-from bus.errors import BusError, CommandFailed, DecodeError
-from bus.events import Tick
+from bus.errors import BusError, CommandFailed
 from bus.human_key import fingerprint
 from bus.keys import Keys, StreamKind
 from bus.metrics import Metrics
 from bus.waits import wait_for
 from coordinator.batch import Batch, Entry, target_streams
-from coordinator.commit import COMMIT_SCRIPT, Commit, CommitRefused, CommitResult
+from coordinator.commit import COMMIT_SCRIPT, Commit, CommitRefused, CommitResult, stored_version
 from coordinator.lease import Leases, fair_share
 from coordinator.namespace_meta import NamespaceMeta
 from coordinator.policy import Policy
 from coordinator.shard import GROUP, Shard, read_head
-from coordinator.telemetry import committed
+from coordinator.telemetry import committed, gauge_pending
+from coordinator.ticks import TICK_GROUP, add_tick
 from coordinator.tombstones import load_tombstones
 from coordinator.view import load_shard
 
 __all__ = ["GROUP", "TICK_GROUP", "Coordinator", "CoordinatorOptions"]
 
 log = logging.getLogger("subagent_bus.coordinator")
-
-TICK_GROUP = "*"
-"""The group id of a TICK envelope: it applies to every group of its shard."""
 
 BATCH_BYTES = 8 * 1024 * 1024
 """The most entry data one batch applies (but a batch has one entry at least, of up to
@@ -240,7 +236,7 @@ class Coordinator:
                 self._share = fair_share(self.keys.shards, await self._leases.heartbeat())
                 await self._meta.keep()
                 self._shed()
-                await self._gauge_pending()
+                await gauge_pending(self.client, [s for s in self._shards if s.owned], self.metrics)
                 failing = False
             except BusError as exc:  # Redis restarting or unreachable: keep trying, like the shard loops
                 if not failing:
@@ -297,7 +293,7 @@ class Coordinator:
         with translated():
             version = await self.client.get(self._version_key(shard))
         # read before the states; only this lease holder commits
-        shard.version = _stored_version(version, self._version_key(shard))
+        shard.version = stored_version(version, self._version_key(shard))
         # decoded in a worker thread, so that the lease is kept while a shard of huge states loads
         with translated():
             shard.tombstones = await load_tombstones(self.client, self.keys, shard.index)
@@ -338,32 +334,9 @@ class Coordinator:
 
     async def _maybe_tick(self, shard: Shard) -> None:
         now = time.monotonic()
-        if now - shard.last_tick < self.options.tick_interval_s:
-            return
-        shard.last_tick = now
-        # The server's clock, not this machine's: every coordinator that ticks the shard then keeps one
-        # time, and one whose clock is ahead does not time out every agent when it takes the shard over.
-        server = await wire.server_time(self.client, shard.signals)
-        tick = new_envelope(
-            Tick(now=server), agent_id=self.options.name, group_id=TICK_GROUP, source="tick", ts=server
-        )
-        try:
-            with translated():
-                await self.client.xadd(shard.signals, {"data": encode(tick)})
-        except CommandFailed as exc:
-            # An entry of the last possible id (only a writer other than the bus adds one): no entry can
-            # be added after it, by anyone. The shard's loop goes on with what is there, and says so once.
-            if "last possible ID" not in str(exc):
-                raise
-            if not shard.exhausted:
-                log.error(
-                    "shard %d: %s holds the last possible entry id: nothing can be added to it any more "
-                    "(no signal, no tick); only deleting the stream (once what it holds is applied) opens it "
-                    "again",
-                    shard.index,
-                    shard.signals,
-                )
-            shard.exhausted = True
+        if now - shard.last_tick >= self.options.tick_interval_s:
+            shard.last_tick = now
+            await add_tick(self.client, shard, self.options.name)
 
     # -- one batch -----------------------------------------------------------------------------
 
@@ -448,22 +421,3 @@ class Coordinator:
     def _gauge_lease(self, shard: Shard) -> None:
         if self.metrics:
             self.metrics.lease.labels(str(shard.index)).set(1 if shard.owned else 0)
-
-    async def _gauge_pending(self) -> None:
-        if not self.metrics:
-            return
-        for shard in self._shards:
-            if shard.owned:
-                with translated():
-                    summary = await self.client.xpending(shard.signals, GROUP)
-                self.metrics.pending.labels(str(shard.index)).set(int(summary["pending"]))
-
-
-def _stored_version(value: bytes | str | None, key: str) -> int:
-    """A shard's commit counter as stored (none yet: 0); another value is a :class:`DecodeError`."""
-    text = (value.decode(errors="replace") if isinstance(value, bytes) else value) or "0"
-    # as INCR writes it: the commit script compares the text ("07" never equals "7"), and INCR fails
-    # past a signed 64-bit integer (after the batch's writes)
-    if not (text.isascii() and text.isdigit() and str(int(text)) == text and int(text) < 2**63 - 1):
-        raise DecodeError(f"{key} holds {text[:40]!r}, not a commit counter: the shard's state is damaged")
-    return int(text)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import logging
 
+from bus.connection import Client, translated
 from bus.envelope import EnvelopeType
 from bus.events import Decision
 from bus.metrics import Metrics
 from coordinator.batch import Batch
+from coordinator.shard import GROUP, Shard
 
-__all__ = ["committed"]
+__all__ = ["committed", "gauge_pending"]
 
 log = logging.getLogger("subagent_bus.coordinator")
 
@@ -44,3 +46,13 @@ def committed(batch: Batch, seconds: float, metrics: Metrics | None) -> None:
             metrics.wrote(emit.type.value)
         if batch.dead:
             metrics.dead_letters.labels(metrics.role, str(batch.shard)).inc(len(batch.dead))
+
+
+async def gauge_pending(client: Client, shards: list[Shard], metrics: Metrics | None) -> None:
+    """Set the pending-entries gauge of each of ``shards`` (the ones this process owns)."""
+    if not metrics:
+        return
+    for shard in shards:
+        with translated():
+            summary = await client.xpending(shard.signals, GROUP)
+        metrics.pending.labels(str(shard.index)).set(int(summary["pending"]))

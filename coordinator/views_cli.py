@@ -58,7 +58,6 @@ POLICY_OPTION = click.option(
     "--policy",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     envvar="SUBAGENT_BUS_POLICY",
-    show_envvar=True,
     cls=EnvOption,
     callback=_load_policy,
     help="Policy file (TOML or YAML): delegation limits, expertise weights, timeouts.",
@@ -78,7 +77,6 @@ HUMAN_KEY_OPTION = click.option(
     "human_key",
     type=click.Path(dir_okay=False, path_type=Path),
     envvar=KEY_FILE_ENV,
-    show_envvar=True,
     cls=EnvOption,
     callback=_read_human_key,
     help='The key human commands are signed with (README "Security"): the people\'s commands sign with it, '
