@@ -259,12 +259,16 @@ class HumanRecover(Model):
 class HumanApprove(Model):
     request_id: str
     reason: Text | None = None
+    instructions: Text | None = None
+    """The requester's resume instructions, instead of the default (seed 000's "Approve and Launch")."""
 
 
 class HumanDeny(Model):
     request_id: str
     reason: Text
     alternative: Text | None = None
+    instructions: Text | None = None
+    """The requester's resume instructions, instead of the default (seed 000's "Deny and Redirect")."""
 
 
 class HumanDismiss(Model):

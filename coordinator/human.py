@@ -221,7 +221,11 @@ def recover(
 
 def _delegation_command(approve: bool) -> Callable[..., None]:
     def build_for(
-        request_id: str, reason: str | None, alternative: str | None, group_id: str | None
+        request_id: str,
+        reason: str | None,
+        alternative: str | None,
+        instructions: str | None,
+        group_id: str | None,
     ) -> Build:
         def build(groups: list[GroupState]) -> tuple[Payload, str, str]:
             holding = [g for g in groups if request_id in g.delegations]
@@ -235,9 +239,14 @@ def _delegation_command(approve: bool) -> Callable[..., None]:
             delegation = pending(group, request_id)
             requester = delegation.requester_id
             payload: Payload = (
-                HumanApprove(request_id=request_id, reason=reason)
+                HumanApprove(request_id=request_id, reason=reason, instructions=instructions)
                 if approve
-                else HumanDeny(request_id=request_id, reason=reason or "denied", alternative=alternative)
+                else HumanDeny(
+                    request_id=request_id,
+                    reason=reason or "denied",
+                    alternative=alternative,
+                    instructions=instructions,
+                )
             )
             return payload, requester, group.group_id
 
@@ -247,11 +256,12 @@ def _delegation_command(approve: bool) -> Callable[..., None]:
         settings: Settings,
         request_id: str,
         reason: str | None,
+        instructions: str | None,
         how: How,
         alternative: str | None = None,
     ) -> None:
         source = "approve" if approve else "deny"
-        build = build_for(request_id, reason, alternative, how.group_id)
+        build = build_for(request_id, reason, alternative, instructions, how.group_id)
         publish_command(settings, how, build, source, request_id)
 
     return command
@@ -260,17 +270,28 @@ def _delegation_command(approve: bool) -> Callable[..., None]:
 @click.command()
 @click.argument("request_id", callback=not_blank)
 @_text("--reason", help="Why it is approved (kept in the decision event).")
+@_text(
+    "--instructions",
+    help="The requester's resume instructions (default: go on with its own task while the delegate works; "
+    "for a blocking request, wait for the delegate's results, then these).",
+)
 @_how
 @redis_options
-def approve(settings: Settings, request_id: str, reason: str | None, how: How) -> None:
+def approve(
+    settings: Settings, request_id: str, reason: str | None, instructions: str | None, how: How
+) -> None:
     """Approve a pending delegation request (ids are listed by `inbox`)."""
-    _delegation_command(True)(settings, request_id, reason, how)
+    _delegation_command(True)(settings, request_id, reason, instructions, how)
 
 
 @click.command()
 @click.argument("request_id", callback=not_blank)
 @_text("--reason", required=True, help="Why it is denied (sent to the requesting agent).")
 @_text("--alternative", help="What the agent should do instead.")
+@_text(
+    "--instructions",
+    help="The requester's resume instructions (default: continue the task without the delegated work).",
+)
 @_how
 @redis_options
 def deny(
@@ -278,10 +299,11 @@ def deny(
     request_id: str,
     reason: str,
     alternative: str | None,
+    instructions: str | None,
     how: How,
 ) -> None:
     """Deny a pending delegation request (ids are listed by `inbox`)."""
-    _delegation_command(False)(settings, request_id, reason, how, alternative)
+    _delegation_command(False)(settings, request_id, reason, instructions, how, alternative)
 
 
 @click.command()

@@ -210,12 +210,15 @@ def test_p2_delegation_waits_for_a_human_who_denies_it(redis_url: str) -> None:
     [pending] = orjson.loads(sb(redis_url, "inbox", "--json"))["delegations"]
     assert tasks(redis_url) == []
     sb(redis_url, "deny", pending["request_id"], "--reason", "Refactoring should be deferred",
-       "--alternative", "Document refactoring recommendations in final report")  # fmt: skip
+       "--alternative", "Document refactoring recommendations in final report",
+       "--instructions", "Add refactoring recommendations to SECURITY_RECOMMENDATIONS.md")  # fmt: skip
     coordinate(redis_url)
     [directive] = inbox(redis_url, "bg-task-jkl012")
     assert directive["type"] == "DELEGATION_DENIED"
     assert directive["payload"]["reason"] == "Refactoring should be deferred"
     assert directive["payload"]["alternative"] == "Document refactoring recommendations in final report"
+    instructions = "Add refactoring recommendations to SECURITY_RECOMMENDATIONS.md"
+    assert directive["payload"]["resume_instructions"] == instructions
     assert tasks(redis_url) == []
     for command in (["approve", pending["request_id"]], ["deny", pending["request_id"], "--reason", "x"]):
         late = subprocess.run([CLI, *command, "--redis-url", redis_url], check=False, capture_output=True,

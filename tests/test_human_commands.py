@@ -196,8 +196,11 @@ def test_a_delegation_request_id_known_in_two_groups_needs_its_group(redis_url: 
     assert both.returncode == 1 and "choose one with --group" in both.stderr
     approves = _suggested(redis_url, "approve")
     assert [c[-2:] for c in approves] == [["--group", "alpha"], ["--group", "beta"]]
-    ok(redis_url, *approves[1][1:])
+    ok(redis_url, *approves[1][1:], "--instructions", "Avoid src/auth/ meanwhile")
     coordinate(redis_url)
+    [approved] = directives(redis_url, "lead")
+    assert approved["group_id"] == "beta"
+    assert approved["payload"]["resume_instructions"] == "Avoid src/auth/ meanwhile"
     [left] = orjson.loads(ok(redis_url, "inbox", "--json"))["delegations"]
     assert left["group_id"] == "alpha"
     ok(redis_url, "deny", request, "--reason", "not now")  # the only one still pending

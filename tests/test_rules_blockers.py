@@ -79,6 +79,29 @@ def test_resolve_resumes_with_the_seed_prompt() -> None:
     assert summarize(feed.state).blockers == ()
 
 
+def test_the_resume_prompt_a_stop_asks_for_is_the_default_instructions() -> None:
+    """Seed 000's stop ends its requirements with the prompt to resume it with: that is what it is told,
+    unless a human gives instructions of their own."""
+    feed = Feed()
+    requirements = (
+        "Parent agent must:\n1. Run: npm install\n2. Verify: node_modules/ exists\n"
+        'Then resume with: "Dependencies installed, continue with npm audit scan"'
+    )
+    asking = stop_dependency().model_copy(update={"resume_requirements": requirements})
+    feed.send(asking, AGENT)
+    directive = one(
+        feed.send(HumanResolve(resolution="Ran npm install"), AGENT), EnvelopeType.BLOCKER_RESOLVED
+    )
+    assert directive.resume_instructions == "Dependencies installed, continue with npm audit scan"
+    feed.send(
+        asking.model_copy(update={"timestamp": stop_dependency(at="2026-01-11T10:15:00-05:00").timestamp}),
+        AGENT,
+    )
+    given = HumanResolve(resolution="Ran npm install", instructions="Skip the audit")
+    directive = one(feed.send(given, AGENT), EnvelopeType.BLOCKER_RESOLVED)
+    assert directive.resume_instructions == "Skip the audit"
+
+
 def test_resume_instructions_default_to_the_blocked_work_then_the_requirements() -> None:
     feed = Feed()
     feed.send(stop_dependency(), AGENT)

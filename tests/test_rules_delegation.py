@@ -314,6 +314,37 @@ def test_p2_denied_by_a_human() -> None:
     assert of_type(outcome, EnvelopeType.LAUNCH) == []
 
 
+def test_a_human_s_resume_instructions_replace_the_default_ones() -> None:
+    """Seed 000's "Approve and Launch" and "Deny and Redirect" end with the parent's own resume
+    instructions; a blocking request's requester is still told to wait for the results first."""
+    feed = Feed()
+    denied_request, parallel, blocking = (
+        delegate(priority="P2", independence=independence, stamp=f"2026-01-11T10:0{n}:00-05:00")
+        for n, independence in enumerate(("can_proceed_parallel",) * 2 + ("blocks_current_work",))
+    )
+    feed.send(denied_request, REQUESTER)
+    deny = HumanDeny(
+        request_id=denied_request.request_id(),
+        reason="not now",
+        instructions="Add refactoring recommendations to SECURITY_RECOMMENDATIONS.md",
+    )
+    denied = one(feed.send(deny, "human"), EnvelopeType.DELEGATION_DENIED, Target.INBOX)
+    assert denied.render().endswith(
+        "## RESUME INSTRUCTIONS\nAdd refactoring recommendations to SECURITY_RECOMMENDATIONS.md"
+    )
+    feed.send(parallel, REQUESTER)
+    approve = HumanApprove(request_id=parallel.request_id(), instructions="Avoid src/auth/ meanwhile")
+    approved = one(feed.send(approve, "human"), EnvelopeType.DELEGATION_APPROVED, Target.INBOX)
+    assert approved.render().endswith("## RESUME INSTRUCTIONS\nAvoid src/auth/ meanwhile")
+    feed.send(blocking, REQUESTER)
+    approve = HumanApprove(request_id=blocking.request_id(), instructions="Rerun the audit")
+    waits = one(feed.send(approve, "human"), EnvelopeType.DELEGATION_APPROVED, Target.INBOX)
+    assert waits.render().endswith(
+        f"## RESUME INSTRUCTIONS\nWait: you will be resumed with the results of {waits.new_agent_id} when "
+        "it completes. Then: Rerun the audit"
+    )
+
+
 def test_unknown_request_id_is_rejected() -> None:
     feed = Feed()
     feed.send(delegate(priority="P2"), REQUESTER)
@@ -341,6 +372,28 @@ def test_a_delegate_s_retry_and_its_new_session_keep_the_request_s_priority() ->
     resumed = feed.send(HumanResolve(resolution="Installed ZAP by hand"), retry.new_agent_id)
     again = one(resumed, EnvelopeType.LAUNCH, Target.TASKS)
     assert (again.reason, again.priority) == (LaunchReason.RESUME, Priority.P0)
+
+
+@pytest.mark.parametrize("status", ["success", "partial_success"])
+def test_a_blocking_request_s_own_resume_prompt_resumes_its_requester_on_success(status: str) -> None:
+    """Seed 000's blocking request says what to resume its requester with once the delegate completes."""
+    feed = Feed()
+    coordination = (
+        "This agent: Will STOP_WORK until infrastructure ready\n"
+        "New agent: Set up infrastructure, report completion\n"
+        'Resume: When new agent completes, resume with "Infrastructure ready, continue testing"'
+    )
+    request = delegate(independence="blocks_current_work", priority="P0", task=BLOCKING_TASK)
+    request = request.model_copy(update={"coordination": coordination})
+    delegate_id = one(feed.send(request, REQUESTER), EnvelopeType.DELEGATION_APPROVED).new_agent_id
+    report = completion(delegate_id, status, "Infrastructure set up")
+    directive = one(feed.send(report, delegate_id), EnvelopeType.DELEGATION_COMPLETED)
+    assert directive.resume_instructions == (
+        "Infrastructure ready, continue testing"
+        if status == "success"
+        else "The delegated work is done in part. Review its results, decide what of it you can rely on, "
+        "and continue your task; report what it left undone."
+    )
 
 
 def test_blocking_delegation_resumes_the_requester_when_the_delegate_completes() -> None:

@@ -32,6 +32,7 @@ from bus.display import first_line
 from bus.events import AgentState, DecisionType
 from bus.results import ResultStatus
 from bus.signals import ClarificationNeeded, Independence, QuestionType, StopWork
+from coordinator.rules.asked import asked_resume
 from coordinator.rules.holds import still_held
 from coordinator.rules.ids import retry_agent_id, retry_request_id
 from coordinator.rules.launch import Launch, deliver, launch, priority_of
@@ -280,6 +281,9 @@ def _notify_parent(step: Step, record: AgentRecord, completion: Completion) -> N
         return
     request_id = step.state.first_attempt(record).request_id or ""
     then = _resume_after(completion.status)
+    delegation = step.state.delegations.get(request_id)
+    if completion.status is ResultStatus.SUCCESS and delegation is not None:  # what the request asked for
+        then = asked_resume(delegation.request.coordination) or then
     wait = still_held(step.agent(parent.agent_id), step.state, then)  # more delegates, a blocker since
     directive = DelegationCompleted(
         request_id=request_id,

@@ -33,6 +33,7 @@ from bus.events import AgentState, DecisionType
 from bus.results import ResultStatus
 from bus.signals import BlockerType, StopReason, StopWork
 from coordinator.rules.aggregation import finish, report_group, unresolved
+from coordinator.rules.asked import asked_resume
 from coordinator.rules.delegation import launch_limits
 from coordinator.rules.holds import still_held, waits_for_delegation
 from coordinator.rules.ids import recovery_agent_id, recovery_request_id
@@ -199,10 +200,12 @@ def _restoration(stop: StopWork) -> str | None:
 
 
 def _resume_instructions(stop: StopWork) -> str:
+    if (asked := asked_resume(stop.resume_requirements)) is not None:
+        return asked
     if stop.blocked_work and stop.blocked_work.strip():
         return f"Continue with the work that was blocked:\n{stop.blocked_work.strip()}"
-    # not its resume_requirements: what the parent had to do, or a menu of options (seed 000's examples),
-    # of which the resolution above says what was done or chosen
+    # else not its resume_requirements: what the parent had to do, or a menu of options (seed 000's
+    # examples), of which the resolution above says what was done or chosen
     if stop.state_snapshot and stop.state_snapshot.strip():
         return "Continue the task from the checkpoint above."
     return "Continue the task from where you stopped."

@@ -247,15 +247,14 @@ def on_approve(step: Step) -> None:
             f"delegation request {command.request_id} cannot be launched now: {limits} "
             "(approve it again once that changes, or deny it)"
         )
-    _approve(
-        step, delegation, f"approved by a human{': ' + command.reason.strip() if command.reason else ''}"
-    )
+    how = f"approved by a human{': ' + command.reason.strip() if command.reason else ''}"
+    _approve(step, delegation, how, command.instructions)
 
 
 def on_deny(step: Step) -> None:
     command = step.payload(HumanDeny)
     delegation = pending(step.state, command.request_id)
-    _deny(step, delegation, command.reason, command.alternative or f"{_YOURSELF}.")
+    _deny(step, delegation, command.reason, command.alternative or f"{_YOURSELF}.", command.instructions)
     report_group(step, delegation.requester_id)
 
 
@@ -274,7 +273,9 @@ def _store(step: Step, delegation: Delegation) -> None:
     step.replace(delegations={**step.state.delegations, delegation.request_id: delegation})
 
 
-def _approve(step: Step, delegation: Delegation, how: str) -> None:
+def _approve(step: Step, delegation: Delegation, how: str, instructions: str | None = None) -> None:
+    """Launch the delegate and tell the requester; ``instructions``: a human's, for the requester to go on
+    with (a blocking request's requester is told to wait for the results first)."""
     request = delegation.request
     requester = step.agent(delegation.requester_id)
     blocks = request.independence is Independence.BLOCKS_CURRENT_WORK
@@ -294,11 +295,13 @@ def _approve(step: Step, delegation: Delegation, how: str) -> None:
         ),
     )
     _store(step, delegation.model_copy(update={"status": DelegationStatus.APPROVED, "new_agent_id": new_id}))
+    given = instructions.strip() if instructions else ""
     if blocks:
         then = f"Wait: you will be resumed with the results of {new_id} when it completes."
+        then += f" Then: {given}" if given else ""
         wait = None
     else:  # a human may approve it after the requester asked a question or stopped
-        then = f"Continue your own task; {new_id} works on the delegated task in parallel."
+        then = given or f"Continue your own task; {new_id} works on the delegated task in parallel."
         wait = still_held(requester, step.state, then)
     directive = DelegationApproved(
         request_id=delegation.request_id,
@@ -330,10 +333,12 @@ def _held(step: Step, agent_id: str) -> AgentState:
     return held(step.agent(agent_id), step.state) or AgentState.DELEGATING
 
 
-def _deny(step: Step, delegation: Delegation, reason: str, alternative: str) -> None:
+def _deny(
+    step: Step, delegation: Delegation, reason: str, alternative: str, instructions: str | None = None
+) -> None:
     _store(step, delegation.model_copy(update={"status": DelegationStatus.DENIED, "reason": reason}))
     requester = step.agent(delegation.requester_id)
-    then = "Continue your task without the delegated work."
+    then = (instructions.strip() if instructions else "") or "Continue your task without the delegated work."
     wait = still_held(requester, step.state, then)  # other delegates, a blocker, questions
     directive = DelegationDenied(
         request_id=delegation.request_id,
