@@ -23,7 +23,7 @@ from typing import Final
 from pydantic import ValidationError
 
 from agents.blocks import describe_errors
-from agents.cells import NONE, bare, cell, column, findings, number, severity, split_location
+from agents.cells import NONE, bare, cell, column, findings, severity, split_location
 from agents.markdown import (
     HEADING,
     Line,
@@ -33,12 +33,12 @@ from agents.markdown import (
     split_cells,
     split_sections,
 )
+from agents.report_confidence import ConfidenceParts
 from agents.titles import STATUS, key, label, labelled_parts, section_key
 from bus.display import quoted
 from bus.errors import ProtocolError
 from bus.findings import Finding
 from bus.results import (
-    ConfidenceJustification,
     ConfidenceReport,
     ErrorDetails,
     Issue,
@@ -55,22 +55,6 @@ __all__ = ["ReportError", "parse_report"]
 
 _REPORT_HEADING: Final = re.compile(r" {0,3}##[ \t]+\**+(\S(?:.*\S)?)[ \t]+(?i:result)[ \t*:#]*")
 """``## <Agent> Result``, also in any case, in bold or with a colon."""
-# The expressions of a report's lines are possessive (`*+`, `?+`) where runs of spaces meet: a line of
-# agent output may hold a megabyte of them, and backtracking into every split of a run is quadratic.
-_SCORE: Final = re.compile(
-    r"(?:(?:overall\s++)?(?:confidence|score)\s*+[:=]\s*+)?(\d{1,3}(?:\.\d+)?)\s*+(?:%|/\s*+100)?+"
-    r"\s*+(?:\(([^)]*+)\))?+\s*+(?:[-–—:|]\s*+(.*))?",  # 85 (High) - why
-    re.IGNORECASE,
-)
-_BREAKDOWN: Final = re.compile(
-    r"\b(verified|inferred|combined)(?:[ _]confidence)?\s*[:=]\s*(\d{1,3}(?:\.\d+)?)"
-    r"(?![\d.]|\s*(?:of|out of)\b|\s*/\s*(?!100\b)\d)",  # a count (`verified: 2 of 3`) is no score
-    re.IGNORECASE,
-)
-_JUSTIFICATION: Final = re.compile(
-    r"\s*+[-*•]?+\s*+(score|evidence count|verification method|(?:potential )?blind spots)\s*+:\s*+(.*)",
-    re.IGNORECASE,
-)
 _EVIDENCE_START: Final = re.compile(r"\s*\*\*([A-Za-z]+[-_]?\d+)\b")
 _TRUE: Final = frozenset({"true", "yes", "y"})
 _FALSE: Final = frozenset({"false", "no", "n"})
@@ -135,9 +119,6 @@ class _Builder:
         self.summary: str | None = None
         self.sections: list[Section] = []
         self.references: list[Reference] = []
-        self.score: tuple[float, str] | None = None
-        self.breakdown: dict[str, float] = {}
-        self.detailed: ConfidenceJustification | None = None
         self.issues: list[Issue] = []
         self.next_steps: list[str] = []
         self.blockers: list[ResultBlocker] = []
@@ -146,6 +127,7 @@ class _Builder:
         self.root_cause: str | None = None
         self.recovery: list[str] = []
         self.violations: list[str] = []
+        self.confidence = ConfidenceParts(self.violations)
         self.tables: list[Table] = []  # every table of the sections, searched for findings
         self.fallback: list[Table] = []
         """The tables before the first section and in the summary: searched for findings only when the
@@ -227,49 +209,16 @@ class _Builder:
                 )
 
     def confidence_(self, part: Part) -> None:
-        lines = [t.replace("**", "").strip() for _, t in part.lines if t.strip()]
-        score: float | None = None
-        why: list[str] = []  # the justification: the score's own words, then every other line
-        for index, line in enumerate(lines):
-            breakdown = _BREAKDOWN.search(line)
-            match = _SCORE.fullmatch(line) if index == 0 else None
-            if match is not None:  # `88 - why`, which may name the breakdown too: `(verified: 90, ...)`
-                score = float(match.group(1))
-                why += [" - ".join(x.strip() for x in match.group(2, 3) if x and x.strip())]
-                self.breakdown |= {b.group(1).lower(): float(b.group(2)) for b in _BREAKDOWN.finditer(line)}
-            elif breakdown is not None:
-                kind = breakdown.group(1).lower()
-                self.breakdown[kind] = float(breakdown.group(2))
-                reason = line[breakdown.end() :].strip(" \t()-–—:|")
-                why += [f"{kind}: {reason}"] if reason else []
-            else:
-                why.append(line)
-        if score is None and self.breakdown:  # only the breakdown, as seed 001's example has it
-            score = self.breakdown.get("combined")
-            if score is None and {"verified", "inferred"} <= self.breakdown.keys():
-                score = (self.breakdown["verified"] + self.breakdown["inferred"]) / 2  # the seed's formula
-        if score is None:
-            first = lines[0] if lines else ""
-            self.violations.append(f"Confidence {quoted(first)} is not a score from 0 to 100")
-        else:
-            self.score = (score, "\n".join(x for x in why if x))
+        nested = self.confidence.section(part)
+        if nested is not None and "confidence justification" not in self.seen:
+            self.seen.add("confidence justification")
+            self.confidence.justification(nested)
+
+    def breakdown_(self, part: Part) -> None:
+        self.confidence.breakdown_section(part)
 
     def justification_(self, part: Part) -> None:
-        values: dict[str, str] = {}
-        for _, line in part.lines:
-            match = _JUSTIFICATION.fullmatch(line.replace("**", "").rstrip())
-            if match is not None:
-                values[match.group(1).lower().removeprefix("potential ")] = match.group(2).strip()
-        score = number(values.get("score", ""))
-        if "score" in values and (score is None or not 0 <= score <= 100):
-            self.violations.append(f"Confidence Justification score {quoted(values['score'])} is not 0-100")
-            score = None
-        self.detailed = ConfidenceJustification(
-            score=score,
-            evidence_count=values.get("evidence count"),
-            verification_method=values.get("verification method"),
-            blind_spots=values.get("blind spots"),
-        )
+        self.confidence.justification(part)
 
     def issues_(self, part: Part) -> None:
         self.tables.extend(parse_tables(part.lines))
@@ -325,29 +274,12 @@ class _Builder:
     def recovery_(self, part: Part) -> None:
         self.recovery = [" ".join(texts) for _, texts in _items(part.lines)]
 
-    def _confidence(self) -> ConfidenceReport | None:
-        score = self.score or ((self.detailed.score, "") if self.detailed and self.detailed.score else None)
-        if score is None:
-            return None
-        try:
-            return ConfidenceReport(
-                score=score[0],
-                justification=score[1],
-                verified=self.breakdown.get("verified"),
-                inferred=self.breakdown.get("inferred"),
-                combined=self.breakdown.get("combined"),
-                detailed=self.detailed,
-            )
-        except ValidationError:
-            self.violations.append(f"Confidence {score[0]:g} (or its breakdown) is outside 0-100")
-            return None
-
     def build(self) -> ResultReport:
         if self.status is None:
             raise ReportError("missing '### Status' section")
         if not self.summary:
             raise ReportError("missing or empty '### Summary' section")
-        confidence = self._confidence()
+        confidence = self.confidence.report()
         try:
             return self._report(confidence)
         except ValidationError as exc:  # what the checks above miss is an error too, never a crash
@@ -385,6 +317,7 @@ _HANDLERS: Final = {
     "findings": _Builder.findings_,
     "key references": _Builder.references_,
     "confidence": _Builder.confidence_,
+    "confidence breakdown": _Builder.breakdown_,
     "confidence justification": _Builder.justification_,
     "issues": _Builder.issues_,
     "next steps": _Builder.next_steps_,

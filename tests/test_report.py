@@ -230,6 +230,49 @@ def test_confidence_breakdown_and_justification() -> None:
     assert parsed.violations == []
 
 
+_BREAKDOWN = "- verified_confidence: 90 (read the exact function, saw the bug)\n- inferred_confidence: 70\n"
+_DETAILS = (
+    "**Score**: 88\n**Evidence Count**: 4\n**Verification Method**: read\n**Potential Blind Spots**: none\n"
+)
+
+
+@pytest.mark.parametrize(
+    "sections",
+    [
+        # seed 001 names the breakdown "Confidence Breakdown": a section of its own
+        [
+            f"### Confidence\n88 - read the code\n\n### Confidence Breakdown\n{_BREAKDOWN}",
+            f"### Confidence Justification\n{_DETAILS}",
+        ],
+        [
+            f"### Confidence Breakdown\n{_BREAKDOWN}",
+            f"### Confidence\n88\n\n#### Confidence Justification\n{_DETAILS}",
+        ],
+        [f"### Confidence\n88\n{_BREAKDOWN}\n**Confidence Justification**\n{_DETAILS}"],
+        [f"### Confidence\n88\n{_BREAKDOWN}Confidence Justification:\n{_DETAILS}"],
+    ],
+    ids=["breakdown-section", "nested-justification", "bold-label", "plain-label"],
+)
+def test_a_breakdown_and_a_justification_are_read_wherever_seed_001_s_words_put_them(
+    sections: list[str],
+) -> None:
+    parsed = parse_report(report(*sections))
+    confidence = parsed.confidence
+    assert confidence is not None
+    assert (confidence.score, confidence.verified, confidence.inferred) == (88, 90, 70)
+    assert confidence.detailed is not None
+    assert (confidence.detailed.score, confidence.detailed.evidence_count) == (88, "4")
+    assert parsed.violations == []
+    assert [s.title for s in parsed.sections] == []
+    assert "Score" not in confidence.justification
+
+
+def test_a_breakdown_section_alone_gives_the_score() -> None:
+    parsed = parse_report(report(f"### Confidence Breakdown\n{_BREAKDOWN}"))
+    assert parsed.confidence is not None
+    assert parsed.confidence.score == 80  # (90 + 70) / 2, seed 001's formula
+
+
 @pytest.mark.parametrize(
     ("lines", "score"),
     [
