@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
+from typing import Final
 
 from pydantic import Field
 
@@ -199,14 +200,13 @@ class ErrorRecovery(Model):
             RecoveryOption.SKIP_AND_CONTINUE: skip,
             RecoveryOption.DELEGATE: "PARTIAL RESUME",
         }[self.option]
-        return _prompt(
-            f"## {heading}",
-            "\n".join(
-                x
-                for x in (self.instructions.strip(), _labelled("Resume from checkpoint", self.checkpoint))
-                if x
-            ),
-        )
+        # seed 000's ERROR FIXED: what was fixed, the checkpoint, and the retry, whoever wrote the first
+        retry = _RETRY if self.option is RecoveryOption.RETRY_FROM_CHECKPOINT else None
+        parts = (self.instructions.strip(), _labelled("Resume from checkpoint", self.checkpoint), retry)
+        return _prompt(f"## {heading}", "\n".join(x for x in parts if x))
+
+
+_RETRY: Final = "Retry the step that failed."
 
 
 class LaunchReason(StrEnum):

@@ -168,7 +168,8 @@ def test_recover_retry_uses_the_humans_instructions() -> None:
     directive = one(feed.send(command, "bg-task-stu901"), EnvelopeType.ERROR_RECOVERY)
     assert directive.render() == (
         "## ERROR FIXED\n\nApplied fix: undefined check added\n"
-        "Resume from checkpoint: checkpoint after item 50"
+        "Resume from checkpoint: checkpoint after item 50\n"
+        "Retry the step that failed."  # as seed 000's ends, after a human's instructions too
     )
 
 

@@ -54,8 +54,8 @@ __all__ = [
 ]
 
 DEFAULT_RECOVERY: Final = {
-    RecoveryOption.RETRY_FROM_CHECKPOINT: "The cause of the error has been addressed. "
-    "Restore from the checkpoint and retry the step that failed.",
+    RecoveryOption.RETRY_FROM_CHECKPOINT: "The cause of the error has been addressed. Restore from the "
+    "checkpoint.",  # the directive says to retry (bus.directives.ErrorRecovery)
     RecoveryOption.SKIP_AND_CONTINUE: "Skip the problematic item and continue with the remaining work. "
     "Log the skipped item to SKIPPED_ITEMS.md for manual review.",
     RecoveryOption.DELEGATE: "Leave the work you stopped on to {agent}, which takes it over, "
