@@ -41,6 +41,9 @@ from agents.titles import is_placeholder
 
 __all__ = ["Scanner"]
 
+_MAPPING = re.compile(rb":(?:[ \t]|$)", re.MULTILINE)
+"""What any YAML mapping holds (``key: value``, ``key:``): a body without it cannot be a signal."""
+
 # What a decision gives back to scan again: a region of lines (or b""), the stream offset of its first
 # line, then where the region being scanned resumes (the index of the newline before its next line).
 _Rewind = tuple[bytes, int, int]
@@ -178,9 +181,18 @@ class Scanner(ScanState):
         """End the open block at a report's heading, with its error (or the size limit's, as at a tag)."""
         if hit.at - self._body_start > self._limit:
             self._check_size(hit.at)
-        if not self._discard:
-            self._error(f"not terminated before the result report at line {hit.line}")
+        self._not_terminated(hit.start, f"not terminated before the result report at line {hit.line}")
         self._state = State.OUTSIDE
+
+    def _not_terminated(self, end: int, message: str) -> None:
+        """The open block ends at ``end`` in the region without its closing tag: an error, but for a body
+        that holds no mapping at all, which is no signal the agent failed to finish but a drawing of the
+        protocol whose tags stand alone on their lines (seed 003's diagrams): prose."""
+        if not self._discard and (
+            _MAPPING.search(self._body) is not None
+            or _MAPPING.search(self._region, self._seg, end) is not None
+        ):
+            self._error(message)
 
     def _outside(self, hit: Hit) -> None:
         """A line outside a block or report: a tag opens a block, a fence opens or closes a code block, a
@@ -254,7 +266,7 @@ class Scanner(ScanState):
             elif slash:
                 self._emit_block(bytes(self._body) + self._region[self._seg : m.start() + 1])
             else:
-                self._error(f"not terminated before the [{tag.decode()}] at line {line}")
+                self._not_terminated(m.start(), f"not terminated before the [{tag.decode()}] at line {line}")
             if slash:
                 self._state = State.OUTSIDE
                 return m.end()

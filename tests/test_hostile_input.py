@@ -355,9 +355,12 @@ def test_an_issue_table_of_many_columns_and_many_short_rows_is_read_in_linear_ti
 @pytest.mark.timeout(10)
 def test_a_flood_of_opening_tags() -> None:
     items = parse_text(b"[STOP_WORK]\n" * 20_000)
+    assert [message(i) for i in items] == ["STOP_WORK block at line 20000: not terminated (end of input)"]
+    # each one before it ends at the next with nothing a signal holds (a tag drawn, not a block): prose
+    items = parse_text(b"[STOP_WORK]\nagent_id: a\n" * 20_000)
     assert len(items) == 20_000
     assert all(isinstance(i, ErrorItem) for i in items)
-    assert message(items[-1]) == "STOP_WORK block at line 20000: not terminated (end of input)"
+    assert message(items[0]) == "STOP_WORK block at line 1: not terminated before the [STOP_WORK] at line 3"
 
 
 @pytest.mark.timeout(10)

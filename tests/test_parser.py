@@ -934,3 +934,48 @@ def test_a_results_comment_in_a_code_block_starts_nothing() -> None:
     assert parse_text(code + "### Status\nSUCCESS\n### Summary\nok\n") == []
     (item,) = parse_text(code + REPORT)
     assert isinstance(item, ResultItem)
+
+
+_DIAGRAM = """Here is the plan I will follow (seed 003, Pattern 2):
+
+```
+                  AGENT A
+              (setup infrastructure)
+                      │
+                      ▼
+              [DELEGATE_WORK]
+           (blocks_current_work)
+                      │
+                      ▼
+                  AGENT B
+                      │
+                      ▼
+              [COMPLETION_REPORT]
+                      │
+                      ▼
+            (resumes AGENT A with B's results)
+                      │
+                      ▼
+              [COMPLETION_REPORT]
+```
+
+[COMPLETION_REPORT]
+agent_id: d1
+timestamp: 2026-01-11T12:00:00-05:00
+status: success
+summary: Wrote the plan.
+[/COMPLETION_REPORT]
+"""
+
+
+def test_a_drawing_of_the_protocol_whose_tags_stand_alone_is_prose() -> None:
+    """Seed 003's diagrams put bare tags on lines of their own: each opens a block that the next tag ends,
+    with nothing in it a signal holds (no `key:`). Prose, not three unreadable signals that would block the
+    agent; a body with a field in it is still an error."""
+    [item] = parse_text(_DIAGRAM.encode())
+    assert isinstance(item, SignalItem) and item.type is EnvelopeType.COMPLETION_REPORT
+    garbled = _DIAGRAM.replace("(blocks_current_work)", "independence: blocks_current_work")
+    errors = [i.message for i in parse_text(garbled.encode()) if isinstance(i, ErrorItem)]
+    assert errors == [
+        "DELEGATE_WORK block at line 8: not terminated before the [COMPLETION_REPORT] at line 15"
+    ]
