@@ -202,7 +202,8 @@ def _write_totals(out: IO[bytes], parser: AnyParser, counts: Counter[str]) -> No
     "--agent-id", required=True, callback=check_id, help="The id the agent is told to use in its signals."
 )
 def prompt(taskfile: str, agent_id: str) -> None:
-    """Print a task prompt with the identity statement and the signal templates (protocol 1).
+    """Print a task prompt with the identity statement, the signal templates (protocol 1) and the result
+    report's template.
 
     The task is read from TASKFILE, or from stdin without one (or with -).
     """

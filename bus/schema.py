@@ -52,10 +52,12 @@ def _render(type_: EnvelopeType) -> bytes:
 @click.option("--write", is_flag=True, help="Regenerate the schema files shipped in the package.")
 @click.option("--list", "list_types", is_flag=True, help="List the envelope types and their kinds.")
 def schema(type_name: str | None, write: bool, list_types: bool) -> None:
-    """Print the JSON Schema of an envelope TYPE (e.g. STOP_WORK), or of all of them.
+    """Print the JSON Schema of an envelope type, or of all of them (TYPE: STOP_WORK, ...).
 
-    Every stream entry but a dead letter (fields reason, stream, entry_id, deliveries and the original
-    data) is one field `data` holding JSON that matches one of these schemas.
+    Every stream entry but a dead letter is one field `data` holding JSON that matches one of these
+    schemas (a signed human command has a second one, `sig`: see the README's "Security"). A dead letter's
+    fields are reason, stream, entry_id, deliveries and the original entry's fields (`data`, others as
+    `field:<name>`; `fields_dropped`, `data_bytes` and `fields_cut` when it was too big to keep whole).
     """
     if type_name is not None and (list_types or write):
         raise click.UsageError(

@@ -97,8 +97,8 @@ _METRICS_PORT = click.option(
 )
 @click.option(
     "--log-level",
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-    default="INFO",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="info",
     show_default=True,
     help="The least important messages logged.",
 )

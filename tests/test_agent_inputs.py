@@ -157,7 +157,9 @@ def test_bad_log_levels_and_demo_directories_are_usage_errors(tmp_path: Path) ->
         result = CliRunner().invoke(main, [*args, "--redis-url", "redis://127.0.0.1:1/0"])
         assert result.exit_code == 2, result.output
         assert message in result.output
-    assert CliRunner().invoke(main, ["coordinator", "--log-level", "debug", "--help"]).exit_code == 0
+    shown = CliRunner().invoke(main, ["coordinator", "--log-level", "DEBUG", "--help"])
+    assert shown.exit_code == 0
+    assert "[debug|info|warning|error]" in shown.output and "[default: info]" in shown.output  # one case
 
 
 @pytest.mark.parametrize("pid", ["0", "-1"])
