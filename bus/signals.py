@@ -272,7 +272,9 @@ class CompletionReport(OpenModel):
     timestamp: SignalTimestamp | None = None
     status: CompletionStatus
     deliverables: Text | None = None
-    summary: NonBlankText
+    summary: NonBlankText | None = None
+    """Optional, as in seed 003's diagram of the report (status, deliverables, metrics, recommendations):
+    the status is what the parent acts on."""
     metrics_achieved: Text | None = None
     issues_encountered: Text | None = None
     recommendations: Text | None = None

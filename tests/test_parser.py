@@ -979,3 +979,12 @@ def test_a_drawing_of_the_protocol_whose_tags_stand_alone_is_prose() -> None:
     assert errors == [
         "DELEGATE_WORK block at line 8: not terminated before the [COMPLETION_REPORT] at line 15"
     ]
+
+
+def test_a_completion_report_needs_no_summary() -> None:
+    text = (
+        "[COMPLETION_REPORT]\nagent_id: a1\nstatus: success\ndeliverables: [SECURITY_ANALYSIS.md]\n"
+        "metrics_achieved: all criteria met\nrecommendations: [rotate the JWT secret]\n[/COMPLETION_REPORT]\n"
+    )
+    [item] = parse_text(text.encode())
+    assert isinstance(item, SignalItem) and item.type is EnvelopeType.COMPLETION_REPORT

@@ -137,3 +137,20 @@ def test_decision_details_are_bounded() -> None:
     opened = decisions(outcome)[-1]
     assert len(opened.detail) == MAX_DETAIL and opened.detail.endswith("…")
     assert feed.state.agents[AGENT].questions == huge  # the record keeps everything
+
+
+def test_a_completion_report_without_a_summary_completes_its_agent() -> None:
+    """Seed 003's diagram of the report lists status, deliverables, metrics and recommendations: a report
+    without a summary completes its agent, what it achieved standing for the summary."""
+    feed = Feed()
+    report = completion("a1").model_copy(update={"summary": None})
+    feed.send(report, "a1")
+    record = feed.state.agents["a1"]
+    assert record.state is AgentState.COMPLETED
+    assert record.completion is not None and record.completion.summary == "all criteria met"
+    bare = completion("a2").model_copy(
+        update={"summary": None, "deliverables": None, "metrics_achieved": None}
+    )
+    feed.send(bare, "a2")
+    completed = feed.state.agents["a2"].completion
+    assert completed is not None and completed.summary == "(no summary given)"

@@ -283,6 +283,7 @@ def test_completion_report_example(signals: list[Found]) -> None:
         "- REMEDIATION_PLAN.md (prioritized action items)",
         "- AUTH_REFACTOR_PROPOSAL.md (architecture recommendations)",
     ]
+    assert signal.summary is not None
     assert (
         signal.summary.splitlines()[0]
         == "Completed comprehensive security analysis of agentic-primer codebase:"

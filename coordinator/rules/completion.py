@@ -42,7 +42,7 @@ def on_completion_report(step: Step) -> None:
     report = step.payload(CompletionReport)
     completion = Completion(
         status=STATUS_OF_COMPLETION[report.status],
-        summary=report.summary,
+        summary=report.summary or _summary_of(report),
         deliverables=report.deliverables,
         metrics=report.metrics_achieved,
         source=EnvelopeType.COMPLETION_REPORT,
@@ -51,6 +51,14 @@ def on_completion_report(step: Step) -> None:
     missing = report.unverified_deliverables()  # seed 003: validate deliverables exist (file checks)
     _violations(step, [(ViolationRule.UNVERIFIED_REFERENCE, f"deliverable {p!r} not found") for p in missing])
     finish(step, step.envelope.agent_id, completion)
+
+
+def _summary_of(report: CompletionReport) -> str:
+    """What stands for the summary of a report without one: what it achieved, else what it delivered."""
+    for text in (report.metrics_achieved, report.deliverables, report.recommendations):
+        if text and text.strip():
+            return text.strip()
+    return "(no summary given)"
 
 
 def on_result(step: Step) -> None:
