@@ -173,9 +173,10 @@ Result`; not `Results`, not `#` or `###`): only that heading starts a report. `#
 score, 0-100) is expected: a report without it is marked as breaking the contract. Every issue you
 found is one row of the Findings table with its `file:line`: those rows are what your parent merges
 with the findings of other agents (with nothing found, write `None` under Findings instead of the
-table). Give the verified/inferred breakdown when your confidence is 75 or more, and the Confidence
-Justification when it is 85 or more; leave out the sections marked "if any" or "if applicable" that
-you have nothing for.
+table). Start each finding's ID with its category (`SEC-001` for security, `PERF-` for performance,
+`BUG-`...): two agents' findings at one `file:line` are merged only when their categories agree. Give the
+verified/inferred breakdown when your confidence is 75 or more, and the Confidence Justification when it
+is 85 or more; leave out the sections marked "if any" or "if applicable" that you have nothing for.
 """
 
 _HOW_TO_SIGNAL: Final = """\

@@ -40,6 +40,8 @@ def test_prompt_layout() -> None:
     for template in SIGNAL_TEMPLATES:
         assert template in text
     assert f"```markdown\n{RESULT_TEMPLATE}\n```" in text
+    # the merge key: a finding's category is its ID's prefix when it names none
+    assert "merged only when their categories agree" in " ".join(text.split())
     assert text.index("## PROTOCOL SIGNALS") < text.index("## RESULT REPORT") < text.index("## YOUR TASK")
     assert text.endswith("## YOUR TASK\nAnalyze the codebase for security issues\n- Scan for secrets\n")
     assert text.index("## PROTOCOL SIGNALS") < text.index("## YOUR TASK")
