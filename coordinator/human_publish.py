@@ -172,7 +172,7 @@ async def _send(
         return None, one_line(f"its decision could not be read: {exc}")
     except asyncio.CancelledError:  # Ctrl-C: the wait ends, not the command, which is on the bus
         click.echo(
-            f"interrupted: {envelope.source} {envelope.id} was published before, and a coordinator applies it "
+            f"interrupted: {envelope.source} {envelope.id} was published before, and a coordinator decides it "
             "all the same (`subagent-bus status` shows what became of it)",
             err=True,
         )

@@ -745,4 +745,4 @@ def test_ctrl_c_while_a_decision_is_waited_for_says_the_command_was_published(re
         process.kill()
     [answer] = [e for e in said(redis_url) if e["type"] == "ANSWER"]
     assert process.returncode == 130, err
-    assert f"interrupted: answer {answer['id']} was published before, and a coordinator applies it" in err
+    assert f"interrupted: answer {answer['id']} was published before, and a coordinator decides it" in err
