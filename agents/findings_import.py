@@ -28,6 +28,7 @@ from agents.adapter import AgentBus, connect_bus, oversize
 from agents.findings_add import EXIT_INVALID
 from agents.findings_parse import LeftOut, finding_of, parse_findings
 from agents.json_keys import keys_given_twice, may_give_twice, twice_message
+from agents.lenient_json import not_json
 from agents.options import check_id, id_problem
 from agents.sending import NotTaken
 from agents.watched_file import Checkpoint, fingerprints, named, open_file
@@ -188,7 +189,7 @@ def _line(
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        report.bad_line(f"{spec.path}:{line}: " + ("not UTF-8" if _not_utf8(text) else f"not JSON ({exc})"))
+        report.bad_line(f"{spec.path}:{line}: " + ("not UTF-8" if _not_utf8(text) else not_json(exc)))
         return
     ignored: list[str] = []
     try:

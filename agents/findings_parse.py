@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from agents.cells import names_no_line, split_location
 from agents.json_keys import keys_given_twice, twice_message
+from agents.lenient_json import not_json
 from agents.parser import describe_errors
 from bus.display import quoted
 from bus.findings import MAX_LINE, Finding
@@ -173,7 +174,7 @@ def located_findings(text: str, agent: str) -> tuple[list[tuple[str, Finding]], 
                 _refuse_keys_twice(keys_given_twice(line).keys)
             found.append((f"line {number}", finding_of(value, agent)))
         except orjson.JSONDecodeError as exc:
-            errors.append(f"line {number}: not JSON ({exc})")
+            errors.append(f"line {number}: {not_json(exc)}")
         except ValueError as exc:
             errors.append(f"line {number}: {exc}")
     return found, errors

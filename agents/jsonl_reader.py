@@ -17,7 +17,7 @@ from typing import Any, Final
 import orjson
 
 from agents.items import ErrorItem, TurnFailedItem
-from agents.lenient_json import loads_lenient
+from agents.lenient_json import loads_lenient, not_json
 from agents.transcript_format import BOM, replaced
 from bus.display import cut
 from bus.fields import Model
@@ -162,4 +162,4 @@ def _why(data: bytes, exc: orjson.JSONDecodeError) -> str:
         data.decode()
     except UnicodeDecodeError as bad:
         return f"not valid UTF-8 (byte {bad.start})"
-    return f"not JSON ({exc})"
+    return not_json(exc)

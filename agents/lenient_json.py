@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any, Final
 
-__all__ = ["loads_lenient"]
+__all__ = ["loads_lenient", "not_json"]
 
 _LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
@@ -37,3 +37,10 @@ def _replaced(value: Any) -> Any:
     if isinstance(value, dict):
         return {_replaced(key): _replaced(item) for key, item in value.items()}
     return value
+
+
+def not_json(exc: json.JSONDecodeError) -> str:
+    """Why one line is not JSON, placed by its column: the decoder's own "line 1" and offset say nothing
+    about a line of a file (orjson's errors are ``json.JSONDecodeError``s)."""
+    what = str(exc).rsplit(": line ", 1)[0]
+    return f"not JSON ({what} at column {exc.colno})"

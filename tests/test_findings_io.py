@@ -66,7 +66,9 @@ def test_parse_findings_forms() -> None:
     assert [f.agent for f in parse_findings(pretty, "x")[0]] == ["other"]
     _, errors = parse_findings(f"{one}\n\n{line(file='b.py')}\nnot json\n[1]\n", "x")
     assert errors[0] == "line 3: field 'title': Field required"
-    assert errors[1].startswith("line 4: not JSON")
+    assert (
+        errors[1] == "line 4: not JSON (invalid literal, expected 'null' at column 1)"
+    )  # not the decoder's "line 1"
     assert errors[2] == "line 5: not a JSON object but list"
 
 
