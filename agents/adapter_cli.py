@@ -135,6 +135,10 @@ def watch(
     delivers a directive is passed on to the command, in a session of its own, and its exit waited for (a
     non-zero one is a failed delivery attempt: retried by the next run, or given up on after
     --max-attempts and the parent told); a second one kills the command.
+
+    \b
+    Example (a Claude Code background agent's output file):
+      subagent-bus adapter watch --agent-id auditor --group audit --until-complete "$OUTPUT_FILE"
     """
 
     async def body(bus: AgentBus) -> int:
@@ -264,6 +268,10 @@ def run(
     sent again until it is taken; a signal once the agent has exited (or a second signal, which also
     kills it) gives up instead: the adapter says on stderr what was not published and exits with 128 +
     the signal (130, 143, 129).
+
+    \b
+    Example (Claude Code, resumed with each directive until it completes):
+      subagent-bus adapter run --agent-id auditor --group audit --session-id "$SID" --until-complete --deliver command:'claude --resume {session_id} -p {prompt}' -- claude --session-id "$SID" -p "$(subagent-bus prompt --agent-id auditor task.md)"
     """
     check_program(list(argv), "CMD")  # before anything is published: no blocker for a typo
     _check_until_complete(until_complete, common)

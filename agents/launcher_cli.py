@@ -179,6 +179,10 @@ def launcher(
 
     With --metrics-port it serves Prometheus metrics: task entries read (subagent_bus_entries_in), agents
     launched, launch failures and agents running. The adapters it starts do not inherit the port.
+
+    \b
+    Example (Claude Code agents, four at a time):
+      subagent-bus launcher --command 'claude -p {prompt}' --max-parallel 4
     """
     check_program(template, "--command")
     ops.setup_logging()

@@ -214,6 +214,10 @@ def listen(
 
     Run it in the background before the agent's turn ends: its exit wakes whatever re-invokes the agent.
     Exit status: 0 a directive was printed (and consumed), 3 timed out, 1 error, 2 usage error.
+
+    \b
+    Example (in the background, before the agent's turn ends):
+      subagent-bus listen --agent-id auditor --group audit --timeout 3600 &
     """
     if stdout_closed():  # started with it closed (`>&-`): a directive would be taken, never printed
         raise click.ClickException("stdout is closed: nothing could print the directive")

@@ -125,6 +125,10 @@ def run_coordinator(
     or SIGHUP (its terminal closed; not under nohup) applies every entry pending on its shards (the
     batch in hand included) and releases the leases; a second one stops it at once (as a crash would:
     what it had not committed is applied by whoever takes its shards over once its leases expire).
+
+    \b
+    Example:
+      subagent-bus coordinator --policy policy.toml
     """
     options = CoordinatorOptions(
         batch=batch,

@@ -233,6 +233,11 @@ def findings(
     """The append-only findings stream, or (--merged) the deduplicated view the coordinators keep.
 
     Each JSON record names its group_id (`findings add` reads the raw ones, and takes --group instead).
+
+    \b
+    Examples:
+      subagent-bus findings --group audit --merged
+      subagent-bus findings --group audit --jsonl > findings.jsonl
     """
     if ctx.invoked_subcommand is not None:
         return
