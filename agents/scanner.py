@@ -41,7 +41,7 @@ from agents.titles import is_placeholder
 
 __all__ = ["Scanner"]
 
-_MAPPING = re.compile(rb":(?:[ \t]|$)", re.MULTILINE)
+_MAPPING = re.compile(rb":(?:[ \t\r]|$)", re.MULTILINE)
 """What any YAML mapping holds (``key: value``, ``key:``): a body without it cannot be a signal."""
 
 # What a decision gives back to scan again: a region of lines (or b""), the stream offset of its first
@@ -188,11 +188,18 @@ class Scanner(ScanState):
         """The open block ends at ``end`` in the region without its closing tag: an error, but for a body
         that holds no mapping at all, which is no signal the agent failed to finish but a drawing of the
         protocol whose tags stand alone on their lines (seed 003's diagrams): prose."""
-        if not self._discard and (
-            _MAPPING.search(self._body) is not None
-            or _MAPPING.search(self._region, self._seg, end) is not None
-        ):
+        if self._discard:
+            return
+        body = bytes(self._body) + self._region[self._seg : end]
+        if _MAPPING.search(body) is not None:
             self._error(message)
+            return
+        for m in HIT.finditer(b"\n" + body):  # its fences are the prose's: the drawing's own closes
+            hit = Hit(m, 0, m.end(), 0)
+            if hit.fence is not None:
+                self._fence = (
+                    None if hit.closes(self._fence) else self._fence or (hit.fence[0], len(hit.fence))
+                )
 
     def _outside(self, hit: Hit) -> None:
         """A line outside a block or report: a tag opens a block, a fence opens or closes a code block, a

@@ -979,6 +979,17 @@ def test_a_drawing_of_the_protocol_whose_tags_stand_alone_is_prose() -> None:
     assert errors == [
         "DELEGATE_WORK block at line 8: not terminated before the [COMPLETION_REPORT] at line 15"
     ]
+    crlf = garbled.replace(": blocks_current_work", ":").replace("\n", "\r\n")  # `independence:` alone
+    assert [i.line for i in parse_text(crlf.encode()) if isinstance(i, ErrorItem)] == [8]
+
+
+def test_the_code_fence_a_drawing_closes_is_closed() -> None:
+    """The drawing's tags opened blocks that took its closing fence in: the prose after it is no code."""
+    drawing = "```\n  [DELEGATE_WORK]\n        |\n  [COMPLETION_REPORT]\n```\n\n"
+    progress = "[PROGRESS]\nagent_id: a1\npercent: 10\n[/PROGRESS]\n"
+    after = "# Notes\n### QA Result\n#### Status\nSUCCESS\n#### Summary\nok\n"  # a report a level down
+    items = parse_text((drawing + progress + after).encode())
+    assert [type(i).__name__ for i in items] == ["SignalItem", "UnreadReportItem"]
 
 
 def test_a_completion_report_needs_no_summary() -> None:
