@@ -48,6 +48,9 @@ class ConfidenceParts:
         """The score and the words that justify it."""
         self.breakdown: dict[str, float] = {}
         self.detailed: ConfidenceJustification | None = None
+        self._unread: tuple[str, str] | None = None
+        """A Confidence section that gave no score: its first line (a violation unless the breakdown or the
+        justification, wherever they come, give one) and its words."""
 
     def section(self, part: Part) -> Part | None:
         """Read ``### Confidence``; the Confidence Justification it holds, if any, for :meth:`justification`."""
@@ -71,13 +74,11 @@ class ConfidenceParts:
                 why += [f"{kind}: {reason}"] if reason else []
             else:
                 why.append(line)
-        if score is None:  # only the breakdown, as seed 001's example has it
-            score = _combined(self.breakdown)
-        if score is None:
-            first = lines[0] if lines else ""
-            self.violations.append(f"Confidence {quoted(first)} is not a score from 0 to 100")
+        words = "\n".join(x for x in why if x)
+        if score is None:  # a breakdown or justification elsewhere may give it: see :meth:`report`
+            self._unread = (lines[0] if lines else "", words)
         else:
-            self.score = (score, "\n".join(x for x in why if x))
+            self.score = (score, words)
         return nested
 
     def breakdown_section(self, part: Part) -> None:
@@ -107,9 +108,15 @@ class ConfidenceParts:
 
     def report(self) -> ConfidenceReport | None:
         """The report's confidence, if it gives a score (or a breakdown or justification that does)."""
-        score = self.score or ((self.detailed.score, "") if self.detailed and self.detailed.score else None)
-        if score is None and (combined := _combined(self.breakdown)) is not None:
-            score = (combined, "")
+        score = self.score
+        if score is None:
+            given = (
+                self.detailed.score if self.detailed and self.detailed.score else _combined(self.breakdown)
+            )
+            if given is not None:
+                score = (given, self._unread[1] if self._unread else "")
+            elif self._unread is not None:
+                self.violations.append(f"Confidence {quoted(self._unread[0])} is not a score from 0 to 100")
         if score is None:
             return None
         try:

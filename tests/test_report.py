@@ -267,6 +267,23 @@ def test_a_breakdown_and_a_justification_are_read_wherever_seed_001_s_words_put_
     assert "Score" not in confidence.justification
 
 
+@pytest.mark.parametrize(
+    "sections",
+    [
+        ["### Confidence\nSee the breakdown below.\n", f"### Confidence Breakdown\n{_BREAKDOWN}"],
+        [f"### Confidence\n#### Confidence Justification\n{_DETAILS}"],
+    ],
+    ids=["breakdown-after", "justification-only"],
+)
+def test_a_confidence_section_without_a_score_takes_the_one_given_after_it(sections: list[str]) -> None:
+    """A score the breakdown or the justification gives, in any order of the sections: no violation."""
+    parsed = parse_report(report(*sections))
+    assert parsed.confidence is not None and parsed.confidence.score in (80, 88)
+    assert parsed.violations == []
+    unscored = parse_report(report("### Confidence\nSee the breakdown below.\n"))
+    assert unscored.violations == ["Confidence 'See the breakdown below.' is not a score from 0 to 100"]
+
+
 def test_a_breakdown_section_alone_gives_the_score() -> None:
     parsed = parse_report(report(f"### Confidence Breakdown\n{_BREAKDOWN}"))
     assert parsed.confidence is not None
