@@ -200,11 +200,13 @@ class Spawner:
             launcher=self.launcher,
         )
         try:
+            # the pid file first: the mark that says started keeps a restart from starting the agent, and
+            # the pid file has it count the agent (:mod:`agents.orphans`)
+            record(self.pid_file(request.new_agent_id), orphan)
             if held is None:
                 launch_marks.write_started(mark)
             else:
                 launch_marks.started(held)
-            record(self.pid_file(request.new_agent_id), orphan)
         except OSError as exc:  # the agent runs: not a reason to start it again
             log.warning(
                 f"{exc}: a launcher started after this one is killed will not count this agent, and may "

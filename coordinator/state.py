@@ -212,6 +212,9 @@ class Delegation(Model):
     envelope_id: str
     new_agent_id: str | None = None
     reason: str | None = None
+    instructions: str | None = None
+    """A human's resume instructions on approving it: for a blocking request, what its requester is
+    resumed with once the delegate succeeded."""
 
 
 class Escalation(Model):

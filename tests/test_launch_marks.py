@@ -134,7 +134,8 @@ async def test_a_launcher_killed_at_any_step_of_a_start_has_its_agent_started_on
 ) -> None:
     """A launcher process killed with SIGKILL after it made the mark and before it started the adapter, or
     after it started the adapter and before it wrote the mark: its restart on the same log directory
-    starts the agent (the first case) or does not (the others), also once the first adapter ended."""
+    starts the agent (the first case) or does not (the others), also once the first adapter ended; one
+    still running it adopts (counted against --max-parallel, stopped with it)."""
     go, log = tmp_path / "go", tmp_path / "launcher.log"
     if adapter_ended:
         go.touch()
@@ -156,8 +157,14 @@ async def test_a_launcher_killed_at_any_step_of_a_start_has_its_agent_started_on
 
             await wait_until(completed, 60, "the first adapter's agent to complete")
             assert launch_marks.read(mark) is Mark.STARTED
-        go.touch()
         second = start([*args, "--burst"], redis_url, log)
+        if step == "after-the-start" and not adapter_ended:  # its pid file was written before the mark
+
+            async def adopted() -> bool:
+                return f"adopted {agent}" in log.read_text()
+
+            await wait_until(adopted, 60, "the restart to adopt the agent the killed launcher left running")
+        go.touch()
         assert await exited(second, 90) == 0, log.read_text()
 
         async def completed_once() -> bool:  # the first launcher's agent, if any, outlives it

@@ -343,6 +343,8 @@ def test_a_human_s_resume_instructions_replace_the_default_ones() -> None:
         f"## RESUME INSTRUCTIONS\nWait: you will be resumed with the results of {waits.new_agent_id} when "
         "it completes. Then: Rerun the audit"
     )
+    done = feed.send(completion(waits.new_agent_id), waits.new_agent_id)
+    assert one(done, EnvelopeType.DELEGATION_COMPLETED).resume_instructions == "Rerun the audit"
 
 
 def test_unknown_request_id_is_rejected() -> None:

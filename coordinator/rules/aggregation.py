@@ -282,8 +282,9 @@ def _notify_parent(step: Step, record: AgentRecord, completion: Completion) -> N
     request_id = step.state.first_attempt(record).request_id or ""
     then = _resume_after(completion.status)
     delegation = step.state.delegations.get(request_id)
-    if completion.status is ResultStatus.SUCCESS and delegation is not None:  # what the request asked for
-        then = asked_resume(delegation.request.coordination) or then
+    if completion.status is ResultStatus.SUCCESS and delegation is not None:
+        # a human's instructions on approving it, else the prompt the request asked to be resumed with
+        then = delegation.instructions or asked_resume(delegation.request.coordination) or then
     wait = still_held(step.agent(parent.agent_id), step.state, then)  # more delegates, a blocker since
     directive = DelegationCompleted(
         request_id=request_id,

@@ -4,7 +4,8 @@ Seed 000's examples end what the parent must do with the prompt to resume the ag
 ``resume_requirements`` (``Then resume with: "Dependencies installed, continue with npm audit scan"``) and a
 blocking delegation's ``coordination`` (``Resume: When new agent completes, resume with "Infrastructure
 ready, continue testing"``). That text, quoted after "resume with", becomes the directive's RESUME
-INSTRUCTIONS when nothing else is given (a human's ``--instructions`` still come first).
+INSTRUCTIONS when nothing else is given (a human's ``--instructions``, to ``resolve`` the stop or to
+``approve`` the request, still come first).
 """
 
 from __future__ import annotations

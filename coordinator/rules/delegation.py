@@ -294,8 +294,9 @@ def _approve(step: Step, delegation: Delegation, how: str, instructions: str | N
             blocks_parent=blocks,
         ),
     )
-    _store(step, delegation.model_copy(update={"status": DelegationStatus.APPROVED, "new_agent_id": new_id}))
     given = instructions.strip() if instructions else ""
+    approved = {"status": DelegationStatus.APPROVED, "new_agent_id": new_id, "instructions": given or None}
+    _store(step, delegation.model_copy(update=approved))
     if blocks:
         then = f"Wait: you will be resumed with the results of {new_id} when it completes."
         then += f" Then: {given}" if given else ""
