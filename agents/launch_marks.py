@@ -46,7 +46,7 @@ class Mark(enum.Enum):
 
 def begin(mark: Path) -> int | None:
     """Make the mark, saying ``starting``, locked: the descriptor that holds the lock, to pass on to the
-    adapter (None when it cannot be made: the start goes on, and :func:`started` tries once more)."""
+    adapter (None when it cannot be made: the start goes on, and :func:`write_started` tries once more)."""
     partial = mark.with_name(f"{mark.name}.{os.getpid()}.partial")  # its own: two launchers never share it
     try:
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)

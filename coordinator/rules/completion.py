@@ -54,7 +54,8 @@ def on_completion_report(step: Step) -> None:
 
 
 def _summary_of(report: CompletionReport) -> str:
-    """What stands for the summary of a report without one: what it achieved, else what it delivered."""
+    """What stands for the summary of a report without one: what it achieved, else what it delivered,
+    else what it recommends."""
     for text in (report.metrics_achieved, report.deliverables, report.recommendations):
         if text and text.strip():
             return text.strip()
