@@ -53,7 +53,9 @@ __all__ = ["commands", "mcp"]
     default=30.0,
     show_default=True,
     help="Seconds a publishing tool call waits for an unreachable bus (one restarting, say) before it "
-    "reports an error (a status or wait_for_directive call reports one at once).",
+    "reports an error. A status or wait_for_directive call does not wait for one: before the first "
+    "connection it reports the error at once, after it when its read fails (--socket-timeout for a bus "
+    "that stalls; a wait ends at its own timeout).",
 )
 @click.option(
     "--claim-idle-ms",

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import sys
+import threading
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -52,11 +53,13 @@ from agents.mcp_tools import (
     payload_of,
 )
 from agents.parser import describe_errors
+from agents.verify import Verifier
 from bus.connection import translated
 from bus.display import quoted
-from bus.envelope import MAX_ENVELOPE_BYTES, encode
+from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, encode, new_envelope
 from bus.errors import BusError, ConnectionFailed, CredentialsRefused
 from bus.events import AgentState
+from bus.payloads import Payload
 from bus.settings import Settings
 from bus.waits import backoff
 
@@ -107,6 +110,14 @@ class ProtocolServer:
         """The tasks keeping those directives' entries fresh (:meth:`_hold`)."""
         self._waits = 0
         """``wait_for_directive`` calls in flight."""
+        self._verifier = Verifier(workdir) if workdir is not None else None
+        self._verifying = threading.Lock()
+        """Calls are verified in worker threads, one at a time (the verifier's cache is one)."""
+        self._publishing: set[types.RequestId] = set()
+        """The calls publishing over stdio, until their replies are written: the end of the input waits
+        for them (:meth:`_replies_out`)."""
+        self._unflushed = 0
+        self._out = asyncio.Event()
 
     def server(self) -> Server[Any]:
         """The MCP server (the SDK's low-level one: the schemas are the payload models')."""
@@ -128,9 +139,12 @@ class ProtocolServer:
         """Serve on stdin/stdout until the client closes them (or Ctrl-C)."""
         server = self.server()
         try:
-            async with screened_stdio(sys.stdin.fileno(), on_writing=self._writing) as (
-                read_stream,
-                write_stream,
+            stdio = screened_stdio(sys.stdin.fileno(), on_writing=self._writing, at_end=self._replies_out)
+            async with (
+                stdio as (
+                    read_stream,
+                    write_stream,
+                )
             ):
                 await server.run(read_stream, write_stream, server.create_initialization_options())
         except* anyio.BrokenResourceError:
@@ -177,6 +191,8 @@ class ProtocolServer:
             tool = self.tools.get(params.name)
             if tool is None:
                 return _text(f"unknown tool {quoted(params.name)}", error=True)
+            if ctx.request_id is not None:
+                self._publishing.add(ctx.request_id)
             return await self.publish(tool, arguments)
         except ValueError as exc:  # ToolInputError, or a value the bus refuses (an over-long id...)
             return _text(str(exc), error=True)
@@ -187,17 +203,15 @@ class ProtocolServer:
         """Validate a call, then publish its envelope exactly as an adapter would."""
         identity = self._identity()
         payload = payload_of(tool, arguments, identity.agent_id)
+        # Built, verified (in a worker thread: a finding's line is found by reading its file up to it) and
+        # measured before the bus is asked for: an invalid call fails as one, whatever the bus does.
+        envelope = await asyncio.to_thread(self._envelope, tool, payload, identity)
+        size = len(encode(envelope))
+        if size > MAX_ENVELOPE_BYTES:
+            raise ToolInputError(f"the {tool.name} call is {size} bytes encoded, over {MAX_ENVELOPE_BYTES}")
         try:
             async with asyncio.timeout(self.publish_timeout_s):  # connecting included
                 bus = await self._connected(waiting=True)
-                envelope = bus.envelope(
-                    payload, source=self.source, id=call_id(tool, payload, identity.agent_id)
-                )
-                size = len(encode(envelope))
-                if size > MAX_ENVELOPE_BYTES:
-                    raise ToolInputError(
-                        f"the {tool.name} call is {size} bytes encoded, over {MAX_ENVELOPE_BYTES}"
-                    )
                 await bus.publish([envelope])
         except TimeoutError:
             if self._bus is None:
@@ -215,6 +229,16 @@ class ProtocolServer:
         return _text(
             f"published {envelope.type.value} {envelope.id} for agent {identity.agent_id} "
             f"in group {identity.group_id}.{tool.hint}"
+        )
+
+    def _envelope(self, tool: ProtocolTool, payload: Payload, identity: Identity) -> Envelope:
+        """The call's envelope, as an adapter with the same --workdir would publish it."""
+        call = call_id(tool, payload, identity.agent_id)  # of the call as made: the same call, the same id
+        if self._verifier is not None:
+            with self._verifying:
+                payload = self._verifier.payload(payload)
+        return new_envelope(
+            payload, agent_id=identity.agent_id, group_id=identity.group_id, source=self.source, id=call
         )
 
     async def wait_for_directive(
@@ -269,14 +293,34 @@ class ProtocolServer:
 
     def _writing(self, reply: Reply | None) -> After | None:
         """A line goes out on stdout: when it is the reply that carries a directive, what acknowledges
-        that directive once the line is out. Taken off ``_unacked`` now: once the reply is out, the
-        client may send its id again."""
-        # only a result carries a directive: an error under its id is the refusal of another request
-        # sent under it while it was in flight (agents.mcp_inflight)
-        if reply is None or not reply.result or not self._unacked:
+        that directive once the line is out; when it answers a publishing call, what tells the end of the
+        input so. Taken off ``_unacked`` and ``_publishing`` now: once the reply is out, the client may
+        send its id again."""
+        # only a result answers a call: an error under its id is the refusal of another request sent
+        # under it while it was in flight (agents.mcp_inflight)
+        if reply is None or not reply.result:
             return None
-        ack = self._unacked.pop(reply.request_id, None)
-        return None if ack is None else functools.partial(_acknowledge, ack)
+        ack = self._unacked.pop(reply.request_id, None) if self._unacked else None
+        published = reply.request_id in self._publishing
+        if not published:
+            return None if ack is None else functools.partial(_acknowledge, ack)
+        self._publishing.discard(reply.request_id)
+        self._unflushed += 1
+        return functools.partial(self._written, ack)
+
+    async def _written(self, ack: Callable[[], Awaitable[None]] | None) -> None:
+        if ack is not None:
+            await _acknowledge(ack)
+        self._unflushed -= 1
+        self._out.set()
+
+    async def _replies_out(self) -> None:
+        """Until every publishing call is answered: at the end of the input the SDK would cancel them, and
+        answer an error for a call whose signal may have gone out (a client that sends it again would
+        publish it twice)."""
+        while self._publishing or self._unflushed:
+            self._out.clear()
+            await self._out.wait()
 
     async def status(self) -> types.CallToolResult:
         """The agent's record in the coordinator's group state (JSON), read without the coordinator."""

@@ -221,10 +221,16 @@ class ScreenedLines:
     (given by :meth:`answer_on` once it exists) and reported with ``log``."""
 
     def __init__(
-        self, lines: AsyncIterator[str | Overlong], *, log: Callable[[str], None] = stderr_log
+        self,
+        lines: AsyncIterator[str | Overlong],
+        *,
+        log: Callable[[str], None] = stderr_log,
+        at_end: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._lines = lines
         self.log = log
+        self._at_end = at_end
+        """Awaited at the end of the input, before the SDK hears of it (it cancels what is in flight)."""
         self.in_flight = RequestsInFlight()
         """The requests passed on and not yet answered (:mod:`agents.mcp_inflight`)."""
         self._send: Callable[[SessionMessage], Awaitable[None]] | None = None
@@ -263,7 +269,9 @@ class ScreenedLines:
             if error.id is not None:
                 self.in_flight.refusing(error.id)
             if not await self._answer(error):
-                break
+                raise StopAsyncIteration
+        if self._at_end is not None:
+            await self._at_end()
         raise StopAsyncIteration
 
     def _premature(self, message: object) -> types.JSONRPCError | None:
@@ -348,11 +356,13 @@ async def screened_stdio(
     *,
     log: Callable[[str], None] = stderr_log,
     on_writing: Callable[[Reply | None], After | None] = _nothing,
+    at_end: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]]:
     """The SDK's stdio transport, reading the screened lines of ``fd`` and writing to stdout through
     :class:`WrittenLines`. While it serves, fd 1 points at stderr, so that stray output (a library's
-    print) misses the wire, as the SDK's own transport does."""
-    lines = ScreenedLines(StdinLines(fd), log=log)
+    print) misses the wire, as the SDK's own transport does. ``at_end`` is awaited at the end of the
+    input, before the SDK hears of it."""
+    lines = ScreenedLines(StdinLines(fd), log=log, at_end=at_end)
     wire = os.dup(1)
     os.dup2(2, 1)
     try:

@@ -107,8 +107,9 @@ class Verifier:
         self.root = workdir.resolve()
         if not self.root.is_dir():
             raise ValueError(f"workdir {workdir} is not a directory")
-        self._counted: dict[tuple[Path, int, int, int, int], int] = {}
-        """The lines of the files counted last, the least recently used first."""
+        self._counted: dict[tuple[Path, int, int, int, int], tuple[int, bool]] = {}
+        """Of the files counted last (the least recently used first), the lines found and whether that is
+        all of them (:func:`_line_count`)."""
 
     def _guarded(self, file: str, inspect: Callable[[Path], _T]) -> _T | None:
         """``inspect`` of the path of ``file`` inside the workdir: the one place where a path an agent gave
@@ -145,21 +146,20 @@ class Verifier:
         status = path.stat()
         if number is None:
             return stat.S_ISREG(status.st_mode) or (directory and stat.S_ISDIR(status.st_mode))
-        return stat.S_ISREG(status.st_mode) and 1 <= number <= self._lines(path, status)
+        return stat.S_ISREG(status.st_mode) and 1 <= number <= self._lines(path, status, number)
 
-    def _lines(self, path: Path, status: os.stat_result) -> int:
-        """The lines of a file, counted once while it stays the same (its size and modification time):
-        each finding of a long report on one large file would read the whole file again."""
+    def _lines(self, path: Path, status: os.stat_result, wanted: int) -> int:
+        """The lines of a file, ``wanted`` at most: it is read only as far as it must be (line 1 of a file
+        of gigabytes is at its start), and what is known of it kept while it stays the same (its size and
+        modification time): each finding of a long report on one large file would read it again."""
         key = (path, status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
-        count = self._counted.get(key)
-        if count is None:
-            count = _line_count(path)
-            while len(self._counted) >= CACHED_FILES:
-                del self._counted[next(iter(self._counted))]
-        else:
-            del self._counted[key]  # moved to the end: the least recently used goes first
-        self._counted[key] = count
-        return count
+        known = self._counted.pop(key, None)  # taken out: put back at the end, the least recent goes first
+        if known is None or (not known[1] and known[0] < wanted):
+            known = _line_count(path, wanted)
+        while len(self._counted) >= CACHED_FILES:
+            del self._counted[next(iter(self._counted))]
+        self._counted[key] = known
+        return min(known[0], wanted)
 
     def finding(self, finding: Finding) -> Finding:
         verified = self.check(finding.file, finding.line)
@@ -204,9 +204,10 @@ class Verifier:
         return payload
 
 
-def _line_count(path: Path) -> int:
-    """Lines in a file: newlines, plus one for a last line without a newline. Read a chunk at a time; an
-    error reading it is the caller's (see :meth:`Verifier._guarded`)."""
+def _line_count(path: Path, wanted: int) -> tuple[int, bool]:
+    """Lines in a file (newlines, plus one for a last line without a newline), read a chunk at a time
+    until ``wanted`` are found; and whether the whole file was read. An error reading it is the caller's
+    (see :meth:`Verifier._guarded`)."""
     count = 0
     last = b""
     # Not blocking: the file checked as regular may have been swapped for a FIFO since, whose open waits
@@ -217,4 +218,8 @@ def _line_count(path: Path) -> int:
         while chunk := stream.read(_CHUNK):
             count += chunk.count(b"\n")
             last = chunk[-1:]
-    return count + (1 if last and last != b"\n" else 0)
+            if len(chunk) < _CHUNK:  # a regular file is read in whole chunks up to its last
+                break
+            if count >= wanted:
+                return count, False
+    return count + (1 if last and last != b"\n" else 0), True

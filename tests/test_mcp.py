@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 from importlib.metadata import version
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -23,6 +24,7 @@ from mcp_kit import AGENT, GROUP_ID, call, server, session, text_of
 from agents.adapter import AgentBus, OutputStream
 from agents.findings_import import parse_findings
 from bus.directives import AnswerItem, ClarificationResponse
+from bus.embedded import RedisProcess
 from bus.envelope import Envelope, EnvelopeType, new_envelope
 from bus.keys import ConsumerGroup, StreamKind
 from bus.publisher import Publisher
@@ -221,6 +223,15 @@ INVALID_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("no_such_tool", {}, "unknown tool"),
     ("report_progress", {"percent": 1, "message": "x" * (5 << 20)}, "bytes encoded"),
 ]
+
+
+async def test_an_invalid_call_is_refused_as_such_while_the_bus_is_down() -> None:
+    """What is wrong with a call is said at once, not after --publish-timeout spent waiting for a bus
+    that is down (an oversized call too)."""
+    async with session("redis://127.0.0.1:1/0", "--publish-timeout", "60") as client:
+        for name, arguments, message in INVALID_CALLS:
+            result = await asyncio.wait_for(call(client, name, arguments), 30)
+            assert result.is_error and message in text_of(result), (name, text_of(result))
 
 
 async def test_a_call_retried_on_another_server_is_the_same_envelope_when_it_names_its_content(
@@ -440,3 +451,46 @@ async def test_the_clarification_round_trip_through_a_real_coordinator(redis_url
         assert "A1: Both" in prompt and "A2: 3.0" in prompt
         record = orjson.loads(text_of(await call(client, "status", {})))
         assert record["state"] == "running"
+
+
+def _server_waiting_for(url: str) -> subprocess.Popen[bytes]:
+    """A server that waits a minute for the bus to publish a call."""
+    args = ["mcp", "--redis-url", url, "--agent-id", AGENT, "--group", GROUP_ID, "--publish-timeout", "60"]
+    return subprocess.Popen(
+        [CLI, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+
+
+async def test_calls_publishing_when_the_input_ends_are_published_and_answered(tmp_path: Path) -> None:
+    """The client sends its calls and closes stdin while the bus is still down: the server waits for the
+    bus (--publish-timeout), publishes them and answers each, rather than cancel them with an error that
+    leaves the client not knowing whether its signal went out."""
+    redis = RedisProcess(tmp_path / "redis")  # its port chosen, nothing listening there yet
+    mcp = _server_waiting_for(redis.url)
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    calls = [
+        {"id": n, "method": "tools/call", "params": {"name": "report_progress", "arguments": {"percent": n}}}
+        for n in range(2, 7)
+    ]
+    try:
+        assert mcp.stdin is not None
+        mcp.stdin.write(
+            _requests(
+                {"id": 1, "method": "initialize", "params": hello}, {"method": "notifications/initialized"}
+            )
+            + _requests(*calls)
+        )
+        mcp.stdin.close()  # the calls wait for the bus
+        redis.start()
+        assert mcp.stdout is not None
+        out = await asyncio.wait_for(asyncio.to_thread(mcp.stdout.read), 60)  # to the server's exit
+        replies = {r["id"]: r for r in map(orjson.loads, out.splitlines()) if r.get("id") != 1}
+        assert sorted(replies) == [2, 3, 4, 5, 6]
+        assert all("result" in r and not r["result"].get("isError") for r in replies.values()), replies
+        async with open_bus(redis.url) as bus:
+            published = [e.payload.percent for e in await signals(bus)]  # type: ignore[union-attr]
+        assert sorted(published) == [2, 3, 4, 5, 6]
+    finally:
+        if mcp.poll() is None:
+            mcp.kill()
+        redis.stop()

@@ -255,9 +255,9 @@ def test_a_file_s_lines_are_counted_once_while_it_stays_the_same(
     and only the last CACHED_FILES files are kept."""
     counted: list[Path] = []
 
-    def counting(path: Path) -> int:
+    def counting(path: Path, wanted: int) -> tuple[int, bool]:
         counted.append(path)
-        return line_count(path)
+        return line_count(path, wanted)
 
     line_count = verify._line_count
     monkeypatch.setattr(verify, "_line_count", counting)
@@ -318,4 +318,13 @@ def test_a_fifo_in_a_files_place_is_not_waited_on(tmp_path: Path) -> None:
     fifo = tmp_path / "a.py"
     os.mkfifo(fifo)
     with pytest.raises(OSError, match="not a regular file"):
-        verify._line_count(fifo)
+        verify._line_count(fifo, 1)
+
+
+def test_a_line_of_a_huge_file_is_found_without_reading_the_file_to_its_end(tmp_path: Path) -> None:
+    """Line 1 of a file of a gigabyte is at its start: the count stops there (the whole file, which ends in
+    a line of zeros without a newline, would have 2)."""
+    huge = tmp_path / "huge.bin"
+    huge.write_bytes(b"first line\n")
+    os.truncate(huge, 1 << 30)  # sparse: no disk
+    assert verify._line_count(huge, 1) == (1, False)
