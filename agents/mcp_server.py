@@ -22,6 +22,7 @@ the coordinator keeps it: the JSON of field ``a:<agent_id>`` of the hash ``{ns:s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import sys
 import threading
@@ -140,12 +141,7 @@ class ProtocolServer:
         server = self.server()
         try:
             stdio = screened_stdio(sys.stdin.fileno(), on_writing=self._writing, at_end=self._replies_out)
-            async with (
-                stdio as (
-                    read_stream,
-                    write_stream,
-                )
-            ):
+            async with stdio as (read_stream, write_stream):
                 await server.run(read_stream, write_stream, server.create_initialization_options())
         except* anyio.BrokenResourceError:
             task = asyncio.current_task()
@@ -191,13 +187,25 @@ class ProtocolServer:
             tool = self.tools.get(params.name)
             if tool is None:
                 return _text(f"unknown tool {quoted(params.name)}", error=True)
-            if ctx.request_id is not None:
-                self._publishing.add(ctx.request_id)
-            return await self.publish(tool, arguments)
+            return await self._tracked(ctx.request_id, self.publish(tool, arguments))
         except ValueError as exc:  # ToolInputError, or a value the bus refuses (an over-long id...)
             return _text(str(exc), error=True)
         except BusError as exc:
             return _text(f"the bus failed: {exc}", error=True)
+
+    async def _tracked(
+        self, request_id: types.RequestId | None, publishing: Awaitable[types.CallToolResult]
+    ) -> types.CallToolResult:
+        """A publishing call, known until its reply is written (see :meth:`_replies_out`)."""
+        if request_id is None:
+            return await publishing
+        self._publishing.add(request_id)
+        try:
+            return await publishing
+        except asyncio.CancelledError:  # the client cancelled it: no reply will come
+            self._publishing.discard(request_id)
+            self._out.set()
+            raise
 
     async def publish(self, tool: ProtocolTool, arguments: Mapping[str, Any]) -> types.CallToolResult:
         """Validate a call, then publish its envelope exactly as an adapter would."""
@@ -296,15 +304,14 @@ class ProtocolServer:
         that directive once the line is out; when it answers a publishing call, what tells the end of the
         input so. Taken off ``_unacked`` and ``_publishing`` now: once the reply is out, the client may
         send its id again."""
-        # only a result answers a call: an error under its id is the refusal of another request sent
-        # under it while it was in flight (agents.mcp_inflight)
-        if reply is None or not reply.result:
+        if reply is None:
             return None
-        ack = self._unacked.pop(reply.request_id, None) if self._unacked else None
-        published = reply.request_id in self._publishing
-        if not published:
+        # only a result carries a directive: an error under its id is the refusal of another request sent
+        # under it while it was in flight (agents.mcp_inflight)
+        ack = self._unacked.pop(reply.request_id, None) if reply.result and self._unacked else None
+        if reply.request_id not in self._publishing:
             return None if ack is None else functools.partial(_acknowledge, ack)
-        self._publishing.discard(reply.request_id)
+        self._publishing.discard(reply.request_id)  # an error too: better one call cut short than a hang
         self._unflushed += 1
         return functools.partial(self._written, ack)
 
@@ -318,9 +325,11 @@ class ProtocolServer:
         """Until every publishing call is answered: at the end of the input the SDK would cancel them, and
         answer an error for a call whose signal may have gone out (a client that sends it again would
         publish it twice)."""
-        while self._publishing or self._unflushed:
-            self._out.clear()
-            await self._out.wait()
+        with contextlib.suppress(TimeoutError):  # each publishes within its timeout: this is a last guard
+            async with asyncio.timeout(2 * self.publish_timeout_s):
+                while self._publishing or self._unflushed:
+                    self._out.clear()
+                    await self._out.wait()
 
     async def status(self) -> types.CallToolResult:
         """The agent's record in the coordinator's group state (JSON), read without the coordinator."""

@@ -494,3 +494,30 @@ async def test_calls_publishing_when_the_input_ends_are_published_and_answered(t
         if mcp.poll() is None:
             mcp.kill()
         redis.stop()
+
+
+async def test_a_call_the_client_cancelled_is_not_waited_for_at_the_end_of_the_input(tmp_path: Path) -> None:
+    """No reply comes for a cancelled call: the end of the input does not wait for one (the server would
+    wait out twice --publish-timeout)."""
+    redis = RedisProcess(tmp_path / "redis")  # never started: the call waits for the bus
+    mcp = _server_waiting_for(redis.url)
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    progress = {"name": "report_progress", "arguments": {"percent": 1}}
+    cancel = {"method": "notifications/cancelled", "params": {"requestId": 2, "reason": "changed my mind"}}
+    try:
+        assert mcp.stdin is not None and mcp.stdout is not None
+        mcp.stdin.write(
+            _requests(
+                {"id": 1, "method": "initialize", "params": hello}, {"method": "notifications/initialized"}
+            )
+            + _requests({"id": 2, "method": "tools/call", "params": progress})
+        )
+        mcp.stdin.flush()
+        assert b'"id":1' in await asyncio.to_thread(mcp.stdout.readline)
+        mcp.stdin.write(_requests(cancel))
+        mcp.stdin.close()
+        out = await asyncio.wait_for(asyncio.to_thread(mcp.stdout.read), 30)  # to the server's exit
+        assert b'"id":2' not in out or b"error" in out
+    finally:
+        if mcp.poll() is None:
+            mcp.kill()
