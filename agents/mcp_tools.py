@@ -116,8 +116,9 @@ class WaitInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     timeout_seconds: float = Field(
-        default=60.0, ge=0, le=3600, allow_inf_nan=False, description="How long to wait."
+        default=60.0, ge=0, le=3600, allow_inf_nan=False, strict=True, description="How long to wait."
     )
+    """A JSON number: ``true`` or ``"1"`` is refused, as the schema says (strict: an int is still one)."""
 
 
 class StatusInput(BaseModel):

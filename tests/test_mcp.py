@@ -219,6 +219,8 @@ INVALID_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("submit_result", {"agent": "A", "status": "DONE", "summary": "s"}, "status"),
     ("submit_result", {"agent": "A", "status": "SUCCESS", "summary": " "}, "must not be blank"),
     ("wait_for_directive", {"timeout_seconds": -1}, "timeout_seconds"),
+    ("wait_for_directive", {"timeout_seconds": True}, "timeout_seconds"),
+    ("wait_for_directive", {"timeout_seconds": "1"}, "timeout_seconds"),
     ("status", {"verbose": True}, "verbose"),
     ("no_such_tool", {}, "unknown tool"),
     ("report_progress", {"percent": 1, "message": "x" * (5 << 20)}, "bytes encoded"),
