@@ -197,9 +197,7 @@ class Scanner(ScanState):
         for m in HIT.finditer(b"\n" + body):  # its fences are the prose's: the drawing's own closes
             hit = Hit(m, 0, m.end(), 0)
             if hit.fence is not None:
-                self._fence = (
-                    None if hit.closes(self._fence) else self._fence or (hit.fence[0], len(hit.fence))
-                )
+                self._toggle_fence(hit)
 
     def _outside(self, hit: Hit) -> None:
         """A line outside a block or report: a tag opens a block, a fence opens or closes a code block, a
@@ -208,9 +206,15 @@ class Scanner(ScanState):
             if hit.opens:
                 self._open_block(hit.tag, len(hit.indent), hit.at, hit.next_at, hit.end + 1, hit.line)
         elif hit.fence is not None:
-            self._fence = None if hit.closes(self._fence) else self._fence or (hit.fence[0], len(hit.fence))
+            self._toggle_fence(hit)
         elif (report := hit.report()) is not None:
             self._open_report(hit, *report)
+
+    def _toggle_fence(self, hit: Hit) -> None:
+        """A fence line in the prose: it closes the open code fence, or opens one (inside an open fence,
+        a fence that does not close it is the code's)."""
+        assert hit.fence is not None
+        self._fence = None if hit.closes(self._fence) else self._fence or (hit.fence[0], len(hit.fence))
 
     def _third_level(self, m: re.Match[bytes]) -> bool:
         """Whether a heading of level 3 may mean something here: in the prose outside code fences, one
