@@ -66,7 +66,7 @@ class ConfidenceParts:
             if match is not None:  # `88 - why`, which may name the breakdown too: `(verified: 90, ...)`
                 score = float(match.group(1))
                 why += [" - ".join(x.strip() for x in match.group(2, 3) if x and x.strip())]
-                self.breakdown |= {b.group(1).lower(): float(b.group(2)) for b in _BREAKDOWN.finditer(line)}
+                self._read_breakdown(line)
             elif breakdown is not None:
                 kind = breakdown.group(1).lower()
                 self.breakdown[kind] = float(breakdown.group(2))
@@ -85,8 +85,11 @@ class ConfidenceParts:
         """Seed 001's Confidence Breakdown as a section of its own: its verified, inferred and combined
         confidences (a score, when there is no Confidence section)."""
         for _, line in part.lines:
-            found = _BREAKDOWN.finditer(line.replace("**", ""))
-            self.breakdown |= {b.group(1).lower(): float(b.group(2)) for b in found}
+            self._read_breakdown(line.replace("**", ""))
+
+    def _read_breakdown(self, line: str) -> None:
+        """Every ``kind: number`` of the breakdown a line names."""
+        self.breakdown |= {b.group(1).lower(): float(b.group(2)) for b in _BREAKDOWN.finditer(line)}
 
     def justification(self, part: Part) -> None:
         """Read the Confidence Justification's labelled lines."""
