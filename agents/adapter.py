@@ -20,7 +20,7 @@ from typing import Final
 from agents.lost import AWAITED, lost_signal
 from agents.output_stream import OutputStream, completes
 from agents.sending import GaveUp, Sender
-from agents.verify import Verifier
+from agents.verify import Verifier, verified_envelope
 from bus import wire
 from bus.connection import Client, connect
 from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, Payload, encode, new_envelope
@@ -128,10 +128,13 @@ class AgentBus:
     ) -> Envelope:
         """An envelope of this agent (or of ``agent_id`` in the same group); with a workdir, its file
         references are verified first."""
-        if self.verifier is not None:
-            payload = self.verifier.payload(payload)
-        return new_envelope(
-            payload, agent_id=agent_id or self.agent_id, group_id=self.group_id, source=source, id=id
+        return verified_envelope(
+            self.verifier,
+            payload,
+            agent_id=agent_id or self.agent_id,
+            group_id=self.group_id,
+            source=source,
+            id=id,
         )
 
     async def publish(

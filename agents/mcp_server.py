@@ -54,10 +54,10 @@ from agents.mcp_tools import (
     payload_of,
 )
 from agents.parser import describe_errors
-from agents.verify import Verifier
+from agents.verify import Verifier, verified_envelope
 from bus.connection import translated
 from bus.display import quoted
-from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, encode, new_envelope
+from bus.envelope import MAX_ENVELOPE_BYTES, Envelope, encode
 from bus.errors import BusError, ConnectionFailed, CredentialsRefused
 from bus.events import AgentState
 from bus.payloads import Payload
@@ -242,12 +242,15 @@ class ProtocolServer:
     def _envelope(self, tool: ProtocolTool, payload: Payload, identity: Identity) -> Envelope:
         """The call's envelope, as an adapter with the same --workdir would publish it."""
         call = call_id(tool, payload, identity.agent_id)  # of the call as made: the same call, the same id
-        if self._verifier is not None:
-            with self._verifying:
-                payload = self._verifier.payload(payload)
-        return new_envelope(
-            payload, agent_id=identity.agent_id, group_id=identity.group_id, source=self.source, id=call
-        )
+        with self._verifying:
+            return verified_envelope(
+                self._verifier,
+                payload,
+                agent_id=identity.agent_id,
+                group_id=identity.group_id,
+                source=self.source,
+                id=call,
+            )
 
     async def wait_for_directive(
         self, request: WaitInput, request_id: types.RequestId | None = None

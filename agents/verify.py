@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final, TypeVar
 
-from bus.envelope import Payload
+from bus.envelope import Envelope, Payload, new_envelope
 from bus.fields import Model
 from bus.findings import MAX_LINE, Finding
 from bus.results import Reference, ResultReport
@@ -38,6 +38,7 @@ __all__ = [
     "Verifier",
     "deliverable_paths",
     "split_location",
+    "verified_envelope",
 ]
 
 DELIVERABLES_FIELD: Final = DELIVERABLES_VERIFIED
@@ -223,3 +224,19 @@ def _line_count(path: Path, wanted: int) -> tuple[int, bool]:
             if count >= wanted:
                 return count, False
     return count + (1 if last and last != b"\n" else 0), True
+
+
+def verified_envelope(
+    verifier: Verifier | None,
+    payload: Payload,
+    *,
+    agent_id: str,
+    group_id: str,
+    source: str,
+    id: str | None = None,
+) -> Envelope:
+    """The envelope of an agent's ``payload``; with a ``verifier`` (a workdir), its file references are
+    verified first."""
+    if verifier is not None:
+        payload = verifier.payload(payload)
+    return new_envelope(payload, agent_id=agent_id, group_id=group_id, source=source, id=id)
