@@ -132,8 +132,11 @@ class Scanner(ScanState):
             if self._tent is not None:
                 rewind = self._tentative_hit(Hit(m, base, end, line))
             elif is_tag and not maybe and self._state is not State.REPORT:
-                resume = self._tag(m, base + start, end, line)  # the usual hit, taken without a Hit
-                continue
+                tagged = self._tag(m, base + start, end, line)  # the usual hit, taken without a Hit
+                if isinstance(tagged, int):
+                    resume = tagged
+                    continue
+                return tagged
             else:
                 rewind = self._hit(self._decided_hit(Hit(m, base, end, line)))
             if rewind is not None:
@@ -165,7 +168,9 @@ class Scanner(ScanState):
         """A fence or heading line outside a block, or any line in a report, or a tentative tag line; or
         a result report's heading in a block (:func:`~agents.lines.ends_block`)."""
         if self._state is State.BLOCK:
-            self._unterminated(hit)
+            prose = self._unterminated(hit)
+            if prose is not None:
+                return prose
         if hit.tentative:
             return self._open_tentative(hit)
         if self._state is State.REPORT:
@@ -177,27 +182,31 @@ class Scanner(ScanState):
         self._outside(hit)
         return None
 
-    def _unterminated(self, hit: Hit) -> None:
+    def _unterminated(self, hit: Hit) -> _Rewind | None:
         """End the open block at a report's heading, with its error (or the size limit's, as at a tag)."""
         if hit.at - self._body_start > self._limit:
             self._check_size(hit.at)
-        self._not_terminated(hit.start, f"not terminated before the result report at line {hit.line}")
+        message = f"not terminated before the result report at line {hit.line}"
+        prose = self._not_terminated(hit.start - 1, message)
         self._state = State.OUTSIDE
+        return prose
 
-    def _not_terminated(self, end: int, message: str) -> None:
-        """The open block ends at ``end`` in the region without its closing tag: an error, but for a body
-        that holds no mapping at all, which is no signal the agent failed to finish but a drawing of the
-        protocol whose tags stand alone on their lines (seed 003's diagrams): prose."""
+    def _not_terminated(self, end: int, message: str) -> _Rewind | None:
+        """The open block ends at the newline ``end`` in the region without its closing tag: an error,
+        but for a body that holds no mapping at all, which is no signal the agent failed to finish but a
+        drawing of the protocol whose tags stand alone on their lines (seed 003's diagrams). That is
+        prose: its lines are given back to be scanned as prose, as a tentative block's are, and then the
+        line that ended it. (They hold no closing tag, which would have closed the block, so a tag line
+        in them cannot be taken for a block again.)"""
         if self._discard:
-            return
-        body = bytes(self._body) + self._region[self._seg : end]
+            return None
+        body = bytes(self._body) + self._region[self._seg : end + 1]
         if _MAPPING.search(body) is not None:
             self._error(message)
-            return
-        for m in HIT.finditer(b"\n" + body):  # its fences are the prose's: the drawing's own closes
-            hit = Hit(m, 0, m.end(), 0)
-            if hit.fence is not None:
-                self._toggle_fence(hit)
+            return None
+        self._state = State.OUTSIDE
+        self.line = self._start_line + 1
+        return (b"\n" + body if body else b""), self._body_start, end
 
     def _outside(self, hit: Hit) -> None:
         """A line outside a block or report: a tag opens a block, a fence opens or closes a code block, a
@@ -263,9 +272,10 @@ class Scanner(ScanState):
         self.line = tent.line
         return bytes(tent.kept), tent.at, self._seg - 1
 
-    def _tag(self, m: re.Match[bytes], at: int, end: int, line: int) -> int:
+    def _tag(self, m: re.Match[bytes], at: int, end: int, line: int) -> int | _Rewind:
         """A tag line (stream offset ``at``, ending at ``end`` in the region) outside a report: it opens
-        a block, or ends the open one. Returns where the scan of the region goes on."""
+        a block, or ends the open one. Returns where the scan of the region goes on, or what to scan
+        before it (:meth:`_not_terminated`)."""
         indent, slash, tag = m.group(1, 2, 3)
         if self._state is State.BLOCK:
             if at - self._body_start > self._limit:
@@ -277,7 +287,10 @@ class Scanner(ScanState):
             elif slash:
                 self._emit_block(bytes(self._body) + self._region[self._seg : m.start() + 1])
             else:
-                self._not_terminated(m.start(), f"not terminated before the [{tag.decode()}] at line {line}")
+                message = f"not terminated before the [{tag.decode()}] at line {line}"
+                prose = self._not_terminated(m.start(), message)
+                if prose is not None:
+                    return prose
             if slash:
                 self._state = State.OUTSIDE
                 return m.end()
