@@ -75,7 +75,7 @@ async def _findings(
             client, keys, group_id, on_page=shown, on_skipped=foreign
         ):
             named = (
-                found.model_copy(update={"agent": agent_key(agent_id)})
+                found.model_copy(update={"agent": agent_key(agent_id) or agent_id})
                 if senders and not found.agent
                 else found
             )

@@ -283,21 +283,25 @@ def test_entries_of_the_findings_stream_that_are_no_findings_are_skipped_and_sai
         assert said in done.stderr, (args, done.stderr)
 
 
-def test_replay_takes_a_finding_that_names_no_agent_for_its_sender_s(redis_url: str) -> None:
-    # as the rules do: another writer's two reports, of two senders, are two agents in conflict
+@pytest.mark.parametrize("senders", [("agent-one", "agent-two"), ("[]", "**")])
+def test_replay_takes_a_finding_that_names_no_agent_for_its_sender_s(
+    redis_url: str, senders: tuple[str, str]
+) -> None:
+    # as the rules do: another writer's two reports, of two senders, are two agents in conflict (an id of
+    # punctuation alone, blank once normalised, as it is)
     keys = Keys(DEFAULT_NAMESPACE, 8)
     ok(redis_url, "findings", "add", "--agent-id", "seed", "--group", "alpha", _finding("seed", "minor", 50))
     coordinate(redis_url)  # the namespace, and the group
     stream = keys.stream(keys.shard_of("alpha"), StreamKind.FINDINGS)
     with redis.Redis.from_url(redis_url) as client:
-        for sender, severity, confidence in (("agent-one", "critical", 95), ("agent-two", "high", 78)):
+        for sender, severity, confidence in zip(senders, ("critical", "high"), (95, 78), strict=True):
             finding = Finding(title="SQLi", file="src/b.ts", line=8, severity=severity, confidence=confidence)
             client.xadd(stream, {"data": encode(new_envelope(finding, agent_id=sender, group_id="alpha"))})
     replayed = orjson.loads(ok(redis_url, "replay", "--group", "alpha", "--json"))
     [sqli] = [m for m in replayed if m["finding"]["title"] == "SQLi"]
     assert (sqli["confidence"], sqli["agents"], sqli["severity_conflict"]) == (
         pytest.approx(96.5),
-        ["agent-one", "agent-two"],
+        sorted(senders),
         True,
     )
 

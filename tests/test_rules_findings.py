@@ -231,6 +231,18 @@ def test_a_finding_whose_agent_name_is_punctuation_alone_is_its_sender_s(name: s
     assert merge_findings(copies, feed.policy) == [merged]  # what replay recomputes from the stream
 
 
+def test_senders_whose_ids_are_punctuation_alone_are_two_reporters_in_replay_too() -> None:
+    """Such an id names its reporter as it is (normalised, it is blank); the stream's copies named them
+    so, but recomputing normalised them again, to one blank reporter: `replay` lost the agreement."""
+    feed = Feed()
+    feed.send(finding("", confidence=90), "[]")
+    feed.send(finding("", confidence=50), "**")
+    (merged,) = merged_view(feed.state, feed.policy)
+    assert merged.agents == ("**", "[]") and merged.agreement and merged.confidence == 80
+    copies = [e.envelope.payload for o in feed.outcomes for e in o.emits if e.target is Target.FINDINGS]
+    assert merge_findings([c for c in copies if isinstance(c, Finding)], feed.policy) == [merged]
+
+
 def test_findings_from_a_script_register_an_agent_that_never_times_out() -> None:
     policy = Policy(heartbeat_timeout_seconds=10, lost_timeout_seconds=20)
     feed = Feed(policy)

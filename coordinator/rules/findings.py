@@ -50,6 +50,12 @@ _agent_key = lru_cache(maxsize=4096)(agent_key)
 """Agent names repeat on every report; normalising one is a regular expression substitution."""
 
 
+def _reporter(name: str) -> str:
+    """A report's agent as its slot knows it: the normalised name, or the name as written when nothing is
+    left of it (an agent id of punctuation alone, ``[]``, which :func:`record_finding` names so)."""
+    return _agent_key(name) or name
+
+
 class MergedFinding(Model):
     """One deduplicated finding of the merged view."""
 
@@ -154,7 +160,7 @@ def fold(
     :func:`slot_key`, computed when not given). ``agent`` is the report's normalised agent name, when
     known already."""
     if agent is None:
-        agent = _agent_key(finding.agent)
+        agent = _reporter(finding.agent)
     if slot is None:
         # Built with its report at once: the slot an empty one would be evolved into, for half the cost.
         location, category, discriminator = key or slot_key(finding)
@@ -176,7 +182,7 @@ def compact_slot(slot: FindingSlot) -> FindingSlot:
     reports are validated anew, each with copies of its own)."""
     reports: dict[str, Finding] = {}
     for agent, finding in slot.reports.items():
-        reports[agent] = _kept(finding, _agent_key(finding.agent), reports)
+        reports[agent] = _kept(finding, _reporter(finding.agent), reports)
     return evolve(slot, reports=reports)
 
 
