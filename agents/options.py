@@ -14,6 +14,7 @@ from agents.delivery import DeliverySpec, delivery_problem, program_problem
 from agents.transcript import Format
 from agents.whole_input import InputError, read_whole
 from bus.display import has_control, unshown
+from bus.envelope import MAX_NAME_CHARS
 from bus.ops import Ops, ops_options
 from bus.params import MILLISECONDS, FiniteFloatRange
 
@@ -31,7 +32,7 @@ __all__ = [
 P = ParamSpec("P")
 R = TypeVar("R")
 
-MAX_ID_CHARS: Final = 256
+MAX_ID_CHARS: Final = MAX_NAME_CHARS
 """The longest agent or group id an envelope carries."""
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_ENVELOPE_BYTES",
     "MAX_ID_CHARS",
+    "MAX_NAME_CHARS",
     "PAYLOADS",
     "SCHEMA_VERSION",
     "WIRE_UTC",
@@ -58,6 +59,8 @@ MAX_ENVELOPE_BYTES: Final = 4 * 1024 * 1024
 """Entries larger than this are refused on publish and dead-lettered on read."""
 MAX_ID_CHARS: Final = 128
 """The longest envelope id."""
+MAX_NAME_CHARS: Final = 256
+"""The longest agent or group id."""
 MAX_DEPTH: Final = 200
 """The deepest an entry may nest arrays and objects, its own object counted: what pydantic's JSON parser
 takes (a signal's extra fields may nest), well within what the models can write back."""
@@ -73,8 +76,8 @@ class Envelope(Model):
     v: int = SCHEMA_VERSION
     kind: Kind
     type: EnvelopeType
-    agent_id: str = Field(min_length=1, max_length=256)
-    group_id: str = Field(min_length=1, max_length=256)
+    agent_id: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    group_id: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     ts: Timestamp
     source: str = ""
     payload: Payload

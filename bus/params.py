@@ -9,8 +9,18 @@ import click
 from click.core import ParameterSource
 
 from bus.display import has_control
+from bus.envelope import MAX_NAME_CHARS
 
-__all__ = ["COUNT", "MILLISECONDS", "EnvOption", "FiniteFloatRange", "not_blank", "process_name", "utf8"]
+__all__ = [
+    "COUNT",
+    "MILLISECONDS",
+    "EnvOption",
+    "FiniteFloatRange",
+    "an_id",
+    "not_blank",
+    "process_name",
+    "utf8",
+]
 
 
 MAX_SECONDS: Final = 1e9
@@ -64,6 +74,17 @@ def not_blank(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     mistake, not a value."""
     if value is not None and not value.strip():
         raise click.BadParameter("must not be blank")
+    return value
+
+
+def an_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A click callback: an agent or group id to look for is not blank, and no longer than an envelope's
+    (a longer one names nothing, and the message saying so would repeat it whole)."""
+    value = not_blank(ctx, param, value)
+    if value is not None and len(value) > MAX_NAME_CHARS:
+        raise click.BadParameter(
+            f"is {len(value):,} characters long: no agent or group id has more than {MAX_NAME_CHARS}"
+        )
     return value
 
 

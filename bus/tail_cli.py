@@ -16,7 +16,7 @@ from bus.connection import connect
 from bus.display import cut, format_item
 from bus.errors import ConfigError
 from bus.keys import ConsumerGroup, Keys, StreamKind, open_namespace
-from bus.params import FiniteFloatRange, not_blank
+from bus.params import FiniteFloatRange, an_id, not_blank
 from bus.retention import stream_id
 from bus.settings import Settings
 from bus.tail import Item, TailOptions, tail_streams
@@ -110,7 +110,7 @@ def _own_group(ctx: click.Context, param: click.Parameter, group: str | None) ->
 @click.option(
     "--group-id",
     default=None,
-    callback=not_blank,
+    callback=an_id,
     help="For inbox:AGENT: the agent's task group, to read its shard only (needed with --group).",
 )
 @click.option(

@@ -16,7 +16,7 @@ from bus.connection import Client, translated
 from bus.display import counted, json_bytes, one_line
 from bus.findings import Finding
 from bus.keys import Keys, StreamKind
-from bus.params import not_blank
+from bus.params import an_id
 from bus.progress import Progress
 from bus.settings import Settings
 from coordinator.console import finding_line, group_heading, grouped_lines, merged_command, merged_lines
@@ -209,7 +209,7 @@ def _one_format(ctx: click.Context, param: click.Parameter, value: bool) -> bool
 
 
 @click.group("findings", invoke_without_command=True)
-@click.option("--group", "group_id", callback=not_blank, help="Only this task group.")
+@click.option("--group", "group_id", callback=an_id, help="Only this task group.")
 @click.option(
     "--merged",
     is_flag=True,
@@ -304,7 +304,7 @@ def _echo_array(records: Iterable[str]) -> None:
 
 
 @click.command()
-@click.option("--group", "group_id", required=True, callback=not_blank, help="The task group to recompute.")
+@click.option("--group", "group_id", required=True, callback=an_id, help="The task group to recompute.")
 @POLICY_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the merged view as JSON.")
 @redis_options

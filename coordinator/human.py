@@ -29,7 +29,7 @@ from bus.directives import (
 from bus.display import cut, one_line
 from bus.envelope import Payload
 from bus.errors import BusError
-from bus.params import FiniteFloatRange, not_blank
+from bus.params import FiniteFloatRange, an_id, not_blank
 from bus.settings import Settings
 from bus.signals import Question
 from coordinator.human_publish import Build, How, agent_group, group_of, only, publish_command
@@ -47,7 +47,7 @@ __all__ = ["commands"]
 _GROUP = click.option(
     "--group",
     "group_id",
-    callback=not_blank,
+    callback=an_id,
     help="The task group (needed only when the id is known in several groups; `inbox` then names it).",
 )
 
@@ -120,7 +120,7 @@ def _with_equals(_ctx: click.Context, _param: click.Parameter, pairs: tuple[str,
 
 
 @click.command()
-@click.argument("agent_id", callback=not_blank)
+@click.argument("agent_id", callback=an_id)
 @click.argument("answers", nargs=-1, required=True, callback=_with_equals)
 @_text("--next-step", help="What the agent should do next (default: continue with the answers).")
 @_how
@@ -154,7 +154,7 @@ def _questions(record: AgentRecord) -> list[Question]:
 
 
 @click.command()
-@click.argument("agent_id", callback=not_blank)
+@click.argument("agent_id", callback=an_id)
 @_text("--resolution", required=True, help="What was done about the blocker.")
 @_text(
     "--instructions",
@@ -180,7 +180,7 @@ def resolve(
 
 
 @click.command()
-@click.argument("agent_id", callback=not_blank)
+@click.argument("agent_id", callback=an_id)
 @click.option(
     "--option",
     "option",
@@ -307,7 +307,7 @@ def deny(
 
 
 @click.command()
-@click.argument("agent_id", callback=not_blank)
+@click.argument("agent_id", callback=an_id)
 @_text("--note", help="What the human does about it (kept in the decision event).")
 @_how
 @redis_options

@@ -21,7 +21,7 @@ from bus.errors import BusError, NamespaceMissing
 from bus.fields import Model
 from bus.human_key import KEY_FILE_ENV, read_key
 from bus.keys import Keys, open_namespace
-from bus.params import EnvOption, FiniteFloatRange, not_blank
+from bus.params import EnvOption, FiniteFloatRange, an_id
 from bus.progress import Progress
 from bus.settings import Settings
 from coordinator.console import (
@@ -151,7 +151,7 @@ def _not_both(ctx: click.Context, param: click.Parameter, value: T) -> T:
 
 
 @click.command()
-@click.option("--group", "group_id", callback=not_blank, help="Only this task group.")
+@click.option("--group", "group_id", callback=an_id, help="Only this task group.")
 @click.option("--json", "as_json", is_flag=True, callback=_not_both, help="Print the summaries as JSON.")
 @click.option(
     "--watch",

@@ -259,6 +259,28 @@ def test_a_blank_text_is_a_usage_error_and_publishes_nothing(redis_url: str) -> 
     assert len(said(redis_url)) == published
 
 
+def test_an_id_longer_than_any_is_a_usage_error_said_in_a_line(redis_url: str) -> None:
+    """The id of no agent and no group: it was looked for, and the message saying it is unknown repeated
+    all of it (100 000 characters, twice from `replay`)."""
+    coordinate(redis_url)
+    long = "a" * 100_000
+    for args, option in [
+        (["answer", long, "Q1=x"], "AGENT_ID"),
+        (["resolve", long, "--resolution", "ok"], "AGENT_ID"),
+        (["dismiss", long], "AGENT_ID"),
+        (["answer", "asker", "Q1=x", "--group", long], "--group"),
+        (["status", "--group", long], "--group"),
+        (["findings", "--merged", "--group", long], "--group"),
+        (["replay", "--group", long], "--group"),
+        (["tail", "--stream", "inbox:asker", "--group-id", long], "--group-id"),
+    ]:
+        done = cli(redis_url, *args)
+        assert done.returncode == 2, (args[0], done.stdout[:200], done.stderr[:200])
+        said = f"Invalid value for '{option}': is 100,000 characters long: no agent or group id has more than 256"
+        assert said in done.stderr and len(done.stderr) < 1000, (args[0], done.stderr[:300])
+    assert len(ok(redis_url, "status", "--group", "a" * 256)) < 2000  # the longest there may be is looked for
+
+
 def _finding(title: str, severity: str, confidence: int) -> str:
     fields = {"id": "SEC-001", "title": title, "file": "src/a.ts", "line": 8, "severity": severity}
     return orjson.dumps({**fields, "confidence": confidence}).decode()
