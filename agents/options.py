@@ -178,7 +178,11 @@ def common_options(command: Callable[P, R]) -> Callable[..., R]:
         help="Seconds between heartbeats.",
     )
     @click.option("--name", help="The agent's name (its kind, e.g. security-auditor) for AGENT_STARTED.")
-    @click.option("--task-file", metavar="PATH|-", help="The agent's task prompt, reported in AGENT_STARTED.")
+    @click.option(
+        "--task-file",
+        metavar="PATH|-",
+        help="The agent's task prompt, reported in AGENT_STARTED (- reads stdin, but for adapter stdin).",
+    )
     @click.option("--session-id", help="Session id for {session_id} when the output does not carry one.")
     @click.option(
         "--wait-for-redis",
@@ -191,7 +195,13 @@ def common_options(command: Callable[P, R]) -> Callable[..., R]:
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> R:
         values = {name: kwargs.pop(name) for name in _OPTION_FIELDS}
-        task, fmt = _read_task(kwargs.pop("task_file")), Format(kwargs.pop("fmt"))
+        task_file = kwargs.pop("task_file")
+        if task_file == "-" and click.get_current_context().command.name == "stdin":
+            raise click.BadParameter(
+                "adapter stdin reads the agent's output from stdin: give the task in a file",
+                param_hint="--task-file",
+            )
+        task, fmt = _read_task(task_file), Format(kwargs.pop("fmt"))
         common = Common(**values, task=task, fmt=fmt, ops=kwargs.pop("ops"))
         if common.deliver is not None:
             check_delivery(common.deliver)

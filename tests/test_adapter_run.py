@@ -676,6 +676,27 @@ async def test_a_bad_deliver_spec_or_task_file_is_a_usage_error(redis_url: str, 
         assert await bus.envelopes(GROUP) == []  # refused before anything was published
 
 
+async def test_stdin_refuses_a_task_read_from_stdin(redis_url: str, tmp_path: Path) -> None:
+    """Both would read stdin: the whole output became the task, and none of its signals was published."""
+    log = tmp_path / "adapter.log"
+    producer = spawn(fake("stop", agent_id="r15"), stdout=subprocess.PIPE)
+    assert producer.stdout is not None
+    adapter = start(
+        ["adapter", "stdin", "--agent-id", "r15", "--group", GROUP, "--quiet", "--task-file", "-"],
+        redis_url,
+        log,
+        stdin=producer.stdout,
+    )
+    producer.stdout.close()
+    assert await exited(adapter, 30) == 2, log.read_text()
+    producer.wait(timeout=10)
+    assert (
+        "Invalid value for --task-file: adapter stdin reads the agent's output from stdin" in log.read_text()
+    )
+    async with open_bus(redis_url) as bus:
+        assert await bus.envelopes(GROUP) == []
+
+
 async def test_a_task_over_the_limit_is_cut_in_agent_started_and_the_cut_is_reported(
     redis_url: str, tmp_path: Path
 ) -> None:
