@@ -83,6 +83,8 @@ class Session:
         self._gave_up: GaveUp | None = None
         self._resumable = False
         """What the last AGENT_EXITED said: the adapter goes on resuming the agent."""
+        self._exited = False
+        """An AGENT_EXITED was published (of a process's turn, or of the end of a piped output)."""
         self._delegates = DelegateWait(options.idle_file, bus.log)
         self.output = AgentOutput(
             bus, self._delegates, fmt=options.fmt, tee=options.tee, stderr_log=options.stderr_log
@@ -137,7 +139,7 @@ class Session:
             raise AgentDone()
         if self.stop.is_set():
             raise DeliveryFailed("the adapter is stopping")
-        if self.last_code is not None and not self._resumable:
+        if self._exited and not self._resumable:
             # Its last AGENT_EXITED said nobody resumes it here: the coordinator starts it again with the
             # directives of its inbox (or leaves them to whoever starts it), which a turn here would repeat.
             raise DeliveryFailed(
@@ -349,6 +351,7 @@ class Session:
         """Whether this adapter goes on resuming the agent with its directives after this exit: only
         with ``--until-complete``, and not once it was told to stop. Otherwise it ends with the agent,
         and the coordinator has a launcher start an agent it launched again instead."""
+        self._exited = True
         self._resumable = self._between_turns()
         return self._resumable
 

@@ -421,6 +421,33 @@ async def test_without_until_complete_a_directive_read_during_the_turn_starts_no
     assert "this adapter ends with it (no --until-complete)" in log.read_text()
 
 
+async def test_stdin_without_until_complete_starts_no_turn_after_its_input_ends(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """As `adapter run`: its AGENT_EXITED said nobody resumes the agent here, and then the directive read
+    while the input was open started a turn all the same."""
+    log = tmp_path / "adapter.log"
+    async with open_bus(redis_url) as bus:
+        _, resume = await _answer_waiting(bus, "r16")
+        producer = spawn(fake("sleep:0.5", agent_id="r16"), stdout=subprocess.PIPE)
+        assert producer.stdout is not None
+        adapter = start(
+            ["adapter", "stdin", "--agent-id", "r16", "--group", GROUP, "--quiet", "--deliver", resume],
+            redis_url,
+            log,
+            stdin=producer.stdout,
+        )
+        producer.stdout.close()
+        assert await exited(adapter, 30) == 0, log.read_text()
+        producer.wait(timeout=10)
+        assert await bus.count(GROUP, T.AGENT_STARTED) == 1, log.read_text()
+        [exit_] = await bus.of_type(GROUP, T.AGENT_EXITED)
+        assert exit_.payload == AgentExited(exit_code=None, completed=False, resumable=False)
+        pending: Any = await bus.client.xpending(bus.inbox(GROUP, "r16"), "adapter")
+        assert pending["pending"] == 1
+    assert "this adapter ends with it (no --until-complete)" in log.read_text()
+
+
 @pytest.mark.parametrize("held", ["", ">/dev/null"])  # stdout and stderr, or stderr alone
 async def test_a_process_the_agent_leaves_running_does_not_hold_its_exit_back(
     redis_url: str, tmp_path: Path, held: str
