@@ -173,13 +173,17 @@ def program_problem(argv: list[str]) -> str | None:
 
 def delivery_problem(spec: DeliverySpec) -> str | None:
     """Why directives cannot be delivered by ``spec`` here, or None: its command's program (see
-    :func:`program_problem`), or its response file, a directory or in a directory that does not exist."""
+    :func:`program_problem`), or its response file: a directory, in a directory that does not exist, or
+    no regular file."""
     if spec.kind is DeliveryKind.COMMAND:
         return program_problem(list(spec.argv))
     if spec.path is not None and spec.path.is_dir():
         return f"{spec.path} is a directory"
     if spec.path is not None and not spec.path.parent.is_dir():
         return f"the directory of {spec.path} does not exist"
+    if spec.path is not None and spec.path.exists() and not spec.path.is_file():
+        # each delivery reads the file back first, to append a directive once (after a kill) and whole
+        return f"{spec.path} is not a regular file (a pipe, a socket or a device): it is read back"
     return None
 
 

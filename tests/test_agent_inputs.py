@@ -197,6 +197,10 @@ def test_a_pid_that_names_no_single_process_is_a_usage_error(pid: str) -> None:
             "Invalid value for '--deliver': the directory of missing/responses.md does not exist",
         ),
         (
+            ["adapter", "run", "--agent-id", "a", "--group", "g", "--deliver", "file:answers.fifo", "--", "touch", "ran"],
+            "Invalid value for '--deliver': answers.fifo is not a regular file (a pipe, a socket or a device)",
+        ),
+        (
             ["launcher", "--command", "touch {prompt_file}", "--deliver", "file:."],
             "Invalid value for '--deliver': file:. would be one file for every agent the launcher starts",
         ),
@@ -230,6 +234,7 @@ def test_a_program_that_cannot_start_is_a_usage_error_before_anything_runs(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "resume.txt").write_text("not executable")
     (tmp_path / "latin1.md").write_bytes("Fix \xe9t\xe9".encode("latin-1"))
+    os.mkfifo(tmp_path / "answers.fifo")
     end = args.index("--") if "--" in args else len(args)  # the options end there: the rest is the agent's
     result = CliRunner().invoke(main, [*args[:end], "--redis-url", "redis://127.0.0.1:1/0", *args[end:]])
     assert result.exit_code == 2, result.output
