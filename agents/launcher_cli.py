@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from agents.delivery import DeliverySpec
+from agents.delivery import DeliveryKind, DeliverySpec
 from agents.launcher import Launcher, LauncherOptions, log
 from agents.options import check_delivery, check_program
 from agents.spawn import AGENT_FILE
@@ -42,6 +42,13 @@ def _adapter_args(
             spec = DeliverySpec.parse(deliver)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--deliver") from None
+        if spec.kind is DeliveryKind.PRINT:
+            raise click.BadParameter(
+                "print would write each directive into the agent's log (an adapter's stdout goes there), "
+                "where no agent reads it: give file:PATH or command:TEMPLATE, or leave --deliver out (the "
+                "directives wait in the inbox for `subagent-bus listen`)",
+                param_hint="'--deliver'",
+            )
         if spec.path is not None and AGENT_FILE not in spec.path.name:
             raise click.BadParameter(
                 f"file:{spec.path} would be one file for every agent the launcher starts, each reading "
@@ -115,12 +122,13 @@ def _make_directory(path: Path, option: str) -> None:
     default=".subagent-bus/logs",
     show_default=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Where each agent's adapter writes its log (AGENT_ID.log).",
+    help="Where each agent's adapter writes its log: AGENT_ID.log (an id with characters other than "
+    "letters, digits, '-', '_' and '.' is made safe, and a hash of it added).",
 )
 @click.option(
     "--deliver",
-    help="Passed to each agent's adapter (print, file:PATH, command:TEMPLATE); a file:PATH names "
-    "{agent_id} in its file name, each agent's own file.",
+    help="Passed to each agent's adapter (file:PATH or command:TEMPLATE; not print, whose output would "
+    "go to the agent's log); a file:PATH names {agent_id} in its file name, each agent's own file.",
 )
 @click.option(
     "--workdir", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Passed to each adapter."
@@ -175,7 +183,8 @@ def launcher(
     between the start and the acknowledgement leaves a request that is read again, which a launcher on
     the same --log-dir (its restart) does not start again (the request's mark there says it started) and
     one elsewhere does. SIGTERM, Ctrl-C or SIGHUP (its terminal closed; not under nohup) stops the agents
-    this launcher started and then the launcher; SIGKILL leaves them running.
+    this launcher started or adopted (those a killed launcher on its --log-dir left running), then the
+    launcher; SIGKILL leaves them running.
 
     With --metrics-port it serves Prometheus metrics: task entries read (subagent_bus_entries_in), agents
     launched, launch failures and agents running. The adapters it starts do not inherit the port.

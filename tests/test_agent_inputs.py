@@ -201,6 +201,10 @@ def test_a_pid_that_names_no_single_process_is_a_usage_error(pid: str) -> None:
             "Invalid value for '--deliver': answers.fifo is not a regular file (a pipe, a socket or a device)",
         ),
         (
+            ["launcher", "--command", "touch {prompt_file}", "--deliver", "print"],
+            "Invalid value for '--deliver': print would write each directive into the agent's log",
+        ),
+        (
             ["launcher", "--command", "touch {prompt_file}", "--deliver", "file:."],
             "Invalid value for '--deliver': file:. would be one file for every agent the launcher starts",
         ),
