@@ -28,6 +28,7 @@ from bus.connection import translated
 from bus.envelope import Envelope, content_id, encode
 from bus.errors import BusError
 from bus.findings import Finding
+from bus.params import not_blank
 from bus.settings import Settings
 
 __all__ = ["EXIT_INVALID", "MAX_INPUT_BYTES", "add"]
@@ -73,7 +74,7 @@ async def _publish(
 
 
 @click.command("add")
-@click.argument("source", metavar="[JSON|FILE|-]", required=False, default="-")
+@click.argument("source", metavar="[JSON|FILE|-]", required=False, default="-", callback=not_blank)
 @click.option(
     "--agent-id",
     required=True,

@@ -278,6 +278,9 @@ def test_add_validates_everything_before_publishing(redis_url: str) -> None:
     assert run_add(redis_url, line(title="inline JSON argument")).exit_code == 0
     assert run_add(redis_url, input="").exit_code == 2
     assert "no findings" in run_add(redis_url, input="\n").output
+    for empty in ("", "  "):  # no file's name (an unset shell variable): it was looked for as one
+        said = run_add(redis_url, empty)
+        assert said.exit_code == 2 and "Invalid value for '[JSON|FILE|-]': must not be blank" in said.output
 
 
 def test_add_refuses_a_key_given_twice_and_publishes_nothing(redis_url: str) -> None:
