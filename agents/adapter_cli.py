@@ -31,7 +31,7 @@ from agents.options import Common, check_program, common_options
 from agents.process import ProcessOptions, Session
 from agents.stdin import stdin_chunks
 from agents.watch import FileWatch, WatchOptions
-from agents.watch_resume import after_turn
+from agents.watch_resume import Turns, after_turn
 from bus.cli_connection import redis_options
 from bus.params import FiniteFloatRange
 from bus.settings import Settings
@@ -89,12 +89,15 @@ def adapter() -> None:
     "--until-complete",
     is_flag=True,
     help="Stop once the agent sent COMPLETION_REPORT, or its result report and nothing more for 2 s "
-    "(the COMPLETION_REPORT it prints after the report is followed).",
+    "(the COMPLETION_REPORT it prints after the report is followed). With --pid and --deliver command, "
+    "the process's end ends a turn, not the watch: the file and the inbox are followed on, and the agent "
+    "resumed, until it completes.",
 )
 @click.option(
     "--pid",
     type=click.IntRange(1, 2**31 - 1),
-    help="The agent's process: heartbeats while it lives, AGENT_EXITED when it ends.",
+    help="The agent's process: heartbeats while it lives, AGENT_EXITED when it ends (the end of a turn, "
+    "with --until-complete and --deliver command; then a resume command counts as a turn too).",
 )
 @click.option(
     "--poll",
@@ -110,8 +113,8 @@ def adapter() -> None:
     type=FiniteFloatRange(min=0.01),
     metavar="SECONDS",
     help="Stop once the file has not grown for SECONDS (or, when it does not exist yet, has not appeared "
-    "within SECONDS), as SIGUSR1 does (the agent is not said to have exited; a later watch of the file "
-    "goes on from its checkpoint). Default: never.",
+    "within SECONDS), as SIGTERM does (the agent is not said to have exited, and a block it left half "
+    "written is not closed: a later watch of the file goes on from its checkpoint). Default: never.",
 )
 @common_options
 @redis_options
@@ -150,6 +153,8 @@ def watch(
             bus.sender.give_up(sig)  # what is unpublished stays in the file: the next watch takes it
 
         _on_signals(on_signal)
+        resumes = until_complete and pid is not None and _commands(common)
+        turns = Turns(pid)
         options = WatchOptions(
             path,
             common.fmt,
@@ -161,14 +166,15 @@ def watch(
             name=common.name,
             wait_for_redis=common.wait_for_redis,
             idle_stop_s=idle_stop_s,
+            resumes=resumes,
         )
-        follower = FileWatch(bus, options, stop)
+        follower = FileWatch(bus, options, stop, turns)
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, follower.finish)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})  # blocked by a hook that started it
         deliverer = _deliverer(
             common,
             _values(common, lambda: follower.session_id or common.session_id),
-            after_turn(bus, pid, stop, poll_s, stopping),
+            after_turn(bus, turns, stop, poll_s, stopping),
             bus,
         )
 
@@ -187,8 +193,13 @@ def watch(
     raise SystemExit(serve(settings, common, body))
 
 
+def _commands(common: Common) -> bool:
+    """Whether directives are delivered by a resume command (``--deliver command:``)."""
+    return common.deliver is not None and common.deliver.kind is DeliveryKind.COMMAND
+
+
 def _check_until_complete(until_complete: bool, common: Common) -> None:
-    if until_complete and (common.deliver is None or common.deliver.kind is not DeliveryKind.COMMAND):
+    if until_complete and not _commands(common):
         raise click.UsageError(
             "--until-complete needs --deliver command:... (a resume command continues the agent)"
         )

@@ -26,6 +26,7 @@ from agents.adapter import AgentBus, OutputStream, heartbeat_loop
 from agents.transcript import Format
 from agents.until_complete import UntilComplete
 from agents.watch_checkpoint import advanced, due
+from agents.watch_resume import Turns
 from agents.watched_file import (
     Checkpoint,
     canonical,
@@ -62,15 +63,26 @@ class WatchOptions:
     """Wait out an outage while reading the checkpoint at the start too, as ``--wait-for-redis`` does
     while connecting (a blip right after the connection ended a hook's adapter, which nobody restarts)."""
     idle_stop_s: float | None = None
-    """Stop as :meth:`FileWatch.finish` does once the file has not grown for this long (``--idle-stop``)."""
+    """Stop as a stop signal does once the file has not grown for this long (``--idle-stop``): what is
+    left open (a block half written) is not closed but kept in the checkpoint, for a later watch."""
+    resumes: bool = False
+    """The adapter resumes the agent with a command (``--until-complete``, ``--pid`` and ``--deliver
+    command:``): the ``--pid`` process's end ends a turn, not the watch, which follows the file until the
+    agent completes (see :class:`~agents.watch_resume.Turns`)."""
 
 
 class FileWatch:
     """Tails one file into the bus until ``stop`` (or completion, with ``until_complete``)."""
 
-    def __init__(self, bus: AgentBus, options: WatchOptions, stop: asyncio.Event) -> None:
+    def __init__(
+        self, bus: AgentBus, options: WatchOptions, stop: asyncio.Event, turns: Turns | None = None
+    ) -> None:
         self.bus = bus
         self.options = options
+        self.turns = turns if turns is not None else Turns(options.pid)
+        """The agent's turns, shared with the runner of its resume commands."""
+        self._ended = False
+        """The turn was seen ended: the file is read to its end once more before its end is told."""
         self.path = canonical(options.path)
         self.stop = stop
         self.key = checkpoint_key(bus, self.path)
@@ -102,6 +114,12 @@ class FileWatch:
 
     async def run(self) -> bool:
         """Follow the file; whether the agent completed."""
+        try:
+            return await self._run()
+        finally:
+            self.turns.unwatched = True  # a resume command waits for no turn's end any more
+
+    async def _run(self) -> bool:
         self.path, self.key, loaded = await load_checkpoint(
             self.bus, self.options.path, self.stop if self.options.wait_for_redis else None
         )
@@ -244,7 +262,6 @@ class FileWatch:
     async def _follow(self) -> bool:
         options = self.options
         quiet_since: float | None = None  # the end of the file was reached, and nothing came since then
-        ended = False  # the --pid process was seen ended: the file is read to its end once more
         while not self.stop.is_set():
             assert self.stream is not None
             if await self._read():
@@ -260,34 +277,58 @@ class FileWatch:
             self._caught_up = True
             await self._publish(self.stream.settle(), force=True)
             await self.bus.flush()  # at the end of the file: everything read is on the server
-            self._stop_if_idle(quiet_since)
+            if self._idle(quiet_since):
+                break
             if self._finishing:  # the end of its output: a report or block it leaves open ends here
                 await self._publish(self.stream.close(), force=True)
                 await self.bus.flush()
                 break
             if await self._rotated():
                 continue
-            if options.pid is not None and not pid_alive(options.pid):
-                if not ended:  # what it wrote after the last read, just before it ended, is read first
-                    ended = True
-                    continue
-                await self._publish(self.stream.close(), force=True)
-                await self._exited()
+            if not await self._turn():
                 break
-            await wait_for(self.stop, options.poll_s)
         await self.bus.flush()
         if self.checkpoint.completed and options.until_complete:
             await self._exited()
+        else:
+            await self.turns.stopped(self.bus, source_of(self.path, self.checkpoint.generation))
         return self.checkpoint.completed
 
-    def _stop_if_idle(self, quiet_since: float) -> None:
-        """``--idle-stop``: :meth:`finish` once the file has not grown for that long."""
-        idle = self.options.idle_stop_s
-        if idle is not None and not self._finishing and time.monotonic() - quiet_since >= idle:
-            self.bus.log(
-                f"{self.path} has not grown for {idle:g}s: stopping (a later watch goes on from here)"
+    async def _turn(self) -> bool:
+        """At the end of the file, the agent's turn; whether the watch goes on. When the turn ended, the
+        file is read once more (what the agent wrote just before it ended), then its end is told: the
+        watch ends, or, when the adapter resumes the agent (``resumes``), goes on until it completes.
+        Otherwise the watch waits for more."""
+        pid, resumes = self.options.pid, self.options.resumes
+        if pid is not None and (self.turns.over() if resumes else not pid_alive(pid)):
+            if not self._ended:
+                self._ended = True
+                return True
+            self._ended = False
+            if not resumes:
+                assert self.stream is not None
+                await self._publish(self.stream.close(), force=True)
+                await self._exited()
+                return False
+            await self.turns.ended(
+                self.bus, source_of(self.path, self.checkpoint.generation), self.checkpoint.read
             )
-            self.finish()
+        else:
+            self._ended = False
+        await wait_for(self.stop, self.options.poll_s)
+        return True
+
+    def _idle(self, quiet_since: float) -> bool:
+        """``--idle-stop``: whether the file has not grown for that long, the watch then stopped as a stop
+        signal stops it. Not as :meth:`finish` does: a block the agent was writing when the time ran out
+        would be closed and published as an error, and the later watch that goes on from the checkpoint
+        would never publish it whole."""
+        idle = self.options.idle_stop_s
+        if idle is None or time.monotonic() - quiet_since < idle:
+            return False
+        self.bus.log(f"{self.path} has not grown for {idle:g}s: stopping (a later watch goes on from here)")
+        self.stop.set()
+        return True
 
     async def _read(self) -> bool:
         """Read what comes next in the file and publish what it makes; whether anything came."""
@@ -440,9 +481,10 @@ class FileWatch:
         )
 
     def _alive_now(self) -> bool:
-        """With a pid: whether it runs. Without: whether the file grew since the last beat while watched
-        (what it held when the adapter came to it may be older than the agent's end, or its loss)."""
+        """With a pid: whether a turn runs (that process, or a resume command). Without: whether the file
+        grew since the last beat while watched (what it held when the adapter came to it may be older than
+        the agent's end, or its loss)."""
         if self.options.pid is not None:
-            return pid_alive(self.options.pid)
+            return self.turns.running()
         grew, self._grew = self._grew, False
         return grew

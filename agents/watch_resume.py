@@ -8,32 +8,104 @@ directive comes, as nothing tells the adapter when a turn ends. Either way a dir
 the agent completed starts nothing (:class:`~agents.delivery.AgentDone`), as with ``adapter run``. A
 stop signal the adapter takes while the command runs is passed on to it (``stopping``, see
 :class:`~agents.delivery_command.Stopping`); none starts after one.
+
+The turns are counted (:class:`Turns`): with ``--pid``, ``--until-complete`` and a resume command, the
+process's end ends a turn, not the watch, and :class:`~agents.watch.FileWatch` tells each turn's end
+(the process's, then each resume command's) and heartbeats while one runs, as ``adapter run`` does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 
 from agents.adapter import AgentBus
 from agents.delivery import AgentDone, Directive, Runner
 from agents.delivery_command import DeliveryFailed, Stopping, run_checked
 from bus.embedded import pid_alive
+from bus.envelope import deterministic_id
 from bus.waits import wait_for
 
-__all__ = ["after_turn"]
+__all__ = ["Turns", "after_turn"]
 
 
-def after_turn(
-    bus: AgentBus, pid: int | None, stop: asyncio.Event, poll_s: float, stopping: Stopping
-) -> Runner:
+class Turns:
+    """The agent's turns ``adapter watch`` knows of: the ``--pid`` process's (none without one), then
+    one per resume command it runs; and what the adapter said of their ends."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self.begun = 0 if pid is None else 1
+        """Turns begun so far: a resume command that ran between two looks at :meth:`running` still
+        counts, so that its end is told."""
+        self._commands = 0
+        self._told = 0
+        """:attr:`begun` when the last turn's end was told."""
+        self.resumable = False
+        """What the last AGENT_EXITED said: the adapter goes on resuming the agent."""
+        self.unwatched = False
+        """The watch of the agent's file has ended: no turn's end is told any more."""
+
+    def running(self) -> bool:
+        """Whether a turn runs: the ``--pid`` process, or a resume command."""
+        return self._commands > 0 or (self.pid is not None and pid_alive(self.pid))
+
+    def over(self) -> bool:
+        """Whether a turn ended whose end was not told yet: none runs, and one began since the last end."""
+        return self.begun > self._told and not self.running()
+
+    def current(self) -> bool:
+        """Whether a resume command is to wait: a turn runs, or its end was not told yet (the next turn
+        starts after it, as with ``adapter run``), while the file is watched. Without ``--pid`` no turn's
+        end is known: none is waited for."""
+        return self.pid is not None and not self.unwatched and (self.running() or self.begun > self._told)
+
+    @contextlib.contextmanager
+    def command(self) -> Iterator[None]:
+        """While a resume command (a turn of the agent) runs."""
+        self.begun += 1
+        self._commands += 1
+        try:
+            yield
+        finally:
+            self._commands -= 1
+
+    async def ended(self, bus: AgentBus, source: str, read: int) -> None:
+        """AGENT_EXITED for the end of a turn the watch goes on after, the file read to byte ``read``: it
+        says the adapter resumes the agent with its directives, as ``adapter run --until-complete`` says.
+        Its id is the turn's number and where the file was read to, so a restarted adapter that finds the
+        process ended says it again under the same id, and a resume command that wrote nothing still ends
+        a turn of its own (under the id of the turn before, it would be dropped as a repeat)."""
+        self._told = self.begun
+        self.resumable = not bus.completed
+        bus.log("the agent's turn ended: following its file and inbox until it completes")
+        exit_id = deterministic_id(bus.agent_id, f"{source}#turn:{self.begun}", read)
+        await bus.exited(source=source, exit_code=None, id=exit_id, resumable=self.resumable)
+
+    async def stopped(self, bus: AgentBus, source: str) -> None:
+        """The watch stops before the agent completed, after an AGENT_EXITED that said it would resume
+        it: one more says nobody will (as ``adapter run`` says), so a directive for the agent is not left
+        waiting for this adapter."""
+        if self.resumable and not bus.completed:
+            self.resumable = False
+            await bus.exited(source=source, exit_code=None, resumable=False)
+
+
+def after_turn(bus: AgentBus, turns: Turns, stop: asyncio.Event, poll_s: float, stopping: Stopping) -> Runner:
     """The runner of ``adapter watch``'s resume commands (see the module's docstring)."""
 
     async def resume(argv: list[str], directive: Directive) -> None:
-        while pid is not None and pid_alive(pid):
+        while turns.current() and not bus.completed:
             if await wait_for(stop, poll_s):
-                raise DeliveryFailed(f"the adapter stopped while process {pid} (the agent's turn) still ran")
+                raise DeliveryFailed(
+                    f"the adapter stopped before the agent's turn (process {turns.pid}) ended"
+                )
         if bus.completed:
             raise AgentDone()
-        await run_checked(argv, bus.log, bus.warn, stopping)
+        if stop.is_set():  # an idle stop, or a signal that came while the process ended
+            raise DeliveryFailed("the adapter is stopping")
+        with turns.command():
+            await run_checked(argv, bus.log, bus.warn, stopping)
 
     return resume

@@ -166,7 +166,7 @@ async def test_idle_stop_ends_a_watch_without_an_exit_and_a_later_one_goes_on(
     redis_url: str, tmp_path: Path
 ) -> None:
     """The Task hook's adapters: an agent whose session ended without a completion held its adapter for
-    ever. One idle for ``--idle-stop`` ends as SIGUSR1 has it end; its agent's resume starts another."""
+    ever. One idle for ``--idle-stop`` ends as a stop signal has it end; its agent's resume starts another."""
     out = tmp_path / "agent.out"
     out.write_text(PROGRESS.format("i1", 10))
     options = WatchOptions(path=out, poll_s=0.01, until_complete=True, idle_stop_s=0.3)
