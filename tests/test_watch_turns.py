@@ -64,15 +64,26 @@ async def _exit_count(redis_url: str, n: int) -> bool:
     return len(_exits(await _published(redis_url))) >= n
 
 
-async def test_a_directive_that_comes_after_the_turn_ended_resumes_the_agent_until_it_completes(
-    redis_url: str, tmp_path: Path
-) -> None:
-    _, turn, args = _watch(tmp_path, "t1", f"printf '{COMPLETION.format('t1')}' >> $OUT")
+async def _first_turn_ended(
+    redis_url: str, tmp_path: Path, agent: str, script: str
+) -> subprocess.Popen[bytes]:
+    """The adapter of :func:`_watch`, once the first turn has asked its question and ended, and the
+    adapter said so."""
+    _, turn, args = _watch(tmp_path, agent, script)
     adapter = start(args, redis_url, tmp_path / "adapter.log")
     async with open_bus(redis_url) as bus:
         await wait_until(lambda: bus.has(GROUP, T.CLARIFICATION_NEEDED), 20, "the question")
     _end(turn)
     await wait_until(lambda: _exit_count(redis_url, 1), 20, "the end of the first turn")
+    return adapter
+
+
+async def test_a_directive_that_comes_after_the_turn_ended_resumes_the_agent_until_it_completes(
+    redis_url: str, tmp_path: Path
+) -> None:
+    adapter = await _first_turn_ended(
+        redis_url, tmp_path, "t1", f"printf '{COMPLETION.format('t1')}' >> $OUT"
+    )
     assert adapter.poll() is None  # the watch goes on: the agent waits for its answer
     await _answer(redis_url, "t1")
     assert await exited(adapter, 30) == 0
@@ -109,12 +120,7 @@ async def test_what_a_turn_resumed_after_the_process_ended_writes_is_published(
 async def test_a_watch_stopped_between_turns_says_nobody_resumes_the_agent(
     redis_url: str, tmp_path: Path
 ) -> None:
-    _, turn, args = _watch(tmp_path, "t3", "exit 0")
-    adapter = start(args, redis_url, tmp_path / "adapter.log")
-    async with open_bus(redis_url) as bus:
-        await wait_until(lambda: bus.has(GROUP, T.CLARIFICATION_NEEDED), 20, "the question")
-    _end(turn)
-    await wait_until(lambda: _exit_count(redis_url, 1), 20, "the end of the first turn")
+    adapter = await _first_turn_ended(redis_url, tmp_path, "t3", "exit 0")
     assert adapter.poll() is None
     adapter.send_signal(signal.SIGTERM)
     await exited(adapter, 30)
@@ -140,12 +146,7 @@ async def test_a_resumed_turn_that_wrote_nothing_ends_under_an_id_of_its_own(
 ) -> None:
     # Both turns end with the file read to the same byte: the second end's id was the first's, which a
     # coordinator drops as a repeat.
-    _, turn, args = _watch(tmp_path, "t5", "exit 0")
-    adapter = start(args, redis_url, tmp_path / "adapter.log")
-    async with open_bus(redis_url) as bus:
-        await wait_until(lambda: bus.has(GROUP, T.CLARIFICATION_NEEDED), 20, "the question")
-    _end(turn)
-    await wait_until(lambda: _exit_count(redis_url, 1), 20, "the end of the first turn")
+    adapter = await _first_turn_ended(redis_url, tmp_path, "t5", "exit 0")
     await _answer(redis_url, "t5")
     await wait_until(lambda: _exit_count(redis_url, 2), 20, "the end of the resumed turn")
     adapter.send_signal(signal.SIGTERM)
