@@ -15,10 +15,16 @@ request's flight (whichever of the two lines is written first). Ids are matched 
 a string of an integer is that integer (``"07"`` is ``7``). A request cancelled before it was answered
 is never answered: its id stays taken, which costs nothing to a client that follows MCP, which forbids
 reusing an id within a session at all.
+
+At the end of the input the server answers what is in flight before it stops (the SDK would cancel it,
+answering "Connection closed" to a call that may have been published): the requests to be answered then
+are those taken :meth:`~RequestsInFlight.take` ``awaited`` and neither answered nor cancelled by the
+client since (:meth:`~RequestsInFlight.settled`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections import Counter
 from typing import Final, NamedTuple
@@ -69,14 +75,31 @@ class RequestsInFlight:
     def __init__(self) -> None:
         self._ids: set[types.RequestId | bytes] = set()
         self._refusals: Counter[types.RequestId | bytes] = Counter()
+        self._awaited: set[types.RequestId | bytes] = set()
+        self._changed = asyncio.Event()
 
-    def take(self, request_id: types.RequestId) -> bool:
-        """Mark ``request_id`` in flight; False when it already is (see :meth:`refusing`)."""
+    def take(self, request_id: types.RequestId, *, awaited: bool = True) -> bool:
+        """Mark ``request_id`` in flight, and, when ``awaited``, to be answered at the end of the input
+        (:meth:`settled`); False when it is in flight already (see :meth:`refusing`)."""
         key = _key(request_id)
         if key in self._ids:
             return False
         self._ids.add(key)
+        if awaited:
+            self._awaited.add(key)
         return True
+
+    def cancelled(self, request_id: object) -> None:
+        """The client cancelled a request (``notifications/cancelled``): no answer will come for it."""
+        if isinstance(request_id, (str, int)) and self._awaited:
+            self._awaited.discard(_key(request_id))
+            self._changed.set()
+
+    async def settled(self) -> None:
+        """Wait until every request taken ``awaited`` is answered (or cancelled)."""
+        while self._awaited:
+            self._changed.clear()
+            await self._changed.wait()
 
     def refusing(self, request_id: types.RequestId) -> None:
         """An error the screen writes under ``request_id`` (a request it did not pass on): counted when
@@ -97,3 +120,6 @@ class RequestsInFlight:
                 del self._refusals[key]
         else:
             self._ids.discard(key)
+            if key in self._awaited:
+                self._awaited.discard(key)
+                self._changed.set()

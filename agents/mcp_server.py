@@ -41,7 +41,7 @@ from pydantic import BaseModel, ValidationError
 
 from agents.adapter import AgentBus, connect_bus
 from agents.inbox_listener import DEFAULT_CLAIM_IDLE_MS, InboxListener
-from agents.mcp_inflight import Reply
+from agents.mcp_inflight import Reply, RequestsInFlight
 from agents.mcp_stdio import After, screened_stdio
 from agents.mcp_tools import (
     PROTOCOL_TOOLS,
@@ -52,6 +52,7 @@ from agents.mcp_tools import (
     call_id,
     input_schema,
     payload_of,
+    waits,
 )
 from agents.parser import describe_errors
 from agents.verify import Verifier, verified_envelope
@@ -140,7 +141,9 @@ class ProtocolServer:
         """Serve on stdin/stdout until the client closes them (or Ctrl-C)."""
         server = self.server()
         try:
-            stdio = screened_stdio(sys.stdin.fileno(), on_writing=self._writing, at_end=self._replies_out)
+            stdio = screened_stdio(
+                sys.stdin.fileno(), on_writing=self._writing, at_end=self._replies_out, endless=waits
+            )
             async with stdio as (read_stream, write_stream):
                 await server.run(read_stream, write_stream, server.create_initialization_options())
         except* anyio.BrokenResourceError:
@@ -324,12 +327,14 @@ class ProtocolServer:
         self._unflushed -= 1
         self._out.set()
 
-    async def _replies_out(self) -> None:
-        """Until every publishing call is answered: at the end of the input the SDK would cancel them, and
+    async def _replies_out(self, in_flight: RequestsInFlight) -> None:
+        """Until every request in flight is answered (but a wait for a directive, which may take an hour),
+        and every publishing call's answer is out: at the end of the input the SDK would cancel them, and
         answer an error for a call whose signal may have gone out (a client that sends it again would
-        publish it twice)."""
+        publish it twice), or one it had not yet begun to run."""
         with contextlib.suppress(TimeoutError):  # each publishes within its timeout: this is a last guard
             async with asyncio.timeout(2 * self.publish_timeout_s):
+                await in_flight.settled()
                 while self._publishing or self._unflushed:
                     self._out.clear()
                     await self._out.wait()

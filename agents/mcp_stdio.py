@@ -225,12 +225,16 @@ class ScreenedLines:
         lines: AsyncIterator[str | Overlong],
         *,
         log: Callable[[str], None] = stderr_log,
-        at_end: Callable[[], Awaitable[None]] | None = None,
+        at_end: Callable[[RequestsInFlight], Awaitable[None]] | None = None,
+        endless: Callable[[dict[str, Any]], bool] = lambda _request: False,
     ) -> None:
         self._lines = lines
         self.log = log
         self._at_end = at_end
         """Awaited at the end of the input, before the SDK hears of it (it cancels what is in flight)."""
+        self._endless = endless
+        """Whether a request may take longer than is waited for at the end of the input (a wait for a
+        directive): it is not awaited then (:meth:`RequestsInFlight.take`)."""
         self.in_flight = RequestsInFlight()
         """The requests passed on and not yet answered (:mod:`agents.mcp_inflight`)."""
         self._send: Callable[[SessionMessage], Awaitable[None]] | None = None
@@ -256,6 +260,7 @@ class ScreenedLines:
                 valid = found is None  # but maybe for keys given twice
                 if found is None and (found := screened.twice or self._reused(screened.message)) is None:
                     self._initialized = self._initialized or _method(screened.message) == "initialize"
+                    self._cancelling(screened.message)
                     return screened.passed
                 text = line.removesuffix("\n")
                 error, seen = found, f"a line of {len(text.encode())} bytes: {cut(one_line(text), 80)}"
@@ -271,8 +276,14 @@ class ScreenedLines:
             if not await self._answer(error):
                 raise StopAsyncIteration
         if self._at_end is not None:
-            await self._at_end()
+            await self._at_end(self.in_flight)
         raise StopAsyncIteration
+
+    def _cancelling(self, message: object) -> None:
+        """A client's ``notifications/cancelled``: the request it names will not be answered."""
+        if isinstance(message, dict) and message.get("method") == "notifications/cancelled":
+            params = message.get("params")
+            self.in_flight.cancelled(params.get("requestId") if isinstance(params, dict) else None)
 
     def _premature(self, message: object) -> types.JSONRPCError | None:
         """A request before ``initialize`` (but a ping), which the SDK answers "Invalid request
@@ -292,7 +303,7 @@ class ScreenedLines:
         if not isinstance(message, dict) or "method" not in message:
             return None
         request_id = message_id(message)
-        if request_id is None or self.in_flight.take(request_id):
+        if request_id is None or self.in_flight.take(request_id, awaited=not self._endless(message)):
             return None
         return jsonrpc_error(
             types.INVALID_REQUEST,
@@ -356,13 +367,14 @@ async def screened_stdio(
     *,
     log: Callable[[str], None] = stderr_log,
     on_writing: Callable[[Reply | None], After | None] = _nothing,
-    at_end: Callable[[], Awaitable[None]] | None = None,
+    at_end: Callable[[RequestsInFlight], Awaitable[None]] | None = None,
+    endless: Callable[[dict[str, Any]], bool] = lambda _request: False,
 ) -> AsyncIterator[tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]]:
     """The SDK's stdio transport, reading the screened lines of ``fd`` and writing to stdout through
     :class:`WrittenLines`. While it serves, fd 1 points at stderr, so that stray output (a library's
     print) misses the wire, as the SDK's own transport does. ``at_end`` is awaited at the end of the
-    input, before the SDK hears of it."""
-    lines = ScreenedLines(StdinLines(fd), log=log, at_end=at_end)
+    input, before the SDK hears of it, with the requests in flight (none ``endless`` is awaited there)."""
+    lines = ScreenedLines(StdinLines(fd), log=log, at_end=at_end, endless=endless)
     wire = os.dup(1)
     os.dup2(2, 1)
     try:

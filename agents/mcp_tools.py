@@ -38,6 +38,7 @@ __all__ = [
     "call_id",
     "input_schema",
     "payload_of",
+    "waits",
 ]
 
 _WAIT_HINT: Final = (
@@ -193,3 +194,14 @@ def call_id(tool: ProtocolTool, payload: Payload, agent_id: str) -> str | None:
     if not isinstance(payload, (Finding, ResultReport)) and getattr(payload, "timestamp", None) is None:
         return None
     return content_id(agent_id, f"mcp:{tool.name}", payload)
+
+
+def waits(request: dict[str, Any]) -> bool:
+    """Whether a request is a call of ``wait_for_directive``, which the end of the input does not wait for:
+    it is cancelled, its directive (if it held one) left for the next wait."""
+    params = request.get("params")
+    return (
+        request.get("method") == "tools/call"
+        and isinstance(params, dict)
+        and params.get("name") == "wait_for_directive"
+    )

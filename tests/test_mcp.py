@@ -498,6 +498,54 @@ async def test_calls_publishing_when_the_input_ends_are_published_and_answered(t
         redis.stop()
 
 
+async def test_requests_sent_just_before_the_input_ends_are_all_run_and_answered(redis_url: str) -> None:
+    """A call the SDK had not begun to run when the input ended was cancelled ("Connection closed") and
+    its finding never published; a ping or a tools/list got no answer at all."""
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    finding = {"name": "add_finding", "arguments": {"title": "sent last", "file": "a.py", "line": 8}}
+    lines = _requests(
+        {"id": 1, "method": "initialize", "params": hello},
+        {"method": "notifications/initialized"},
+        {"id": 2, "method": "ping"},
+        {"id": 3, "method": "tools/list"},
+        {"id": 4, "method": "tools/call", "params": finding},
+        {"id": 5, "method": "tools/call", "params": {"name": "status", "arguments": {}}},
+    )
+    args = ["mcp", "--redis-url", redis_url, "--agent-id", AGENT, "--group", GROUP_ID]
+    done = await asyncio.to_thread(subprocess.run, [CLI, *args], input=lines, capture_output=True, timeout=60)
+    replies = {r["id"]: r for r in map(orjson.loads, done.stdout.splitlines())}
+    assert sorted(replies) == [1, 2, 3, 4, 5], done.stdout
+    assert all("result" in r for r in replies.values()), replies
+    assert not replies[4]["result"].get("isError"), replies[4]
+    async with open_bus(redis_url) as bus:
+        assert [e.payload.title for e in await signals(bus)] == ["sent last"]  # type: ignore[union-attr]
+
+
+async def test_a_wait_for_a_directive_is_not_waited_for_at_the_end_of_the_input(redis_url: str) -> None:
+    """It may wait an hour: it is cancelled, as before (the server waited for it as long as for a call
+    still publishing, twice --publish-timeout)."""
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    wait = {"name": "wait_for_directive", "arguments": {"timeout_seconds": 600}}
+    lines = _requests(
+        {"id": 1, "method": "initialize", "params": hello},
+        {"method": "notifications/initialized"},
+        {"id": 2, "method": "tools/call", "params": wait},
+    )
+    args = [
+        "mcp",
+        "--redis-url",
+        redis_url,
+        "--agent-id",
+        AGENT,
+        "--group",
+        GROUP_ID,
+        "--publish-timeout",
+        "60",
+    ]
+    done = await asyncio.to_thread(subprocess.run, [CLI, *args], input=lines, capture_output=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+
+
 async def test_a_call_the_client_cancelled_is_not_waited_for_at_the_end_of_the_input(tmp_path: Path) -> None:
     """No reply comes for a cancelled call: the end of the input does not wait for one (the server would
     wait out twice --publish-timeout)."""
