@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shlex
 import signal
 from dataclasses import replace
 
@@ -252,7 +253,7 @@ _ATTACH = """\
 subagent-bus is up: Redis at {url}, namespace {ns}, a coordinator in this terminal.
 
 From other terminals, or other machines that reach this Redis{where}:
-  export SUBAGENT_BUS_REDIS_URL={url} SUBAGENT_BUS_NAMESPACE={ns}{key}
+  export SUBAGENT_BUS_REDIS_URL={quoted_url} SUBAGENT_BUS_NAMESPACE={ns}{key}
   subagent-bus adapter watch OUTPUT_FILE --agent-id ID --group GROUP   # a background agent's output file
   subagent-bus adapter run --agent-id ID --group GROUP -- COMMAND ...  # wrap an agent command
   subagent-bus launcher --command 'claude -p {{prompt}}'                 # start approved delegations
@@ -319,7 +320,10 @@ def _attach(settings: Settings, *, local: bool, keyed: bool) -> str:
         if keyed
         else ""
     )
-    return _ATTACH.format(url=url, ns=settings.namespace, where=where, key=key)
+    # quoted for the shell: a URL's options hold `&` and `?`, which would end or glob the line pasted
+    return _ATTACH.format(
+        url=url, quoted_url=shlex.quote(url), ns=shlex.quote(settings.namespace), where=where, key=key
+    )
 
 
 commands: list[click.Command] = [

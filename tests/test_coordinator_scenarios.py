@@ -508,11 +508,21 @@ def test_up_shows_a_given_urls_password_as_stars() -> None:
     given = Settings.from_url("redis://ops:s3cret-pw@redis.example:6380/0")
     text = _attach(given, local=False, keyed=False)
     assert "s3cret-pw" not in text
-    assert "export SUBAGENT_BUS_REDIS_URL=redis://ops:***@redis.example:6380/0 " in text
+    assert "export SUBAGENT_BUS_REDIS_URL='redis://ops:***@redis.example:6380/0' " in text
     assert "(put the password in place of ***)" in text and "./.subagent-bus/" not in text
     local = _attach(Settings.from_url("redis://127.0.0.1:7000/0"), local=True, keyed=False)
     assert "./.subagent-bus/ listens on 127.0.0.1 only" in local and "in place of ***" not in local
     assert "SUBAGENT_BUS_HUMAN_KEY_FILE" not in text + local
+
+
+def test_up_quotes_its_export_line_for_the_shell() -> None:
+    # pasted unquoted, `&` sent the first half to the background, and the URL was never set
+    given = Settings.from_url("redis://127.0.0.1:7000/0?client_name=x&health_check_interval=5")
+    text = _attach(given, local=False, keyed=False)
+    [line] = [line.strip() for line in text.splitlines() if line.strip().startswith("export ")]
+    shell = f'{line}\nprintf "%s|%s" "$SUBAGENT_BUS_REDIS_URL" "$SUBAGENT_BUS_NAMESPACE"'
+    said = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, timeout=10, check=True)
+    assert said.stdout == f"{given.display_url()}|sbus", line
 
 
 def test_up_with_a_human_key_says_every_coordinator_needs_it() -> None:
