@@ -27,6 +27,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Final
 
 import click
 import redis.asyncio
@@ -77,6 +78,10 @@ def password_hash(password: str) -> str:
     return "#" + hashlib.sha256(password.encode()).hexdigest()
 
 
+_UNQUOTABLE: Final = frozenset("'\"\\")
+"""Characters of a user name that the lines printed for redis-cli or an ACL file cannot carry as such."""
+
+
 def user_for(role: Role, namespace: str, password: str, *, prefix: str | None = None) -> AclUser:
     """The user of ``role``: ``reset`` (so applying it again replaces every earlier rule), ``on``, the
     password's hash, then the role's rules. The name is ``<prefix>-<role>``, the prefix defaulting to
@@ -85,8 +90,11 @@ def user_for(role: Role, namespace: str, password: str, *, prefix: str | None = 
     if prefix is not None and not prefix.strip():
         raise ConfigError("an empty user prefix: leave --user-prefix out to name users after the namespace")
     name = f"{prefix or namespace}-{role.value}"
-    if not name or any(c.isspace() for c in name):
-        raise ConfigError(f"{name!r} is not a valid ACL user name")
+    if any(c.isspace() or c in _UNQUOTABLE or not c.isprintable() for c in name):
+        raise ConfigError(
+            f"{name!r} is not a valid ACL user name: no spaces, quotes, backslashes or control characters "
+            "(redis-cli and an ACL file would split or refuse the line)"
+        )
     return AclUser(name=name, role=role, rules=("reset", "on", password_hash(password), *rules))
 
 

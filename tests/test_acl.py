@@ -894,6 +894,9 @@ def test_bad_password_specs_and_user_names_say_what_is_wrong() -> None:
     assert empty.exit_code == 2 and "$E is not set or empty" in empty.output
     spaced = runner.invoke(acl, ["--role", "adapter", "--generate", "--user-prefix", "my team"])
     assert spaced.exit_code == 2 and "'my team-adapter' is not a valid ACL user name" in spaced.output
+    for prefix in ("o'q", 'o"q', "o\\q", "o\x1bq"):  # redis-cli refused the line, or a terminal ran it
+        quoted = runner.invoke(acl, ["--role", "observer", "--generate", "--user-prefix", prefix])
+        assert quoted.exit_code == 2 and "is not a valid ACL user name" in quoted.output, prefix
     blank = runner.invoke(acl, ["--role", "adapter", "--generate", "--user-prefix", ""])
     assert blank.exit_code == 2 and "an empty user prefix" in blank.output
     with pytest.raises(ConfigError, match="must not be empty"):
