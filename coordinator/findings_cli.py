@@ -20,8 +20,9 @@ from bus.params import an_id
 from bus.progress import Progress
 from bus.settings import Settings
 from coordinator.console import finding_line, group_heading, grouped_lines, merged_command, merged_lines
-from coordinator.policy import Policy, agent_key
+from coordinator.policy import Policy
 from coordinator.rules import MergedFinding, merge_findings, merged_view
+from coordinator.rules.findings import reporter_key
 from coordinator.runtime import no_collection
 from coordinator.store import merged_key
 from coordinator.view import each_group, group_ids, iter_findings, retired_note, was_retired
@@ -75,7 +76,7 @@ async def _findings(
             client, keys, group_id, on_page=shown, on_skipped=foreign
         ):
             named = (
-                found.model_copy(update={"agent": agent_key(agent_id) or agent_id})
+                found.model_copy(update={"agent": reporter_key(agent_id)})
                 if senders and not found.agent
                 else found
             )

@@ -44,13 +44,22 @@ from coordinator.rules.step import Step
 from coordinator.rules.trusted import compact, construct, evolve
 from coordinator.state import FindingSlot, GroupState
 
-__all__ = ["MergedFinding", "fold", "merge_findings", "merged", "merged_view", "record_finding", "slot_key"]
+__all__ = [
+    "MergedFinding",
+    "fold",
+    "merge_findings",
+    "merged",
+    "merged_view",
+    "record_finding",
+    "reporter_key",
+    "slot_key",
+]
 
 _agent_key = lru_cache(maxsize=4096)(agent_key)
 """Agent names repeat on every report; normalising one is a regular expression substitution."""
 
 
-def _reporter(name: str) -> str:
+def reporter_key(name: str) -> str:
     """A report's agent as its slot knows it: the normalised name, or the name as written when nothing is
     left of it (an agent id of punctuation alone, ``[]``, which :func:`record_finding` names so)."""
     return _agent_key(name) or name
@@ -160,7 +169,7 @@ def fold(
     :func:`slot_key`, computed when not given). ``agent`` is the report's normalised agent name, when
     known already."""
     if agent is None:
-        agent = _reporter(finding.agent)
+        agent = reporter_key(finding.agent)
     if slot is None:
         # Built with its report at once: the slot an empty one would be evolved into, for half the cost.
         location, category, discriminator = key or slot_key(finding)
@@ -182,7 +191,7 @@ def compact_slot(slot: FindingSlot) -> FindingSlot:
     reports are validated anew, each with copies of its own)."""
     reports: dict[str, Finding] = {}
     for agent, finding in slot.reports.items():
-        reports[agent] = _kept(finding, _reporter(finding.agent), reports)
+        reports[agent] = _kept(finding, reporter_key(finding.agent), reports)
     return evolve(slot, reports=reports)
 
 
