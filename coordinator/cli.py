@@ -253,7 +253,7 @@ _ATTACH = """\
 subagent-bus is up: Redis at {url}, namespace {ns}, a coordinator in this terminal.
 
 From other terminals, or other machines that reach this Redis{where}:
-  export SUBAGENT_BUS_REDIS_URL={quoted_url} SUBAGENT_BUS_NAMESPACE={ns}{key}
+  export SUBAGENT_BUS_REDIS_URL={quoted_url} SUBAGENT_BUS_NAMESPACE={quoted_ns}{key}
   subagent-bus adapter watch OUTPUT_FILE --agent-id ID --group GROUP   # a background agent's output file
   subagent-bus adapter run --agent-id ID --group GROUP -- COMMAND ...  # wrap an agent command
   subagent-bus launcher --command 'claude -p {{prompt}}'                 # start approved delegations
@@ -322,7 +322,12 @@ def _attach(settings: Settings, *, local: bool, keyed: bool) -> str:
     )
     # quoted for the shell: a URL's options hold `&` and `?`, which would end or glob the line pasted
     return _ATTACH.format(
-        url=url, quoted_url=shlex.quote(url), ns=shlex.quote(settings.namespace), where=where, key=key
+        url=url,
+        quoted_url=shlex.quote(url),
+        ns=settings.namespace,
+        quoted_ns=shlex.quote(settings.namespace),
+        where=where,
+        key=key,
     )
 
 
