@@ -91,7 +91,8 @@ def adapter() -> None:
     help="Stop once the agent sent COMPLETION_REPORT, or its result report and nothing more for 2 s "
     "(the COMPLETION_REPORT it prints after the report is followed). With --pid and --deliver command, "
     "the process's end ends a turn, not the watch: the file and the inbox are followed on, and the agent "
-    "resumed, until it completes.",
+    "resumed, until it completes; the resumed turns are read in the file, so the resume command writes "
+    "there (claude --resume appends to the session's transcript; a command's own output goes to the log).",
 )
 @click.option(
     "--pid",
@@ -114,7 +115,8 @@ def adapter() -> None:
     metavar="SECONDS",
     help="Stop once the file has not grown for SECONDS (or, when it does not exist yet, has not appeared "
     "within SECONDS), as SIGTERM does (the agent is not said to have exited, and a block it left half "
-    "written is not closed: a later watch of the file goes on from its checkpoint). Default: never.",
+    "written is not closed: a later watch of the file goes on from its checkpoint; a result report that "
+    "ends the file is published). Default: never.",
 )
 @common_options
 @redis_options

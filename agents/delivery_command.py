@@ -69,9 +69,10 @@ async def run_checked(
     log: Callable[[str], None],
     warn: Callable[[str], None] | None = None,
     stopping: Stopping | None = None,
+    started: Callable[[], None] | None = None,
 ) -> None:
     """:func:`run_command`; an exit status other than 0 is a :class:`DeliveryFailed` with its output."""
-    code, tail = await run_command(argv, log, warn, stopping)
+    code, tail = await run_command(argv, log, warn, stopping, started)
     if code != 0:
         raise DeliveryFailed(f"{argv[0]} exited with code {code}: {tail.strip()[-500:]}")
 
@@ -81,10 +82,12 @@ async def run_command(
     log: Callable[[str], None],
     warn: Callable[[str], None] | None = None,
     stopping: Stopping | None = None,
+    started: Callable[[], None] | None = None,
 ) -> tuple[int, str]:
     """Run ``argv`` (no shell, stdin closed) to its exit; its output goes to ``log`` line by line, what
     went wrong to ``warn`` (default ``log``; see :func:`finished`), the stop signals
-    ``stopping`` takes to it. (exit code, output tail). Not started once a stop signal came."""
+    ``stopping`` takes to it; ``started`` is called once it runs. (exit code, output tail). Not started
+    once a stop signal came."""
     if stopping is not None and stopping.received:
         raise DeliveryFailed("the adapter is stopping")
     try:
@@ -103,6 +106,8 @@ async def run_command(
         )
     except (OSError, ValueError) as exc:
         raise DeliveryFailed(start_error(argv[0], exc)) from None
+    if started is not None:
+        started()
     return await finished(process, argv[0], log, warn or log, stopping)
 
 

@@ -16,7 +16,7 @@ from agents.adapter import OutputStream
 from agents.items import ResultItem
 from agents.watched_file import Checkpoint
 
-__all__ = ["AFTER_RESULT_S", "OPEN_BLOCK_S", "UntilComplete"]
+__all__ = ["AFTER_RESULT_S", "OPEN_BLOCK_S", "UntilComplete", "ends_with_a_report"]
 
 AFTER_RESULT_S: Final = 2.0
 """How long ``--until-complete`` goes on following the file, once the agent's result report is read
@@ -65,4 +65,10 @@ class UntilComplete:
         if time.monotonic() - quiet_since < AFTER_RESULT_S:
             return False
         self._tried_at = quiet_since
-        return any(isinstance(item, ResultItem) for item in copy.deepcopy(stream.parser).close())
+        return ends_with_a_report(stream)
+
+
+def ends_with_a_report(stream: OutputStream) -> bool:
+    """Whether the output, taken as ended here, ends with a result report: in text a report ends only at
+    the next heading or tag, which may never come."""
+    return any(isinstance(item, ResultItem) for item in copy.deepcopy(stream.parser).close())

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from agents.adapter import AgentBus, OutputStream, heartbeat_loop
 from agents.transcript import Format
-from agents.until_complete import UntilComplete
+from agents.until_complete import UntilComplete, ends_with_a_report
 from agents.watch_checkpoint import advanced, due
 from agents.watch_resume import Turns
 from agents.watched_file import (
@@ -277,7 +277,7 @@ class FileWatch:
             self._caught_up = True
             await self._publish(self.stream.settle(), force=True)
             await self.bus.flush()  # at the end of the file: everything read is on the server
-            if self._idle(quiet_since):
+            if await self._idle(quiet_since):
                 break
             if self._finishing:  # the end of its output: a report or block it leaves open ends here
                 await self._publish(self.stream.close(), force=True)
@@ -318,15 +318,19 @@ class FileWatch:
         await wait_for(self.stop, self.options.poll_s)
         return True
 
-    def _idle(self, quiet_since: float) -> bool:
+    async def _idle(self, quiet_since: float) -> bool:
         """``--idle-stop``: whether the file has not grown for that long, the watch then stopped as a stop
         signal stops it. Not as :meth:`finish` does: a block the agent was writing when the time ran out
         would be closed and published as an error, and the later watch that goes on from the checkpoint
-        would never publish it whole."""
+        would never publish it whole. But a result report that ends the file is published: in text only
+        the next heading or tag would end it, which a quiet agent may never write."""
         idle = self.options.idle_stop_s
         if idle is None or time.monotonic() - quiet_since < idle:
             return False
         self.bus.log(f"{self.path} has not grown for {idle:g}s: stopping (a later watch goes on from here)")
+        assert self.stream is not None
+        if ends_with_a_report(self.stream):
+            await self._publish(self.stream.close(), force=True)
         self.stop.set()
         return True
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from agents.adapter import AgentBus
 from agents.delivery import AgentDone, Directive, Runner
@@ -56,32 +56,37 @@ class Turns:
         return self.begun > self._told and not self.running()
 
     def current(self) -> bool:
-        """Whether a resume command is to wait: a turn runs, or its end was not told yet (the next turn
-        starts after it, as with ``adapter run``), while the file is watched. Without ``--pid`` no turn's
-        end is known: none is waited for."""
-        return self.pid is not None and not self.unwatched and (self.running() or self.begun > self._told)
+        """Whether a resume command is to wait: a turn runs (whether the file is watched or not: two turns
+        of one session must not run at once), or, while the file is watched, its end was not told yet (the
+        next turn starts after it, as with ``adapter run``). Without ``--pid`` no turn's end is known: none
+        is waited for."""
+        return self.pid is not None and (self.running() or (not self.unwatched and self.begun > self._told))
 
     @contextlib.contextmanager
-    def command(self) -> Iterator[None]:
-        """While a resume command (a turn of the agent) runs."""
-        self.begun += 1
+    def command(self) -> Iterator[Callable[[], None]]:
+        """While a resume command is run: what it calls once it started, a turn of the agent (one that
+        could not start is none, and no end of it is told)."""
         self._commands += 1
         try:
-            yield
+            yield self._begin
         finally:
             self._commands -= 1
+
+    def _begin(self) -> None:
+        self.begun += 1
 
     async def ended(self, bus: AgentBus, source: str, read: int) -> None:
         """AGENT_EXITED for the end of a turn the watch goes on after, the file read to byte ``read``: it
         says the adapter resumes the agent with its directives, as ``adapter run --until-complete`` says.
-        Its id is the turn's number and where the file was read to, so a restarted adapter that finds the
-        process ended says it again under the same id, and a resume command that wrote nothing still ends
-        a turn of its own (under the id of the turn before, it would be dropped as a repeat)."""
-        self._told = self.begun
-        self.resumable = not bus.completed
+        Its id is the turn's number and where the file was read to: an adapter restarted after the
+        process's end was told, and nothing written since, says it again under the same id; and a resume
+        command that wrote nothing still ends a turn of its own (under the id of the turn before, it would
+        be dropped as a repeat). Told once published: the next resume command waits for that."""
+        begun, self.resumable = self.begun, not bus.completed
         bus.log("the agent's turn ended: following its file and inbox until it completes")
-        exit_id = deterministic_id(bus.agent_id, f"{source}#turn:{self.begun}", read)
+        exit_id = deterministic_id(bus.agent_id, f"{source}#turn:{begun}", read)
         await bus.exited(source=source, exit_code=None, id=exit_id, resumable=self.resumable)
+        self._told = begun
 
     async def stopped(self, bus: AgentBus, source: str) -> None:
         """The watch stops before the agent completed, after an AGENT_EXITED that said it would resume
@@ -105,7 +110,7 @@ def after_turn(bus: AgentBus, turns: Turns, stop: asyncio.Event, poll_s: float, 
             raise AgentDone()
         if stop.is_set():  # an idle stop, or a signal that came while the process ended
             raise DeliveryFailed("the adapter is stopping")
-        with turns.command():
-            await run_checked(argv, bus.log, bus.warn, stopping)
+        with turns.command() as began:
+            await run_checked(argv, bus.log, bus.warn, stopping, began)
 
     return resume

@@ -6,12 +6,14 @@ Redis)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 from pathlib import Path
 
 from adapter_kit import exited, open_bus, spawn, start, wait_until
 
+from agents.watch_resume import Turns
 from bus.directives import AnswerItem, ClarificationResponse
 from bus.envelope import Envelope, EnvelopeType, new_envelope
 from bus.events import AgentExited
@@ -154,3 +156,33 @@ async def test_a_resumed_turn_that_wrote_nothing_ends_under_an_id_of_its_own(
     exits = [e for e in await _published(redis_url) if e.type is T.AGENT_EXITED]
     assert [e.payload.resumable for e in exits if isinstance(e.payload, AgentExited)] == [True, True, False]
     assert len({e.id for e in exits}) == 3
+
+
+async def test_a_resume_command_that_cannot_start_is_no_turn(redis_url: str, tmp_path: Path) -> None:
+    # The program comes from the output ({session_id}): it is looked for at each delivery. Counted as a
+    # turn, its failure was told as the end of one, the adapter saying it resumes the agent once more.
+    _, turn, args = _watch(tmp_path, "t6", "exit 0")
+    args[args.index("--deliver") + 1] = "command:{session_id}"
+    adapter = start(
+        [*args, "--session-id", "no-such-program-t6", "--max-attempts", "1"], redis_url, tmp_path / "log"
+    )
+    async with open_bus(redis_url) as bus:
+        await wait_until(lambda: bus.has(GROUP, T.CLARIFICATION_NEEDED), 20, "the question")
+        _end(turn)
+        await wait_until(lambda: _exit_count(redis_url, 1), 20, "the end of the first turn")
+        await _answer(redis_url, "t6")
+        await wait_until(lambda: bus.has(GROUP, T.STOP_WORK), 20, "the delivery given up on")
+    adapter.send_signal(signal.SIGTERM)
+    await exited(adapter, 30)
+    assert [e.resumable for e in _exits(await _published(redis_url))] == [True, False]
+
+
+def test_a_resume_command_waits_for_a_running_turn_once_the_file_is_no_longer_watched() -> None:
+    # The watch may end first (SIGUSR1, --idle-stop, an error): a resume command then ran beside the
+    # turn still running, two turns of one session at once.
+    turns = Turns(os.getpid())
+    turns.unwatched = True
+    assert turns.current()
+    ended = Turns(2**22 + 12345)  # no such process (above the largest pid Linux gives)
+    ended.unwatched = True
+    assert not ended.current()
