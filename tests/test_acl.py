@@ -380,25 +380,7 @@ async def test_launcher_reads_tasks_with_its_group(bus: AclServer) -> None:
     c.close()
 
 
-def require_open_namespace(bus: AclServer, role: Role) -> None:
-    """xfail while ``open_namespace`` cannot open an existing namespace with read-only access to its meta."""
-
-    async def opens() -> bool:
-        client = await bus.client(role)
-        try:
-            await open_namespace(client, NS, 2)
-            return True
-        except CommandFailed:
-            return False
-        finally:
-            await client.aclose()
-
-    if not asyncio.run(opens()):
-        pytest.xfail("bus.keys.open_namespace SETs {ns}:meta (NX) before reading it; read-only roles may not")
-
-
 def test_a_real_adapter_process_publishes_with_adapter_credentials(bus: AclServer) -> None:
-    require_open_namespace(bus, Role.ADAPTER)
     text = "[PROGRESS]\nagent_id: agent-1\npercent: 30\n[/PROGRESS]\n"
     done = subprocess.run([CLI, "adapter", "stdin", "--agent-id", "agent-1", "--group", "g", "--quiet",
                            "--redis-url", bus.url(Role.ADAPTER), "--namespace", NS],
@@ -433,7 +415,6 @@ def test_a_wrong_password_says_so_and_no_outage(bus: AclServer) -> None:
 
 
 def test_tail_follows_as_an_observer(bus: AclServer) -> None:
-    require_open_namespace(bus, Role.OBSERVER)
     envelope = progress("agent-1", "g", 5)
     admin = bus.server.client()
     admin.xadd(S0, {"data": encode(envelope)})
@@ -448,7 +429,6 @@ def test_tail_follows_as_an_observer(bus: AclServer) -> None:
 def test_an_adapter_tails_its_inbox_with_a_group_of_its_own(bus: AclServer) -> None:
     """Its user may make and read a group on an inbox, not ask the server where a group is (XINFO):
     where the group starts is not asked then."""
-    require_open_namespace(bus, Role.ADAPTER)
     directive = progress("agent-1", "g", 5)
     inbox = KEYS.inbox(KEYS.shard_of("g"), "agent-1")
     admin = bus.server.client()
@@ -461,7 +441,6 @@ def test_an_adapter_tails_its_inbox_with_a_group_of_its_own(bus: AclServer) -> N
 
 
 def test_tail_refused_by_the_acl_says_so_and_no_more(bus: AclServer) -> None:
-    require_open_namespace(bus, Role.ADAPTER)
     done = subprocess.run([CLI, "tail", "--from", "0", "--count", "1",
                            "--redis-url", bus.url(Role.ADAPTER), "--namespace", NS],
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from adapter_kit import CLI, Bus, exited, fake, logged, open_bus, run_ok, spawn, start, wait_until
 
 from agents.adapter import MAX_TASK_CHARS
@@ -429,17 +430,23 @@ async def test_stdin_without_until_complete_starts_no_turn_after_its_input_ends(
     log = tmp_path / "adapter.log"
     async with open_bus(redis_url) as bus:
         _, resume = await _answer_waiting(bus, "r16")
-        producer = spawn(fake("sleep:0.5", agent_id="r16"), stdout=subprocess.PIPE)
-        assert producer.stdout is not None
         adapter = start(
             ["adapter", "stdin", "--agent-id", "r16", "--group", GROUP, "--quiet", "--deliver", resume],
             redis_url,
             log,
-            stdin=producer.stdout,
+            stdin=subprocess.PIPE,
         )
-        producer.stdout.close()
+
+        async def read() -> bool:  # the directive is delivered to the adapter, its input still open
+            with contextlib.suppress(redis.ResponseError):  # no group yet
+                held: Any = await bus.client.xpending(bus.inbox(GROUP, "r16"), "adapter")
+                return bool(held["pending"])
+            return False
+
+        await wait_until(read, 20, "the directive to be read")
+        assert adapter.stdin is not None
+        adapter.stdin.close()
         assert await exited(adapter, 30) == 0, log.read_text()
-        producer.wait(timeout=10)
         assert await bus.count(GROUP, T.AGENT_STARTED) == 1, log.read_text()
         [exit_] = await bus.of_type(GROUP, T.AGENT_EXITED)
         assert exit_.payload == AgentExited(exit_code=None, completed=False, resumable=False)

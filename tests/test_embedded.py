@@ -223,7 +223,9 @@ def test_a_start_interrupted_as_the_server_forked_leaves_it_reachable(
 def _pid_written(pidfile: Path) -> None:
     """Wait (up to 10 s) until the daemon has forked and written its pid."""
     deadline = time.monotonic() + 10
-    while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+    while not (pidfile.exists() and pidfile.read_text()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the daemon wrote no pid to {pidfile} within 10 s")
         time.sleep(0.01)
 
 

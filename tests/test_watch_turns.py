@@ -6,6 +6,7 @@ Redis)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import subprocess
@@ -60,6 +61,10 @@ async def _published(redis_url: str) -> list[Envelope]:
 
 def _exits(envelopes: list[Envelope]) -> list[AgentExited]:
     return [e.payload for e in envelopes if isinstance(e.payload, AgentExited)]
+
+
+async def _progress(redis_url: str, percent: int) -> bool:
+    return any(getattr(e.payload, "percent", None) == percent for e in await _published(redis_url))
 
 
 async def _exit_count(redis_url: str, n: int) -> bool:
@@ -161,7 +166,7 @@ async def test_a_resumed_turn_that_wrote_nothing_ends_under_an_id_of_its_own(
 async def test_a_resume_command_that_cannot_start_is_no_turn(redis_url: str, tmp_path: Path) -> None:
     # The program comes from the output ({session_id}): it is looked for at each delivery. Counted as a
     # turn, its failure was told as the end of one, the adapter saying it resumes the agent once more.
-    _, turn, args = _watch(tmp_path, "t6", "exit 0")
+    out, turn, args = _watch(tmp_path, "t6", "exit 0")
     args[args.index("--deliver") + 1] = "command:{session_id}"
     adapter = start(
         [*args, "--session-id", "no-such-program-t6", "--max-attempts", "1"], redis_url, tmp_path / "log"
@@ -172,6 +177,10 @@ async def test_a_resume_command_that_cannot_start_is_no_turn(redis_url: str, tmp
         await wait_until(lambda: _exit_count(redis_url, 1), 20, "the end of the first turn")
         await _answer(redis_url, "t6")
         await wait_until(lambda: bus.has(GROUP, T.STOP_WORK), 20, "the delivery given up on")
+        for percent in (10, 20):  # the watch has gone round since: a turn's end would be told by now
+            with out.open("a") as agent:
+                agent.write(f"[PROGRESS]\nagent_id: t6\npercent: {percent}\n[/PROGRESS]\n")
+            await wait_until(functools.partial(_progress, redis_url, percent), 20, f"progress {percent}")
     adapter.send_signal(signal.SIGTERM)
     await exited(adapter, 30)
     assert [e.resumable for e in _exits(await _published(redis_url))] == [True, False]
