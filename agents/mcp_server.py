@@ -115,10 +115,9 @@ class ProtocolServer:
         self._verifier = Verifier(workdir) if workdir is not None else None
         self._verifying = threading.Lock()
         """Calls are verified in worker threads, one at a time (the verifier's cache is one)."""
-        self._publishing: set[types.RequestId] = set()
-        """The calls publishing over stdio, until their replies are written: the end of the input waits
-        for them (:meth:`_replies_out`)."""
         self._unflushed = 0
+        """Replies written and not yet flushed (and their directives acknowledged): the end of the input
+        waits for them (:meth:`_replies_out`)."""
         self._out = asyncio.Event()
 
     def server(self) -> Server[Any]:
@@ -190,25 +189,11 @@ class ProtocolServer:
             tool = self.tools.get(params.name)
             if tool is None:
                 return _text(f"unknown tool {quoted(params.name)}", error=True)
-            return await self._tracked(ctx.request_id, self.publish(tool, arguments))
+            return await self.publish(tool, arguments)
         except ValueError as exc:  # ToolInputError, or a value the bus refuses (an over-long id...)
             return _text(str(exc), error=True)
         except BusError as exc:
             return _text(f"the bus failed: {exc}", error=True)
-
-    async def _tracked(
-        self, request_id: types.RequestId | None, publishing: Awaitable[types.CallToolResult]
-    ) -> types.CallToolResult:
-        """A publishing call, known until its reply is written (see :meth:`_replies_out`)."""
-        if request_id is None:
-            return await publishing
-        self._publishing.add(request_id)
-        try:
-            return await publishing
-        except asyncio.CancelledError:  # the client cancelled it: no reply will come
-            self._publishing.discard(request_id)
-            self._out.set()
-            raise
 
     async def publish(self, tool: ProtocolTool, arguments: Mapping[str, Any]) -> types.CallToolResult:
         """Validate a call, then publish its envelope exactly as an adapter would."""
@@ -306,18 +291,14 @@ class ProtocolServer:
         return _text(received.directive.prompt)
 
     def _writing(self, reply: Reply | None) -> After | None:
-        """A line goes out on stdout: when it is the reply that carries a directive, what acknowledges
-        that directive once the line is out; when it answers a publishing call, what tells the end of the
-        input so. Taken off ``_unacked`` and ``_publishing`` now: once the reply is out, the client may
-        send its id again."""
+        """A reply goes out on stdout: what runs once it is flushed (the SDK flushes each line it writes):
+        the acknowledgement of the directive it carries, if any, and the count the end of the input waits
+        on. Taken off ``_unacked`` now: once the reply is out, the client may send its id again."""
         if reply is None:
             return None
         # only a result carries a directive: an error under its id is the refusal of another request sent
         # under it while it was in flight (agents.mcp_inflight)
         ack = self._unacked.pop(reply.request_id, None) if reply.result and self._unacked else None
-        if reply.request_id not in self._publishing:
-            return None if ack is None else functools.partial(_acknowledge, ack)
-        self._publishing.discard(reply.request_id)  # an error too: better one call cut short than a hang
         self._unflushed += 1
         return functools.partial(self._written, ack)
 
@@ -328,14 +309,14 @@ class ProtocolServer:
         self._out.set()
 
     async def _replies_out(self, in_flight: RequestsInFlight) -> None:
-        """Until every request in flight is answered (but a wait for a directive, which may take an hour),
-        and every publishing call's answer is out: at the end of the input the SDK would cancel them, and
-        answer an error for a call whose signal may have gone out (a client that sends it again would
-        publish it twice), or one it had not yet begun to run."""
+        """Until every request in flight is answered (but a wait for a directive, which may take an hour,
+        and one the client cancelled), and every answer is out: at the end of the input the SDK would
+        cancel them, and answer an error for a call whose signal may have gone out (a client that sends it
+        again would publish it twice), or one it had not yet begun to run."""
         with contextlib.suppress(TimeoutError):  # each publishes within its timeout: this is a last guard
             async with asyncio.timeout(2 * self.publish_timeout_s):
                 await in_flight.settled()
-                while self._publishing or self._unflushed:
+                while self._unflushed:
                     self._out.clear()
                     await self._out.wait()
 
