@@ -19,7 +19,6 @@ from bus.ops import Ops, ops_options
 from bus.params import MILLISECONDS, FiniteFloatRange
 
 __all__ = [
-    "MAX_ID_CHARS",
     "Common",
     "check_delivery",
     "check_id",
@@ -32,9 +31,6 @@ __all__ = [
 P = ParamSpec("P")
 R = TypeVar("R")
 
-MAX_ID_CHARS: Final = MAX_NAME_CHARS
-"""The longest agent or group id an envelope carries."""
-
 
 def id_problem(value: str) -> str | None:
     """What is wrong with an agent or group id, if anything: it must have 1 to 256 characters, not
@@ -42,8 +38,8 @@ def id_problem(value: str) -> str | None:
     templates and log lines, and shown by ``status``)."""
     if not value.strip():
         return "must not be blank"
-    if len(value) > MAX_ID_CHARS:
-        return f"must be at most {MAX_ID_CHARS} characters"
+    if len(value) > MAX_NAME_CHARS:
+        return f"must be at most {MAX_NAME_CHARS} characters"
     if has_control(value):
         return "must not contain control characters (a newline, a tab...)"
     unseen = unshown(value)
